@@ -1,0 +1,20 @@
+"""inferlab: fast, honestly measured batch inference of small language models on GPUs.
+
+The public API is what this module exports; everything else is internal and may move.
+"""
+
+from inferlab.errors import CapacityError, ConfigError, InferlabError, InputError, UnsupportedError
+from inferlab.types import Request, Result, SamplingParams, Timings
+
+__all__ = [
+    "CapacityError",
+    "ConfigError",
+    "InferlabError",
+    "InputError",
+    "Request",
+    "Result",
+    "SamplingParams",
+    "Timings",
+    "UnsupportedError",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,42 @@
+"""`inferlab <command>`: thin wrappers that parse flags, build a config and call one library function.
+
+Only the CLI prints, draws progress bars and configures logging. Each command lives in its own module
+with a `register(subparsers)` function; heavy imports happen inside the handlers so `--help` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from inferlab.errors import InferlabError
+
+# Command modules, in the order `inferlab --help` lists them.
+COMMAND_MODULES = [
+    "inferlab.cli.model_cmd",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="inferlab", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except InferlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

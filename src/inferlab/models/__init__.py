@@ -1,0 +1,1 @@
+"""Model shapes, checkpoints and our compact model implementations."""

@@ -1,0 +1,173 @@
+"""Named model shapes. Each preset is a HuggingFace config of a real architecture; `inferlab model init`
+(checkpoint_init.py) turns one into a random-weight checkpoint for tests and benchmarks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from transformers import (
+    GemmaConfig,
+    LlamaConfig,
+    MistralConfig,
+    PretrainedConfig,
+    Qwen2Config,
+    Qwen3Config,
+)
+
+from inferlab.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    task: str  # "causal-lm" or "sequence-classification"
+    make_config: Callable[[], PretrainedConfig]
+    tokenizer: str = "builtin"  # "builtin" (our small BPE) or "qwen3-chem" (needs --tokenizer DIR)
+
+
+def _tiny_common() -> dict:
+    # Small enough for CPU tests in seconds; larger init range so greedy argmax is not a near-tie.
+    return dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        initializer_range=0.1,
+        vocab_size=2048,
+    )
+
+
+def _llama_tiny() -> PretrainedConfig:
+    return LlamaConfig(**_tiny_common(), tie_word_embeddings=True, rope_theta=10000.0)
+
+
+def _llama_tiny_rope_scaled() -> PretrainedConfig:
+    c = _tiny_common()
+    return LlamaConfig(
+        **c,
+        tie_word_embeddings=False,
+        rope_theta=500000.0,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    )
+
+
+def _mistral_tiny() -> PretrainedConfig:
+    return MistralConfig(**_tiny_common(), tie_word_embeddings=False, sliding_window=None)
+
+
+def _qwen2_tiny() -> PretrainedConfig:
+    return Qwen2Config(**_tiny_common(), tie_word_embeddings=True, use_sliding_window=False)
+
+
+def _qwen3_tiny() -> PretrainedConfig:
+    c = _tiny_common()
+    c["vocab_size"] = 151936  # room for the qwen3-chem tokenizer (used by conformer tests and the demo)
+    return Qwen3Config(**c, head_dim=32, tie_word_embeddings=True, use_sliding_window=False)
+
+
+def _qwen2_cls_tiny() -> PretrainedConfig:
+    c = Qwen2Config(**_tiny_common(), tie_word_embeddings=False, use_sliding_window=False, num_labels=3)
+    c.architectures = ["Qwen2ForSequenceClassification"]
+    return c
+
+
+def _llama_380m() -> PretrainedConfig:
+    return LlamaConfig(
+        hidden_size=1024,
+        intermediate_size=4096,
+        num_hidden_layers=16,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=64,
+        vocab_size=128256,
+        max_position_embeddings=2048,
+        rope_theta=500000.0,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-5,
+    )
+
+
+def _qwen3_06b() -> PretrainedConfig:
+    return Qwen3Config(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        use_sliding_window=False,
+        eos_token_id=151643,
+    )
+
+
+def _gemma_2b() -> PretrainedConfig:
+    return GemmaConfig(
+        hidden_size=2048,
+        intermediate_size=16384,
+        num_hidden_layers=18,
+        num_attention_heads=8,
+        num_key_value_heads=1,
+        head_dim=256,
+        vocab_size=256000,
+        max_position_embeddings=8192,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+    )
+
+
+def _qwen2_cls() -> PretrainedConfig:
+    # The Qwen2-0.5B shape with a classification head, as in the classification seed.
+    c = Qwen2Config(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        tie_word_embeddings=True,
+        use_sliding_window=False,
+        num_labels=2,
+    )
+    c.architectures = ["Qwen2ForSequenceClassification"]
+    return c
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in [
+        Preset("tiny", "Llama-family toy (2 layers, hidden 64) for CPU tests", "causal-lm", _llama_tiny),
+        Preset("tiny-llama3-rope", "tiny Llama with llama3 rope scaling, untied", "causal-lm", _llama_tiny_rope_scaled),
+        Preset("tiny-mistral", "tiny Mistral", "causal-lm", _mistral_tiny),
+        Preset("tiny-qwen2", "tiny Qwen2 (qkv bias)", "causal-lm", _qwen2_tiny),
+        Preset("tiny-qwen3", "tiny Qwen3 (q/k norm), qwen3-chem sized vocab", "causal-lm", _qwen3_tiny, "qwen3-chem"),
+        Preset("tiny-qwen2-cls", "tiny Qwen2 sequence classifier (3 labels)", "sequence-classification", _qwen2_cls_tiny),
+        Preset("llama-380m", "Llama-3.2-380M shape of the seeds (16 layers, hidden 1024)", "causal-lm", _llama_380m),
+        Preset("qwen3-0.6b", "Qwen3-0.6B shape (28 layers, head_dim 128, q/k norm)", "causal-lm", _qwen3_06b, "qwen3-chem"),
+        Preset("gemma-2b", "Gemma-2B shape (18 layers, hidden 2048, MQA)", "causal-lm", _gemma_2b),
+        Preset("qwen2-cls", "Qwen2-0.5B shape with a 2-label classification head", "sequence-classification", _qwen2_cls),
+    ]
+}
+
+
+def get_preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}") from None

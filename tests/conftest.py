@@ -1,0 +1,31 @@
+"""Shared fixtures: tiny random checkpoints (built once per session) and the qwen3-chem tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inferlab.models.checkpoint_init import init_checkpoint
+from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
+
+
+@pytest.fixture(scope="session")
+def qwen3_chem_dir() -> Path:
+    return qwen3_chem_tokenizer_dir()
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """Factory: tiny_checkpoint("tiny-qwen2") -> path of a float32 random checkpoint, built once."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    built: dict[str, Path] = {}
+
+    def make(preset: str = "tiny", dtype: str = "float32") -> Path:
+        key = f"{preset}-{dtype}"
+        if key not in built:
+            tokenizer = qwen3_chem_tokenizer_dir() if preset == "tiny-qwen3" else None
+            built[key] = init_checkpoint(preset, root / key, seed=0, dtype=dtype, tokenizer_dir=tokenizer)
+        return built[key]
+
+    return make
