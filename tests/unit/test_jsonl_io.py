@@ -1,0 +1,30 @@
+from inferlab.jsonl_io import ResumableJsonlWriter, read_jsonl_records
+
+
+def test_bad_lines_become_error_records(tmp_path):
+    p = tmp_path / "in.jsonl"
+    p.write_text('{"id": "a", "prompt": "x"}\n\nnot json\n[1, 2]\n{"prompt": "no id"}\n')
+    recs = list(read_jsonl_records(p))
+    assert [r.id for r in recs] == ["a", "line-3", "line-4", "line-5"]
+    assert recs[0].data == {"id": "a", "prompt": "x"} and recs[0].error is None
+    assert "not valid JSON" in recs[1].error and recs[1].data is None
+    assert "not a JSON object" in recs[2].error
+    assert recs[3].data == {"prompt": "no id"}
+
+
+def test_writer_resumes_and_drops_a_torn_line(tmp_path):
+    p = tmp_path / "out.jsonl"
+    with ResumableJsonlWriter(p) as w:
+        w.write({"id": "a", "v": 1})
+        w.write({"id": "b", "v": 2})
+    with p.open("a") as f:
+        f.write('{"id": "c", "v"')  # crash mid-write
+    w = ResumableJsonlWriter(p)
+    assert w.done == {"a", "b"}
+    w.write({"id": "c", "v": 3})
+    w.close()
+    assert [line for line in p.read_text().splitlines()] == [
+        '{"id": "a", "v": 1}',
+        '{"id": "b", "v": 2}',
+        '{"id": "c", "v": 3}',
+    ]
