@@ -146,6 +146,7 @@ def classify_records(
         text_field_getter(options.text_field),
         LengthPolicy(max_length, options.truncate, hint),
         skip_ids=set(writer.done),
+        on_skip=progress,
     )
 
     def write_error(record: dict) -> None:
@@ -181,26 +182,26 @@ def classify_records(
     return report, preparer.ids_in_order
 
 
+def load_classifier(load_config: ModelLoadConfig) -> Classifier:
+    """Load a sequence classifier (AutoModelForSequenceClassification) with its tokenizer and pad token."""
+    from transformers import AutoModelForSequenceClassification
+
+    return Classifier(load_hf_model(load_config, AutoModelForSequenceClassification))
+
+
 def classify_file(
-    load_config: ModelLoadConfig,
+    classifier: Classifier,
     input_path: str | Path,
     output_path: str | Path,
     options: ClassifyOptions = ClassifyOptions(),
     progress: Callable[[int], None] | None = None,
-    loaded: LoadedModel | None = None,
 ) -> ClassifyReport:
-    """`inferlab classify`: load the model (unless `loaded` is given), classify, restore input order."""
-    from transformers import AutoModelForSequenceClassification
-
+    """`inferlab classify`: classify a JSONL file into `output_path` (resuming it), then restore input order."""
     if not Path(input_path).exists():
         raise InputError(f"input file {input_path} does not exist")
-    records = read_jsonl_records(input_path)
-    if loaded is None:
-        loaded = load_hf_model(load_config, AutoModelForSequenceClassification)
-    classifier = Classifier(loaded)
     with ResumableJsonlWriter(output_path) as writer:
         if writer.done:
             log.info("resuming: %d ids already in %s", len(writer.done), output_path)
-        report, ids_in_order = classify_records(classifier, records, writer, options, progress)
+        report, ids_in_order = classify_records(classifier, read_jsonl_records(input_path), writer, options, progress)
     reorder_jsonl(output_path, ids_in_order)
     return report

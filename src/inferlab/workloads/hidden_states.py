@@ -127,6 +127,7 @@ def collect_hidden_states(
         text_field_getter(options.text_field),
         LengthPolicy(max_length, options.truncate, "pass --truncate to keep the first tokens, or raise --max-length"),
         skip_ids=set(store.done_ids),
+        on_skip=progress,
     )
     finished: list[tuple[TextRow, dict[int, torch.Tensor]]] = []  # this chunk's rows, waiting for its shard
 
@@ -180,17 +181,8 @@ def collect_hidden_states(
     return report
 
 
-def hidden_states_file(
-    load_config: ModelLoadConfig,
-    input_path: str | Path,
-    output_path: str | Path,
-    options: HiddenStatesOptions,
-    progress: Callable[[int], None] | None = None,
-) -> HiddenStatesReport:
-    """Load the base model (no LM head) of `load_config.model_dir` and collect."""
+def load_base_model(load_config: ModelLoadConfig) -> LoadedModel:
+    """Load the checkpoint's base model (AutoModel: no LM or classification head) and its tokenizer."""
     from transformers import AutoModel
 
-    if not Path(input_path).exists():
-        raise InputError(f"input file {input_path} does not exist")
-    loaded = load_hf_model(load_config, AutoModel)
-    return collect_hidden_states(loaded, input_path, output_path, options, progress)
+    return load_hf_model(load_config, AutoModel)

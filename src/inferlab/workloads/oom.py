@@ -46,8 +46,8 @@ def is_oom_error(exc: BaseException) -> bool:
 def free_device_memory() -> None:
     """Drop unreachable tensors and return cached blocks to the driver (call after leaving `except`, when
     the traceback's frames, which hold the failed batch's tensors, are gone)."""
-    gc.collect()
-    if torch.cuda.is_available():
+    if torch.cuda.is_available():  # on the CPU there is no device cache, and gc.collect costs ~50 ms
+        gc.collect()  # reference cycles can still hold the failed batch's tensors
         torch.cuda.empty_cache()
 
 
@@ -179,7 +179,10 @@ class BackoffRunner(Generic[T, R]):
         s = self.stats
         s.oom_events += 1
         s.smallest_failed_cost = cost if s.smallest_failed_cost is None else min(s.smallest_failed_cost, cost)
-        if cost // 2 <= s.largest_ok_cost < cost:
+        if rows == 1:
+            # One row too large for the device says nothing about smaller batches: cap just below it.
+            new_cap = cost - 1 if cost > 1 else 1
+        elif cost // 2 <= s.largest_ok_cost < cost:
             new_cap = s.largest_ok_cost  # a size that worked, and at least half of what failed
         else:
             new_cap = max(1, cost // 2)

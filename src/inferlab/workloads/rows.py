@@ -46,6 +46,15 @@ class LengthPolicy:
             raise ConfigError(f"maximum length {self.max_tokens} must be >= 1")
 
 
+@dataclass(frozen=True)
+class RowText:
+    """What `text_of` may return instead of a plain string: text that must be tokenised without the
+    tokenizer's special tokens (a rendered chat template already holds them)."""
+
+    text: str
+    add_special_tokens: bool = True
+
+
 def error_record(row_id: str, message: str, **extra: Any) -> dict[str, Any]:
     """The error row every workload writes: the run goes on, the row is marked done."""
     return {"id": row_id, "status": "error", "error": message, **extra}
@@ -73,12 +82,14 @@ class RowPreparer:
     def __init__(
         self,
         tokenizer,
-        text_of: Callable[[dict[str, Any]], str],
+        text_of: Callable[[dict[str, Any]], str | RowText],
         length: LengthPolicy,
         skip_ids: set[str] | frozenset[str] = frozenset(),
         add_special_tokens: bool = True,
+        on_skip: Callable[[int], None] | None = None,  # told of each row finished by an earlier run
     ) -> None:
         self._tokenizer = tokenizer
+        self._on_skip = on_skip
         self._text_of = text_of
         self._length = length
         self._skip_ids = skip_ids
@@ -95,13 +106,15 @@ class RowPreparer:
 
     def prepare(self, records: list[InputRecord]) -> tuple[list[TextRow], list[dict]]:
         errors: list[dict] = []
-        pending: list[tuple[InputRecord, str]] = []
+        pending: list[tuple[InputRecord, str | RowText]] = []
         for rec in records:
             row_id = self._claim_id(rec, errors)
             if row_id is None:
                 continue
             if row_id in self._skip_ids:
                 self.skipped += 1
+                if self._on_skip:
+                    self._on_skip(1)
                 continue
             if rec.error is not None:
                 errors.append(error_record(row_id, rec.error, line=rec.line_no))
@@ -110,13 +123,24 @@ class RowPreparer:
                 pending.append((rec, self._text_of(rec.data)))
             except InputError as e:
                 errors.append(error_record(row_id, f"line {rec.line_no}: {e}", line=rec.line_no))
-        token_ids = tokenize_chunk(self._tokenizer, [text for _, text in pending], self._add_special_tokens)
+        token_ids = self._tokenize(pending)
         rows: list[TextRow] = []
         for (rec, _), ids in zip(pending, token_ids):
             row = self._length_checked(rec, ids, errors)
             if row is not None:
                 rows.append(row)
         return rows, errors
+
+    def _tokenize(self, pending: list[tuple[InputRecord, str | RowText]]) -> list[list[int]]:
+        """One tokenizer call per special-tokens setting in this chunk; results in `pending` order."""
+        texts = [t if isinstance(t, RowText) else RowText(t, self._add_special_tokens) for _, t in pending]
+        out: list[list[int]] = [[] for _ in texts]
+        for flag in (True, False):
+            positions = [i for i, t in enumerate(texts) if t.add_special_tokens is flag]
+            encoded = tokenize_chunk(self._tokenizer, [texts[i].text for i in positions], add_special_tokens=flag)
+            for i, ids in zip(positions, encoded):
+                out[i] = ids
+        return out
 
     def _claim_id(self, rec: InputRecord, errors: list[dict]) -> str | None:
         """Register the record's id; a repeated id gets an error record under `line-<n>` (None returned)."""
@@ -151,9 +175,11 @@ class RowPreparer:
         return TextRow(self._position[rec.id], rec.id, ids[:limit], n, rec.data)
 
 
-def plan_row_batches(rows: list[TextRow], limits: BatchLimits) -> list[list[TextRow]]:
-    """Length-sorted, dynamically padded batches of rows (see batching.plan_batches)."""
-    return [[rows[i] for i in batch] for batch in plan_batches([len(r.token_ids) for r in rows], limits)]
+def plan_row_batches(rows: list[TextRow], limits: BatchLimits, extra_tokens: int = 0) -> list[list[TextRow]]:
+    """Length-sorted, dynamically padded batches of rows (see batching.plan_batches); `extra_tokens` per
+    row count against the token budget too (the new tokens of generation)."""
+    lengths = [len(r.token_ids) + extra_tokens for r in rows]
+    return [[rows[i] for i in batch] for batch in plan_batches(lengths, limits)]
 
 
 def padded_cost(rows: list[TextRow]) -> int:
