@@ -23,7 +23,7 @@ def cls_dir(tiny_checkpoint):
 def reference(cls_dir):
     """probabilities of one text through transformers directly, optionally cut to its first n tokens."""
     tok = AutoTokenizer.from_pretrained(cls_dir)
-    model = AutoModelForSequenceClassification.from_pretrained(cls_dir, dtype=torch.float32).eval()
+    model = AutoModelForSequenceClassification.from_pretrained(cls_dir).eval()
 
     def probs(text: str, first_n: int | None = None) -> list[float]:
         ids = tok(text)["input_ids"][:first_n]

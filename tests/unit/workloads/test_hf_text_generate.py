@@ -37,7 +37,7 @@ def chat_dir(tiny_checkpoint, tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(chat_dir):
     """greedy continuation of one prompt (token ids) through transformers alone, no padding."""
-    model = AutoModelForCausalLM.from_pretrained(chat_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(chat_dir).eval()
 
     def continue_ids(ids: list[int], max_new: int = GREEDY.max_new_tokens) -> list[int]:
         with torch.no_grad():

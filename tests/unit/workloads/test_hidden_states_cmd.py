@@ -28,7 +28,7 @@ def tiny_dir(tiny_checkpoint):
 def reference(tiny_dir):
     """pooled hidden state of one prompt through transformers directly: {layer: [hidden]} fp32."""
     tok = AutoTokenizer.from_pretrained(tiny_dir)
-    model = AutoModel.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+    model = AutoModel.from_pretrained(tiny_dir).eval()
 
     def pooled(text: str, pool: str) -> dict[int, torch.Tensor]:
         ids = torch.tensor([tok(text)["input_ids"]])
