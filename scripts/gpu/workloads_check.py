@@ -23,6 +23,7 @@ import argparse
 import gc
 import json
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -54,7 +55,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="tiny presets and shapes (CPU smoke run)")
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma list of: {', '.join(PARTS)}")
     ap.add_argument("--budget-s", type=float, default=330.0, help="stop starting new cells after this many seconds")
-    ap.add_argument("--models-dir", default=None, help="where random checkpoints are made (reused if present)")
+    scratch = Path(tempfile.gettempdir()) / "inferlab-workloads-check"
+    ap.add_argument("--scratch", default=str(scratch),
+                    help="where random checkpoints (reused if present) and work files go; never inside --out")
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device visible; use --device cpu --quick for the CPU smoke run", file=sys.stderr)
@@ -67,8 +70,7 @@ def main() -> int:
     hf_logging.disable_progress_bar()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    models_dir = Path(args.models_dir) if args.models_dir else out.parent / (out.name + "-models")
-    ctx = CheckContext(PROFILES["quick" if args.quick else "gpu"], torch.device(args.device), out, models_dir,
+    ctx = CheckContext(PROFILES["quick" if args.quick else "gpu"], torch.device(args.device), out, Path(args.scratch),
                        time.perf_counter() + args.budget_s)
     print(f"workloads check: profile {ctx.profile.name}, device {ctx.device}, env {json.dumps(ctx.env)}", flush=True)
     for name in [p.strip() for p in args.parts.split(",") if p.strip()]:

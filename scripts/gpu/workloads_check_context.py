@@ -97,7 +97,7 @@ class CheckContext:
     profile: Profile
     device: torch.device
     out: Path
-    models_dir: Path
+    scratch: Path  # checkpoints (kept between runs) and work files; large, so never under `out`
     deadline: float  # perf_counter time after which no new cell starts
     rows: dict[str, list[dict]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
@@ -110,8 +110,13 @@ class CheckContext:
     def over_budget(self) -> bool:
         return time.perf_counter() > self.deadline
 
+    def work_dir(self) -> Path:
+        path = self.scratch / "work"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     def checkpoint(self, preset: str) -> Path:
-        path = self.models_dir / preset
+        path = self.scratch / "models" / preset
         if not (path / "config.json").exists():
             start = time.perf_counter()
             init_checkpoint(preset, path, seed=0, dtype="bfloat16")

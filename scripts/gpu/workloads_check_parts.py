@@ -99,8 +99,7 @@ def run_hidden_throughput(ctx: CheckContext) -> None:
         extra = f", {m['input_tokens_per_s']:.0f} tok/s" if row["status"] == "ok" else ""
         print(f"  hidden-states bs {bs:3d}: {_cell_line(row)}{extra}", flush=True)
     # The whole command path once: files, shards, assembly, read back.
-    work = ctx.out.parent / (ctx.out.name + "-work")
-    work.mkdir(parents=True, exist_ok=True)
+    work = ctx.work_dir()
     inp = _write_prompts(work / "hidden_prompts.jsonl", texts)
     target = work / "acts.safetensors"
     _remove_output(target)
@@ -160,8 +159,7 @@ def run_oom_hidden(ctx: CheckContext) -> None:
     loaded = load_base_model(ModelLoadConfig(str(ctx.checkpoint(p.oom_preset)), device=str(ctx.device)))
     source = limit_memory_if_cpu(ctx, loaded)
     texts = synthetic_texts(loaded.tokenizer, p.oom_prompts, *p.oom_tokens, seed=2)
-    work = ctx.out.parent / (ctx.out.name + "-work")
-    work.mkdir(parents=True, exist_ok=True)
+    work = ctx.work_dir()
     inp = _write_prompts(work / "oom_prompts.jsonl", texts)
     target = work / "oom_acts.safetensors"
     _remove_output(target)
@@ -197,8 +195,7 @@ def run_oom_generate(ctx: CheckContext) -> None:
     loaded = load_hf_model(ModelLoadConfig(str(ctx.checkpoint(p.oom_preset)), device=str(ctx.device)), AutoModelForCausalLM)
     source = limit_memory_if_cpu(ctx, loaded)
     texts = synthetic_texts(loaded.tokenizer, p.gen_prompts, *p.oom_tokens, seed=3)
-    work = ctx.out.parent / (ctx.out.name + "-work")
-    work.mkdir(parents=True, exist_ok=True)
+    work = ctx.work_dir()
     inp = _write_prompts(work / "gen_prompts.jsonl", texts)
     out = work / "gen_out.jsonl"
     out.unlink(missing_ok=True)

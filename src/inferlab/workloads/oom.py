@@ -133,8 +133,7 @@ class BackoffRunner(Generic[T, R]):
                 raise
             return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         seconds = time.perf_counter() - start
-        if len(results) != len(piece):
-            raise AssertionError(f"run_batch returned {len(results)} results for {len(piece)} rows")
+        assert len(results) == len(piece), f"run_batch returned {len(results)} results for {len(piece)} rows"
         self._on_done(piece, results, seconds)
         self._learn_from_success(self._cost(piece), len(piece))
         return None
@@ -143,18 +142,23 @@ class BackoffRunner(Generic[T, R]):
         return self.stats.cap is not None and self._cost(piece) > self.stats.cap
 
     def _fit_to_cap(self, rows: list[T]) -> list[list[T]]:
-        """Cut `rows` (in order) into consecutive pieces whose cost fits the cap (a single row always fits)."""
-        if self.stats.cap is None:
+        """Cut `rows` (in order) into consecutive pieces whose cost fits the cap (a single row always fits).
+        Cost grows with a prefix's length, so each piece's length is found by bisection."""
+        cap = self.stats.cap
+        if cap is None:
             return [rows]
         pieces: list[list[T]] = []
-        current: list[T] = []
-        for row in rows:
-            if current and self._cost(current + [row]) > self.stats.cap:
-                pieces.append(current)
-                current = []
-            current.append(row)
-        if current:
-            pieces.append(current)
+        start = 0
+        while start < len(rows):
+            lo, hi = 1, len(rows) - start  # lo rows always fit (one row is never cut)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._cost(rows[start : start + mid]) <= cap:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            pieces.append(rows[start : start + lo])
+            start += lo
         return pieces
 
     def _learn_from_success(self, cost: int, rows: int) -> None:

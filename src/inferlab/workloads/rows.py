@@ -9,7 +9,7 @@ batching or running.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from inferlab.errors import ConfigError, InputError
@@ -25,7 +25,6 @@ class TextRow:
     id: str
     token_ids: list[int]  # after truncation, if any
     original_tokens: int  # before truncation
-    data: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @property
     def truncated(self) -> bool:
@@ -172,7 +171,7 @@ class RowPreparer:
             message = f"line {rec.line_no}: {n} tokens, over the maximum of {limit}{hint}"
             errors.append(error_record(rec.id, message, line=rec.line_no, tokens=n))
             return None
-        return TextRow(self._position[rec.id], rec.id, ids[:limit], n, rec.data)
+        return TextRow(self._position[rec.id], rec.id, ids[:limit], n)
 
 
 def plan_row_batches(rows: list[TextRow], limits: BatchLimits, extra_tokens: int = 0) -> list[list[TextRow]]:
