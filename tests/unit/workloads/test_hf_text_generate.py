@@ -4,6 +4,7 @@ equals transformers' generate on each prompt alone; chat templates, errors, resu
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 
 import pytest
 import torch
@@ -148,3 +149,29 @@ def test_simulated_oom_backs_off_and_every_row_is_written_once(loaded, reference
     tok = loaded.tokenizer
     for row in rows:
         assert row["token_ids"] == reference(tok(prompts[row["id"]])["input_ids"])
+
+
+def test_generate_kwargs_set_every_knob_explicitly():
+    from inferlab.workloads.hf_text import generate_kwargs
+
+    sampled = generate_kwargs(SamplingParams(temperature=0.7, top_k=0, top_p=0.9, min_p=0.05, max_new_tokens=9,
+                                             stop_token_ids=(5,)), eos_ids=[2], pad_id=0)
+    assert sampled["do_sample"] is True and sampled["top_k"] == 0  # 0 given, not left to a model default of 50
+    assert (sampled["temperature"], sampled["top_p"], sampled["min_p"]) == (0.7, 0.9, 0.05)
+    assert sampled["eos_token_id"] == [5, 2] and sampled["repetition_penalty"] == 1.0
+    greedy = generate_kwargs(SamplingParams(temperature=0.0, max_new_tokens=4, ignore_eos=True), eos_ids=[2], pad_id=0)
+    assert greedy["do_sample"] is False and "top_k" not in greedy
+    assert greedy["min_new_tokens"] == 4  # EOS masked to the end instead of passing eos_token_id=None
+
+
+def test_seeded_sampling_repeats(loaded, tmp_path):
+    sampling = SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=8, seed=123)
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": k, "prompt": v} for k, v in TEXTS.items()])
+    runs = []
+    for name, seed in (("a", 123), ("b", 123), ("c", 7)):
+        with ResumableJsonlWriter(tmp_path / f"{name}.jsonl") as writer:
+            run_hf_generation(loaded, read_jsonl_records(inp), replace(sampling, seed=seed), writer,
+                              HFTextOptions(include_token_ids=True))
+        runs.append({r["id"]: r["token_ids"] for r in read_jsonl(tmp_path / f"{name}.jsonl")})
+    assert runs[0] == runs[1]  # same seed, same batches: same samples
+    assert runs[0] != runs[2]  # really sampled: another seed differs

@@ -128,3 +128,19 @@ def test_layer_numbers_are_checked(loaded, tmp_path):
         collect_hidden_states(loaded, inp, tmp_path / "o.safetensors", HiddenStatesOptions(layers=(3,)))
     with pytest.raises(ConfigError, match="pool"):
         HiddenStatesOptions(layers=(1,), pool="max")
+
+
+def test_other_architecture_and_embedding_layer(tmp_path, tiny_checkpoint):
+    path = tiny_checkpoint("tiny-qwen2")  # qkv bias, untied norms: hooks find its layers the same way
+    loaded_qwen = load_base_model(ModelLoadConfig(str(path), dtype="float32", device="cpu"))
+    inp = write_jsonl(tmp_path / "p.jsonl", [{"id": k, "prompt": v} for k, v in TEXTS.items()])
+    out = tmp_path / "acts.safetensors"
+    collect_hidden_states(loaded_qwen, inp, out, HiddenStatesOptions(layers=(0, -2), pool="mean", batch_size=4))
+    ids, tensors, _ = read_output(out)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModel.from_pretrained(path).eval()
+    for row, key in enumerate(ids):
+        with torch.no_grad():
+            states = model(input_ids=torch.tensor([tok(TEXTS[key])["input_ids"]]), output_hidden_states=True).hidden_states
+        torch.testing.assert_close(tensors["layer_0"][row], states[0][0].mean(0), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(tensors["layer_1"][row], states[1][0].mean(0), atol=1e-5, rtol=1e-5)
