@@ -1,0 +1,47 @@
+"""`inferlab classify`: sequence classification of a JSONL file of texts (labels, probabilities, latency)."""
+
+from __future__ import annotations
+
+import argparse
+
+from inferlab.cli.hf_workload_args import add_batch_args, add_model_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "classify",
+        help="classify texts with an AutoModelForSequenceClassification checkpoint (resumable)",
+        description="Reads JSONL rows {id, text}; writes {id, label, label_id, probabilities, ...} or an error "
+        "record per row. A rerun with the same --output skips ids already written.",
+    )
+    add_model_args(p)
+    p.add_argument("--input", required=True, help="JSONL file, one {\"id\", \"text\"} object per line")
+    p.add_argument("--output", required=True, help="JSONL predictions (appended to on resume)")
+    add_batch_args(p, text_field="text")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from inferlab.cli.hf_workload_args import (
+        load_config_from,
+        max_batch_tokens,
+        print_summary,
+        progress_bar,
+        require_input,
+    )
+    from inferlab.workloads.classify import ClassifyOptions, classify_file, load_classifier
+
+    options = ClassifyOptions(
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        truncate=args.truncate,
+        max_batch_tokens=max_batch_tokens(args),
+        text_field=args.text_field,
+    )
+    require_input(args.input)
+    classifier = load_classifier(load_config_from(args))
+    with progress_bar(args.input, unit="text") as progress:
+        report = classify_file(classifier, args.input, args.output, options, progress=progress)
+    print_summary(report.summary())
+    print(f"wrote {args.output}")
+    return 0

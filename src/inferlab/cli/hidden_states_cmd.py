@@ -1,0 +1,57 @@
+"""`inferlab hidden-states`: pooled activations of chosen layers for a JSONL file of prompts (resumable)."""
+
+from __future__ import annotations
+
+import argparse
+
+from inferlab.cli.hf_workload_args import add_batch_args, add_model_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "hidden-states",
+        help="collect pooled hidden states of chosen layers into a safetensors file (resumable)",
+        description="Reads JSONL rows {id, prompt}; writes OUTPUT with one tensor layer_<i> [n, hidden] per layer "
+        "in input order (ids in its metadata), built from shards in OUTPUT.d/ that a rerun resumes from. "
+        "Layer numbers follow transformers' output_hidden_states: 0 = embeddings, L = final normed output, "
+        "negative numbers count from the end.",
+    )
+    add_model_args(p)
+    p.add_argument("--input", required=True, help="JSONL file, one {\"id\", \"prompt\"} object per line")
+    p.add_argument("--output", required=True, help="output .safetensors file")
+    p.add_argument("--layers", required=True, type=int, nargs="+", help="layer numbers, e.g. --layers 6 12 -1")
+    p.add_argument("--pool", default="last", choices=["last", "mean"], help="last real token, or mean over real tokens")
+    p.add_argument("--save-dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--shard-rows", type=int, default=1024, help="input lines per shard (tokenised and sorted together)")
+    add_batch_args(p, text_field="prompt")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from inferlab.cli.hf_workload_args import (
+        load_config_from,
+        max_batch_tokens,
+        print_summary,
+        progress_bar,
+        require_input,
+    )
+    from inferlab.workloads.hidden_states import HiddenStatesOptions, collect_hidden_states, load_base_model
+
+    options = HiddenStatesOptions(
+        layers=tuple(args.layers),
+        pool=args.pool,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        truncate=args.truncate,
+        max_batch_tokens=max_batch_tokens(args),
+        text_field=args.text_field,
+        shard_rows=args.shard_rows,
+        save_dtype=args.save_dtype,
+    )
+    require_input(args.input)
+    loaded = load_base_model(load_config_from(args))
+    with progress_bar(args.input, unit="prompt") as progress:
+        report = collect_hidden_states(loaded, args.input, args.output, options, progress=progress)
+    print_summary(report.summary())
+    print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,119 @@
+"""Resumable on-disk store of pooled activations: shards as chunks finish, one assembled file at the end.
+
+Layout for `--output acts.safetensors`:
+  acts.safetensors.d/run.json                 the settings the shards were made with (checked on resume)
+  acts.safetensors.d/shard-00001.safetensors  tensors layer_<i> [rows, hidden]; written whole, then renamed
+  acts.safetensors.d/index.jsonl              one line per finished id: its shard and row, or its error
+  acts.safetensors                            tensors layer_<i> [n, hidden] in input order; metadata: ids (JSON
+                                              list, same order), layers, pool, model, failed count
+
+An id is done once its index line exists; the index line is written after its shard is renamed into place,
+so a crash leaves at worst an orphan shard (ignored; its rows are recomputed). Owns only files: no model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from inferlab.errors import ConfigError
+from inferlab.jsonl_io import ResumableJsonlWriter
+
+_SHARD_RE = re.compile(r"^shard-(\d+)\.safetensors$")
+
+
+def layer_key(layer: int) -> str:
+    return f"layer_{layer}"
+
+
+class ActivationStore:
+    def __init__(self, output_path: str | Path, run_settings: dict[str, Any]) -> None:
+        self.output_path = Path(output_path)
+        self.dir = self.output_path.with_name(self.output_path.name + ".d")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._check_settings(run_settings)
+        self.settings = run_settings
+        self.index = ResumableJsonlWriter(self.dir / "index.jsonl")
+        numbers = [int(m.group(1)) for p in self.dir.iterdir() if (m := _SHARD_RE.match(p.name))]
+        self._next_shard = max(numbers, default=0) + 1
+
+    @property
+    def done_ids(self) -> set[str]:
+        return self.index.done
+
+    def _check_settings(self, settings: dict[str, Any]) -> None:
+        path = self.dir / "run.json"
+        if path.exists():
+            previous = json.loads(path.read_text())
+            changed = {k: (previous.get(k), v) for k, v in settings.items() if previous.get(k) != v}
+            if changed:
+                detail = "; ".join(f"{k}: was {old!r}, now {new!r}" for k, (old, new) in changed.items())
+                raise ConfigError(
+                    f"{self.dir} holds shards made with other settings ({detail}); "
+                    "use another --output, or delete that folder to start over"
+                )
+        else:
+            path.write_text(json.dumps(settings, indent=1) + "\n")
+
+    def write_error(self, record: dict[str, Any]) -> None:
+        self.index.write(record)
+
+    def write_shard(self, ids: list[str], tokens: list[int], tensors: dict[int, torch.Tensor]) -> str:
+        """Write one shard (tensors {layer: [len(ids), hidden]}) and then its index lines."""
+        if not ids:
+            return ""
+        name = f"shard-{self._next_shard:05d}.safetensors"
+        self._next_shard += 1
+        tmp = self.dir / (name + ".tmp")
+        save_file({layer_key(k): v.contiguous() for k, v in tensors.items()}, str(tmp))
+        os.replace(tmp, self.dir / name)
+        for row, (row_id, n_tokens) in enumerate(zip(ids, tokens)):
+            self.index.write({"id": row_id, "status": "ok", "shard": name, "row": row, "tokens": n_tokens})
+        return name
+
+    def close(self) -> None:
+        self.index.close()
+
+    def _read_index(self) -> dict[str, dict[str, Any]]:
+        rows: dict[str, dict[str, Any]] = {}
+        with (self.dir / "index.jsonl").open(encoding="utf-8") as f:
+            for line in f:
+                row = json.loads(line)
+                rows.setdefault(str(row["id"]), row)
+        return rows
+
+    def assemble(self, ids_in_order: list[str], layers: tuple[int, ...], hidden_size: int, dtype: torch.dtype) -> int:
+        """Write the final file in input order from the shards; returns the number of rows in it."""
+        index = self._read_index()
+        ok_ids = [i for i in ids_in_order if index.get(i, {}).get("status") == "ok"]
+        failed = sum(1 for i in ids_in_order if index.get(i, {}).get("status") == "error")
+        out = {layer: torch.empty((len(ok_ids), hidden_size), dtype=dtype) for layer in layers}
+        by_shard: dict[str, tuple[list[int], list[int]]] = {}  # shard -> (output positions, shard rows)
+        for position, row_id in enumerate(ok_ids):
+            entry = index[row_id]
+            positions, shard_rows = by_shard.setdefault(entry["shard"], ([], []))
+            positions.append(position)
+            shard_rows.append(int(entry["row"]))
+        for shard, (positions, shard_rows) in by_shard.items():
+            with safe_open(str(self.dir / shard), framework="pt") as f:
+                for layer in layers:
+                    out[layer][positions] = f.get_tensor(layer_key(layer))[shard_rows].to(dtype)
+        metadata = {
+            "ids": json.dumps(ok_ids, ensure_ascii=False),
+            "layers": json.dumps(list(layers)),
+            "pool": str(self.settings.get("pool")),
+            "model": str(self.settings.get("model")),
+            "failed": str(failed),
+            "index": str(self.dir / "index.jsonl"),
+        }
+        tmp = self.output_path.with_name(self.output_path.name + ".tmp")
+        save_file({layer_key(k): v for k, v in out.items()}, str(tmp), metadata=metadata)
+        os.replace(tmp, self.output_path)
+        return len(ok_ids)

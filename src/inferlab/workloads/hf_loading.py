@@ -1,0 +1,177 @@
+"""Load a HuggingFace checkpoint and its tokenizer for the transformers-backed workloads.
+
+Owns: the load knobs shared by classify, hidden states and HF text generation (dtype, attention
+implementation, quantization, device), their validation, the transformers 4.x / 5.x differences in
+`from_pretrained`, and a pad token for batched inference. Does not own: what the model is run for.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from packaging.version import Version
+
+from inferlab.errors import ConfigError, InputError, UnsupportedError
+from inferlab.workloads.quantization import check_quantization_available, quantize_model, validate_quantization_name
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
+# transformers 4.56 renamed from_pretrained's torch_dtype to dtype (5.x warns on the old name).
+_DTYPE_KWARG = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+
+
+@dataclass(frozen=True)
+class ModelLoadConfig:
+    model_dir: str
+    dtype: str = "auto"  # "auto": bfloat16 on CUDA, float32 on CPU
+    attn: str = "sdpa"
+    quantization: str = "none"  # see quantization.QUANTIZATIONS
+    device: str = "auto"  # "auto": cuda if available, else cpu; or "cpu", "cuda", "cuda:1"
+
+    def __post_init__(self) -> None:
+        if self.dtype != "auto" and self.dtype not in DTYPES:
+            raise ConfigError(f"dtype {self.dtype!r} is not supported; use auto or one of {', '.join(DTYPES)}")
+        if self.attn not in ATTN_IMPLEMENTATIONS:
+            raise ConfigError(f"attention {self.attn!r} is not supported; use one of {', '.join(ATTN_IMPLEMENTATIONS)}")
+        validate_quantization_name(self.quantization)
+        if self.device != "auto":
+            try:
+                torch.device(self.device)
+            except RuntimeError:
+                raise ConfigError(f"device {self.device!r} is not a torch device; use auto, cpu or cuda[:N]") from None
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for inference (eval mode, on its device) and what was really loaded."""
+
+    model: Any
+    tokenizer: Any
+    device: torch.device
+    dtype: torch.dtype
+    attn: str  # the attention implementation transformers reports after loading
+    quantization: str
+    quantized_layers: int
+    load_s: float
+    model_dir: str
+
+    @property
+    def pad_id(self) -> int:
+        return int(self.tokenizer.pad_token_id)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "model_dir": self.model_dir,
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "attn": self.attn,
+            "quantization": self.quantization,
+            "quantized_layers": self.quantized_layers,
+            "load_s": round(self.load_s, 3),
+        }
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UnsupportedError(f"device {name!r} asked for, but torch sees no CUDA device; use --device cpu")
+    return device
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[name]
+
+
+def check_model_dir(model_dir: str | Path) -> Path:
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise InputError(f"model directory {path} does not exist; pass a local HuggingFace checkpoint folder")
+    if not (path / "config.json").exists():
+        raise InputError(f"{path} has no config.json; pass a HuggingFace checkpoint folder (or `inferlab model init`)")
+    return path
+
+
+def _check_attn_available(attn: str, device: torch.device) -> None:
+    if attn != "flash_attention_2":
+        return
+    if device.type != "cuda":
+        raise UnsupportedError("flash_attention_2 runs on CUDA only; use --attn sdpa on this device")
+    if importlib.util.find_spec("flash_attn") is None:
+        raise UnsupportedError("flash_attention_2 needs the flash-attn package, which is not installed; use --attn sdpa")
+
+
+def text_config_of(config):
+    """The language-model part of a (possibly multimodal) transformers config."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def model_max_positions(model) -> int | None:
+    return int(getattr(text_config_of(model.config), "max_position_embeddings", 0) or 0) or None
+
+
+def resolve_max_length(requested: int | None, model_max: int | None) -> int:
+    """The token limit of one row: `requested`, else the model's positions; never past the model's."""
+    if requested is None:
+        if model_max is None:
+            raise ConfigError("the model config has no max_position_embeddings; pass --max-length")
+        return model_max
+    if model_max is not None and requested > model_max:
+        raise ConfigError(f"--max-length {requested} is over the model's {model_max} positions; lower it")
+    return requested
+
+
+def ensure_pad_token(tokenizer, model) -> int:
+    """Batched inference needs a pad token: keep the tokenizer's, else reuse EOS; tell the model config too
+    (sequence classifiers find each row's last real token through config.pad_token_id)."""
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:
+            raise InputError("the tokenizer has neither a pad nor an EOS token; add a pad token to the checkpoint")
+        tokenizer.pad_token = tokenizer.eos_token
+        log.info("tokenizer has no pad token; padding with EOS (%r)", tokenizer.eos_token)
+    pad_id = int(tokenizer.pad_token_id)
+    model.config.pad_token_id = pad_id
+    text_config_of(model.config).pad_token_id = pad_id
+    return pad_id
+
+
+def load_hf_model(config: ModelLoadConfig, auto_class) -> LoadedModel:
+    """Load `config.model_dir` with `auto_class` (e.g. AutoModelForSequenceClassification) for inference.
+
+    Raises InputError for a missing checkpoint, UnsupportedError for an attention implementation or a
+    quantization this machine cannot run (checked before the weights are read).
+    """
+    from transformers import AutoTokenizer
+
+    path = check_model_dir(config.model_dir)
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    _check_attn_available(config.attn, device)
+    check_quantization_available(config.quantization, device)
+    start = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = auto_class.from_pretrained(str(path), **{_DTYPE_KWARG: dtype}, attn_implementation=config.attn)
+    model.to(device).eval()
+    ensure_pad_token(tokenizer, model)
+    quantized = quantize_model(model, config.quantization, device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    load_s = time.perf_counter() - start
+    attn_used = getattr(model.config, "_attn_implementation", None) or config.attn
+    if attn_used != config.attn:
+        log.warning("asked for attention %s, transformers set %s", config.attn, attn_used)
+    log.info("loaded %s (%s, %s, attn %s, quantization %s) in %.1f s", path, device, dtype, attn_used,
+             config.quantization, load_s)
+    return LoadedModel(model, tokenizer, device, dtype, attn_used, config.quantization, quantized, load_s, str(path))
