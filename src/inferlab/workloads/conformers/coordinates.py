@@ -1,8 +1,10 @@
 """Coordinate styles: how one Angstrom value is written inside a `<x,y,z>` block, and how a block is read.
 
-Values are truncated toward zero at 4 decimals exactly as the training data was made: the integer
-`trunc(v * 10**4)` is formatted (so a float such as 0.29, whose product is 2899.99..., gives `0.2899`,
-as in the data). fixed4 always writes 4 decimals; stripped removes trailing zeros and a trailing '.'.
+Values are truncated toward zero at 4 decimals, exactly: the float's binary value (`1.005` is really
+1.00499999999999989...) is cut, so the written value never exceeds |v|. The seeds' data used
+`trunc(v * 1e4)` in floating point, which agrees except where that product rounds onto the next integer
+(about one value in 10^5; `838.9998999999999` -> ours `838.9998`, theirs `838.9999`), a 1e-4 A difference
+a model cannot tell apart. fixed4 always writes 4 decimals; stripped removes trailing zeros and a trailing '.'.
 Neither ever writes `-0.0000` / `-0`. |value| >= 1000 and non-finite values are refused.
 
 Parsing is strict: a block must fullmatch the style's grammar (engine/constraints/grammars.py), so
@@ -33,7 +35,9 @@ def truncated_units(value: float) -> int:
             f"coordinate {value:.4f} has |value| >= {MAX_ABS_VALUE:g} A, which the conformer format cannot write "
             "(at most 3 integer digits); centre the conformer or check its units"
         )
-    return math.trunc(value * _SCALE)
+    numerator, denominator = value.as_integer_ratio()  # exact; denominator is a power of two
+    units = abs(numerator) * _SCALE // denominator
+    return -units if numerator < 0 else units
 
 
 def format_fixed4(value: float) -> str:

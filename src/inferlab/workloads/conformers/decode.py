@@ -40,17 +40,34 @@ class DecodedConformer:
 
 def decode_generation(text: str, profile: FormatProfile) -> DecodedConformer:
     """Decode a generation `[CONFORMER]...[/CONFORMER]` (EOS already removed); the tags are required."""
+    return decode_enriched(strip_tags(text, profile), profile)
+
+
+def strip_tags(text: str, profile: FormatProfile) -> str:
+    """The body of a generation; InputError when either tag is missing or anything lies outside them."""
     if not text.startswith(profile.conformer_open):
         raise InputError(f"the generation does not start with {profile.conformer_open}: {text[:_CONTEXT]!r}")
     if not text.endswith(profile.conformer_close):
         raise InputError(f"the generation does not end with {profile.conformer_close}: ...{text[-_CONTEXT:]!r}")
-    return decode_enriched(text[len(profile.conformer_open) : len(text) - len(profile.conformer_close)], profile)
+    return text[len(profile.conformer_open) : len(text) - len(profile.conformer_close)]
 
 
 def decode_enriched(body: str, profile: FormatProfile) -> DecodedConformer:
-    """Decode the enriched body (between the tags)."""
+    """Decode the enriched body (between the tags).
+
+    The SMILES is rebuilt by unwrapping organic-subset descriptors. The format cannot tell a wrapped bare
+    atom from a bracket atom of the same text (`[O]` of a radical), so such rare molecules decode to the
+    unwrapped reading; ConformerTemplate.check, which knows the molecule, has no such ambiguity.
+    """
+    parts, positions = read_units(body, profile)
+    smiles = "".join(smiles_atom_text(p) if p.startswith("[") else p for p in parts)
+    return DecodedConformer(molecule_with_positions(smiles, positions), smiles)
+
+
+def read_units(body: str, profile: FormatProfile) -> tuple[list[str], list[tuple[float, float, float]]]:
+    """Strictly split the body into descriptors and structure tokens (in order) and the block positions."""
     style = profile.coordinates
-    smiles_parts: list[str] = []
+    parts: list[str] = []
     positions: list[tuple[float, float, float]] = []
     pos = 0
     while pos < len(body):
@@ -62,20 +79,24 @@ def decode_enriched(body: str, profile: FormatProfile) -> DecodedConformer:
                 positions.append(style.parse_block(unit.group(2)))
             except InputError as e:
                 raise InputError(f"atom {len(positions)} {unit.group(1)} at character {pos}: {e}") from None
-            smiles_parts.append(smiles_atom_text(unit.group(1)))
+            parts.append(unit.group(1))
         else:
-            smiles_parts.append(unit.group(3))
+            parts.append(unit.group(3))
         pos = unit.end()
     if not positions:
         raise InputError("the conformer has no atoms")
-    smiles = "".join(smiles_parts)
+    return parts, positions
+
+
+def molecule_with_positions(smiles: str, positions: list[tuple[float, float, float]]) -> Chem.Mol:
+    """Parse `smiles` (every written atom kept) and give atom k the position k as a 3D conformer."""
     mol = _parse_rebuilt(smiles, len(positions))
     conformer = Chem.Conformer(mol.GetNumAtoms())
     for index, (x, y, z) in enumerate(positions):
         conformer.SetAtomPosition(index, Point3D(x, y, z))
     conformer.Set3D(True)
     mol.AddConformer(conformer, assignId=True)
-    return DecodedConformer(mol, smiles)
+    return mol
 
 
 def _unexpected(body: str, pos: int) -> str:

@@ -3,8 +3,8 @@
 The segments are the encoder's output for that molecule with every block's content turned into a hole:
 `Copy("[CONFORMER][C]<")`, `Hole("coord3-fixed4")`, `Copy(">[C]<")`, ..., `Copy(">[/CONFORMER]")`,
 `EndOfSequence()`. Each copy between two holes starts with `>`, which no coordinate grammar contains, so
-the automaton always knows where a block ends. The template also checks a finished generation: strict
-decode, the exact skeleton (every descriptor and structure token), and the same canonical molecule.
+the automaton always knows where a block ends. The template also checks a finished generation: every
+block well formed and every descriptor and structure token exactly the template's.
 
 Not here: tokenisation and compilation (inferlab.engine.constraints), caching (the generation workload).
 """
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from inferlab.engine.constraints.segments import Copy, EndOfSequence, Hole, Segment
 from inferlab.errors import InputError
-from inferlab.workloads.conformers.decode import DecodedConformer, decode_generation
+from inferlab.workloads.conformers.decode import DecodedConformer, molecule_with_positions, read_units, strip_tags
 from inferlab.workloads.conformers.encode import enriched_layout
 from inferlab.workloads.conformers.profiles import FormatProfile
-from inferlab.workloads.conformers.smiles import canonical_smiles, canonicalize_smiles
+from inferlab.workloads.conformers.smiles import canonicalize_smiles
 
 _BLOCK_CONTENT = re.compile(r"<[^<>]*>")
 
@@ -49,8 +49,13 @@ class ConformerTemplate:
         return copies[0] + "".join(b + c for b, c in zip(blocks, copies[1:]))
 
     def check(self, text: str, profile: FormatProfile) -> DecodedConformer:
-        """Decode `text` strictly and require exactly this template's molecule; InputError says why not."""
-        decoded = decode_generation(text, profile)
+        """Decode `text` strictly as exactly this template's molecule; InputError says why it is not.
+
+        Every block must be well formed and every descriptor and structure token must be the template's,
+        so the molecule is the template's own (stereo included); block k is the position of atom k of
+        the canonical SMILES.
+        """
+        _, positions = read_units(strip_tags(text, profile), profile)
         skeleton = _BLOCK_CONTENT.sub("<>", text)
         if skeleton != self.skeleton:
             at = next((i for i, (a, b) in enumerate(zip(skeleton, self.skeleton)) if a != b), None)
@@ -59,10 +64,7 @@ class ConformerTemplate:
                 f"the structure differs from the template at character {at} of the emptied text: "
                 f"{skeleton[at:at + 20]!r} instead of {self.skeleton[at:at + 20]!r}"
             )
-        expected = canonical_smiles(self.canonical_smiles)  # re-parsed, so RDKit's own round trip cancels
-        if decoded.canonical_smiles != expected:
-            raise InputError(f"decoded molecule {decoded.canonical_smiles!r} is not the template's {expected!r}")
-        return decoded
+        return DecodedConformer(molecule_with_positions(self.canonical_smiles, positions), self.canonical_smiles)
 
 
 def build_template(smiles: str, profile: FormatProfile) -> ConformerTemplate:
