@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import LogitsProcessorList
 
+from inferlab.errors import ConfigError
 from inferlab.workloads.conformers.hf_baseline_processor import (
     BaselineTemplate,
     SeedsStyleConformerProcessor,
@@ -29,13 +30,30 @@ class BaselineRow:
 
 
 def run_baseline_batch(
-    model, tokenizer, templates: list[BaselineTemplate], masks: SeedsVocabMasks, **generate_kwargs
+    model,
+    tokenizer,
+    templates: list[BaselineTemplate],
+    masks: SeedsVocabMasks,
+    max_new_tokens: int | None = None,
+    pad_to_multiple_of: int | None = None,
+    **generate_kwargs,
 ) -> list[BaselineRow]:
+    """`max_new_tokens` (default: longest skeleton + 1) and `pad_to_multiple_of` (prompt padding) let a
+    static cache keep one shape across batches, as the seeds' static runs padded prompts to 64."""
     eos = tokenizer.eos_token_id
+    needed = max(len(t) for t in templates) + 1
+    if max_new_tokens is not None and max_new_tokens < needed:
+        raise ConfigError(f"max_new_tokens={max_new_tokens} is below the longest template + EOS ({needed})")
     padding_side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     try:
-        batch = tokenizer([t.prompt for t in templates], return_tensors="pt", padding=True, add_special_tokens=True)
+        batch = tokenizer(
+            [t.prompt for t in templates],
+            return_tensors="pt",
+            padding=True,
+            pad_to_multiple_of=pad_to_multiple_of,
+            add_special_tokens=True,
+        )
     finally:
         tokenizer.padding_side = padding_side
     device = next(model.parameters()).device
@@ -46,7 +64,7 @@ def run_baseline_batch(
             input_ids=batch["input_ids"].to(device),
             attention_mask=batch["attention_mask"].to(device),
             logits_processor=LogitsProcessorList([processor]),
-            max_new_tokens=max(len(t) for t in templates) + 1,
+            max_new_tokens=max_new_tokens or needed,
             eos_token_id=eos,
             pad_token_id=pad,
             **generate_kwargs,
