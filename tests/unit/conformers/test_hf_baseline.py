@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from rdkit import Chem
+from rdkit.Geometry import Point3D
+from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor
 
 from inferlab.errors import InputError
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
+from inferlab.workloads.conformers.encode import encode_conformer
 from inferlab.workloads.conformers.hf_baseline_processor import (
     COPY,
     FREE_FIRST,
@@ -167,3 +170,55 @@ def test_hf_generate_on_a_tiny_random_qwen3(tiny_checkpoint, qwen_tokenizer, qwe
         except InputError as e:
             assert "coord3-fixed4" in str(e)  # only the coordinate grammar can fail, never the structure
     assert 0 <= valid <= len(rows)
+
+
+class Teacher(LogitsProcessor):
+    """Stands in for a trained model: at generation step t it strongly prefers targets[row][t]."""
+
+    def __init__(self, targets: list[list[int]]) -> None:
+        self.targets = targets
+        self.prompt_length = None
+
+    def __call__(self, input_ids, scores):
+        if self.prompt_length is None:
+            self.prompt_length = input_ids.shape[1]
+        step = input_ids.shape[1] - self.prompt_length
+        for row, target in enumerate(self.targets):
+            if step < len(target):
+                scores[row, target[step]] += 1000.0
+        return scores
+
+
+def conformer_of_ethanol(xyz) -> Chem.Mol:
+    mol = Chem.MolFromSmiles("CCO")
+    conformer = Chem.Conformer(3)
+    for i, p in enumerate(xyz):
+        conformer.SetAtomPosition(i, Point3D(*p))
+    conformer.Set3D(True)
+    mol.AddConformer(conformer)
+    return mol
+
+
+def test_hf_generate_reproduces_a_model_whose_blocks_fit_the_placeholder_and_cuts_longer_ones(
+    tiny_checkpoint, qwen_tokenizer, qwen_masks
+):
+    """The seeds' design end to end through HF generate: a model writing real coordinates gets exactly
+    them when every block has the placeholder's 20 tokens; a negative first value needs 21, and the
+    forced `>` cuts the block's last digit (the truncation the study found)."""
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_checkpoint("tiny-qwen3")), dtype=torch.float32).eval()
+    fits = conformer_of_ethanol([(1.25, 2.5, 3.0625), (4.0, 5.5, 6.25), (7.125, 8.0, 9.9375)])  # exact in binary
+    too_long = conformer_of_ethanol([(-1.25, 2.5, 3.0625), (4.0, 5.5, 6.25), (7.125, 8.0, 9.9375)])
+    texts = [encode_conformer(m, PROFILE).generation_text(PROFILE) for m in (fits, too_long)]
+    eos = qwen_tokenizer.eos_token_id
+    targets = [qwen_tokenizer(t, add_special_tokens=False)["input_ids"] + [eos] for t in texts]
+    templates = build_baseline_templates(["CCO", "CCO"], PROFILE, qwen_tokenizer)
+    rows = run_baseline_batch(model, qwen_tokenizer, templates, qwen_masks, processors_before=[Teacher(targets)],
+                              do_sample=False)
+    template = build_template("CCO", PROFILE)
+    assert rows[0].text == texts[0]
+    decoded = template.check(rows[0].text, PROFILE)
+    assert list(decoded.mol.GetConformer().GetAtomPosition(0)) == [1.25, 2.5, 3.0625]
+    first_block = rows[1].text.split("<")[1].split(">")[0]
+    assert first_block == "-1.2500,2.5000,3.062"  # the last digit of z never made it
+    with pytest.raises(InputError, match="coord3-fixed4"):
+        template.check(rows[1].text, PROFILE)

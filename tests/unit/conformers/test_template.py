@@ -95,3 +95,17 @@ def test_check_keeps_radicals_that_plain_decoding_cannot_tell_apart():
     text = template.fill(["0.0000,0.0000,0.0000"] * template.num_atoms)
     assert template.check(text, profile).canonical_smiles == template.canonical_smiles
     assert decode_generation(text, profile).canonical_smiles != template.canonical_smiles  # read as N-OH
+
+
+def test_prompt_ids_take_the_bos_from_the_tokenizer(qwen3_chem_dir):
+    from transformers import AutoTokenizer
+
+    from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
+
+    template = build_template("CCO", get_profile("v3-fixed4"))
+    qwen = AutoTokenizer.from_pretrained(str(qwen3_chem_dir))
+    assert qwen.decode(template.prompt_ids(qwen)) == "[SMILES]CCO[/SMILES]"  # no BOS in qwen3-chem
+    assert template.prompt_ids(qwen)[0] == qwen.convert_tokens_to_ids("[SMILES]")
+    builtin = build_builtin_tokenizer()
+    ids = template.prompt_ids(builtin)
+    assert ids[0] == builtin.bos_token_id and builtin.decode(ids[1:]) == "[SMILES]CCO[/SMILES]"

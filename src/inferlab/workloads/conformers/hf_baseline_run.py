@@ -36,10 +36,12 @@ def run_baseline_batch(
     masks: SeedsVocabMasks,
     max_new_tokens: int | None = None,
     pad_to_multiple_of: int | None = None,
+    processors_before: list | None = None,
     **generate_kwargs,
 ) -> list[BaselineRow]:
     """`max_new_tokens` (default: longest skeleton + 1) and `pad_to_multiple_of` (prompt padding) let a
-    static cache keep one shape across batches, as the seeds' static runs padded prompts to 64."""
+    static cache keep one shape across batches, as the seeds' static runs padded prompts to 64.
+    `processors_before` run ahead of the constraint (as user processors ahead of the seeds' one)."""
     eos = tokenizer.eos_token_id
     needed = max(len(t) for t in templates) + 1
     if max_new_tokens is not None and max_new_tokens < needed:
@@ -63,7 +65,7 @@ def run_baseline_batch(
         output = model.generate(
             input_ids=batch["input_ids"].to(device),
             attention_mask=batch["attention_mask"].to(device),
-            logits_processor=LogitsProcessorList([processor]),
+            logits_processor=LogitsProcessorList([*(processors_before or []), processor]),
             max_new_tokens=max_new_tokens or needed,
             eos_token_id=eos,
             pad_token_id=pad,

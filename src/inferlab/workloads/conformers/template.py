@@ -41,6 +41,10 @@ class ConformerTemplate:
         """The generation text with every block emptied: `[CONFORMER][C]<>[C]<>...[/CONFORMER]`."""
         return "".join(self.copy_texts)
 
+    def prompt_ids(self, tokenizer) -> list[int]:
+        """The prompt's token ids; a BOS comes first exactly when the tokenizer is configured to add one."""
+        return list(tokenizer(self.prompt, add_special_tokens=True)["input_ids"])
+
     def fill(self, blocks: list[str] | tuple[str, ...]) -> str:
         """The generation text with block k holding blocks[k] (used by tests and the baseline)."""
         if len(blocks) != self.num_atoms:
