@@ -48,7 +48,10 @@ def embed(smiles: str, num_confs: int = 1, seed: int = 7) -> Chem.Mol | None:
     mol = Chem.AddHs(mol)
     params = AllChem.ETKDGv3()
     params.randomSeed = seed
-    ids = AllChem.EmbedMultipleConfs(mol, numConfs=num_confs, params=params)
+    try:
+        ids = AllChem.EmbedMultipleConfs(mol, numConfs=num_confs, params=params)
+    except RuntimeError:  # RDKit raises on a few NCI molecules (metal complexes)
+        return None
     return mol if len(ids) == num_confs else None
 
 

@@ -51,7 +51,10 @@ def embed_reference(smiles: str, config: ReferenceConfig) -> Chem.Mol:
     params = AllChem.ETKDGv3()
     params.randomSeed = config.seed
     params.numThreads = config.threads
-    ids = list(AllChem.EmbedMultipleConfs(mol, numConfs=config.num_confs, params=params))
+    try:
+        ids = list(AllChem.EmbedMultipleConfs(mol, numConfs=config.num_confs, params=params))
+    except RuntimeError as e:  # RDKit raises on some inputs (e.g. bad distance bounds around metals)
+        raise InputError(f"RDKit could not embed {smiles!r}: {str(e).strip().splitlines()[0]}") from None
     if len(ids) < config.num_confs:
         raise InputError(f"RDKit embedded {len(ids)} of {config.num_confs} conformers of {smiles!r}")
     if config.optimize:
