@@ -56,7 +56,8 @@ def main() -> None:
                 encoded = encode_conformer(mol, profile)
                 template = build_template(smiles, profile)
                 text = encoded.generation_text(profile)
-                exact = template.fill(encoded.blocks) == text and template.check(text, profile).canonical_smiles == canonical
+                checked = template.check(text, profile).canonical_smiles
+                exact = template.fill(encoded.blocks) == text and checked == canonical
                 counts["template exact" if exact else "template MISMATCH"] += 1
                 if decode_generation(text, profile).canonical_smiles != canonical:
                     counts["plain decode differs"] += 1

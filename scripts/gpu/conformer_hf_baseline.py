@@ -123,7 +123,7 @@ def run_cell(model, tokenizer, masks, molecules, batch: int, cache: str, samplin
         rows += list(zip(chunk, out))
     tokens = sum(len(r.token_ids) for _, r in rows)
     valid = 0
-    for (smiles, _, template), r in rows:
+    for (_, _, template), r in rows:
         try:
             template.check(r.text, profile)
             valid += 1

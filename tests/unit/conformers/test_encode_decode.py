@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from rdkit import Chem
 from rdkit.Geometry import Point3D
 
-from inferlab.errors import InputError
-from inferlab.workloads.conformers.decode import decode_enriched, decode_generation
+from inferlab.workloads.conformers.decode import decode_generation
 from inferlab.workloads.conformers.encode import encode_conformer
 from inferlab.workloads.conformers.profiles import PROFILES, get_profile
 
@@ -103,7 +102,8 @@ def test_round_trip_edge_cases(name, profile_name):
 
 def test_exact_zeros_and_signs_are_written_as_the_format_says():
     mol = with_random_coordinates("CO", seed=0, scale=1.0)
-    assert encode_conformer(mol, get_profile("v3-fixed4")).blocks == ("0.0000,0.0000,0.0000", "-10.4289,99.9999,-0.5000")
+    fixed4 = encode_conformer(mol, get_profile("v3-fixed4")).blocks
+    assert fixed4 == ("0.0000,0.0000,0.0000", "-10.4289,99.9999,-0.5000")
     assert encode_conformer(mol, get_profile("v3-stripped")).blocks == ("0,0,0", "-10.4289,99.9999,-0.5")
 
 

@@ -122,7 +122,7 @@ def test_summary_table_and_json(sets):
     table = summary_table(report)
     assert "molecules evaluated: 3" in table and "coverage recall" in table
     data = json.loads(json.dumps(report.to_json()))
-    means = [getattr(m, "coverage_recall") for m in report.molecules]
+    means = [m.coverage_recall for m in report.molecules]
     assert data["summary"]["coverage_recall"]["mean"] == pytest.approx(np.mean(means))
     assert data["summary"]["coverage_recall"]["median"] == pytest.approx(np.median(means))
     assert "rmsd" not in data["molecules"][0]

@@ -51,7 +51,9 @@ def test_csv_detects_columns_and_keeps_going(tmp_path):
     inputs = read_molecule_inputs(path)
     assert "SMILES column 'SMILES'" in inputs.description and "id column 'Name'" in inputs.description
     rows = [(r.line_no, r.id, r.ok) for r in inputs.records]
-    assert rows == [(2, "aspirin", True), (3, "bad", False), (4, "line-4", False), (5, "line-5", True), (6, "empty", False)]
+    assert rows == [
+        (2, "aspirin", True), (3, "bad", False), (4, "line-4", False), (5, "line-5", True), (6, "empty", False)
+    ]
     assert "has 2 fields; the header has 3" in inputs.records[2].error
     assert "no SMILES" in inputs.records[4].error
 

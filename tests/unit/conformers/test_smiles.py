@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from conformer_molecules import EDGE_CASE_SMILES, nci_smiles
 from rdkit import Chem
 
 from inferlab.errors import InputError, UnsupportedError
 from inferlab.workloads.conformers.smiles import canonicalize_smiles, parse_smiles
-
-from conformer_molecules import EDGE_CASE_SMILES, nci_smiles
 
 
 def texts(smiles: str) -> list[str]:

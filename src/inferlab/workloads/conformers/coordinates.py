@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from inferlab.engine.constraints.grammars import GRAMMARS
 from inferlab.errors import InputError

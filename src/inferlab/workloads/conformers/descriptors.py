@@ -12,8 +12,8 @@ while `[OH]`, `[nH]` and `[13C]` stay bracketed and keep their meaning for RDKit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from rdkit import Chem
 

@@ -10,8 +10,8 @@ Owns: the layout and the encoder. Not here: value formatting (coordinates.py), d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from rdkit import Chem
 

@@ -15,10 +15,10 @@ import logging
 import math
 import multiprocessing
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from rdkit import Chem
@@ -189,9 +189,17 @@ def evaluate_molecule(smiles: str, references: list[bytes], generated: list[byte
     try:
         matrix = best_rms_matrix([Chem.Mol(b) for b in references], [Chem.Mol(b) for b in generated])
     except Exception as e:  # never let one molecule end the evaluation
-        nan = math.nan
-        return MoleculeEvaluation(smiles, len(references), len(generated), 0.0, 0.0, nan, nan,
-                                  len(references) * len(generated), [f"{type(e).__name__}: {e}"])
+        return MoleculeEvaluation(
+            smiles=smiles,
+            num_references=len(references),
+            num_generated=len(generated),
+            coverage_recall=0.0,
+            coverage_precision=0.0,
+            matching_recall=math.nan,
+            matching_precision=math.nan,
+            failed_pairs=len(references) * len(generated),
+            errors=[f"{type(e).__name__}: {e}"],
+        )
     metrics = coverage_matching(matrix.values, threshold)
     return MoleculeEvaluation(
         smiles=smiles,

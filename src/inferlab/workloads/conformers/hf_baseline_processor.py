@@ -103,11 +103,13 @@ class SeedsVocabMasks:
     allowed_ids: tuple[int, ...]  # the FREE allowlist
 
     @classmethod
-    def build(cls, tokenizer, vocab_size: int, device: torch.device | str) -> "SeedsVocabMasks":
+    def build(cls, tokenizer, vocab_size: int, device: torch.device | str) -> SeedsVocabMasks:
         """Token strings as the vocabulary spells them (byte-level BPE spells digits and `.,-` as themselves)."""
         vocab = tokenizer.get_vocab()
         if max(vocab.values()) >= vocab_size:
-            raise ConfigError(f"the tokenizer has ids up to {max(vocab.values())} but the model's vocab is {vocab_size}")
+            raise ConfigError(
+                f"the tokenizer has ids up to {max(vocab.values())} but the model's vocab is {vocab_size}"
+            )
         allowed = torch.zeros(vocab_size, dtype=torch.bool)
         comma_only = torch.zeros(vocab_size, dtype=torch.bool)
         comma_dash = torch.zeros(vocab_size, dtype=torch.bool)

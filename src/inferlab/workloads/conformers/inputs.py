@@ -9,9 +9,9 @@ error is reported beside the results. A missing id becomes `line-<n>`. Which col
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from inferlab.errors import InputError
 from inferlab.workloads.conformers.smiles import parse_smiles
@@ -69,7 +69,7 @@ def read_molecule_inputs(
     return MoleculeInputs(tuple(records), description)
 
 
-Row = tuple[int, str, "str | None", "str | None"]  # line, id, smiles, error
+Row = tuple[int, str, str | None, str | None]  # line, id, smiles, error
 
 
 def _smiles_error(smiles: str | None) -> str | None:
@@ -133,7 +133,8 @@ def _delimited_reader(delimiter: str) -> Callable[[Path, str | None, str | None]
                         continue
                     row_id = f"line-{line_no}"
                     if len(fields) != len(header):
-                        yield line_no, row_id, None, f"line {line_no} has {len(fields)} fields; the header has {len(header)}"
+                        problem = f"line {line_no} has {len(fields)} fields; the header has {len(header)}"
+                        yield line_no, row_id, None, problem
                         continue
                     values = dict(zip(header, fields))
                     if id_col is not None and values[id_col].strip():

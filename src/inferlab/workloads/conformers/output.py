@@ -75,7 +75,7 @@ class ConformerResultWriter:
         self._sdf.close()
         self._rows.close()
 
-    def __enter__(self) -> "ConformerResultWriter":
+    def __enter__(self) -> ConformerResultWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

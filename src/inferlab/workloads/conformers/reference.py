@@ -9,9 +9,9 @@ reported in the summary and skipped. Not here: reading the inputs (inputs.py).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from rdkit import Chem
 from rdkit.Chem import AllChem

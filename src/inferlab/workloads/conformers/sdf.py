@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from rdkit import Chem, rdBase
 
@@ -62,7 +62,7 @@ class ConformerSdfWriter:
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> "ConformerSdfWriter":
+    def __enter__(self) -> ConformerSdfWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

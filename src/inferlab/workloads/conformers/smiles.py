@@ -91,7 +91,7 @@ def canonicalize_mol(mol: Chem.Mol) -> CanonicalMolecule:
     if heavy.GetNumAtoms() == 0:
         raise InputError("the molecule has no atoms after removing hydrogens")
     smiles = Chem.MolToSmiles(heavy, canonical=True, isomericSmiles=True)
-    order = [int(i) for i in heavy.GetPropsAsDict(includePrivate=True, includeComputed=True)["_smilesAtomOutputOrder"]]
+    order = _output_order(heavy)
     if "<" in smiles or ">" in smiles:
         raise UnsupportedError(
             f"canonical SMILES {smiles!r} has a dative bond (-> or <-); the conformer format cannot hold it "
@@ -102,6 +102,12 @@ def canonicalize_mol(mol: Chem.Mol) -> CanonicalMolecule:
         SmilesToken(text, order[k] if k is not None else None) for text, k in _split(smiles, expected)
     )
     return CanonicalMolecule(smiles, heavy, tokens)
+
+
+def _output_order(mol: Chem.Mol) -> list[int]:
+    """`_smilesAtomOutputOrder` of the last MolToSmiles call (a list, or "[0,1,]" text in some RDKit builds)."""
+    value = mol.GetPropsAsDict(includePrivate=True, includeComputed=True)["_smilesAtomOutputOrder"]
+    return [int(i) for i in (re.findall(r"\d+", value) if isinstance(value, str) else value)]
 
 
 def _bare_text(atom: Chem.Atom) -> str:
