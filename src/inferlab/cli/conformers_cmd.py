@@ -1,0 +1,91 @@
+"""`inferlab conformers evaluate|reference`: score generated conformers; make ETKDG reference sets.
+
+(Generation itself arrives with the engine and the constraint runtime.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+MAX_LISTED = 10  # problems listed one by one before "... and N more"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    conformers = sub.add_parser("conformers", help="3D conformers as enriched SMILES: evaluate, reference sets")
+    csub = conformers.add_subparsers(dest="conformers_command", required=True, metavar="ACTION")
+
+    ev = csub.add_parser(
+        "evaluate",
+        help="RMSD coverage and matching of generated conformers against references (per molecule, parallel)",
+    )
+    ev.add_argument("--generated", required=True, help="SDF of generated conformers")
+    ev.add_argument("--reference", required=True, help="SDF of reference conformers")
+    ev.add_argument("--threshold", type=float, default=0.75, help="coverage threshold in Angstrom (default 0.75)")
+    ev.add_argument("--workers", type=int, default=0, help="processes (default 0: one per CPU core)")
+    ev.add_argument("--output", default=None, help="write the full report as JSON here")
+    ev.add_argument("--matrices", action="store_true", help="include each molecule's RMSD matrix in the JSON")
+    ev.set_defaults(func=_evaluate)
+
+    ref = csub.add_parser("reference", help="write K RDKit ETKDG conformers per molecule of a .smi/.csv to an SDF")
+    ref.add_argument("--input", required=True, help=".smi (SMILES [id]) or .csv/.tsv with a SMILES column")
+    ref.add_argument("--num-confs", type=int, default=5, help="conformers per molecule (default 5)")
+    ref.add_argument("--output", required=True, help="SDF to write (replaced if it exists)")
+    ref.add_argument("--seed", type=int, default=0)
+    ref.add_argument("--optimize", action="store_true", help="MMFF-optimise the conformers")
+    ref.add_argument("--smiles-column", default=None, help="CSV column holding SMILES (default: detected)")
+    ref.add_argument("--id-column", default=None, help="CSV column holding ids (default: detected)")
+    ref.set_defaults(func=_reference)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from inferlab.workloads.conformers.evaluate import EvaluationConfig, evaluate_files, summary_table
+
+    config = EvaluationConfig(threshold=args.threshold, workers=args.workers)
+    with tqdm(desc="molecules", unit="mol", dynamic_ncols=True) as bar:
+
+        def show(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        report = evaluate_files(args.generated, args.reference, config, progress=show, keep_matrices=args.matrices)
+    print(summary_table(report))
+    _list_problems("only in the generated file", report.only_in_generated)
+    _list_problems("only in the reference file", report.only_in_reference)
+    _list_problems("unreadable records", report.unreadable_records)
+    _list_problems("failed alignments", [f"{m.smiles}: {e}" for m in report.molecules for e in m.errors])
+    if args.output:
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report.to_json(include_matrices=args.matrices), indent=1) + "\n")
+        print(f"wrote {out}")
+    return 0
+
+
+def _reference(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from inferlab.workloads.conformers.inputs import read_molecule_inputs
+    from inferlab.workloads.conformers.reference import ReferenceConfig, write_reference_sdf
+
+    config = ReferenceConfig(num_confs=args.num_confs, seed=args.seed, optimize=args.optimize)
+    inputs = read_molecule_inputs(args.input, args.smiles_column, args.id_column)
+    print(f"reading {inputs.description}: {len(inputs.records)} records, {len(inputs.errors)} unusable")
+    with tqdm(total=len(inputs.records), desc="embedding", unit="mol", dynamic_ncols=True) as bar:
+        summary = write_reference_sdf(inputs, args.output, config, progress=bar.update)
+    print(f"wrote {summary.conformers_written} conformers of {summary.molecules_written} molecules to {args.output}")
+    _list_problems("molecules skipped", [f"{i}: {reason}" for i, reason in summary.errors])
+    return 0
+
+
+def _list_problems(title: str, items: list[str]) -> None:
+    if not items:
+        return
+    print(f"{title}: {len(items)}")
+    for item in items[:MAX_LISTED]:
+        print(f"  {item}")
+    if len(items) > MAX_LISTED:
+        print(f"  ... and {len(items) - MAX_LISTED} more")
