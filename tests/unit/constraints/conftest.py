@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+import torch
 from transformers import AutoTokenizer
 
 from inferlab.engine.constraints.token_automaton import GrammarSet, grammar_set_for
@@ -35,3 +36,13 @@ def llama_case() -> TokenizerCase:
 @pytest.fixture(scope="session", params=["qwen3-chem", "builtin-llama3"])
 def case(request) -> TokenizerCase:
     return request.getfixturevalue("qwen_case" if request.param == "qwen3-chem" else "llama_case")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_cpu_thread():
+    """Small tensors step by step: intra-op threads only add synchronisation (badly so on a busy 2-core
+    machine, where an OpenMP barrier can cost milliseconds)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
