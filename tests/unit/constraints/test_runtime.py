@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from inferlab.engine.constraints.program import compile_program
 from inferlab.engine.constraints.runtime import ConstraintRuntime
@@ -136,3 +137,38 @@ def test_refusals(qwen_case, llama_case, qwen_runtime):
         qwen_runtime.assign(4, program)
     with pytest.raises(ConfigError, match="model's \\(padded\\) vocabulary"):
         ConstraintRuntime(qwen_case.grammar_set, 1, 3, 151000, "cpu")
+
+
+class _ForbidHostSync(TorchDispatchMode):
+    """Fails on every op that reads a tensor value on the host or makes a shape depend on data: what a
+    CUDA graph cannot capture (and what costs a device->host sync per step)."""
+
+    FORBIDDEN = {"aten::_local_scalar_dense", "aten::is_nonzero", "aten::nonzero", "aten::masked_select",
+                 "aten::unique", "aten::_unique2", "aten::equal"}  # fmt: skip
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        if name in self.FORBIDDEN:
+            raise AssertionError(f"host sync / data-dependent op {name}")
+        if name == "aten::index" and any(getattr(i, "dtype", None) == torch.bool for i in args[1]):
+            raise AssertionError("boolean-mask indexing (data-dependent shape)")
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_guard_catches_what_graphs_cannot_capture():
+    x = torch.arange(4)
+    for bad in (lambda: x[x > 1], lambda: bool(x.sum() > 0), lambda: x.sum().item(), lambda: x.nonzero()):
+        with pytest.raises(AssertionError, match="data-dependent"), _ForbidHostSync():
+            bad()
+
+
+def test_in_graph_functions_never_sync_or_depend_on_data_shapes(qwen_case, qwen_runtime):
+    program = compile_program([Copy("[C]<"), FIXED4, Copy(">"), EndOfSequence()], qwen_case.tokenizer)
+    qwen_runtime.assign(0, program)
+    qwen_runtime.assign(1, None)
+    logits = torch.randn(3, 151936)
+    with _ForbidHostSync():
+        for _ in range(8):  # through copies into the hole
+            masked = qwen_runtime.mask_logits(logits.clone())
+            tokens = qwen_runtime.choose(masked.argmax(dim=-1))
+            qwen_runtime.advance(tokens)

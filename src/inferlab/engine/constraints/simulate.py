@@ -27,9 +27,14 @@ class ReferenceSampling:
     top_p: float = 1.0  # 1.0 = off
 
 
-def sample_tokens(logits: torch.Tensor, sampling: ReferenceSampling, generator: torch.Generator | None) -> torch.Tensor:
-    """logits [B, V] fp32 (may hold -inf) -> token ids [B] int64. generator None = the default one
-    (capturable in a CUDA graph)."""
+def sample_tokens(
+    logits: torch.Tensor,
+    sampling: ReferenceSampling,
+    generator: torch.Generator | None = None,
+    uniform: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """logits [B, V] fp32 (may hold -inf) -> token ids [B] int64. The draw uses `uniform` [B, 1] in [0, 1)
+    when given (replayable: graph vs eager), else torch.rand on `generator` (None = the default one)."""
     if sampling.temperature == 0.0:
         return logits.argmax(dim=-1)
     logits = logits / sampling.temperature
@@ -43,8 +48,11 @@ def sample_tokens(logits: torch.Tensor, sampling: ReferenceSampling, generator: 
         logits = logits.masked_fill(mass_before >= sampling.top_p, float("-inf"))  # keeps the best token
     probs = logits.softmax(dim=-1)
     cdf = probs.cumsum(dim=-1)  # inverse-CDF sampling: a token of probability 0 can never be drawn
-    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]
-    choice = torch.searchsorted(cdf, u, right=True)[:, 0]  # [B]; u < total mass, so choice < width
+    if uniform is None:
+        uniform = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device)
+    total = cdf[:, -1:]  # [B, 1]
+    u = torch.minimum(uniform * total, torch.nextafter(total, torch.zeros_like(total)))  # strictly < total
+    choice = torch.searchsorted(cdf, u, right=True)[:, 0]  # [B]: first cdf > u, a token of mass > 0
     return choice if ids is None else ids.gather(1, choice[:, None])[:, 0]
 
 
