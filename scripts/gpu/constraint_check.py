@@ -7,12 +7,14 @@ Parts (each isolated: a failure prints its traceback and the others still run):
   validity  the reference decode loop on the device (adversarial logits, greedy / T=1 / top-k+top-p /
             top-p) for the qwen3-chem tokenizer (if found) and the built-in Llama-3-style one; every
             constrained row checked with `re` and the tokenizer; one unconstrained row per batch.
-  graph     mask -> sample -> choose -> advance captured in one CUDA graph; replay == eager, token by token
-            and state by state; the eager steps run under torch.cuda.set_sync_debug_mode("error").
+  graph     mask -> sample -> choose -> advance captured in one CUDA graph (default mask: the Triton kernel)
+            against the same steps run eagerly with the torch mask: equal token by token and state by
+            state; the eager steps run under torch.cuda.set_sync_debug_mode("warn") and count host syncs.
   timing    microseconds per step at B = 16, 64, 256 and V = 151936, each variant in its own CUDA graph:
-            sampling only (greedy, and T=1 full-vocabulary sampling) vs mask + sampling + choose + advance;
-            the mask alone; choose + advance alone; and the mask for three table layouts (bool [S+1, V]
-            as used, class-indirect via [S, C] and [V], bit-packed [S+1, V/32]).
+            sampling only (greedy, and T=1 full-vocabulary sampling) vs mask + sampling + choose + advance
+            (default mask); the mask alone (Triton kernel and torch); choose + advance alone; the copy of
+            the logits every variant starts with; and the torch mask for three table layouts (bool
+            [S+1, V] as used, class-indirect via [S, C] and [V], bit-packed [S+1, V/32]).
 Writes OUT/results.json and prints a compact summary at the end.
 """
 
@@ -135,8 +137,9 @@ def part_graph(args, tokenizers) -> dict:
     gs = grammar_set_for(tok)
     batch = 64
     programs = make_programs(tok, 8, (3, 12), seed=2)
-    eager = ConstraintRuntime(gs, batch, max(p.length for p in programs), vocab, args.device)
-    graphed = ConstraintRuntime(gs, batch, max(p.length for p in programs), vocab, args.device)
+    length = max(p.length for p in programs)
+    eager = ConstraintRuntime(gs, batch, length, vocab, args.device, mask_impl="torch")
+    graphed = ConstraintRuntime(gs, batch, length, vocab, args.device)  # auto: the Triton kernel on CUDA
     sampling = SAMPLINGS["t1-topk50-topp0.9"]
     logits_buf = torch.zeros(batch, vocab, device=args.device)
     uniform_buf = torch.zeros(batch, 1, device=args.device)
@@ -183,7 +186,8 @@ def part_graph(args, tokenizers) -> dict:
         p is not None and check_output(p, tokens[row].tolist(), tok) is not None for row, p in enumerate(assigned)
     )
     result = {
-        "tokenizer": name, "batch": batch, "steps": steps, "mismatches": int(mismatches), "invalid_rows": invalid,
+        "tokenizer": name, "graphed_mask": graphed.mask_impl, "eager_mask": eager.mask_impl, "batch": batch,
+        "steps": steps, "mismatches": int(mismatches), "invalid_rows": invalid,
         "host_syncs_in_eager_steps": len(sync_warnings), "first_sync_warnings": sorted(set(sync_warnings))[:3],
     }  # fmt: skip
     print(f"[graph] {result}")
@@ -244,10 +248,11 @@ def part_timing(args, tokenizers) -> dict:
     programs = make_programs(tok, 8, (40, 40) if not args.quick else (3, 3), seed=4)
     rows = {}
     for batch in batches:
-        runtime = ConstraintRuntime(gs, batch, max(p.length for p in programs), VOCAB, args.device)
-        assign_rows(runtime, programs, batch, free_rows=0)
-        for _ in range(5):  # move rows into holes and copies alike
-            runtime.advance(runtime.choose(torch.zeros(batch, dtype=torch.int64, device=args.device)))
+        length = max(p.length for p in programs)
+        runtime = ConstraintRuntime(gs, batch, length, VOCAB, args.device)
+        by_torch = ConstraintRuntime(gs, batch, length, VOCAB, args.device, mask_impl="torch")
+        for rt in (runtime, by_torch):
+            assign_rows(rt, programs, batch, free_rows=0)
         source = torch.randn(batch, VOCAB, device=args.device)
         work = torch.empty_like(source)
         uniform = torch.rand(batch, 1, device=args.device)
@@ -259,11 +264,12 @@ def part_timing(args, tokenizers) -> dict:
             "greedy+constraint": lambda: constrained_step(runtime, work.copy_(source), greedy, uniform),
             "t1": lambda: sample_tokens(work.copy_(source), t1, uniform=uniform),
             "t1+constraint": lambda: constrained_step(runtime, work.copy_(source), t1, uniform),
-            "mask_only": lambda: runtime.mask_logits(work.copy_(source)),
+            f"mask/{runtime.mask_impl}": lambda: runtime.mask_logits(work.copy_(source)),
+            "mask/torch": lambda: by_torch.mask_logits(work.copy_(source)),
             "copy_only": lambda: work.copy_(source),
-            "choose+advance": lambda: runtime.advance(runtime.choose(sampled)),
+            "choose+advance": lambda: runtime.advance(runtime.choose(sampled)),  # cost does not depend on data
         }
-        layouts = mask_layouts(runtime, gs, args.device)
+        layouts = mask_layouts(by_torch, gs, args.device)
         for layout, f in layouts.items():  # the same mask, three ways
             assert torch.equal(f(mask_rows), layouts["bool-table"](mask_rows)), layout
         variants |= {
@@ -272,7 +278,10 @@ def part_timing(args, tokenizers) -> dict:
         }
         rows[batch] = {}
         for label, fn in variants.items():
-            assign_rows(runtime, programs, batch, free_rows=0)  # long programs: rows stay mid-program
+            for rt in (runtime, by_torch):  # long programs: rows stay mid-program, in holes and copies alike
+                assign_rows(rt, programs, batch, free_rows=0)
+                for _ in range(5):
+                    constrained_step(rt, torch.randn_like(source), greedy, None)
             rows[batch][label] = round(timed(fn, args.device, repeats), 2)
         line = ", ".join(f"{k} {v}" for k, v in rows[batch].items())
         print(f"[timing] B={batch} (us/step): {line}")
@@ -323,8 +332,9 @@ def main() -> int:
                 over_t1 = row["t1+constraint"] - row["t1"]
                 over_greedy = row["greedy+constraint"] - row["greedy"]
                 print(f"  B={batch}: t1 {row['t1']} -> {row['t1+constraint']} (+{over_t1:.1f}); greedy "
-                      f"{row['greedy']} -> {row['greedy+constraint']} (+{over_greedy:.1f}); mask {row['mask_only']} "
-                      f"(copy {row['copy_only']}); choose+advance {row['choose+advance']}; layouts "
+                      f"{row['greedy']} -> {row['greedy+constraint']} (+{over_greedy:.1f}); "
+                      + ", ".join(f"{k} {v}" for k, v in row.items() if k.startswith("mask/"))
+                      + f" (copy {row['copy_only']}); choose+advance {row['choose+advance']}; layouts "
                       + ", ".join(f"{k.split('/')[1]} {v}" for k, v in row.items() if k.startswith("mask_layout")))
     ok = all(r["status"] == "ok" for r in results["parts"].values())
     ok = ok and results["parts"]["validity"].get("all_valid", False)

@@ -50,7 +50,8 @@ def make_tokenizer(vocab_tokens: list[str], merges: list[tuple[str, str]], split
     vocab = {t: i for i, t in enumerate(vocab_tokens)}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
     steps = [pre_tokenizers.Split(Regex(split_pattern), behavior="isolated")] if split_pattern else []
-    tok.pre_tokenizer = pre_tokenizers.Sequence(steps + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(steps + [byte_level])
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(["</s>"])
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>")

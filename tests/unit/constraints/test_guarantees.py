@@ -57,7 +57,8 @@ def free_form(draw) -> list:
 @pytest.fixture(scope="module")
 def runtimes(qwen_case, llama_case):
     return {
-        c.name: ConstraintRuntime(c.grammar_set, MAX_ROWS, MAX_LEN, c.model_vocab, "cpu") for c in (qwen_case, llama_case)
+        c.name: ConstraintRuntime(c.grammar_set, MAX_ROWS, MAX_LEN, c.model_vocab, "cpu")
+        for c in (qwen_case, llama_case)
     }
 
 

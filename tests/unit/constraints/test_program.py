@@ -58,7 +58,8 @@ def test_copy_tokens_equal_the_tokenizers_cut_of_real_filled_texts(case):
 
 
 def test_llama_style_cut_and_bounds(llama_case):
-    program = compile_program([Copy("[C]<"), FIXED4, Copy(">"), STRIPPED, Copy(">"), EndOfSequence()], llama_case.tokenizer)
+    segments = [Copy("[C]<"), FIXED4, Copy(">"), STRIPPED, Copy(">"), EndOfSequence()]
+    program = compile_program(segments, llama_case.tokenizer)
     kinds = program.ops[0].tolist()
     assert kinds == [COPY, COPY, COPY, HOLE, COPY, HOLE, COPY, COPY]
     assert program.min_new_tokens == 3 + 14 + 1 + 5 + 1 + 1

@@ -63,7 +63,9 @@ def compile_program(segments, tokenizer, grammar_set: GrammarSet | None = None) 
     if len(tokenizer) != grammar_set.tokenizer_vocab_size or tokenizer.eos_token_id != grammar_set.eos_token_id:
         raise InputError("the GrammarSet was built for another tokenizer; build it with grammar_set_for(tokenizer)")
     if not getattr(tokenizer, "is_fast", False):
-        raise UnsupportedError("constraints need a fast (Rust) tokenizer for character offsets; load it with use_fast=True")
+        raise UnsupportedError(
+            "constraints need a fast (Rust) tokenizer for character offsets; load it with use_fast=True"
+        )
     pieces = _normalise(segments, grammar_set)
     copy_tokens = _copy_tokens(pieces, tokenizer, grammar_set)
 
@@ -162,8 +164,8 @@ def _copy_tokens(pieces: list[Segment], tokenizer, grammar_set: GrammarSet) -> d
             if ids != reference[index]:
                 raise UnsupportedError(
                     f"the tokenizer cuts copy text {pieces[index].text!r} differently depending on the hole "
-                    f"content: {_show(reference[index], tokenizer)} with fills {_neighbour_fills(layouts[0][2], index)}, "
-                    f"but {_show(ids, tokenizer)} with fills {_neighbour_fills(chosen, index)}; "
+                    f"content: {_show(reference[index], tokenizer)} with fills "
+                    f"{_neighbour_fills(layouts[0][2], index)}, but {_show(ids, tokenizer)} with fills {_neighbour_fills(chosen, index)}; "
                     "change the copy text so its first/last characters cannot merge with the hole's"
                 )
     for index, ids in reference.items():

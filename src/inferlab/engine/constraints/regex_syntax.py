@@ -142,7 +142,9 @@ class _Parser:
         ch = self.take()
         if ch.isalnum():  # \d, \w, \1 ... mean something else to `re`
             self.pos -= 1
-            self.fail(f"escape '\\{ch}' is not supported (only punctuation may be escaped)", "write a class such as [0-9]")
+            self.fail(
+                f"escape '\\{ch}' is not supported (only punctuation may be escaped)", "write a class such as [0-9]"
+            )
         return ch
 
     def char_class(self) -> Node:

@@ -12,25 +12,37 @@ rest (never B x program length), so the engine can capture them in its CUDA grap
 host-side call (at admission, outside the graph). Owns the device state; not the sampler, not the tables'
 construction (token_automaton.py), not the programs (program.py).
 
-Allowed-token mask: one bool row per automaton state, `forbidden [S + 1, V]`, gathered per row. Measured on
-CPU (B=16..256, V=151936) this gather costs about as much as the masked fill itself, while deriving the mask
-from the [S, C] class table costs 2-3x and unpacking a bit-packed [S, V/32] table 5-8x; the table is
-(S + 1) x V bytes (13.5 MB for the two coordinate grammars with Qwen's vocabulary). Row S forbids nothing
-and serves rows that are not in a hole.
+Two implementations of the mask, chosen at construction (`mask_impl`, default "auto" = Triton on CUDA):
+- "triton" (mask_kernel.py): one kernel stores -inf where forbidden, reading only the token classes [V]
+  int32 and a [S, C] int8 allowed-by-class table; rows not in a hole cost nothing.
+- "torch": gather one bool row per state from `forbidden [S + 1, V]` (row S forbids nothing, for rows not
+  in a hole), open the exit token, masked_fill. Measured on CPU (B=16..256, V=151936) this gather costs
+  about as much as the fill itself, while deriving the mask from the [S, C] class table in torch costs
+  2-3x and unpacking a bit-packed [S, V/32] table 5-8x; the table is (S + 1) x V bytes (13.5 MB for the two
+  coordinate grammars and Qwen's vocabulary). It is the CPU path and the reference the kernel is tested on.
 """
 
 from __future__ import annotations
 
 import torch
 
+from inferlab.engine.constraints.mask_kernel import apply_hole_mask, triton_available
 from inferlab.engine.constraints.program import COPY, HOLE, ConstraintProgram
 from inferlab.engine.constraints.token_automaton import DEAD_STATE, GrammarSet
-from inferlab.errors import CapacityError, ConfigError, InputError
+from inferlab.errors import CapacityError, ConfigError, InputError, UnsupportedError
+
+MASK_IMPLS = ("auto", "torch", "triton")
 
 
 class ConstraintRuntime:
     def __init__(
-        self, grammar_set: GrammarSet, max_rows: int, max_program_len: int, vocab_size: int, device
+        self,
+        grammar_set: GrammarSet,
+        max_rows: int,
+        max_program_len: int,
+        vocab_size: int,
+        device,
+        mask_impl: str = "auto",
     ) -> None:
         if max_rows < 1 or max_program_len < 1:
             raise ConfigError(f"max_rows={max_rows} and max_program_len={max_program_len} must be >= 1")
@@ -39,6 +51,13 @@ class ConstraintRuntime:
                 f"vocab_size={vocab_size} is smaller than the tokenizer's {grammar_set.tokenizer_vocab_size} ids; "
                 "pass the model's (padded) vocabulary size"
             )
+        if mask_impl not in MASK_IMPLS:
+            raise ConfigError(f"mask_impl={mask_impl!r}; choose one of {', '.join(MASK_IMPLS)}")
+        if mask_impl == "auto":
+            mask_impl = "triton" if torch.device(device).type == "cuda" and triton_available() else "torch"
+        if mask_impl == "triton" and not triton_available():
+            raise UnsupportedError("mask_impl='triton' needs the triton package; install it or use 'torch'")
+        self.mask_impl = mask_impl
         self.grammar_set_key = grammar_set.key
         self.vocab_size = vocab_size
         self.max_rows = max_rows
@@ -47,14 +66,20 @@ class ConstraintRuntime:
 
         token_class = torch.zeros(vocab_size, dtype=torch.int64)  # padded ids: class 0, dead everywhere
         token_class[: grammar_set.tokenizer_vocab_size] = grammar_set.token_class
-        forbidden_in_state = grammar_set.transitions[:, token_class] == DEAD_STATE  # [S, V]
-        nothing_forbidden = torch.zeros(1, vocab_size, dtype=torch.bool)
 
         self.transitions = grammar_set.transitions.to(device)  # [S, C] int64
         self.token_class = token_class.to(device)  # [V] int64
         self.accepting = grammar_set.accepting.to(device)  # [S] bool
-        self.forbidden = torch.cat([forbidden_in_state, nothing_forbidden]).to(device)  # [S + 1, V] bool
-        self.free_row = num_states  # index of the row of `forbidden` that forbids nothing
+        if mask_impl == "torch":
+            forbidden_in_state = grammar_set.transitions[:, token_class] == DEAD_STATE  # [S, V]
+            nothing_forbidden = torch.zeros(1, vocab_size, dtype=torch.bool)
+            self.forbidden = torch.cat([forbidden_in_state, nothing_forbidden]).to(device)  # [S + 1, V] bool
+            self.free_row = num_states  # index of the row of `forbidden` that forbids nothing
+            self._apply_mask = self._mask_torch
+        else:
+            self.token_class_i32 = self.token_class.to(torch.int32)  # [V] int32
+            self.allowed_by_class = (self.transitions != DEAD_STATE).to(torch.int8)  # [S, C] int8
+            self._apply_mask = self._mask_triton
 
         self.ops = torch.zeros(2, max_rows, max_program_len, dtype=torch.int64, device=device)
         self.op_kind = self.ops[0]  # [R, Lmax] COPY / HOLE (view)
@@ -103,16 +128,22 @@ class ConstraintRuntime:
     def mask_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """Set to -inf, in place, every token the current hole state forbids (the exit token is allowed in
         accepting states). Copy rows and unconstrained rows are untouched. logits: [B, V] fp32."""
-        batch = logits.shape[0]
-        kind, _, next_arg, active = self._current(batch)
-        state = self.state[:batch]  # [B]
+        kind, _, next_arg, active = self._current(logits.shape[0])
+        state = self.state[: logits.shape[0]]  # [B]
         in_hole = active & (kind == HOLE)  # [B]
-        mask_row = torch.where(in_hole, state, self.free_row)  # [B]
-        forbidden = self.forbidden.index_select(0, mask_row)  # [B, V] bool
+        exit_open = in_hole & self.accepting[state]  # [B] the next op's token may end the hole now
+        return self._apply_mask(logits, in_hole, state, exit_open, next_arg)
+
+    def _mask_torch(self, logits, in_hole, state, exit_open, next_arg) -> torch.Tensor:
+        forbidden = self.forbidden.index_select(0, torch.where(in_hole, state, self.free_row))  # [B, V] bool
         exit_token = torch.where(in_hole, next_arg, 0)[:, None]  # [B, 1]; a token id in hole rows
-        exit_open = (in_hole & self.accepting[state])[:, None]  # [B, 1]
-        forbidden.scatter_(1, exit_token, forbidden.gather(1, exit_token) & ~exit_open)
+        forbidden.scatter_(1, exit_token, forbidden.gather(1, exit_token) & ~exit_open[:, None])
         return logits.masked_fill_(forbidden, float("-inf"))
+
+    def _mask_triton(self, logits, in_hole, state, exit_open, next_arg) -> torch.Tensor:
+        row_state = torch.where(in_hole, state, -1)  # [B]
+        exit_token = torch.where(exit_open, next_arg, -1)  # [B]
+        return apply_hole_mask(logits, row_state, exit_token, self.token_class_i32, self.allowed_by_class)
 
     def choose(self, sampled: torch.Tensor) -> torch.Tensor:
         """The tokens to emit: the copy token where a row is in a copy op, else the sample. sampled: [B]."""
