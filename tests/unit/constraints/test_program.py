@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
+import torch
 from constraint_helpers import make_tokenizer
 
 from inferlab.engine.constraints.program import COPY, HOLE, compile_program
@@ -135,3 +138,13 @@ def test_a_program_compiled_twice_is_identical(qwen_case):
     a = compile_program(SKELETON, qwen_case.tokenizer)
     b = compile_program(SKELETON, qwen_case.tokenizer, grammar_set_for(qwen_case.tokenizer))
     assert a.ops.tolist() == b.ops.tolist() and a.segments == b.segments
+
+
+def test_programs_and_grammar_sets_pickle_for_process_pools(qwen_case):
+    program = compile_program(SKELETON, qwen_case.tokenizer)
+    copy = pickle.loads(pickle.dumps(program))
+    assert copy.ops.tolist() == program.ops.tolist() and copy.patterns == program.patterns
+    assert copy.segments == program.segments and copy.grammar_set_key == program.grammar_set_key
+    grammar_set = pickle.loads(pickle.dumps(qwen_case.grammar_set))
+    assert grammar_set.key == qwen_case.grammar_set.key
+    assert torch.equal(grammar_set.transitions, qwen_case.grammar_set.transitions)

@@ -50,7 +50,8 @@ if triton is not None:
             cls = tl.load(token_class_ptr + ids, mask=in_vocab, other=0)
             allowed = tl.load(allowed_ptr + state * num_classes + cls, mask=in_vocab, other=0) != 0
             allowed = allowed | (ids == tl.load(exit_token_ptr + row))
-            tl.store(logits_ptr + row * row_stride + ids, float("-inf"), mask=in_vocab & ~allowed)
+            row_start = logits_ptr + row.to(tl.int64) * row_stride  # B x V may exceed 2**31
+            tl.store(row_start + ids, float("-inf"), mask=in_vocab & ~allowed)
 
 
 @lru_cache(maxsize=1)

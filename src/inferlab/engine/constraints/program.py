@@ -18,7 +18,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
 import torch
 
@@ -33,7 +32,8 @@ HOLE = 2
 
 @dataclass(frozen=True, eq=False)
 class ConstraintProgram:
-    """One compiled constraint. Share it between every request that needs it; never mutate `ops`."""
+    """One compiled constraint. Share it between every request that needs it (it pickles, for process
+    pools); never mutate its tensor or mapping."""
 
     ops: torch.Tensor  # [2, L] int64 on the host: ops[0] kind (COPY/HOLE), ops[1] token id or start state
     grammar_set_key: str  # the GrammarSet its start states belong to
@@ -92,9 +92,7 @@ def compile_program(segments, tokenizer, grammar_set: GrammarSet | None = None) 
         min_new_tokens=min_total,
         max_new_tokens=max_total,
         segments=tuple(pieces),
-        patterns=MappingProxyType(
-            {p.grammar: grammar_set.grammars[p.grammar].pattern for p in pieces if isinstance(p, Hole)}
-        ),
+        patterns={p.grammar: grammar_set.grammars[p.grammar].pattern for p in pieces if isinstance(p, Hole)},
     )
 
 

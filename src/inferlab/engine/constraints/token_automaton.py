@@ -21,7 +21,6 @@ import weakref
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
 import torch
 
@@ -46,7 +45,8 @@ class GrammarInfo:
 
 @dataclass(frozen=True, eq=False)
 class GrammarSet:
-    """Token-level automata of several grammars for one tokenizer, in one global state space."""
+    """Token-level automata of several grammars for one tokenizer, in one global state space. Immutable by
+    contract (never mutate its mappings or tensors); it pickles."""
 
     key: str  # fingerprint of the token texts, EOS and grammar patterns; programs carry it
     tokenizer_vocab_size: int  # len(tokenizer): ids the tables cover
@@ -155,8 +155,8 @@ def build_grammar_set(tokenizer, patterns: Mapping[str, str]) -> GrammarSet:
         key=_fingerprint(texts, tokenizer.eos_token_id, patterns),
         tokenizer_vocab_size=len(texts),
         eos_token_id=tokenizer.eos_token_id,
-        grammars=MappingProxyType(infos),
-        char_dfas=MappingProxyType({name: lift.dfa for name, lift in lifted.items()}),
+        grammars=infos,
+        char_dfas={name: lift.dfa for name, lift in lifted.items()},
         transitions=transitions,
         token_class=token_class,
         accepting=accepting,
