@@ -136,16 +136,17 @@ def _copy_tokens(pieces: list[Segment], tokenizer, grammar_set: GrammarSet) -> d
     rounds = max((len(f) for f in fills.values()), default=1)
     layouts = []  # per round: (text, piece start offsets, fill per piece)
     for k in range(rounds):
-        parts, starts, chosen = [], [], []
+        starts, chosen = [], []
+        offset = 0
         for index, piece in enumerate(pieces):
-            starts.append(sum(len(p) for p in parts))
+            starts.append(offset)
             if isinstance(piece, Hole):
                 options = fills[piece.grammar]
                 chosen.append(options[(k + index) % len(options)])  # rotate so neighbours differ
             else:
                 chosen.append(piece.text if isinstance(piece, Copy) else "")
-            parts.append(chosen[-1])
-        layouts.append(("".join(parts), starts, chosen))
+            offset += len(chosen[-1])
+        layouts.append(("".join(chosen), starts, chosen))
     encoded = tokenizer(
         [text for text, _, _ in layouts], add_special_tokens=False, return_offsets_mapping=True
     )
