@@ -9,6 +9,7 @@ script (scripts/gpu/constraint_check.py) and benchmarks of the runtime alone.
 
 from __future__ import annotations
 
+import bisect
 import random
 import re
 from dataclasses import dataclass
@@ -113,12 +114,13 @@ def synthetic_conformer_segments(num_atoms: int, grammar: str, rng: random.Rando
 def program_regex(program: ConstraintProgram) -> re.Pattern:
     """The text a program allows (EOS excluded), written with Python's `re` from its source segments; each
     hole is the named group `hole<i>`."""
-    parts = []
+    parts, holes = [], 0
     for seg in program.segments:
         if isinstance(seg, Copy):
             parts.append(re.escape(seg.text))
         elif isinstance(seg, Hole):
-            parts.append(f"(?P<hole{sum(p.startswith('(?P') for p in parts)}>{program.patterns[seg.grammar]})")
+            parts.append(f"(?P<hole{holes}>{program.patterns[seg.grammar]})")
+            holes += 1
     return re.compile("".join(parts))
 
 
@@ -137,16 +139,18 @@ def check_output(program: ConstraintProgram, token_ids: list[int], tokenizer) ->
     match = program_regex(program).fullmatch(text)
     if match is None:
         return f"text does not match the program: {text!r}"
-    holes = [match.span(name) for name in match.re.groupindex]
+    holes = [match.span(name) for name in match.re.groupindex]  # sorted, disjoint (start, end)
+    hole_starts = [h0 for h0, _ in holes]
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     copy_ids = []
     for tok, (begin, end) in zip(encoded["input_ids"], encoded["offset_mapping"]):
-        inside = [begin >= h0 and end <= h1 for h0, h1 in holes]
-        straddles = [begin < h1 and end > h0 for h0, h1 in holes]
-        if any(straddles) and not any(inside):
+        near = bisect.bisect_right(hole_starts, begin) - 1  # the last hole starting at or before `begin`
+        candidates = holes[max(near, 0) : near + 2]  # a short token can only touch these two
+        if any(h0 <= begin and end <= h1 for h0, h1 in candidates):
+            continue  # inside a hole
+        if any(begin < h1 and end > h0 for h0, h1 in candidates):
             return f"the tokenizer cuts token {tokenizer.decode([tok])!r} across a hole boundary in {text!r}"
-        if not any(inside):
-            copy_ids.append(tok)
+        copy_ids.append(tok)
     if copy_ids + [eos] != program.copy_token_ids():
         return f"re-tokenized copy tokens {copy_ids} differ from the program's {program.copy_token_ids()[:-1]}"
     return None
