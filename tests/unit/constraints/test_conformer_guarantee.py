@@ -15,6 +15,7 @@ from rdkit import RDConfig
 
 from inferlab.engine.constraints.program import compile_program
 from inferlab.engine.constraints.runtime import ConstraintRuntime
+from inferlab.errors import InputError, UnsupportedError
 from inferlab.engine.constraints.simulate import AdversarialLogits, ReferenceSampling, reference_decode
 from inferlab.workloads.conformers.decode import decode_generation
 from inferlab.workloads.conformers.profiles import PROFILES, get_profile
@@ -40,7 +41,7 @@ def nci_molecules() -> tuple[str, ...]:
             smiles = line.split()[0]
             try:
                 template = build_template(smiles, profile)
-            except Exception:
+            except (InputError, UnsupportedError):  # invalid SMILES, dative bonds
                 continue
             zero_filled = template.fill(["0.0000,0.0000,0.0000"] * template.num_atoms)
             representable = decode_generation(zero_filled, profile).canonical_smiles == canonical_smiles(smiles)
