@@ -192,18 +192,40 @@ def _make_cell(scenario_name: str, backend: str | None, model: str | None, knobs
 
 
 def _filter(cells: list[Cell], only: dict[str, list[Any]], plan_name: str) -> list[Cell]:
+    """Keep cells whose value of each filtered name is among the wanted ones; a cell without that knob
+    (another scenario's) is not constrained by it. A name no cell has is a typo: refused."""
+    fields = ("scenario", "backend", "model")
+    for name in only:
+        if name not in fields and not any(name in c.config for c in cells):
+            raise ConfigError(f"plan {plan_name}: --only {name} is not a knob of any cell; check the name")
+
     def matches(cell: Cell) -> bool:
         for name, wanted in only.items():
-            fields = {"scenario": cell.scenario, "backend": cell.backend, "model": cell.model}
-            value = fields[name] if name in fields else cell.config.get(name)
-            if str(value).lower() not in {str(w).lower() for w in wanted}:
+            if name in fields:
+                value = getattr(cell, name)
+            elif name in cell.config:
+                value = cell.config[name]
+            else:
+                continue
+            if not any(_same(value, w) for w in wanted):
                 return False
         return True
 
     kept = [c for c in cells if matches(c)]
     if not kept:
-        raise ConfigError(f"plan {plan_name}: --only {only} keeps no cell; check the knob names and values")
+        raise ConfigError(f"plan {plan_name}: --only {only} keeps no cell; check the values")
     return kept
+
+
+def _same(value: Any, wanted: Any) -> bool:
+    if isinstance(value, bool):
+        return str(wanted).lower() in (("true", "on", "yes", "1") if value else ("false", "off", "no", "0"))
+    if isinstance(value, (int, float)) and not isinstance(wanted, bool):
+        try:
+            return float(wanted) == float(value)
+        except ValueError:
+            return False
+    return str(value).lower() == str(wanted).lower()
 
 
 def _one_or_many(sweep: dict[str, Any], one: str, many: str, where: str) -> list[str]:

@@ -43,11 +43,13 @@ def _workload_text(row: dict[str, Any], same_scenario: list[dict[str, Any]]) -> 
 def recommend(rows: list[dict[str, Any]]) -> list[Recommendation]:
     ok = [r for r in rows if headline(r) is not None]
     out: list[Recommendation] = []
+    buckets = group_rows(ok, lambda r: (gpu_of(r), r.get("scenario"), r.get("model") or "-"))
+    knobs_of = {key: label_knobs(rows) for key, rows in buckets.items()}  # labels consistent across workloads
     for (gpu, scenario, model, _), group in group_rows(
             ok, lambda r: (gpu_of(r), r.get("scenario"), r.get("model") or "-", workload_key(r))).items():
         higher = group[0].get("higher_is_better", True)
         ranked = sorted(group, key=lambda r: headline(r), reverse=higher)  # type: ignore[arg-type, return-value]
-        knobs = label_knobs(group)
+        knobs = knobs_of[(gpu, scenario, model)]
         workload = _workload_text(group[0], [r for r in ok if r.get("scenario") == scenario])
         best = ranked[0]
         if len(ranked) == 1:
