@@ -34,7 +34,7 @@ def classify_exception(exc: BaseException) -> Outcome:
     return Outcome("error", text)
 
 
-def execute(spec: dict[str, Any]) -> Outcome:
+def execute(spec: dict[str, Any], outcome_path: Path | None = None) -> Outcome:
     from inferlab.bench.scenarios import CellContext, get_scenario
 
     load_plugin_files(spec.get("plugins", []))
@@ -42,7 +42,7 @@ def execute(spec: dict[str, Any]) -> Outcome:
     scenario = get_scenario(cell.scenario)
     model_path = spec.get("model_path")
     ctx = CellContext(run_dir=Path(spec["run_dir"]), model_path=Path(model_path) if model_path else None,
-                      cache_dir=Path(spec["cache_dir"]))
+                      cache_dir=Path(spec["cache_dir"]), outcome_path=outcome_path)
     try:
         metrics = scenario.run(cell, ctx)
     except Exception as exc:  # every failure is a row, never a dead sweep
@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname).1s %(name)s: %(message)s")
     spec_path, outcome_path = Path(argv[0]), Path(argv[1])
     spec = json.loads(spec_path.read_text())
-    outcome = execute(spec)
+    outcome = execute(spec, outcome_path)
     write_atomically(outcome_path, outcome.to_json())
     return 0
 

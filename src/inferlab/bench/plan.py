@@ -76,10 +76,13 @@ def plan_from_flags(scenario: str, models: list[str], backends: list[str], setti
 
 
 def build_plan(data: dict[str, Any], overrides: dict[str, list[Any]] | None = None,
-               only: dict[str, list[Any]] | None = None) -> Plan:
+               only: dict[str, list[Any]] | None = None, models: list[str] | None = None) -> Plan:
     """Expand and validate. `overrides` replace a knob's values in every sweep that has the knob;
-    `only` keeps the cells whose knob (or scenario/backend/model) takes one of the given values."""
+    `only` keeps the cells whose knob (or scenario/backend/model) takes one of the given values;
+    `models` replaces the models of every sweep that takes one (the same protocol on another model)."""
     _check_keys(data, _PLAN_KEYS, "the plan")
+    if models:
+        data = {**data, "sweep": [_with_models(s, models) for s in data.get("sweep", [])]}
     name = str(data.get("name", "plan"))
     plugins = tuple(str(p) for p in data.get("plugins", []))
     load_plugin_files(plugins)
@@ -226,6 +229,14 @@ def _same(value: Any, wanted: Any) -> bool:
         except ValueError:
             return False
     return str(value).lower() == str(wanted).lower()
+
+
+def _with_models(sweep: Any, models: list[str]) -> Any:
+    if not isinstance(sweep, dict) or not ({"model", "models"} & set(sweep)):
+        return sweep
+    replaced = {k: v for k, v in sweep.items() if k not in ("model", "models")}
+    replaced["models"] = list(models)
+    return replaced
 
 
 def _one_or_many(sweep: dict[str, Any], one: str, many: str, where: str) -> list[str]:

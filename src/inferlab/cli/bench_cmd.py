@@ -17,7 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--preset", help="a named plan: quick, seed-attention, seed-generate, seed-static-cache")
     source.add_argument("--plan", help="a TOML plan file (see docs/lab.md)")
     source.add_argument("--scenario", help="build a one-sweep plan from flags: attention-kernels, generate, ...")
-    p.add_argument("--model", action="append", default=[], help="preset name or checkpoint folder (repeatable, or comma list)")
+    p.add_argument("--model", action="append", default=[],
+                   help="preset name or checkpoint folder (repeatable, or comma list); with --preset/--plan it replaces "
+                        "the model of every sweep that has one")
     p.add_argument("--backend", action="append", default=[], help="generate backend, e.g. hf (repeatable, or comma list)")
     p.add_argument("--set", action="append", default=[], metavar="KNOB=V1,V2",
                    help="a knob's value(s); several values make an axis. With --preset/--plan: overrides that knob in every sweep")
@@ -90,7 +92,7 @@ def _bench(args: argparse.Namespace) -> int:
         overrides = {}
     else:
         raise ConfigError("say what to run: --preset NAME (see --list), --plan FILE.toml, or --scenario NAME with --set flags")
-    plan = build_plan(data, overrides, only)
+    plan = build_plan(data, overrides, only, models=_split(args.model) if not args.scenario else None)
     if args.timeout is not None:
         plan = dataclasses.replace(plan, cells=tuple(dataclasses.replace(c, timeout_s=args.timeout) for c in plan.cells))
     run_dir = Path(args.run_dir or Path("runs") / plan.name)
@@ -140,7 +142,7 @@ def _short_label(row: dict) -> str:
 def _summarise(plan, run_dir: Path, args: argparse.Namespace) -> int:
     from inferlab.bench.markdown import text_table
     from inferlab.bench.report import write_report
-    from inferlab.bench.results import config_label, group_rows, label_knobs, load_rows, table_key
+    from inferlab.bench.results import config_label, group_rows, label_knobs, load_rows, table_key, varying_knobs
 
     keys = {c.key for c in plan.cells}
     rows = [r for r in load_rows([run_dir]) if r.get("cell_key") in keys]
@@ -149,9 +151,10 @@ def _summarise(plan, run_dir: Path, args: argparse.Namespace) -> int:
         return 0
     for (scenario, model, gpu), group in group_rows(rows, table_key).items():
         knobs = label_knobs(group)
+        workload = [k for k in varying_knobs(group) if k not in knobs] or ["batch_size"]
         print(f"\n{scenario} · {model} · {gpu}")
-        print(text_table(["status", "batch", "configuration", "figure"],
-                         [[r["status"], str(r.get("batch_size") or "-"), config_label(r, knobs), _headline_text(r)] for r in group]))
+        print(text_table(["status", "workload", "configuration", "figure"],
+                         [[r["status"], config_label(r, workload), config_label(r, knobs), _headline_text(r)] for r in group]))
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1

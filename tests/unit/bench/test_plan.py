@@ -91,6 +91,11 @@ def test_overrides_and_only_filters():
     assert [c.scenario for c in two.cells] == ["attention-kernels", "generate"]
 
 
+def test_models_can_be_replaced_in_a_preset():
+    plan = build_plan(get_plan_preset("seed-generate"), overrides={"new_tokens": ["4"]}, models=["tiny"])
+    assert {c.model for c in plan.cells} == {"tiny"} and len(plan.cells) == 14
+
+
 def test_cells_round_trip_through_json_with_a_stable_key():
     cell = build_plan(_generate(batch_size=2, num_prompts=4)).cells[0]
     again = Cell.from_json(json.loads(json.dumps(cell.to_json())))

@@ -94,6 +94,9 @@ class HFGenerateBackend:
         self.eos_token_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
         self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else (min(self.eos_token_ids) if self.eos_token_ids else 0)
         self.auto_compile = hasattr(self.model, "_valid_auto_compile_criteria")
+        if self.auto_compile and not c["compile"] and not hasattr(gen, "disable_compile"):
+            raise UnsupportedError(f"transformers {transformers.__version__} auto-compiles static caches and has no "
+                                   "disable_compile; compile=false cannot be honoured (upgrade transformers)")
         if c["compile"] and not self.auto_compile:
             # transformers < 4.48: the documented recipe for static caches.
             self.model.forward = torch.compile(self.model.forward, mode="reduce-overhead", fullgraph=True)

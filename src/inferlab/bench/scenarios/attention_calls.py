@@ -61,13 +61,20 @@ def build_call(kernel: str, q: Any, k: Any, v: Any, causal: bool, gqa: str) -> C
     return forced
 
 
-def _flash_attn_call(q: Any, k: Any, v: Any, causal: bool, gqa: str) -> Callable[[int], Any]:
-    import torch
-
+def require_flash_attn() -> Callable[..., Any]:
+    """flash-attn's flash_attn_func, or UnsupportedError with the import error (checked before any
+    tensor is made, so an absent library costs no device initialisation)."""
     try:
         from flash_attn import flash_attn_func
     except Exception as e:  # ImportError, or an ABI mismatch raising OSError/undefined symbol
         raise UnsupportedError(f"flash-attn is not usable here: {type(e).__name__}: {e}") from None
+    return flash_attn_func
+
+
+def _flash_attn_call(q: Any, k: Any, v: Any, causal: bool, gqa: str) -> Callable[[int], Any]:
+    import torch
+
+    flash_attn_func = require_flash_attn()
     if q.dtype not in (torch.float16, torch.bfloat16):
         raise UnsupportedError(f"flash-attn runs only float16/bfloat16, not {q.dtype}; set dtype=bfloat16")
     if gqa == "expand" and k.shape[1] != q.shape[1]:

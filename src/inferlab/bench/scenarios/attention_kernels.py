@@ -58,8 +58,8 @@ def shape_label(c: dict[str, Any]) -> str:
 
 
 def estimate_s(cell: Cell, accelerator: bool) -> float:
-    measuring = max(cell.config["min_duration_s"], 0.2) * 2 + 1.0  # timed loop, profile, reference
-    return (6.0 if accelerator else 3.0) + measuring
+    measuring = max(cell.config["min_duration_s"], 0.2) * 1.5 + 0.5  # timed loop, profile, reference
+    return (4.5 if accelerator else 3.0) + measuring
 
 
 def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
@@ -67,10 +67,12 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
 
     from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
     from inferlab.bench.profiling import observe_attention
-    from inferlab.bench.scenarios.attention_calls import build_call, math_reference
+    from inferlab.bench.scenarios.attention_calls import build_call, math_reference, require_flash_attn
     from inferlab.bench.timing import device_synchronizer, measure, timed
 
     c = cell.config
+    if c["kernel"] == "flash_attn":
+        require_flash_attn()
     device = resolve_device(c["device"])
     dtype = torch_dtype(c["dtype"])
     sync = device_synchronizer(device)

@@ -4,6 +4,8 @@ can be validated in a light parent process."""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -20,9 +22,22 @@ class CellContext:
     model_path: Path | None  # the checkpoint directory (a preset is built into the run's cache first)
     cache_dir: Path  # per-run cache shared by cells (e.g. the measured device bandwidth)
     warnings: list[str] = field(default_factory=list)  # run() appends findings the row should carry
+    outcome_path: Path | None = None  # where the child writes its outcome (save_partial writes there early)
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
+
+    def save_partial(self, metrics: dict[str, Any], pending: str) -> None:
+        """Record the figures measured so far before an optional step that could crash the process
+        (e.g. a profiler over CUDA graphs): if the process dies, the row keeps them, with a warning.
+        The final outcome overwrites this one."""
+        if self.outcome_path is None:
+            return
+        data = {"status": "ok", "message": "", "metrics": metrics,
+                "warnings": [*self.warnings, f"partial result: the cell process ended during: {pending}"]}
+        tmp = self.outcome_path.with_name(self.outcome_path.name + ".partial")
+        tmp.write_text(json.dumps(data, default=str))
+        os.replace(tmp, self.outcome_path)
 
 
 def _no_checks(cell: Cell) -> None:
