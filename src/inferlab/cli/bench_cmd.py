@@ -151,7 +151,7 @@ def _summarise(plan, run_dir: Path, args: argparse.Namespace) -> int:
         return 0
     for (scenario, model, gpu), group in group_rows(rows, table_key).items():
         knobs = label_knobs(group)
-        workload = [k for k in varying_knobs(group) if k not in knobs] or ["batch_size"]
+        workload = [k for k in varying_knobs(group) if k in (group[0].get("workload_knobs") or [])] or ["batch_size"]
         print(f"\n{scenario} · {model} · {gpu}")
         print(text_table(["status", "workload", "configuration", "figure"],
                          [[r["status"], config_label(r, workload), config_label(r, knobs), _headline_text(r)] for r in group]))

@@ -154,6 +154,15 @@ def test_a_checkpoint_directory_is_accepted(tiny_checkpoint):
     plan = build_plan({"sweep": [{"scenario": "generate", "model": str(tiny_checkpoint()), "backend": "hf",
                                   "set": {"num_prompts": 16}}]})
     assert plan.cells[0].model == str(tiny_checkpoint())
+    with pytest.raises(ConfigError, match="tokenizer=.* only applies when model is a preset"):
+        build_plan({"sweep": [{"scenario": "generate", "model": str(tiny_checkpoint()), "backend": "hf",
+                               "set": {"num_prompts": 16, "tokenizer": "/somewhere"}}]})
+
+
+def test_a_preset_that_wants_qwen3_chem_gets_its_tokenizer(qwen3_chem_dir):
+    cell = build_plan({"sweep": [{"scenario": "generate", "model": "tiny-qwen3", "backend": "hf",
+                                  "set": {"num_prompts": 16}}]}).cells[0]
+    assert cell.config["tokenizer"] == str(qwen3_chem_dir)
 
 
 def test_knob_coercion_rules():

@@ -44,7 +44,8 @@ class GenerateBackend(Protocol):
         ...
 
     def extra_metrics(self) -> dict[str, Any]:
-        """Backend-specific figures for the row (e.g. whether compile ran, graph capture time)."""
+        """Backend-specific figures for the row (e.g. whether compile ran, graph capture time); a
+        `warnings` list, if present, goes to the row's warnings instead."""
         ...
 
 

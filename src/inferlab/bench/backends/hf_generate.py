@@ -14,7 +14,6 @@ Works with transformers 4.46+ and 5.x. Heavy imports happen in the child only.
 from __future__ import annotations
 
 import contextlib
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,6 @@ from inferlab.bench.backends.base import BackendSpec, GenerateSpec
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError, UnsupportedError
-
-log = logging.getLogger(__name__)
 
 KNOBS = (
     Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
@@ -147,12 +144,16 @@ class HFGenerateBackend:
 
     def extra_metrics(self) -> dict[str, Any]:
         compiled = hasattr(self.model, "_compiled_call") or self.manual_compile
+        warnings = []
         if self.config["compile"] and not compiled:
-            log.warning("compile=true but no compiled forward ran")
+            warnings.append("compile=true but transformers ran no compiled forward: the figures are uncompiled")
+        if not self.config["compile"] and compiled:
+            warnings.append("compile=false but a compiled forward ran")
         return {
             "attention_kernel_requested": requested_kernel(self.config),
             "compile_observed": compiled,
             "compile_path": "transformers auto-compile" if self.auto_compile else "torch.compile(model.forward)",
+            "warnings": warnings,
         }
 
 

@@ -56,6 +56,9 @@ def validate(cell: Cell) -> None:
     if not 0.0 < c["top_p"] <= 1.0:
         raise ConfigError(f"top_p={c['top_p']} must be in (0, 1]; use 1.0 to disable it")
     assert cell.model is not None
+    if c["tokenizer"] and not model_refs.is_preset(cell.model):
+        raise ConfigError(f"tokenizer={c['tokenizer']} only applies when model is a preset to build; "
+                          f"{cell.model} is a checkpoint folder with its own tokenizer; remove the knob")
     if model_refs.model_task(cell.model) != "causal-lm":
         raise ConfigError(f"model {cell.model} is not a causal LM; the generate scenario needs one")
     config = model_refs.model_config(cell.model)
@@ -183,7 +186,10 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
         "device": str(device),
         **peak_memory(device),  # read before the profile and the bandwidth copy allocate anything
     }
-    for key, value in backend.extra_metrics().items():
+    extra = backend.extra_metrics()
+    for warning in extra.pop("warnings", []):
+        ctx.warn(warning)
+    for key, value in extra.items():
         metrics.setdefault(key, value)
     metrics.update(_after_measuring(cell, ctx, backend, batches[0], device, metrics))
     return metrics
@@ -212,7 +218,10 @@ def _after_measuring(cell: Cell, ctx: CellContext, backend: Any, batch: Any, dev
     extra["device_bandwidth_gb_per_s"] = bandwidth
     extra["bandwidth_fraction"] = (metrics["achieved_gb_per_s"] / bandwidth) if bandwidth else None
     return extra
-    for key, value in backend.extra_metrics().items():
+    extra = backend.extra_metrics()
+    for warning in extra.pop("warnings", []):
+        ctx.warn(warning)
+    for key, value in extra.items():
         metrics.setdefault(key, value)
     return metrics
 
