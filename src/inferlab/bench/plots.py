@@ -56,14 +56,15 @@ def _throughput_lines(rows: list[dict[str, Any]], path: Path, scenario: str, mod
 def _kernel_bars(rows: list[dict[str, Any]], path: Path, gpu: str) -> Path:
     import matplotlib.pyplot as plt
 
+    knobs = label_knobs(rows)  # the backend, and gqa where it varies
     shapes = list(dict.fromkeys(r["metrics"].get("shape", "?") for r in rows))
-    kernels = list(dict.fromkeys(r.get("backend") or "?" for r in rows))
+    kernels = list(dict.fromkeys(config_label(r, knobs) for r in rows))
     width = 0.8 / max(len(kernels), 1)
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(shapes)), 5))
     for i, kernel in enumerate(kernels):
         xs, ys = [], []
         for j, shape in enumerate(shapes):
-            match = [r for r in rows if r.get("backend") == kernel and r["metrics"].get("shape") == shape]
+            match = [r for r in rows if config_label(r, knobs) == kernel and r["metrics"].get("shape") == shape]
             if match:
                 xs.append(j + i * width)
                 ys.append(headline(match[0]))
