@@ -16,6 +16,10 @@ from inferlab.errors import InferlabError
 # Command modules, in the order `inferlab --help` lists them.
 COMMAND_MODULES = [
     "inferlab.cli.model_cmd",
+    "inferlab.cli.bench_cmd",
+    "inferlab.cli.report_cmd",
+    "inferlab.cli.compare_cmd",
+    "inferlab.cli.recommend_cmd",
     "inferlab.cli.conformers_cmd",
     "inferlab.cli.classify_cmd",
     "inferlab.cli.hidden_states_cmd",

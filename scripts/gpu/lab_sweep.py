@@ -1,0 +1,155 @@
+"""The lab's device run: seed-attention, seed-generate and seed-static-cache, then reports, into --out.
+
+    python scripts/gpu/lab_sweep.py --out $OUT                       # all three, within --budget-s
+    python scripts/gpu/lab_sweep.py --out $OUT --parts generate      # a subset: attention, generate, static-cache
+    python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke         # the same pipeline on CPU, tiny shapes
+
+Installs nothing (the project is installed with `pip install --no-deps -e .`). Runs live in
+runs/lab/ in the checkout (ignored by git, kept between calls on a warm machine): a call that hits its
+budget records the rest as `skipped`, and the next call resumes exactly there. seed-generate and
+seed-static-cache share one run directory, so their two common cells run once.
+
+Time (one H100/H200, estimates): seed-attention ~3.5 min, seed-generate ~11-13 min, seed-static-cache
+~10 min; ~25 min in all, i.e. three calls with the default budget of 540 s (a device command may run 10
+minutes). A hung cell costs its timeout (180-300 s) at most.
+
+Writes under --out: benchmarks/results/<date>-<gpu>-<what>.jsonl (the rows, for the lead to commit),
+benchmarks/reports/<date>-<gpu>-<what>/ (report.md + plots), lab_summary.txt. Each part runs in
+try/except, so one failure does not hide the others. The summary printed last: cells by status, the
+"Do the seeds' findings hold?" tables and the recommendations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import re
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "src"))
+
+from inferlab.cli import main as inferlab  # noqa: E402
+
+# part -> (preset, run directory name, report name)
+PARTS = {
+    "attention": ("seed-attention", "seed-attention", "seed-attention"),
+    "generate": ("seed-generate", "seed-generate", "seed-generate"),
+    "static-cache": ("seed-static-cache", "seed-generate", "seed-generate"),
+}
+# CPU smoke: the same presets, shrunk so the whole pipeline runs here in minutes.
+SMOKE_ARGS = {
+    "seed-attention": ["--set", "batch_size=2", "--set", "q_len=32", "--set", "kv_len=32", "--set", "min_duration_s=0.05",
+                       "--set", "min_repeats=3", "--only", "kernel=auto,math,flash,flash_attn"],
+    "seed-generate": ["--model", "tiny", "--set", "new_tokens=4", "--set", "compile=false",
+                      "--set", "batch_size=2", "--set", "num_prompts=4", "--set", "prompt_tokens=8"],
+    "seed-static-cache": ["--model", "tiny", "--set", "new_tokens=4", "--set", "compile=false",
+                          "--set", "batch_size=2,4", "--set", "num_prompts=4", "--set", "prompt_tokens=8"],
+}
+
+
+def _gpu_slug(run_dir: Path) -> str:
+    env_path = run_dir / "env.json"
+    env = json.loads(env_path.read_text()) if env_path.is_file() else {}
+    name = env.get("gpu") or "cpu"
+    match = re.search(r"\b([A-Z]\d{2,4}[A-Z]?)\b", name)  # "NVIDIA H100 80GB HBM3" -> "h100"
+    return (match.group(1) if match else name).lower().replace(" ", "-")[:20]
+
+
+def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]) -> None:
+    preset, run_name, _ = PARTS[part]
+    remaining = deadline - time.monotonic()
+    if remaining < 30:
+        log.append(f"{part}: not started, the budget is spent (run this script again to continue)")
+        return
+    argv = ["bench", "--preset", preset, "--run-dir", str(runs / run_name), "--limit-seconds", str(int(remaining)), "--no-report"]
+    argv += SMOKE_ARGS[preset] if smoke else []
+    print(f"\n=== {part}: inferlab {' '.join(argv)}", flush=True)
+    code = inferlab(argv)
+    log.append(f"{part}: inferlab bench exited {code}")
+
+
+def write_outputs(runs: Path, out: Path, smoke: bool, log: list[str]) -> list[str]:
+    date = _dt.date.today().isoformat()
+    summary: list[str] = []
+    for run_name in dict.fromkeys(p[1] for p in PARTS.values()):
+        run_dir = runs / run_name
+        if not (run_dir / "results.jsonl").is_file():
+            continue
+        what = run_name + ("-cpu-smoke" if smoke else "")
+        stem = f"{date}-{_gpu_slug(run_dir)}-{what}"
+        try:
+            results = out / "benchmarks" / "results" / f"{stem}.jsonl"
+            results.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(run_dir / "results.jsonl", results)
+            report_dir = out / "benchmarks" / "reports" / stem
+            baseline = ["--baseline", "attn_implementation=eager"] if run_name == "seed-generate" else []
+            inferlab(["report", str(run_dir), "--out", str(report_dir), *baseline])
+            summary += _summarise(run_dir, report_dir / "report.md", stem)
+        except Exception:
+            traceback.print_exc()
+            log.append(f"outputs of {run_name}: failed (traceback above)")
+    return summary
+
+
+def _summarise(run_dir: Path, report: Path, stem: str) -> list[str]:
+    from inferlab.bench.recommend import format_text, recommend
+    from inferlab.bench.results import load_rows
+
+    rows = load_rows([run_dir])
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    lines = [f"## {stem}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
+    if counts.get("skipped"):
+        lines.append(f"   {counts['skipped']} cells skipped by the budget: run this script again to resume them")
+    for r in rows:
+        if r["status"] not in ("ok", "skipped"):
+            lines.append(f"   {r['status']:<11} {r.get('backend')} {_short_config(r)}: {r['message'][:160]}")
+    text = report.read_text() if report.is_file() else ""
+    if "## Do the seeds' findings hold?" in text:
+        section = text.split("## Do the seeds' findings hold?", 1)[1].split("\n## ", 1)[0]
+        lines += ["Do the seeds' findings hold?", section.strip()]
+    lines += ["Recommendations:", format_text(recommend(rows))]
+    return lines
+
+
+def _short_config(row: dict) -> str:
+    c = row.get("config", {})
+    keys = ("kernel", "gqa", "attn_implementation", "sdpa_backend", "kv_cache", "processor", "batch_size", "q_len", "kv_len")
+    return " ".join(f"{k}={c[k]}" for k in keys if k in c)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for results, reports and the summary ($OUT on the device)")
+    parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
+    parser.add_argument("--budget-s", type=float, default=540.0, help="stop launching cells after this long (default 540)")
+    parser.add_argument("--runs", default=str(REPO / "runs" / "lab"), help="where the run directories live")
+    parser.add_argument("--cpu-smoke", action="store_true", help="shrink every preset to run on a CPU (tiny model/shapes)")
+    args = parser.parse_args()
+    out, runs = Path(args.out), Path(args.runs)
+    runs = runs.with_name(runs.name + "-cpu-smoke") if args.cpu_smoke else runs
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + args.budget_s
+    log: list[str] = []
+    for part in args.parts:
+        try:
+            run_part(part, runs, deadline, args.cpu_smoke, log)
+        except Exception:
+            traceback.print_exc()
+            log.append(f"{part}: raised (traceback above)")
+    summary = write_outputs(runs, out, args.cpu_smoke, log)
+    text = "\n".join(["", "==================== lab sweep summary ====================", *log, "", *summary])
+    print(text)
+    (out / "lab_summary.txt").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""What a generate backend is (BackendSpec, declared in the parent) and what it does in the child
+(GenerateBackend). Backends are thin: the generate scenario owns prompts, timing, token counting and
+metrics; a backend loads a model, runs one batch of prompts and returns the raw generated ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from inferlab.bench.cells import Cell
+from inferlab.bench.knobs import Knob, knob_table
+from inferlab.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class GenerateSpec:
+    """What every backend must produce, identical across backends of one comparison."""
+
+    new_tokens: int  # every row produces exactly this many tokens (min == max new tokens)
+    do_sample: bool
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        if self.new_tokens < 1:
+            raise ConfigError(f"new_tokens={self.new_tokens} must be >= 1")
+
+
+class GenerateBackend(Protocol):
+    """The child-side object. `generate` must leave the device busy-free on return only if the caller
+    synchronises; the scenario synchronises before reading clocks."""
+
+    eos_token_ids: frozenset[int]  # tokens that end a row; counting stops after the first one
+
+    def load(self, model_dir: Path, device: Any, dtype: Any) -> None: ...
+
+    def generate(self, prompt_ids: Any, stop_after_steps: int | None = None) -> Any:
+        """prompt_ids  # [batch, prompt_tokens] int64 on the device. Returns the generated ids only,
+        [batch, new] as a tensor or a list of lists; rows may be padded after their EOS.
+        stop_after_steps: end after that many decode steps without changing any shape (for profiling)."""
+        ...
+
+    def extra_metrics(self) -> dict[str, Any]:
+        """Backend-specific figures for the row (e.g. whether compile ran, graph capture time); a
+        `warnings` list, if present, goes to the row's warnings instead."""
+        ...
+
+
+def _no_checks(cell: Cell) -> None:
+    return None
+
+
+def _unchanged(config: dict[str, Any]) -> dict[str, Any]:
+    return config
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    name: str
+    description: str
+    knobs: tuple[Knob, ...]
+    create: Callable[[dict[str, Any], GenerateSpec], GenerateBackend]  # child only; imports inside
+    validate: Callable[[Cell], None] = _no_checks
+    resolve: Callable[[dict[str, Any]], dict[str, Any]] = _unchanged
+
+    @property
+    def knob_map(self) -> dict[str, Knob]:
+        return knob_table(self.knobs)

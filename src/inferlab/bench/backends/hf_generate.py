@@ -1,0 +1,167 @@
+"""Backend `hf`: transformers AutoModelForCausalLM + generate, with every knob the seeds turned.
+
+- attn_implementation eager / sdpa / flash_attention_2 (unavailable, with the reason, without flash-attn)
+- sdpa_backend: SDPA forced to one backend by wrapping generate in torch.nn.attention.sdpa_kernel
+- kv_cache dynamic / static (cache_implementation="static": HF sizes it prompt + new tokens)
+- compile: HF auto-compiles the decode step of a static cache on accelerators; the knob makes that
+  explicit: off passes disable_compile=True, on requires it (and compiles by hand on transformers
+  versions without auto-compile). The row reports whether a compiled forward really ran.
+- processor none / python (backends/python_logits_processor.py)
+
+Works with transformers 4.46+ and 5.x. Heavy imports happen in the child only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec
+from inferlab.bench.cells import Cell
+from inferlab.bench.knobs import Knob
+from inferlab.errors import ConfigError, UnsupportedError
+
+KNOBS = (
+    Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
+         choices=("eager", "sdpa", "flash_attention_2")),
+    Knob("sdpa_backend", str, "auto", "force SDPA to one backend (only with attn_implementation=sdpa)",
+         choices=("auto", "flash", "efficient", "cudnn", "math")),
+    Knob("kv_cache", str, "dynamic", "KV cache implementation", choices=("dynamic", "static")),
+    Knob("compile", bool, None, "compile the decode step (static cache only); default: on with a static cache, "
+         "as HF does by itself"),
+    Knob("processor", str, "none", "a per-token Python LogitsProcessor in the seeds' style", choices=("none", "python")),
+)
+
+
+def resolve(config: dict[str, Any]) -> dict[str, Any]:
+    if config.get("compile") is None:
+        config = {**config, "compile": config["kv_cache"] == "static"}
+    return config
+
+
+def validate(cell: Cell) -> None:
+    c = cell.config
+    if c["compile"] and c["kv_cache"] == "dynamic":
+        raise ConfigError("compile=true with kv_cache=dynamic: HF compiles only static caches; set compile=false "
+                          "or kv_cache=static")
+    if c["sdpa_backend"] != "auto" and c["attn_implementation"] != "sdpa":
+        raise ConfigError(f"sdpa_backend={c['sdpa_backend']} needs attn_implementation=sdpa "
+                          f"(got {c['attn_implementation']}); set sdpa_backend=auto or attn_implementation=sdpa")
+    if c["attn_implementation"] == "flash_attention_2" and c.get("dtype") == "float32":
+        raise ConfigError("flash_attention_2 runs only bfloat16/float16; set dtype=bfloat16")
+
+
+def requested_kernel(c: dict[str, Any]) -> str:
+    if c["attn_implementation"] == "sdpa":
+        return f"sdpa:{c['sdpa_backend']}"
+    return c["attn_implementation"]
+
+
+class HFGenerateBackend:
+    def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
+        self.config = config
+        self.spec = spec
+        self.model: Any = None
+        self.eos_token_ids: frozenset[int] = frozenset()
+        self.pad_token_id: int | None = None
+        self.auto_compile = False  # transformers compiles the decode step itself
+        self.manual_compile = False  # we wrapped forward in torch.compile (transformers without auto-compile)
+
+    def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
+        import torch
+        import transformers
+        from packaging.version import Version
+        from transformers import AutoModelForCausalLM
+
+        c = self.config
+        if c["attn_implementation"] == "flash_attention_2":
+            try:
+                import flash_attn  # noqa: F401
+            except Exception as e:
+                raise UnsupportedError(f"flash_attention_2 needs the flash-attn package: {type(e).__name__}: {e}") from None
+        if c["compile"] and device.type != "cuda":
+            raise UnsupportedError("compile=true: HF compiles generation only on accelerators; on CPU set compile=false")
+        dtype_kw = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation=c["attn_implementation"],
+                                                     **{dtype_kw: dtype})
+        self.model = model.to(device).eval()
+        gen = self.model.generation_config
+        eos = gen.eos_token_id if gen.eos_token_id is not None else self.model.config.eos_token_id
+        self.eos_token_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
+        self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else (min(self.eos_token_ids) if self.eos_token_ids else 0)
+        self.auto_compile = hasattr(self.model, "_valid_auto_compile_criteria")
+        if self.auto_compile and not c["compile"] and not hasattr(gen, "disable_compile"):
+            raise UnsupportedError(f"transformers {transformers.__version__} auto-compiles static caches and has no "
+                                   "disable_compile; compile=false cannot be honoured (upgrade transformers)")
+        if c["compile"] and not self.auto_compile:
+            # transformers < 4.48: the documented recipe for static caches.
+            self.model.forward = torch.compile(self.model.forward, mode="reduce-overhead", fullgraph=True)
+            self.manual_compile = True
+
+    def _generate_kwargs(self, prompt_len: int, stop_after_steps: int | None) -> dict[str, Any]:
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
+        s, c = self.spec, self.config
+        kwargs: dict[str, Any] = {"max_new_tokens": s.new_tokens, "min_new_tokens": s.new_tokens,
+                                  "do_sample": s.do_sample, "pad_token_id": self.pad_token_id}
+        if s.do_sample:
+            kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
+        if c["kv_cache"] == "static":
+            kwargs["cache_implementation"] = "static"
+        if self.auto_compile and not c["compile"]:
+            kwargs["disable_compile"] = True
+        if c["processor"] == "python":
+            from inferlab.bench.backends.python_logits_processor import make_processor
+
+            vocab = self.model.config.get_text_config().vocab_size
+            kwargs["logits_processor"] = LogitsProcessorList([make_processor(vocab, self.eos_token_ids, s.seed)])
+        if stop_after_steps is not None:
+            from inferlab.bench.backends.hf_stop_after import StopAtLength
+
+            kwargs["stopping_criteria"] = StoppingCriteriaList([StopAtLength(prompt_len + stop_after_steps)])
+        return kwargs
+
+    def generate(self, prompt_ids: Any, stop_after_steps: int | None = None) -> Any:
+        import torch
+
+        prompt_len = prompt_ids.shape[1]
+        kwargs = self._generate_kwargs(prompt_len, stop_after_steps)
+        torch.manual_seed(self.spec.seed)
+        with self._sdpa_context():
+            out = self.model.generate(prompt_ids, attention_mask=torch.ones_like(prompt_ids), **kwargs)
+        return out[:, prompt_len:]  # [batch, new tokens]
+
+    def _sdpa_context(self) -> Any:
+        backend = self.config["sdpa_backend"]
+        if backend == "auto":
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        chosen = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                  "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[backend]
+        return sdpa_kernel([chosen])
+
+    def extra_metrics(self) -> dict[str, Any]:
+        compiled = hasattr(self.model, "_compiled_call") or self.manual_compile
+        warnings = []
+        if self.config["compile"] and not compiled:
+            warnings.append("compile=true but transformers ran no compiled forward: the figures are uncompiled")
+        if not self.config["compile"] and compiled:
+            warnings.append("compile=false but a compiled forward ran")
+        return {
+            "attention_kernel_requested": requested_kernel(self.config),
+            "compile_observed": compiled,
+            "compile_path": "transformers auto-compile" if self.auto_compile else "torch.compile(model.forward)",
+            "warnings": warnings,
+        }
+
+
+BACKEND = BackendSpec(
+    name="hf",
+    description="transformers generate: attention implementation, forced SDPA backend, static/dynamic KV, compile, Python processor",
+    knobs=KNOBS,
+    create=lambda config, spec: HFGenerateBackend(config, spec),
+    validate=validate,
+    resolve=resolve,
+)

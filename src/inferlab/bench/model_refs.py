@@ -1,0 +1,113 @@
+"""What a cell's `model` names: a preset (built once per run into the run's cache) or a checkpoint
+directory. Checked at plan time so a typo is refused before anything runs; built by the launcher.
+
+Owns the preset cache layout; does not load models (backends do).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from inferlab.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+PRESET_SEED = 0
+PRESET_DTYPE = "bfloat16"  # stored dtype; each cell casts to its own `dtype` knob at load
+
+
+def preset_names() -> list[str]:
+    from inferlab.models.presets import PRESETS
+
+    return list(PRESETS)
+
+
+def is_preset(model: str) -> bool:
+    return model in preset_names()
+
+
+def check_model(model: str | None, where: str) -> None:
+    """Refuse a model that is neither a preset nor a directory holding config.json."""
+    if not model:
+        raise ConfigError(f"{where}: no model given; set model to a preset ({', '.join(preset_names())}) or a checkpoint folder")
+    if is_preset(model):
+        return
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        raise ConfigError(
+            f"{where}: model {model!r} is neither a preset ({', '.join(preset_names())}) nor a checkpoint "
+            f"directory (no config.json in {path.resolve()}); pass a preset name or a folder written by "
+            "`inferlab model init`"
+        )
+
+
+def model_config(model: str) -> dict[str, Any]:
+    """The HF config of a preset or directory as a plain dict (for plan-time checks such as max positions)."""
+    if is_preset(model):
+        from inferlab.models.presets import get_preset
+
+        return get_preset(model).make_config().to_dict()
+    return json.loads((Path(model).expanduser() / "config.json").read_text())
+
+
+def model_task(model: str) -> str:
+    """causal-lm or sequence-classification."""
+    if is_preset(model):
+        from inferlab.models.presets import get_preset
+
+        return get_preset(model).task
+    archs = model_config(model).get("architectures") or []
+    return "sequence-classification" if any(a.endswith("ForSequenceClassification") for a in archs) else "causal-lm"
+
+
+def default_tokenizer_for(model: str) -> str:
+    """The tokenizer folder a preset wants ('' = the built-in one); raises ConfigError if it is missing."""
+    if not is_preset(model):
+        return ""
+    from inferlab.models.presets import get_preset
+
+    if get_preset(model).tokenizer != "qwen3-chem":
+        return ""
+    from inferlab.errors import InputError
+    from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
+
+    try:
+        return str(qwen3_chem_tokenizer_dir())
+    except InputError as e:
+        raise ConfigError(f"preset {model!r} needs the qwen3-chem tokenizer: {e}; or set the knob tokenizer=DIR") from None
+
+
+def preset_cache_dir(cache_root: Path, preset: str, tokenizer: str) -> Path:
+    tag = "builtin" if not tokenizer else "tok-" + hashlib.sha1(str(Path(tokenizer).resolve()).encode()).hexdigest()[:8]
+    return cache_root / "models" / f"{preset}-seed{PRESET_SEED}-{tag}"
+
+
+def build_preset(cache_root: Path, preset: str, tokenizer: str, timeout_s: float = 1800.0) -> Path:
+    """Build the random checkpoint of `preset` once (in a subprocess, into a temp folder renamed when
+    complete, so a killed build never leaves a half checkpoint that looks finished)."""
+    final = preset_cache_dir(cache_root, preset, tokenizer)
+    if (final / "inferlab_preset.json").is_file():
+        return final
+    partial = final.with_name(final.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    cli = "import sys; from inferlab.cli import main; sys.exit(main(sys.argv[1:]))"
+    cmd = [sys.executable, "-c", cli, "model", "init", "--preset", preset, "--out", str(partial),
+           "--seed", str(PRESET_SEED), "--dtype", PRESET_DTYPE]
+    if tokenizer:
+        cmd += ["--tokenizer", tokenizer]
+    log.info("building preset %s into %s", preset, final)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=os.environ.copy())
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        raise ConfigError(f"building preset {preset!r} failed (exit {proc.returncode}): {tail}")
+    partial.rename(final)
+    return final

@@ -1,0 +1,192 @@
+"""`inferlab report`: result rows -> a Markdown report (one table per scenario x model x GPU, speedup
+against a chosen baseline, the winner marked), PNG plots (plots.py) and, where seed-preset rows exist,
+the "Do the seeds' findings hold?" section (findings.py). Every number comes from the rows.
+
+Speedup baseline: by default the first configuration of each workload (rows with equal workload knobs,
+e.g. the same batch size); with `--baseline attn_implementation=eager`, for each row the row of the
+same workload with that value that agrees with it on the most other knobs (e.g. the same KV cache).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from inferlab.bench import findings, plots
+from inferlab.bench.markdown import md_table, num, pct, ratio, short, sig
+from inferlab.bench.results import (best_row, config_label, field_value, format_value, group_rows, headline,
+                                    speedup, table_key, workload_key)
+from inferlab.bench.results import label_knobs as results_label_knobs
+from inferlab.errors import InputError
+
+
+@dataclass(frozen=True)
+class TableContext:
+    label_knobs: list[str]
+    baselines: dict[int, dict[str, Any] | None]  # id(row) -> its baseline row
+    winners: set[int]  # id(row) of each workload's best row
+
+
+Cell = Callable[[dict[str, Any], TableContext], str]
+
+
+def _label(row: dict[str, Any], ctx: TableContext) -> str:
+    text = config_label(row, ctx.label_knobs)
+    return f"**{text}** (best)" if id(row) in ctx.winners else text
+
+
+def _status(row: dict[str, Any], ctx: TableContext) -> str:
+    status = row.get("status", "?")
+    return status if status == "ok" and not row.get("warnings") else f"{status}: {short(row.get('message') or '; '.join(row.get('warnings', [])))}"
+
+
+def _metric(name: str, fmt: Callable[[Any], str]) -> Cell:
+    return lambda row, ctx: fmt(row.get("metrics", {}).get(name)) if row.get("status") == "ok" else "-"
+
+
+def _speedup(row: dict[str, Any], ctx: TableContext) -> str:
+    return ratio(speedup(row, ctx.baselines.get(id(row))))
+
+
+def _gbps(row: dict[str, Any], ctx: TableContext) -> str:
+    m = row.get("metrics", {})
+    if row.get("status") != "ok" or m.get("achieved_gb_per_s") is None:
+        return "-"
+    frac = m.get("bandwidth_fraction")
+    return num(m["achieved_gb_per_s"]) + (f" ({pct(frac)})" if frac is not None else "")
+
+
+# Columns per scenario; a scenario without an entry gets DEFAULT_COLUMNS.
+COLUMNS: dict[str, list[tuple[str, Cell]]] = {
+    "generate": [
+        ("configuration", _label),
+        ("batch", lambda r, c: str(r.get("batch_size", "-"))),
+        ("tok/s", _metric("output_tokens_per_s", num)),
+        ("spread", _metric("spread", pct)),
+        ("speedup", _speedup),
+        ("first call s", _metric("first_call_s", sig)),
+        ("steady s", _metric("steady_s", sig)),
+        ("peak GB", _metric("peak_memory_gb", sig)),
+        ("GB/s (of device)", _gbps),
+        ("attention kernel seen", _metric("attention_kernel_observed", str)),
+        ("status", _status),
+    ],
+    "attention-kernels": [
+        ("configuration", _label),
+        ("shape", lambda r, c: str(r.get("metrics", {}).get("shape") or "-")),
+        ("ms/iter", _metric("ms_per_iter", sig)),
+        ("spread", _metric("spread", pct)),
+        ("TFLOP/s", _metric("tflops_per_s", sig)),
+        ("speedup", _speedup),
+        ("max abs err vs math fp32", _metric("max_abs_error", sig)),
+        ("kernel seen", _metric("attention_kernel_observed", str)),
+        ("status", _status),
+    ],
+}
+DEFAULT_COLUMNS: list[tuple[str, Cell]] = [
+    ("configuration", _label),
+    ("batch", lambda r, c: str(r.get("batch_size", "-"))),
+    ("headline", lambda r, c: f"{r.get('headline_metric')}={sig(headline(r))}" if headline(r) is not None else "-"),
+    ("speedup", _speedup),
+    ("status", _status),
+]
+
+
+def parse_baseline(text: str | None) -> tuple[str, str] | None:
+    if not text:
+        return None
+    if "=" not in text:
+        raise InputError(f"--baseline {text!r}: write it as knob=value, e.g. --baseline attn_implementation=eager")
+    key, value = text.split("=", 1)
+    return key.strip(), value.strip()
+
+
+def _matches(value: Any, wanted: str) -> bool:
+    if isinstance(value, bool):
+        return wanted.lower() in (("true", "on", "yes", "1") if value else ("false", "off", "no", "0"))
+    return str(value).lower() == wanted.lower()
+
+
+def choose_baselines(rows: list[dict[str, Any]], spec: tuple[str, str] | None, label_knobs: list[str]) -> dict[int, dict[str, Any] | None]:
+    chosen: dict[int, dict[str, Any] | None] = {}
+    for subset in group_rows(rows, workload_key).values():
+        ok = [r for r in subset if headline(r) is not None]
+        if spec is None:
+            for r in subset:
+                chosen[id(r)] = ok[0] if ok else None
+            continue
+        key, wanted = spec
+        candidates = [r for r in ok if _matches(field_value(r, key), wanted)]
+        others = [k for k in label_knobs if k != key]
+        for r in subset:
+            if not candidates:
+                chosen[id(r)] = None
+                continue
+            chosen[id(r)] = max(candidates, key=lambda c: sum(field_value(c, k) == field_value(r, k) for k in others))
+    return chosen
+
+
+def render_table(rows: list[dict[str, Any]], spec: tuple[str, str] | None) -> str:
+    scenario, model, gpu = table_key(rows[0])
+    rows = [r for subset in group_rows(rows, workload_key).values() for r in subset]  # workloads together
+    label_knobs = results_label_knobs(rows)
+    winners = {id(b) for subset in group_rows(rows, workload_key).values() if (b := best_row(subset)) is not None and len(subset) > 1}
+    ctx = TableContext(label_knobs, choose_baselines(rows, spec, label_knobs), winners)
+    columns = COLUMNS.get(scenario, DEFAULT_COLUMNS)
+    fixed = [k for k in rows[0].get("config", {})
+             if k != "tokenizer" and all(r.get("config", {}).get(k) == rows[0]["config"][k] for r in rows)]
+    fixed_text = ", ".join(f"{k}={format_value(rows[0]['config'][k])}" for k in fixed)
+    if spec is None:
+        base_text = "speedup: against the first configuration of each workload (same batch size/shape)"
+    else:
+        base_text = f"speedup: against {spec[0]}={spec[1]} in the same workload"
+    metric = rows[0].get("headline_metric")
+    better = "higher" if rows[0].get("higher_is_better", True) else "lower"
+    parts = [f"### {scenario} · {model} · {gpu}", "",
+             f"Ranked by `{metric}` ({better} is better); {base_text}. Fixed: {fixed_text or '-'}.", "",
+             md_table([h for h, _ in columns], [[fn(r, ctx) for _, fn in columns] for r in rows])]
+    return "\n".join(parts)
+
+
+def _env_table(rows: list[dict[str, Any]]) -> str:
+    fields = ("gpu", "driver", "cuda", "cudnn", "torch", "transformers", "triton", "flash_attn", "python", "commit")
+    seen: list[tuple[str, ...]] = []
+    for row in rows:
+        env = row.get("env") or {}
+        commit = env.get("commit")
+        values = [str(env.get(f) if f != "commit" else (commit[:10] + ("+dirty" if env.get("dirty") else "")) if commit else "-")
+                  for f in fields]
+        values[0] = values[0] if env.get("gpu") else f"cpu: {env.get('cpu', '?')}"
+        if tuple(values) not in seen:
+            seen.append(tuple(values))
+    return md_table(list(fields), [list(v) for v in seen])
+
+
+def write_report(runs: list[str], rows: list[dict[str, Any]], out_dir: Path, baseline: str | None = None) -> Path:
+    """Write report.md and plots/*.png into out_dir; return the Markdown path."""
+    if not rows:
+        raise InputError("no result rows in " + ", ".join(runs) + "; run `inferlab bench` first")
+    spec = parse_baseline(baseline)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    statuses: dict[str, int] = {}
+    for r in rows:
+        statuses[r.get("status", "?")] = statuses.get(r.get("status", "?"), 0) + 1
+    lines = ["# inferlab lab report", "",
+             f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from: "
+             + ", ".join(f"`{r}`" for r in runs) + ".",
+             f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) + ".", "",
+             "## Environment", "", _env_table(rows), ""]
+    lines += findings.render_section(rows)
+    lines += ["## Results", ""]
+    for group in group_rows(rows, table_key).values():
+        lines += [render_table(group, spec), ""]
+    images = plots.write_plots(rows, out_dir / "plots")
+    if images:
+        lines += ["## Plots", ""]
+        lines += [f"![{p.stem}](plots/{p.name})" for p in images]
+        lines.append("")
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path

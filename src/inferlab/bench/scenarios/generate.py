@@ -1,0 +1,243 @@
+"""Scenario `generate`: batched text generation through a backend (backends.BACKENDS), measured the same
+way for every backend.
+
+The scenario owns the protocol; backends only load and run batches:
+1. prompts: `num_prompts` rows of exactly `prompt_tokens` random non-special token ids (seeded), so no
+   padding is needed; every backend gets the same ids, `new_tokens` (min == max) and sampling settings;
+2. load (timed), then the first call on one batch (timed: includes compile / graph capture), then the
+   remaining warm-up calls; the first call never enters steady-state figures;
+3. steady state: batches in order, repeated until `min_repeats` passes over all prompts AND
+   `min_duration_s` are met; every call is timed (device-synchronised) and its tokens counted per row
+   up to the first EOS, never padding; peak memory is read here;
+4. last, so they cannot disturb the figures: one short profiled call (the same shapes, stopped after
+   `profile_steps` decode steps) says which attention kernel ran, and the device's copy bandwidth is
+   measured once per run. The figures are saved before the profile, so a profiler crash keeps them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferlab.bench import model_refs
+from inferlab.bench.cells import Cell
+from inferlab.bench.knobs import Knob, common_knobs
+from inferlab.bench.scenarios.base import CellContext, Scenario
+from inferlab.errors import ConfigError
+
+KNOBS = (
+    Knob("batch_size", int, 16, "prompts per generate call", minimum=1),
+    Knob("num_prompts", int, 64, "prompts per pass (a multiple of batch_size)", minimum=1),
+    Knob("prompt_tokens", int, 48, "tokens per prompt (random ids, all rows equally long)", minimum=1),
+    Knob("new_tokens", int, 128, "tokens generated per row (min_new_tokens == max_new_tokens)", minimum=1),
+    Knob("dtype", str, "bfloat16", "weights and activations", choices=("bfloat16", "float16", "float32")),
+    Knob("do_sample", bool, True, "sample (true) or greedy (false)"),
+    Knob("temperature", float, 1.0, "sampling temperature", minimum=0.0),
+    Knob("top_p", float, 0.9, "nucleus sampling threshold (1.0 disables)", minimum=0.0),
+    Knob("top_k", int, 0, "top-k filter (0 disables)", minimum=0),
+    Knob("tokenizer", str, "", "tokenizer folder for building a preset model ('' = the preset's own)"),
+    Knob("profile_kernels", bool, True, "profile one short call to see which attention kernel ran"),
+    Knob("profile_steps", int, 4, "decode steps of the profiled call", minimum=1),
+    *common_knobs(min_repeats=1, min_duration_s=0.0, warmup=1,
+                  repeats_help="timed passes over all prompts (at least; more if min_duration_s needs them)"),
+)
+
+
+def validate(cell: Cell) -> None:
+    c = cell.config
+    if c["num_prompts"] % c["batch_size"]:
+        raise ConfigError(
+            f"num_prompts={c['num_prompts']} is not a multiple of batch_size={c['batch_size']}: a short last batch "
+            "would change shapes (and recompile a static cache) inside the timed loop; set num_prompts to a multiple"
+        )
+    if c["warmup"] < 1:
+        raise ConfigError("warmup=0: the first call carries compile and lazy initialisation; use warmup >= 1")
+    if c["do_sample"] and c["temperature"] <= 0:
+        raise ConfigError("temperature must be > 0 when do_sample=true; use do_sample=false for greedy")
+    if not 0.0 < c["top_p"] <= 1.0:
+        raise ConfigError(f"top_p={c['top_p']} must be in (0, 1]; use 1.0 to disable it")
+    assert cell.model is not None
+    if c["tokenizer"] and not model_refs.is_preset(cell.model):
+        raise ConfigError(f"tokenizer={c['tokenizer']} only applies when model is a preset to build; "
+                          f"{cell.model} is a checkpoint folder with its own tokenizer; remove the knob")
+    if model_refs.model_task(cell.model) != "causal-lm":
+        raise ConfigError(f"model {cell.model} is not a causal LM; the generate scenario needs one")
+    config = model_refs.model_config(cell.model)
+    config = config.get("text_config", config)
+    limit = config.get("max_position_embeddings")
+    if limit and c["prompt_tokens"] + c["new_tokens"] > limit:
+        raise ConfigError(
+            f"prompt_tokens + new_tokens = {c['prompt_tokens'] + c['new_tokens']} exceeds the model's "
+            f"max_position_embeddings={limit}; lower new_tokens or prompt_tokens"
+        )
+
+
+def estimate_s(cell: Cell, accelerator: bool) -> float:
+    """Rough seconds: process start + load (~8 s), then (warm-ups + steady calls) x decode steps x a
+    guessed step time, plus a compile guess (~25 s, BENCHMARKING.md saw 16-33 s). The GPU step model is fitted to BENCHMARKING.md's H200
+    table for the Llama-380M shape (dynamic ~9 ms, static ~3 ms, +0.055 ms per row; the Python
+    processor ~+0.04 ms per row); other models and devices differ."""
+    c = cell.config
+    calls = c["warmup"] + c["min_repeats"] * c["num_prompts"] // c["batch_size"]
+    rows = c["batch_size"]
+    if accelerator:
+        step_ms = (3.0 if c.get("kv_cache") == "static" else 9.0) + 0.055 * rows
+        fixed = 8.0 + (25.0 if c.get("compile") else 0.0)
+    else:
+        step_ms = 4.0 + 0.02 * rows
+        fixed = 6.0
+    if c.get("processor") == "python":
+        step_ms += 0.04 * rows
+    return fixed + calls * c["new_tokens"] * step_ms / 1000 + max(c["min_duration_s"], 0.0)
+
+
+def make_prompts(model_dir: Any, num_prompts: int, prompt_tokens: int, seed: int) -> Any:
+    """[num_prompts, prompt_tokens] int64 of ids drawn from the tokenizer's non-special vocabulary
+    (the model's vocabulary when the checkpoint has no tokenizer)."""
+    import json
+
+    import torch
+
+    vocab = json.loads((model_dir / "config.json").read_text()).get("vocab_size")
+    special: set[int] = set()
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(model_dir))
+        vocab = min(vocab or len(tok), len(tok))
+        special = set(tok.all_special_ids)
+    except (OSError, ValueError):
+        pass
+    allowed = torch.tensor([i for i in range(vocab) if i not in special], dtype=torch.long)
+    gen = torch.Generator().manual_seed(seed)
+    picks = torch.randint(len(allowed), (num_prompts, prompt_tokens), generator=gen)
+    return allowed[picks]
+
+
+def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
+    import torch
+
+    from inferlab.bench.backends import GenerateSpec, get_backend
+    from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
+    from inferlab.bench.scenarios.generate_traffic import ModelTraffic, count_generated
+    from inferlab.bench.timing import device_synchronizer, measure, timed
+
+    c = cell.config
+    assert ctx.model_path is not None and cell.backend is not None
+    device = resolve_device(c["device"])
+    sync = device_synchronizer(device)
+    spec = GenerateSpec(new_tokens=c["new_tokens"], do_sample=c["do_sample"], temperature=c["temperature"],
+                        top_p=c["top_p"], top_k=c["top_k"], seed=c["seed"])
+    backend = get_backend(cell.backend).create(dict(c), spec)
+    reset_peak_memory(device)
+    with timed(sync) as load:
+        backend.load(ctx.model_path, device, torch_dtype(c["dtype"]))
+    prompts = make_prompts(ctx.model_path, c["num_prompts"], c["prompt_tokens"], c["seed"]).to(device)
+    batches = list(torch.split(prompts, c["batch_size"]))  # each [batch_size, prompt_tokens]
+    traffic = ModelTraffic.from_checkpoint(ctx.model_path, c["dtype"])
+
+    with torch.no_grad():
+        with timed(sync) as first:
+            first_out = backend.generate(batches[0])
+        first_counts = count_generated(first_out, backend.eos_token_ids)
+        warmups = [first.seconds]
+        for _ in range(c["warmup"] - 1):
+            with timed(sync) as t:
+                backend.generate(batches[0])
+            warmups.append(t.seconds)
+        order = iter(range(10**9))
+        tokens_per_call: list[int] = []
+        bytes_per_call: list[float] = []
+
+        def one_call() -> Any:
+            return backend.generate(batches[next(order) % len(batches)])
+
+        def count(out: Any) -> None:
+            rows = count_generated(out, backend.eos_token_ids)
+            tokens_per_call.append(sum(rows))
+            bytes_per_call.append(traffic.decode_bytes(c["prompt_tokens"], rows))
+
+        m = measure(one_call, warmup=0, min_repeats=c["min_repeats"] * len(batches),
+                    min_duration_s=c["min_duration_s"], sync=sync, on_result=count)
+
+    steady_s = m.total_s
+    output_tokens = sum(tokens_per_call)
+    call_stats = m.stats
+    short_rows = sum(1 for n in first_counts if n < c["new_tokens"])
+    if short_rows:
+        ctx.warn(f"{short_rows} of {len(first_counts)} rows of the first call ended before new_tokens (EOS)")
+    achieved = sum(bytes_per_call) / steady_s / 1e9
+    metrics: dict[str, Any] = {
+        "output_tokens": output_tokens,
+        "output_tokens_per_s": output_tokens / steady_s,
+        "requests_per_s": len(tokens_per_call) * c["batch_size"] / steady_s,
+        "load_s": load.seconds,
+        "first_call_s": first.seconds,
+        "first_call_extra_s": first.seconds - call_stats.median,  # compile / capture / lazy init beyond a steady call
+        "warmup_s": warmups,
+        "steady_s": steady_s,
+        "steady_calls": call_stats.n,
+        "call_s_stats": call_stats.to_dict(),
+        "latency_ms": call_stats.scaled(1000.0).latency_dict(),  # a request's latency = its batch call's
+        "spread": call_stats.spread,
+        "tokens_per_row": c["new_tokens"],
+        "achieved_gb_per_s": achieved,
+        "weight_bytes": traffic.weight_bytes,
+        "kv_bytes_per_position": traffic.kv_bytes_per_position,
+        "device": str(device),
+        **peak_memory(device),  # read before the profile and the bandwidth copy allocate anything
+    }
+    extra = backend.extra_metrics()
+    for warning in extra.pop("warnings", []):
+        ctx.warn(warning)
+    for key, value in extra.items():
+        metrics.setdefault(key, value)
+    metrics.update(_after_measuring(cell, ctx, backend, batches[0], device, metrics))
+    return metrics
+
+
+def _after_measuring(cell: Cell, ctx: CellContext, backend: Any, batch: Any, device: Any,
+                     metrics: dict[str, Any]) -> dict[str, Any]:
+    """Steps that measure nothing the headline depends on, run last so they cannot disturb it: the
+    profiled short call (which attention kernel ran) and the device's copy bandwidth."""
+    import torch
+
+    from inferlab.bench.bandwidth import device_bandwidth_gb_per_s
+    from inferlab.bench.profiling import observe_attention
+
+    extra: dict[str, Any] = {"attention_kernel_observed": None, "attention_kernels_profile": None}
+    if cell.config["profile_kernels"]:
+        ctx.save_partial(metrics, "the kernel profile")
+        try:
+            with torch.no_grad():
+                kernels = observe_attention(
+                    lambda: backend.generate(batch, stop_after_steps=cell.config["profile_steps"]), device)
+            extra.update(attention_kernel_observed=kernels.observed, attention_kernels_profile=kernels.to_json())
+        except Exception as e:  # the profile is a diagnosis; the figures above stand without it
+            ctx.warn(f"kernel profile failed: {type(e).__name__}: {e}")
+    bandwidth = device_bandwidth_gb_per_s(device, ctx.cache_dir)
+    extra["device_bandwidth_gb_per_s"] = bandwidth
+    extra["bandwidth_fraction"] = (metrics["achieved_gb_per_s"] / bandwidth) if bandwidth else None
+    return extra
+    extra = backend.extra_metrics()
+    for warning in extra.pop("warnings", []):
+        ctx.warn(warning)
+    for key, value in extra.items():
+        metrics.setdefault(key, value)
+    return metrics
+
+
+SCENARIO = Scenario(
+    name="generate",
+    description="batched generation of equal-length outputs through a backend: tok/s, first call, memory, kernel",
+    knobs=KNOBS,
+    run=run,
+    validate=validate,
+    estimate_s=estimate_s,
+    headline_metric="output_tokens_per_s",
+    higher_is_better=True,
+    uses_backends=True,
+    uses_model=True,
+    default_timeout_s=600.0,
+    workload_knobs=("batch_size", "num_prompts", "prompt_tokens", "new_tokens", "do_sample", "temperature", "top_p",
+                    "top_k"),
+)

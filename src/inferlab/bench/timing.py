@@ -1,0 +1,146 @@
+"""Clocks that wait for the device, a repeat-until-count-and-duration loop, and summary statistics.
+
+Every timed region is bracketed by a device synchronisation (torch.cuda.synchronize on CUDA, nothing on
+CPU) and read with time.perf_counter. Warm-up calls run before the loop and never enter the samples;
+load, compile and first-call times are measured by the caller with `timed` and kept apart.
+Stats round-trip through JSON (to_dict / from_dict). torch is imported only when a CUDA clock is made.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator
+
+
+def device_synchronizer(device: Any) -> Callable[[], None]:
+    """A function that blocks until all queued work on `device` is done (a no-op on CPU)."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        dev = torch.device(device)
+        return lambda: torch.cuda.synchronize(dev)
+    return lambda: None
+
+
+@dataclass
+class Elapsed:
+    seconds: float = 0.0
+
+
+@contextmanager
+def timed(sync: Callable[[], None]) -> Iterator[Elapsed]:
+    """`with timed(sync) as t: ...` -> t.seconds, synchronised before both clock reads."""
+    result = Elapsed()
+    sync()
+    start = time.perf_counter()
+    yield result
+    sync()
+    result.seconds = time.perf_counter() - start
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass(frozen=True)
+class Stats:
+    n: int
+    median: float
+    mean: float
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    min: float
+    max: float
+    stdev: float | None  # sample standard deviation; None with one sample
+    spread: float | None  # interquartile range / median; None with one sample or a zero median
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Stats":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+    def scaled(self, factor: float) -> "Stats":
+        """The same statistics in another unit (e.g. factor 1000: seconds -> milliseconds)."""
+        def s(v: float | None) -> float | None:
+            return None if v is None else v * factor
+        return Stats(self.n, self.median * factor, self.mean * factor, self.p50 * factor, self.p90 * factor,
+                     self.p95 * factor, self.p99 * factor, self.min * factor, self.max * factor, s(self.stdev),
+                     self.spread)
+
+    def latency_dict(self) -> dict[str, float]:
+        """The shared `latency_ms`-style subset."""
+        return {"p50": self.p50, "p90": self.p90, "p95": self.p95, "p99": self.p99}
+
+
+def summarize(samples: list[float]) -> Stats:
+    if not samples:
+        raise ValueError("no samples to summarize")
+    med = statistics.median(samples)
+    iqr = percentile(samples, 75) - percentile(samples, 25)
+    many = len(samples) > 1
+    return Stats(
+        n=len(samples),
+        median=med,
+        mean=statistics.fmean(samples),
+        p50=percentile(samples, 50),
+        p90=percentile(samples, 90),
+        p95=percentile(samples, 95),
+        p99=percentile(samples, 99),
+        min=min(samples),
+        max=max(samples),
+        stdev=statistics.stdev(samples) if many else None,
+        spread=(iqr / med) if many and med != 0 else None,
+    )
+
+
+@dataclass
+class Measurement:
+    samples_s: list[float] = field(default_factory=list)  # one per timed repeat
+    warmup_s: list[float] = field(default_factory=list)  # the warm-up calls, kept apart
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.samples_s)
+
+    @property
+    def stats(self) -> Stats:
+        return summarize(self.samples_s)
+
+
+def measure(fn: Callable[[], Any], *, warmup: int, min_repeats: int, min_duration_s: float,
+            sync: Callable[[], None] = lambda: None, max_repeats: int = 1_000_000,
+            on_result: Callable[[Any], None] | None = None) -> Measurement:
+    """Call `fn` `warmup` times untimed-for-stats, then repeat until BOTH `min_repeats` samples and
+    `min_duration_s` of timed calls are reached (or `max_repeats`). `on_result` sees each timed call's
+    return value (e.g. to count tokens) outside the timed region."""
+    if min_repeats < 1:
+        raise ValueError("min_repeats must be >= 1")
+    result = Measurement()
+    for _ in range(warmup):
+        with timed(sync) as t:
+            fn()
+        result.warmup_s.append(t.seconds)
+    while len(result.samples_s) < max_repeats and (
+        len(result.samples_s) < min_repeats or result.total_s < min_duration_s
+    ):
+        with timed(sync) as t:
+            value = fn()
+        result.samples_s.append(t.seconds)
+        if on_result is not None:
+            on_result(value)
+    return result

@@ -1,0 +1,50 @@
+"""`inferlab bench --preset quick`, reduced to one attention cell and one generate cell, end to end:
+fresh processes, rows, the printed table, the report and its plots."""
+
+from __future__ import annotations
+
+import json
+
+from inferlab.cli import main
+
+
+def test_quick_preset_reduced_to_two_cells_runs_end_to_end(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    code = main(["bench", "--preset", "quick", "--run-dir", str(run_dir), "--only", "kernel=auto", "--only", "q_len=1",
+                 "--only", "attn_implementation=sdpa", "--only", "kv_cache=dynamic", "--only", "processor=python"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    rows = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert [(r["scenario"], r["status"]) for r in rows] == [("attention-kernels", "ok"), ("generate", "ok")], rows
+    assert rows[1]["metrics"]["output_tokens"] == 8 * 16 and rows[1]["model"] == "tiny"
+    assert (run_dir / "cache" / "models").is_dir()  # the preset was built once into the run's cache
+    report = (run_dir / "report" / "report.md").read_text()
+    assert "### generate · tiny" in report and "### attention-kernels" in report
+    assert len(list((run_dir / "report" / "plots").glob("*.png"))) == 2
+    assert "2 ok" in printed and "report:" in printed
+    # a rerun resumes: nothing left to do
+    assert main(["bench", "--preset", "quick", "--run-dir", str(run_dir), "--only", "kernel=auto", "--only", "q_len=1",
+                 "--only", "attn_implementation=sdpa", "--only", "kv_cache=dynamic", "--only", "processor=python",
+                 "--no-report"]) == 0
+    assert "2 already recorded" in capsys.readouterr().out
+    assert len((run_dir / "results.jsonl").read_text().splitlines()) == 2
+
+
+def test_bench_without_a_plan_is_refused_with_the_fix(capsys):
+    assert main(["bench"]) == 2
+    assert "--preset NAME" in capsys.readouterr().err
+
+
+def test_report_compare_recommend_commands(tmp_path, capsys):
+    row = {"run_id": "r", "cell_key": "k1", "scenario": "generate", "backend": "hf", "model": "tiny", "batch_size": 4,
+           "status": "ok", "message": "", "config": {"batch_size": 4, "kv_cache": "dynamic"}, "env": {"gpu": "X"},
+           "metrics": {"output_tokens_per_s": 10.0, "spread": 0.01}, "headline_metric": "output_tokens_per_s",
+           "higher_is_better": True, "workload_knobs": ["batch_size"]}
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text(json.dumps(row) + "\n")
+    b.write_text(json.dumps({**row, "metrics": {"output_tokens_per_s": 12.0, "spread": 0.01}}) + "\n")
+    assert main(["compare", str(a), str(b)]) == 0 and "+20.0%" in capsys.readouterr().out
+    assert main(["recommend", str(a), str(b), "--markdown"]) == 0 and "| GPU |" in capsys.readouterr().out
+    assert main(["report", str(a), "--out", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep" / "report.md").is_file()
+    assert main(["report", str(tmp_path / "missing")]) == 2

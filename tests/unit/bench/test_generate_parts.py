@@ -1,0 +1,98 @@
+"""The generate scenario's parts: token counting, bytes per decode step, prompts, the Python processor
+and the HF backend on a tiny random checkpoint (CPU)."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
+
+import pytest
+
+from inferlab.bench.backends import GenerateSpec, get_backend
+from inferlab.bench.backends.python_logits_processor import SeedStylePythonProcessor
+from inferlab.bench.scenarios.generate import make_prompts
+from inferlab.bench.scenarios.generate_traffic import ModelTraffic, count_generated
+from inferlab.errors import UnsupportedError
+
+HF_DEFAULTS = {"attn_implementation": "sdpa", "sdpa_backend": "auto", "kv_cache": "dynamic", "compile": False, "processor": "none"}
+
+
+def test_count_generated_stops_at_the_first_eos_and_ignores_padding():
+    out = torch.tensor([[5, 6, 9, 0, 0], [1, 2, 3, 4, 5], [9, 9, 9, 9, 9]])
+    assert count_generated(out, frozenset({9})) == [3, 5, 1]
+    assert count_generated([[1, 9], [2]], frozenset({9, 7})) == [2, 1]
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tiny-llama3-rope"])
+def test_model_traffic_matches_the_loaded_model(tiny_checkpoint, preset):
+    path = tiny_checkpoint(preset)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    params = {id(p): p for p in model.parameters()}  # tied weights appear once
+    expected = sum(p.numel() for p in params.values())
+    if not model.config.tie_word_embeddings:
+        expected -= model.get_input_embeddings().weight.numel()  # untied: a lookup, not a read of the table
+    traffic = ModelTraffic.from_checkpoint(path, "bfloat16")
+    assert traffic.weight_bytes == expected * 2
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    assert traffic.kv_bytes_per_position == c.num_hidden_layers * 2 * c.num_key_value_heads * head_dim * 2
+    # prompt 3; rows of 4 and 2 tokens: 3 decode steps; live positions (3+1)+(3+2)+(3+3) + (3+1)
+    assert traffic.decode_bytes(3, [4, 2]) == 3 * traffic.weight_bytes + 19 * traffic.kv_bytes_per_position
+    assert traffic.decode_bytes(3, [1, 1]) == 0
+
+
+def test_prompts_are_seeded_exact_length_and_avoid_special_tokens(tiny_checkpoint):
+    path = tiny_checkpoint()
+    tok = AutoTokenizer.from_pretrained(path)
+    a = make_prompts(path, 6, 10, seed=1)
+    assert a.shape == (6, 10) and a.dtype == torch.long
+    assert torch.equal(a, make_prompts(path, 6, 10, seed=1)) and not torch.equal(a, make_prompts(path, 6, 10, seed=2))
+    assert not set(a.flatten().tolist()) & set(tok.all_special_ids)
+    assert int(a.max()) < len(tok)
+
+
+def test_the_python_processor_masks_per_row_and_never_ends_rows_early(tiny_checkpoint):
+    path = tiny_checkpoint()
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    eos = model.generation_config.eos_token_id
+    processor = SeedStylePythonProcessor(model.config.vocab_size, frozenset([eos]), seed=3, template_len=5)
+    prompts = make_prompts(path, 3, 4, seed=0)
+    out = model.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=12, min_new_tokens=12,
+                         do_sample=True, logits_processor=LogitsProcessorList([processor]), pad_token_id=eos)
+    generated = out[:, 4:]
+    assert generated.shape == (3, 12) and count_generated(generated, frozenset([eos])) == [12, 12, 12]
+    for r, state in enumerate(processor.rows):
+        assert state.position == 12
+        for t, token in enumerate(generated[r].tolist()):
+            assert token in state.template[t % 5].tolist(), (r, t)
+    assert processor.rows[0].template[0].tolist() != processor.rows[1].template[0].tolist() or \
+        processor.rows[0].template[1].tolist() != processor.rows[1].template[1].tolist()  # per-row templates
+
+
+def _backend(path, **knobs):
+    spec = GenerateSpec(new_tokens=6, do_sample=True, temperature=1.0, top_p=0.9, top_k=0, seed=0)
+    backend = get_backend("hf").create({**HF_DEFAULTS, **knobs}, spec)
+    backend.load(path, torch.device("cpu"), torch.float32)
+    return backend
+
+
+def test_hf_backend_generates_exact_lengths_and_stops_early_for_profiling(tiny_checkpoint):
+    path = tiny_checkpoint()
+    prompts = make_prompts(path, 2, 5, seed=0)
+    for knobs in ({}, {"kv_cache": "static"}, {"processor": "python"}, {"attn_implementation": "eager"},
+                  {"sdpa_backend": "math"}):
+        backend = _backend(path, **knobs)
+        out = backend.generate(prompts)
+        assert tuple(out.shape) == (2, 6), knobs
+        assert count_generated(out, backend.eos_token_ids) == [6, 6]
+        assert tuple(backend.generate(prompts, stop_after_steps=2).shape) == (2, 2)
+        extra = backend.extra_metrics()
+        assert extra["compile_observed"] is False and extra["attention_kernel_requested"]
+
+
+def test_hf_backend_says_what_it_cannot_do(tiny_checkpoint):
+    path = tiny_checkpoint()
+    with pytest.raises(UnsupportedError, match="flash-attn"):
+        _backend(path, attn_implementation="flash_attention_2")
+    with pytest.raises(UnsupportedError, match="on CPU set compile=false"):
+        _backend(path, kv_cache="static", compile=True)

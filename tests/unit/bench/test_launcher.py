@@ -1,0 +1,113 @@
+"""Isolation: every way a cell can end becomes a row and the sweep goes on; resume; the time limit."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from inferlab.bench.launcher import LaunchOptions, launch, pending_cells
+from inferlab.bench.plan import build_plan
+from inferlab.bench.results import load_rows
+
+
+def _plan(plugin: str, behaviours: list[str], timeout_s: float = 30.0, **extra):
+    return build_plan({"name": "iso", "plugins": [plugin], "timeout_s": timeout_s,
+                       "sweep": [{"scenario": "test-behaviour", "set": {"behaviour": behaviours, **extra}}]})
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie (PID 1 of a container may never reap the killed grandchild)."""
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "State:\tZ" not in state
+
+
+def test_every_ending_becomes_a_row_and_the_sweep_goes_on(tmp_path, behaviour_plugin):
+    behaviours = ["raise", "hang", "exit", "segv", "unsupported", "no-kernel", "ok"]
+    plan = _plan(behaviour_plugin, behaviours, timeout_s=4.0)
+    seen = []
+    summary = launch(plan, LaunchOptions(run_dir=tmp_path, grace_s=1.0), on_done=lambda i, n, row: seen.append(row["status"]))
+    rows = {r["config"]["behaviour"]: r for r in load_rows([tmp_path])}
+    assert len(summary.rows) == len(behaviours) == len(seen)
+    assert rows["ok"]["status"] == "ok" and rows["ok"]["metrics"]["value"] == 1.0
+    assert rows["ok"]["warnings"] == ["a warning from the cell"]
+    assert rows["raise"]["status"] == "error" and "ValueError: boom from the test scenario" in rows["raise"]["message"]
+    assert rows["unsupported"]["status"] == "unavailable" and "cannot do that" in rows["unsupported"]["message"]
+    assert rows["no-kernel"]["status"] == "unavailable" and "No available kernel" in rows["no-kernel"]["message"]
+    hang = rows["hang"]
+    assert hang["status"] == "timeout" and "no result after 4 s" in hang["message"] and "hanging now" in hang["message"]
+    assert 4.0 <= hang["wall_s"] < 15.0
+    grandchild = int((tmp_path / f"grandchild-{hang['cell_key']}.pid").read_text())
+    assert not _alive(grandchild), "the hung cell's grandchild outlived the timeout"
+    assert rows["exit"]["status"] == "error" and "exit code 3" in rows["exit"]["message"]
+    assert "about to exit hard" in rows["exit"]["message"]
+    assert rows["segv"]["status"] == "error" and "SIGSEGV" in rows["segv"]["message"]
+    for row in rows.values():  # the shared field names of BENCHMARKING.md, in every row
+        for name in ("run_id", "scenario", "backend", "model", "batch_size", "status", "message", "config", "env", "metrics"):
+            assert name in row, name
+        assert row["env"].get("torch") and "commit" in row["env"]
+        assert row["run_id"] == summary.run_id
+
+
+def test_a_rerun_skips_recorded_cells_and_can_retry_failures(tmp_path, behaviour_plugin):
+    plan = _plan(behaviour_plugin, ["ok", "raise"])
+    first = launch(plan, LaunchOptions(run_dir=tmp_path))
+    assert len(first.rows) == 2
+    again = launch(plan, LaunchOptions(run_dir=tmp_path))
+    assert again.rows == [] and again.already_done == 2 and again.run_id == first.run_id
+    retry = launch(plan, LaunchOptions(run_dir=tmp_path, rerun_failed=True))
+    assert [r["config"]["behaviour"] for r in retry.rows] == ["raise"]
+    bigger = _plan(behaviour_plugin, ["ok", "raise"], value=[1.0, 2.0])
+    pending, done = pending_cells(bigger, tmp_path)
+    assert done == 2 and [c.config["value"] for c in pending] == [2.0, 2.0]
+
+
+def test_a_torn_last_line_from_a_killed_sweep_is_repaired(tmp_path, behaviour_plugin):
+    plan = _plan(behaviour_plugin, ["ok", "raise"])
+    launch(plan, LaunchOptions(run_dir=tmp_path))
+    results = tmp_path / "results.jsonl"
+    lines = results.read_text().splitlines(keepends=True)
+    results.write_text(lines[0] + lines[1][: len(lines[1]) // 2])  # killed mid-write of the second row
+    resumed = launch(plan, LaunchOptions(run_dir=tmp_path))
+    assert [r["config"]["behaviour"] for r in resumed.rows] == ["raise"]
+    assert all(json.loads(line) for line in results.read_text().splitlines())
+
+
+def test_the_time_limit_skips_cells_and_a_rerun_resumes_them(tmp_path, behaviour_plugin):
+    plan = build_plan({"name": "limit", "plugins": [behaviour_plugin], "timeout_s": 200, "sweep": [
+        {"scenario": "test-behaviour", "set": {"value": 1.0, "estimate": 0.5}},
+        {"scenario": "test-behaviour", "set": {"value": [2.0, 3.0], "estimate": 100.0}}]})
+    # A 60 s budget starts the first cell; the others say they need 100 s and are not started.
+    summary = launch(plan, LaunchOptions(run_dir=tmp_path, limit_seconds=60))
+    statuses = [r["status"] for r in summary.rows]
+    assert statuses == ["ok", "skipped", "skipped"]
+    assert "rerun the same command to resume" in summary.rows[-1]["message"]
+    resumed = launch(plan, LaunchOptions(run_dir=tmp_path))
+    assert [r["config"]["value"] for r in resumed.rows] == [2.0, 3.0]
+    latest = load_rows([tmp_path])
+    assert [r["status"] for r in latest] == ["ok", "ok", "ok"]
+
+
+def test_the_time_limit_also_cuts_a_running_cell(tmp_path, behaviour_plugin):
+    plan = _plan(behaviour_plugin, ["hang"], timeout_s=120.0, estimate=0.1)
+    summary = launch(plan, LaunchOptions(run_dir=tmp_path, limit_seconds=8.0, grace_s=1.0))
+    row = summary.rows[0]
+    assert row["status"] == "timeout" and "time limit" in row["message"] and row["wall_s"] < 15
+
+
+def test_limit_must_be_positive(tmp_path):
+    with pytest.raises(Exception, match="limit-seconds"):
+        LaunchOptions(run_dir=tmp_path, limit_seconds=0)
+
+
+def test_cells_run_in_fresh_processes(tmp_path, behaviour_plugin):
+    launch(_plan(behaviour_plugin, ["ok"]), LaunchOptions(run_dir=tmp_path))
+    row = load_rows([tmp_path])[0]
+    log = (tmp_path / row["log"]).read_text()
+    assert str(os.getpid()) not in log  # the log is the child's own output
+    assert (tmp_path / "env.json").is_file() and (tmp_path / "run.json").is_file()

@@ -1,0 +1,183 @@
+"""Plans from TOML, flags and presets; every refusal names the knob (or model) and the fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from inferlab.bench.cells import Cell
+from inferlab.bench.knobs import Knob
+from inferlab.bench.plan import build_plan, load_toml, plan_from_flags
+from inferlab.bench.plan_presets import PLAN_PRESETS, get_plan_preset
+from inferlab.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _generate(**settings):
+    return {"name": "t", "sweep": [{"scenario": "generate", "model": "tiny", "backend": "hf", "set": settings}]}
+
+
+def test_toml_plan_expands_axes_in_order(tmp_path):
+    path = tmp_path / "plan.toml"
+    path.write_text("""
+name = "mine"
+timeout_s = 99
+limit_seconds = 300
+[defaults.generate]
+new_tokens = 8
+[[sweep]]
+scenario = "generate"
+model = "tiny"
+backend = "hf"
+[sweep.set]
+batch_size = [2, 4]
+kv_cache = ["dynamic", "static"]
+num_prompts = 8
+""")
+    plan = build_plan(load_toml(path))
+    assert plan.name == "mine" and plan.limit_seconds == 300
+    combos = [(c.config["batch_size"], c.config["kv_cache"]) for c in plan.cells]
+    assert combos == [(2, "dynamic"), (2, "static"), (4, "dynamic"), (4, "static")]
+    assert all(c.config["new_tokens"] == 8 and c.timeout_s == 99 for c in plan.cells)
+    # derived default: HF compiles exactly the static caches
+    assert [c.config["compile"] for c in plan.cells] == [False, True, False, True]
+
+
+def test_flags_parse_strings_into_knob_types():
+    data = plan_from_flags("generate", ["tiny"], ["hf"], {"batch_size": ["2", "4"], "do_sample": ["off"],
+                                                           "top_p": ["0.5"], "num_prompts": ["8"]})
+    plan = build_plan(data)
+    assert [c.config["batch_size"] for c in plan.cells] == [2, 4]
+    assert all(c.config["do_sample"] is False and c.config["top_p"] == 0.5 for c in plan.cells)
+
+
+def test_every_preset_builds_and_the_seed_presets_match_benchmarking_md():
+    for name in PLAN_PRESETS:
+        assert build_plan(get_plan_preset(name)).cells, name
+    gen = build_plan(get_plan_preset("seed-generate")).cells
+    assert len(gen) == 14 and {c.model for c in gen} == {"llama-380m"}
+    assert {(c.config["batch_size"], c.config["num_prompts"], c.config["new_tokens"], c.config["prompt_tokens"]) for c in gen} == {(16, 64, 1000, 48)}
+    variants = {(c.config["attn_implementation"], c.config["sdpa_backend"]) for c in gen}
+    assert variants == {("eager", "auto"), ("sdpa", "auto"), ("flash_attention_2", "auto"), ("sdpa", "flash"),
+                        ("sdpa", "efficient"), ("sdpa", "cudnn"), ("sdpa", "math")}
+    static = build_plan(get_plan_preset("seed-static-cache")).cells
+    assert all(c.config["num_prompts"] % c.config["batch_size"] == 0 for c in static)
+    assert {c.config["batch_size"] for c in static} == {16, 64, 256}
+    # batch 256 is full: at least one whole batch of prompts
+    assert all(c.config["num_prompts"] >= c.config["batch_size"] for c in static)
+    # the shared cells have the same keys, so one run directory runs them once
+    assert len({c.key for c in gen} & {c.key for c in static}) == 2
+    attention = build_plan(get_plan_preset("seed-attention")).cells
+    shapes = {(c.config["batch_size"], c.config["q_heads"], c.config["q_len"], c.config["head_dim"]) for c in attention}
+    assert (4, 16, 2048, 64) in shapes and (16, 32, 512, 64) in shapes and (256, 16, 1, 64) in shapes
+
+
+def test_overrides_and_only_filters():
+    plan = build_plan(get_plan_preset("quick"), overrides={"new_tokens": ["4"]}, only={"scenario": ["generate"], "kv_cache": ["static"]})
+    assert plan.cells and all(c.scenario == "generate" and c.config["kv_cache"] == "static" and c.config["new_tokens"] == 4
+                              for c in plan.cells)
+    with pytest.raises(ConfigError, match="--set bogus matches no knob"):
+        build_plan(get_plan_preset("quick"), overrides={"bogus": ["1"]})
+    with pytest.raises(ConfigError, match="keeps no cell"):
+        build_plan(get_plan_preset("quick"), only={"scenario": ["generate"], "kv_cache": ["paged"]})
+    with pytest.raises(ConfigError, match="--only kvcache is not a knob of any cell"):
+        build_plan(get_plan_preset("quick"), only={"kvcache": ["static"]})
+    # a filter constrains only the cells that have the knob: one attention cell and one generate cell here
+    two = build_plan(get_plan_preset("quick"), only={"kernel": ["auto"], "q_len": ["1"], "attn_implementation": ["sdpa"],
+                                                     "kv_cache": ["dynamic"], "processor": ["python"]})
+    assert [c.scenario for c in two.cells] == ["attention-kernels", "generate"]
+
+
+def test_models_can_be_replaced_in_a_preset():
+    plan = build_plan(get_plan_preset("seed-generate"), overrides={"new_tokens": ["4"]}, models=["tiny"])
+    assert {c.model for c in plan.cells} == {"tiny"} and len(plan.cells) == 14
+
+
+def test_cells_round_trip_through_json_with_a_stable_key():
+    cell = build_plan(_generate(batch_size=2, num_prompts=4)).cells[0]
+    again = Cell.from_json(json.loads(json.dumps(cell.to_json())))
+    assert again == cell and again.key == cell.key
+    other = build_plan(_generate(batch_size=2, num_prompts=8)).cells[0]
+    assert other.key != cell.key
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"batchsize": 4}, r"unknown knob 'batchsize'.*did you mean 'batch_size'"),
+    ({"batch_size": "many"}, r"knob batch_size=many: expected an integer"),
+    ({"batch_size": 0}, r"knob batch_size=0 is below its minimum 1"),
+    ({"kv_cache": "paged"}, r"knob kv_cache=paged is not allowed; choose one of: dynamic, static"),
+    ({"do_sample": "maybe"}, r"knob do_sample=maybe: expected a boolean"),
+    ({"kv_cache": "dynamic", "compile": True}, r"compile=true with kv_cache=dynamic: HF compiles only static caches"),
+    ({"attn_implementation": "eager", "sdpa_backend": "flash"}, r"sdpa_backend=flash needs attn_implementation=sdpa"),
+    ({"attn_implementation": "flash_attention_2", "dtype": "float32"}, r"flash_attention_2 runs only bfloat16/float16"),
+    ({"batch_size": 16, "num_prompts": 40}, r"num_prompts=40 is not a multiple of batch_size=16"),
+    ({"new_tokens": 1000}, r"exceeds the model's max_position_embeddings=512"),
+    ({"batch_size": []}, r"knob batch_size has an empty list"),
+])
+def test_bad_generate_plans_are_refused_with_the_fix(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        build_plan(_generate(**settings))
+
+
+def test_refusals_that_are_not_about_one_value(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown knob 'processor'.*belongs to backend hf, not to .*attention-kernels"):
+        build_plan({"sweep": [{"scenario": "attention-kernels", "set": {"processor": "python"}}]})
+    with pytest.raises(ConfigError, match=r"causal=true needs q_len == kv_len"):
+        build_plan({"sweep": [{"scenario": "attention-kernels", "set": {"q_len": 1, "kv_len": 512}}]})
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(ConfigError, match=r"neither a preset .* nor a checkpoint directory \(no config.json"):
+        build_plan({"sweep": [{"scenario": "generate", "model": str(missing), "backend": "hf"}]})
+    with pytest.raises(ConfigError, match=r"unknown scenario 'generation'; choose one of"):
+        build_plan({"sweep": [{"scenario": "generation"}]})
+    with pytest.raises(ConfigError, match=r"unknown backend 'vllm'"):
+        build_plan({"sweep": [{"scenario": "generate", "model": "tiny", "backend": "vllm"}]})
+    with pytest.raises(ConfigError, match=r"no backend"):
+        build_plan({"sweep": [{"scenario": "generate", "model": "tiny"}]})
+    with pytest.raises(ConfigError, match=r"takes no model"):
+        build_plan({"sweep": [{"scenario": "attention-kernels", "model": "tiny"}]})
+    with pytest.raises(ConfigError, match=r"unknown key 'sweeps'"):
+        build_plan({"sweeps": []})
+    with pytest.raises(ConfigError, match=r"not a causal LM"):
+        build_plan({"sweep": [{"scenario": "generate", "model": "tiny-qwen2-cls", "backend": "hf"}]})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = [unclosed")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_toml(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_toml(tmp_path / "absent.toml")
+
+
+def test_a_checkpoint_directory_is_accepted(tiny_checkpoint):
+    plan = build_plan({"sweep": [{"scenario": "generate", "model": str(tiny_checkpoint()), "backend": "hf",
+                                  "set": {"num_prompts": 16}}]})
+    assert plan.cells[0].model == str(tiny_checkpoint())
+    with pytest.raises(ConfigError, match="tokenizer=.* only applies when model is a preset"):
+        build_plan({"sweep": [{"scenario": "generate", "model": str(tiny_checkpoint()), "backend": "hf",
+                               "set": {"num_prompts": 16, "tokenizer": "/somewhere"}}]})
+
+
+def test_a_preset_that_wants_qwen3_chem_gets_its_tokenizer(qwen3_chem_dir):
+    cell = build_plan({"sweep": [{"scenario": "generate", "model": "tiny-qwen3", "backend": "hf",
+                                  "set": {"num_prompts": 16}}]}).cells[0]
+    assert cell.config["tokenizer"] == str(qwen3_chem_dir)
+
+
+def test_knob_coercion_rules():
+    k = Knob("n", int, 1, "a count", minimum=0)
+    assert k.coerce("7") == 7 and k.coerce(7) == 7
+    with pytest.raises(ConfigError):
+        k.coerce(True)  # a bool is not an int here
+    f = Knob("x", float, 1.0, "a number")
+    assert f.coerce(2) == 2.0 and f.coerce(" 0.5 ") == 0.5
+    with pytest.raises(ConfigError):
+        f.coerce("nan")
+    b = Knob("b", bool, False, "a switch")
+    assert b.coerce("ON") is True and b.coerce("no") is False
+
+
+def test_the_example_plan_in_benchmarks_parses():
+    plan = build_plan(load_toml(REPO / "benchmarks" / "plans" / "example.toml"))
+    assert plan.cells

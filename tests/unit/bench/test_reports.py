@@ -1,0 +1,148 @@
+"""report / findings / compare / recommend on synthetic rows built by the real row code."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferlab.bench.cells import Cell
+from inferlab.bench.compare import compare_rows, delta, format_comparison
+from inferlab.bench.findings import seed_findings
+from inferlab.bench.plan import build_plan
+from inferlab.bench.recommend import format_markdown, recommend
+from inferlab.bench.report import write_report
+from inferlab.bench.rows import Outcome, make_row
+
+H100 = {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11", "transformers": "5.17", "cuda": "12.8", "commit": "abc", "dirty": False}
+
+
+def _gen_cell(model: str = "llama-380m", **knobs) -> Cell:
+    base = {"batch_size": 16, "num_prompts": 64, "new_tokens": 1000, "prompt_tokens": 48}
+    if model != "llama-380m":
+        base.update(new_tokens=8, num_prompts=16)
+    plan = build_plan({"sweep": [{"scenario": "generate", "model": model, "backend": "hf", "set": {**base, **knobs}}]})
+    return plan.cells[0]
+
+
+def _row(cell: Cell, tps: float | None = None, status: str = "ok", message: str = "", spread: float | None = 0.02,
+         env=H100, **metrics):
+    m = {}
+    if tps is not None:
+        m = {"output_tokens_per_s": tps, "first_call_s": 1.5, "steady_s": 30.0, "peak_memory_gb": 2.0,
+             "achieved_gb_per_s": 100.0, "bandwidth_fraction": 0.04, "attention_kernel_observed": "flash", "spread": spread}
+    m.update(metrics)
+    return make_row(cell, Outcome(status, message, m if status == "ok" else {}), run_id="r1", env=env)
+
+
+def _attention_row(kernel: str, ms: float | None, status: str = "ok", **shape):
+    plan = build_plan({"sweep": [{"scenario": "attention-kernels", "set": {"kernel": kernel, **shape}}]})
+    metrics = {"ms_per_iter": ms, "tflops_per_s": 1.0, "shape": "seed", "spread": 0.01, "max_abs_error": 0.01,
+               "attention_kernel_observed": kernel} if ms is not None else {}
+    return make_row(plan.cells[0], Outcome(status, "" if status == "ok" else "No available kernel", metrics), run_id="r1", env=H100)
+
+
+@pytest.fixture()
+def seed_rows():
+    return [
+        _row(_gen_cell(attn_implementation="eager", kv_cache="dynamic"), 1900.0),
+        _row(_gen_cell(attn_implementation="sdpa", kv_cache="dynamic"), 2000.0),
+        _row(_gen_cell(attn_implementation="flash_attention_2", kv_cache="dynamic"), status="unavailable",
+             message="UnsupportedError: flash_attention_2 needs the flash-attn package"),
+        _row(_gen_cell(attn_implementation="eager", kv_cache="static"), 3300.0),
+        _row(_gen_cell(attn_implementation="sdpa", kv_cache="static"), 3400.0),
+        _row(_gen_cell(attn_implementation="sdpa", sdpa_backend="flash", kv_cache="dynamic"), status="unavailable",
+             message="RuntimeError: No available kernel"),
+        _row(_gen_cell(attn_implementation="sdpa", sdpa_backend="flash", kv_cache="static"), status="unavailable",
+             message="RuntimeError: No available kernel"),
+        _row(_gen_cell(attn_implementation="sdpa", sdpa_backend="cudnn", kv_cache="dynamic"), status="timeout",
+             message="no result after 240 s"),
+        _row(_gen_cell(attn_implementation="sdpa", sdpa_backend="cudnn", kv_cache="static"), 2700.0),
+        _row(_gen_cell(attn_implementation="sdpa", kv_cache="dynamic", processor="python"), 1700.0),
+        _row(_gen_cell(attn_implementation="sdpa", kv_cache="static", processor="python"), 1800.0),
+        _attention_row("cudnn", 0.12, batch_size=4, dtype="bfloat16"),
+        _attention_row("flash", 0.16, batch_size=4, dtype="bfloat16"),
+        _attention_row("math", 7.0, batch_size=4, dtype="bfloat16"),
+    ]
+
+
+def test_findings_are_computed_from_rows(seed_rows):
+    by_claim = {f.claim.split(" (")[0]: f for f in seed_findings(seed_rows)}
+    f = by_claim["With a dynamic cache, sdpa is about as fast as eager"]
+    assert f.verdict == "holds" and "1.05x" in f.measured and "2,000 tok/s" in f.measured
+    assert by_claim["flash_attention_2 is ~40% slower than sdpa in generation"].verdict == "not measured"
+    static = by_claim["A static KV cache is ~1.8x faster than a dynamic one without a processor"]
+    assert static.verdict == "holds" and "1.74x" in static.measured and "1.70x" in static.measured
+    proc = [f for f in seed_findings(seed_rows) if f.claim.startswith("With a per-token Python processor")][0]
+    assert proc.verdict == "does not hold" and "1.06x" in proc.measured and "first call" in proc.measured
+    eager_static = by_claim["With a static cache eager is the fastest"]
+    assert eager_static.verdict == "does not hold"
+    forced = [f for f in seed_findings(seed_rows) if f.claim.startswith("Forcing")][0]
+    assert forced.verdict == "holds" and "cudnn/dynamic: timeout" in forced.measured
+    kernel = [f for f in seed_findings(seed_rows) if f.claim.startswith("At [4,16,2048,64]")][0]
+    assert kernel.verdict == "holds" and kernel.measured.startswith("cudnn 0.12 ms")
+
+
+def test_report_tables_winner_speedup_and_plots(tmp_path, seed_rows):
+    tiny = [_row(_gen_cell("tiny", kv_cache=kv, compile=False, batch_size=b, num_prompts=16), tps, env=H100)
+            for kv, b, tps in (("dynamic", 4, 100.0), ("static", 4, 150.0), ("dynamic", 8, 180.0), ("static", 8, 240.0))]
+    path = write_report(["synthetic"], seed_rows + tiny, tmp_path, baseline="attn_implementation=eager")
+    text = path.read_text()
+    assert "## Do the seeds' findings hold?" in text and "**holds**" in text
+    assert "### generate · llama-380m · NVIDIA H100 80GB HBM3" in text
+    assert "### attention-kernels · - · NVIDIA H100 80GB HBM3" in text
+    lines = {line.split(" | ")[0].strip("| *"): line for line in text.splitlines() if line.startswith("| ")}
+    # speedup against eager with the same KV cache: 2000/1900 and 3400/3300
+    sdpa_dynamic = [l for l in text.splitlines() if l.startswith("| attn_implementation=sdpa, sdpa_backend=auto, kv_cache=dynamic, compile=off, processor=none")]
+    assert sdpa_dynamic and "1.05x" in sdpa_dynamic[0]
+    sdpa_static = [l for l in text.splitlines() if "attn_implementation=sdpa, sdpa_backend=auto, kv_cache=static, compile=on, processor=none" in l]
+    assert "(best)" in sdpa_static[0] and "1.03x" in sdpa_static[0]
+    assert any("timeout: no result after 240 s" in l for l in lines.values())
+    pngs = sorted((tmp_path / "plots").glob("*.png"))
+    assert len(pngs) == 3 and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    assert "![" in text and "plots/" in text
+
+
+def test_default_baseline_is_the_first_configuration_per_workload(tmp_path):
+    rows = [_row(_gen_cell("tiny", kv_cache=kv, compile=False, batch_size=b, num_prompts=16), tps)
+            for kv, b, tps in (("dynamic", 4, 100.0), ("static", 4, 150.0), ("dynamic", 8, 180.0), ("static", 8, 90.0))]
+    text = write_report(["s"], rows, tmp_path).read_text()
+    table = [l for l in text.splitlines() if l.startswith("| kv_cache=") or l.startswith("| **kv_cache=")]
+    assert [("1.50x" in l, "1.00x" in l, "(best)" in l) for l in table] == [
+        (False, True, False), (True, False, True), (False, True, True), (False, False, False)]
+    assert "0.50x" in table[3]
+
+
+def test_compare_matches_cells_and_reports_deltas():
+    a = [_row(_gen_cell("tiny", kv_cache="dynamic", num_prompts=16), 100.0), _attention_row("math", 2.0)]
+    b = [_row(_gen_cell("tiny", kv_cache="dynamic", num_prompts=16), 125.0), _attention_row("math", 1.0),
+         _row(_gen_cell("tiny", kv_cache="static", compile=False, num_prompts=16), 150.0)]
+    cmp = compare_rows(a, b)
+    assert len(cmp.pairs) == 2 and cmp.only_a == [] and len(cmp.only_b) == 1
+    assert delta(*cmp.pairs[0]) == (25.0, 0.25, "better")
+    assert delta(*cmp.pairs[1]) == (-1.0, -0.5, "better")  # ms/iter: lower is better
+    text = format_comparison(cmp, "A", "B")
+    assert "+25.0%" in text and "-50.0%" in text and "only in B (1)" in text
+
+
+def test_recommend_best_margin_and_ties():
+    def rec_rows(spread_a, spread_b, tps_b, batch=16):
+        return [_row(_gen_cell("tiny", kv_cache="dynamic", batch_size=batch, num_prompts=batch), 100.0, spread=spread_a),
+                _row(_gen_cell("tiny", kv_cache="static", compile=False, batch_size=batch, num_prompts=batch), tps_b, spread=spread_b)]
+
+    clear = recommend(rec_rows(0.02, 0.03, 110.0))[0]
+    assert clear.best == "kv_cache=static" and clear.runner_up == "kv_cache=dynamic"
+    assert clear.margin == pytest.approx(0.10) and clear.verdict == "clear"
+    assert recommend(rec_rows(0.05, 0.01, 103.0))[0].verdict == "tie (within spread)"
+    assert recommend(rec_rows(None, 0.01, 130.0))[0].verdict.startswith("spread unknown")
+    single = recommend(rec_rows(0.01, 0.01, 130.0, batch=8)[:1])[0]
+    assert single.verdict == "only one configuration"
+    both = recommend(rec_rows(0.02, 0.03, 110.0) + rec_rows(0.02, 0.03, 90.0, batch=8))
+    assert [(r.workload, r.best) for r in both] == [("batch_size=16, num_prompts=16", "kv_cache=static"),
+                                                   ("batch_size=8, num_prompts=8", "kv_cache=dynamic")]
+    assert "| GPU |" in format_markdown(both)
+
+
+def test_failed_rows_never_win():
+    rows = [_row(_gen_cell("tiny", kv_cache="dynamic", num_prompts=16), 100.0),
+            _row(_gen_cell("tiny", kv_cache="static", compile=False, num_prompts=16), status="error", message="boom")]
+    rec = recommend(rows)[0]
+    assert rec.best == "hf" and rec.verdict == "only one configuration"  # nothing else ran ok to tell it apart
