@@ -1,0 +1,214 @@
+"""Engine: load a checkpoint once, then generate for any number of requests. Owns the loop.
+
+    engine = Engine(EngineConfig(model="path/to/checkpoint"))
+    results = engine.generate([Request(id="a", prompt="Hello", sampling=SamplingParams(max_new_tokens=32))])
+
+Start-up (in order, each timed in `engine.stats`): plan memory (refuse what cannot fit), load weights,
+allocate the KV cache and row state, warm the prefill at its largest shape, capture the decode graphs.
+The loop, per sync point: admit waiting requests into free rows (prefill), run up to
+`decode_steps_per_sync` decode steps without looking, read the finished flags once, retire finished rows
+into Results, compact the batch when it drains. Bad requests become error Results, never exceptions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import torch
+
+from inferlab.engine.config import EngineConfig
+from inferlab.engine.graphs import bucket_for
+from inferlab.engine.hooks import NoConstraints
+from inferlab.engine.intake import Prepared, finished_result, prepare
+from inferlab.engine.kv_cache import KVCache
+from inferlab.engine.ops import select_ops
+from inferlab.engine.rows import REASON_NAMES, RowState
+from inferlab.engine.runner import ModelRunner
+from inferlab.engine.scheduler import Scheduler
+from inferlab.engine.startup import make_plan, resolve_device, resolve_dtype
+from inferlab.engine.stats import EngineStats, PhaseClock
+from inferlab.errors import CapacityError, ConfigError
+from inferlab.models.config import read_model_spec
+from inferlab.models.loader import load_tokenizer, load_weights
+from inferlab.models.registry import implementation_for
+from inferlab.models.rope import RotaryTables
+from inferlab.types import Request, Result, SamplingParams, Timings
+
+log = logging.getLogger(__name__)
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.device = resolve_device(config.device)
+        self.spec = read_model_spec(config.model)
+        implementation = implementation_for(self.spec.architecture)
+        self.dtype = resolve_dtype(config.dtype, self.spec, self.device)
+        use_graphs = self.device.type == "cuda" if config.cuda_graphs is None else config.cuda_graphs
+        if use_graphs and self.device.type != "cuda":
+            raise ConfigError("cuda_graphs=True needs a CUDA device; set cuda_graphs=None or False on CPU")
+        self.plan = make_plan(config, self.spec, self.dtype, self.device)
+        self.max_prefill_tokens = max(config.max_prefill_tokens, self.plan.max_seq_len)
+
+        t0 = time.perf_counter()
+        weights = load_weights(config.model, self.spec, self.dtype, self.device)
+        self.tokenizer = load_tokenizer(config.model)
+        self.ops = select_ops(config.kernels, self.device)
+        rotary = RotaryTables.build(self.spec.rope, self.spec.head_dim, self.plan.max_seq_len, self.device)
+        model = implementation.load()(self.spec, weights, self.ops, rotary)
+        slots, max_len = self.plan.slots, self.plan.max_seq_len
+        cache = KVCache.allocate(self.spec, slots, max_len, self.dtype, self.device)
+        rows = RowState.allocate(slots, config.max_stop_ids, max_len, self.device)
+        self.runner = ModelRunner(model, cache, rows, self.ops, NoConstraints(), compile_step=config.compile)
+        self._sync_device()
+        self.stats = EngineStats(
+            device=str(self.device), dtype=str(self.dtype).removeprefix("torch."), kernels=self.ops.name,
+            cuda_graphs=use_graphs, compiled=config.compile, max_slots=slots, max_seq_len=max_len,
+            weight_bytes=weights.nbytes(), kv_cache_bytes=2 * cache.k.numel() * cache.k.element_size(),
+            planned_bytes=self.plan.total_bytes, budget_bytes=self.plan.budget_bytes,
+            load_s=time.perf_counter() - t0,
+        )
+        self._warm_up(use_graphs)
+
+    # ---- start-up ---------------------------------------------------------------------------------------
+    def _sync_device(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _warm_up(self, use_graphs: bool) -> None:
+        """Run the largest prefill shapes and capture the graphs now, so a run never allocates mid-way."""
+        try:
+            with torch.inference_mode():
+                t0 = time.perf_counter()
+                if self.device.type == "cuda" or self.config.compile:
+                    self._warm_prefill()
+                if use_graphs:
+                    graphs = self.runner.capture_graphs()
+                    self.stats.capture_s, self.stats.graphs = graphs.capture_s, len(graphs.graphs)
+                    self.stats.warmup_s = time.perf_counter() - t0 - graphs.capture_s
+                elif self.config.compile:
+                    for b in self.runner.sizes:
+                        self.runner.decode(b, True, 1, None)
+                    self.stats.warmup_s = time.perf_counter() - t0
+                self._sync_device()
+        except torch.cuda.OutOfMemoryError as e:
+            raise CapacityError(
+                f"start-up ran out of device memory ({e}); the plan was {self.plan.slots} slots x "
+                f"{self.plan.max_seq_len} tokens: lower max_slots, max_seq_len, max_prefill_tokens or "
+                "gpu_memory_fraction"
+            ) from None
+        self.runner.release(range(self.plan.slots))
+        if self.device.type == "cuda":
+            self.stats.peak_memory_bytes = torch.cuda.max_memory_allocated(self.device)
+
+    def _warm_prefill(self) -> None:
+        """Prefill at the most tokens and at the most rows one batch may have (both are bounds)."""
+        rows, tokens = self.plan.slots, self.max_prefill_tokens
+        for batch, length in {(1, min(tokens, self.plan.max_seq_len - 1)), (min(rows, tokens), tokens // min(rows, tokens))}:
+            length = max(1, min(length, self.plan.max_seq_len - 1))
+            sampling = SamplingParams(temperature=1.0, top_p=0.5, max_new_tokens=1)
+            items = [Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)), [0] * length, sampling, 0, [], 0, Timings())
+                     for i in range(batch)]
+            self.runner.admit(range(batch), items)
+            self.runner.prefill(range(batch), items)
+        self._sync_device()
+
+    # ---- generation ---------------------------------------------------------------------------------
+    def generate(self, requests: Iterable[Request]) -> list[Result]:
+        """Results in the order of `requests` (errors included, as finish_reason "error")."""
+        results: dict[int, Result] = dict(self._run(requests))
+        return [results[i] for i in range(len(results))]
+
+    def stream(self, requests: Iterable[Request]) -> Iterator[Result]:
+        """Results as they finish (errors first, as they are found)."""
+        for _, result in self._run(requests):
+            yield result
+
+    def _run(self, requests: Iterable[Request]) -> Iterator[tuple[int, Result]]:
+        started = time.perf_counter()
+        loop = _Loop(
+            scheduler=Scheduler(self.plan.slots, self.max_prefill_tokens, self.config.batching, lambda p: p.prompt_len),
+            clock=PhaseClock(cuda=self.device.type == "cuda"),
+            steps_done=[0] * self.plan.slots,
+            last_len=[0] * self.plan.slots,
+        )
+        for index, request in enumerate(requests):
+            item = prepare(index, request, self.tokenizer, self.spec.vocab_size, self.plan.max_seq_len,
+                           self.spec.eos_token_ids, self.config.max_stop_ids, self.config.seed, started)
+            if isinstance(item, Result):
+                yield index, item
+            else:
+                loop.scheduler.submit(item)
+        while loop.scheduler.has_work():
+            yield from self._sync_point(loop)  # inference mode only inside: it must not leak to the caller
+        self._sync_device()
+        loop.clock.resolve()
+        self.stats.prefill_s += loop.clock.totals.get("prefill", 0.0)
+        self.stats.decode_s += loop.clock.totals.get("decode", 0.0)
+        self.stats.generate_s += time.perf_counter() - started
+        if self.device.type == "cuda":
+            self.stats.peak_memory_bytes = max(self.stats.peak_memory_bytes, torch.cuda.max_memory_allocated())
+
+    @torch.inference_mode()
+    def _sync_point(self, loop: "_Loop") -> list[tuple[int, Result]]:
+        """Admit, decode up to decode_steps_per_sync steps, read the flags once, retire, compact."""
+        runner, stats, scheduler = self.runner, self.stats, loop.scheduler
+        for admission in scheduler.admissions():
+            now = time.perf_counter()
+            for row, item in zip(admission.rows, admission.items):
+                item.timings.admitted_s = now
+                loop.steps_done[row], loop.last_len[row] = 0, item.prompt_len
+            t = loop.clock.start()
+            runner.admit(admission.rows, admission.items)
+            runner.prefill(admission.rows, admission.items)
+            loop.clock.stop("prefill", t)
+            stats.prefill_batches += 1
+            stats.prompt_tokens += sum(item.prompt_len for item in admission.items)
+        live = scheduler.live_rows
+        b = bucket_for(live[-1] + 1, runner.sizes)
+        # a live row needs at most max_new - 1 decode steps after its prefill token
+        remaining = max(scheduler.item(r).sampling.max_new_tokens - 1 - loop.steps_done[r] for r in live)
+        steps = max(0, min(self.config.decode_steps_per_sync, remaining))
+        if steps:
+            use_sort = any(scheduler.item(r).needs_sort for r in live)
+            t = loop.clock.start()
+            runner.decode(b, use_sort, steps, max(loop.last_len[r] for r in live) + 1)
+            loop.clock.stop("decode", t)
+            for r in range(b):
+                loop.steps_done[r] += steps
+                loop.last_len[r] += steps
+            stats.decode_steps += steps
+            stats.row_steps += steps * b
+        finished, n_out, reason = runner.progress(b)
+        stats.syncs += 1
+        done = [r for r in live if finished[r]]
+        results = []
+        if done:
+            outputs = runner.outputs(done, [n_out[r] for r in done])
+            runner.release(done)
+            for row, tokens in zip(done, outputs):
+                item = scheduler.retire(row)
+                item.timings.finished_s = time.perf_counter()
+                stats.generated_tokens += len(tokens)
+                result = finished_result(item, tokens, REASON_NAMES[reason[row]], self.tokenizer, self.config.decode_text)
+                results.append((item.index, result))
+        if self.config.compact_rows:
+            moves = scheduler.compaction(lambda n: bucket_for(n, runner.sizes))
+            if moves:
+                runner.move(moves)
+                for src, dst in moves:
+                    loop.steps_done[dst], loop.last_len[dst] = loop.steps_done[src], loop.last_len[src]
+        return results
+
+
+@dataclass
+class _Loop:
+    """Host bookkeeping of one generate/stream call."""
+
+    scheduler: Scheduler[Prepared]
+    clock: PhaseClock
+    steps_done: list[int]  # decode steps since admission, per row
+    last_len: list[int]  # upper bound of each row's cached length (bounds the torch attention's work)

@@ -1,0 +1,63 @@
+"""Triton kernel: the exponential race of engine/sampler.py in one pass over the logits.
+
+Grid (rows, vocab chunks): each program scales its chunk by the row's temperature, applies the row's
+threshold, adds Gumbel noise from the same counter-based hash as sampler.gumbel_noise (uint32 arithmetic
+wraps exactly like the reference's masked int64 arithmetic), and writes its chunk's best value and index.
+A tiny torch argmax over the chunks finishes the job (first index wins on ties, as torch.argmax). Reading
+the fp32 logits once is the whole cost: no [rows, vocab] noise tensor is ever materialised.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _mix32(x):
+    x = x ^ (x >> 16)
+    x = x * 0x7FEB352D
+    x = x ^ (x >> 15)
+    x = x * 0x846CA68B
+    return x ^ (x >> 16)
+
+
+@triton.jit
+def _race_kernel(LOGITS, TEMP, TAU, KEYS, GREEDY, BEST_VAL, BEST_IDX, stride_l, vocab,
+                 CHUNKS: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    chunk = tl.program_id(1)
+    ids = chunk * BLOCK + tl.arange(0, BLOCK)
+    valid = ids < vocab
+    x = tl.load(LOGITS + row * stride_l + ids, mask=valid, other=float("-inf"))
+    scaled = x / tl.load(TEMP + row)
+    key = tl.load(KEYS + row).to(tl.uint32)
+    h = _mix32(key ^ (ids.to(tl.uint32) * 0x9E3779B9))
+    u = ((h >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
+    noise = -tl.log(-tl.log(u))
+    noise = tl.where(tl.load(GREEDY + row) != 0, 0.0, noise)
+    race = tl.where(valid & (scaled >= tl.load(TAU + row)), scaled + noise, float("-inf"))
+    best, where = tl.max(race, axis=0, return_indices=True, return_indices_tie_break_left=True)
+    tl.store(BEST_VAL + row * CHUNKS + chunk, best)
+    tl.store(BEST_IDX + row * CHUNKS + chunk, chunk * BLOCK + where.to(tl.int64))
+
+
+def race_argmax(
+    logits: torch.Tensor,  # [rows, vocab] fp32
+    temperature: torch.Tensor,  # [rows] fp32 (1.0 on greedy rows)
+    tau: torch.Tensor,  # [rows] fp32
+    keys: torch.Tensor,  # [rows] int64
+    greedy: torch.Tensor,  # [rows] bool
+    block: int = 4096,
+) -> torch.Tensor:  # [rows] int64
+    rows, vocab = logits.shape
+    assert logits.stride(-1) == 1
+    chunks = triton.cdiv(vocab, block)
+    best_val = torch.empty((rows, chunks), dtype=torch.float32, device=logits.device)
+    best_idx = torch.empty((rows, chunks), dtype=torch.int64, device=logits.device)
+    _race_kernel[(rows, chunks)](
+        logits, temperature, tau, keys, greedy.to(torch.int8), best_val, best_idx, logits.stride(0), vocab,
+        CHUNKS=chunks, BLOCK=block,
+    )
+    return best_idx.gather(1, best_val.argmax(dim=1, keepdim=True)).squeeze(1)

@@ -1,0 +1,80 @@
+"""The set of device operations the forward and the sampler call, chosen once per engine.
+
+Two sets share one signature each: "torch" (plain torch: CPU, tests, a fallback anywhere) and "triton"
+(fused Triton kernels, CUDA; or TRITON_INTERPRET=1 on CPU in tests). The engine picks with
+EngineConfig.kernels ("auto": triton on CUDA when importable, else torch). The model code never asks
+which set it got.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from inferlab.engine import torch_ops
+from inferlab.engine.attention import decode_attention_torch
+from inferlab.errors import UnsupportedError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Ops:
+    name: str
+    rms_norm: Callable  # (x [T, D], w [D], eps) -> [T, D]
+    add_rms_norm: Callable  # (x, residual, w, eps) -> (normed, residual + x)
+    silu_mul: Callable  # (gate_up [T, 2I]) -> [T, I]
+    rope_qkv: Callable  # see torch_ops.rope_qkv
+    decode_attention: Callable  # see attention.decode_attention_torch
+    race_argmax: Callable  # see sampler.race_argmax_torch
+    needs_len_hint: bool  # True when decode attention's cost depends on a host length bound
+
+
+def _torch_ops() -> Ops:
+    from inferlab.engine.sampler import race_argmax_torch
+
+    return Ops(
+        name="torch",
+        rms_norm=torch_ops.rms_norm,
+        add_rms_norm=torch_ops.add_rms_norm,
+        silu_mul=torch_ops.silu_mul,
+        rope_qkv=torch_ops.rope_qkv,
+        decode_attention=decode_attention_torch,
+        race_argmax=race_argmax_torch,
+        needs_len_hint=True,
+    )
+
+
+def _triton_ops() -> Ops:
+    if importlib.util.find_spec("triton") is None:
+        raise UnsupportedError("kernels='triton' needs the triton package; install it or use kernels='torch'")
+    from inferlab.engine.kernels import triton_attention, triton_norm, triton_rope, triton_sampling
+
+    return Ops(
+        name="triton",
+        rms_norm=triton_norm.rms_norm,
+        add_rms_norm=triton_norm.add_rms_norm,
+        silu_mul=triton_norm.silu_mul,
+        rope_qkv=triton_rope.rope_qkv,
+        decode_attention=triton_attention.decode_attention,
+        race_argmax=triton_sampling.race_argmax,
+        needs_len_hint=False,
+    )
+
+
+OPS_BUILDERS: dict[str, Callable[[], Ops]] = {"torch": _torch_ops, "triton": _triton_ops}
+
+
+def select_ops(kind: str, device: torch.device) -> Ops:
+    """`kind` is "auto", "torch" or "triton"; auto means triton on CUDA when it is installed."""
+    if kind == "auto":
+        kind = "triton" if device.type == "cuda" and importlib.util.find_spec("triton") is not None else "torch"
+    if kind not in OPS_BUILDERS:
+        raise UnsupportedError(f"kernels={kind!r} is unknown; use one of auto, {', '.join(OPS_BUILDERS)}")
+    ops = OPS_BUILDERS[kind]()
+    log.info("engine kernels: %s on %s", ops.name, device)
+    return ops

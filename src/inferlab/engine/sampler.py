@@ -1,0 +1,108 @@
+"""Token selection on the device: greedy, temperature, top-k, top-p, min-p, per row, seeded, no host sync.
+
+Order as in transformers: temperature, then top-k, top-p, min-p. All three filters keep the tokens whose
+scaled logit is >= a per-row threshold `tau`, so they reduce to one number per row:
+  top-k: the k-th largest scaled logit;   min-p: max + log(min_p)  (p_i >= min_p * p_max);
+  top-p: the smallest scaled logit kept by transformers' rule (sort ascending, softmax, cumsum, drop the
+         prefix whose cumulative probability is <= 1 - top_p, keep at least one).
+Only top-k and top-p need a sort over the vocabulary; the caller picks `use_sort=False` (decided on the
+host from the admitted requests' parameters) when no row needs them. Ties at a threshold are all kept.
+
+Sampling is the exponential race: token = argmax_i p_i / E_i with E_i ~ Exp(1), i.e. argmax of
+scaled_i - log(E_i). E_i comes from a counter-based hash of (request seed, token index, vocab index)
+computed with integer tensor ops, so a request's tokens depend on its seed only - never on its batch, row
+or neighbours - and no generator state exists. Greedy rows take the plain argmax (first index on ties, as
+torch.argmax).
+"""
+
+from __future__ import annotations
+
+import torch
+
+MASK32 = 0xFFFFFFFF
+GOLDEN = 0x9E3779B9  # spreads consecutive vocabulary ids before mixing
+UNIFORM_SCALE = 1.0 / (1 << 24)
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2^32 for x in [0, 2^32) held in int64, without int64 overflow (c split in 16-bit halves)."""
+    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & MASK32
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """The lowbias32 integer finaliser (C. Wellons) on values in [0, 2^32) held in int64."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def row_keys(seeds: torch.Tensor, token_index: torch.Tensor) -> torch.Tensor:
+    """[rows] int64 seeds (>= 0) and token indices -> [rows] int64 keys in [0, 2^32), one per sampled token."""
+    lo, hi = seeds & MASK32, (seeds >> 32) & MASK32
+    seed_key = mix32(lo ^ mix32(hi ^ 0x5BD1E995))
+    return mix32((seed_key + mix32((token_index & MASK32) ^ 0x27D4EB2F)) & MASK32)
+
+
+def gumbel_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[rows] keys -> [rows, vocab] fp32 Gumbel noise -log(E), E = -log(U), U from the hash of (key, id)."""
+    ids = _mul32(torch.arange(vocab, device=keys.device, dtype=torch.int64), GOLDEN)  # [vocab]
+    h = mix32(keys[:, None] ^ ids[None, :])  # [rows, vocab] in [0, 2^32)
+    u = ((h >> 8).to(torch.float32) + 0.5) * UNIFORM_SCALE  # (0, 1), 24 random bits
+    return -torch.log(-torch.log(u))
+
+
+def race_argmax_torch(
+    logits: torch.Tensor,  # [rows, vocab] fp32
+    temperature: torch.Tensor,  # [rows] fp32, 1.0 on greedy rows
+    tau: torch.Tensor,  # [rows] fp32 threshold on logits / temperature (-inf: keep all)
+    keys: torch.Tensor,  # [rows] int64 row keys
+    greedy: torch.Tensor,  # [rows] bool
+) -> torch.Tensor:  # [rows] int64
+    scaled = logits / temperature[:, None]
+    noise = torch.where(greedy[:, None], 0.0, gumbel_noise(keys, logits.shape[1]))
+    race = torch.where(scaled >= tau[:, None], scaled + noise, float("-inf"))
+    return race.argmax(dim=-1)
+
+
+def filter_threshold(
+    logits: torch.Tensor,  # [rows, vocab] fp32
+    temperature: torch.Tensor,  # [rows] fp32, > 0 (1.0 on greedy rows)
+    top_k: torch.Tensor,  # [rows] int64, 0 = off
+    top_p: torch.Tensor,  # [rows] fp32, 1.0 = off
+    min_p: torch.Tensor,  # [rows] fp32, 0.0 = off
+    use_sort: bool,
+) -> torch.Tensor:  # [rows] fp32: keep tokens with logits / temperature >= tau
+    neg_inf = torch.tensor(float("-inf"), device=logits.device)
+    max_scaled = logits.max(dim=-1).values / temperature  # == max(logits / t): division is monotone
+    tau = torch.where(min_p > 0, max_scaled + torch.log(min_p), neg_inf)
+    if not use_sort:
+        return tau
+    vocab = logits.shape[1]
+    ascending = (logits / temperature[:, None]).sort(dim=-1).values  # [rows, vocab]
+    k = top_k.clamp(0, vocab)
+    kth_largest = ascending.gather(1, (vocab - k).clamp(max=vocab - 1)[:, None]).squeeze(1)
+    tau_k = torch.where(k > 0, kth_largest, neg_inf)
+    kept = torch.where(ascending < tau_k[:, None], neg_inf, ascending)  # top-k applied, still ascending
+    cumulative = kept.softmax(dim=-1).cumsum(dim=-1)
+    dropped = (cumulative <= (1 - top_p)[:, None]).sum(dim=-1).clamp(max=vocab - 1)  # a prefix, by monotonicity
+    tau_p = torch.where(top_p < 1, kept.gather(1, dropped[:, None]).squeeze(1), neg_inf)
+    return torch.maximum(torch.maximum(tau, tau_k), tau_p)
+
+
+def sample(
+    logits: torch.Tensor,  # [rows, vocab] fp32, masks already applied
+    temperature: torch.Tensor,  # [rows] fp32, 0 = greedy
+    top_k: torch.Tensor,  # [rows] int64
+    top_p: torch.Tensor,  # [rows] fp32
+    min_p: torch.Tensor,  # [rows] fp32
+    keys: torch.Tensor,  # [rows] int64 from row_keys
+    race_argmax,  # Ops.race_argmax: the torch function above or the Triton kernel
+    use_sort: bool,
+) -> torch.Tensor:  # [rows] int64 token ids
+    greedy = temperature <= 0
+    safe_t = torch.where(greedy, 1.0, temperature)
+    tau = filter_threshold(logits, safe_t, top_k, top_p, min_p, use_sort)
+    tau = torch.where(greedy, float("-inf"), tau)
+    return race_argmax(logits, safe_t, tau, keys, greedy)
