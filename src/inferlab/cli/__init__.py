@@ -16,6 +16,7 @@ from inferlab.errors import InferlabError
 # Command modules, in the order `inferlab --help` lists them.
 COMMAND_MODULES = [
     "inferlab.cli.model_cmd",
+    "inferlab.cli.generate_cmd",
 ]
 
 
