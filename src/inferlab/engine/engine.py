@@ -27,6 +27,7 @@ from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import select_ops
 from inferlab.engine.rows import REASON_NAMES, RowState
 from inferlab.engine.runner import ModelRunner
+from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.scheduler import Scheduler
 from inferlab.engine.startup import make_plan, resolve_device, resolve_dtype
 from inferlab.engine.stats import EngineStats, PhaseClock
@@ -91,7 +92,8 @@ class Engine:
                     self.stats.warmup_s = time.perf_counter() - t0 - graphs.capture_s
                 elif self.config.compile:
                     for b in self.runner.sizes:
-                        self.runner.decode(b, True, 1, None)
+                        for level in FILTER_LEVELS:
+                            self.runner.decode(b, level, 1, None)
                     self.stats.warmup_s = time.perf_counter() - t0
                 self._sync_device()
         except torch.cuda.OutOfMemoryError as e:
@@ -173,9 +175,9 @@ class Engine:
         remaining = max(scheduler.item(r).sampling.max_new_tokens - 1 - loop.steps_done[r] for r in live)
         steps = max(0, min(self.config.decode_steps_per_sync, remaining))
         if steps:
-            use_sort = any(scheduler.item(r).needs_sort for r in live)
+            level = max(scheduler.item(r).filter_level for r in live)
             t = loop.clock.start()
-            runner.decode(b, use_sort, steps, max(loop.last_len[r] for r in live) + 1)
+            runner.decode(b, level, steps, max(loop.last_len[r] for r in live) + 1)
             loop.clock.stop("decode", t)
             for r in range(b):
                 loop.steps_done[r] += steps

@@ -11,6 +11,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
+from inferlab.engine.sampler import filter_level
 from inferlab.types import Request, Result, SamplingParams, Timings
 
 SEED_MASK = (1 << 63) - 1
@@ -32,9 +33,9 @@ class Prepared:
         return len(self.prompt_ids)
 
     @property
-    def needs_sort(self) -> bool:
+    def filter_level(self) -> int:
         s = self.sampling
-        return not s.greedy and (s.top_k > 0 or s.top_p < 1.0)
+        return filter_level(s.temperature, s.top_k, s.top_p, s.min_p)
 
 
 def derive_seed(engine_seed: int, request_id: str) -> int:

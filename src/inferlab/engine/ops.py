@@ -31,11 +31,14 @@ class Ops:
     rope_qkv: Callable  # see torch_ops.rope_qkv
     decode_attention: Callable  # see attention.decode_attention_torch
     race_argmax: Callable  # see sampler.race_argmax_torch
+    mask_stops: Callable  # see step.mask_stops_before_min
+    record: Callable  # see step.record_tokens
     needs_len_hint: bool  # True when decode attention's cost depends on a host length bound
 
 
 def _torch_ops() -> Ops:
     from inferlab.engine.sampler import race_argmax_torch
+    from inferlab.engine.step import mask_stops_before_min, record_tokens
 
     return Ops(
         name="torch",
@@ -45,6 +48,8 @@ def _torch_ops() -> Ops:
         rope_qkv=torch_ops.rope_qkv,
         decode_attention=decode_attention_torch,
         race_argmax=race_argmax_torch,
+        mask_stops=mask_stops_before_min,
+        record=record_tokens,
         needs_len_hint=True,
     )
 
@@ -52,7 +57,7 @@ def _torch_ops() -> Ops:
 def _triton_ops() -> Ops:
     if importlib.util.find_spec("triton") is None:
         raise UnsupportedError("kernels='triton' needs the triton package; install it or use kernels='torch'")
-    from inferlab.engine.kernels import triton_attention, triton_norm, triton_rope, triton_sampling
+    from inferlab.engine.kernels import triton_attention, triton_norm, triton_rope, triton_sampling, triton_step
 
     return Ops(
         name="triton",
@@ -62,6 +67,8 @@ def _triton_ops() -> Ops:
         rope_qkv=triton_rope.rope_qkv,
         decode_attention=triton_attention.decode_attention,
         race_argmax=triton_sampling.race_argmax,
+        mask_stops=triton_step.mask_stops_before_min,
+        record=triton_step.record_tokens,
         needs_len_hint=False,
     )
 

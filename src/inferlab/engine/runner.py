@@ -19,6 +19,7 @@ from inferlab.engine.intake import Prepared
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
 from inferlab.engine.rows import RowState
+from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.step import finish_step
 from inferlab.models.llama import LlamaModel
 
@@ -40,24 +41,25 @@ class ModelRunner:
         self._step = torch.compile(self._decode_step, dynamic=True) if compile_step else self._decode_step
 
     # ---- decode -------------------------------------------------------------------------------------
-    def _decode_step(self, b: int, use_sort: bool, len_hint: int | None = None) -> None:
+    def _decode_step(self, b: int, level: int, len_hint: int | None = None) -> None:
         r = self.rows
         logits = self.model.decode(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint)  # [b, V]
-        finish_step(logits, r.view(b), self.hooks, self.ops.race_argmax, use_sort)
+        finish_step(logits, r.view(b), self.hooks, self.ops, level)
 
     def capture_graphs(self) -> DecodeGraphs:
-        self.graphs = DecodeGraphs(lambda b, use_sort: self._step(b, use_sort, None), self.sizes)
+        self.graphs = DecodeGraphs(lambda b, level: self._step(b, level, None), self.sizes, FILTER_LEVELS)
         self.graphs.capture()
         return self.graphs
 
-    def decode(self, b: int, use_sort: bool, steps: int, len_hint: int | None) -> None:
-        """`steps` decode steps over rows [0, b); len_hint bounds positions + 1 at the first step (eager)."""
+    def decode(self, b: int, level: int, steps: int, len_hint: int | None) -> None:
+        """`steps` decode steps over rows [0, b) with sampler filter `level`; len_hint bounds positions + 1
+        at the first step (used by the eager torch attention only)."""
         for i in range(steps):
             if self.graphs is not None:
-                self.graphs.replay(b, use_sort)
+                self.graphs.replay(b, level)
             else:
                 hint = None if len_hint is None or not self.ops.needs_len_hint else len_hint + i
-                self._step(b, use_sort, hint)
+                self._step(b, level, hint)
 
     # ---- admission and prefill ----------------------------------------------------------------------
     def admit(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> None:
@@ -108,8 +110,8 @@ class ModelRunner:
             tokens.to(self.device), lengths.to(self.device), self.rows.slots[idx], self.cache
         )  # [admitted, V]
         part = self.rows.gather(idx)
-        use_sort = any(item.needs_sort for item in items)
-        finish_step(logits, part, self.hooks, self.ops.race_argmax, use_sort, row_ids=idx)
+        level = max(item.filter_level for item in items)
+        finish_step(logits, part, self.hooks, self.ops, level, row_ids=idx)
         self.rows.scatter_(idx, part)
 
     # ---- reading back and row moves -----------------------------------------------------------------

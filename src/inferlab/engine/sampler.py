@@ -5,8 +5,10 @@ scaled logit is >= a per-row threshold `tau`, so they reduce to one number per r
   top-k: the k-th largest scaled logit;   min-p: max + log(min_p)  (p_i >= min_p * p_max);
   top-p: the smallest scaled logit kept by transformers' rule (sort ascending, softmax, cumsum, drop the
          prefix whose cumulative probability is <= 1 - top_p, keep at least one).
-Only top-k and top-p need a sort over the vocabulary; the caller picks `use_sort=False` (decided on the
-host from the admitted requests' parameters) when no row needs them. Ties at a threshold are all kept.
+Only top-k and top-p need a sort over the vocabulary and only min-p needs the row maximum: the caller
+passes a filter level (FILTER_NONE / FILTER_MIN_P / FILTER_SORT), decided on the host from the admitted
+requests' parameters, so a batch never pays for a filter none of its rows uses. Ties at a threshold are
+all kept.
 
 Sampling is the exponential race: token = argmax_i p_i / E_i with E_i ~ Exp(1), i.e. argmax of
 scaled_i - log(E_i). E_i comes from a counter-based hash of (request seed, token index, vocab index)
@@ -56,14 +58,32 @@ def gumbel_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
 def race_argmax_torch(
     logits: torch.Tensor,  # [rows, vocab] fp32
     temperature: torch.Tensor,  # [rows] fp32, 1.0 on greedy rows
-    tau: torch.Tensor,  # [rows] fp32 threshold on logits / temperature (-inf: keep all)
-    keys: torch.Tensor,  # [rows] int64 row keys
+    tau: torch.Tensor | None,  # [rows] fp32 threshold on logits / temperature; None: keep all
+    seeds: torch.Tensor,  # [rows] int64 request seeds
+    token_index: torch.Tensor,  # [rows] int64: which of the request's tokens is being drawn
     greedy: torch.Tensor,  # [rows] bool
 ) -> torch.Tensor:  # [rows] int64
     scaled = logits / temperature[:, None]
-    noise = torch.where(greedy[:, None], 0.0, gumbel_noise(keys, logits.shape[1]))
-    race = torch.where(scaled >= tau[:, None], scaled + noise, float("-inf"))
+    noise = gumbel_noise(row_keys(seeds, token_index), logits.shape[1])
+    race = scaled + torch.where(greedy[:, None], 0.0, noise)
+    if tau is not None:
+        race = torch.where(scaled >= tau[:, None], race, float("-inf"))
     return race.argmax(dim=-1)
+
+
+# How much filtering a batch needs; the host picks the level (and so the graph variant) from the live
+# requests, so a batch without top-k/top-p never pays for a sort.
+FILTER_NONE, FILTER_MIN_P, FILTER_SORT = 0, 1, 2
+FILTER_LEVELS = (FILTER_NONE, FILTER_MIN_P, FILTER_SORT)
+
+
+def filter_level(temperature: float, top_k: int, top_p: float, min_p: float) -> int:
+    """The level one request needs (greedy needs none: every filter keeps the argmax)."""
+    if temperature <= 0:
+        return FILTER_NONE
+    if top_k > 0 or top_p < 1.0:
+        return FILTER_SORT
+    return FILTER_MIN_P if min_p > 0 else FILTER_NONE
 
 
 def filter_threshold(
@@ -72,22 +92,24 @@ def filter_threshold(
     top_k: torch.Tensor,  # [rows] int64, 0 = off
     top_p: torch.Tensor,  # [rows] fp32, 1.0 = off
     min_p: torch.Tensor,  # [rows] fp32, 0.0 = off
-    use_sort: bool,
-) -> torch.Tensor:  # [rows] fp32: keep tokens with logits / temperature >= tau
-    neg_inf = torch.tensor(float("-inf"), device=logits.device)
+    level: int,
+) -> torch.Tensor | None:  # [rows] fp32: keep tokens with logits / temperature >= tau; None: keep all
+    if level == FILTER_NONE:
+        return None
+    # Python scalars in torch.where, never torch.tensor(...): a host->device copy cannot be graph-captured.
     max_scaled = logits.max(dim=-1).values / temperature  # == max(logits / t): division is monotone
-    tau = torch.where(min_p > 0, max_scaled + torch.log(min_p), neg_inf)
-    if not use_sort:
+    tau = torch.where(min_p > 0, max_scaled + torch.log(min_p), float("-inf"))
+    if level == FILTER_MIN_P:
         return tau
     vocab = logits.shape[1]
     ascending = (logits / temperature[:, None]).sort(dim=-1).values  # [rows, vocab]
     k = top_k.clamp(0, vocab)
     kth_largest = ascending.gather(1, (vocab - k).clamp(max=vocab - 1)[:, None]).squeeze(1)
-    tau_k = torch.where(k > 0, kth_largest, neg_inf)
-    kept = torch.where(ascending < tau_k[:, None], neg_inf, ascending)  # top-k applied, still ascending
+    tau_k = torch.where(k > 0, kth_largest, float("-inf"))
+    kept = torch.where(ascending < tau_k[:, None], float("-inf"), ascending)  # top-k applied, still ascending
     cumulative = kept.softmax(dim=-1).cumsum(dim=-1)
     dropped = (cumulative <= (1 - top_p)[:, None]).sum(dim=-1).clamp(max=vocab - 1)  # a prefix, by monotonicity
-    tau_p = torch.where(top_p < 1, kept.gather(1, dropped[:, None]).squeeze(1), neg_inf)
+    tau_p = torch.where(top_p < 1, kept.gather(1, dropped[:, None]).squeeze(1), float("-inf"))
     return torch.maximum(torch.maximum(tau, tau_k), tau_p)
 
 
@@ -97,12 +119,12 @@ def sample(
     top_k: torch.Tensor,  # [rows] int64
     top_p: torch.Tensor,  # [rows] fp32
     min_p: torch.Tensor,  # [rows] fp32
-    keys: torch.Tensor,  # [rows] int64 from row_keys
+    seeds: torch.Tensor,  # [rows] int64
+    token_index: torch.Tensor,  # [rows] int64
     race_argmax,  # Ops.race_argmax: the torch function above or the Triton kernel
-    use_sort: bool,
+    level: int,  # FILTER_*: at least the highest level any row needs
 ) -> torch.Tensor:  # [rows] int64 token ids
     greedy = temperature <= 0
     safe_t = torch.where(greedy, 1.0, temperature)
-    tau = filter_threshold(logits, safe_t, top_k, top_p, min_p, use_sort)
-    tau = torch.where(greedy, float("-inf"), tau)
-    return race_argmax(logits, safe_t, tau, keys, greedy)
+    tau = filter_threshold(logits, safe_t, top_k, top_p, min_p, level)
+    return race_argmax(logits, safe_t, tau, seeds, token_index, greedy)

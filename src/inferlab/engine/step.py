@@ -13,7 +13,7 @@ import torch
 
 from inferlab.engine.hooks import ConstraintHooks
 from inferlab.engine.rows import FINISH_EOS, FINISH_LENGTH, FINISH_STOP, RowState
-from inferlab.engine.sampler import row_keys, sample
+from inferlab.engine.sampler import sample
 
 
 def mask_stops_before_min(logits: torch.Tensor, rows: RowState) -> torch.Tensor:
@@ -48,14 +48,15 @@ def finish_step(
     logits: torch.Tensor,  # [B, V] fp32
     rows: RowState,  # B rows: views (decode) or gathered copies (prefill)
     hooks: ConstraintHooks,
-    race_argmax,
-    use_sort: bool,
+    ops,  # engine.ops.Ops: torch functions above or their Triton kernels
+    filter_level: int,  # sampler.FILTER_*: at least what the rows need
     row_ids: torch.Tensor | None = None,  # None in decode (rows [0, B)); admitted row ids in prefill
 ) -> None:
     logits = hooks.mask_logits(logits, row_ids)
-    logits = mask_stops_before_min(logits, rows)
-    keys = row_keys(rows.seeds, rows.n_out)  # token index = n_out: reproducible whatever the row
-    sampled = sample(logits, rows.temperature, rows.top_k, rows.top_p, rows.min_p, keys, race_argmax, use_sort)
+    logits = ops.mask_stops(logits, rows)
+    # the token index n_out keys the noise: a request's draws are reproducible whatever its row
+    sampled = sample(logits, rows.temperature, rows.top_k, rows.top_p, rows.min_p, rows.seeds, rows.n_out,
+                     ops.race_argmax, filter_level)
     tokens = hooks.choose(sampled, row_ids)
-    live = record_tokens(tokens, rows)
+    live = ops.record(tokens, rows)
     hooks.advance(tokens, live, row_ids)

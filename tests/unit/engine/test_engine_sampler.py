@@ -13,7 +13,17 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from inferlab.engine.sampler import filter_threshold, gumbel_noise, race_argmax_torch, row_keys, sample
+from inferlab.engine.sampler import (
+    FILTER_MIN_P,
+    FILTER_NONE,
+    FILTER_SORT,
+    filter_level,
+    filter_threshold,
+    gumbel_noise,
+    race_argmax_torch,
+    row_keys,
+    sample,
+)
 
 TEMPERATURES = [0.5, 1.0, 1.7]
 TOP_K = [0, 1, 5, 40]
@@ -45,19 +55,23 @@ def test_allowed_sets_equal_transformers_warpers():
     t = torch.tensor([c[0] for c in combos])
     tau = filter_threshold(
         logits, t, torch.tensor([c[1] for c in combos]), torch.tensor([c[2] for c in combos]),
-        torch.tensor([c[3] for c in combos]), use_sort=True,
+        torch.tensor([c[3] for c in combos]), FILTER_SORT,
     )
     ours = logits / t[:, None] >= tau[:, None]
     for row, combo in enumerate(combos):
         assert torch.equal(ours[row], _hf_allowed(logits[row], *combo)), combo
 
 
-def test_unsorted_variant_equals_sorted_when_no_row_needs_the_sort():
+def test_lower_filter_levels_equal_the_full_one_for_the_rows_they_serve():
     combos = [c for c in _combos() if c[1] == 0 and c[2] == 1.0]
     logits = torch.randn(len(combos), 500) * 2
     args = (torch.tensor([c[0] for c in combos]), torch.zeros(len(combos), dtype=torch.long),
             torch.ones(len(combos)), torch.tensor([c[3] for c in combos]))
-    assert torch.equal(filter_threshold(logits, *args, use_sort=False), filter_threshold(logits, *args, use_sort=True))
+    assert all(filter_level(*c) in (FILTER_NONE, FILTER_MIN_P) for c in combos)
+    assert torch.equal(filter_threshold(logits, *args, FILTER_MIN_P), filter_threshold(logits, *args, FILTER_SORT))
+    plain = [i for i, c in enumerate(combos) if c[3] == 0]
+    assert filter_threshold(logits, *args, FILTER_NONE) is None
+    assert torch.all(filter_threshold(logits, *args, FILTER_SORT)[plain] == float("-inf"))
 
 
 def test_samples_follow_the_filtered_distribution():
@@ -70,7 +84,7 @@ def test_samples_follow_the_filtered_distribution():
     rows = logits.repeat(n, 1)
     tokens = sample(
         rows, torch.full((n,), t), torch.full((n,), k), torch.full((n,), p), torch.full((n,), m),
-        row_keys(torch.arange(n), torch.zeros(n, dtype=torch.long)), race_argmax_torch, use_sort=True,
+        torch.arange(n), torch.zeros(n, dtype=torch.long), race_argmax_torch, FILTER_SORT,
     )
     freq = torch.bincount(tokens, minlength=logits.numel()).float() / n
     assert torch.all(freq[~allowed] == 0)
@@ -80,7 +94,7 @@ def test_samples_follow_the_filtered_distribution():
 def test_greedy_rows_take_the_first_argmax_whatever_the_filters():
     logits = torch.tensor([[0.0, 3.0, 3.0, 1.0], [5.0, -1.0, 5.0, 2.0]])
     tokens = sample(logits, torch.zeros(2), torch.tensor([1, 2]), torch.tensor([0.1, 0.5]), torch.tensor([0.5, 0.0]),
-                    row_keys(torch.tensor([1, 2]), torch.tensor([0, 0])), race_argmax_torch, use_sort=True)
+                    torch.tensor([1, 2]), torch.tensor([0, 0]), race_argmax_torch, FILTER_SORT)
     assert tokens.tolist() == [1, 0]
 
 
@@ -100,9 +114,9 @@ def test_noise_is_standard_gumbel():
     assert abs(noise.mean().item() - 0.5772) < 0.01  # Euler-Mascheroni constant
 
 
-@pytest.mark.parametrize("use_sort", [False, True])
-def test_different_seeds_draw_different_tokens(use_sort):
+@pytest.mark.parametrize("level", [FILTER_NONE, FILTER_MIN_P, FILTER_SORT])
+def test_different_seeds_draw_different_tokens(level):
     logits = torch.zeros(2, 50_000)  # uniform: any two independent draws collide with probability 2e-5
     tokens = sample(logits, torch.ones(2), torch.zeros(2, dtype=torch.long), torch.ones(2), torch.zeros(2),
-                    row_keys(torch.tensor([1, 2]), torch.tensor([0, 0])), race_argmax_torch, use_sort)
+                    torch.tensor([1, 2]), torch.tensor([0, 0]), race_argmax_torch, level)
     assert tokens[0] != tokens[1]

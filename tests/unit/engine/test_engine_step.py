@@ -5,9 +5,12 @@ from __future__ import annotations
 import torch
 
 from inferlab.engine.hooks import NoConstraints
+from inferlab.engine.ops import select_ops
 from inferlab.engine.rows import FINISH_EOS, FINISH_LENGTH, FINISH_STOP, NOT_FINISHED, RowState
-from inferlab.engine.sampler import race_argmax_torch
+from inferlab.engine.sampler import FILTER_NONE
 from inferlab.engine.step import finish_step
+
+TORCH_OPS = select_ops("torch", torch.device("cpu"))
 
 VOCAB = 10
 EOS, STOP = 9, 8
@@ -34,7 +37,7 @@ def _logits(favourite: list[int]) -> torch.Tensor:
 
 
 def _step(rows: RowState, favourite: list[int]) -> None:
-    finish_step(_logits(favourite), rows, NoConstraints(), race_argmax_torch, use_sort=False)
+    finish_step(_logits(favourite), rows, NoConstraints(), TORCH_OPS, FILTER_NONE)
 
 
 def test_eos_stop_and_length_reasons():

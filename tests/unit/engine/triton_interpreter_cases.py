@@ -16,8 +16,10 @@ import torch
 
 from inferlab.engine import torch_ops
 from inferlab.engine.attention import decode_attention_torch
-from inferlab.engine.kernels import triton_attention, triton_norm, triton_rope, triton_sampling
-from inferlab.engine.sampler import race_argmax_torch, row_keys
+from inferlab.engine import step
+from inferlab.engine.kernels import triton_attention, triton_norm, triton_rope, triton_sampling, triton_step
+from inferlab.engine.rows import RowState
+from inferlab.engine.sampler import race_argmax_torch
 from inferlab.models.config import RopeSpec
 from inferlab.models.rope import RotaryTables
 
@@ -75,17 +77,51 @@ def test_decode_attention_follows_each_rows_length(dtype, heads, kv_heads, head_
     assert torch.equal(again[0], ours[0])
 
 
-def test_race_kernel_draws_the_reference_tokens():
+@pytest.mark.parametrize("with_tau", [False, True])
+def test_race_kernel_draws_the_reference_tokens(with_tau):
     g = torch.Generator().manual_seed(3)
     rows, vocab = 12, 5000
     logits = torch.randn(rows, vocab, generator=g) * 2
     temperature = torch.rand(rows, generator=g) + 0.5
-    tau = torch.where(torch.arange(rows) % 3 == 0, float("-inf"), torch.randn(rows, generator=g))
-    keys = row_keys(torch.randint(0, 2**62, (rows,), generator=g), torch.randint(0, 1000, (rows,), generator=g))
+    tau = torch.where(torch.arange(rows) % 3 == 0, float("-inf"), torch.randn(rows, generator=g)) if with_tau else None
+    seeds = torch.randint(0, 2**62, (rows,), generator=g)
+    index = torch.randint(0, 1000, (rows,), generator=g)
     greedy = torch.arange(rows) % 4 == 1
-    ours = triton_sampling.race_argmax(logits, temperature, tau, keys, greedy, block=1024)
-    assert torch.equal(ours, race_argmax_torch(logits, temperature, tau, keys, greedy))
+    ours = triton_sampling.race_argmax(logits, temperature, tau, seeds, index, greedy, block=1024)
+    assert torch.equal(ours, race_argmax_torch(logits, temperature, tau, seeds, index, greedy))
     assert torch.equal(ours[greedy], logits[greedy].argmax(-1))
+
+
+def _random_rows(n: int, stops: int, cap: int, g: torch.Generator) -> RowState:
+    rows = RowState.allocate(n, stops, cap, torch.device("cpu"))
+    rows.active[:] = torch.rand(n, generator=g) < 0.8
+    rows.finished[:] = torch.rand(n, generator=g) < 0.2
+    rows.n_out[:] = torch.randint(0, cap, (n,), generator=g)
+    rows.max_new[:] = rows.n_out + torch.randint(0, 3, (n,), generator=g)
+    rows.min_new[:] = torch.randint(0, cap, (n,), generator=g)
+    rows.positions[:] = torch.randint(0, 100, (n,), generator=g)
+    rows.tokens[:] = torch.randint(0, 50, (n,), generator=g)
+    rows.n_stop[:] = torch.randint(0, stops + 1, (n,), generator=g)
+    rows.n_eos[:] = torch.minimum(rows.n_stop, torch.randint(0, 3, (n,), generator=g))
+    table = torch.randint(0, 12, (n, stops), generator=g)
+    rows.stop_ids[:] = torch.where(torch.arange(stops)[None, :] < rows.n_stop[:, None], table, table[:, :1])
+    rows.reason[:] = torch.randint(0, 4, (n,), generator=g)
+    return rows
+
+
+def test_step_kernels_match_the_torch_bookkeeping():
+    g = torch.Generator().manual_seed(4)
+    for _ in range(5):
+        rows = _random_rows(37, 5, 8, g)
+        twin = RowState(**{name: t.clone() for name, t in vars(rows).items()})
+        logits = torch.randn(37, 12, generator=g)
+        masked = triton_step.mask_stops_before_min(logits.clone(), rows)
+        assert torch.equal(masked, step.mask_stops_before_min(logits.clone(), twin))
+        tokens = torch.randint(0, 12, (37,), generator=g)
+        live = triton_step.record_tokens(tokens, rows)
+        assert torch.equal(live, step.record_tokens(tokens, twin))
+        for name, value in vars(rows).items():
+            assert torch.equal(value, getattr(twin, name)), name
 
 
 def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):

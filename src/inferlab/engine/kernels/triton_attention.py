@@ -11,6 +11,8 @@ Same signature as engine/attention.decode_attention_torch (the test reference).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -93,6 +95,11 @@ def _decode_merge_kernel(
     tl.store(OUT + row * stride_ob + head * stride_oh + d, out.to(OUT.dtype.element_ty), mask=dmask)
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
+
+
 def choose_splits(rows: int, kv_heads: int, max_len: int, target_programs: int, block_n: int = 64) -> int:
     """Enough splits that rows x kv_heads x splits fills the GPU, never more than the cache has tiles."""
     want = triton.cdiv(target_programs, max(1, rows * kv_heads))
@@ -115,8 +122,7 @@ def decode_attention(
     assert q.stride(-1) == 1 and k_cache.stride(-1) == 1 and k_cache.stride() == v_cache.stride()
     group = heads // kv_heads
     if splits is None:
-        sm_count = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 8
-        splits = choose_splits(rows, kv_heads, max_len, 2 * sm_count, block_n)
+        splits = choose_splits(rows, kv_heads, max_len, 2 * _sm_count(q.device), block_n)
     o_part = torch.empty((rows, heads, splits, head_dim), dtype=torch.float32, device=q.device)
     lse_part = torch.empty((rows, heads, splits), dtype=torch.float32, device=q.device)
     block_d = max(16, triton.next_power_of_2(head_dim))
