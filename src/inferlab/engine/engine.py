@@ -23,7 +23,7 @@ from inferlab.engine.config import EngineConfig
 from inferlab.engine.graphs import bucket_for
 from inferlab.engine.hooks import NoConstraints
 from inferlab.engine.intake import Prepared, finished_result, prepare
-from inferlab.engine.kv_cache import KVCache
+from inferlab.engine.kv_cache import KVCache, kv_bytes_per_token
 from inferlab.engine.ops import select_ops
 from inferlab.engine.rows import REASON_NAMES, RowState
 from inferlab.engine.runner import ModelRunner
@@ -53,6 +53,7 @@ class Engine:
             raise ConfigError("cuda_graphs=True needs a CUDA device; set cuda_graphs=None or False on CPU")
         self.plan = make_plan(config, self.spec, self.dtype, self.device)
         self.max_prefill_tokens = max(config.max_prefill_tokens, self.plan.max_seq_len)
+        self.kv_bytes_per_token = kv_bytes_per_token(self.spec, self.dtype)
 
         t0 = time.perf_counter()
         weights = load_weights(config.model, self.spec, self.dtype, self.device)
@@ -162,7 +163,7 @@ class Engine:
             now = time.perf_counter()
             for row, item in zip(admission.rows, admission.items):
                 item.timings.admitted_s = now
-                loop.steps_done[row], loop.last_len[row] = 0, item.prompt_len
+                loop.steps_done[row], loop.last_len[row] = 0, item.prompt_len + 1  # at the first decode step
             t = loop.clock.start()
             runner.admit(admission.rows, admission.items)
             runner.prefill(admission.rows, admission.items)
@@ -177,8 +178,12 @@ class Engine:
         if steps:
             level = max(scheduler.item(r).filter_level for r in live)
             t = loop.clock.start()
-            runner.decode(b, level, steps, max(loop.last_len[r] for r in live) + 1)
+            runner.decode(b, level, steps, max(loop.last_len[r] for r in live))
             loop.clock.stop("decode", t)
+            # bytes read: all weights per step, and each row's KV up to its length (1 for idle rows)
+            lengths = sum(loop.last_len[r] for r in live) + (b - len(live))
+            kv_tokens = steps * lengths + len(live) * steps * (steps - 1) // 2
+            stats.decode_bytes += steps * stats.weight_bytes + kv_tokens * self.kv_bytes_per_token
             for r in range(b):
                 loop.steps_done[r] += steps
                 loop.last_len[r] += steps
@@ -213,4 +218,5 @@ class _Loop:
     scheduler: Scheduler[Prepared]
     clock: PhaseClock
     steps_done: list[int]  # decode steps since admission, per row
-    last_len: list[int]  # upper bound of each row's cached length (bounds the torch attention's work)
+    last_len: list[int]  # per row: its KV length at the next decode step (exact while it runs; an upper bound
+    # once it finished unseen), which bounds the torch attention's work and counts decode bytes

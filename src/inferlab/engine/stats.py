@@ -35,6 +35,7 @@ class EngineStats:
     decode_s: float = 0.0
     decode_steps: int = 0  # graph replays / eager steps
     row_steps: int = 0  # sum over steps of the bucket size (rows computed, live or not)
+    decode_bytes: int = 0  # HBM bytes the decode steps read: weights each step + each row's live KV (estimate)
     generated_tokens: int = 0  # tokens returned in Results
     syncs: int = 0  # host reads of the finished flags
     generate_s: float = 0.0
@@ -42,6 +43,11 @@ class EngineStats:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def decode_gb_per_s(self) -> float:
+        """Achieved memory bandwidth of the decode steps (decode_bytes / decode_s)."""
+        return self.decode_bytes / self.decode_s / 1e9 if self.decode_s > 0 else 0.0
 
 
 @dataclass

@@ -4,7 +4,8 @@ Stage 1, grid (rows, kv_heads, splits): each program reads the row's slot and le
 takes its share of the positions [0, length) (the share is length / splits, so a short row does little
 work however long the cache is), and runs an online softmax over BLOCK_N-position tiles for all query
 heads of one kv head at once (GQA: the group shares each K/V load; the group is padded to 16 rows for
-tl.dot). It writes a partial output and its log-sum-exp. Stage 2, grid (rows, heads), merges the splits.
+tl.dot). It writes a partial output and its log-sum-exp. Stage 2, grid (rows, heads), merges the splits;
+with one split (large batches already fill the GPU) stage 1 writes the final output and stage 2 is skipped.
 The grid depends only on the batch bucket, never on lengths, so the launch is CUDA-graph capturable.
 Same signature as engine/attention.decode_attention_torch (the test reference).
 """
@@ -71,9 +72,11 @@ def _decode_split_kernel(
     empty = l == 0.0  # this split had no positions (a short row): contributes nothing to the merge
     out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, l)[:, None])
     lse = tl.where(empty, float("-inf"), m + tl.log(tl.where(empty, 1.0, l)))
-    tl.store(O_PART + row * stride_pb + heads[:, None] * stride_ph + split * stride_ps + d[None, :], out,
-             mask=hmask[:, None] & dmask[None, :])
-    tl.store(LSE_PART + row * stride_lb + heads * stride_lh + split, lse, mask=hmask)
+    # one split: O_PART is the final output [rows, heads, head_dim] in the model dtype, no merge needed
+    tl.store(O_PART + row * stride_pb + heads[:, None] * stride_ph + split * stride_ps + d[None, :],
+             out.to(O_PART.dtype.element_ty), mask=hmask[:, None] & dmask[None, :])
+    if SPLITS > 1:
+        tl.store(LSE_PART + row * stride_lb + heads * stride_lh + split, lse, mask=hmask)
 
 
 @triton.jit
@@ -114,8 +117,10 @@ def decode_attention(
     lengths: torch.Tensor,  # [rows] int64, >= 1
     scale: float,
     max_len_hint: int | None = None,  # unused: the kernel reads the lengths on the device
-    splits: int | None = None,
+    splits: int | None = None,  # None: enough to fill the GPU (choose_splits)
     block_n: int = 64,
+    num_warps: int = 4,
+    num_stages: int = 2,
 ) -> torch.Tensor:  # [rows, heads, head_dim]
     rows, heads, head_dim = q.shape
     kv_heads, max_len = k_cache.shape[1], k_cache.shape[2]
@@ -123,8 +128,12 @@ def decode_attention(
     group = heads // kv_heads
     if splits is None:
         splits = choose_splits(rows, kv_heads, max_len, 2 * _sm_count(q.device), block_n)
-    o_part = torch.empty((rows, heads, splits, head_dim), dtype=torch.float32, device=q.device)
-    lse_part = torch.empty((rows, heads, splits), dtype=torch.float32, device=q.device)
+    out = torch.empty_like(q)
+    if splits == 1:  # the split kernel writes the final output
+        o_part, lse_part = out.view(rows, heads, 1, head_dim), out  # lse_part unused
+    else:
+        o_part = torch.empty((rows, heads, splits, head_dim), dtype=torch.float32, device=q.device)
+        lse_part = torch.empty((rows, heads, splits), dtype=torch.float32, device=q.device)
     block_d = max(16, triton.next_power_of_2(head_dim))
     _decode_split_kernel[(rows, kv_heads, splits)](
         q, k_cache, v_cache, slots, lengths, o_part, lse_part,
@@ -132,12 +141,12 @@ def decode_attention(
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
         scale,
         GROUP=group, BLOCK_H=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        BLOCK_N=block_n, SPLITS=splits, IEEE=q.dtype == torch.float32,
+        BLOCK_N=block_n, SPLITS=splits, IEEE=q.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages,
     )
-    out = torch.empty_like(q)
-    _decode_merge_kernel[(rows, heads)](
-        o_part, lse_part, out, o_part.stride(0), o_part.stride(1), o_part.stride(2),
-        lse_part.stride(0), lse_part.stride(1), out.stride(0), out.stride(1),
-        HEAD_DIM=head_dim, BLOCK_D=block_d, SPLITS=splits, BLOCK_S=max(2, triton.next_power_of_2(splits)),
-    )
+    if splits > 1:
+        _decode_merge_kernel[(rows, heads)](
+            o_part, lse_part, out, o_part.stride(0), o_part.stride(1), o_part.stride(2),
+            lse_part.stride(0), lse_part.stride(1), out.stride(0), out.stride(1),
+            HEAD_DIM=head_dim, BLOCK_D=block_d, SPLITS=splits, BLOCK_S=max(2, triton.next_power_of_2(splits)),
+        )
     return out
