@@ -58,7 +58,7 @@ class Engine:
         t0 = time.perf_counter()
         weights = load_weights(config.model, self.spec, self.dtype, self.device)
         self.tokenizer = load_tokenizer(config.model)
-        self.ops = select_ops(config.kernels, self.device)
+        self.ops = select_ops(config.kernels, self.device, self.dtype)
         rotary = RotaryTables.build(self.spec.rope, self.spec.head_dim, self.plan.max_seq_len, self.device)
         model = implementation.load()(self.spec, weights, self.ops, rotary)
         slots, max_len = self.plan.slots, self.plan.max_seq_len

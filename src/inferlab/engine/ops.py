@@ -8,6 +8,7 @@ which set it got.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 from dataclasses import dataclass
@@ -30,14 +31,15 @@ class Ops:
     silu_mul: Callable  # (gate_up [T, 2I]) -> [T, I]
     rope_qkv: Callable  # see torch_ops.rope_qkv
     decode_attention: Callable  # see attention.decode_attention_torch
+    filter_threshold: Callable  # see sampler.filter_threshold
     race_argmax: Callable  # see sampler.race_argmax_torch
     mask_stops: Callable  # see step.mask_stops_before_min
     record: Callable  # see step.record_tokens
     needs_len_hint: bool  # True when decode attention's cost depends on a host length bound
 
 
-def _torch_ops() -> Ops:
-    from inferlab.engine.sampler import race_argmax_torch
+def _torch_ops(logits_dtype: torch.dtype) -> Ops:
+    from inferlab.engine.sampler import filter_threshold, race_argmax_torch
     from inferlab.engine.step import mask_stops_before_min, record_tokens
 
     return Ops(
@@ -47,6 +49,7 @@ def _torch_ops() -> Ops:
         silu_mul=torch_ops.silu_mul,
         rope_qkv=torch_ops.rope_qkv,
         decode_attention=decode_attention_torch,
+        filter_threshold=filter_threshold,
         race_argmax=race_argmax_torch,
         mask_stops=mask_stops_before_min,
         record=record_tokens,
@@ -54,10 +57,20 @@ def _torch_ops() -> Ops:
     )
 
 
-def _triton_ops() -> Ops:
+def _triton_ops(logits_dtype: torch.dtype) -> Ops:
     if importlib.util.find_spec("triton") is None:
         raise UnsupportedError("kernels='triton' needs the triton package; install it or use kernels='torch'")
-    from inferlab.engine.kernels import triton_attention, triton_norm, triton_rope, triton_sampling, triton_step
+    from inferlab.engine.kernels import (
+        triton_attention,
+        triton_filter,
+        triton_norm,
+        triton_rope,
+        triton_sampling,
+        triton_step,
+    )
+
+    # bf16 logits carry 16 bits of key: the threshold search needs half the passes
+    key_bits = 16 if logits_dtype == torch.bfloat16 else 32
 
     return Ops(
         name="triton",
@@ -66,6 +79,7 @@ def _triton_ops() -> Ops:
         silu_mul=triton_norm.silu_mul,
         rope_qkv=triton_rope.rope_qkv,
         decode_attention=triton_attention.decode_attention,
+        filter_threshold=functools.partial(triton_filter.filter_threshold, key_bits=key_bits),
         race_argmax=triton_sampling.race_argmax,
         mask_stops=triton_step.mask_stops_before_min,
         record=triton_step.record_tokens,
@@ -73,15 +87,16 @@ def _triton_ops() -> Ops:
     )
 
 
-OPS_BUILDERS: dict[str, Callable[[], Ops]] = {"torch": _torch_ops, "triton": _triton_ops}
+OPS_BUILDERS: dict[str, Callable[[torch.dtype], Ops]] = {"torch": _torch_ops, "triton": _triton_ops}
 
 
-def select_ops(kind: str, device: torch.device) -> Ops:
-    """`kind` is "auto", "torch" or "triton"; auto means triton on CUDA when it is installed."""
+def select_ops(kind: str, device: torch.device, logits_dtype: torch.dtype = torch.float32) -> Ops:
+    """`kind` is "auto", "torch" or "triton"; auto means triton on CUDA when it is installed.
+    `logits_dtype` is the LM head's output dtype (the model dtype) before the cast to fp32."""
     if kind == "auto":
         kind = "triton" if device.type == "cuda" and importlib.util.find_spec("triton") is not None else "torch"
     if kind not in OPS_BUILDERS:
         raise UnsupportedError(f"kernels={kind!r} is unknown; use one of auto, {', '.join(OPS_BUILDERS)}")
-    ops = OPS_BUILDERS[kind]()
+    ops = OPS_BUILDERS[kind](logits_dtype)
     log.info("engine kernels: %s on %s", ops.name, device)
     return ops

@@ -38,16 +38,18 @@ class ModelRunner:
         self.num_rows = rows.tokens.shape[0]
         self.sizes = bucket_sizes(self.num_rows)
         self.graphs: DecodeGraphs | None = None
-        self._step = torch.compile(self._decode_step, dynamic=True) if compile_step else self._decode_step
+        # compile_step compiles the forward (the sampler and bookkeeping are already fused kernels): one
+        # dynamic-batch compile plus the size-1 specialisation, instead of one per bucket and filter level
+        self._forward = torch.compile(model.decode, dynamic=True) if compile_step else model.decode
 
     # ---- decode -------------------------------------------------------------------------------------
     def _decode_step(self, b: int, level: int, len_hint: int | None = None) -> None:
         r = self.rows
-        logits = self.model.decode(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint)  # [b, V]
+        logits = self._forward(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint)  # [b, V]
         finish_step(logits, r.view(b), self.hooks, self.ops, level)
 
     def capture_graphs(self) -> DecodeGraphs:
-        self.graphs = DecodeGraphs(lambda b, level: self._step(b, level, None), self.sizes, FILTER_LEVELS)
+        self.graphs = DecodeGraphs(lambda b, level: self._decode_step(b, level, None), self.sizes, FILTER_LEVELS)
         self.graphs.capture()
         return self.graphs
 
@@ -59,7 +61,7 @@ class ModelRunner:
                 self.graphs.replay(b, level)
             else:
                 hint = None if len_hint is None or not self.ops.needs_len_hint else len_hint + i
-                self._step(b, level, hint)
+                self._decode_step(b, level, hint)
 
     # ---- admission and prefill ----------------------------------------------------------------------
     def admit(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> None:

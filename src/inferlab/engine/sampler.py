@@ -1,17 +1,19 @@
 """Token selection on the device: greedy, temperature, top-k, top-p, min-p, per row, seeded, no host sync.
 
-Order as in transformers: temperature, then top-k, top-p, min-p. All three filters keep the tokens whose
-scaled logit is >= a per-row threshold `tau`, so they reduce to one number per row:
-  top-k: the k-th largest scaled logit;   min-p: max + log(min_p)  (p_i >= min_p * p_max);
-  top-p: the smallest scaled logit kept by transformers' rule (sort ascending, softmax, cumsum, drop the
-         prefix whose cumulative probability is <= 1 - top_p, keep at least one).
-Only top-k and top-p need a sort over the vocabulary and only min-p needs the row maximum: the caller
-passes a filter level (FILTER_NONE / FILTER_MIN_P / FILTER_SORT), decided on the host from the admitted
-requests' parameters, so a batch never pays for a filter none of its rows uses. Ties at a threshold are
-all kept.
+Order as in transformers: temperature, then top-k, top-p, min-p. Each filter keeps the tokens whose logit
+is >= a per-row threshold, so together they reduce to one threshold per row, the largest of:
+  top-k: the k-th largest logit;   min-p: max + T * log(min_p)  (p_i >= min_p * p_max at temperature T);
+  top-p: the smallest logit kept by transformers' rule (softmax at temperature T over the top-k survivors,
+         sort ascending, drop the prefix whose cumulative probability is <= 1 - top_p; keep at least one).
+Thresholds are compared in *key* space: float_key maps fp32 to int32 preserving order, so a threshold is
+exact (no rounding of logit / T) and the Triton kernel (kernels/triton_filter.py) can find it by radix
+selection instead of sorting. Ties at a threshold are all kept. This module's `filter_threshold` is the
+sort-based reference (CPU, tests). The caller passes a filter level (FILTER_NONE / FILTER_MIN_P /
+FILTER_SORT) chosen on the host from the admitted requests, so a batch never pays for a filter none of its
+rows uses.
 
 Sampling is the exponential race: token = argmax_i p_i / E_i with E_i ~ Exp(1), i.e. argmax of
-scaled_i - log(E_i). E_i comes from a counter-based hash of (request seed, token index, vocab index)
+logit_i / T - log(E_i). E_i comes from a counter-based hash of (request seed, token index, vocab index)
 computed with integer tensor ops, so a request's tokens depend on its seed only - never on its batch, row
 or neighbours - and no generator state exists. Greedy rows take the plain argmax (first index on ties, as
 torch.argmax).
@@ -55,10 +57,19 @@ def gumbel_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     return -torch.log(-torch.log(u))
 
 
+def float_key(x: torch.Tensor) -> torch.Tensor:
+    """fp32 -> int32 with the same order (-inf lowest; NaN aside): flip the magnitude bits of negatives."""
+    bits = x.contiguous().view(torch.int32)
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
+KEEP_ALL = -(2**31)  # a threshold key below every float's key
+
+
 def race_argmax_torch(
     logits: torch.Tensor,  # [rows, vocab] fp32
     temperature: torch.Tensor,  # [rows] fp32, 1.0 on greedy rows
-    tau: torch.Tensor | None,  # [rows] fp32 threshold on logits / temperature; None: keep all
+    tau: torch.Tensor | None,  # [rows] int32 threshold key: keep float_key(logit) >= tau; None: keep all
     seeds: torch.Tensor,  # [rows] int64 request seeds
     token_index: torch.Tensor,  # [rows] int64: which of the request's tokens is being drawn
     greedy: torch.Tensor,  # [rows] bool
@@ -67,7 +78,7 @@ def race_argmax_torch(
     noise = gumbel_noise(row_keys(seeds, token_index), logits.shape[1])
     race = scaled + torch.where(greedy[:, None], 0.0, noise)
     if tau is not None:
-        race = torch.where(scaled >= tau[:, None], race, float("-inf"))
+        race = torch.where(float_key(logits) >= tau[:, None], race, float("-inf"))
     return race.argmax(dim=-1)
 
 
@@ -93,24 +104,25 @@ def filter_threshold(
     top_p: torch.Tensor,  # [rows] fp32, 1.0 = off
     min_p: torch.Tensor,  # [rows] fp32, 0.0 = off
     level: int,
-) -> torch.Tensor | None:  # [rows] fp32: keep tokens with logits / temperature >= tau; None: keep all
+) -> torch.Tensor | None:  # [rows] int32 key: keep tokens with float_key(logit) >= tau; None: keep all
+    """The sort-based reference: transformers' arithmetic on the sorted logits, read back as thresholds."""
     if level == FILTER_NONE:
         return None
     # Python scalars in torch.where, never torch.tensor(...): a host->device copy cannot be graph-captured.
-    max_scaled = logits.max(dim=-1).values / temperature  # == max(logits / t): division is monotone
-    tau = torch.where(min_p > 0, max_scaled + torch.log(min_p), float("-inf"))
-    if level == FILTER_MIN_P:
-        return tau
-    vocab = logits.shape[1]
-    ascending = (logits / temperature[:, None]).sort(dim=-1).values  # [rows, vocab]
-    k = top_k.clamp(0, vocab)
-    kth_largest = ascending.gather(1, (vocab - k).clamp(max=vocab - 1)[:, None]).squeeze(1)
-    tau_k = torch.where(k > 0, kth_largest, float("-inf"))
-    kept = torch.where(ascending < tau_k[:, None], float("-inf"), ascending)  # top-k applied, still ascending
-    cumulative = kept.softmax(dim=-1).cumsum(dim=-1)
-    dropped = (cumulative <= (1 - top_p)[:, None]).sum(dim=-1).clamp(max=vocab - 1)  # a prefix, by monotonicity
-    tau_p = torch.where(top_p < 1, kept.gather(1, dropped[:, None]).squeeze(1), float("-inf"))
-    return torch.maximum(torch.maximum(tau, tau_k), tau_p)
+    top = logits.max(dim=-1).values
+    tau = torch.where(min_p > 0, top + temperature * torch.log(min_p), float("-inf"))
+    if level == FILTER_SORT:
+        vocab = logits.shape[1]
+        ascending = logits.sort(dim=-1).values  # [rows, vocab]
+        k = top_k.clamp(0, vocab)
+        kth_largest = ascending.gather(1, (vocab - k).clamp(max=vocab - 1)[:, None]).squeeze(1)
+        tau_k = torch.where(k > 0, kth_largest, float("-inf"))
+        kept = torch.where(ascending < tau_k[:, None], float("-inf"), ascending)  # top-k applied, still ascending
+        cumulative = (kept / temperature[:, None]).softmax(dim=-1).cumsum(dim=-1)
+        dropped = (cumulative <= (1 - top_p)[:, None]).sum(dim=-1).clamp(max=vocab - 1)  # a prefix: monotone
+        tau_p = torch.where(top_p < 1, kept.gather(1, dropped[:, None]).squeeze(1), float("-inf"))
+        tau = torch.maximum(torch.maximum(tau, tau_k), tau_p)
+    return float_key(tau)
 
 
 def sample(
@@ -121,10 +133,10 @@ def sample(
     min_p: torch.Tensor,  # [rows] fp32
     seeds: torch.Tensor,  # [rows] int64
     token_index: torch.Tensor,  # [rows] int64
-    race_argmax,  # Ops.race_argmax: the torch function above or the Triton kernel
+    ops,  # engine.ops.Ops: filter_threshold and race_argmax (torch above, or Triton kernels)
     level: int,  # FILTER_*: at least the highest level any row needs
 ) -> torch.Tensor:  # [rows] int64 token ids
     greedy = temperature <= 0
     safe_t = torch.where(greedy, 1.0, temperature)
-    tau = filter_threshold(logits, safe_t, top_k, top_p, min_p, level)
-    return race_argmax(logits, safe_t, tau, seeds, token_index, greedy)
+    tau = ops.filter_threshold(logits, safe_t, top_k, top_p, min_p, level)
+    return ops.race_argmax(logits, safe_t, tau, seeds, token_index, greedy)

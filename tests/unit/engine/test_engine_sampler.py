@@ -13,17 +13,20 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from inferlab.engine.ops import select_ops
 from inferlab.engine.sampler import (
     FILTER_MIN_P,
     FILTER_NONE,
     FILTER_SORT,
     filter_level,
     filter_threshold,
+    float_key,
     gumbel_noise,
-    race_argmax_torch,
     row_keys,
     sample,
 )
+
+OPS = select_ops("torch", torch.device("cpu"))
 
 TEMPERATURES = [0.5, 1.0, 1.7]
 TOP_K = [0, 1, 5, 40]
@@ -57,7 +60,7 @@ def test_allowed_sets_equal_transformers_warpers():
         logits, t, torch.tensor([c[1] for c in combos]), torch.tensor([c[2] for c in combos]),
         torch.tensor([c[3] for c in combos]), FILTER_SORT,
     )
-    ours = logits / t[:, None] >= tau[:, None]
+    ours = float_key(logits) >= tau[:, None]
     for row, combo in enumerate(combos):
         assert torch.equal(ours[row], _hf_allowed(logits[row], *combo)), combo
 
@@ -71,7 +74,13 @@ def test_lower_filter_levels_equal_the_full_one_for_the_rows_they_serve():
     assert torch.equal(filter_threshold(logits, *args, FILTER_MIN_P), filter_threshold(logits, *args, FILTER_SORT))
     plain = [i for i, c in enumerate(combos) if c[3] == 0]
     assert filter_threshold(logits, *args, FILTER_NONE) is None
-    assert torch.all(filter_threshold(logits, *args, FILTER_SORT)[plain] == float("-inf"))
+    assert torch.all(filter_threshold(logits, *args, FILTER_SORT)[plain] == float_key(torch.tensor(float("-inf"))))
+
+
+def test_float_key_preserves_order():
+    values = torch.tensor([float("-inf"), -3e38, -2.5, -1.0, -1e-30, -0.0, 0.0, 1e-30, 1.0, 2.5, 3e38, float("inf")])
+    keys = float_key(values)
+    assert torch.all(keys[1:] >= keys[:-1]) and keys[4] < keys[7]
 
 
 def test_samples_follow_the_filtered_distribution():
@@ -84,7 +93,7 @@ def test_samples_follow_the_filtered_distribution():
     rows = logits.repeat(n, 1)
     tokens = sample(
         rows, torch.full((n,), t), torch.full((n,), k), torch.full((n,), p), torch.full((n,), m),
-        torch.arange(n), torch.zeros(n, dtype=torch.long), race_argmax_torch, FILTER_SORT,
+        torch.arange(n), torch.zeros(n, dtype=torch.long), OPS, FILTER_SORT,
     )
     freq = torch.bincount(tokens, minlength=logits.numel()).float() / n
     assert torch.all(freq[~allowed] == 0)
@@ -94,7 +103,7 @@ def test_samples_follow_the_filtered_distribution():
 def test_greedy_rows_take_the_first_argmax_whatever_the_filters():
     logits = torch.tensor([[0.0, 3.0, 3.0, 1.0], [5.0, -1.0, 5.0, 2.0]])
     tokens = sample(logits, torch.zeros(2), torch.tensor([1, 2]), torch.tensor([0.1, 0.5]), torch.tensor([0.5, 0.0]),
-                    torch.tensor([1, 2]), torch.tensor([0, 0]), race_argmax_torch, FILTER_SORT)
+                    torch.tensor([1, 2]), torch.tensor([0, 0]), OPS, FILTER_SORT)
     assert tokens.tolist() == [1, 0]
 
 
@@ -118,5 +127,5 @@ def test_noise_is_standard_gumbel():
 def test_different_seeds_draw_different_tokens(level):
     logits = torch.zeros(2, 50_000)  # uniform: any two independent draws collide with probability 2e-5
     tokens = sample(logits, torch.ones(2), torch.zeros(2, dtype=torch.long), torch.ones(2), torch.zeros(2),
-                    torch.tensor([1, 2]), torch.tensor([0, 0]), race_argmax_torch, level)
+                    torch.tensor([1, 2]), torch.tensor([0, 0]), OPS, level)
     assert tokens[0] != tokens[1]

@@ -17,9 +17,16 @@ import torch
 from inferlab.engine import torch_ops
 from inferlab.engine.attention import decode_attention_torch
 from inferlab.engine import step
-from inferlab.engine.kernels import triton_attention, triton_norm, triton_rope, triton_sampling, triton_step
+from inferlab.engine.kernels import (
+    triton_attention,
+    triton_filter,
+    triton_norm,
+    triton_rope,
+    triton_sampling,
+    triton_step,
+)
 from inferlab.engine.rows import RowState
-from inferlab.engine.sampler import race_argmax_torch
+from inferlab.engine.sampler import FILTER_MIN_P, FILTER_SORT, filter_threshold, float_key, race_argmax_torch
 from inferlab.models.config import RopeSpec
 from inferlab.models.rope import RotaryTables
 
@@ -83,13 +90,35 @@ def test_race_kernel_draws_the_reference_tokens(with_tau):
     rows, vocab = 12, 5000
     logits = torch.randn(rows, vocab, generator=g) * 2
     temperature = torch.rand(rows, generator=g) + 0.5
-    tau = torch.where(torch.arange(rows) % 3 == 0, float("-inf"), torch.randn(rows, generator=g)) if with_tau else None
+    tau = float_key(torch.where(torch.arange(rows) % 3 == 0, float("-inf"), torch.randn(rows, generator=g)))
+    tau = tau if with_tau else None
     seeds = torch.randint(0, 2**62, (rows,), generator=g)
     index = torch.randint(0, 1000, (rows,), generator=g)
     greedy = torch.arange(rows) % 4 == 1
     ours = triton_sampling.race_argmax(logits, temperature, tau, seeds, index, greedy, block=1024)
     assert torch.equal(ours, race_argmax_torch(logits, temperature, tau, seeds, index, greedy))
     assert torch.equal(ours[greedy], logits[greedy].argmax(-1))
+
+
+@pytest.mark.parametrize("key_bits", [16, 32])
+def test_filter_kernel_finds_the_sorted_thresholds(key_bits):
+    g = torch.Generator().manual_seed(5)
+    rows, vocab = 24, 3000
+    logits = torch.randn(rows, vocab, generator=g) * 2
+    if key_bits == 16:
+        logits = logits.to(torch.bfloat16).float()  # what a bf16 LM head produces: ties included
+    logits[0, :50] = float("-inf")  # masked tokens (a constraint) never count
+    temperature = torch.rand(rows, generator=g) + 0.4
+    top_k = torch.tensor([0, 1, 7, 100, 2999, 0] * 4)
+    top_p = torch.tensor([1.0, 0.9, 0.5, 0.95, 1.0, 0.2, 0.01, 0.999] * 3)
+    min_p = torch.tensor([0.0, 0.0, 0.1, 0.0] * 6)
+    args = (logits, temperature, top_k, top_p, min_p)
+    for level in (FILTER_MIN_P, FILTER_SORT):
+        ours = triton_filter.filter_threshold(*args, level, key_bits=key_bits, block=512)
+        reference = filter_threshold(*args, level)
+        kept = float_key(logits) >= ours[:, None]
+        expected = float_key(logits) >= reference[:, None]
+        assert torch.equal(kept, expected), (kept.sum(1) - expected.sum(1)).tolist()
 
 
 def _random_rows(n: int, stops: int, cap: int, g: torch.Generator) -> RowState:

@@ -51,8 +51,9 @@ def _race_kernel(LOGITS, TEMP, TAU, SEEDS, INDEX, GREEDY, BEST_VAL, BEST_IDX, st
     noise = -tl.log(-tl.log(u))
     race = scaled + tl.where(tl.load(GREEDY + row) != 0, 0.0, noise)
     keep = valid
-    if HAS_TAU:
-        keep = keep & (scaled >= tl.load(TAU + row))
+    if HAS_TAU:  # the threshold is an order-preserving int32 key of the raw logit (sampler.float_key)
+        bits = x.to(tl.int32, bitcast=True)
+        keep = keep & ((bits ^ ((bits >> 31) & 0x7FFFFFFF)) >= tl.load(TAU + row))
     race = tl.where(keep, race, float("-inf"))
     best, where = tl.max(race, axis=0, return_indices=True, return_indices_tie_break_left=True)
     tl.store(BEST_VAL + row * CHUNKS + chunk, best)
@@ -62,7 +63,7 @@ def _race_kernel(LOGITS, TEMP, TAU, SEEDS, INDEX, GREEDY, BEST_VAL, BEST_IDX, st
 def race_argmax(
     logits: torch.Tensor,  # [rows, vocab] fp32
     temperature: torch.Tensor,  # [rows] fp32 (1.0 on greedy rows)
-    tau: torch.Tensor | None,  # [rows] fp32, or None: no threshold
+    tau: torch.Tensor | None,  # [rows] int32 threshold key, or None: no threshold
     seeds: torch.Tensor,  # [rows] int64
     token_index: torch.Tensor,  # [rows] int64
     greedy: torch.Tensor,  # [rows] bool
