@@ -11,6 +11,7 @@ Parts, in order (each wrapped: a failure prints its traceback and the run goes o
   hf_logits  bf16 engine vs transformers: logits of prefill + 8 decode steps against an fp32 reference,
              and greedy token agreement, on tiny and llama-380m random checkpoints
   attention  decode attention options at llama-380m shape (Triton configs, torch masked, SDPA bucketed)
+  sampling   sampler pieces at a 128k vocabulary: top-p by torch sort vs the radix kernel, race, casts
   speed      llama-380m, 48-token prompts, exactly 1000 new tokens, batch 16/64/256, top-p 0.9 and
              plain temperature 1; qwen3-0.6b at batch 256: tok/s, ms/step, achieved GB/s, start-up times
   batching   continuous vs static batching, output lengths drawn from 200-1000
@@ -140,6 +141,7 @@ PARTS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "graphs": correctness.part_graphs,
     "hf_logits": correctness.part_hf_logits,
     "attention": speed.part_attention,
+    "sampling": speed.part_sampling,
     "speed": speed.part_speed,
     "batching": speed.part_batching,
     "profile": speed.part_profile,

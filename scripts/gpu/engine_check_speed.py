@@ -112,7 +112,8 @@ def part_batching(ctx) -> dict[str, Any]:
     g = torch.Generator().manual_seed(11)
     lengths = torch.randint(low, high + 1, (n,), generator=g).tolist()
     for mode in ("static", "continuous"):
-        engine = _engine(ctx, preset, slots, high, batching=mode)
+        # outputs of 4-24 tokens in the quick run need finer sync points than 200-1000 on the device
+        engine = _engine(ctx, preset, slots, high, batching=mode, decode_steps_per_sync=4 if ctx.quick else 16)
         vocab = engine.spec.vocab_size
         _timed(ctx, engine, _requests(slots, 8, vocab, seed=7, temperature=1.0))
         cell = _timed(ctx, engine, _requests(n, lengths, vocab, temperature=1.0))
@@ -124,7 +125,8 @@ def part_batching(ctx) -> dict[str, Any]:
         ctx.free()
     gain = res["continuous"]["tok_per_s"] / res["static"]["tok_per_s"]
     res["continuous_over_static"] = gain
-    ctx.row("batching", "continuous / static throughput", gain, "ok" if gain > 1 else "FAIL: not faster")
+    steps = f"decode steps {res['static']['decode_steps']} -> {res['continuous']['decode_steps']}"
+    ctx.row("batching", "continuous / static throughput", gain, ("ok, " if gain > 1 else "FAIL: not faster, ") + steps)
     return res
 
 
@@ -206,6 +208,41 @@ def part_attention(ctx) -> dict[str, Any]:
         for name in ("torch masked, whole cache", "sdpa, length bucket 256"):
             if name in timed:
                 ctx.row("attention", f"rows={rows} {name}: us/layer", timed[name]["us"])
+    return res
+
+
+def part_sampling(ctx) -> dict[str, Any]:
+    """Per-step cost of the sampler pieces at llama-380m's vocabulary: sort-based vs radix thresholds."""
+    from inferlab.engine.ops import select_ops
+    from inferlab.engine.sampler import FILTER_MIN_P, FILTER_SORT, filter_threshold
+
+    res: dict[str, Any] = {}
+    vocab = 5000 if ctx.quick else 128256
+    ops = select_ops("auto" if ctx.cuda else "triton", ctx.device, torch.bfloat16)
+    g = torch.Generator(device=ctx.device).manual_seed(1)
+    for rows in ([4] if ctx.quick else [16, 64, 256]):
+        logits = (torch.randn(rows, vocab, generator=g, device=ctx.device) * 2).to(torch.bfloat16).float()
+        t = torch.ones(rows, device=ctx.device)
+        k = torch.zeros(rows, dtype=torch.int64, device=ctx.device)
+        p = torch.full((rows,), 0.9, device=ctx.device)
+        m = torch.zeros(rows, device=ctx.device)
+        seeds = torch.arange(rows, device=ctx.device)
+        greedy = torch.zeros(rows, dtype=torch.bool, device=ctx.device)
+        tau = ops.filter_threshold(logits, t, k, p, m, FILTER_SORT)
+        iters = 2 if ctx.quick else 20
+        cell = {
+            "top-p threshold, torch sort (us)": _time_us(ctx, lambda: filter_threshold(logits, t, k, p, m, FILTER_SORT), iters),
+            "top-p threshold, radix kernel (us)": _time_us(ctx, lambda: ops.filter_threshold(logits, t, k, p, m, FILTER_SORT),
+                                                            iters),
+            "min-p threshold (us)": _time_us(ctx, lambda: ops.filter_threshold(logits, t, k, p, p / 10, FILTER_MIN_P), iters),
+            "race, no threshold (us)": _time_us(ctx, lambda: ops.race_argmax(logits, t, None, seeds, seeds, greedy), iters),
+            "race with threshold (us)": _time_us(ctx, lambda: ops.race_argmax(logits, t, tau, seeds, seeds, greedy), iters),
+            "logits bf16->fp32 copy (us)": _time_us(ctx, lambda: logits.to(torch.bfloat16).float(), iters),
+        }
+        res[f"rows={rows}"] = cell
+        ctx.row("sampling", f"rows={rows} top-p threshold: sort vs radix kernel (us)",
+                f"{cell['top-p threshold, torch sort (us)']:.0f} vs {cell['top-p threshold, radix kernel (us)']:.0f}",
+                f"race {cell['race with threshold (us)']:.0f} us")
     return res
 
 
