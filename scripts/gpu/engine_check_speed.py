@@ -239,6 +239,18 @@ def part_sampling(ctx) -> dict[str, Any]:
             "race with threshold (us)": _time_us(ctx, lambda: ops.race_argmax(logits, t, tau, seeds, seeds, greedy), iters),
             "logits bf16->fp32 copy (us)": _time_us(ctx, lambda: logits.to(torch.bfloat16).float(), iters),
         }
+        if ctx.cuda:  # a small sweep of the radix kernel's shape, to pick its defaults from
+            from inferlab.engine.kernels.triton_filter import filter_threshold as radix
+
+            sweep = {}
+            for block, warps, digits in [(512, 4, 4), (2048, 4, 4), (1024, 8, 4), (2048, 8, 4), (512, 8, 8)]:
+                fn = (lambda b=block, w=warps, d=digits: radix(logits, t, k, p, m, FILTER_SORT, key_bits=16, block=b,
+                                                               num_warps=w, digit_bits=d))
+                try:
+                    sweep[f"block={block} warps={warps} digit_bits={digits}"] = _time_us(ctx, fn, iters)
+                except Exception as e:  # a shape the compiler rejects must not hide the others
+                    sweep[f"block={block} warps={warps} digit_bits={digits}"] = repr(e)
+            cell["radix sweep (us)"] = sweep
         res[f"rows={rows}"] = cell
         ctx.row("sampling", f"rows={rows} top-p threshold: sort vs radix kernel (us)",
                 f"{cell['top-p threshold, torch sort (us)']:.0f} vs {cell['top-p threshold, radix kernel (us)']:.0f}",

@@ -50,10 +50,11 @@ def rope_qkv(
     v_cache: torch.Tensor,
     slots: torch.Tensor,  # [tokens] int64: the cache slot each token's K/V goes to
     num_heads: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return_kv: bool = True,  # prefill needs k and v back; decode reads them from the cache
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Split qkv, apply the optional q/k RMSNorm and rope, write K/V at (slot, position); return q, k, v.
 
-    q [tokens, heads, head_dim], k and v [tokens, kv_heads, head_dim], all in qkv's dtype.
+    q [tokens, heads, head_dim], k and v [tokens, kv_heads, head_dim] (None unless return_kv), in qkv's dtype.
     """
     tokens = qkv.shape[0]
     head_dim = cos.shape[-1]
@@ -71,4 +72,4 @@ def rope_qkv(
     k = k * c + _rotate_half(k) * s
     k_cache[slots, :, positions] = k  # advanced indices on dims 0 and 2: one [kv_heads, head_dim] per token
     v_cache[slots, :, positions] = v
-    return q, k, v
+    return (q, k, v) if return_kv else (q, None, None)

@@ -23,7 +23,7 @@ from inferlab.models.config import ModelSpec
 from inferlab.models.rope import RotaryTables
 from inferlab.models.weights import ModelWeights
 
-# attend(layer, q [T, H, D], k [T, K, D], v [T, K, D]) -> attention output [T, H * D]
+# attend(layer, q [T, H, D], k [T, K, D] | None, v [T, K, D] | None) -> attention output [T, H * D]
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -42,6 +42,7 @@ class LlamaModel:
         slots: torch.Tensor,  # [T] int64: where each token's K/V is written
         cache: KVCache,
         attend: Attend,
+        need_kv: bool,  # whether attend reads k and v (prefill) or only the cache (decode)
     ) -> torch.Tensor:  # [T, hidden]: the final-normed hidden state
         spec, w, ops = self.spec, self.weights, self.ops
         eps = spec.rms_norm_eps
@@ -51,8 +52,8 @@ class LlamaModel:
             qkv = F.linear(h, layer.qkv, layer.qkv_bias)  # [T, (H + 2K) * D]
             q, k, v = ops.rope_qkv(
                 qkv, positions, self.rotary.cos, self.rotary.sin, layer.q_norm, layer.k_norm, eps,
-                cache.k[i], cache.v[i], slots, spec.num_heads,
-            )  # q [T, H, D]; k, v [T, K, D] (already written to the cache)
+                cache.k[i], cache.v[i], slots, spec.num_heads, need_kv,
+            )  # q [T, H, D]; k, v [T, K, D] or None (already written to the cache)
             a = F.linear(attend(i, q, k, v), layer.o, layer.o_bias)  # [T, hidden]
             h, x = ops.add_rms_norm(a, x, layer.post_norm, eps)
             m = F.linear(ops.silu_mul(F.linear(h, layer.gate_up)), layer.down)  # [T, hidden]
@@ -82,7 +83,7 @@ class LlamaModel:
             out = prefill_attention(qb, kb, vb, self.scale)  # [batch, H, padded, D]
             return out.transpose(1, 2).reshape(batch * padded, heads * head_dim)
 
-        h = self._layers(tokens.reshape(-1), positions, token_slots, cache, attend)
+        h = self._layers(tokens.reshape(-1), positions, token_slots, cache, attend, need_kv=True)
         last = h.view(batch, padded, -1)[torch.arange(batch, device=h.device), lengths - 1]  # [batch, hidden]
         return self._logits(last)
 
@@ -102,4 +103,4 @@ class LlamaModel:
             out = self.ops.decode_attention(q, cache.k[i], cache.v[i], slots, lengths, self.scale, max_len_hint)
             return out.reshape(rows, heads * head_dim)
 
-        return self._logits(self._layers(tokens, positions, slots, cache, attend))
+        return self._logits(self._layers(tokens, positions, slots, cache, attend, need_kv=False))

@@ -162,10 +162,12 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
         Request(id="greedy", prompt_ids=(5, 9, 100, 7), sampling=SamplingParams(temperature=0, max_new_tokens=6)),
         Request(id="top-p", prompt_ids=(11,) * 9, sampling=SamplingParams(top_p=0.9, max_new_tokens=6, seed=3)),
         Request(id="min-p", prompt_ids=(300, 2), sampling=SamplingParams(min_p=0.1, max_new_tokens=6, seed=4)),
+        Request(id="one-token", prompt_ids=(42,), sampling=SamplingParams(top_k=5, max_new_tokens=4, seed=5)),
     ]
     outputs = {}
     for kernels in ("torch", "triton"):
         engine = Engine(EngineConfig(model=path, max_slots=2, max_seq_len=32, kernels=kernels))
         assert engine.ops.name == kernels
         outputs[kernels] = [r.token_ids for r in engine.generate(requests)]
+        outputs[kernels].append(engine.generate(requests[-1:])[0].token_ids)  # a 1-token prefill batch
     assert outputs["triton"] == outputs["torch"]

@@ -84,15 +84,13 @@ def rope_qkv(
     v_cache: torch.Tensor,
     slots: torch.Tensor,  # [tokens] int64
     num_heads: int,
-    return_kv: bool | None = None,  # default: only when more than one token (prefill needs k, v)
+    return_kv: bool = True,  # prefill needs k and v back; decode reads them from the cache
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """q [tokens, heads, head_dim] (+ k, v [tokens, kv_heads, head_dim] when return_kv); see torch_ops."""
     assert qkv.stride(-1) == 1 and k_cache.stride(-1) == 1 and v_cache.stride() == k_cache.stride()
     tokens = qkv.shape[0]
     head_dim = cos.shape[-1]
     kv_heads = k_cache.shape[1]
-    if return_kv is None:
-        return_kv = tokens > 1
     q = torch.empty((tokens, num_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
     k = torch.empty((tokens, kv_heads, head_dim), dtype=qkv.dtype, device=qkv.device) if return_kv else q
     v = torch.empty_like(k) if return_kv else q
