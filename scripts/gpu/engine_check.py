@@ -17,7 +17,8 @@ Parts, in order (each wrapped: a failure prints its traceback and the run goes o
   batching   continuous vs static batching, output lengths drawn from 200-1000
   profile    per-kernel time of one decode step (torch.profiler, top 15) at batch 16 and 256
   compile    the torch.compile knob at batch 16 (compile time apart), if the time budget allows
-Writes <out>/<part>.json and <out>/summary.json, and prints a summary table at the end.
+Writes <out>/<part>.json and <out>/summary.json, and prints a summary table at the end. Random checkpoints
+(llama-380m, qwen3-0.6b, tiny) are built once into --cache (default /tmp/inferlab-engine-check).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Ctx:
     device: torch.device
     quick: bool
     out: Path
+    cache: Path  # random checkpoints (kept out of --out, which is copied back from the device)
     budget_s: float
     started: float = field(default_factory=time.perf_counter)
     checkpoints: dict[str, Path] = field(default_factory=dict)
@@ -81,7 +83,7 @@ class Ctx:
                 except InputError:
                     tokenizer = None  # the built-in tokenizer fits any vocabulary: fine for random weights
             t0 = time.perf_counter()
-            path = self.out / "checkpoints" / key
+            path = self.cache / key
             if not (path / "config.json").exists():
                 init_checkpoint(preset, path, seed=0, dtype=dtype, tokenizer_dir=tokenizer)
             print(f"  checkpoint {key}: {time.perf_counter() - t0:.1f} s", flush=True)
@@ -151,13 +153,15 @@ PARTS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="folder for the JSON results (and the checkpoints)")
+    parser.add_argument("--out", required=True, help="folder for the JSON results")
+    parser.add_argument("--cache", default="/tmp/inferlab-engine-check", help="folder for the random checkpoints")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true", help="tiny shapes (for a CPU smoke run)")
     parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated subset of: " + ", ".join(PARTS))
     parser.add_argument("--budget-s", type=float, default=450.0, help="later optional parts skip past this")
     args = parser.parse_args()
-    ctx = Ctx(device=torch.device(args.device), quick=args.quick, out=Path(args.out), budget_s=args.budget_s)
+    ctx = Ctx(device=torch.device(args.device), quick=args.quick, out=Path(args.out), cache=Path(args.cache),
+              budget_s=args.budget_s)
     ctx.out.mkdir(parents=True, exist_ok=True)
     unknown = [p for p in args.parts.split(",") if p not in PARTS]
     if unknown:

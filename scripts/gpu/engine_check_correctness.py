@@ -24,6 +24,14 @@ def _err(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float()).abs().max().item()
 
 
+def hf_dtype(dtype: torch.dtype) -> dict[str, Any]:
+    """from_pretrained's dtype keyword: `dtype` since transformers 4.56, `torch_dtype` before."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| / max |b|."""
     return _err(a, b) / max(b.float().abs().max().item(), 1e-30)
@@ -197,8 +205,8 @@ def part_hf_logits(ctx) -> dict[str, Any]:
     presets = ["tiny"] if ctx.quick else ["tiny", "llama-380m"]
     for preset in presets:
         path = ctx.checkpoint(preset)
-        hf32 = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(ctx.device).eval()
-        hf16 = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(ctx.device).eval()
+        hf32 = AutoModelForCausalLM.from_pretrained(path, **hf_dtype(torch.float32)).to(ctx.device).eval()
+        hf16 = AutoModelForCausalLM.from_pretrained(path, **hf_dtype(torch.bfloat16)).to(ctx.device).eval()
         engine = Engine(EngineConfig(model=path, dtype="bfloat16", device=str(ctx.device), max_slots=4,
                                      max_seq_len=192, cuda_graphs=False))
         model, cache = engine.runner.model, engine.runner.cache

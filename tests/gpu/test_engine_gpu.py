@@ -13,6 +13,14 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 CUDA = torch.device("cuda")
 
 
+def hf_dtype(dtype: torch.dtype) -> dict:
+    """from_pretrained's dtype keyword: `dtype` since transformers 4.56, `torch_dtype` before."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
 def _rel(a, b):
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
@@ -86,8 +94,8 @@ def test_bf16_logits_are_as_close_to_fp32_as_transformers_bf16(llama):
     from inferlab.engine import Engine, EngineConfig
 
     engine = Engine(EngineConfig(model=llama, max_slots=2, max_seq_len=128, cuda_graphs=False))
-    hf32 = AutoModelForCausalLM.from_pretrained(llama, dtype=torch.float32).to(CUDA).eval()
-    hf16 = AutoModelForCausalLM.from_pretrained(llama, dtype=torch.bfloat16).to(CUDA).eval()
+    hf32 = AutoModelForCausalLM.from_pretrained(llama, **hf_dtype(torch.float32)).to(CUDA).eval()
+    hf16 = AutoModelForCausalLM.from_pretrained(llama, **hf_dtype(torch.bfloat16)).to(CUDA).eval()
     prompt = list(range(100, 148))
     with torch.inference_mode():
         ours = engine.runner.model.prefill(torch.tensor([prompt], device=CUDA), torch.tensor([48], device=CUDA),
