@@ -109,9 +109,10 @@ class Engine:
 
     def _warm_prefill(self) -> None:
         """Prefill at the most tokens and at the most rows one batch may have (both are bounds)."""
-        rows, tokens = self.plan.slots, self.max_prefill_tokens
-        for batch, length in {(1, min(tokens, self.plan.max_seq_len - 1)), (min(rows, tokens), tokens // min(rows, tokens))}:
-            length = max(1, min(length, self.plan.max_seq_len - 1))
+        longest = self.plan.max_seq_len - 1  # a prompt leaves room for at least one new token
+        widest = min(self.plan.slots, self.max_prefill_tokens)
+        for batch, length in {(1, longest), (widest, self.max_prefill_tokens // widest)}:
+            length = max(1, min(length, longest))
             sampling = SamplingParams(temperature=1.0, top_p=0.5, max_new_tokens=1)
             items = [Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)), [0] * length, sampling, 0, [], 0, Timings())
                      for i in range(batch)]
@@ -126,7 +127,7 @@ class Engine:
         return [results[i] for i in range(len(results))]
 
     def stream(self, requests: Iterable[Request]) -> Iterator[Result]:
-        """Results as they finish (errors first, as they are found)."""
+        """Results as they finish (errors first, as they are found). One generate/stream at a time."""
         for _, result in self._run(requests):
             yield result
 
@@ -138,6 +139,7 @@ class Engine:
             steps_done=[0] * self.plan.slots,
             last_len=[0] * self.plan.slots,
         )
+        self.runner.release(range(self.plan.slots))  # rows an abandoned stream left behind
         for index, request in enumerate(requests):
             item = prepare(index, request, self.tokenizer, self.spec.vocab_size, self.plan.max_seq_len,
                            self.spec.eos_token_ids, self.config.max_stop_ids, self.config.seed, started)
@@ -202,10 +204,11 @@ class Engine:
                 stats.generated_tokens += len(tokens)
                 result = finished_result(item, tokens, REASON_NAMES[reason[row]], self.tokenizer, self.config.decode_text)
                 results.append((item.index, result))
-        if self.config.compact_rows:
+        if self.config.compact_rows and not scheduler.waiting:  # with a queue, free rows refill instead
             moves = scheduler.compaction(lambda n: bucket_for(n, runner.sizes))
             if moves:
                 runner.move(moves)
+                stats.row_moves += len(moves)
                 for src, dst in moves:
                     loop.steps_done[dst], loop.last_len[dst] = loop.steps_done[src], loop.last_len[src]
         return results

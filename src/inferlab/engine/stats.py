@@ -38,6 +38,7 @@ class EngineStats:
     decode_bytes: int = 0  # HBM bytes the decode steps read: weights each step + each row's live KV (estimate)
     generated_tokens: int = 0  # tokens returned in Results
     syncs: int = 0  # host reads of the finished flags
+    row_moves: int = 0  # compaction moves (a request moved to a lower row)
     generate_s: float = 0.0
     peak_memory_bytes: int = 0  # torch.cuda.max_memory_allocated after start-up and after each call
 

@@ -75,9 +75,22 @@ def test_static_and_continuous_batching_give_the_same_greedy_tokens(tiny_checkpo
                                  decode_steps_per_sync=3))
     continuous = engine.generate(requests)
     assert [r.token_ids for r in static.generate(requests)] == [r.token_ids for r in continuous]
-    alone = [engine.generate([r])[0].token_ids for r in requests]
-    assert alone == [r.token_ids for r in continuous]  # refills and compaction change nothing
-    assert static.stats.row_steps > 0 and engine.stats.syncs > 0
+    moves_before = engine.stats.row_moves
+    sampled = [_req(f"s{i}", [5 + i] * (2 + i), temperature=1.0, top_p=0.8, max_new_tokens=2 + 5 * i, seed=i)
+               for i in range(6)]
+    together = engine.generate(sampled)
+    assert engine.stats.row_moves > moves_before  # the drained tail moved down to smaller buckets
+    alone = [engine.generate([r])[0].token_ids for r in requests + sampled]
+    assert alone == [r.token_ids for r in continuous + together]  # refills and compaction change nothing
+
+
+def test_an_abandoned_stream_does_not_disturb_the_next_call(engine):
+    requests = [_req(f"r{i}", [4 + i, 9], temperature=0, max_new_tokens=3 + 4 * i) for i in range(5)]
+    expected = [r.token_ids for r in engine.generate(requests)]
+    stream = engine.stream(requests)
+    next(stream)  # take one result and walk away with rows still running
+    del stream
+    assert [r.token_ids for r in engine.generate(requests)] == expected
 
 
 def test_text_in_text_out(engine):
