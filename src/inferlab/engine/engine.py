@@ -5,9 +5,11 @@
 
 Start-up (in order, each timed in `engine.stats`): plan memory (refuse what cannot fit), load weights,
 allocate the KV cache and row state, warm the prefill at its largest shape, capture the decode graphs.
-The loop, per sync point: admit waiting requests into free rows (prefill), run up to
-`decode_steps_per_sync` decode steps without looking, read the finished flags once, retire finished rows
-into Results, compact the batch when it drains. Bad requests become error Results, never exceptions.
+The loop, per sync point: admit waiting requests into free rows (prefill), launch up to
+`decode_steps_per_sync` decode steps and a snapshot of the rows' progress, then read the previous
+chunk's snapshot (snapshots.py) while this chunk runs: deliver tokens, retire finished requests into
+Results (their rows refill at the next sync point), compact the batch when it drains. Bad requests
+become error Results, never exceptions.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from inferlab.engine.rows import REASON_NAMES, RowState
 from inferlab.engine.runner import ModelRunner
 from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.scheduler import Scheduler
+from inferlab.engine.snapshots import HEADER, Snapshot, SnapshotBuffers
 from inferlab.engine.startup import make_plan, resolve_device, resolve_dtype
 from inferlab.engine.stats import EngineStats, PhaseClock
 from inferlab.errors import CapacityError, ConfigError
@@ -65,6 +68,7 @@ class Engine:
         cache = KVCache.allocate(self.spec, slots, max_len, self.dtype, self.device)
         rows = RowState.allocate(slots, config.max_stop_ids, max_len, self.device)
         self.runner = ModelRunner(model, cache, rows, self.ops, NoConstraints(), compile_step=config.compile)
+        self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync + 1, self.device)
         self._sync_device()
         self.stats = EngineStats(
             device=str(self.device), dtype=str(self.dtype).removeprefix("torch."), kernels=self.ops.name,
@@ -136,6 +140,7 @@ class Engine:
         loop = _Loop(
             scheduler=Scheduler(self.plan.slots, self.max_prefill_tokens, self.config.batching, lambda p: p.prompt_len),
             clock=PhaseClock(cuda=self.device.type == "cuda"),
+            snapshots=self._snapshots,
             steps_done=[0] * self.plan.slots,
             last_len=[0] * self.plan.slots,
         )
@@ -147,7 +152,7 @@ class Engine:
                 yield index, item
             else:
                 loop.scheduler.submit(item)
-        while loop.scheduler.has_work():
+        while loop.scheduler.has_work() or loop.pending is not None:
             yield from self._sync_point(loop)  # inference mode only inside: it must not leak to the caller
         self._sync_device()
         loop.clock.resolve()
@@ -159,58 +164,91 @@ class Engine:
 
     @torch.inference_mode()
     def _sync_point(self, loop: "_Loop") -> list[tuple[int, Result]]:
-        """Admit, decode up to decode_steps_per_sync steps, read the flags once, retire, compact."""
-        runner, stats, scheduler = self.runner, self.stats, loop.scheduler
-        for admission in scheduler.admissions():
+        """Admit, launch a decode chunk and its snapshot, then read the *previous* snapshot (retire,
+        build results) while the new chunk runs; compact when the batch drains."""
+        scheduler, fresh, steps = loop.scheduler, None, 0
+        if scheduler.live_rows or scheduler.waiting:
+            self._admit(loop)
+            steps = self._decode_chunk(loop)
+            b = bucket_for(scheduler.live_rows[-1] + 1, self.runner.sizes)
+            holders = [(r, scheduler.item(r)) for r in scheduler.live_rows]
+            fresh = loop.snapshots.take(self.runner.rows, b, steps + 1, holders)
+        results = []
+        if loop.pending is not None:
+            results += self._read(loop, loop.pending)
+        loop.pending = fresh
+        if fresh is not None and steps == 0 and not results:  # nothing ran that the wait could overlap
+            results += self._read(loop, fresh)
+            loop.pending = None
+        if self.config.compact_rows and not scheduler.waiting:  # with a queue, free rows refill instead
+            moves = scheduler.compaction(lambda n: bucket_for(n, self.runner.sizes))
+            if moves:
+                self.runner.move(moves)
+                self.stats.row_moves += len(moves)
+                for src, dst in moves:
+                    scheduler.item(dst).row = dst
+                    loop.steps_done[dst], loop.last_len[dst] = loop.steps_done[src], loop.last_len[src]
+        return results
+
+    def _admit(self, loop: "_Loop") -> None:
+        for admission in loop.scheduler.admissions():
             now = time.perf_counter()
             for row, item in zip(admission.rows, admission.items):
-                item.timings.admitted_s = now
+                item.timings.admitted_s, item.row = now, row
                 loop.steps_done[row], loop.last_len[row] = 0, item.prompt_len + 1  # at the first decode step
             t = loop.clock.start()
-            runner.admit(admission.rows, admission.items)
-            runner.prefill(admission.rows, admission.items)
+            self.runner.admit(admission.rows, admission.items)
+            self.runner.prefill(admission.rows, admission.items)
             loop.clock.stop("prefill", t)
-            stats.prefill_batches += 1
-            stats.prompt_tokens += sum(item.prompt_len for item in admission.items)
+            self.stats.prefill_batches += 1
+            self.stats.prompt_tokens += sum(item.prompt_len for item in admission.items)
+
+    def _decode_chunk(self, loop: "_Loop") -> int:
+        """Launch up to decode_steps_per_sync steps over the live rows' bucket; returns the step count."""
+        scheduler, stats = loop.scheduler, self.stats
         live = scheduler.live_rows
-        b = bucket_for(live[-1] + 1, runner.sizes)
+        b = bucket_for(live[-1] + 1, self.runner.sizes)
         # a live row needs at most max_new - 1 decode steps after its prefill token
         remaining = max(scheduler.item(r).sampling.max_new_tokens - 1 - loop.steps_done[r] for r in live)
         steps = max(0, min(self.config.decode_steps_per_sync, remaining))
-        if steps:
-            level = max(scheduler.item(r).filter_level for r in live)
-            t = loop.clock.start()
-            runner.decode(b, level, steps, max(loop.last_len[r] for r in live))
-            loop.clock.stop("decode", t)
-            # bytes read: all weights per step, and each row's KV up to its length (1 for idle rows)
-            lengths = sum(loop.last_len[r] for r in live) + (b - len(live))
-            kv_tokens = steps * lengths + len(live) * steps * (steps - 1) // 2
-            stats.decode_bytes += steps * stats.weight_bytes + kv_tokens * self.kv_bytes_per_token
-            for r in range(b):
-                loop.steps_done[r] += steps
-                loop.last_len[r] += steps
-            stats.decode_steps += steps
-            stats.row_steps += steps * b
-        finished, n_out, reason = runner.progress(b)
-        stats.syncs += 1
-        done = [r for r in live if finished[r]]
-        results = []
-        if done:
-            outputs = runner.outputs(done, [n_out[r] for r in done])
-            runner.release(done)
-            for row, tokens in zip(done, outputs):
-                item = scheduler.retire(row)
+        if steps == 0:
+            return 0
+        level = max(scheduler.item(r).filter_level for r in live)
+        t = loop.clock.start()
+        self.runner.decode(b, level, steps, max(loop.last_len[r] for r in live))
+        loop.clock.stop("decode", t)
+        # bytes read: all weights per step, and each row's KV up to its length (1 for idle rows)
+        lengths = sum(loop.last_len[r] for r in live) + (b - len(live))
+        kv_tokens = steps * lengths + len(live) * steps * (steps - 1) // 2
+        stats.decode_bytes += steps * stats.weight_bytes + kv_tokens * self.kv_bytes_per_token
+        for r in range(b):
+            loop.steps_done[r] += steps
+            loop.last_len[r] += steps
+        stats.decode_steps += steps
+        stats.row_steps += steps * b
+        return steps
+
+    def _read(self, loop: "_Loop", snapshot: Snapshot) -> list[tuple[int, Result]]:
+        """Deliver a snapshot's tokens to their requests; retire the finished ones into Results."""
+        data = snapshot.rows()
+        self.stats.syncs += 1
+        results, released = [], []
+        for row, item in snapshot.holders:
+            if item.retired:  # retired from an earlier snapshot; its row may hold someone else now
+                continue
+            start, n_out, finished, reason = data[row][:HEADER]
+            item.tokens.extend(data[row][HEADER : HEADER + n_out - start])
+            if finished:
+                item.retired = True
                 item.timings.finished_s = time.perf_counter()
-                stats.generated_tokens += len(tokens)
-                result = finished_result(item, tokens, REASON_NAMES[reason[row]], self.tokenizer, self.config.decode_text)
+                released.append(item.row)
+                loop.scheduler.retire(item.row)
+                self.stats.generated_tokens += len(item.tokens)
+                result = finished_result(item, item.tokens, REASON_NAMES[reason], self.tokenizer,
+                                         self.config.decode_text)
                 results.append((item.index, result))
-        if self.config.compact_rows and not scheduler.waiting:  # with a queue, free rows refill instead
-            moves = scheduler.compaction(lambda n: bucket_for(n, runner.sizes))
-            if moves:
-                runner.move(moves)
-                stats.row_moves += len(moves)
-                for src, dst in moves:
-                    loop.steps_done[dst], loop.last_len[dst] = loop.steps_done[src], loop.last_len[src]
+        if released:
+            self.runner.release(released)
         return results
 
 
@@ -220,6 +258,8 @@ class _Loop:
 
     scheduler: Scheduler[Prepared]
     clock: PhaseClock
+    snapshots: SnapshotBuffers
     steps_done: list[int]  # decode steps since admission, per row
     last_len: list[int]  # per row: its KV length at the next decode step (exact while it runs; an upper bound
     # once it finished unseen), which bounds the torch attention's work and counts decode bytes
+    pending: Snapshot | None = None  # the snapshot of the chunk in flight, read at the next sync point

@@ -9,7 +9,7 @@ max_seq_len, token ids outside the vocabulary, too many stop ids, a constraint t
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from inferlab.engine.sampler import filter_level
 from inferlab.types import Request, Result, SamplingParams, Timings
@@ -27,6 +27,10 @@ class Prepared:
     stop_ids: list[int]  # EOS ids first (unless ignore_eos), then the request's stop ids
     n_eos: int
     timings: Timings
+    # host bookkeeping while it runs: the row it occupies, its tokens as snapshots deliver them
+    row: int | None = None
+    tokens: list[int] = field(default_factory=list)
+    retired: bool = False
 
     @property
     def prompt_len(self) -> int:

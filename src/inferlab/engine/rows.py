@@ -39,6 +39,7 @@ class RowState:
     n_eos: torch.Tensor  # [R] int64: entries [0, n_eos) of stop_ids are EOS ids
     n_stop: torch.Tensor  # [R] int64: entries [0, n_stop) are valid
     out: torch.Tensor  # [R, max_new_cap] int64: generated tokens
+    copied: torch.Tensor  # [R] int64: tokens of `out` already snapshotted for the host (snapshots.py)
 
     @classmethod
     def allocate(cls, rows: int, max_stop: int, max_new_cap: int, device: torch.device) -> "RowState":
@@ -50,7 +51,7 @@ class RowState:
             tokens=z(i64), positions=z(i64), slots=torch.arange(rows, device=device), active=z(torch.bool),
             finished=z(torch.bool), reason=z(i64), n_out=z(i64), max_new=z(i64), min_new=z(i64),
             temperature=z(f32), top_k=z(i64), top_p=z(f32) + 1, min_p=z(f32), seeds=z(i64),
-            stop_ids=z(i64, max_stop), n_eos=z(i64), n_stop=z(i64), out=z(i64, max_new_cap),
+            stop_ids=z(i64, max_stop), n_eos=z(i64), n_stop=z(i64), out=z(i64, max_new_cap), copied=z(i64),
         )
         return state
 

@@ -87,6 +87,7 @@ class ModelRunner:
                 "finished": col([False] * n, torch.bool),
                 "reason": col([0] * n, i64),
                 "n_out": col([0] * n, i64),
+                "copied": col([0] * n, i64),
                 "max_new": col([p.max_new_tokens for p in s], i64),
                 "min_new": col([p.min_new_tokens for p in s], i64),
                 "temperature": col([p.temperature for p in s], f32),
@@ -116,18 +117,7 @@ class ModelRunner:
         finish_step(logits, part, self.hooks, self.ops, level, row_ids=idx)
         self.rows.scatter_(idx, part)
 
-    # ---- reading back and row moves -----------------------------------------------------------------
-    def progress(self, b: int) -> tuple[list[bool], list[int], list[int]]:
-        """(finished, n_out, reason) of rows [0, b): the one host sync of a decode chunk."""
-        r = self.rows
-        packed = torch.stack([r.finished[:b].long(), r.n_out[:b], r.reason[:b]]).cpu()
-        return [bool(x) for x in packed[0]], packed[1].tolist(), packed[2].tolist()
-
-    def outputs(self, row_ids: Sequence[int], counts: Sequence[int]) -> list[list[int]]:
-        idx = torch.tensor(list(row_ids), dtype=torch.int64, device=self.device)
-        block = self.rows.out[idx, : max(counts)].cpu()
-        return [block[i, :n].tolist() for i, n in enumerate(counts)]
-
+    # ---- row lifecycle ----------------------------------------------------------------------------------
     def release(self, row_ids: Sequence[int]) -> None:
         idx = torch.tensor(list(row_ids), dtype=torch.int64, device=self.device)
         self.rows.active[idx] = False
