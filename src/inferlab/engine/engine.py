@@ -58,10 +58,11 @@ class Engine:
         self.max_prefill_tokens = max(config.max_prefill_tokens, self.plan.max_seq_len)
         self.kv_bytes_per_token = kv_bytes_per_token(self.spec, self.dtype)
 
+        self.ops = select_ops(config.kernels, self.device, self.dtype)
+
         t0 = time.perf_counter()
         weights = load_weights(config.model, self.spec, self.dtype, self.device)
         self.tokenizer = load_tokenizer(config.model)
-        self.ops = select_ops(config.kernels, self.device, self.dtype)
         rotary = RotaryTables.build(self.spec.rope, self.spec.head_dim, self.plan.max_seq_len, self.device)
         model = implementation.load()(self.spec, weights, self.ops, rotary)
         slots, max_len = self.plan.slots, self.plan.max_seq_len

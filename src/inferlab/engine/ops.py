@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -97,6 +98,11 @@ def select_ops(kind: str, device: torch.device, logits_dtype: torch.dtype = torc
         kind = "triton" if device.type == "cuda" and importlib.util.find_spec("triton") is not None else "torch"
     if kind not in OPS_BUILDERS:
         raise UnsupportedError(f"kernels={kind!r} is unknown; use one of auto, {', '.join(OPS_BUILDERS)}")
+    if kind == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise UnsupportedError(
+            f"kernels='triton' needs a CUDA device (this engine is on {device}); use kernels='torch' or 'auto' "
+            "(TRITON_INTERPRET=1 runs the kernels on CPU, for tests only)"
+        )
     ops = OPS_BUILDERS[kind](logits_dtype)
     log.info("engine kernels: %s on %s", ops.name, device)
     return ops

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from inferlab.engine import Engine, EngineConfig
@@ -121,6 +123,9 @@ def test_configuration_errors_name_the_problem(tiny_checkpoint):
         Engine(EngineConfig(model=tiny_checkpoint("tiny"), device="cpu", cuda_graphs=True))
     with pytest.raises(ConfigError, match="batching="):
         EngineConfig(model="x", batching="dynamic")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        with pytest.raises(UnsupportedError, match="kernels='triton' needs a CUDA device"):
+            Engine(EngineConfig(model=tiny_checkpoint("tiny"), device="cpu", kernels="triton", max_slots=1, max_seq_len=8))
 
 
 def test_unsupported_architecture_is_refused_before_loading(tiny_checkpoint):
