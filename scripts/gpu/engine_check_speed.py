@@ -299,7 +299,7 @@ def part_profile(ctx) -> dict[str, Any]:
             steps = 3 if ctx.quick else 5
             with profile(activities=activities) as prof:
                 for _ in range(steps):
-                    runner._decode_step(batch, level, None)
+                    runner.decode_step(batch, level, None)
                 ctx.sync()
             runner.release(range(batch))
         table = _kernel_table(prof, steps) if ctx.cuda else []

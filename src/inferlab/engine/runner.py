@@ -1,4 +1,4 @@
-"""The device side of the loop: prefill admitted rows, run decode steps (graph replays or eager), read back.
+"""The device side of the loop: admit rows, prefill them, run decode steps (graph replays or eager), release.
 
 ModelRunner owns the model, the KV cache, the per-row state and the decode graphs. It knows rows, not
 requests: the engine (engine.py) decides which request goes to which row (scheduler.py) and turns rows
@@ -43,13 +43,14 @@ class ModelRunner:
         self._forward = torch.compile(model.decode, dynamic=True) if compile_step else model.decode
 
     # ---- decode -------------------------------------------------------------------------------------
-    def _decode_step(self, b: int, level: int, len_hint: int | None = None) -> None:
+    def decode_step(self, b: int, level: int, len_hint: int | None = None) -> None:
+        """One eager decode step over rows [0, b) (what each graph captured; also used to profile)."""
         r = self.rows
         logits = self._forward(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint)  # [b, V]
         finish_step(logits, r.view(b), self.hooks, self.ops, level)
 
     def capture_graphs(self) -> DecodeGraphs:
-        self.graphs = DecodeGraphs(lambda b, level: self._decode_step(b, level, None), self.sizes, FILTER_LEVELS)
+        self.graphs = DecodeGraphs(lambda b, level: self.decode_step(b, level, None), self.sizes, FILTER_LEVELS)
         self.graphs.capture()
         return self.graphs
 
@@ -61,7 +62,7 @@ class ModelRunner:
                 self.graphs.replay(b, level)
             else:
                 hint = None if len_hint is None or not self.ops.needs_len_hint else len_hint + i
-                self._decode_step(b, level, hint)
+                self.decode_step(b, level, hint)
 
     # ---- admission and prefill ----------------------------------------------------------------------
     def admit(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> None:
