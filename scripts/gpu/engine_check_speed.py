@@ -259,8 +259,12 @@ def part_sampling(ctx) -> dict[str, Any]:
 
 
 def _kernel_table(prof, steps: int, top: int = 15) -> list[dict[str, Any]]:
+    from torch.autograd import DeviceType
+
     table = []
     for evt in prof.key_averages():
+        if getattr(evt, "device_type", None) != DeviceType.CUDA:  # kernels only: CPU ops would count twice
+            continue
         device_us = getattr(evt, "self_device_time_total", None)
         if device_us is None:
             device_us = getattr(evt, "self_cuda_time_total", 0.0)
