@@ -95,13 +95,14 @@ class Engine:
                 if use_graphs:
                     graphs = self.runner.capture_graphs()
                     self.stats.capture_s, self.stats.graphs = graphs.capture_s, len(graphs.graphs)
-                    self.stats.warmup_s = time.perf_counter() - t0 - graphs.capture_s
                 elif self.config.compile:
                     for b in self.runner.sizes:
                         for level in FILTER_LEVELS:
                             self.runner.decode(b, level, 1, None)
-                    self.stats.warmup_s = time.perf_counter() - t0
                 self._sync_device()
+                self.stats.warmup_s = time.perf_counter() - t0 - self.stats.capture_s
+                if self.config.compile:
+                    self.stats.compile_s = self.stats.warmup_s
         except torch.cuda.OutOfMemoryError as e:
             raise CapacityError(
                 f"start-up ran out of device memory ({e}); the plan was {self.plan.slots} slots x "

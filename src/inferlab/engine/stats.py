@@ -26,7 +26,8 @@ class EngineStats:
     planned_bytes: int = 0  # the memory plan's estimate of everything
     budget_bytes: int = 0
     load_s: float = 0.0  # weights read and moved to the device
-    warmup_s: float = 0.0  # first calls of the step (Triton JIT, torch.compile when on)
+    warmup_s: float = 0.0  # first calls of prefill and the step (Triton JIT; torch.compile when on)
+    compile_s: float = 0.0  # = warmup_s when EngineConfig.compile is on (dominated by compilation), else 0
     capture_s: float = 0.0  # CUDA graph capture alone
     graphs: int = 0
     prefill_s: float = 0.0
