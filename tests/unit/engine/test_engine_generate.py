@@ -131,3 +131,16 @@ def test_configuration_errors_name_the_problem(tiny_checkpoint):
 def test_unsupported_architecture_is_refused_before_loading(tiny_checkpoint):
     with pytest.raises(UnsupportedError, match="Qwen2ForSequenceClassification.*--backend hf"):
         Engine(EngineConfig(model=tiny_checkpoint("tiny-qwen2-cls")))
+
+
+def test_sliding_window_is_exact_within_the_window_and_refused_beyond(tiny_checkpoint, tmp_path):
+    import json
+    import shutil
+
+    path = shutil.copytree(tiny_checkpoint("tiny-mistral"), tmp_path / "windowed")
+    config = json.loads((path / "config.json").read_text())
+    config["sliding_window"] = 32
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UnsupportedError, match="window 32.*max_seq_len <= 32"):
+        Engine(EngineConfig(model=path, max_slots=1, max_seq_len=64))
+    assert Engine(EngineConfig(model=path, max_slots=1)).plan.max_seq_len == 32  # the default fits the window
