@@ -24,16 +24,16 @@ def _decode_split_kernel(
     Q, K, V, SLOT, LEN, O_PART, LSE_PART,
     stride_qb, stride_qh, stride_ks, stride_kh, stride_kn,
     stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
-    scale,
+    scale, splits,  # splits is a runtime value: one compiled kernel serves every bucket
     GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr,
+    BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
 ):
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     slot = tl.load(SLOT + row)
     length = tl.load(LEN + row)
-    chunk = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N  # whole tiles: no ragged tile mid-row
+    chunk = tl.cdiv(tl.cdiv(length, splits), BLOCK_N) * BLOCK_N  # whole tiles: no ragged tile mid-row
     start = split * chunk
     end = tl.minimum(start + chunk, length)
 
@@ -75,19 +75,19 @@ def _decode_split_kernel(
     # one split: O_PART is the final output [rows, heads, head_dim] in the model dtype, no merge needed
     tl.store(O_PART + row * stride_pb + heads[:, None] * stride_ph + split * stride_ps + d[None, :],
              out.to(O_PART.dtype.element_ty), mask=hmask[:, None] & dmask[None, :])
-    if SPLITS > 1:
+    if splits > 1:
         tl.store(LSE_PART + row * stride_lb + heads * stride_lh + split, lse, mask=hmask)
 
 
 @triton.jit
 def _decode_merge_kernel(
-    O_PART, LSE_PART, OUT, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_ob, stride_oh,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+    O_PART, LSE_PART, OUT, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_ob, stride_oh, splits,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
     row = tl.program_id(0)
     head = tl.program_id(1)
     s = tl.arange(0, BLOCK_S)
-    smask = s < SPLITS
+    smask = s < splits
     d = tl.arange(0, BLOCK_D)
     dmask = d < HEAD_DIM
     lse = tl.load(LSE_PART + row * stride_lb + head * stride_lh + s, mask=smask, other=float("-inf"))  # [BLOCK_S]
@@ -139,14 +139,14 @@ def decode_attention(
         q, k_cache, v_cache, slots, lengths, o_part, lse_part,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
-        scale,
+        scale, splits,
         GROUP=group, BLOCK_H=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        BLOCK_N=block_n, SPLITS=splits, IEEE=q.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages,
+        BLOCK_N=block_n, IEEE=q.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages,
     )
     if splits > 1:
         _decode_merge_kernel[(rows, heads)](
             o_part, lse_part, out, o_part.stride(0), o_part.stride(1), o_part.stride(2),
-            lse_part.stride(0), lse_part.stride(1), out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, BLOCK_D=block_d, SPLITS=splits, BLOCK_S=max(2, triton.next_power_of_2(splits)),
+            lse_part.stride(0), lse_part.stride(1), out.stride(0), out.stride(1), splits,
+            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=max(2, triton.next_power_of_2(splits)),
         )
     return out
