@@ -41,6 +41,8 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_check_correctness as correctness  # noqa: E402
+import engine_check_micro as micro  # noqa: E402
+import engine_check_profile as profile  # noqa: E402
 import engine_check_speed as speed  # noqa: E402
 
 
@@ -105,8 +107,12 @@ class Ctx:
 def part_env(ctx: Ctx) -> dict[str, Any]:
     import transformers
 
-    info: dict[str, Any] = {"torch": torch.__version__, "transformers": transformers.__version__,
-                            "python": sys.version.split()[0], "device": str(ctx.device)}
+    info: dict[str, Any] = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+        "device": str(ctx.device),
+    }
     try:
         import triton
 
@@ -115,8 +121,12 @@ def part_env(ctx: Ctx) -> dict[str, Any]:
         info["triton"] = None
     if ctx.cuda:
         props = torch.cuda.get_device_properties(ctx.device)
-        info |= {"gpu": props.name, "sm_count": props.multi_processor_count,
-                 "memory_gb": round(props.total_memory / 1e9, 1), "cuda": torch.version.cuda}
+        info |= {
+            "gpu": props.name,
+            "sm_count": props.multi_processor_count,
+            "memory_gb": round(props.total_memory / 1e9, 1),
+            "cuda": torch.version.cuda,
+        }
     nbytes = 2**30 if ctx.cuda else 2**26
     src = torch.ones(nbytes // 4, device=ctx.device)
     dst = torch.empty_like(src)
@@ -142,12 +152,12 @@ PARTS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "kernels": correctness.part_kernels,
     "graphs": correctness.part_graphs,
     "hf_logits": correctness.part_hf_logits,
-    "attention": speed.part_attention,
-    "sampling": speed.part_sampling,
+    "attention": micro.part_attention,
+    "sampling": micro.part_sampling,
     "speed": speed.part_speed,
     "batching": speed.part_batching,
-    "profile": speed.part_profile,
-    "compile": speed.part_compile,
+    "profile": profile.part_profile,
+    "compile": profile.part_compile,
 }
 
 
@@ -160,8 +170,13 @@ def main() -> int:
     parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated subset of: " + ", ".join(PARTS))
     parser.add_argument("--budget-s", type=float, default=450.0, help="later optional parts skip past this")
     args = parser.parse_args()
-    ctx = Ctx(device=torch.device(args.device), quick=args.quick, out=Path(args.out), cache=Path(args.cache),
-              budget_s=args.budget_s)
+    ctx = Ctx(
+        device=torch.device(args.device),
+        quick=args.quick,
+        out=Path(args.out),
+        cache=Path(args.cache),
+        budget_s=args.budget_s,
+    )
     ctx.out.mkdir(parents=True, exist_ok=True)
     unknown = [p for p in args.parts.split(",") if p not in PARTS]
     if unknown:
@@ -191,8 +206,11 @@ def print_summary(ctx: Ctx, status: dict[str, str]) -> None:
     widths = [max(len(r[i]) for r in ctx.rows + [("part", "item", "value", "verdict")]) for i in range(4)]
     widths[1] = min(widths[1], 58)
     print("\n" + "=" * 100)
-    print(f"engine_check summary ({ctx.elapsed():.0f} s, {ctx.device}, parts: "
-          + ", ".join(f"{k}={v}" for k, v in status.items()) + ")")
+    print(
+        f"engine_check summary ({ctx.elapsed():.0f} s, {ctx.device}, parts: "
+        + ", ".join(f"{k}={v}" for k, v in status.items())
+        + ")"
+    )
     for part, item, value, verdict in [("part", "item", "value", "verdict")] + ctx.rows:
         print(f"{part:<{widths[0]}}  {item[:58]:<{widths[1]}}  {value:>{widths[2]}}  {verdict}")
 

@@ -94,8 +94,10 @@ def part_kernels(ctx) -> dict[str, Any]:
             shapes = [(16, 8, 64, 2048), (256, 8, 64, 1100), (8, 8, 128, 4096), (3, 2, 128, 300)]
             for rows, kv_heads, head_dim, max_len in [(3, 2, 16, 40), (2, 1, 32, 70)] if ctx.quick else shapes:
                 heads = 2 * kv_heads
-                kc, vc = randn(rows + 2, kv_heads, max_len, head_dim, dtype=dtype), randn(
-                    rows + 2, kv_heads, max_len, head_dim, dtype=dtype)
+                kc, vc = (
+                    randn(rows + 2, kv_heads, max_len, head_dim, dtype=dtype),
+                    randn(rows + 2, kv_heads, max_len, head_dim, dtype=dtype),
+                )
                 q = randn(rows, heads, head_dim, dtype=dtype)
                 slots = torch.randperm(rows + 2, generator=g, device=dev)[:rows]
                 lengths = torch.randint(1, max_len + 1, (rows,), generator=g, device=dev)
@@ -136,8 +138,9 @@ def part_kernels(ctx) -> dict[str, Any]:
     rows.n_eos[:] = 1
     twin = RowState(**{n: t.clone() for n, t in vars(rows).items()})
     small = randn(64, 50)
-    step_ok = torch.equal(triton_step.mask_stops_before_min(small.clone(), rows),
-                          step.mask_stops_before_min(small.clone(), twin))
+    step_ok = torch.equal(
+        triton_step.mask_stops_before_min(small.clone(), rows), step.mask_stops_before_min(small.clone(), twin)
+    )
     for _ in range(4):
         toks = torch.randint(0, 50, (64,), generator=g, device=dev)
         step_ok &= torch.equal(triton_step.record_tokens(toks, rows), step.record_tokens(toks, twin))
@@ -147,12 +150,20 @@ def part_kernels(ctx) -> dict[str, Any]:
     for key, error in worst.items():
         dtype = torch.float32 if key.endswith("float32") else torch.bfloat16
         ctx.row("kernels", f"{key} max rel err", error, "ok" if error <= tol[dtype] else f"FAIL > {tol[dtype]}")
-    ctx.row("kernels", "race: same token as reference", res["race_same_token_fraction"],
-            "ok" if res["race_same_token_fraction"] >= 0.99 else "FAIL < 0.99")
+    ctx.row(
+        "kernels",
+        "race: same token as reference",
+        res["race_same_token_fraction"],
+        "ok" if res["race_same_token_fraction"] >= 0.99 else "FAIL < 0.99",
+    )
     ctx.row("kernels", "step kernels == torch bookkeeping", step_ok, "ok" if step_ok else "FAIL")
     for key_bits, fraction in agree.items():
-        ctx.row("kernels", f"top-k/top-p kept set == sorted reference ({key_bits}-bit keys)", fraction,
-                "ok" if fraction >= 0.99 else "FAIL < 0.99")
+        ctx.row(
+            "kernels",
+            f"top-k/top-p kept set == sorted reference ({key_bits}-bit keys)",
+            fraction,
+            "ok" if fraction >= 0.99 else "FAIL < 0.99",
+        )
     return res
 
 
@@ -161,8 +172,11 @@ def _requests(n: int, new_tokens: int, vocab: int, seed: int = 0, **sampling):
 
     g = torch.Generator().manual_seed(seed)
     return [
-        Request(id=f"r{i}", prompt_ids=tuple(torch.randint(10, min(vocab, 1000), (PROMPT_LEN,), generator=g).tolist()),
-                sampling=SamplingParams(max_new_tokens=new_tokens, seed=1000 + i, **sampling))
+        Request(
+            id=f"r{i}",
+            prompt_ids=tuple(torch.randint(10, min(vocab, 1000), (PROMPT_LEN,), generator=g).tolist()),
+            sampling=SamplingParams(max_new_tokens=new_tokens, seed=1000 + i, **sampling),
+        )
         for i in range(n)
     ]
 
@@ -179,10 +193,12 @@ def part_graphs(ctx) -> dict[str, Any]:
         tokens = {}
         for graphs in (True, False):
             engine = Engine(EngineConfig(model=path, max_slots=8, max_seq_len=192, cuda_graphs=graphs))
-            batch = (_requests(4, 64, engine.spec.vocab_size, temperature=0.0)
-                     + _requests(4, 64, engine.spec.vocab_size, seed=1, temperature=1.0, top_p=0.9)
-                     + _requests(4, 64, engine.spec.vocab_size, seed=2, temperature=0.8, min_p=0.1)
-                     + _requests(4, 64, engine.spec.vocab_size, seed=3, temperature=1.0))
+            batch = (
+                _requests(4, 64, engine.spec.vocab_size, temperature=0.0)
+                + _requests(4, 64, engine.spec.vocab_size, seed=1, temperature=1.0, top_p=0.9)
+                + _requests(4, 64, engine.spec.vocab_size, seed=2, temperature=0.8, min_p=0.1)
+                + _requests(4, 64, engine.spec.vocab_size, seed=3, temperature=1.0)
+            )
             tokens[graphs] = [r.token_ids for r in engine.generate(batch)]
             if graphs:
                 res[f"{preset}_capture_s"] = engine.stats.capture_s
@@ -190,8 +206,12 @@ def part_graphs(ctx) -> dict[str, Any]:
             ctx.free()
         mismatched = sum(a != b for a, b in zip(tokens[True], tokens[False]))
         res[f"{preset}_mismatched_requests"] = mismatched
-        ctx.row("graphs", f"{preset}: requests differing, graph vs eager (of 16)", mismatched,
-                "ok" if mismatched == 0 else "FAIL")
+        ctx.row(
+            "graphs",
+            f"{preset}: requests differing, graph vs eager (of 16)",
+            mismatched,
+            "ok" if mismatched == 0 else "FAIL",
+        )
     return res
 
 
@@ -207,8 +227,11 @@ def part_hf_logits(ctx) -> dict[str, Any]:
         path = ctx.checkpoint(preset)
         hf32 = AutoModelForCausalLM.from_pretrained(path, **hf_dtype(torch.float32)).to(ctx.device).eval()
         hf16 = AutoModelForCausalLM.from_pretrained(path, **hf_dtype(torch.bfloat16)).to(ctx.device).eval()
-        engine = Engine(EngineConfig(model=path, dtype="bfloat16", device=str(ctx.device), max_slots=4,
-                                     max_seq_len=192, cuda_graphs=False))
+        engine = Engine(
+            EngineConfig(
+                model=path, dtype="bfloat16", device=str(ctx.device), max_slots=4, max_seq_len=192, cuda_graphs=False
+            )
+        )
         model, cache = engine.runner.model, engine.runner.cache
         requests = _requests(4, 64, engine.spec.vocab_size)
         ours_err, hf_err, scale, top1 = 0.0, 0.0, 0.0, []
@@ -216,8 +239,9 @@ def part_hf_logits(ctx) -> dict[str, Any]:
             for i, request in enumerate(requests):
                 seq = list(request.prompt_ids)
                 slot = torch.tensor([i], device=ctx.device)
-                logits = model.prefill(torch.tensor([seq], device=ctx.device),
-                                       torch.tensor([len(seq)], device=ctx.device), slot, cache)[0]
+                logits = model.prefill(
+                    torch.tensor([seq], device=ctx.device), torch.tensor([len(seq)], device=ctx.device), slot, cache
+                )[0]
                 for step in range(9):
                     ids = torch.tensor([seq], device=ctx.device)
                     ref32, ref16 = hf32(ids).logits[0, -1].float(), hf16(ids).logits[0, -1].float()
@@ -226,25 +250,51 @@ def part_hf_logits(ctx) -> dict[str, Any]:
                     scale = max(scale, ref32.abs().max().item())
                     top1.append(int(logits.argmax()) == int(ref16.argmax()))
                     seq.append(int(ref32.argmax()))
-                    logits = model.decode(torch.tensor([seq[-1]], device=ctx.device),
-                                          torch.tensor([len(seq) - 1], device=ctx.device), slot, cache)[0]
+                    logits = model.decode(
+                        torch.tensor([seq[-1]], device=ctx.device),
+                        torch.tensor([len(seq) - 1], device=ctx.device),
+                        slot,
+                        cache,
+                    )[0]
             as_greedy = SamplingParams(temperature=0.0, max_new_tokens=64, min_new_tokens=64)  # as hf below
-            greedy = [r.token_ids for r in engine.generate(
-                [Request(id=r.id, prompt_ids=r.prompt_ids, sampling=as_greedy) for r in requests])]
+            greedy = [
+                r.token_ids
+                for r in engine.generate(
+                    [Request(id=r.id, prompt_ids=r.prompt_ids, sampling=as_greedy) for r in requests]
+                )
+            ]
             matched = []
             for request, ours in zip(requests, greedy):
                 prompt = torch.tensor([request.prompt_ids], device=ctx.device)
-                ref = hf16.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=64,
-                                    min_new_tokens=64, pad_token_id=0)[0, PROMPT_LEN:].tolist()
+                ref = hf16.generate(
+                    prompt,
+                    attention_mask=torch.ones_like(prompt),
+                    do_sample=False,
+                    max_new_tokens=64,
+                    min_new_tokens=64,
+                    pad_token_id=0,
+                )[0, PROMPT_LEN:].tolist()
                 matched.append(next((j for j, (a, b) in enumerate(zip(ours, ref)) if a != b), len(ref)))
         bound = 2 * hf_err + 1e-3 * scale
-        res[preset] = {"ours_bf16_vs_fp32_max_abs": ours_err, "hf_bf16_vs_fp32_max_abs": hf_err, "max_abs_logit": scale,
-                       "top1_agreement_with_hf_bf16": sum(top1) / len(top1), "greedy_matched_prefix": matched}
-        ctx.row("hf_logits", f"{preset}: max|ours-hf32| vs max|hf16-hf32|", f"{ours_err:.4f} vs {hf_err:.4f}",
-                "ok" if ours_err <= bound else f"FAIL > {bound:.4f}")
+        res[preset] = {
+            "ours_bf16_vs_fp32_max_abs": ours_err,
+            "hf_bf16_vs_fp32_max_abs": hf_err,
+            "max_abs_logit": scale,
+            "top1_agreement_with_hf_bf16": sum(top1) / len(top1),
+            "greedy_matched_prefix": matched,
+        }
+        ctx.row(
+            "hf_logits",
+            f"{preset}: max|ours-hf32| vs max|hf16-hf32|",
+            f"{ours_err:.4f} vs {hf_err:.4f}",
+            "ok" if ours_err <= bound else f"FAIL > {bound:.4f}",
+        )
         ctx.row("hf_logits", f"{preset}: top-1 agreement with hf bf16 (36 steps)", sum(top1) / len(top1))
-        ctx.row("hf_logits", f"{preset}: greedy tokens equal to hf bf16 before divergence (of 64)",
-                " ".join(str(m) for m in matched))
+        ctx.row(
+            "hf_logits",
+            f"{preset}: greedy tokens equal to hf bf16 before divergence (of 64)",
+            " ".join(str(m) for m in matched),
+        )
         del hf32, hf16, engine, model, cache
         ctx.free()
     return res

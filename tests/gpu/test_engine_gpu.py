@@ -70,10 +70,20 @@ def _requests(vocab: int):
     from inferlab.types import Request, SamplingParams
 
     g = torch.Generator().manual_seed(0)
-    settings = [dict(temperature=0.0), dict(temperature=1.0, top_p=0.9), dict(temperature=0.7, min_p=0.1),
-                dict(temperature=1.0, top_k=20)]
-    return [Request(id=f"r{i}", prompt_ids=tuple(torch.randint(10, 1000, (5 + 7 * i,), generator=g).tolist()),
-                    sampling=SamplingParams(max_new_tokens=40 + 3 * i, seed=i, **settings[i % 4])) for i in range(10)]
+    settings = [
+        dict(temperature=0.0),
+        dict(temperature=1.0, top_p=0.9),
+        dict(temperature=0.7, min_p=0.1),
+        dict(temperature=1.0, top_k=20),
+    ]
+    return [
+        Request(
+            id=f"r{i}",
+            prompt_ids=tuple(torch.randint(10, 1000, (5 + 7 * i,), generator=g).tolist()),
+            sampling=SamplingParams(max_new_tokens=40 + 3 * i, seed=i, **settings[i % 4]),
+        )
+        for i in range(10)
+    ]
 
 
 def test_graph_replay_gives_the_eager_tokens(llama):
@@ -98,8 +108,12 @@ def test_bf16_logits_are_as_close_to_fp32_as_transformers_bf16(llama):
     hf16 = AutoModelForCausalLM.from_pretrained(llama, **hf_dtype(torch.bfloat16)).to(CUDA).eval()
     prompt = list(range(100, 148))
     with torch.inference_mode():
-        ours = engine.runner.model.prefill(torch.tensor([prompt], device=CUDA), torch.tensor([48], device=CUDA),
-                                           torch.tensor([0], device=CUDA), engine.runner.cache)[0]
+        ours = engine.runner.model.prefill(
+            torch.tensor([prompt], device=CUDA),
+            torch.tensor([48], device=CUDA),
+            torch.tensor([0], device=CUDA),
+            engine.runner.cache,
+        )[0]
         ids = torch.tensor([prompt], device=CUDA)
         ref32, ref16 = hf32(ids).logits[0, -1].float(), hf16(ids).logits[0, -1].float()
     ours_err = (ours - ref32).abs().max().item()

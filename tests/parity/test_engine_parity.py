@@ -35,10 +35,14 @@ def _prompts(vocab: int, seed: int = 0) -> list[list[int]]:
 
 def _hf_greedy(hf, prompt: list[int], new_tokens: int, eos: list[int] | None) -> list[int]:
     out = hf.generate(
-        torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long), do_sample=False,
-        max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=0,
+        torch.tensor([prompt]),
+        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=new_tokens,
+        eos_token_id=eos,
+        pad_token_id=0,
     )
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()
 
 
 @pytest.fixture(scope="module")

@@ -41,13 +41,24 @@ def _generate(args: argparse.Namespace) -> int:
     from inferlab.workloads.text import open_backend, run_text_generation
 
     defaults = SamplingParams(
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-        max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens, ignore_eos=args.ignore_eos,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        max_new_tokens=args.max_new_tokens,
+        min_new_tokens=args.min_new_tokens,
+        ignore_eos=args.ignore_eos,
     )
     options = dict(
-        device=args.device, dtype=args.dtype, max_slots=args.max_slots, max_seq_len=args.max_seq_len,
-        gpu_memory_fraction=args.gpu_memory_fraction, seed=args.seed, batching=args.batching,
-        kernels=args.kernels, compile=args.compile,
+        device=args.device,
+        dtype=args.dtype,
+        max_slots=args.max_slots,
+        max_seq_len=args.max_seq_len,
+        gpu_memory_fraction=args.gpu_memory_fraction,
+        seed=args.seed,
+        batching=args.batching,
+        kernels=args.kernels,
+        compile=args.compile,
     )
     started = time.perf_counter()
     tokens = 0

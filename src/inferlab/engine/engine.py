@@ -72,10 +72,17 @@ class Engine:
         self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync + 1, self.device)
         self._sync_device()
         self.stats = EngineStats(
-            device=str(self.device), dtype=str(self.dtype).removeprefix("torch."), kernels=self.ops.name,
-            cuda_graphs=use_graphs, compiled=config.compile, max_slots=slots, max_seq_len=max_len,
-            weight_bytes=weights.nbytes(), kv_cache_bytes=2 * cache.k.numel() * cache.k.element_size(),
-            planned_bytes=self.plan.total_bytes, budget_bytes=self.plan.budget_bytes,
+            device=str(self.device),
+            dtype=str(self.dtype).removeprefix("torch."),
+            kernels=self.ops.name,
+            cuda_graphs=use_graphs,
+            compiled=config.compile,
+            max_slots=slots,
+            max_seq_len=max_len,
+            weight_bytes=weights.nbytes(),
+            kv_cache_bytes=2 * cache.k.numel() * cache.k.element_size(),
+            planned_bytes=self.plan.total_bytes,
+            budget_bytes=self.plan.budget_bytes,
             load_s=time.perf_counter() - t0,
         )
         self._warm_up(use_graphs)
@@ -120,8 +127,10 @@ class Engine:
         for batch, length in {(1, longest), (widest, self.max_prefill_tokens // widest)}:
             length = max(1, min(length, longest))
             sampling = SamplingParams(temperature=1.0, top_p=0.5, max_new_tokens=1)
-            items = [Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)), [0] * length, sampling, 0, [], 0, Timings())
-                     for i in range(batch)]
+            items = [
+                Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)), [0] * length, sampling, 0, [], 0, Timings())
+                for i in range(batch)
+            ]
             self.runner.admit(range(batch), items)
             self.runner.prefill(range(batch), items)
         self._sync_device()
@@ -148,8 +157,17 @@ class Engine:
         )
         self.runner.release(range(self.plan.slots))  # rows an abandoned stream left behind
         for index, request in enumerate(requests):
-            item = prepare(index, request, self.tokenizer, self.spec.vocab_size, self.plan.max_seq_len,
-                           self.spec.eos_token_ids, self.config.max_stop_ids, self.config.seed, started)
+            item = prepare(
+                index,
+                request,
+                self.tokenizer,
+                self.spec.vocab_size,
+                self.plan.max_seq_len,
+                self.spec.eos_token_ids,
+                self.config.max_stop_ids,
+                self.config.seed,
+                started,
+            )
             if isinstance(item, Result):
                 yield index, item
             else:
@@ -246,8 +264,9 @@ class Engine:
                 released.append(item.row)
                 loop.scheduler.retire(item.row)
                 self.stats.generated_tokens += len(item.tokens)
-                result = finished_result(item, item.tokens, REASON_NAMES[reason], self.tokenizer,
-                                         self.config.decode_text)
+                result = finished_result(
+                    item, item.tokens, REASON_NAMES[reason], self.tokenizer, self.config.decode_text
+                )
                 results.append((item.index, result))
         if released:
             self.runner.release(released)

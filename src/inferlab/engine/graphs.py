@@ -69,7 +69,10 @@ class DecodeGraphs:
                 self.capture_s += time.perf_counter() - t1
         log.info(
             "captured %d decode graphs (buckets %s) in %.2f s (+ %.2f s warm-up)",
-            len(self.graphs), self.sizes, self.capture_s, self.warmup_s,
+            len(self.graphs),
+            self.sizes,
+            self.capture_s,
+            self.warmup_s,
         )
 
     def replay(self, size: int, variant: int) -> None:

@@ -48,8 +48,16 @@ def derive_seed(engine_seed: int, request_id: str) -> int:
 
 
 def error_result(request: Request, message: str, prompt_tokens: int, timings: Timings) -> Result:
-    return Result(id=request.id, token_ids=[], text=None, finish_reason="error", prompt_tokens=prompt_tokens,
-                  timings=timings, error=message, metadata=request.metadata)
+    return Result(
+        id=request.id,
+        token_ids=[],
+        text=None,
+        finish_reason="error",
+        prompt_tokens=prompt_tokens,
+        timings=timings,
+        error=message,
+        metadata=request.metadata,
+    )
 
 
 def prepare(
@@ -66,13 +74,23 @@ def prepare(
     timings = Timings(submitted_s=now)
     s = request.sampling
     if request.constraint is not None:
-        return error_result(request, "constrained requests need the constraint runtime, which this engine build "
-                            "does not include yet; drop the constraint or use a build with it", 0, timings)
+        return error_result(
+            request,
+            "constrained requests need the constraint runtime, which this engine build "
+            "does not include yet; drop the constraint or use a build with it",
+            0,
+            timings,
+        )
     if request.prompt_ids is not None:
         prompt_ids = [int(t) for t in request.prompt_ids]
     elif tokenizer is None:
-        return error_result(request, "a text prompt needs a tokenizer, but the model folder has none; "
-                            "send prompt_ids or add the tokenizer files", 0, timings)
+        return error_result(
+            request,
+            "a text prompt needs a tokenizer, but the model folder has none; "
+            "send prompt_ids or add the tokenizer files",
+            0,
+            timings,
+        )
     elif not request.prompt.strip():
         return error_result(request, "the prompt is empty; give at least one token of text", 0, timings)
     else:
@@ -82,8 +100,9 @@ def prepare(
         return error_result(request, "the prompt is empty (0 tokens); give at least one token", 0, timings)
     bad = [t for t in prompt_ids if not 0 <= t < vocab_size]
     if bad:
-        return error_result(request, f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})", n,
-                            timings)
+        return error_result(
+            request, f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})", n, timings
+        )
     if n + s.max_new_tokens > max_seq_len:
         return error_result(
             request,
@@ -97,12 +116,17 @@ def prepare(
     stops += [t for t in s.stop_token_ids if t not in stops]
     bad_stops = [t for t in stops if not 0 <= t < vocab_size]
     if bad_stops:
-        return error_result(request, f"stop token ids {bad_stops} are outside the vocabulary [0, {vocab_size})", n,
-                            timings)
+        return error_result(
+            request, f"stop token ids {bad_stops} are outside the vocabulary [0, {vocab_size})", n, timings
+        )
     if len(stops) > max_stop_ids:
         return error_result(
-            request, f"{len(stops)} EOS + stop token ids exceed max_stop_ids={max_stop_ids}; pass fewer stop ids "
-            "or raise EngineConfig.max_stop_ids", n, timings)
+            request,
+            f"{len(stops)} EOS + stop token ids exceed max_stop_ids={max_stop_ids}; pass fewer stop ids "
+            "or raise EngineConfig.max_stop_ids",
+            n,
+            timings,
+        )
     seed = (s.seed & SEED_MASK) if s.seed is not None else derive_seed(engine_seed, request.id)
     n_eos = 0 if s.ignore_eos else len(eos_ids)
     return Prepared(index, request, prompt_ids, s, seed, stops, n_eos, timings)
@@ -114,5 +138,12 @@ def finished_result(item: Prepared, token_ids: list[int], reason: str, tokenizer
     if decode_text and tokenizer is not None:
         shown = token_ids[:-1] if reason in ("eos", "stop") else token_ids
         text = tokenizer.decode(shown, skip_special_tokens=False)
-    return Result(id=item.request.id, token_ids=token_ids, text=text, finish_reason=reason,
-                  prompt_tokens=item.prompt_len, timings=item.timings, metadata=item.request.metadata)
+    return Result(
+        id=item.request.id,
+        token_ids=token_ids,
+        text=text,
+        finish_reason=reason,
+        prompt_tokens=item.prompt_len,
+        timings=item.timings,
+        metadata=item.request.metadata,
+    )

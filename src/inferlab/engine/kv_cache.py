@@ -134,7 +134,9 @@ def plan_memory(
         slots = max_slots
     if model.total(slots, length) > budget_bytes:
         raise CapacityError(_refusal(model, budget_bytes, slots, length, slot_cap, model_max))
-    return MemoryPlan(slots=slots, max_seq_len=length, budget_bytes=budget_bytes, total_bytes=model.total(slots, length))
+    return MemoryPlan(
+        slots=slots, max_seq_len=length, budget_bytes=budget_bytes, total_bytes=model.total(slots, length)
+    )
 
 
 def _refusal(model: MemoryModel, budget: int, slots: int, length: int, slot_cap: int, model_max: int) -> str:

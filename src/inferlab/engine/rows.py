@@ -48,10 +48,25 @@ class RowState:
 
         i64, f32 = torch.int64, torch.float32
         state = cls(
-            tokens=z(i64), positions=z(i64), slots=torch.arange(rows, device=device), active=z(torch.bool),
-            finished=z(torch.bool), reason=z(i64), n_out=z(i64), max_new=z(i64), min_new=z(i64),
-            temperature=z(f32), top_k=z(i64), top_p=z(f32) + 1, min_p=z(f32), seeds=z(i64),
-            stop_ids=z(i64, max_stop), n_eos=z(i64), n_stop=z(i64), out=z(i64, max_new_cap), copied=z(i64),
+            tokens=z(i64),
+            positions=z(i64),
+            slots=torch.arange(rows, device=device),
+            active=z(torch.bool),
+            finished=z(torch.bool),
+            reason=z(i64),
+            n_out=z(i64),
+            max_new=z(i64),
+            min_new=z(i64),
+            temperature=z(f32),
+            top_k=z(i64),
+            top_p=z(f32) + 1,
+            min_p=z(f32),
+            seeds=z(i64),
+            stop_ids=z(i64, max_stop),
+            n_eos=z(i64),
+            n_stop=z(i64),
+            out=z(i64, max_new_cap),
+            copied=z(i64),
         )
         return state
 

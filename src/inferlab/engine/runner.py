@@ -27,8 +27,15 @@ log = logging.getLogger(__name__)
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, cache: KVCache, rows: RowState, ops: Ops, hooks: ConstraintHooks,
-                 compile_step: bool = False) -> None:
+    def __init__(
+        self,
+        model: LlamaModel,
+        cache: KVCache,
+        rows: RowState,
+        ops: Ops,
+        hooks: ConstraintHooks,
+        compile_step: bool = False,
+    ) -> None:
         self.model = model
         self.cache = cache
         self.rows = rows

@@ -48,8 +48,9 @@ class SnapshotBuffers:
 
     def __post_init__(self) -> None:
         pin = self.device.type == "cuda"
-        self.buffers = [torch.zeros((self.rows, HEADER + self.width), dtype=torch.int64, pin_memory=pin)
-                        for _ in range(2)]
+        self.buffers = [
+            torch.zeros((self.rows, HEADER + self.width), dtype=torch.int64, pin_memory=pin) for _ in range(2)
+        ]
 
     def take(self, state: RowState, b: int, width: int, holders: list[tuple[int, Any]]) -> Snapshot:
         """Enqueue the snapshot of rows [0, b) after whatever the stream holds now (no host wait)."""
@@ -57,8 +58,10 @@ class SnapshotBuffers:
         start = state.copied[:b]  # [b] tokens already snapshotted per row
         cols = (start[:, None] + torch.arange(width, device=start.device)).clamp(max=state.out.shape[1] - 1)
         window = state.out[:b].gather(1, cols)  # [b, width]
-        packed = torch.cat([start[:, None], state.n_out[:b, None], state.finished[:b, None].long(),
-                            state.reason[:b, None], window], dim=1)  # [b, HEADER + width]
+        packed = torch.cat(
+            [start[:, None], state.n_out[:b, None], state.finished[:b, None].long(), state.reason[:b, None], window],
+            dim=1,
+        )  # [b, HEADER + width]
         state.copied[:b].copy_(state.n_out[:b])
         # a contiguous view: a strided pinned destination would make the copy synchronous
         host = self.buffers[self.turn].view(-1)[: b * (HEADER + width)].view(b, HEADER + width)

@@ -91,11 +91,15 @@ def make_plan(config: EngineConfig, spec: ModelSpec, dtype: torch.dtype, device:
     default_len = config.default_max_seq_len
     if spec.sliding_window is not None:
         default_len = min(default_len, spec.sliding_window)
-    plan = plan_memory(model, memory_budget(config, device), config.max_slots, config.max_seq_len,
-                       config.slot_cap, default_len)
+    plan = plan_memory(
+        model, memory_budget(config, device), config.max_slots, config.max_seq_len, config.slot_cap, default_len
+    )
     check_length_limits(spec, plan.max_seq_len)
     log.info(
         "memory plan: %d slots x %d tokens, %.2f GiB of %.2f GiB budget",
-        plan.slots, plan.max_seq_len, plan.total_bytes / 1024**3, plan.budget_bytes / 1024**3,
+        plan.slots,
+        plan.max_seq_len,
+        plan.total_bytes / 1024**3,
+        plan.budget_bytes / 1024**3,
     )
     return plan

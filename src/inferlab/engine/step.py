@@ -55,8 +55,9 @@ def finish_step(
     logits = hooks.mask_logits(logits, row_ids)
     logits = ops.mask_stops(logits, rows)
     # the token index n_out keys the noise: a request's draws are reproducible whatever its row
-    sampled = sample(logits, rows.temperature, rows.top_k, rows.top_p, rows.min_p, rows.seeds, rows.n_out,
-                     ops, filter_level)
+    sampled = sample(
+        logits, rows.temperature, rows.top_k, rows.top_p, rows.min_p, rows.seeds, rows.n_out, ops, filter_level
+    )
     tokens = hooks.choose(sampled, row_ids)
     live = ops.record(tokens, rows)
     hooks.advance(tokens, live, row_ids)

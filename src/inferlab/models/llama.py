@@ -51,8 +51,18 @@ class LlamaModel:
         for i, layer in enumerate(w.layers):
             qkv = F.linear(h, layer.qkv, layer.qkv_bias)  # [T, (H + 2K) * D]
             q, k, v = ops.rope_qkv(
-                qkv, positions, self.rotary.cos, self.rotary.sin, layer.q_norm, layer.k_norm, eps,
-                cache.k[i], cache.v[i], slots, spec.num_heads, need_kv,
+                qkv,
+                positions,
+                self.rotary.cos,
+                self.rotary.sin,
+                layer.q_norm,
+                layer.k_norm,
+                eps,
+                cache.k[i],
+                cache.v[i],
+                slots,
+                spec.num_heads,
+                need_kv,
             )  # q [T, H, D]; k, v [T, K, D] or None (already written to the cache)
             a = F.linear(attend(i, q, k, v), layer.o, layer.o_bias)  # [T, hidden]
             h, x = ops.add_rms_norm(a, x, layer.post_norm, eps)

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 Backend = Callable[[list[Request]], Iterator[Result]]
 BackendFactory = Callable[[str, dict[str, Any]], Backend]  # (model_dir, engine options) -> backend
 
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -116,8 +117,15 @@ def result_row(result: Result) -> dict[str, Any]:
 
 
 def error_row(row_id: str, message: str) -> dict[str, Any]:
-    return {"id": row_id, "text": None, "token_ids": [], "finish_reason": "error", "prompt_tokens": 0,
-            "output_tokens": 0, "error": message}
+    return {
+        "id": row_id,
+        "text": None,
+        "token_ids": [],
+        "finish_reason": "error",
+        "prompt_tokens": 0,
+        "output_tokens": 0,
+        "error": message,
+    }
 
 
 @dataclass
@@ -128,8 +136,9 @@ class TextJobSummary:
     output_tokens: int = 0
 
 
-def plan_requests(records: Iterable[InputRecord], done: set[str], defaults: SamplingParams,
-                  summary: TextJobSummary) -> tuple[list[Request], list[dict[str, Any]]]:
+def plan_requests(
+    records: Iterable[InputRecord], done: set[str], defaults: SamplingParams, summary: TextJobSummary
+) -> tuple[list[Request], list[dict[str, Any]]]:
     """Split input lines into requests to run and error rows to write; skip ids already done."""
     requests, errors, seen = [], [], set()
     for record in records:
@@ -137,8 +146,12 @@ def plan_requests(records: Iterable[InputRecord], done: set[str], defaults: Samp
             summary.skipped += 1
             continue
         if record.id in seen:
-            errors.append(error_row(f"line-{record.line_no}",
-                                    f"line {record.line_no}: id {record.id!r} repeats an earlier line; ids must be unique"))
+            errors.append(
+                error_row(
+                    f"line-{record.line_no}",
+                    f"line {record.line_no}: id {record.id!r} repeats an earlier line; ids must be unique",
+                )
+            )
             continue
         seen.add(record.id)
         built = build_request(record, defaults)

@@ -73,13 +73,17 @@ def test_requests_without_seed_are_reproducible_by_engine_seed_and_id(engine, ti
 
 def test_static_and_continuous_batching_give_the_same_greedy_tokens(tiny_checkpoint, engine):
     requests = [_req(f"r{i}", [3 + i] * (1 + i % 4), temperature=0, max_new_tokens=3 + (7 * i) % 13) for i in range(8)]
-    static = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=3, max_seq_len=48, batching="static",
-                                 decode_steps_per_sync=3))
+    static = Engine(
+        EngineConfig(
+            model=tiny_checkpoint("tiny"), max_slots=3, max_seq_len=48, batching="static", decode_steps_per_sync=3
+        )
+    )
     continuous = engine.generate(requests)
     assert [r.token_ids for r in static.generate(requests)] == [r.token_ids for r in continuous]
     moves_before = engine.stats.row_moves
-    sampled = [_req(f"s{i}", [5 + i] * (2 + i), temperature=1.0, top_p=0.8, max_new_tokens=2 + 5 * i, seed=i)
-               for i in range(6)]
+    sampled = [
+        _req(f"s{i}", [5 + i] * (2 + i), temperature=1.0, top_p=0.8, max_new_tokens=2 + 5 * i, seed=i) for i in range(6)
+    ]
     together = engine.generate(sampled)
     assert engine.stats.row_moves > moves_before  # the drained tail moved down to smaller buckets
     alone = [engine.generate([r])[0].token_ids for r in requests + sampled]
@@ -125,7 +129,9 @@ def test_configuration_errors_name_the_problem(tiny_checkpoint):
         EngineConfig(model="x", batching="dynamic")
     if os.environ.get("TRITON_INTERPRET") != "1":
         with pytest.raises(UnsupportedError, match="kernels='triton' needs a CUDA device"):
-            Engine(EngineConfig(model=tiny_checkpoint("tiny"), device="cpu", kernels="triton", max_slots=1, max_seq_len=8))
+            Engine(
+                EngineConfig(model=tiny_checkpoint("tiny"), device="cpu", kernels="triton", max_slots=1, max_seq_len=8)
+            )
 
 
 def test_unsupported_architecture_is_refused_before_loading(tiny_checkpoint):

@@ -29,8 +29,12 @@ def test_fused_weights_equal_the_checkpoint_tensors(tiny_checkpoint):
     a = "model.layers.1.self_attn."
     expected_qkv = torch.cat([raw[a + "q_proj.weight"], raw[a + "k_proj.weight"], raw[a + "v_proj.weight"]])
     torch.testing.assert_close(w.layers[1].qkv, expected_qkv, atol=0, rtol=0)
-    torch.testing.assert_close(w.layers[1].qkv_bias, torch.cat([raw[a + "q_proj.bias"], raw[a + "k_proj.bias"],
-                                                                raw[a + "v_proj.bias"]]), atol=0, rtol=0)
+    torch.testing.assert_close(
+        w.layers[1].qkv_bias,
+        torch.cat([raw[a + "q_proj.bias"], raw[a + "k_proj.bias"], raw[a + "v_proj.bias"]]),
+        atol=0,
+        rtol=0,
+    )
     m = "model.layers.1.mlp."
     torch.testing.assert_close(w.layers[1].gate_up, torch.cat([raw[m + "gate_proj.weight"], raw[m + "up_proj.weight"]]))
     assert w.lm_head is w.embed  # tied

@@ -27,8 +27,9 @@ def llama380m(tmp_path_factory):
 
 
 def _model(spec, reserve=512 * 1024**2):
-    return MemoryModel(spec=spec, dtype=torch.bfloat16, weight_bytes=760 * 1024**2, max_prefill_tokens=8192,
-                       reserve_bytes=reserve)
+    return MemoryModel(
+        spec=spec, dtype=torch.bfloat16, weight_bytes=760 * 1024**2, max_prefill_tokens=8192, reserve_bytes=reserve
+    )
 
 
 def test_kv_bytes_per_token_of_llama380m(llama380m):
@@ -66,8 +67,13 @@ def test_a_budget_below_the_weights_is_refused(llama380m):
 
 
 def test_engine_refuses_before_loading_anything(tiny_checkpoint):
-    small = dict(model=tiny_checkpoint("tiny"), max_seq_len=512, memory_budget_bytes=16 * 1024**2, reserve_bytes=0,
-                 max_prefill_tokens=512)
+    small = dict(
+        model=tiny_checkpoint("tiny"),
+        max_seq_len=512,
+        memory_budget_bytes=16 * 1024**2,
+        reserve_bytes=0,
+        max_prefill_tokens=512,
+    )
     with pytest.raises(CapacityError, match="Largest feasible: max_slots=\\d+ at max_seq_len=512"):
         Engine(EngineConfig(max_slots=64, **small))
     engine = Engine(EngineConfig(**small))

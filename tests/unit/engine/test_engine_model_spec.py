@@ -13,11 +13,23 @@ from inferlab.models.registry import ARCHITECTURES, implementation_for
 from inferlab.models.rope import RotaryTables, inverse_frequencies
 
 LLAMA_BASE = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 100, "hidden_size": 64,
-    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "max_position_embeddings": 256, "eos_token_id": 5,
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 100,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+    "eos_token_id": 5,
 }
-LLAMA3_SCALING = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+LLAMA3_SCALING = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
 
 
 def _write(tmp_path, config: dict, generation: dict | None = None):
@@ -32,7 +44,9 @@ def test_transformers4_and_5_rope_layouts_give_the_same_spec(tmp_path):
     v4 = dict(LLAMA_BASE, rope_theta=500000.0, rope_scaling=dict(LLAMA3_SCALING, rope_type="llama3"))
     v5 = dict(LLAMA_BASE, rope_parameters=dict(LLAMA3_SCALING, rope_type="llama3", rope_theta=500000.0))
     old_style = dict(LLAMA_BASE, rope_theta=500000.0, rope_scaling=dict(LLAMA3_SCALING, type="llama3"))
-    specs = [read_model_spec(_write(tmp_path / name, cfg)) for name, cfg in [("v4", v4), ("v5", v5), ("old", old_style)]]
+    specs = [
+        read_model_spec(_write(tmp_path / name, cfg)) for name, cfg in [("v4", v4), ("v5", v5), ("old", old_style)]
+    ]
     assert specs[0].rope == specs[1].rope == specs[2].rope
     assert specs[0].rope.rope_type == "llama3" and specs[0].rope.theta == 500000.0
     assert specs[0].rope.param("factor") == 8.0

@@ -57,8 +57,12 @@ def test_allowed_sets_equal_transformers_warpers():
     logits = torch.randn(len(combos), 300, generator=g) * 3  # distinct values: no ties at a threshold
     t = torch.tensor([c[0] for c in combos])
     tau = filter_threshold(
-        logits, t, torch.tensor([c[1] for c in combos]), torch.tensor([c[2] for c in combos]),
-        torch.tensor([c[3] for c in combos]), FILTER_SORT,
+        logits,
+        t,
+        torch.tensor([c[1] for c in combos]),
+        torch.tensor([c[2] for c in combos]),
+        torch.tensor([c[3] for c in combos]),
+        FILTER_SORT,
     )
     ours = float_key(logits) >= tau[:, None]
     for row, combo in enumerate(combos):
@@ -68,8 +72,12 @@ def test_allowed_sets_equal_transformers_warpers():
 def test_lower_filter_levels_equal_the_full_one_for_the_rows_they_serve():
     combos = [c for c in _combos() if c[1] == 0 and c[2] == 1.0]
     logits = torch.randn(len(combos), 500) * 2
-    args = (torch.tensor([c[0] for c in combos]), torch.zeros(len(combos), dtype=torch.long),
-            torch.ones(len(combos)), torch.tensor([c[3] for c in combos]))
+    args = (
+        torch.tensor([c[0] for c in combos]),
+        torch.zeros(len(combos), dtype=torch.long),
+        torch.ones(len(combos)),
+        torch.tensor([c[3] for c in combos]),
+    )
     assert all(filter_level(*c) in (FILTER_NONE, FILTER_MIN_P) for c in combos)
     assert torch.equal(filter_threshold(logits, *args, FILTER_MIN_P), filter_threshold(logits, *args, FILTER_SORT))
     plain = [i for i, c in enumerate(combos) if c[3] == 0]
@@ -92,8 +100,15 @@ def test_samples_follow_the_filtered_distribution():
     n = 40000
     rows = logits.repeat(n, 1)
     tokens = sample(
-        rows, torch.full((n,), t), torch.full((n,), k), torch.full((n,), p), torch.full((n,), m),
-        torch.arange(n), torch.zeros(n, dtype=torch.long), OPS, FILTER_SORT,
+        rows,
+        torch.full((n,), t),
+        torch.full((n,), k),
+        torch.full((n,), p),
+        torch.full((n,), m),
+        torch.arange(n),
+        torch.zeros(n, dtype=torch.long),
+        OPS,
+        FILTER_SORT,
     )
     freq = torch.bincount(tokens, minlength=logits.numel()).float() / n
     assert torch.all(freq[~allowed] == 0)
@@ -102,8 +117,17 @@ def test_samples_follow_the_filtered_distribution():
 
 def test_greedy_rows_take_the_first_argmax_whatever_the_filters():
     logits = torch.tensor([[0.0, 3.0, 3.0, 1.0], [5.0, -1.0, 5.0, 2.0]])
-    tokens = sample(logits, torch.zeros(2), torch.tensor([1, 2]), torch.tensor([0.1, 0.5]), torch.tensor([0.5, 0.0]),
-                    torch.tensor([1, 2]), torch.tensor([0, 0]), OPS, FILTER_SORT)
+    tokens = sample(
+        logits,
+        torch.zeros(2),
+        torch.tensor([1, 2]),
+        torch.tensor([0.1, 0.5]),
+        torch.tensor([0.5, 0.0]),
+        torch.tensor([1, 2]),
+        torch.tensor([0, 0]),
+        OPS,
+        FILTER_SORT,
+    )
     assert tokens.tolist() == [1, 0]
 
 
@@ -126,6 +150,15 @@ def test_noise_is_standard_gumbel():
 @pytest.mark.parametrize("level", [FILTER_NONE, FILTER_MIN_P, FILTER_SORT])
 def test_different_seeds_draw_different_tokens(level):
     logits = torch.zeros(2, 50_000)  # uniform: any two independent draws collide with probability 2e-5
-    tokens = sample(logits, torch.ones(2), torch.zeros(2, dtype=torch.long), torch.ones(2), torch.zeros(2),
-                    torch.tensor([1, 2]), torch.tensor([0, 0]), OPS, level)
+    tokens = sample(
+        logits,
+        torch.ones(2),
+        torch.zeros(2, dtype=torch.long),
+        torch.ones(2),
+        torch.zeros(2),
+        torch.tensor([1, 2]),
+        torch.tensor([0, 0]),
+        OPS,
+        level,
+    )
     assert tokens[0] != tokens[1]

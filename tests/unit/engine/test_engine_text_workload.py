@@ -29,8 +29,23 @@ def _read(path):
 def test_cli_writes_results_and_error_rows_then_resumes(tiny_checkpoint, tmp_path, capsys):
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("\n".join(LINES) + "\n")
-    argv = ["generate", "--model", str(tiny_checkpoint("tiny")), "--input", str(src), "--output", str(out),
-            "--max-new-tokens", "6", "--max-slots", "2", "--max-seq-len", "64", "--temperature", "0"]
+    argv = [
+        "generate",
+        "--model",
+        str(tiny_checkpoint("tiny")),
+        "--input",
+        str(src),
+        "--output",
+        str(out),
+        "--max-new-tokens",
+        "6",
+        "--max-slots",
+        "2",
+        "--max-seq-len",
+        "64",
+        "--temperature",
+        "0",
+    ]
     assert main(argv) == 0
     rows = {r["id"]: r for r in _read(out)}
     assert set(rows) == {"a", "b", "line-3", "empty", "long", "bad-top-p", "both", "line-8"}

@@ -21,12 +21,31 @@ import triton.language as tl
 
 @triton.jit
 def _decode_split_kernel(
-    Q, K, V, SLOT, LEN, O_PART, LSE_PART,
-    stride_qb, stride_qh, stride_ks, stride_kh, stride_kn,
-    stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
-    scale, splits,  # splits is a runtime value: one compiled kernel serves every bucket
-    GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+    Q,
+    K,
+    V,
+    SLOT,
+    LEN,
+    O_PART,
+    LSE_PART,
+    stride_qb,
+    stride_qh,
+    stride_ks,
+    stride_kh,
+    stride_kn,
+    stride_pb,
+    stride_ph,
+    stride_ps,
+    stride_lb,
+    stride_lh,
+    scale,
+    splits,  # splits is a runtime value: one compiled kernel serves every bucket
+    GROUP: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -42,12 +61,13 @@ def _decode_split_kernel(
     heads = kv_head * GROUP + h
     d = tl.arange(0, BLOCK_D)
     dmask = d < HEAD_DIM
-    q = tl.load(Q + row * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=hmask[:, None] & dmask[None, :],
-                other=0.0)  # [BLOCK_H, BLOCK_D]
+    q = tl.load(
+        Q + row * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=hmask[:, None] & dmask[None, :], other=0.0
+    )  # [BLOCK_H, BLOCK_D]
     kv_base = slot * stride_ks + kv_head * stride_kh
 
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_H], tl.float32)
+    denom = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
     for n0 in range(start, end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
@@ -62,27 +82,42 @@ def _decode_split_kernel(
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new[:, None])
-        l = l * alpha + tl.sum(p, axis=1)
+        denom = denom * alpha + tl.sum(p, axis=1)
         v = tl.load(V + kv_base + n[:, None] * stride_kn + d[None, :], mask=kv_mask, other=0.0)
         if IEEE:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m = m_new
-    empty = l == 0.0  # this split had no positions (a short row): contributes nothing to the merge
-    out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, l)[:, None])
-    lse = tl.where(empty, float("-inf"), m + tl.log(tl.where(empty, 1.0, l)))
+    empty = denom == 0.0  # this split had no positions (a short row): contributes nothing to the merge
+    out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, denom)[:, None])
+    lse = tl.where(empty, float("-inf"), m + tl.log(tl.where(empty, 1.0, denom)))
     # one split: O_PART is the final output [rows, heads, head_dim] in the model dtype, no merge needed
-    tl.store(O_PART + row * stride_pb + heads[:, None] * stride_ph + split * stride_ps + d[None, :],
-             out.to(O_PART.dtype.element_ty), mask=hmask[:, None] & dmask[None, :])
+    tl.store(
+        O_PART + row * stride_pb + heads[:, None] * stride_ph + split * stride_ps + d[None, :],
+        out.to(O_PART.dtype.element_ty),
+        mask=hmask[:, None] & dmask[None, :],
+    )
     if splits > 1:
         tl.store(LSE_PART + row * stride_lb + heads * stride_lh + split, lse, mask=hmask)
 
 
 @triton.jit
 def _decode_merge_kernel(
-    O_PART, LSE_PART, OUT, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_ob, stride_oh, splits,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    O_PART,
+    LSE_PART,
+    OUT,
+    stride_pb,
+    stride_ph,
+    stride_ps,
+    stride_lb,
+    stride_lh,
+    stride_ob,
+    stride_oh,
+    splits,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,
 ):
     row = tl.program_id(0)
     head = tl.program_id(1)
@@ -92,8 +127,11 @@ def _decode_merge_kernel(
     dmask = d < HEAD_DIM
     lse = tl.load(LSE_PART + row * stride_lb + head * stride_lh + s, mask=smask, other=float("-inf"))  # [BLOCK_S]
     weights = tl.exp(lse - tl.max(lse, axis=0))  # empty splits: exp(-inf) = 0
-    parts = tl.load(O_PART + row * stride_pb + head * stride_ph + s[:, None] * stride_ps + d[None, :],
-                    mask=smask[:, None] & dmask[None, :], other=0.0)  # [BLOCK_S, BLOCK_D]
+    parts = tl.load(
+        O_PART + row * stride_pb + head * stride_ph + s[:, None] * stride_ps + d[None, :],
+        mask=smask[:, None] & dmask[None, :],
+        other=0.0,
+    )  # [BLOCK_S, BLOCK_D]
     out = tl.sum(parts * weights[:, None], axis=0) / tl.sum(weights, axis=0)
     tl.store(OUT + row * stride_ob + head * stride_oh + d, out.to(OUT.dtype.element_ty), mask=dmask)
 
@@ -136,17 +174,49 @@ def decode_attention(
         lse_part = torch.empty((rows, heads, splits), dtype=torch.float32, device=q.device)
     block_d = max(16, triton.next_power_of_2(head_dim))
     _decode_split_kernel[(rows, kv_heads, splits)](
-        q, k_cache, v_cache, slots, lengths, o_part, lse_part,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
-        scale, splits,
-        GROUP=group, BLOCK_H=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        BLOCK_N=block_n, IEEE=q.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages,
+        q,
+        k_cache,
+        v_cache,
+        slots,
+        lengths,
+        o_part,
+        lse_part,
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        o_part.stride(0),
+        o_part.stride(1),
+        o_part.stride(2),
+        lse_part.stride(0),
+        lse_part.stride(1),
+        scale,
+        splits,
+        GROUP=group,
+        BLOCK_H=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim,
+        BLOCK_D=block_d,
+        BLOCK_N=block_n,
+        IEEE=q.dtype == torch.float32,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     if splits > 1:
         _decode_merge_kernel[(rows, heads)](
-            o_part, lse_part, out, o_part.stride(0), o_part.stride(1), o_part.stride(2),
-            lse_part.stride(0), lse_part.stride(1), out.stride(0), out.stride(1), splits,
-            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=max(2, triton.next_power_of_2(splits)),
+            o_part,
+            lse_part,
+            out,
+            o_part.stride(0),
+            o_part.stride(1),
+            o_part.stride(2),
+            lse_part.stride(0),
+            lse_part.stride(1),
+            out.stride(0),
+            out.stride(1),
+            splits,
+            HEAD_DIM=head_dim,
+            BLOCK_D=block_d,
+            BLOCK_S=max(2, triton.next_power_of_2(splits)),
         )
     return out

@@ -57,8 +57,9 @@ def _kth_largest_key(base, vocab, k, BLOCK: tl.constexpr, KEY_BITS: tl.constexpr
 
 
 @triton.jit
-def _top_p_key(base, vocab, top, temperature, p, tau_k,
-               BLOCK: tl.constexpr, KEY_BITS: tl.constexpr, DIGIT_BITS: tl.constexpr):
+def _top_p_key(
+    base, vocab, top, temperature, p, tau_k, BLOCK: tl.constexpr, KEY_BITS: tl.constexpr, DIGIT_BITS: tl.constexpr
+):
     """Radix selection by softmax mass over the keys >= tau_k: the smallest key whose cumulative
     ascending mass (ties included) exceeds (1 - p) x the total."""
     offs = tl.arange(0, BLOCK)
@@ -88,8 +89,20 @@ def _top_p_key(base, vocab, top, temperature, p, tau_k,
 
 
 @triton.jit
-def _filter_kernel(LOGITS, TEMP, TOP_K, TOP_P, MIN_P, TAU, stride, vocab,
-                   BLOCK: tl.constexpr, KEY_BITS: tl.constexpr, DIGIT_BITS: tl.constexpr, DO_TOP: tl.constexpr):
+def _filter_kernel(
+    LOGITS,
+    TEMP,
+    TOP_K,
+    TOP_P,
+    MIN_P,
+    TAU,
+    stride,
+    vocab,
+    BLOCK: tl.constexpr,
+    KEY_BITS: tl.constexpr,
+    DIGIT_BITS: tl.constexpr,
+    DO_TOP: tl.constexpr,
+):
     row = tl.program_id(0)
     base = LOGITS + row * stride
     offs = tl.arange(0, BLOCK)
@@ -132,8 +145,18 @@ def filter_threshold(
     assert logits.stride(-1) == 1 and key_bits % digit_bits == 0
     tau = torch.empty(rows, dtype=torch.int32, device=logits.device)
     _filter_kernel[(rows,)](
-        logits, temperature, top_k, top_p, min_p, tau, logits.stride(0), vocab,
-        BLOCK=block, KEY_BITS=key_bits, DIGIT_BITS=digit_bits, DO_TOP=level >= 2,  # FILTER_SORT: top-k/top-p
+        logits,
+        temperature,
+        top_k,
+        top_p,
+        min_p,
+        tau,
+        logits.stride(0),
+        vocab,
+        BLOCK=block,
+        KEY_BITS=key_bits,
+        DIGIT_BITS=digit_bits,
+        DO_TOP=level >= 2,  # FILTER_SORT: top-k/top-p
         num_warps=num_warps,
     )
     return tau

@@ -14,8 +14,21 @@ import triton.language as tl
 
 
 @triton.jit
-def _rms_norm_kernel(X, R, W, OUT, RES_OUT, stride_x, stride_r, stride_o, stride_ro, dim, eps,
-                     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+def _rms_norm_kernel(
+    X,
+    R,
+    W,
+    OUT,
+    RES_OUT,
+    stride_x,
+    stride_r,
+    stride_o,
+    stride_ro,
+    dim,
+    eps,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < dim
@@ -42,8 +55,19 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     out = torch.empty_like(x2)
     dim = shape[-1]
     _rms_norm_kernel[(x2.shape[0],)](
-        x2, x2, weight, out, out, x2.stride(0), x2.stride(0), out.stride(0), out.stride(0), dim, eps,
-        HAS_RESIDUAL=False, BLOCK=triton.next_power_of_2(dim),
+        x2,
+        x2,
+        weight,
+        out,
+        out,
+        x2.stride(0),
+        x2.stride(0),
+        out.stride(0),
+        out.stride(0),
+        dim,
+        eps,
+        HAS_RESIDUAL=False,
+        BLOCK=triton.next_power_of_2(dim),
     )
     return out.view(shape)
 
@@ -57,8 +81,19 @@ def add_rms_norm(
     summed = torch.empty_like(x2)
     dim = x2.shape[-1]
     _rms_norm_kernel[(x2.shape[0],)](
-        x2, r2, weight, out, summed, x2.stride(0), r2.stride(0), out.stride(0), summed.stride(0), dim, eps,
-        HAS_RESIDUAL=True, BLOCK=triton.next_power_of_2(dim),
+        x2,
+        r2,
+        weight,
+        out,
+        summed,
+        x2.stride(0),
+        r2.stride(0),
+        out.stride(0),
+        summed.stride(0),
+        dim,
+        eps,
+        HAS_RESIDUAL=True,
+        BLOCK=triton.next_power_of_2(dim),
     )
     return out, summed
 

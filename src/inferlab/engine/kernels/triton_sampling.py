@@ -37,8 +37,21 @@ def _row_key(seed, token_index):
 
 
 @triton.jit
-def _race_kernel(LOGITS, TEMP, TAU, SEEDS, INDEX, GREEDY, BEST_VAL, BEST_IDX, stride_l, vocab,
-                 CHUNKS: tl.constexpr, BLOCK: tl.constexpr, HAS_TAU: tl.constexpr):
+def _race_kernel(
+    LOGITS,
+    TEMP,
+    TAU,
+    SEEDS,
+    INDEX,
+    GREEDY,
+    BEST_VAL,
+    BEST_IDX,
+    stride_l,
+    vocab,
+    CHUNKS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    HAS_TAU: tl.constexpr,
+):
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     ids = chunk * BLOCK + tl.arange(0, BLOCK)
@@ -75,7 +88,18 @@ def race_argmax(
     best_val = torch.empty((rows, chunks), dtype=torch.float32, device=logits.device)
     best_idx = torch.empty((rows, chunks), dtype=torch.int64, device=logits.device)
     _race_kernel[(rows, chunks)](
-        logits, temperature, tau if tau is not None else temperature, seeds, token_index, greedy.to(torch.int8),
-        best_val, best_idx, logits.stride(0), vocab, CHUNKS=chunks, BLOCK=block, HAS_TAU=tau is not None,
+        logits,
+        temperature,
+        tau if tau is not None else temperature,
+        seeds,
+        token_index,
+        greedy.to(torch.int8),
+        best_val,
+        best_idx,
+        logits.stride(0),
+        vocab,
+        CHUNKS=chunks,
+        BLOCK=block,
+        HAS_TAU=tau is not None,
     )
     return best_idx.gather(1, best_val.argmax(dim=1, keepdim=True)).squeeze(1)

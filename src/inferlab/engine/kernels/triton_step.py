@@ -30,15 +30,39 @@ def mask_stops_before_min(logits: torch.Tensor, rows: RowState) -> torch.Tensor:
     stops = rows.stop_ids.shape[1]
     assert logits.stride(-1) == 1 and rows.stop_ids.stride(0) == stops
     _mask_stops_kernel[(logits.shape[0],)](
-        logits, rows.n_out, rows.min_new, rows.n_stop, rows.stop_ids, logits.stride(0),
-        STOPS=stops, BLOCK_S=triton.next_power_of_2(stops),
+        logits,
+        rows.n_out,
+        rows.min_new,
+        rows.n_stop,
+        rows.stop_ids,
+        logits.stride(0),
+        STOPS=stops,
+        BLOCK_S=triton.next_power_of_2(stops),
     )
     return logits
 
 
 @triton.jit
-def _record_kernel(TOK, ACTIVE, FINISHED, REASON, N_OUT, MAX_NEW, POSITIONS, TOKENS, STOP, N_EOS, N_STOP, OUT, LIVE,
-                   rows, stride_out, cap, STOPS: tl.constexpr, BLOCK: tl.constexpr):
+def _record_kernel(
+    TOK,
+    ACTIVE,
+    FINISHED,
+    REASON,
+    N_OUT,
+    MAX_NEW,
+    POSITIONS,
+    TOKENS,
+    STOP,
+    N_EOS,
+    N_STOP,
+    OUT,
+    LIVE,
+    rows,
+    stride_out,
+    cap,
+    STOPS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = r < rows
     tok = tl.load(TOK + r, mask=m, other=0)
@@ -71,8 +95,23 @@ def record_tokens(tokens: torch.Tensor, rows: RowState) -> torch.Tensor:
     live = torch.empty(b, dtype=torch.bool, device=tokens.device)
     block = min(256, max(16, triton.next_power_of_2(b)))
     _record_kernel[(triton.cdiv(b, block),)](
-        tokens, rows.active, rows.finished, rows.reason, rows.n_out, rows.max_new, rows.positions, rows.tokens,
-        rows.stop_ids, rows.n_eos, rows.n_stop, rows.out, live, b, rows.out.stride(0), rows.out.shape[1],
-        STOPS=stops, BLOCK=block,
+        tokens,
+        rows.active,
+        rows.finished,
+        rows.reason,
+        rows.n_out,
+        rows.max_new,
+        rows.positions,
+        rows.tokens,
+        rows.stop_ids,
+        rows.n_eos,
+        rows.n_stop,
+        rows.out,
+        live,
+        b,
+        rows.out.stride(0),
+        rows.out.shape[1],
+        STOPS=stops,
+        BLOCK=block,
     )
     return live
