@@ -48,6 +48,8 @@ class Engine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.device = resolve_device(config.device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # Triton launches and graph capture use the current device
         self.spec = read_model_spec(config.model)
         implementation = implementation_for(self.spec.architecture)
         self.dtype = resolve_dtype(config.dtype, self.spec, self.device)
@@ -252,6 +254,7 @@ class Engine:
         """Deliver a snapshot's tokens to their requests; retire the finished ones into Results."""
         data = snapshot.rows()
         self.stats.syncs += 1
+        loop.clock.resolve()  # fold the finished phase events now: a long run must not hoard them
         results, released = [], []
         for row, item in snapshot.holders:
             if item.retired:  # retired from an earlier snapshot; its row may hold someone else now
