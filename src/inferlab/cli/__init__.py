@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "inferlab.cli.conformers_cmd",
     "inferlab.cli.classify_cmd",
     "inferlab.cli.hidden_states_cmd",
+    "inferlab.cli.generate_cmd",
 ]
 
 

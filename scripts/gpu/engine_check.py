@@ -1,0 +1,219 @@
+"""GPU check of the inferlab engine, correctness then speed, in one run (about 4-6 minutes on an H100).
+
+    python scripts/gpu/engine_check.py --out $OUT/engine               # CUDA, everything
+    python scripts/gpu/engine_check.py --out $OUT/engine --parts speed,profile
+    python scripts/gpu/engine_check.py --device cpu --quick --out /tmp/engine-check   # CPU smoke run
+
+Parts, in order (each wrapped: a failure prints its traceback and the run goes on):
+  env        versions, GPU, measured device-to-device copy bandwidth
+  kernels    every Triton kernel vs its torch reference (fp32 and bf16; on CPU through the interpreter)
+  graphs     CUDA-graph replay vs eager steps: identical tokens (greedy and seeded sampling)
+  hf_logits  bf16 engine vs transformers: logits of prefill + 8 decode steps against an fp32 reference,
+             and greedy token agreement, on tiny and llama-380m random checkpoints
+  attention  decode attention options at llama-380m shape (Triton configs, torch masked, SDPA bucketed)
+  sampling   sampler pieces at a 128k vocabulary: top-p by torch sort vs the radix kernel, race, casts
+  speed      llama-380m, 48-token prompts, exactly 1000 new tokens, batch 16/64/256, top-p 0.9 and
+             plain temperature 1; qwen3-0.6b at batch 256: tok/s, ms/step, achieved GB/s, start-up times
+  batching   continuous vs static batching, output lengths drawn from 200-1000
+  profile    per-kernel time of one decode step (torch.profiler, top 15) at batch 16 and 256
+  compile    the torch.compile knob at batch 16 (compile time apart), if the time budget allows
+Writes <out>/<part>.json and <out>/summary.json, and prints a summary table at the end. Random checkpoints
+(llama-380m, qwen3-0.6b, tiny) are built once into --cache (default /tmp/inferlab-engine-check).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1] == "cpu":
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run on CPU through the interpreter
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine_check_correctness as correctness  # noqa: E402
+import engine_check_micro as micro  # noqa: E402
+import engine_check_profile as profile  # noqa: E402
+import engine_check_speed as speed  # noqa: E402
+
+
+@dataclass
+class Ctx:
+    device: torch.device
+    quick: bool
+    out: Path
+    cache: Path  # random checkpoints (kept out of --out, which is copied back from the device)
+    budget_s: float
+    started: float = field(default_factory=time.perf_counter)
+    checkpoints: dict[str, Path] = field(default_factory=dict)
+    copy_gb_per_s: float | None = None
+    rows: list[tuple[str, str, str, str]] = field(default_factory=list)
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def row(self, part: str, item: str, value: Any, verdict: str = "") -> None:
+        text = f"{value:,.3f}" if isinstance(value, float) else str(value)
+        self.rows.append((part, item, text, verdict))
+
+    def checkpoint(self, preset: str, dtype: str = "bfloat16") -> Path:
+        """A random-weight checkpoint of `preset`, built once per run."""
+        key = f"{preset}-{dtype}"
+        if key not in self.checkpoints:
+            from inferlab.errors import InputError
+            from inferlab.models.checkpoint_init import init_checkpoint
+            from inferlab.models.presets import get_preset
+            from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
+
+            tokenizer = None
+            if get_preset(preset).tokenizer == "qwen3-chem":
+                try:
+                    tokenizer = qwen3_chem_tokenizer_dir()
+                except InputError:
+                    tokenizer = None  # the built-in tokenizer fits any vocabulary: fine for random weights
+            t0 = time.perf_counter()
+            path = self.cache / key
+            if not (path / "config.json").exists():
+                init_checkpoint(preset, path, seed=0, dtype=dtype, tokenizer_dir=tokenizer)
+            print(f"  checkpoint {key}: {time.perf_counter() - t0:.1f} s", flush=True)
+            self.checkpoints[key] = path
+        return self.checkpoints[key]
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def free(self) -> None:
+        import gc
+
+        gc.collect()
+        if self.cuda:
+            torch.cuda.empty_cache()
+
+
+def part_env(ctx: Ctx) -> dict[str, Any]:
+    import transformers
+
+    info: dict[str, Any] = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+        "device": str(ctx.device),
+    }
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    if ctx.cuda:
+        props = torch.cuda.get_device_properties(ctx.device)
+        info |= {
+            "gpu": props.name,
+            "sm_count": props.multi_processor_count,
+            "memory_gb": round(props.total_memory / 1e9, 1),
+            "cuda": torch.version.cuda,
+        }
+    nbytes = 2**30 if ctx.cuda else 2**26
+    src = torch.ones(nbytes // 4, device=ctx.device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(10 if ctx.cuda else 3):
+        ctx.sync()
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        ctx.sync()
+        times.append(time.perf_counter() - t0)
+    ctx.copy_gb_per_s = 2 * nbytes / sorted(times)[len(times) // 2] / 1e9  # read + write
+    info["copy_gb_per_s"] = round(ctx.copy_gb_per_s, 1)
+    del src, dst
+    ctx.free()
+    ctx.row("env", info.get("gpu", "cpu"), f"torch {info['torch']}, triton {info['triton']}")
+    ctx.row("env", "measured copy bandwidth (GB/s)", info["copy_gb_per_s"])
+    return info
+
+
+PARTS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
+    "env": part_env,
+    "kernels": correctness.part_kernels,
+    "graphs": correctness.part_graphs,
+    "hf_logits": correctness.part_hf_logits,
+    "attention": micro.part_attention,
+    "sampling": micro.part_sampling,
+    "speed": speed.part_speed,
+    "batching": speed.part_batching,
+    "profile": profile.part_profile,
+    "compile": profile.part_compile,
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for the JSON results")
+    parser.add_argument("--cache", default="/tmp/inferlab-engine-check", help="folder for the random checkpoints")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes (for a CPU smoke run)")
+    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated subset of: " + ", ".join(PARTS))
+    parser.add_argument("--budget-s", type=float, default=450.0, help="later optional parts skip past this")
+    args = parser.parse_args()
+    ctx = Ctx(
+        device=torch.device(args.device),
+        quick=args.quick,
+        out=Path(args.out),
+        cache=Path(args.cache),
+        budget_s=args.budget_s,
+    )
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    unknown = [p for p in args.parts.split(",") if p not in PARTS]
+    if unknown:
+        parser.error(f"unknown parts {unknown}; choose from {', '.join(PARTS)}")
+    status: dict[str, str] = {}
+    for name in [p for p in PARTS if p in args.parts.split(",")]:
+        print(f"== {name} (t={ctx.elapsed():.0f} s)", flush=True)
+        t0 = time.perf_counter()
+        try:
+            result = PARTS[name](ctx)
+            status[name] = "ok"
+        except Exception:
+            result = {"error": traceback.format_exc()}
+            status[name] = "error"
+            traceback.print_exc()
+            ctx.row(name, "ERROR", result["error"].strip().splitlines()[-1][:100], "FAIL")
+        result["seconds"] = round(time.perf_counter() - t0, 2)
+        (ctx.out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
+        ctx.free()
+    summary = {"status": status, "rows": ctx.rows, "total_s": round(ctx.elapsed(), 1)}
+    (ctx.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print_summary(ctx, status)
+    return 0 if all(s == "ok" for s in status.values()) else 1
+
+
+def print_summary(ctx: Ctx, status: dict[str, str]) -> None:
+    widths = [max(len(r[i]) for r in ctx.rows + [("part", "item", "value", "verdict")]) for i in range(4)]
+    widths[1] = min(widths[1], 58)
+    print("\n" + "=" * 100)
+    print(
+        f"engine_check summary ({ctx.elapsed():.0f} s, {ctx.device}, parts: "
+        + ", ".join(f"{k}={v}" for k, v in status.items())
+        + ")"
+    )
+    for part, item, value, verdict in [("part", "item", "value", "verdict")] + ctx.rows:
+        print(f"{part:<{widths[0]}}  {item[:58]:<{widths[1]}}  {value:>{widths[2]}}  {verdict}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

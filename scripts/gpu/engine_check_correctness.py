@@ -1,0 +1,300 @@
+"""engine_check parts on correctness: Triton kernels vs torch, graph replay vs eager, bf16 vs transformers.
+
+Tolerances (stated here, reported with every number):
+- kernels: max abs error relative to the reference's largest magnitude: fp32 <= 1e-5, bf16 <= 2^-6 (the
+  kernels round once where eager torch rounds after every operation; on CPU the Triton interpreter also
+  truncates instead of rounding). Sampling race: the same token on >= 99% of rows (fp32 logits; only exact
+  near-ties may flip through 1-ulp differences in log()). Top-k/top-p thresholds: the same kept set as the
+  sort-based reference on >= 99% of rows (the masses are summed in another order).
+- graphs: identical tokens (replay runs the very same kernels as the eager step).
+- hf_logits: against transformers in fp32, our bf16 error must be <= 2x transformers' own bf16 error
+  (+ 1e-3 x max|logit|), i.e. we lose no more precision than the reference implementation does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+PROMPT_LEN = 48
+
+
+def _err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.float() - b.float()).abs().max().item()
+
+
+def hf_dtype(dtype: torch.dtype) -> dict[str, Any]:
+    """from_pretrained's dtype keyword: `dtype` since transformers 4.56, `torch_dtype` before."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| / max |b|."""
+    return _err(a, b) / max(b.float().abs().max().item(), 1e-30)
+
+
+def part_kernels(ctx) -> dict[str, Any]:
+    from inferlab.engine import step, torch_ops
+    from inferlab.engine.attention import decode_attention_torch
+    from inferlab.engine.kernels import (
+        triton_attention,
+        triton_filter,
+        triton_norm,
+        triton_rope,
+        triton_sampling,
+        triton_step,
+    )
+    from inferlab.engine.rows import RowState
+    from inferlab.engine.sampler import FILTER_SORT, filter_threshold, float_key, race_argmax_torch
+    from inferlab.models.config import RopeSpec
+    from inferlab.models.rope import RotaryTables
+
+    dev, res = ctx.device, {}
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def randn(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=g, device=dev).to(dtype)
+
+    dtypes = [torch.float32, torch.bfloat16]
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2**-6}
+    worst: dict[str, float] = {}
+
+    def note(name: str, dtype: torch.dtype, error: float) -> None:
+        key = f"{name} {str(dtype).removeprefix('torch.')}"
+        worst[key] = max(worst.get(key, 0.0), error)
+
+    hidden = 1024 if not ctx.quick else 96
+    for dtype in dtypes:
+        x, r, w = randn(64, hidden, dtype=dtype), randn(64, hidden, dtype=dtype), randn(hidden, dtype=dtype)
+        note("rms_norm", dtype, _rel(triton_norm.rms_norm(x, w, 1e-5), torch_ops.rms_norm(x, w, 1e-5)))
+        a, s = triton_norm.add_rms_norm(x, r, w, 1e-5)
+        ra, rs = torch_ops.add_rms_norm(x, r, w, 1e-5)
+        note("add_rms_norm", dtype, max(_rel(a, ra), _rel(s, rs)))
+        gu = randn(64, 2 * hidden, dtype=dtype)
+        note("silu_mul", dtype, _rel(triton_norm.silu_mul(gu), torch_ops.silu_mul(gu)))
+        rope_shapes = [(16, 8, 64, False), (16, 8, 128, True), (32, 8, 128, False)]
+        for heads, kv_heads, head_dim, qk_norm in rope_shapes[:2] if ctx.quick else rope_shapes:
+            tables = RotaryTables.build(RopeSpec(theta=500000.0), head_dim, 2048, dev)
+            tokens = 40
+            qkv = randn(tokens, (heads + 2 * kv_heads) * head_dim, dtype=dtype)
+            pos = torch.randperm(2048, generator=g, device=dev)[:tokens]  # distinct: no two writes to one place
+            slots = torch.randint(0, 6, (tokens,), generator=g, device=dev)
+            qn, kn = (randn(head_dim, dtype=dtype), randn(head_dim, dtype=dtype)) if qk_norm else (None, None)
+            caches = [torch.zeros(6, kv_heads, 2048, head_dim, dtype=dtype, device=dev) for _ in range(4)]
+            args = (qkv, pos, tables.cos, tables.sin, qn, kn, 1e-6)
+            q, k, v = triton_rope.rope_qkv(*args, caches[0], caches[1], slots, heads, return_kv=True)
+            rq, rk, rv = torch_ops.rope_qkv(*args, caches[2], caches[3], slots, heads)
+            note("rope_qkv", dtype, max(_rel(q, rq), _rel(k, rk), _rel(v, rv)))
+        attention_dtypes = dtypes if ctx.cuda else [torch.float32]  # the interpreter's bf16 tl.dot is broken
+        if dtype in attention_dtypes:
+            shapes = [(16, 8, 64, 2048), (256, 8, 64, 1100), (8, 8, 128, 4096), (3, 2, 128, 300)]
+            for rows, kv_heads, head_dim, max_len in [(3, 2, 16, 40), (2, 1, 32, 70)] if ctx.quick else shapes:
+                heads = 2 * kv_heads
+                kc, vc = (
+                    randn(rows + 2, kv_heads, max_len, head_dim, dtype=dtype),
+                    randn(rows + 2, kv_heads, max_len, head_dim, dtype=dtype),
+                )
+                q = randn(rows, heads, head_dim, dtype=dtype)
+                slots = torch.randperm(rows + 2, generator=g, device=dev)[:rows]
+                lengths = torch.randint(1, max_len + 1, (rows,), generator=g, device=dev)
+                lengths[0], lengths[-1] = 1, max_len
+                ref = decode_attention_torch(q, kc, vc, slots, lengths, head_dim**-0.5)
+                for splits in (None, 1, 5):
+                    out = triton_attention.decode_attention(q, kc, vc, slots, lengths, head_dim**-0.5, splits=splits)
+                    note("decode_attention", dtype, _rel(out, ref))
+    vocab = 128256 if not ctx.quick else 5000
+    logits = randn(64, vocab) * 3
+    temp = torch.rand(64, generator=g, device=dev) + 0.5
+    tau = float_key(torch.where(torch.arange(64, device=dev) % 2 == 0, float("-inf"), logits.max(-1).values - 2))
+    seeds = torch.randint(0, 2**62, (64,), generator=g, device=dev)
+    index = torch.randint(0, 1000, (64,), generator=g, device=dev)
+    greedy = torch.arange(64, device=dev) % 5 == 0
+    same = []
+    for t in (None, tau):
+        ours = triton_sampling.race_argmax(logits, temp, t, seeds, index, greedy)
+        same.append((ours == race_argmax_torch(logits, temp, t, seeds, index, greedy)).float().mean().item())
+    res["race_same_token_fraction"] = min(same)
+    top_k = torch.tensor([0, 1, 40, 1000], device=dev).repeat(16)
+    top_p = torch.tensor([0.9, 1.0, 0.5, 0.95, 0.1, 0.99, 1.0, 0.8], device=dev).repeat(8)
+    min_p = torch.tensor([0.0, 0.05], device=dev).repeat(32)
+    agree = {}
+    for key_bits, values in ((16, logits.to(torch.bfloat16).float()), (32, logits)):
+        args = (values, temp, top_k, top_p, min_p, FILTER_SORT)
+        ours = triton_filter.filter_threshold(*args, key_bits=key_bits)
+        ref = filter_threshold(*args)
+        same_rows = (float_key(values) >= ours[:, None]).eq(float_key(values) >= ref[:, None]).all(dim=1)
+        agree[key_bits] = same_rows.float().mean().item()
+    res["filter_same_kept_set_fraction"] = agree
+    rows = RowState.allocate(64, 4, 32, dev)
+    rows.active[:] = True
+    rows.max_new[:] = torch.randint(1, 32, (64,), generator=g, device=dev)
+    rows.min_new[:] = torch.randint(0, 3, (64,), generator=g, device=dev)
+    rows.stop_ids[:] = torch.randint(0, 50, (64, 4), generator=g, device=dev)
+    rows.n_stop[:] = 4
+    rows.n_eos[:] = 1
+    twin = RowState(**{n: t.clone() for n, t in vars(rows).items()})
+    small = randn(64, 50)
+    step_ok = torch.equal(
+        triton_step.mask_stops_before_min(small.clone(), rows), step.mask_stops_before_min(small.clone(), twin)
+    )
+    for _ in range(4):
+        toks = torch.randint(0, 50, (64,), generator=g, device=dev)
+        step_ok &= torch.equal(triton_step.record_tokens(toks, rows), step.record_tokens(toks, twin))
+    step_ok &= all(torch.equal(t, getattr(twin, n)) for n, t in vars(rows).items())
+    res["step_kernels_equal"] = bool(step_ok)
+    res["max_abs_error"] = worst
+    for key, error in worst.items():
+        dtype = torch.float32 if key.endswith("float32") else torch.bfloat16
+        ctx.row("kernels", f"{key} max rel err", error, "ok" if error <= tol[dtype] else f"FAIL > {tol[dtype]}")
+    ctx.row(
+        "kernels",
+        "race: same token as reference",
+        res["race_same_token_fraction"],
+        "ok" if res["race_same_token_fraction"] >= 0.99 else "FAIL < 0.99",
+    )
+    ctx.row("kernels", "step kernels == torch bookkeeping", step_ok, "ok" if step_ok else "FAIL")
+    for key_bits, fraction in agree.items():
+        ctx.row(
+            "kernels",
+            f"top-k/top-p kept set == sorted reference ({key_bits}-bit keys)",
+            fraction,
+            "ok" if fraction >= 0.99 else "FAIL < 0.99",
+        )
+    return res
+
+
+def _requests(n: int, new_tokens: int, vocab: int, seed: int = 0, **sampling):
+    from inferlab.types import Request, SamplingParams
+
+    g = torch.Generator().manual_seed(seed)
+    return [
+        Request(
+            id=f"r{i}",
+            prompt_ids=tuple(torch.randint(10, min(vocab, 1000), (PROMPT_LEN,), generator=g).tolist()),
+            sampling=SamplingParams(max_new_tokens=new_tokens, seed=1000 + i, **sampling),
+        )
+        for i in range(n)
+    ]
+
+
+def part_graphs(ctx) -> dict[str, Any]:
+    from inferlab.engine import Engine, EngineConfig
+
+    if not ctx.cuda:
+        ctx.row("graphs", "graph replay vs eager", "skipped (needs CUDA)")
+        return {"skipped": "needs CUDA"}
+    res = {}
+    for preset in ["tiny", "llama-380m"]:
+        path = ctx.checkpoint(preset)
+        tokens = {}
+        for graphs in (True, False):
+            engine = Engine(EngineConfig(model=path, max_slots=8, max_seq_len=192, cuda_graphs=graphs))
+            batch = (
+                _requests(4, 64, engine.spec.vocab_size, temperature=0.0)
+                + _requests(4, 64, engine.spec.vocab_size, seed=1, temperature=1.0, top_p=0.9)
+                + _requests(4, 64, engine.spec.vocab_size, seed=2, temperature=0.8, min_p=0.1)
+                + _requests(4, 64, engine.spec.vocab_size, seed=3, temperature=1.0)
+            )
+            tokens[graphs] = [r.token_ids for r in engine.generate(batch)]
+            if graphs:
+                res[f"{preset}_capture_s"] = engine.stats.capture_s
+            del engine
+            ctx.free()
+        mismatched = sum(a != b for a, b in zip(tokens[True], tokens[False]))
+        res[f"{preset}_mismatched_requests"] = mismatched
+        ctx.row(
+            "graphs",
+            f"{preset}: requests differing, graph vs eager (of 16)",
+            mismatched,
+            "ok" if mismatched == 0 else "FAIL",
+        )
+    return res
+
+
+def part_hf_logits(ctx) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM
+
+    from inferlab.engine import Engine, EngineConfig
+    from inferlab.types import Request, SamplingParams
+
+    res = {}
+    presets = ["tiny"] if ctx.quick else ["tiny", "llama-380m"]
+    for preset in presets:
+        path = ctx.checkpoint(preset)
+        hf32 = AutoModelForCausalLM.from_pretrained(path, **hf_dtype(torch.float32)).to(ctx.device).eval()
+        hf16 = AutoModelForCausalLM.from_pretrained(path, **hf_dtype(torch.bfloat16)).to(ctx.device).eval()
+        engine = Engine(
+            EngineConfig(
+                model=path, dtype="bfloat16", device=str(ctx.device), max_slots=4, max_seq_len=192, cuda_graphs=False
+            )
+        )
+        model, cache = engine.runner.model, engine.runner.cache
+        requests = _requests(4, 64, engine.spec.vocab_size)
+        ours_err, hf_err, scale, top1 = 0.0, 0.0, 0.0, []
+        with torch.inference_mode():
+            for i, request in enumerate(requests):
+                seq = list(request.prompt_ids)
+                slot = torch.tensor([i], device=ctx.device)
+                logits = model.prefill(
+                    torch.tensor([seq], device=ctx.device), torch.tensor([len(seq)], device=ctx.device), slot, cache
+                )[0]
+                for step in range(9):
+                    ids = torch.tensor([seq], device=ctx.device)
+                    ref32, ref16 = hf32(ids).logits[0, -1].float(), hf16(ids).logits[0, -1].float()
+                    ours_err = max(ours_err, _err(logits, ref32))
+                    hf_err = max(hf_err, _err(ref16, ref32))
+                    scale = max(scale, ref32.abs().max().item())
+                    top1.append(int(logits.argmax()) == int(ref16.argmax()))
+                    seq.append(int(ref32.argmax()))
+                    logits = model.decode(
+                        torch.tensor([seq[-1]], device=ctx.device),
+                        torch.tensor([len(seq) - 1], device=ctx.device),
+                        slot,
+                        cache,
+                    )[0]
+            as_greedy = SamplingParams(temperature=0.0, max_new_tokens=64, min_new_tokens=64)  # as hf below
+            greedy = [
+                r.token_ids
+                for r in engine.generate(
+                    [Request(id=r.id, prompt_ids=r.prompt_ids, sampling=as_greedy) for r in requests]
+                )
+            ]
+            matched = []
+            for request, ours in zip(requests, greedy):
+                prompt = torch.tensor([request.prompt_ids], device=ctx.device)
+                ref = hf16.generate(
+                    prompt,
+                    attention_mask=torch.ones_like(prompt),
+                    do_sample=False,
+                    max_new_tokens=64,
+                    min_new_tokens=64,
+                    pad_token_id=0,
+                )[0, PROMPT_LEN:].tolist()
+                matched.append(next((j for j, (a, b) in enumerate(zip(ours, ref)) if a != b), len(ref)))
+        bound = 2 * hf_err + 1e-3 * scale
+        res[preset] = {
+            "ours_bf16_vs_fp32_max_abs": ours_err,
+            "hf_bf16_vs_fp32_max_abs": hf_err,
+            "max_abs_logit": scale,
+            "top1_agreement_with_hf_bf16": sum(top1) / len(top1),
+            "greedy_matched_prefix": matched,
+        }
+        ctx.row(
+            "hf_logits",
+            f"{preset}: max|ours-hf32| vs max|hf16-hf32|",
+            f"{ours_err:.4f} vs {hf_err:.4f}",
+            "ok" if ours_err <= bound else f"FAIL > {bound:.4f}",
+        )
+        ctx.row("hf_logits", f"{preset}: top-1 agreement with hf bf16 (36 steps)", sum(top1) / len(top1))
+        ctx.row(
+            "hf_logits",
+            f"{preset}: greedy tokens equal to hf bf16 before divergence (of 64)",
+            " ".join(str(m) for m in matched),
+        )
+        del hf32, hf16, engine, model, cache
+        ctx.free()
+    return res

@@ -1,0 +1,160 @@
+"""engine_check parts on speed: attention options, end-to-end throughput, batching modes, profile, compile.
+
+Throughput protocol: start-up (load, warm-up, graph capture) is reported apart; each cell runs a short
+warm-up generate first, then one timed generate of exactly `new_tokens` tokens per row (ignore_eos,
+min = max), synchronised before and after. tok/s = tokens returned / wall time of generate (prefill and
+host work included). ms/step and achieved GB/s come from the engine's device-clock decode time:
+GB/s = (weights + each row's live KV) bytes read per step, summed / decode seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import torch
+
+PROMPT_LEN = 48
+
+
+def _requests(n: int, new_tokens: int | list[int], vocab: int, seed: int = 0, **sampling):
+    from inferlab.types import Request, SamplingParams
+
+    g = torch.Generator().manual_seed(seed)
+    lengths = new_tokens if isinstance(new_tokens, list) else [new_tokens] * n
+    return [
+        Request(
+            id=f"r{i}",
+            prompt_ids=tuple(torch.randint(10, min(vocab, 1000), (PROMPT_LEN,), generator=g).tolist()),
+            sampling=SamplingParams(
+                max_new_tokens=lengths[i],
+                min_new_tokens=lengths[i],
+                ignore_eos=True,
+                seed=seed * 100_000 + i,
+                **sampling,
+            ),
+        )
+        for i in range(n)
+    ]
+
+
+def _timed(ctx, engine, requests) -> dict[str, Any]:
+    before = dataclasses.replace(engine.stats)
+    ctx.sync()
+    t0 = time.perf_counter()
+    results = engine.generate(requests)
+    ctx.sync()
+    wall = time.perf_counter() - t0
+    after = engine.stats
+    tokens = sum(len(r.token_ids) for r in results)
+    decode_s = after.decode_s - before.decode_s
+    steps = after.decode_steps - before.decode_steps
+    decode_bytes = after.decode_bytes - before.decode_bytes
+    expected = sum(r.sampling.max_new_tokens for r in requests)
+    return {
+        "requests": len(requests),
+        "tokens": tokens,
+        "tokens_expected": expected,
+        "wall_s": wall,
+        "tok_per_s": tokens / wall,
+        "decode_steps": steps,
+        "decode_s": decode_s,
+        "ms_per_step": 1e3 * decode_s / max(steps, 1),
+        "prefill_s": after.prefill_s - before.prefill_s,
+        "row_steps": after.row_steps - before.row_steps,
+        "syncs": after.syncs - before.syncs,
+        "gb_per_s": decode_bytes / decode_s / 1e9 if decode_s > 0 else 0.0,
+        "errors": sum(not r.ok for r in results),
+    }
+
+
+def _engine(ctx, preset: str, slots: int, new_tokens: int, **options):
+    from inferlab.engine import Engine, EngineConfig
+
+    config = EngineConfig(
+        model=ctx.checkpoint(preset),
+        device=str(ctx.device),
+        max_slots=slots,
+        max_seq_len=PROMPT_LEN + new_tokens + 8,
+        decode_text=False,
+        **options,
+    )
+    return Engine(config)
+
+
+def _startup_row(ctx, part: str, name: str, engine) -> dict[str, Any]:
+    s = engine.stats
+    ctx.row(
+        part,
+        f"{name} start-up: load / warm-up / capture (s), graphs",
+        f"{s.load_s:.1f} / {s.warmup_s:.1f} / {s.capture_s:.1f}, {s.graphs}",
+    )
+    return s.as_dict()
+
+
+def _speed_verdict(ctx, cell: dict[str, Any]) -> str:
+    pct = 100 * cell["gb_per_s"] / ctx.copy_gb_per_s if ctx.copy_gb_per_s else 0.0
+    cell["pct_of_copy_bandwidth"] = pct
+    bad = cell["errors"] or cell["tokens"] != cell["tokens_expected"]
+    return (
+        "FAIL: wrong token count " if bad else ""
+    ) + f"{cell['ms_per_step']:.3f} ms/step, {cell['gb_per_s']:.0f} GB/s ({pct:.0f}%)"
+
+
+def part_speed(ctx) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    new_tokens = 24 if ctx.quick else 1000
+    batches = [2, 4, 8] if ctx.quick else [16, 64, 256]
+    preset = "tiny" if ctx.quick else "llama-380m"
+    engine = _engine(ctx, preset, max(batches), new_tokens)
+    res["startup"] = _startup_row(ctx, "speed", preset, engine)
+    modes = {"top_p0.9_t1": dict(temperature=1.0, top_p=0.9), "t1": dict(temperature=1.0)}
+    for mode, sampling in modes.items():
+        for batch in batches:
+            vocab = engine.spec.vocab_size
+            _timed(ctx, engine, _requests(batch, 16, vocab, seed=7, **sampling))  # warm-up
+            cell = _timed(ctx, engine, _requests(batch, new_tokens, vocab, **sampling))
+            res[f"{preset} B={batch} {mode}"] = cell
+            ctx.row("speed", f"{preset} B={batch} {mode} tok/s", cell["tok_per_s"], _speed_verdict(ctx, cell))
+    del engine
+    ctx.free()
+    preset = "tiny-qwen3" if ctx.quick else "qwen3-0.6b"
+    batch = 4 if ctx.quick else 256
+    engine = _engine(ctx, preset, batch, new_tokens)
+    res["qwen3_startup"] = _startup_row(ctx, "speed", preset, engine)
+    sampling = modes["top_p0.9_t1"]
+    _timed(ctx, engine, _requests(batch, 16, engine.spec.vocab_size, seed=7, **sampling))
+    cell = _timed(ctx, engine, _requests(batch, new_tokens, engine.spec.vocab_size, **sampling))
+    res[f"{preset} B={batch} top_p0.9_t1"] = cell
+    ctx.row("speed", f"{preset} B={batch} top_p0.9_t1 tok/s", cell["tok_per_s"], _speed_verdict(ctx, cell))
+    return res
+
+
+def part_batching(ctx) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    n, slots, low, high = (24, 6, 4, 24) if ctx.quick else (512, 128, 200, 1000)
+    preset = "tiny" if ctx.quick else "llama-380m"
+    g = torch.Generator().manual_seed(11)
+    lengths = torch.randint(low, high + 1, (n,), generator=g).tolist()
+    for mode in ("static", "continuous"):
+        # outputs of 4-24 tokens in the quick run need finer sync points than 200-1000 on the device
+        engine = _engine(ctx, preset, slots, high, batching=mode, decode_steps_per_sync=4 if ctx.quick else 16)
+        vocab = engine.spec.vocab_size
+        _timed(ctx, engine, _requests(slots, 8, vocab, seed=7, temperature=1.0))
+        cell = _timed(ctx, engine, _requests(n, lengths, vocab, temperature=1.0))
+        cell["row_utilisation"] = cell["tokens"] / max(cell["row_steps"], 1)
+        res[mode] = cell
+        ctx.row(
+            "batching",
+            f"{preset} {n} requests, {slots} slots, {mode}: tok/s",
+            cell["tok_per_s"],
+            f"{cell['decode_steps']} steps, rows busy {100 * cell['row_utilisation']:.0f}%",
+        )
+        del engine
+        ctx.free()
+    gain = res["continuous"]["tok_per_s"] / res["static"]["tok_per_s"]
+    res["continuous_over_static"] = gain
+    steps = f"decode steps {res['static']['decode_steps']} -> {res['continuous']['decode_steps']}"
+    ctx.row("batching", "continuous / static throughput", gain, ("ok, " if gain > 1 else "FAIL: not faster, ") + steps)
+    return res

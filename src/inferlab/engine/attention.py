@@ -1,0 +1,58 @@
+"""Attention over the static KV cache: decode (one query per row) and prefill (right-padded prompts).
+
+Decode attends each row's query to its own cache slot up to that row's real length. Two implementations
+share one signature: the Triton flash-decoding kernel (engine/kernels/triton_attention.py, used on CUDA)
+and `decode_attention_torch` below, used on CPU and as the reference in tests. The torch version bounds the
+work by `max_len_hint` (the host's upper bound of the live lengths) when it is given, so on CPU the cost
+follows the live length; inside a CUDA graph no host value may change between replays, so there it reads
+the whole preallocated length with a mask (correct, but slower: that is why the Triton kernel exists).
+
+Prefill runs causal SDPA over prompts right-padded to the batch maximum: with right padding the causal mask
+alone keeps every real token from seeing a pad, so no attention mask is needed (which keeps SDPA on its
+fastest kernels).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def decode_attention_torch(
+    q: torch.Tensor,  # [rows, heads, head_dim]
+    k_cache: torch.Tensor,  # [slots, kv_heads, max_len, head_dim] (one layer)
+    v_cache: torch.Tensor,  # [slots, kv_heads, max_len, head_dim]
+    slots: torch.Tensor,  # [rows] int64: the cache slot of each row
+    lengths: torch.Tensor,  # [rows] int64: valid positions per row (>= 1), the current token included
+    scale: float,
+    max_len_hint: int | None = None,  # upper bound of `lengths` known on the host (None: whole cache)
+) -> torch.Tensor:  # [rows, heads, head_dim], q's dtype
+    rows, heads, head_dim = q.shape
+    kv_heads = k_cache.shape[1]
+    group = heads // kv_heads
+    span = k_cache.shape[2] if max_len_hint is None else min(max_len_hint, k_cache.shape[2])
+    k = k_cache[slots, :, :span].float()  # [rows, kv_heads, span, head_dim]
+    v = v_cache[slots, :, :span].float()
+    qg = q.float().view(rows, kv_heads, group, head_dim)  # the query heads that share one kv head
+    scores = torch.einsum("bkgd,bksd->bkgs", qg, k) * scale  # [rows, kv_heads, group, span]
+    live = torch.arange(span, device=q.device)[None, :] < lengths[:, None]  # [rows, span]
+    scores = scores.masked_fill(~live[:, None, None, :], float("-inf"))
+    probs = scores.softmax(dim=-1)
+    out = torch.einsum("bkgs,bksd->bkgd", probs, v)  # [rows, kv_heads, group, head_dim]
+    return out.reshape(rows, heads, head_dim).to(q.dtype)
+
+
+def prefill_attention(
+    q: torch.Tensor,  # [batch, heads, padded_len, head_dim]
+    k: torch.Tensor,  # [batch, kv_heads, padded_len, head_dim]
+    v: torch.Tensor,  # [batch, kv_heads, padded_len, head_dim]
+    scale: float,
+) -> torch.Tensor:  # [batch, heads, padded_len, head_dim]
+    """Causal self-attention over right-padded prompts (pads come last, so nothing real attends to them)."""
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        # Expanding K/V costs a copy of a prompt's K/V; it keeps every SDPA backend eligible (enable_gqa
+        # is not accepted by all of them on torch 2.5).
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)

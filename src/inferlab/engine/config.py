@@ -1,0 +1,64 @@
+"""EngineConfig: every knob of the engine, frozen and validated when built.
+
+Values left as None or "auto" are resolved at start-up (engine/engine.py): the device, the dtype (the
+checkpoint's, bf16 for fp32 checkpoints on CUDA), slots and max length (from the memory plan), CUDA graphs
+(on for CUDA) and kernels (Triton on CUDA). A bad value raises ConfigError naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from inferlab.errors import ConfigError
+
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
+BATCHING_MODES = ("continuous", "static")
+KERNEL_SETS = ("auto", "torch", "triton")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str | Path  # a local HuggingFace checkpoint folder
+    device: str = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
+    dtype: str = "auto"
+    max_slots: int | None = None  # concurrent rows (= KV slots); None: as many as memory allows (<= slot_cap)
+    max_seq_len: int | None = None  # prompt + output tokens per row; None: min(model max, default_max_seq_len)
+    gpu_memory_fraction: float = 0.9  # of the device memory free at start-up, for weights + cache + workspace
+    memory_budget_bytes: int | None = None  # overrides the fraction (and is how CPU tests size the plan)
+    reserve_bytes: int = 512 * 1024**2  # slack for library workspaces and allocator fragmentation
+    slot_cap: int = 256  # upper bound of derived max_slots
+    default_max_seq_len: int = 4096  # used when max_seq_len is None (capped by the model's max positions)
+    max_prefill_tokens: int = 8192  # padded prompt tokens per prefill batch (raised to max_seq_len if smaller)
+    cuda_graphs: bool | None = None  # None: on for CUDA
+    compile: bool = False  # torch.compile the decode forward (default mode: no cudagraphs, we capture ourselves)
+    kernels: str = "auto"  # "torch", "triton" or "auto" (triton on CUDA)
+    decode_steps_per_sync: int = 16  # decode steps between host reads of the finished flags
+    batching: str = "continuous"  # or "static": admit a full batch, wait until all of it finished
+    compact_rows: bool = True  # move live rows down when the batch drains so the tail runs a smaller graph
+    max_stop_ids: int = 8  # EOS ids + per-request stop ids per row
+    seed: int = 0  # requests without a seed get one derived from (seed, request id)
+    decode_text: bool = True  # fill Result.text with the tokenizer (off: token ids only)
+
+    def __post_init__(self) -> None:
+        if not str(self.model):
+            raise ConfigError("model is empty; pass a local HuggingFace checkpoint folder")
+        if self.dtype not in DTYPE_NAMES:
+            raise ConfigError(f"dtype={self.dtype!r} is not one of {', '.join(DTYPE_NAMES)}")
+        if self.batching not in BATCHING_MODES:
+            raise ConfigError(f"batching={self.batching!r} is not one of {', '.join(BATCHING_MODES)}")
+        if self.kernels not in KERNEL_SETS:
+            raise ConfigError(f"kernels={self.kernels!r} is not one of {', '.join(KERNEL_SETS)}")
+        if not 0.0 < self.gpu_memory_fraction <= 1.0:
+            raise ConfigError(f"gpu_memory_fraction={self.gpu_memory_fraction} must be in (0, 1], e.g. 0.9")
+        for name in ("max_slots", "max_seq_len", "memory_budget_bytes"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name}={value} must be >= 1 (or None to derive it)")
+        if self.max_seq_len is not None and self.max_seq_len < 2:
+            raise ConfigError(f"max_seq_len={self.max_seq_len} must be >= 2 (one prompt token + one new token)")
+        for name in ("slot_cap", "default_max_seq_len", "max_prefill_tokens", "decode_steps_per_sync", "max_stop_ids"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.reserve_bytes < 0:
+            raise ConfigError(f"reserve_bytes={self.reserve_bytes} must be >= 0")

@@ -1,0 +1,149 @@
+"""Requests in, results out: validation and tokenisation before a request reaches a row, and the Result
+built from a finished row.
+
+A bad request never raises: `prepare` returns either a Prepared request or a Result with finish_reason
+"error" and a message naming the numbers and the fix (empty prompt, prompt + max_new_tokens over
+max_seq_len, token ids outside the vocabulary, too many stop ids, a constraint this build cannot run).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+from inferlab.engine.sampler import filter_level
+from inferlab.types import Request, Result, SamplingParams, Timings
+
+SEED_MASK = (1 << 63) - 1
+
+
+@dataclass
+class Prepared:
+    index: int  # position in the caller's list (generate returns results in this order)
+    request: Request
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    seed: int  # in [0, 2^63)
+    stop_ids: list[int]  # EOS ids first (unless ignore_eos), then the request's stop ids
+    n_eos: int
+    timings: Timings
+    # host bookkeeping while it runs: the row it occupies, its tokens as snapshots deliver them
+    row: int | None = None
+    tokens: list[int] = field(default_factory=list)
+    retired: bool = False
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def filter_level(self) -> int:
+        s = self.sampling
+        return filter_level(s.temperature, s.top_k, s.top_p, s.min_p)
+
+
+def derive_seed(engine_seed: int, request_id: str) -> int:
+    """A request's default seed: a stable function of the engine seed and the request id."""
+    return ((engine_seed & 0xFFFFFFFF) << 32 | zlib.crc32(request_id.encode("utf-8"))) & SEED_MASK
+
+
+def error_result(request: Request, message: str, prompt_tokens: int, timings: Timings) -> Result:
+    return Result(
+        id=request.id,
+        token_ids=[],
+        text=None,
+        finish_reason="error",
+        prompt_tokens=prompt_tokens,
+        timings=timings,
+        error=message,
+        metadata=request.metadata,
+    )
+
+
+def prepare(
+    index: int,
+    request: Request,
+    tokenizer,
+    vocab_size: int,
+    max_seq_len: int,
+    eos_ids: tuple[int, ...],
+    max_stop_ids: int,
+    engine_seed: int,
+    now: float,
+) -> Prepared | Result:
+    timings = Timings(submitted_s=now)
+    s = request.sampling
+    if request.constraint is not None:
+        return error_result(
+            request,
+            "constrained requests need the constraint runtime, which this engine build "
+            "does not include yet; drop the constraint or use a build with it",
+            0,
+            timings,
+        )
+    if request.prompt_ids is not None:
+        prompt_ids = [int(t) for t in request.prompt_ids]
+    elif tokenizer is None:
+        return error_result(
+            request,
+            "a text prompt needs a tokenizer, but the model folder has none; "
+            "send prompt_ids or add the tokenizer files",
+            0,
+            timings,
+        )
+    elif not request.prompt.strip():
+        return error_result(request, "the prompt is empty; give at least one token of text", 0, timings)
+    else:
+        prompt_ids = list(tokenizer(request.prompt).input_ids)
+    n = len(prompt_ids)
+    if n == 0:
+        return error_result(request, "the prompt is empty (0 tokens); give at least one token", 0, timings)
+    bad = [t for t in prompt_ids if not 0 <= t < vocab_size]
+    if bad:
+        return error_result(
+            request, f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})", n, timings
+        )
+    if n + s.max_new_tokens > max_seq_len:
+        return error_result(
+            request,
+            f"prompt of {n} tokens + max_new_tokens={s.max_new_tokens} = {n + s.max_new_tokens} exceeds "
+            f"max_seq_len={max_seq_len}; shorten the prompt, lower max_new_tokens to {max(0, max_seq_len - n)}, "
+            "or start the engine with a larger max_seq_len",
+            n,
+            timings,
+        )
+    stops = [] if s.ignore_eos else list(eos_ids)
+    stops += [t for t in s.stop_token_ids if t not in stops]
+    bad_stops = [t for t in stops if not 0 <= t < vocab_size]
+    if bad_stops:
+        return error_result(
+            request, f"stop token ids {bad_stops} are outside the vocabulary [0, {vocab_size})", n, timings
+        )
+    if len(stops) > max_stop_ids:
+        return error_result(
+            request,
+            f"{len(stops)} EOS + stop token ids exceed max_stop_ids={max_stop_ids}; pass fewer stop ids "
+            "or raise EngineConfig.max_stop_ids",
+            n,
+            timings,
+        )
+    seed = (s.seed & SEED_MASK) if s.seed is not None else derive_seed(engine_seed, request.id)
+    n_eos = 0 if s.ignore_eos else len(eos_ids)
+    return Prepared(index, request, prompt_ids, s, seed, stops, n_eos, timings)
+
+
+def finished_result(item: Prepared, token_ids: list[int], reason: str, tokenizer, decode_text: bool) -> Result:
+    """The Result of a finished row; the text leaves out a final EOS/stop token (token_ids keep it)."""
+    text = None
+    if decode_text and tokenizer is not None:
+        shown = token_ids[:-1] if reason in ("eos", "stop") else token_ids
+        text = tokenizer.decode(shown, skip_special_tokens=False)
+    return Result(
+        id=item.request.id,
+        token_ids=token_ids,
+        text=text,
+        finish_reason=reason,
+        prompt_tokens=item.prompt_len,
+        timings=item.timings,
+        metadata=item.request.metadata,
+    )

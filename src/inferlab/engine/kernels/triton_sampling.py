@@ -1,0 +1,105 @@
+"""Triton kernel: the exponential race of engine/sampler.py in one pass over the logits.
+
+Grid (rows, vocab chunks): each program derives the row's key from (seed, token index), scales its chunk
+by the row's temperature, applies the row's threshold, adds Gumbel noise from the same counter-based hash
+as sampler.gumbel_noise (uint32 arithmetic wraps exactly like the reference's masked int64 arithmetic),
+and writes its chunk's best value and index.
+A tiny torch argmax over the chunks finishes the job (first index wins on ties, as torch.argmax). Reading
+the fp32 logits once is the whole cost: no [rows, vocab] noise tensor is ever materialised.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _mix32(x):
+    # x is uint32 (literals >= 2^31 are uint32 in Triton, so products wrap mod 2^32); the masks keep the
+    # result right even if a Triton version promoted the arithmetic to 64 bits.
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+@triton.jit
+def _row_key(seed, token_index):
+    """sampler.row_keys for one row: int64 seed and token index -> uint32 key."""
+    lo = (seed & 0xFFFFFFFF).to(tl.uint32)
+    hi = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    seed_key = _mix32(lo ^ _mix32(hi ^ 0x5BD1E995))
+    index = (token_index & 0xFFFFFFFF).to(tl.uint32)
+    return _mix32((seed_key + _mix32(index ^ 0x27D4EB2F)) & 0xFFFFFFFF)
+
+
+@triton.jit
+def _race_kernel(
+    LOGITS,
+    TEMP,
+    TAU,
+    SEEDS,
+    INDEX,
+    GREEDY,
+    BEST_VAL,
+    BEST_IDX,
+    stride_l,
+    vocab,
+    CHUNKS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    HAS_TAU: tl.constexpr,
+):
+    row = tl.program_id(0)
+    chunk = tl.program_id(1)
+    ids = chunk * BLOCK + tl.arange(0, BLOCK)
+    valid = ids < vocab
+    x = tl.load(LOGITS + row * stride_l + ids, mask=valid, other=float("-inf"))
+    scaled = x / tl.load(TEMP + row)
+    key = _row_key(tl.load(SEEDS + row), tl.load(INDEX + row))
+    h = _mix32(key ^ ((ids.to(tl.uint32) * 0x9E3779B9) & 0xFFFFFFFF))
+    u = ((h >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
+    noise = -tl.log(-tl.log(u))
+    race = scaled + tl.where(tl.load(GREEDY + row) != 0, 0.0, noise)
+    keep = valid
+    if HAS_TAU:  # the threshold is an order-preserving int32 key of the raw logit (sampler.float_key)
+        bits = x.to(tl.int32, bitcast=True)
+        keep = keep & ((bits ^ ((bits >> 31) & 0x7FFFFFFF)) >= tl.load(TAU + row))
+    race = tl.where(keep, race, float("-inf"))
+    best, where = tl.max(race, axis=0, return_indices=True, return_indices_tie_break_left=True)
+    tl.store(BEST_VAL + row * CHUNKS + chunk, best)
+    tl.store(BEST_IDX + row * CHUNKS + chunk, chunk * BLOCK + where.to(tl.int64))
+
+
+def race_argmax(
+    logits: torch.Tensor,  # [rows, vocab] fp32
+    temperature: torch.Tensor,  # [rows] fp32 (1.0 on greedy rows)
+    tau: torch.Tensor | None,  # [rows] int32 threshold key, or None: no threshold
+    seeds: torch.Tensor,  # [rows] int64
+    token_index: torch.Tensor,  # [rows] int64
+    greedy: torch.Tensor,  # [rows] bool
+    block: int = 4096,
+) -> torch.Tensor:  # [rows] int64
+    rows, vocab = logits.shape
+    assert logits.stride(-1) == 1
+    chunks = triton.cdiv(vocab, block)
+    best_val = torch.empty((rows, chunks), dtype=torch.float32, device=logits.device)
+    best_idx = torch.empty((rows, chunks), dtype=torch.int64, device=logits.device)
+    _race_kernel[(rows, chunks)](
+        logits,
+        temperature,
+        tau if tau is not None else temperature,
+        seeds,
+        token_index,
+        greedy.to(torch.int8),
+        best_val,
+        best_idx,
+        logits.stride(0),
+        vocab,
+        CHUNKS=chunks,
+        BLOCK=block,
+        HAS_TAU=tau is not None,
+    )
+    return best_idx.gather(1, best_val.argmax(dim=1, keepdim=True)).squeeze(1)

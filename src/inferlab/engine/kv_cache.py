@@ -1,0 +1,152 @@
+"""The static KV cache and the memory plan that sizes it.
+
+KVCache holds K and V as [layers, slots, kv_heads, max_len, head_dim], allocated once; a row of the batch
+writes into its own slot at its own position, so no cache memory is ever allocated after start-up.
+
+MemoryModel prices a configuration (slots x max_len) in bytes: weights, the KV cache, each slot's output
+buffer, the per-row workspace of the decode graphs (logits, sampler sort buffers) and of the eager prefill,
+the prefill activations for the largest prefill batch, and a fixed reserve (cuBLAS/Triton workspaces,
+allocator slack). `plan_memory` fills in whatever the user left open (slots, length or both) and refuses a
+configuration that cannot fit with a CapacityError naming the largest feasible values. It is pure
+arithmetic on a byte budget, so it is unit-tested on CPU (EngineConfig.memory_budget_bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from inferlab.errors import CapacityError
+from inferlab.models.config import ModelSpec
+
+GIB = 1024**3
+
+
+@dataclass
+class KVCache:
+    k: torch.Tensor  # [layers, slots, kv_heads, max_len, head_dim]
+    v: torch.Tensor  # [layers, slots, kv_heads, max_len, head_dim]
+
+    @classmethod
+    def allocate(cls, spec: ModelSpec, slots: int, max_len: int, dtype: torch.dtype, device: torch.device) -> "KVCache":
+        shape = (spec.num_layers, slots, spec.num_kv_heads, max_len, spec.head_dim)
+        # zeros, not empty: a row reads only positions it wrote, but NaN garbage must never meet a 0 weight
+        return cls(k=torch.zeros(shape, dtype=dtype, device=device), v=torch.zeros(shape, dtype=dtype, device=device))
+
+    @property
+    def slots(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[3]
+
+
+def kv_bytes_per_token(spec: ModelSpec, dtype: torch.dtype) -> int:
+    """K and V of one position across all layers."""
+    return 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """Bytes needed by a configuration; every term is an upper bound of what the engine allocates."""
+
+    spec: ModelSpec
+    dtype: torch.dtype
+    weight_bytes: int
+    max_prefill_tokens: int  # the padded-token bound of one prefill batch (raised to max_len when smaller)
+    reserve_bytes: int  # fixed slack: library workspaces, allocator fragmentation
+
+    @property
+    def kv_per_token(self) -> int:
+        return kv_bytes_per_token(self.spec, self.dtype)
+
+    def per_row_workspace(self) -> int:
+        """Decode step + sampler buffers of one row, counted twice: decode graph pool and eager prefill."""
+        s = self.spec
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        # logits fp32 + model-dtype copy, sort values and int64 indices, softmax, cumsum, masks, temporaries
+        sampler = s.vocab_size * (4 + elem + 4 + 8 + 4 + 4 + 1 + 8)
+        activations = elem * (8 * s.hidden_size + 3 * (s.q_size + 2 * s.kv_size) + 4 * s.intermediate_size)
+        attention_partials = 4 * s.num_heads * 64 * (s.head_dim + 2)  # split-K partial outputs (<= 64 splits)
+        return 2 * (sampler + activations + attention_partials)
+
+    def prefill_activation_bytes(self, max_len: int) -> int:
+        s = self.spec
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        tokens = max(self.max_prefill_tokens, max_len)
+        per_token = elem * (6 * s.hidden_size + 4 * (s.q_size + 2 * s.kv_size) + 2 * s.q_size + 6 * s.intermediate_size)
+        return int(1.25 * tokens * per_token)
+
+    def total(self, slots: int, max_len: int) -> int:
+        per_slot = max_len * (self.kv_per_token + 8) + self.per_row_workspace()  # + int64 output row
+        return self.weight_bytes + self.reserve_bytes + self.prefill_activation_bytes(max_len) + slots * per_slot
+
+    def largest_slots(self, max_len: int, budget: int, cap: int) -> int:
+        return _largest(lambda n: self.total(n, max_len) <= budget, cap)
+
+    def largest_len(self, slots: int, budget: int, cap: int) -> int:
+        return _largest(lambda n: self.total(slots, n) <= budget, cap)
+
+
+def _largest(fits, cap: int) -> int:
+    """The largest n in [0, cap] with fits(n) (fits is monotone decreasing in n); 0 if none."""
+    lo, hi = 0, cap
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    slots: int
+    max_seq_len: int
+    budget_bytes: int
+    total_bytes: int  # what the plan is expected to use, by MemoryModel
+
+
+def plan_memory(
+    model: MemoryModel,
+    budget_bytes: int,
+    max_slots: int | None,
+    max_seq_len: int | None,
+    slot_cap: int,
+    default_len_cap: int,
+) -> MemoryPlan:
+    """Fill in the open values and check the result fits `budget_bytes`; raise CapacityError otherwise."""
+    model_max = model.spec.max_position_embeddings
+    length = max_seq_len if max_seq_len is not None else min(model_max, default_len_cap)
+    if max_slots is None:
+        slots = model.largest_slots(length, budget_bytes, slot_cap)
+        if slots < 1:
+            raise CapacityError(_refusal(model, budget_bytes, 1, length, slot_cap, model_max))
+    elif max_seq_len is None:
+        slots = max_slots
+        length = model.largest_len(slots, budget_bytes, length)
+        if length < 2:
+            raise CapacityError(_refusal(model, budget_bytes, slots, max(length, 2), slot_cap, model_max))
+    else:
+        slots = max_slots
+    if model.total(slots, length) > budget_bytes:
+        raise CapacityError(_refusal(model, budget_bytes, slots, length, slot_cap, model_max))
+    return MemoryPlan(
+        slots=slots, max_seq_len=length, budget_bytes=budget_bytes, total_bytes=model.total(slots, length)
+    )
+
+
+def _refusal(model: MemoryModel, budget: int, slots: int, length: int, slot_cap: int, model_max: int) -> str:
+    need = model.total(slots, length)
+    fit_slots = model.largest_slots(length, budget, max(slot_cap, slots))
+    fit_len = model.largest_len(slots, budget, max(model_max, length))
+    return (
+        f"max_slots={slots} x max_seq_len={length} does not fit: it needs {need / GIB:.2f} GiB (weights "
+        f"{model.weight_bytes / GIB:.2f} GiB, KV cache {slots * length * model.kv_per_token / GIB:.2f} GiB, "
+        f"workspace and reserve the rest) but the budget is {budget / GIB:.2f} GiB. Largest feasible: "
+        f"max_slots={fit_slots} at max_seq_len={length}, or max_seq_len={fit_len} at max_slots={slots}; "
+        "or raise gpu_memory_fraction / memory_budget_bytes"
+    )

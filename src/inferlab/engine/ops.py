@@ -1,0 +1,108 @@
+"""The set of device operations the forward and the sampler call, chosen once per engine.
+
+Two sets share one signature each: "torch" (plain torch: CPU, tests, a fallback anywhere) and "triton"
+(fused Triton kernels, CUDA; or TRITON_INTERPRET=1 on CPU in tests). The engine picks with
+EngineConfig.kernels ("auto": triton on CUDA when importable, else torch). The model code never asks
+which set it got.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from inferlab.engine import torch_ops
+from inferlab.engine.attention import decode_attention_torch
+from inferlab.errors import UnsupportedError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Ops:
+    name: str
+    rms_norm: Callable  # (x [T, D], w [D], eps) -> [T, D]
+    add_rms_norm: Callable  # (x, residual, w, eps) -> (normed, residual + x)
+    silu_mul: Callable  # (gate_up [T, 2I]) -> [T, I]
+    rope_qkv: Callable  # see torch_ops.rope_qkv
+    decode_attention: Callable  # see attention.decode_attention_torch
+    filter_threshold: Callable  # see sampler.filter_threshold
+    race_argmax: Callable  # see sampler.race_argmax_torch
+    mask_stops: Callable  # see step.mask_stops_before_min
+    record: Callable  # see step.record_tokens
+    needs_len_hint: bool  # True when decode attention's cost depends on a host length bound
+
+
+def _torch_ops(logits_dtype: torch.dtype) -> Ops:
+    from inferlab.engine.sampler import filter_threshold, race_argmax_torch
+    from inferlab.engine.step import mask_stops_before_min, record_tokens
+
+    return Ops(
+        name="torch",
+        rms_norm=torch_ops.rms_norm,
+        add_rms_norm=torch_ops.add_rms_norm,
+        silu_mul=torch_ops.silu_mul,
+        rope_qkv=torch_ops.rope_qkv,
+        decode_attention=decode_attention_torch,
+        filter_threshold=filter_threshold,
+        race_argmax=race_argmax_torch,
+        mask_stops=mask_stops_before_min,
+        record=record_tokens,
+        needs_len_hint=True,
+    )
+
+
+def _triton_ops(logits_dtype: torch.dtype) -> Ops:
+    if importlib.util.find_spec("triton") is None:
+        raise UnsupportedError("kernels='triton' needs the triton package; install it or use kernels='torch'")
+    from inferlab.engine.kernels import (
+        triton_attention,
+        triton_filter,
+        triton_norm,
+        triton_rope,
+        triton_sampling,
+        triton_step,
+    )
+
+    # bf16 logits carry 16 bits of key: the threshold search needs half the passes
+    key_bits = 16 if logits_dtype == torch.bfloat16 else 32
+
+    return Ops(
+        name="triton",
+        rms_norm=triton_norm.rms_norm,
+        add_rms_norm=triton_norm.add_rms_norm,
+        silu_mul=triton_norm.silu_mul,
+        rope_qkv=triton_rope.rope_qkv,
+        decode_attention=triton_attention.decode_attention,
+        filter_threshold=functools.partial(triton_filter.filter_threshold, key_bits=key_bits),
+        race_argmax=triton_sampling.race_argmax,
+        mask_stops=triton_step.mask_stops_before_min,
+        record=triton_step.record_tokens,
+        needs_len_hint=False,
+    )
+
+
+OPS_BUILDERS: dict[str, Callable[[torch.dtype], Ops]] = {"torch": _torch_ops, "triton": _triton_ops}
+
+
+def select_ops(kind: str, device: torch.device, logits_dtype: torch.dtype = torch.float32) -> Ops:
+    """`kind` is "auto", "torch" or "triton"; auto means triton on CUDA when it is installed.
+    `logits_dtype` is the LM head's output dtype (the model dtype) before the cast to fp32."""
+    if kind == "auto":
+        kind = "triton" if device.type == "cuda" and importlib.util.find_spec("triton") is not None else "torch"
+    if kind not in OPS_BUILDERS:
+        raise UnsupportedError(f"kernels={kind!r} is unknown; use one of auto, {', '.join(OPS_BUILDERS)}")
+    if kind == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise UnsupportedError(
+            f"kernels='triton' needs a CUDA device (this engine is on {device}); use kernels='torch' or 'auto' "
+            "(TRITON_INTERPRET=1 runs the kernels on CPU, for tests only)"
+        )
+    ops = OPS_BUILDERS[kind](logits_dtype)
+    log.info("engine kernels: %s on %s", ops.name, device)
+    return ops

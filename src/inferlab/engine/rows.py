@@ -1,0 +1,102 @@
+"""Per-row device state of the batch: static buffers the decode step reads and updates in place.
+
+A row is a place in the batch; a slot is a place in the KV cache. Every row owns exactly one slot at all
+times (`slots` is a permutation), so an idle row still writes its dummy K/V into storage nobody else reads,
+and compaction (moving a live request to a lower row so the tail runs a smaller graph) swaps slots instead
+of copying KV. The graph for bucket b reads `view(b)`: slices [0, b) of these buffers, whose addresses
+never change. The host writes rows only between replays (admission, compaction, reset).
+
+Finish reasons are small integers on the device; REASON_NAMES maps them to Result.finish_reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+NOT_FINISHED, FINISH_EOS, FINISH_STOP, FINISH_LENGTH = 0, 1, 2, 3
+REASON_NAMES = {FINISH_EOS: "eos", FINISH_STOP: "stop", FINISH_LENGTH: "length"}
+
+
+@dataclass
+class RowState:
+    tokens: torch.Tensor  # [R] int64: each row's newest token (the next decode input)
+    positions: torch.Tensor  # [R] int64: that token's position in the row's slot
+    slots: torch.Tensor  # [R] int64: row -> KV slot (a permutation of 0..R-1)
+    active: torch.Tensor  # [R] bool: a request occupies the row
+    finished: torch.Tensor  # [R] bool: the request stopped (set on the device)
+    reason: torch.Tensor  # [R] int64: FINISH_* code
+    n_out: torch.Tensor  # [R] int64: tokens generated so far
+    max_new: torch.Tensor  # [R] int64
+    min_new: torch.Tensor  # [R] int64
+    temperature: torch.Tensor  # [R] fp32 (0 = greedy)
+    top_k: torch.Tensor  # [R] int64 (0 = off)
+    top_p: torch.Tensor  # [R] fp32 (1 = off)
+    min_p: torch.Tensor  # [R] fp32 (0 = off)
+    seeds: torch.Tensor  # [R] int64 (>= 0)
+    stop_ids: torch.Tensor  # [R, S] int64: EOS ids first, then request stop ids, padded by repeating entry 0
+    n_eos: torch.Tensor  # [R] int64: entries [0, n_eos) of stop_ids are EOS ids
+    n_stop: torch.Tensor  # [R] int64: entries [0, n_stop) are valid
+    out: torch.Tensor  # [R, max_new_cap] int64: generated tokens
+    copied: torch.Tensor  # [R] int64: tokens of `out` already snapshotted for the host (snapshots.py)
+
+    @classmethod
+    def allocate(cls, rows: int, max_stop: int, max_new_cap: int, device: torch.device) -> "RowState":
+        def z(dtype: torch.dtype, *extra: int) -> torch.Tensor:
+            return torch.zeros((rows, *extra), dtype=dtype, device=device)
+
+        i64, f32 = torch.int64, torch.float32
+        state = cls(
+            tokens=z(i64),
+            positions=z(i64),
+            slots=torch.arange(rows, device=device),
+            active=z(torch.bool),
+            finished=z(torch.bool),
+            reason=z(i64),
+            n_out=z(i64),
+            max_new=z(i64),
+            min_new=z(i64),
+            temperature=z(f32),
+            top_k=z(i64),
+            top_p=z(f32) + 1,
+            min_p=z(f32),
+            seeds=z(i64),
+            stop_ids=z(i64, max_stop),
+            n_eos=z(i64),
+            n_stop=z(i64),
+            out=z(i64, max_new_cap),
+            copied=z(i64),
+        )
+        return state
+
+    def view(self, b: int) -> "RowState":
+        """Rows [0, b) as views: what the graph of bucket b reads and writes."""
+        return RowState(**{f.name: getattr(self, f.name)[:b] for f in fields(self)})
+
+    def gather(self, rows: torch.Tensor) -> "RowState":
+        """Copies of the given rows (prefill works on the admitted rows, which need not be contiguous)."""
+        return RowState(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
+    def scatter_(self, rows: torch.Tensor, part: "RowState") -> None:
+        """Write a gathered part back into its rows."""
+        for f in fields(self):
+            getattr(self, f.name)[rows] = getattr(part, f.name)
+
+    def write_(self, rows: torch.Tensor, values: dict[str, torch.Tensor]) -> None:
+        """Set some fields of some rows (admission): values[name] has the field's shape with len(rows) rows."""
+        for name, value in values.items():
+            getattr(self, name)[rows] = value.to(getattr(self, name).device, non_blocking=True)
+
+    def move_(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Move requests from rows `src` to idle rows `dst` (compaction): state copied, slots swapped."""
+        src_slots, dst_slots = self.slots[src].clone(), self.slots[dst].clone()
+        for f in fields(self):
+            if f.name != "slots":
+                t = getattr(self, f.name)
+                t[dst] = t[src]
+        self.slots[dst] = src_slots
+        self.slots[src] = dst_slots
+        self.active[src] = False
+        self.finished[src] = False
+        self.positions[src] = 0

@@ -1,0 +1,142 @@
+"""Token selection on the device: greedy, temperature, top-k, top-p, min-p, per row, seeded, no host sync.
+
+Order as in transformers: temperature, then top-k, top-p, min-p. Each filter keeps the tokens whose logit
+is >= a per-row threshold, so together they reduce to one threshold per row, the largest of:
+  top-k: the k-th largest logit;   min-p: max + T * log(min_p)  (p_i >= min_p * p_max at temperature T);
+  top-p: the smallest logit kept by transformers' rule (softmax at temperature T over the top-k survivors,
+         sort ascending, drop the prefix whose cumulative probability is <= 1 - top_p; keep at least one).
+Thresholds are compared in *key* space: float_key maps fp32 to int32 preserving order, so a threshold is
+exact (no rounding of logit / T) and the Triton kernel (kernels/triton_filter.py) can find it by radix
+selection instead of sorting. Ties at a threshold are all kept. This module's `filter_threshold` is the
+sort-based reference (CPU, tests). The caller passes a filter level (FILTER_NONE / FILTER_MIN_P /
+FILTER_SORT) chosen on the host from the admitted requests, so a batch never pays for a filter none of its
+rows uses.
+
+Sampling is the exponential race: token = argmax_i p_i / E_i with E_i ~ Exp(1), i.e. argmax of
+logit_i / T - log(E_i). E_i comes from a counter-based hash of (request seed, token index, vocab index)
+computed with integer tensor ops, so a request's tokens depend on its seed only - never on its batch, row
+or neighbours - and no generator state exists. Greedy rows take the plain argmax (first index on ties, as
+torch.argmax).
+"""
+
+from __future__ import annotations
+
+import torch
+
+MASK32 = 0xFFFFFFFF
+GOLDEN = 0x9E3779B9  # spreads consecutive vocabulary ids before mixing
+UNIFORM_SCALE = 1.0 / (1 << 24)
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2^32 for x in [0, 2^32) held in int64, without int64 overflow (c split in 16-bit halves)."""
+    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & MASK32
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """The lowbias32 integer finaliser (C. Wellons) on values in [0, 2^32) held in int64."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def row_keys(seeds: torch.Tensor, token_index: torch.Tensor) -> torch.Tensor:
+    """[rows] int64 seeds (>= 0) and token indices -> [rows] int64 keys in [0, 2^32), one per sampled token."""
+    lo, hi = seeds & MASK32, (seeds >> 32) & MASK32
+    seed_key = mix32(lo ^ mix32(hi ^ 0x5BD1E995))
+    return mix32((seed_key + mix32((token_index & MASK32) ^ 0x27D4EB2F)) & MASK32)
+
+
+def gumbel_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[rows] keys -> [rows, vocab] fp32 Gumbel noise -log(E), E = -log(U), U from the hash of (key, id)."""
+    ids = _mul32(torch.arange(vocab, device=keys.device, dtype=torch.int64), GOLDEN)  # [vocab]
+    h = mix32(keys[:, None] ^ ids[None, :])  # [rows, vocab] in [0, 2^32)
+    u = ((h >> 8).to(torch.float32) + 0.5) * UNIFORM_SCALE  # (0, 1), 24 random bits
+    return -torch.log(-torch.log(u))
+
+
+def float_key(x: torch.Tensor) -> torch.Tensor:
+    """fp32 -> int32 with the same order (-inf lowest; NaN aside): flip the magnitude bits of negatives."""
+    bits = x.contiguous().view(torch.int32)
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
+KEEP_ALL = -(2**31)  # a threshold key below every float's key
+
+
+def race_argmax_torch(
+    logits: torch.Tensor,  # [rows, vocab] fp32
+    temperature: torch.Tensor,  # [rows] fp32, 1.0 on greedy rows
+    tau: torch.Tensor | None,  # [rows] int32 threshold key: keep float_key(logit) >= tau; None: keep all
+    seeds: torch.Tensor,  # [rows] int64 request seeds
+    token_index: torch.Tensor,  # [rows] int64: which of the request's tokens is being drawn
+    greedy: torch.Tensor,  # [rows] bool
+) -> torch.Tensor:  # [rows] int64
+    scaled = logits / temperature[:, None]
+    noise = gumbel_noise(row_keys(seeds, token_index), logits.shape[1])
+    race = scaled + torch.where(greedy[:, None], 0.0, noise)
+    if tau is not None:
+        race = torch.where(float_key(logits) >= tau[:, None], race, float("-inf"))
+    return race.argmax(dim=-1)
+
+
+# How much filtering a batch needs; the host picks the level (and so the graph variant) from the live
+# requests, so a batch without top-k/top-p never pays for a sort.
+FILTER_NONE, FILTER_MIN_P, FILTER_SORT = 0, 1, 2
+FILTER_LEVELS = (FILTER_NONE, FILTER_MIN_P, FILTER_SORT)
+
+
+def filter_level(temperature: float, top_k: int, top_p: float, min_p: float) -> int:
+    """The level one request needs (greedy needs none: every filter keeps the argmax)."""
+    if temperature <= 0:
+        return FILTER_NONE
+    if top_k > 0 or top_p < 1.0:
+        return FILTER_SORT
+    return FILTER_MIN_P if min_p > 0 else FILTER_NONE
+
+
+def filter_threshold(
+    logits: torch.Tensor,  # [rows, vocab] fp32
+    temperature: torch.Tensor,  # [rows] fp32, > 0 (1.0 on greedy rows)
+    top_k: torch.Tensor,  # [rows] int64, 0 = off
+    top_p: torch.Tensor,  # [rows] fp32, 1.0 = off
+    min_p: torch.Tensor,  # [rows] fp32, 0.0 = off
+    level: int,
+) -> torch.Tensor | None:  # [rows] int32 key: keep tokens with float_key(logit) >= tau; None: keep all
+    """The sort-based reference: transformers' arithmetic on the sorted logits, read back as thresholds."""
+    if level == FILTER_NONE:
+        return None
+    # Python scalars in torch.where, never torch.tensor(...): a host->device copy cannot be graph-captured.
+    top = logits.max(dim=-1).values
+    tau = torch.where(min_p > 0, top + temperature * torch.log(min_p), float("-inf"))
+    if level == FILTER_SORT:
+        vocab = logits.shape[1]
+        ascending = logits.sort(dim=-1).values  # [rows, vocab]
+        k = top_k.clamp(0, vocab)
+        kth_largest = ascending.gather(1, (vocab - k).clamp(max=vocab - 1)[:, None]).squeeze(1)
+        tau_k = torch.where(k > 0, kth_largest, float("-inf"))
+        kept = torch.where(ascending < tau_k[:, None], float("-inf"), ascending)  # top-k applied, still ascending
+        cumulative = (kept / temperature[:, None]).softmax(dim=-1).cumsum(dim=-1)
+        dropped = (cumulative <= (1 - top_p)[:, None]).sum(dim=-1).clamp(max=vocab - 1)  # a prefix: monotone
+        tau_p = torch.where(top_p < 1, kept.gather(1, dropped[:, None]).squeeze(1), float("-inf"))
+        tau = torch.maximum(torch.maximum(tau, tau_k), tau_p)
+    return float_key(tau)
+
+
+def sample(
+    logits: torch.Tensor,  # [rows, vocab] fp32, masks already applied
+    temperature: torch.Tensor,  # [rows] fp32, 0 = greedy
+    top_k: torch.Tensor,  # [rows] int64
+    top_p: torch.Tensor,  # [rows] fp32
+    min_p: torch.Tensor,  # [rows] fp32
+    seeds: torch.Tensor,  # [rows] int64
+    token_index: torch.Tensor,  # [rows] int64
+    ops,  # engine.ops.Ops: filter_threshold and race_argmax (torch above, or Triton kernels)
+    level: int,  # FILTER_*: at least the highest level any row needs
+) -> torch.Tensor:  # [rows] int64 token ids
+    greedy = temperature <= 0
+    safe_t = torch.where(greedy, 1.0, temperature)
+    tau = ops.filter_threshold(logits, safe_t, top_k, top_p, min_p, level)
+    return ops.race_argmax(logits, safe_t, tau, seeds, token_index, greedy)

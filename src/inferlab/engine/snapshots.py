@@ -1,0 +1,74 @@
+"""What the host learns from the device, one decode chunk late: snapshots of the rows' progress.
+
+After each decode chunk the runner enqueues a snapshot: for rows [0, b), the tokens each row produced
+since its previous snapshot (a window gathered from `out` starting at the device-side `copied` counter),
+its `n_out`, `finished` and `reason`, packed into one int64 tensor and copied without blocking into a
+pinned host buffer, with an event behind it. The engine then launches the next chunk *before* it waits
+for the previous snapshot, so result building, retirement, admission and prefill launches on the host
+overlap the device's work instead of leaving it idle.
+
+A snapshot records which request each row held when it was taken: requests retire, rows are refilled
+and compaction moves rows while a snapshot is in flight, so it is always read through that record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from inferlab.engine.rows import RowState
+
+HEADER = 4  # start, n_out, finished, reason; then the token window
+
+
+@dataclass
+class Snapshot:
+    packed: torch.Tensor  # host [b, HEADER + width] int64 (pinned on CUDA)
+    event: Any  # torch.cuda.Event recorded after the copy, or None on CPU
+    holders: list[tuple[int, Any]]  # (row, the request it held at snapshot time)
+
+    def rows(self) -> list[list[int]]:
+        """Wait for the copy; rows of [start, n_out, finished, reason, tokens...]."""
+        if self.event is not None:
+            self.event.synchronize()
+        return self.packed.tolist()
+
+
+@dataclass
+class SnapshotBuffers:
+    """Two pinned host buffers used in turn: one snapshot in flight while the other is read."""
+
+    rows: int
+    width: int  # the widest token window: decode_steps_per_sync + 1 (a prefill token + a chunk)
+    device: torch.device
+    buffers: list[torch.Tensor] = field(default_factory=list)
+    turn: int = 0
+
+    def __post_init__(self) -> None:
+        pin = self.device.type == "cuda"
+        self.buffers = [
+            torch.zeros((self.rows, HEADER + self.width), dtype=torch.int64, pin_memory=pin) for _ in range(2)
+        ]
+
+    def take(self, state: RowState, b: int, width: int, holders: list[tuple[int, Any]]) -> Snapshot:
+        """Enqueue the snapshot of rows [0, b) after whatever the stream holds now (no host wait)."""
+        assert width <= self.width
+        start = state.copied[:b]  # [b] tokens already snapshotted per row
+        cols = (start[:, None] + torch.arange(width, device=start.device)).clamp(max=state.out.shape[1] - 1)
+        window = state.out[:b].gather(1, cols)  # [b, width]
+        packed = torch.cat(
+            [start[:, None], state.n_out[:b, None], state.finished[:b, None].long(), state.reason[:b, None], window],
+            dim=1,
+        )  # [b, HEADER + width]
+        state.copied[:b].copy_(state.n_out[:b])
+        # a contiguous view: a strided pinned destination would make the copy synchronous
+        host = self.buffers[self.turn].view(-1)[: b * (HEADER + width)].view(b, HEADER + width)
+        self.turn ^= 1
+        host.copy_(packed, non_blocking=True)
+        event = None
+        if packed.is_cuda:
+            event = torch.cuda.Event()
+            event.record()
+        return Snapshot(packed=host, event=event, holders=holders)

@@ -1,0 +1,105 @@
+"""Start-up decisions taken before anything is allocated: device, dtype, memory budget, the memory plan.
+
+Everything that can refuse a configuration runs here, before the weights are read: an unsupported
+architecture or rope type, a sliding window shorter than max_seq_len, max_seq_len beyond the model's
+positions, and a slots x length plan that does not fit the budget (CapacityError with the largest
+feasible values).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+
+import torch
+
+from inferlab.engine.config import EngineConfig
+from inferlab.engine.kv_cache import MemoryModel, MemoryPlan, plan_memory
+from inferlab.errors import ConfigError, UnsupportedError
+from inferlab.models.config import ModelSpec
+from inferlab.models.loader import expected_shapes
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={name!r} but CUDA is not available here; use device='cpu' or 'auto'")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def resolve_dtype(name: str, spec: ModelSpec, device: torch.device) -> torch.dtype:
+    """auto: float32 on CPU (exact and fast there); on CUDA the checkpoint's half type, else bfloat16."""
+    if name != "auto":
+        return DTYPES[name]
+    if device.type == "cpu":
+        return torch.float32
+    if spec.checkpoint_dtype in ("bfloat16", "float16"):
+        return DTYPES[spec.checkpoint_dtype]
+    return torch.bfloat16
+
+
+def memory_budget(config: EngineConfig, device: torch.device) -> int:
+    """Bytes the engine may use: the override, else a fraction of the free device (or host) memory."""
+    if config.memory_budget_bytes is not None:
+        return config.memory_budget_bytes
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+    else:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return int(config.gpu_memory_fraction * free)
+
+
+def weight_bytes(spec: ModelSpec, dtype: torch.dtype) -> int:
+    shapes, optional = expected_shapes(spec)
+    element = torch.empty((), dtype=dtype).element_size()
+    return element * sum(math.prod(shape) for key, shape in shapes.items() if key not in optional)
+
+
+def check_length_limits(spec: ModelSpec, max_seq_len: int) -> None:
+    if max_seq_len > spec.max_position_embeddings:
+        raise ConfigError(
+            f"max_seq_len={max_seq_len} exceeds the model's max_position_embeddings={spec.max_position_embeddings}; "
+            f"use max_seq_len <= {spec.max_position_embeddings}"
+        )
+    if spec.sliding_window is not None and max_seq_len > spec.sliding_window:
+        raise UnsupportedError(
+            f"this {spec.architecture} uses sliding-window attention (window {spec.sliding_window}) which the "
+            f"inferlab engine does not implement; use max_seq_len <= {spec.sliding_window} (exact then) "
+            "or --backend hf"
+        )
+
+
+def make_plan(config: EngineConfig, spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> MemoryPlan:
+    if config.max_seq_len is not None:
+        check_length_limits(spec, config.max_seq_len)
+    model = MemoryModel(
+        spec=spec,
+        dtype=dtype,
+        weight_bytes=weight_bytes(spec, dtype),
+        max_prefill_tokens=config.max_prefill_tokens,
+        reserve_bytes=config.reserve_bytes,
+    )
+    default_len = config.default_max_seq_len
+    if spec.sliding_window is not None:
+        default_len = min(default_len, spec.sliding_window)
+    plan = plan_memory(
+        model, memory_budget(config, device), config.max_slots, config.max_seq_len, config.slot_cap, default_len
+    )
+    check_length_limits(spec, plan.max_seq_len)
+    log.info(
+        "memory plan: %d slots x %d tokens, %.2f GiB of %.2f GiB budget",
+        plan.slots,
+        plan.max_seq_len,
+        plan.total_bytes / 1024**3,
+        plan.budget_bytes / 1024**3,
+    )
+    return plan

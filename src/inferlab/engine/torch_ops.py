@@ -1,0 +1,75 @@
+"""Reference implementations of the small fused operations of the forward, in plain torch.
+
+They follow transformers' arithmetic step by step (RMSNorm in fp32 then cast, weight multiplied in the
+model dtype; rope with cos/sin cast to the model dtype), so on CPU in fp32 our forward matches
+transformers to rounding. The Triton kernels in engine/kernels/ implement the same signatures fused into
+one launch each and are tested against these functions.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [tokens, dim] -> [tokens, dim]: weight * (x / rms(x)), the normalisation done in fp32."""
+    xf = x.float()
+    normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * normed.to(x.dtype)
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(residual + x), residual + x): the residual add and the next norm in one call."""
+    summed = residual + x  # [tokens, dim], model dtype as in transformers
+    return rms_norm(summed, weight, eps), summed
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [tokens, 2 * inter] (gate rows first) -> silu(gate) * up [tokens, inter]."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope_qkv(
+    qkv: torch.Tensor,  # [tokens, (heads + 2 * kv_heads) * head_dim]
+    positions: torch.Tensor,  # [tokens] int64
+    cos: torch.Tensor,  # [max_positions, head_dim] fp32
+    sin: torch.Tensor,  # [max_positions, head_dim] fp32
+    q_norm: torch.Tensor | None,  # [head_dim] (Qwen3) or None
+    k_norm: torch.Tensor | None,
+    eps: float,
+    k_cache: torch.Tensor,  # [slots, kv_heads, max_len, head_dim] (one layer), written in place
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,  # [tokens] int64: the cache slot each token's K/V goes to
+    num_heads: int,
+    return_kv: bool = True,  # prefill needs k and v back; decode reads them from the cache
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Split qkv, apply the optional q/k RMSNorm and rope, write K/V at (slot, position); return q, k, v.
+
+    q [tokens, heads, head_dim], k and v [tokens, kv_heads, head_dim] (None unless return_kv), in qkv's dtype.
+    """
+    tokens = qkv.shape[0]
+    head_dim = cos.shape[-1]
+    kv_heads = k_cache.shape[1]
+    q, k, v = qkv.split([num_heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    q = q.reshape(tokens, num_heads, head_dim)
+    k = k.reshape(tokens, kv_heads, head_dim)
+    v = v.reshape(tokens, kv_heads, head_dim)
+    if q_norm is not None:
+        q = rms_norm(q, q_norm, eps)
+        k = rms_norm(k, k_norm, eps)
+    c = cos[positions].to(qkv.dtype)[:, None, :]  # [tokens, 1, head_dim]
+    s = sin[positions].to(qkv.dtype)[:, None, :]
+    q = q * c + _rotate_half(q) * s
+    k = k * c + _rotate_half(k) * s
+    k_cache[slots, :, positions] = k  # advanced indices on dims 0 and 2: one [kv_heads, head_dim] per token
+    v_cache[slots, :, positions] = v
+    return (q, k, v) if return_kv else (q, None, None)

@@ -1,0 +1,170 @@
+"""Read a HuggingFace checkpoint's config.json (and generation_config.json) into a frozen ModelSpec.
+
+ModelSpec is our own view of a Llama-family model: only the fields the engine's forward needs, named once,
+with the differences between families (qkv bias, q/k norm, head_dim, tied embeddings, rope scaling) made
+explicit. Both rope layouts are accepted: transformers 5 writes `rope_parameters: {rope_theta, rope_type,
+...}`, transformers 4 writes `rope_theta` beside `rope_scaling: {rope_type | type, ...}`.
+
+This module reads JSON only; which architectures we implement is models/registry.py's business and the
+rope arithmetic is models/rope.py's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inferlab.errors import ConfigError, InputError, UnsupportedError
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """Rotary embedding parameters; `rope_type` selects the inverse-frequency rule in models/rope.py."""
+
+    theta: float
+    rope_type: str = "default"
+    # The scaling parameters of the chosen type (e.g. llama3: factor, low_freq_factor, high_freq_factor,
+    # original_max_position_embeddings), as a sorted tuple of pairs so the spec stays hashable.
+    params: tuple[tuple[str, Any], ...] = ()
+    partial_rotary_factor: float = 1.0
+
+    def param(self, name: str) -> Any:
+        for key, value in self.params:
+            if key == name:
+                return value
+        raise ConfigError(f"rope_type {self.rope_type!r} needs {name!r} in the config's rope parameters")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything the engine needs to know about a Llama-family checkpoint."""
+
+    architecture: str  # config.architectures[0], e.g. "LlamaForCausalLM"
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int  # may differ from hidden_size // num_heads (Qwen3)
+    rms_norm_eps: float
+    rope: RopeSpec
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    qkv_bias: bool  # Qwen2 always; Llama when attention_bias
+    o_bias: bool  # Llama with attention_bias
+    qk_norm: bool  # Qwen3: RMSNorm over head_dim on q and k before rope
+    sliding_window: int | None  # None when the model attends over the whole context
+    eos_token_ids: tuple[int, ...] = ()  # from config.json and generation_config.json, deduplicated
+    bos_token_id: int | None = None
+    pad_token_id: int | None = None
+    checkpoint_dtype: str | None = None  # "bfloat16", "float32", ... as written in config.json
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(
+                f"num_attention_heads={self.num_heads} is not a multiple of num_key_value_heads="
+                f"{self.num_kv_heads}; the checkpoint's config.json is inconsistent"
+            )
+        if self.head_dim % 2:
+            raise ConfigError(f"head_dim={self.head_dim} is odd; rotary embeddings need an even head_dim")
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+
+def _as_id_tuple(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    return tuple(int(v) for v in value)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}); the checkpoint is damaged") from None
+
+
+def _rope_from_config(cfg: dict[str, Any]) -> RopeSpec:
+    params = dict(cfg.get("rope_parameters") or {})  # transformers 5
+    if not params:  # transformers 4: rope_theta beside an optional rope_scaling dict
+        params = dict(cfg.get("rope_scaling") or {})
+        if "rope_theta" in cfg:
+            params["rope_theta"] = cfg["rope_theta"]
+    rope_type = params.pop("rope_type", None) or params.pop("type", None) or "default"
+    theta = params.pop("rope_theta", cfg.get("rope_theta", 10000.0))
+    partial = params.pop("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+    if partial != 1.0:
+        raise UnsupportedError(
+            f"partial_rotary_factor={partial} is not supported by the inferlab engine; use --backend hf"
+        )
+    return RopeSpec(theta=float(theta), rope_type=str(rope_type), params=tuple(sorted(params.items())))
+
+
+def _sliding_window(cfg: dict[str, Any]) -> int | None:
+    window = cfg.get("sliding_window")
+    if window is None:
+        return None
+    # Qwen2/Qwen3 carry a sliding_window value that only applies when use_sliding_window is true.
+    if "use_sliding_window" in cfg and not cfg["use_sliding_window"]:
+        return None
+    return int(window)
+
+
+def read_model_spec(model_dir: str | Path) -> ModelSpec:
+    """Parse `model_dir`/config.json (+ generation_config.json when present) into a ModelSpec."""
+    root = Path(model_dir)
+    config_path = root / "config.json"
+    if not config_path.exists():
+        raise InputError(f"{root} has no config.json; pass a HuggingFace checkpoint folder as --model")
+    cfg = _read_json(config_path)
+    architectures = cfg.get("architectures") or []
+    if not architectures:
+        raise InputError(f"{config_path} has no 'architectures' entry; cannot tell which model this is")
+    if cfg.get("mlp_bias"):
+        raise UnsupportedError("mlp_bias=true is not supported by the inferlab engine; use --backend hf")
+    hidden_act = cfg.get("hidden_act", "silu")
+    if hidden_act != "silu":
+        raise UnsupportedError(f"hidden_act={hidden_act!r} is not supported (only silu); use --backend hf")
+    gen_path = root / "generation_config.json"
+    gen = _read_json(gen_path) if gen_path.exists() else {}
+    eos = _as_id_tuple(cfg.get("eos_token_id")) + _as_id_tuple(gen.get("eos_token_id"))
+    num_heads = int(cfg["num_attention_heads"])
+    model_type = str(cfg.get("model_type", ""))
+    attention_bias = bool(cfg.get("attention_bias", False))
+    return ModelSpec(
+        architecture=str(architectures[0]),
+        model_type=model_type,
+        vocab_size=int(cfg["vocab_size"]),
+        hidden_size=int(cfg["hidden_size"]),
+        intermediate_size=int(cfg["intermediate_size"]),
+        num_layers=int(cfg["num_hidden_layers"]),
+        num_heads=num_heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or num_heads),
+        head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // num_heads),
+        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        rope=_rope_from_config(cfg),
+        max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        qkv_bias=model_type == "qwen2" or attention_bias,
+        o_bias=attention_bias and model_type in ("llama", "qwen3"),
+        qk_norm=model_type == "qwen3",
+        sliding_window=_sliding_window(cfg),
+        eos_token_ids=tuple(dict.fromkeys(eos)),
+        bos_token_id=cfg.get("bos_token_id", gen.get("bos_token_id")),
+        pad_token_id=cfg.get("pad_token_id", gen.get("pad_token_id")),
+        checkpoint_dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
+        raw=cfg,
+    )

@@ -1,0 +1,116 @@
+"""The Llama-family forward (Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3) over the engine's static KV cache.
+
+One layer, as in transformers, with the residual add fused into the next norm:
+    h = norm(x); q, k, v = rope(split(h @ Wqkv)); cache[slot, pos] = k, v; a = attn(q, cache) @ Wo
+    h, x = norm(x + a); m = (silu(h @ Wg) * (h @ Wu)) @ Wd; h, x = norm_next(x + m)
+Two entry points share the layer code and differ only in attention: `prefill` (right-padded prompts,
+causal SDPA) and `decode` (one token per row, attention over each row's cache slot). Both return fp32
+logits of the last position only. The small fused operations come from an `Ops` set (engine/ops.py), so
+the same code runs plain torch on CPU and Triton kernels on CUDA. Sampling is not here (engine/sampler.py).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from inferlab.engine.attention import prefill_attention
+from inferlab.engine.kv_cache import KVCache
+from inferlab.engine.ops import Ops
+from inferlab.models.config import ModelSpec
+from inferlab.models.rope import RotaryTables
+from inferlab.models.weights import ModelWeights
+
+# attend(layer, q [T, H, D], k [T, K, D] | None, v [T, K, D] | None) -> attention output [T, H * D]
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class LlamaModel:
+    def __init__(self, spec: ModelSpec, weights: ModelWeights, ops: Ops, rotary: RotaryTables) -> None:
+        self.spec = spec
+        self.weights = weights
+        self.ops = ops
+        self.rotary = rotary
+        self.scale = spec.head_dim**-0.5
+
+    def _layers(
+        self,
+        tokens: torch.Tensor,  # [T] int64
+        positions: torch.Tensor,  # [T] int64
+        slots: torch.Tensor,  # [T] int64: where each token's K/V is written
+        cache: KVCache,
+        attend: Attend,
+        need_kv: bool,  # whether attend reads k and v (prefill) or only the cache (decode)
+    ) -> torch.Tensor:  # [T, hidden]: the final-normed hidden state
+        spec, w, ops = self.spec, self.weights, self.ops
+        eps = spec.rms_norm_eps
+        x = F.embedding(tokens, w.embed)  # [T, hidden] the residual stream
+        h = ops.rms_norm(x, w.layers[0].input_norm, eps)
+        for i, layer in enumerate(w.layers):
+            qkv = F.linear(h, layer.qkv, layer.qkv_bias)  # [T, (H + 2K) * D]
+            q, k, v = ops.rope_qkv(
+                qkv,
+                positions,
+                self.rotary.cos,
+                self.rotary.sin,
+                layer.q_norm,
+                layer.k_norm,
+                eps,
+                cache.k[i],
+                cache.v[i],
+                slots,
+                spec.num_heads,
+                need_kv,
+            )  # q [T, H, D]; k, v [T, K, D] or None (already written to the cache)
+            a = F.linear(attend(i, q, k, v), layer.o, layer.o_bias)  # [T, hidden]
+            h, x = ops.add_rms_norm(a, x, layer.post_norm, eps)
+            m = F.linear(ops.silu_mul(F.linear(h, layer.gate_up)), layer.down)  # [T, hidden]
+            next_norm = w.layers[i + 1].input_norm if i + 1 < len(w.layers) else w.final_norm
+            h, x = ops.add_rms_norm(m, x, next_norm, eps)
+        return h
+
+    def _logits(self, h_last: torch.Tensor) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab] fp32
+        return F.linear(h_last, self.weights.lm_head).float()
+
+    def prefill(
+        self,
+        tokens: torch.Tensor,  # [batch, padded_len] int64, prompts right-padded (any pad id)
+        lengths: torch.Tensor,  # [batch] int64: real prompt lengths (>= 1)
+        slots: torch.Tensor,  # [batch] int64: each prompt's cache slot
+        cache: KVCache,
+    ) -> torch.Tensor:  # [batch, vocab] fp32 logits at each prompt's last real position
+        batch, padded = tokens.shape
+        heads, kv_heads, head_dim = self.spec.num_heads, self.spec.num_kv_heads, self.spec.head_dim
+        positions = torch.arange(padded, device=tokens.device).repeat(batch)  # [batch * padded]
+        token_slots = slots.repeat_interleave(padded)  # pads write K/V past the prompt: overwritten later
+
+        def attend(_: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            qb = q.view(batch, padded, heads, head_dim).transpose(1, 2)  # [batch, H, padded, D]
+            kb = k.view(batch, padded, kv_heads, head_dim).transpose(1, 2)
+            vb = v.view(batch, padded, kv_heads, head_dim).transpose(1, 2)
+            out = prefill_attention(qb, kb, vb, self.scale)  # [batch, H, padded, D]
+            return out.transpose(1, 2).reshape(batch * padded, heads * head_dim)
+
+        h = self._layers(tokens.reshape(-1), positions, token_slots, cache, attend, need_kv=True)
+        last = h.view(batch, padded, -1)[torch.arange(batch, device=h.device), lengths - 1]  # [batch, hidden]
+        return self._logits(last)
+
+    def decode(
+        self,
+        tokens: torch.Tensor,  # [rows] int64: each row's newest token
+        positions: torch.Tensor,  # [rows] int64: that token's position (its K/V goes there)
+        slots: torch.Tensor,  # [rows] int64
+        cache: KVCache,
+        max_len_hint: int | None = None,  # host bound of positions + 1 (used by the torch attention only)
+    ) -> torch.Tensor:  # [rows, vocab] fp32
+        rows = tokens.shape[0]
+        lengths = positions + 1
+        heads, head_dim = self.spec.num_heads, self.spec.head_dim
+
+        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            out = self.ops.decode_attention(q, cache.k[i], cache.v[i], slots, lengths, self.scale, max_len_hint)
+            return out.reshape(rows, heads * head_dim)
+
+        return self._logits(self._layers(tokens, positions, slots, cache, attend, need_kv=False))

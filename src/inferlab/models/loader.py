@@ -1,0 +1,152 @@
+"""safetensors checkpoint -> ModelWeights on the engine's device and dtype; tokenizer loading.
+
+Every key and shape the spec implies is checked before a byte is copied: missing keys, unexpected keys and
+wrong shapes are reported together in one InputError. q/k/v and gate/up are fused here (see weights.py).
+Reads a single `model.safetensors`, a sharded checkpoint (`model.safetensors.index.json`) or any set of
+`*.safetensors` files. It does not know about architectures (registry.py) or the forward (llama.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import ExitStack
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from inferlab.errors import InputError
+from inferlab.models.config import ModelSpec
+from inferlab.models.weights import LayerWeights, ModelWeights
+
+log = logging.getLogger(__name__)
+
+# Keys some checkpoints carry that the forward does not need (older exports saved rotary buffers).
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def expected_shapes(spec: ModelSpec) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+    """(required key -> shape, optional keys). A tied lm_head.weight may or may not be stored."""
+    h, q, kv, inter = spec.hidden_size, spec.q_size, spec.kv_size, spec.intermediate_size
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.embed_tokens.weight": (spec.vocab_size, h),
+        "model.norm.weight": (h,),
+        "lm_head.weight": (spec.vocab_size, h),
+    }
+    for i in range(spec.num_layers):
+        p = f"model.layers.{i}."
+        shapes |= {
+            p + "input_layernorm.weight": (h,),
+            p + "post_attention_layernorm.weight": (h,),
+            p + "self_attn.q_proj.weight": (q, h),
+            p + "self_attn.k_proj.weight": (kv, h),
+            p + "self_attn.v_proj.weight": (kv, h),
+            p + "self_attn.o_proj.weight": (h, q),
+            p + "mlp.gate_proj.weight": (inter, h),
+            p + "mlp.up_proj.weight": (inter, h),
+            p + "mlp.down_proj.weight": (h, inter),
+        }
+        if spec.qkv_bias:
+            shapes |= {p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,)}
+            shapes |= {p + "self_attn.v_proj.bias": (kv,)}
+        if spec.o_bias:
+            shapes[p + "self_attn.o_proj.bias"] = (h,)
+        if spec.qk_norm:
+            shapes |= {p + "self_attn.q_norm.weight": (spec.head_dim,), p + "self_attn.k_norm.weight": (spec.head_dim,)}
+    optional = {"lm_head.weight"} if spec.tie_word_embeddings else set()
+    return shapes, optional
+
+
+def checkpoint_files(model_dir: Path) -> dict[str, Path]:
+    """Map every tensor key to the safetensors file holding it."""
+    index = model_dir / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return {key: model_dir / name for key, name in weight_map.items()}
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise InputError(
+            f"{model_dir} has no *.safetensors weights (pytorch_model.bin is not read); "
+            "re-save the model with save_pretrained(safe_serialization=True)"
+        )
+    located: dict[str, Path] = {}
+    for path in files:
+        with safe_open(str(path), framework="pt") as f:
+            located |= {key: path for key in f.keys()}
+    return located
+
+
+def check_keys(spec: ModelSpec, found: dict[str, tuple[int, ...]], where: Path) -> None:
+    """Raise one InputError listing every missing, unexpected or wrongly shaped tensor."""
+    shapes, optional = expected_shapes(spec)
+    problems = []
+    missing = sorted(k for k in shapes if k not in found and k not in optional)
+    unexpected = sorted(k for k in found if k not in shapes and not k.endswith(IGNORED_SUFFIXES))
+    wrong = sorted(
+        f"{k}: {list(found[k])} (expected {list(s)})" for k, s in shapes.items() if k in found and found[k] != s
+    )
+    if missing:
+        problems.append(f"missing ({len(missing)}): " + ", ".join(missing[:20]))
+    if unexpected:
+        problems.append(f"unexpected ({len(unexpected)}): " + ", ".join(unexpected[:20]))
+    if wrong:
+        problems.append(f"wrong shape ({len(wrong)}): " + "; ".join(wrong[:20]))
+    if problems:
+        raise InputError(
+            f"checkpoint {where} does not match its config.json ({spec.architecture}, {spec.num_layers} layers): "
+            + " | ".join(problems)
+        )
+
+
+def load_weights(model_dir: str | Path, spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> ModelWeights:
+    """Read, check, fuse and cast the checkpoint's tensors onto `device`."""
+    root = Path(model_dir)
+    located = checkpoint_files(root)
+    with ExitStack() as stack:
+        handles = {path: stack.enter_context(safe_open(str(path), framework="pt")) for path in set(located.values())}
+        found = {key: tuple(handles[path].get_slice(key).get_shape()) for key, path in located.items()}
+        check_keys(spec, found, root)
+
+        def get(key: str) -> torch.Tensor:
+            return handles[located[key]].get_tensor(key)
+
+        def put(*keys: str) -> torch.Tensor:  # concatenated along dim 0, cast, moved
+            parts = [get(k) for k in keys]
+            joined = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+            return joined.to(device=device, dtype=dtype).contiguous()
+
+        layers = []
+        for i in range(spec.num_layers):
+            p = f"model.layers.{i}."
+            a = p + "self_attn."
+            layers.append(
+                LayerWeights(
+                    input_norm=put(p + "input_layernorm.weight"),
+                    qkv=put(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
+                    qkv_bias=put(a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias") if spec.qkv_bias else None,
+                    q_norm=put(a + "q_norm.weight") if spec.qk_norm else None,
+                    k_norm=put(a + "k_norm.weight") if spec.qk_norm else None,
+                    o=put(a + "o_proj.weight"),
+                    o_bias=put(a + "o_proj.bias") if spec.o_bias else None,
+                    post_norm=put(p + "post_attention_layernorm.weight"),
+                    gate_up=put(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
+                    down=put(p + "mlp.down_proj.weight"),
+                )
+            )
+        embed = put("model.embed_tokens.weight")
+        lm_head = embed if spec.tie_word_embeddings else put("lm_head.weight")
+        weights = ModelWeights(embed=embed, layers=layers, final_norm=put("model.norm.weight"), lm_head=lm_head)
+    log.info("loaded %s: %.1f MB of weights as %s on %s", root, weights.nbytes() / 1e6, dtype, device)
+    return weights
+
+
+def load_tokenizer(model_dir: str | Path):
+    """The checkpoint's HuggingFace tokenizer, or None when the folder has none (prompt_ids still work)."""
+    from transformers import AutoTokenizer
+
+    root = Path(model_dir)
+    if not any((root / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        log.warning("%s has no tokenizer files: text prompts and text outputs are unavailable", root)
+        return None
+    return AutoTokenizer.from_pretrained(str(root))

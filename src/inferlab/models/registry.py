@@ -1,0 +1,47 @@
+"""Which checkpoint architectures the engine implements, and with which model code.
+
+`config.architectures[0]` is looked up here; the implementation is imported lazily so that reading the
+registry costs nothing. Anything not listed raises UnsupportedError naming the architecture, the supported
+list and the fallback (`--backend hf`, the transformers path of the workloads).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from inferlab.errors import UnsupportedError
+
+
+@dataclass(frozen=True)
+class Implementation:
+    module: str  # where the model class lives
+    cls: str  # the class: built with (spec, weights, ops, max_positions)
+
+    def load(self) -> type:
+        return getattr(importlib.import_module(self.module), self.cls)
+
+
+_LLAMA = Implementation("inferlab.models.llama", "LlamaModel")
+
+# One compact forward serves the whole family; ModelSpec carries the differences (bias, q/k norm, ...).
+ARCHITECTURES: dict[str, Implementation] = {
+    "LlamaForCausalLM": _LLAMA,
+    "MistralForCausalLM": _LLAMA,
+    "Qwen2ForCausalLM": _LLAMA,
+    "Qwen3ForCausalLM": _LLAMA,
+}
+
+
+def is_supported(architecture: str) -> bool:
+    return architecture in ARCHITECTURES
+
+
+def implementation_for(architecture: str) -> Implementation:
+    try:
+        return ARCHITECTURES[architecture]
+    except KeyError:
+        raise UnsupportedError(
+            f"architecture {architecture!r} is not supported by the inferlab engine (supported: "
+            f"{', '.join(ARCHITECTURES)}); run it with --backend hf (transformers) instead"
+        ) from None

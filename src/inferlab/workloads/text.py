@@ -1,0 +1,192 @@
+"""Text generation as a batch job: prompts JSONL in, completions JSONL out, resumable, never dying on a row.
+
+Input lines: {"id", "prompt"} or {"id", "prompt_ids"}, optionally with per-line sampling overrides (any
+field of SamplingParams: max_new_tokens, min_new_tokens, temperature, top_k, top_p, min_p, seed,
+stop_token_ids, ignore_eos); other keys are ignored. Output lines: {"id", "text", "token_ids",
+"finish_reason", "prompt_tokens", "output_tokens", "error"}, appended and flushed as rows finish. A rerun
+on the same output skips the ids already written. Bad JSON, a missing or duplicated id, bad overrides,
+empty and over-long prompts become error rows; the run goes on.
+
+The generation itself is a *backend*: a function from a list of Requests to an iterator of Results as
+they finish. BACKENDS maps names to backend factories; "inferlab" is our engine. The transformers
+fallback for architectures the engine does not implement registers as "hf"; "auto" picks the engine and
+falls back to "hf" on UnsupportedError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from inferlab.errors import ConfigError, UnsupportedError
+from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
+from inferlab.types import Request, Result, SamplingParams
+
+log = logging.getLogger(__name__)
+
+Backend = Callable[[list[Request]], Iterator[Result]]
+BackendFactory = Callable[[str, dict[str, Any]], Backend]  # (model_dir, engine options) -> backend
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# Per-line sampling overrides and the JSON types they accept.
+OVERRIDE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "max_new_tokens": (_is_int, "an integer"),
+    "min_new_tokens": (_is_int, "an integer"),
+    "top_k": (_is_int, "an integer"),
+    "seed": (lambda v: v is None or _is_int(v), "an integer or null"),
+    "temperature": (lambda v: _is_int(v) or isinstance(v, float), "a number"),
+    "top_p": (lambda v: _is_int(v) or isinstance(v, float), "a number"),
+    "min_p": (lambda v: _is_int(v) or isinstance(v, float), "a number"),
+    "ignore_eos": (lambda v: isinstance(v, bool), "true or false"),
+    "stop_token_ids": (lambda v: isinstance(v, list) and all(_is_int(t) for t in v), "a list of integers"),
+}
+
+
+def engine_backend(model_dir: str, options: dict[str, Any]) -> Backend:
+    """Our engine: options are EngineConfig fields (max_slots, max_seq_len, device, dtype, ...)."""
+    from inferlab.engine import Engine, EngineConfig
+
+    engine = Engine(EngineConfig(model=model_dir, **options))
+    return engine.stream
+
+
+BACKENDS: dict[str, BackendFactory] = {"inferlab": engine_backend}
+
+
+def open_backend(name: str, model_dir: str, options: dict[str, Any]) -> Backend:
+    """Build the named backend; "auto" = inferlab, or "hf" when the engine does not support the model."""
+    if name == "auto":
+        try:
+            return BACKENDS["inferlab"](model_dir, options)
+        except UnsupportedError as e:
+            if "hf" not in BACKENDS:
+                raise
+            log.warning("%s; falling back to the transformers backend", e)
+            return BACKENDS["hf"](model_dir, options)
+    if name not in BACKENDS:
+        raise ConfigError(f"backend {name!r} is not available; choose one of auto, {', '.join(BACKENDS)}")
+    return BACKENDS[name](model_dir, options)
+
+
+def build_request(record: InputRecord, defaults: SamplingParams) -> Request | str:
+    """A Request from one input line, or the message of why the line is unusable."""
+    if record.error is not None:
+        return record.error
+    data = record.data
+    has_text, has_ids = "prompt" in data, "prompt_ids" in data
+    if has_text == has_ids:
+        return f"line {record.line_no}: give exactly one of 'prompt' (text) or 'prompt_ids' (token ids)"
+    overrides = {k: v for k, v in data.items() if k in OVERRIDE_CHECKS}
+    for key, value in overrides.items():
+        check, expected = OVERRIDE_CHECKS[key]
+        if not check(value):
+            return f"line {record.line_no}: {key}={value!r} must be {expected}"
+    if "stop_token_ids" in overrides:
+        overrides["stop_token_ids"] = tuple(overrides["stop_token_ids"])
+    try:
+        sampling = dataclasses.replace(defaults, **overrides)
+    except ConfigError as e:
+        return f"line {record.line_no}: {e}"
+    if has_text:
+        if not isinstance(data["prompt"], str):
+            return f"line {record.line_no}: 'prompt' must be a string"
+        return Request(id=record.id, prompt=data["prompt"], sampling=sampling)
+    ids = data["prompt_ids"]
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        return f"line {record.line_no}: 'prompt_ids' must be a list of integers"
+    return Request(id=record.id, prompt_ids=tuple(ids), sampling=sampling)
+
+
+def result_row(result: Result) -> dict[str, Any]:
+    return {
+        "id": result.id,
+        "text": result.text,
+        "token_ids": result.token_ids,
+        "finish_reason": result.finish_reason,
+        "prompt_tokens": result.prompt_tokens,
+        "output_tokens": len(result.token_ids),
+        "error": result.error,
+    }
+
+
+def error_row(row_id: str, message: str) -> dict[str, Any]:
+    return {
+        "id": row_id,
+        "text": None,
+        "token_ids": [],
+        "finish_reason": "error",
+        "prompt_tokens": 0,
+        "output_tokens": 0,
+        "error": message,
+    }
+
+
+@dataclass
+class TextJobSummary:
+    written: int = 0  # rows written by this run (results and errors)
+    errors: int = 0
+    skipped: int = 0  # ids already in the output from an earlier run
+    output_tokens: int = 0
+
+
+def plan_requests(
+    records: Iterable[InputRecord], done: set[str], defaults: SamplingParams, summary: TextJobSummary
+) -> tuple[list[Request], list[dict[str, Any]]]:
+    """Split input lines into requests to run and error rows to write; skip ids already done."""
+    requests, errors, seen = [], [], set()
+    for record in records:
+        if record.id in done:
+            summary.skipped += 1
+            continue
+        if record.id in seen:
+            errors.append(
+                error_row(
+                    f"line-{record.line_no}",
+                    f"line {record.line_no}: id {record.id!r} repeats an earlier line; ids must be unique",
+                )
+            )
+            continue
+        seen.add(record.id)
+        built = build_request(record, defaults)
+        if isinstance(built, str):
+            errors.append(error_row(record.id, built))
+        else:
+            requests.append(built)
+    return requests, errors
+
+
+def run_text_generation(
+    input_path: str | Path,
+    output_path: str | Path,
+    open_backend: Callable[[], Backend],  # called only when there is something to generate
+    defaults: SamplingParams,
+    on_start: Callable[[int], None] | None = None,  # called with the number of requests to run
+    on_row: Callable[[dict[str, Any]], None] | None = None,  # called after each row is written
+) -> TextJobSummary:
+    summary = TextJobSummary()
+    with ResumableJsonlWriter(output_path) as writer:
+        requests, errors = plan_requests(read_jsonl_records(input_path), set(writer.done), defaults, summary)
+        if on_start is not None:
+            on_start(len(requests) + len(errors))
+
+        def emit(row: dict[str, Any]) -> None:
+            writer.write(row)
+            summary.written += 1
+            summary.errors += row["error"] is not None
+            summary.output_tokens += row["output_tokens"]
+            if on_row is not None:
+                on_row(row)
+
+        for row in errors:
+            emit(row)
+        if requests:
+            for result in open_backend()(requests):
+                emit(result_row(result))
+    return summary

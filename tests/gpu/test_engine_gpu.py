@@ -1,0 +1,121 @@
+"""The engine on CUDA: Triton kernels vs torch references in bf16, graph replay vs eager, bf16 vs transformers.
+
+Deselected by default (marker gpu); scripts/gpu/engine_check.py runs the same checks at full size with
+timings. Run on the device: `python -m pytest -q -m gpu tests/gpu/test_engine_gpu.py`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+CUDA = torch.device("cuda")
+
+
+def hf_dtype(dtype: torch.dtype) -> dict:
+    """from_pretrained's dtype keyword: `dtype` since transformers 4.56, `torch_dtype` before."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
+def _rel(a, b):
+    return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+
+
+def test_decode_attention_kernel_matches_reference_in_bf16():
+    from inferlab.engine.attention import decode_attention_torch
+    from inferlab.engine.kernels.triton_attention import decode_attention
+
+    g = torch.Generator(device=CUDA).manual_seed(0)
+    for rows, kv_heads, head_dim, max_len in [(16, 8, 64, 2048), (200, 8, 64, 1100), (5, 2, 128, 777)]:
+        k = torch.randn(rows + 3, kv_heads, max_len, head_dim, generator=g, device=CUDA).bfloat16()
+        v = torch.randn(rows + 3, kv_heads, max_len, head_dim, generator=g, device=CUDA).bfloat16()
+        q = torch.randn(rows, 2 * kv_heads, head_dim, generator=g, device=CUDA).bfloat16()
+        slots = torch.randperm(rows + 3, generator=g, device=CUDA)[:rows]
+        lengths = torch.randint(1, max_len + 1, (rows,), generator=g, device=CUDA)
+        ref = decode_attention_torch(q, k, v, slots, lengths, head_dim**-0.5)
+        for splits in (None, 1, 7):
+            assert _rel(decode_attention(q, k, v, slots, lengths, head_dim**-0.5, splits=splits), ref) < 2**-6
+
+
+def test_radix_thresholds_match_the_sort_at_full_vocabulary():
+    from inferlab.engine.kernels.triton_filter import filter_threshold as radix
+    from inferlab.engine.sampler import FILTER_SORT, filter_threshold, float_key
+
+    g = torch.Generator(device=CUDA).manual_seed(1)
+    logits = (torch.randn(64, 128256, generator=g, device=CUDA) * 3).bfloat16().float()
+    t = torch.rand(64, generator=g, device=CUDA) + 0.5
+    k = torch.tensor([0, 1, 50, 5000], device=CUDA).repeat(16)
+    p = torch.tensor([0.9, 1.0, 0.3, 0.99], device=CUDA).repeat_interleave(16)
+    m = torch.zeros(64, device=CUDA)
+    keys = float_key(logits)
+    for bits in (16, 32):
+        ours = radix(logits, t, k, p, m, FILTER_SORT, key_bits=bits)
+        ref = filter_threshold(logits, t, k, p, m, FILTER_SORT)
+        same = (keys >= ours[:, None]).eq(keys >= ref[:, None]).all(dim=1).float().mean().item()
+        assert same >= 0.98
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    from inferlab.models.checkpoint_init import init_checkpoint
+
+    return init_checkpoint("llama-380m", tmp_path_factory.mktemp("gpu") / "llama-380m", dtype="bfloat16")
+
+
+def _requests(vocab: int):
+    from inferlab.types import Request, SamplingParams
+
+    g = torch.Generator().manual_seed(0)
+    settings = [
+        dict(temperature=0.0),
+        dict(temperature=1.0, top_p=0.9),
+        dict(temperature=0.7, min_p=0.1),
+        dict(temperature=1.0, top_k=20),
+    ]
+    return [
+        Request(
+            id=f"r{i}",
+            prompt_ids=tuple(torch.randint(10, 1000, (5 + 7 * i,), generator=g).tolist()),
+            sampling=SamplingParams(max_new_tokens=40 + 3 * i, seed=i, **settings[i % 4]),
+        )
+        for i in range(10)
+    ]
+
+
+def test_graph_replay_gives_the_eager_tokens(llama):
+    from inferlab.engine import Engine, EngineConfig
+
+    outputs = []
+    for graphs in (True, False):
+        engine = Engine(EngineConfig(model=llama, max_slots=4, max_seq_len=256, cuda_graphs=graphs))
+        outputs.append([r.token_ids for r in engine.generate(_requests(engine.spec.vocab_size))])
+        del engine
+        torch.cuda.empty_cache()
+    assert outputs[0] == outputs[1]
+
+
+def test_bf16_logits_are_as_close_to_fp32_as_transformers_bf16(llama):
+    from transformers import AutoModelForCausalLM
+
+    from inferlab.engine import Engine, EngineConfig
+
+    engine = Engine(EngineConfig(model=llama, max_slots=2, max_seq_len=128, cuda_graphs=False))
+    hf32 = AutoModelForCausalLM.from_pretrained(llama, **hf_dtype(torch.float32)).to(CUDA).eval()
+    hf16 = AutoModelForCausalLM.from_pretrained(llama, **hf_dtype(torch.bfloat16)).to(CUDA).eval()
+    prompt = list(range(100, 148))
+    with torch.inference_mode():
+        ours = engine.runner.model.prefill(
+            torch.tensor([prompt], device=CUDA),
+            torch.tensor([48], device=CUDA),
+            torch.tensor([0], device=CUDA),
+            engine.runner.cache,
+        )[0]
+        ids = torch.tensor([prompt], device=CUDA)
+        ref32, ref16 = hf32(ids).logits[0, -1].float(), hf16(ids).logits[0, -1].float()
+    ours_err = (ours - ref32).abs().max().item()
+    hf_err = (ref16 - ref32).abs().max().item()
+    assert ours_err <= 2 * hf_err + 1e-3 * ref32.abs().max().item()

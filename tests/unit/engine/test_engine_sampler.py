@@ -1,0 +1,164 @@
+"""The device sampler against transformers' own warpers and against the distribution it should draw from."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from transformers.generation.logits_process import (
+    MinPLogitsWarper,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from inferlab.engine.ops import select_ops
+from inferlab.engine.sampler import (
+    FILTER_MIN_P,
+    FILTER_NONE,
+    FILTER_SORT,
+    filter_level,
+    filter_threshold,
+    float_key,
+    gumbel_noise,
+    row_keys,
+    sample,
+)
+
+OPS = select_ops("torch", torch.device("cpu"))
+
+TEMPERATURES = [0.5, 1.0, 1.7]
+TOP_K = [0, 1, 5, 40]
+TOP_P = [1.0, 0.9, 0.5, 0.05]
+MIN_P = [0.0, 0.05, 0.3]
+
+
+def _hf_allowed(logits: torch.Tensor, t: float, k: int, p: float, m: float) -> torch.Tensor:
+    """The tokens transformers' warpers keep (temperature, top-k, top-p, min-p in its order)."""
+    scores = logits[None].clone()
+    scores = TemperatureLogitsWarper(t)(None, scores)
+    if k > 0:
+        scores = TopKLogitsWarper(k)(None, scores)
+    if p < 1.0:
+        scores = TopPLogitsWarper(p)(None, scores)
+    if m > 0:
+        scores = MinPLogitsWarper(m)(None, scores)
+    return torch.isfinite(scores[0])
+
+
+def _combos():
+    return list(itertools.product(TEMPERATURES, TOP_K, TOP_P, MIN_P))
+
+
+def test_allowed_sets_equal_transformers_warpers():
+    combos = _combos()
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(len(combos), 300, generator=g) * 3  # distinct values: no ties at a threshold
+    t = torch.tensor([c[0] for c in combos])
+    tau = filter_threshold(
+        logits,
+        t,
+        torch.tensor([c[1] for c in combos]),
+        torch.tensor([c[2] for c in combos]),
+        torch.tensor([c[3] for c in combos]),
+        FILTER_SORT,
+    )
+    ours = float_key(logits) >= tau[:, None]
+    for row, combo in enumerate(combos):
+        assert torch.equal(ours[row], _hf_allowed(logits[row], *combo)), combo
+
+
+def test_lower_filter_levels_equal_the_full_one_for_the_rows_they_serve():
+    combos = [c for c in _combos() if c[1] == 0 and c[2] == 1.0]
+    logits = torch.randn(len(combos), 500) * 2
+    args = (
+        torch.tensor([c[0] for c in combos]),
+        torch.zeros(len(combos), dtype=torch.long),
+        torch.ones(len(combos)),
+        torch.tensor([c[3] for c in combos]),
+    )
+    assert all(filter_level(*c) in (FILTER_NONE, FILTER_MIN_P) for c in combos)
+    assert torch.equal(filter_threshold(logits, *args, FILTER_MIN_P), filter_threshold(logits, *args, FILTER_SORT))
+    plain = [i for i, c in enumerate(combos) if c[3] == 0]
+    assert filter_threshold(logits, *args, FILTER_NONE) is None
+    assert torch.all(filter_threshold(logits, *args, FILTER_SORT)[plain] == float_key(torch.tensor(float("-inf"))))
+
+
+def test_float_key_preserves_order():
+    values = torch.tensor([float("-inf"), -3e38, -2.5, -1.0, -1e-30, -0.0, 0.0, 1e-30, 1.0, 2.5, 3e38, float("inf")])
+    keys = float_key(values)
+    assert torch.all(keys[1:] >= keys[:-1]) and keys[4] < keys[7]
+
+
+def test_samples_follow_the_filtered_distribution():
+    logits = torch.tensor([2.0, 1.5, 1.0, 0.2, -0.5, -3.0, 0.9])
+    t, k, p, m = 0.8, 5, 0.9, 0.02
+    allowed = _hf_allowed(logits, t, k, p, m)
+    scores = torch.where(allowed, logits / t, float("-inf"))
+    expected = scores.softmax(-1)
+    n = 40000
+    rows = logits.repeat(n, 1)
+    tokens = sample(
+        rows,
+        torch.full((n,), t),
+        torch.full((n,), k),
+        torch.full((n,), p),
+        torch.full((n,), m),
+        torch.arange(n),
+        torch.zeros(n, dtype=torch.long),
+        OPS,
+        FILTER_SORT,
+    )
+    freq = torch.bincount(tokens, minlength=logits.numel()).float() / n
+    assert torch.all(freq[~allowed] == 0)
+    assert (freq - expected).abs().max() < 0.012  # about 5 standard errors at n = 40000
+
+
+def test_greedy_rows_take_the_first_argmax_whatever_the_filters():
+    logits = torch.tensor([[0.0, 3.0, 3.0, 1.0], [5.0, -1.0, 5.0, 2.0]])
+    tokens = sample(
+        logits,
+        torch.zeros(2),
+        torch.tensor([1, 2]),
+        torch.tensor([0.1, 0.5]),
+        torch.tensor([0.5, 0.0]),
+        torch.tensor([1, 2]),
+        torch.tensor([0, 0]),
+        OPS,
+        FILTER_SORT,
+    )
+    assert tokens.tolist() == [1, 0]
+
+
+def test_noise_depends_on_seed_and_index_only():
+    keys_a = row_keys(torch.tensor([7, 7, 8, 2**40 + 7]), torch.tensor([3, 4, 3, 3]))
+    assert len(set(keys_a.tolist())) == 4  # seed high bits count too
+    batch = gumbel_noise(keys_a, 1000)
+    alone = gumbel_noise(row_keys(torch.tensor([8]), torch.tensor([3])), 1000)
+    assert torch.equal(batch[2], alone[0])  # same (seed, index): same noise in any batch and row
+
+
+def test_noise_is_standard_gumbel():
+    noise = gumbel_noise(row_keys(torch.arange(64), torch.zeros(64, dtype=torch.long)), 4096).flatten()
+    uniform = torch.exp(-torch.exp(-noise))  # the Gumbel CDF maps the noise back to U(0, 1)
+    hist = torch.histc(uniform, bins=10, min=0, max=1) / uniform.numel()
+    assert (hist - 0.1).abs().max() < 0.005
+    assert abs(noise.mean().item() - 0.5772) < 0.01  # Euler-Mascheroni constant
+
+
+@pytest.mark.parametrize("level", [FILTER_NONE, FILTER_MIN_P, FILTER_SORT])
+def test_different_seeds_draw_different_tokens(level):
+    logits = torch.zeros(2, 50_000)  # uniform: any two independent draws collide with probability 2e-5
+    tokens = sample(
+        logits,
+        torch.ones(2),
+        torch.zeros(2, dtype=torch.long),
+        torch.ones(2),
+        torch.zeros(2),
+        torch.tensor([1, 2]),
+        torch.tensor([0, 0]),
+        OPS,
+        level,
+    )
+    assert tokens[0] != tokens[1]
