@@ -8,8 +8,8 @@ view and the completeness check), how to merge the shard outputs in input order 
 its settings change the results (`settings`: a rerun with other values is refused). Everything else
 (planning, launching, retrying, resuming, merging on time) is shared.
 
-Adapters live in inferlab.scale.workloads (one file each) and are looked up by name; "module:NAME"
-names an adapter object elsewhere (a plug-in, or a test's).
+Adapters live in inferlab.scale.workloads (one file each) and are looked up by name (imported on first
+use); "module:NAME" names an adapter object elsewhere (a plug-in, or a test's).
 """
 
 from __future__ import annotations
@@ -51,17 +51,16 @@ class WorkloadAdapter:
 
 def get_adapter(name: str) -> WorkloadAdapter:
     """The registered adapter `name`, or the object a "package.module:NAME" reference points at."""
-    if ":" in name:
-        module_name, _, attr = name.partition(":")
-        try:
-            adapter = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(f"workload adapter {name!r} cannot be imported: {e}") from None
-        if not isinstance(adapter, WorkloadAdapter):
-            raise ConfigError(f"{name!r} is a {type(adapter).__name__}, not a WorkloadAdapter")
-        return adapter
     from inferlab.scale.workloads import WORKLOADS
 
-    if name not in WORKLOADS:
+    reference = WORKLOADS.get(name, name)
+    if ":" not in reference:
         raise ConfigError(f"workload {name!r} cannot be scaled out; known: {', '.join(sorted(WORKLOADS))}")
-    return WORKLOADS[name]
+    module_name, _, attr = reference.partition(":")
+    try:
+        adapter = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"workload adapter {reference!r} cannot be imported: {e}") from None
+    if not isinstance(adapter, WorkloadAdapter):
+        raise ConfigError(f"{reference!r} is a {type(adapter).__name__}, not a WorkloadAdapter")
+    return adapter

@@ -61,7 +61,7 @@ class ScaleConfig:
     num_shards: int | None = None  # None: one shard per worker
     retries: int = 1  # extra attempts of a failed shard (each resumes its own output)
     work_dir: str | None = None  # None: <output>.scale beside the output
-    poll_s: float = 1.0  # how often shard outputs are counted and workers checked
+    poll_s: float = 0.5  # how often shard outputs are counted and workers checked
     ray: RayOptions = field(default_factory=RayOptions)
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
 

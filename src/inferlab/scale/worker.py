@@ -1,6 +1,5 @@
 """One shard, run by one worker: `run_shard(task)` in the current process (Ray tasks and Slurm jobs call it
-there), or `python -m inferlab.scale.worker TASK.json` (the local launcher's subprocess, whose output
-goes to the shard's log). The worker runs the workload adapter's run_shard on the shard's own input and
+there, and `python -m inferlab.scale TASK.json`, the local launcher's subprocess, see __main__.py). The worker runs the workload adapter's run_shard on the shard's own input and
 output, and writes its stats file when it ends well. It never touches other shards or the manifest.
 """
 
@@ -10,13 +9,11 @@ import json
 import logging
 import os
 import socket
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from inferlab.errors import InferlabError
 from inferlab.scale.adapter import ShardContext, get_adapter
 from inferlab.scale.faults import row_counter
 from inferlab.scale.workdir import write_json_atomic
@@ -90,24 +87,3 @@ def run_shard(task: ShardTask, capture_log: bool = True) -> dict[str, Any]:
             root.setLevel(old_level)
             handler.close()
 
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m inferlab.scale.worker TASK.json", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
-    task = ShardTask.from_json(Path(args[0]).read_text(encoding="utf-8"))
-    try:
-        run_shard(task, capture_log=False)  # stdout and stderr already go to the shard's log
-    except InferlabError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except Exception:  # already logged with its traceback by run_shard
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Local launcher: one worker subprocess per GPU of this host (`python -m inferlab.scale.worker TASK.json`).
+"""Local launcher: one worker subprocess per GPU of this host (`python -m inferlab.scale TASK.json`).
 
 Each worker sees only its own GPU (CUDA_VISIBLE_DEVICES is set to the parent's id for it; everything
 else, NCCL_* included, is inherited), gets an equal share of the CPU cores for its threads, and writes
@@ -103,7 +103,7 @@ class LocalLauncher:
         Path(task.log).parent.mkdir(parents=True, exist_ok=True)
         log_file = open(task.log, "ab")
         process = subprocess.Popen(
-            [sys.executable, "-m", "inferlab.scale.worker", str(task_file)],
+            [sys.executable, "-m", "inferlab.scale", str(task_file)],
             stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             preexec_fn=_die_with_parent,
         )

@@ -1,15 +1,15 @@
-"""The workloads that scale out, by name (one adapter file each; see inferlab.scale.adapter).
+"""The workloads that scale out: name -> "module:ATTRIBUTE" of its adapter (one file each; see
+inferlab.scale.adapter). Imported on first use, so a worker loads only its own workload's libraries.
 
-The engine's conformer pipeline joins with one line, once it exists:
-    WORKLOADS["conformers"] = conformer_adapter("conformers", run_conformer_shard, conformer_settings)
+The engine's conformer pipeline joins with one line, once it exists (see conformers.py):
+    "conformers": "inferlab.workloads.conformers.scale:CONFORMERS",
 """
 
 from __future__ import annotations
 
-from inferlab.scale.adapter import WorkloadAdapter
-from inferlab.scale.workloads.classify import CLASSIFY
-from inferlab.scale.workloads.etkdg import ETKDG
-from inferlab.scale.workloads.generate import GENERATE
-from inferlab.scale.workloads.hidden_states import HIDDEN_STATES
-
-WORKLOADS: dict[str, WorkloadAdapter] = {a.name: a for a in (CLASSIFY, HIDDEN_STATES, GENERATE, ETKDG)}
+WORKLOADS: dict[str, str] = {
+    "classify": "inferlab.scale.workloads.classify:CLASSIFY",
+    "hidden-states": "inferlab.scale.workloads.hidden_states:HIDDEN_STATES",
+    "generate": "inferlab.scale.workloads.generate:GENERATE",
+    "etkdg-conformers": "inferlab.scale.workloads.etkdg:ETKDG",
+}
