@@ -36,7 +36,8 @@ class SlurmOptions:
     mem_gb: float | None = None
     array_parallelism: int | None = None  # most array tasks running at once (None: all shards)
     logs: str | None = None  # submitit's folder (on a shared filesystem); None: <work dir>/slurm
-    cluster: str | None = None  # submitit cluster: None = detect (slurm); "local"/"debug" for tests
+    cluster: str | None = None  # submitit cluster: None = detect (slurm); "local" for tests
+    result_wait_s: float = 15.0  # how long an ended job's result file may lag on a slow shared filesystem
 
     def __post_init__(self) -> None:
         if self.time_min < 1:
@@ -47,8 +48,10 @@ class SlurmOptions:
             raise ConfigError(f"--slurm-mem-gb={self.mem_gb} must be > 0")
         if self.array_parallelism is not None and self.array_parallelism < 1:
             raise ConfigError(f"--slurm-array-parallelism={self.array_parallelism} must be >= 1")
-        if self.cluster not in (None, "slurm", "local", "debug"):
-            raise ConfigError(f"submitit cluster {self.cluster!r} is not one of slurm, local, debug")
+        if self.cluster not in (None, "slurm", "local"):
+            raise ConfigError(f"submitit cluster {self.cluster!r} is not one of slurm, local")
+        if self.result_wait_s < 0:
+            raise ConfigError(f"result_wait_s={self.result_wait_s} must be >= 0")
 
 
 @dataclass(frozen=True)

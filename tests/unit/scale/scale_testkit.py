@@ -36,3 +36,26 @@ def read_safetensors(path: Path) -> tuple[list[str], dict, dict[str, str]]:
         meta = f.metadata()
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     return json.loads(meta["ids"]), tensors, meta
+
+
+def write_molecules(path: Path, count: int) -> Path:
+    """A .smi of the first `count` NCI molecules with ids, plus an unparsable line and a repeated id."""
+    import os
+
+    from rdkit import RDConfig
+
+    with open(os.path.join(RDConfig.RDDataDir, "NCI", "first_5K.smi")) as f:
+        smiles = [line.split()[0] for line, _ in zip(f, range(count))]
+    lines = [f"{s} mol{i}" for i, s in enumerate(smiles)]
+    lines.insert(2, "C1CC bad-ring")
+    lines.insert(5, "CCO mol0")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run_single_etkdg(inp: Path, out: Path, params: dict) -> None:
+    """The ETKDG workload in this process over the whole input: the single-process reference."""
+    from inferlab.scale.adapter import ShardContext
+    from inferlab.scale.workloads.etkdg import ETKDG
+
+    ETKDG.run_shard(params, ShardContext(inp, out, "cpu", 1, lambda rows: None))

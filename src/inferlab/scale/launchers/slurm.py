@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any
 
 from inferlab.errors import ConfigError, UnsupportedError
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 class SlurmHandle:
     task: ShardTask
     job: Any  # submitit.Job
+    ended_at: float | None = None  # when the job was first seen ended without its result file
 
 
 class SlurmLauncher:
@@ -46,6 +48,7 @@ class SlurmLauncher:
         self.workers = int(config.workers)
         self.capacity: int | None = None  # Slurm queues the array; array_parallelism caps what runs
         self._threads = options.cpus_per_task
+        self._result_wait_s = options.result_wait_s
         parameters: dict[str, Any] = {
             "name": "inferlab-scale",
             "timeout_min": options.time_min,
@@ -66,8 +69,18 @@ class SlurmLauncher:
         return [SlurmHandle(task, job) for task, job in zip(tasks, jobs)]
 
     def poll(self, handle: SlurmHandle) -> Outcome | None:
-        if not handle.job.done():
+        job = handle.job
+        if not job.done():
             return None
+        if not job.paths.result_pickle.exists():
+            # A job that died leaves no result file; one that ended well may show it late on a shared
+            # filesystem. Wait for it here, between polls, rather than inside submitit's blocking result().
+            now = time.monotonic()
+            handle.ended_at = handle.ended_at or now
+            if now - handle.ended_at < self._result_wait_s:
+                return None
+            tail = log_tail(handle.task.log) or _job_stderr_tail(job)
+            return Outcome(False, f"job {job.job_id} ended without a result (state {job.state})", tail)
         try:
             handle.job.result()
         except Exception as e:  # the shard raised, or the job died / timed out / was cancelled
