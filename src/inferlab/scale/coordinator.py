@@ -134,6 +134,7 @@ class ShardRun:
             stats=str(self.work.path(self.work.stats_file(shard.index)).resolve()),
             device=self.config.device,
             fault_after_rows=fault.after_rows if fault else None,
+            launched_at=time.time(),
         )
 
     def _finish(self, shard: ShardState, outcome: Outcome, queue: deque) -> None:

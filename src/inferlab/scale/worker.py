@@ -34,6 +34,7 @@ class ShardTask:
     device: str  # "cuda" or "cpu"
     threads: int | None = None  # CPU threads for this worker (torch, RDKit); None: library default
     fault_after_rows: int | None = None  # test hook (faults.py)
+    launched_at: float | None = None  # time.time() when the coordinator handed the task to the launcher
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, indent=1)
@@ -72,6 +73,8 @@ def run_shard(task: ShardTask, capture_log: bool = True) -> dict[str, Any]:
             "device": task.device,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "started": started,
+            # process start, imports and queueing before this function ran (spawn or cluster scheduling)
+            "startup_s": started - task.launched_at if task.launched_at else None,
             "wall_s": time.time() - started,
             "summary": summary,
         }
