@@ -88,7 +88,15 @@ class ShardRun:
     def _progress_file(self, shard: ShardState) -> Path:
         return self.adapter.progress_file(self.work.path(shard.output))
 
+    def _rows_written(self, shard: ShardState) -> int:
+        return LineCounter(self._progress_file(shard)).count()
+
     def run(self, on_progress: Progress | None) -> None:
+        for shard in self.manifest.shards:  # a finished shard whose output was touched since runs again
+            if shard.status == "done" and self.adapter.rows_exact and self._rows_written(shard) != shard.rows:
+                log.warning("shard %d was done but its output no longer holds its %d rows; running it again",
+                            shard.index, shard.rows)
+                shard.status = "pending"
         queue = deque(s for s in self.manifest.shards if s.status != "done")
         running: dict[int, tuple[Any, ShardState]] = {}
         total = self.manifest.rows_total
@@ -139,7 +147,7 @@ class ShardRun:
 
     def _finish(self, shard: ShardState, outcome: Outcome, queue: deque) -> None:
         if outcome.ok and self.adapter.rows_exact:
-            written = LineCounter(self._progress_file(shard)).count()
+            written = self._rows_written(shard)
             if written != shard.rows:
                 outcome = Outcome(False, f"the worker ended well but its output holds {written} of {shard.rows} rows",
                                   outcome.log_tail)

@@ -93,17 +93,23 @@ def _merge(shard_outputs: list[Path], destination: Path, params: dict[str, Any],
 
 
 def _gather(shard_outputs: list[Path], ok: list[tuple[float, int, int, str]], layers: list[int]) -> dict[str, torch.Tensor]:
+    """Tensors {layer_<i>: [len(ok), hidden]} with row p taken from the shard and row that ok[p] names."""
+    by_shard: dict[int, tuple[list[int], list[int]]] = {}  # shard -> (output positions, rows in the shard)
+    for position, (_, shard, row, _) in enumerate(ok):
+        positions, rows = by_shard.setdefault(shard, ([], []))
+        positions.append(position)
+        rows.append(row)
     out: dict[str, torch.Tensor] = {}
     for shard, path in enumerate(shard_outputs):
-        positions = [p for p, (_, s, _, _) in enumerate(ok) if s == shard]
-        rows = [ok[p][2] for p in positions]
+        positions, rows = by_shard.get(shard, ([], []))
         with safe_open(str(path), framework="pt") as f:
             for layer in layers:
                 key = f"layer_{layer}"
-                part = f.get_tensor(key)  # [shard rows, hidden]
+                part = f.get_tensor(key)  # [rows in the shard, hidden]
                 if key not in out:
                     out[key] = torch.empty((len(ok), part.shape[1]), dtype=part.dtype)
-                out[key][positions] = part[rows]
+                if positions:
+                    out[key][positions] = part[rows]
     return out
 
 
