@@ -195,8 +195,9 @@ def main() -> int:
             record("throughput", n, "ok" if complete else "error",
                    note if complete else "incomplete output (see the report)", metrics, sizes_config)
             print(f"  {n} worker(s): {metrics['rows']} rows in {wall:.1f} s = {metrics['requests_per_s']:.1f} rows/s, "
-                  f"{metrics['output_tokens_per_s'] or 0:,.0f} tok/s; steady {metrics['steady_requests_per_s'] or 0:.1f} "
-                  f"rows/s (start+load {_fmt(metrics['first_call_s'])} s, slowest run {_fmt(metrics['steady_s'])} s)", flush=True)
+                  f"{_fmt(metrics['output_tokens_per_s'])} tok/s; steady {_fmt(metrics['steady_requests_per_s'])} "
+                  f"rows/s (start+load {_fmt(metrics['first_call_s'])} s, slowest run {_fmt(metrics['steady_s'])} s)",
+                  flush=True)
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             record("throughput", n, "timeout" if isinstance(e, (RunTimeout, subprocess.TimeoutExpired)) else "error",

@@ -10,9 +10,10 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from inferlab.models.checkpoint_init import init_checkpoint
 from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
@@ -123,7 +124,8 @@ def library_params(workload: str, model: Path, sizes: Sizes, device: str) -> dic
 def make_input(workload: str, scratch: Path, rows: int) -> Path:
     if workload == "conformers":
         return write_molecules(scratch / f"mols-{rows}.smi", rows)
-    return write_prompts(scratch / f"{workload}-{rows}.jsonl", rows, field="text" if workload == "classify" else "prompt")
+    field = "text" if workload == "classify" else "prompt"
+    return write_prompts(scratch / f"{workload}-{rows}.jsonl", rows, field=field)
 
 
 def output_path(workload: str, run_dir: Path) -> Path:

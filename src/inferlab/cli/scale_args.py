@@ -34,9 +34,11 @@ def add_scale_args(p: argparse.ArgumentParser) -> None:
                    help="local: worker processes on this host (default); ray: Ray tasks; slurm: a submitit job array")
     g.add_argument("--num-shards", type=int, default=None,
                    help="input pieces (default: one per worker); more shards than workers queue on free GPUs")
-    g.add_argument("--retries", type=int, default=1, help="extra attempts of a failed shard, each resuming it (default 1)")
+    g.add_argument("--retries", type=int, default=1,
+                   help="extra attempts of a failed shard, each resuming it (default 1)")
     g.add_argument("--work-dir", default=None, help="shards, logs and the manifest (default: OUTPUT.scale)")
-    g.add_argument("--ray-address", default=None, help="Ray cluster to join (auto, ray://host:10001); default: a local Ray")
+    g.add_argument("--ray-address", default=None,
+                   help="Ray cluster to join (auto, ray://host:10001); default: a local Ray")
     g.add_argument("--ray-cpus-per-task", type=int, default=1)
     g.add_argument("--slurm-partition", default=None)
     g.add_argument("--slurm-account", default=None)
@@ -44,7 +46,8 @@ def add_scale_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--slurm-cpus-per-task", type=int, default=8)
     g.add_argument("--slurm-mem-gb", type=float, default=None)
     g.add_argument("--slurm-array-parallelism", type=int, default=None, help="most tasks running at once")
-    g.add_argument("--slurm-logs", default=None, help="submitit's folder, on a shared filesystem (default: WORK_DIR/slurm)")
+    g.add_argument("--slurm-logs", default=None,
+                   help="submitit's folder, on a shared filesystem (default: WORK_DIR/slurm)")
 
 
 def wants_scale_out(args: argparse.Namespace) -> bool:

@@ -15,9 +15,10 @@ use); "module:NAME" names an adapter object elsewhere (a plug-in, or a test's).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from inferlab.errors import ConfigError
 from inferlab.scale.order import OrderIndex
@@ -40,7 +41,8 @@ class WorkloadAdapter:
     name: str
     read_units: Callable[[Path, dict[str, Any]], UnitPlan]  # (input, params) -> units with estimated tokens
     run_shard: Callable[[dict[str, Any], ShardContext], dict[str, Any]]  # -> the workload's summary
-    merge: Callable[[list[Path], Path, dict[str, Any], OrderIndex], int]  # (shard outputs, output, params, order) -> rows
+    # (shard outputs, the user's output, params, input order) -> rows merged
+    merge: Callable[[list[Path], Path, dict[str, Any], OrderIndex], int]
     settings: Callable[[dict[str, Any]], dict[str, Any]]  # the settings that change results
     input_suffix: Callable[[Path], str] = lambda path: path.suffix  # a shard input's suffix (readers go by it)
     output_suffix: str = ".jsonl"

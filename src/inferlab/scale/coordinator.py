@@ -15,8 +15,9 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from inferlab.errors import ConfigError
 from inferlab.scale.adapter import WorkloadAdapter, get_adapter
@@ -196,7 +197,8 @@ def _merge(manifest: Manifest, adapter: WorkloadAdapter, job: ScaleJob, work: Wo
     outputs = [work.path(s.output) for s in manifest.shards]
     start = time.perf_counter()
     rows = adapter.merge(outputs, Path(job.output), job.params, OrderIndex(units))
-    log.info("merged %d rows of %d shards into %s in %.1f s", rows, len(outputs), job.output, time.perf_counter() - start)
+    log.info("merged %d rows of %d shards into %s in %.1f s", rows, len(outputs), job.output,
+             time.perf_counter() - start)
     if adapter.rows_exact and rows != manifest.rows_total:
         log.error("the merged output holds %d rows, the plan %d: check %s", rows, manifest.rows_total, work.root)
     return rows

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from inferlab.errors import ConfigError
 
@@ -28,12 +28,12 @@ class FaultPlan:
     attempts: int = 1
 
     @staticmethod
-    def from_env() -> "FaultPlan | None":
+    def from_env() -> FaultPlan | None:
         text = os.environ.get(FAULT_ENV, "").strip()
         return FaultPlan.parse(text) if text else None
 
     @staticmethod
-    def parse(text: str) -> "FaultPlan":
+    def parse(text: str) -> FaultPlan:
         try:
             fields = dict(part.split("=", 1) for part in text.split(","))
             return FaultPlan(**{k.strip(): int(v) for k, v in fields.items()})

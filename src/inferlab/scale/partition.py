@@ -14,8 +14,8 @@ reports the repeat exactly as a single-process run would. Not here: reading unit
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from inferlab.errors import ConfigError
 from inferlab.scale.units import Unit

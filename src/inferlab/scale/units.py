@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 # Inputs are copied line by line without decoding errors (surrogateescape keeps any byte as it was) and
 # without newline translation (newline=""), so a shard's lines are byte-identical to the input's.

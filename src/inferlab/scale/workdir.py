@@ -22,10 +22,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from inferlab.errors import ConfigError
 
@@ -69,7 +70,7 @@ class Manifest:
         return asdict(self)
 
     @staticmethod
-    def from_json(data: dict[str, Any]) -> "Manifest":
+    def from_json(data: dict[str, Any]) -> Manifest:
         shards = [ShardState(**s) for s in data.pop("shards")]
         return Manifest(**data, shards=shards)
 

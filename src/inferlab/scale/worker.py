@@ -1,6 +1,7 @@
-"""One shard, run by one worker: `run_shard(task)` in the current process (Ray tasks and Slurm jobs call it
-there, and `python -m inferlab.scale TASK.json`, the local launcher's subprocess, see __main__.py). The worker runs the workload adapter's run_shard on the shard's own input and
-output, and writes its stats file when it ends well. It never touches other shards or the manifest.
+"""One shard, run by one worker: `run_shard(task)` in the current process. Ray tasks and Slurm jobs call it
+there; the local launcher's subprocess calls it through `python -m inferlab.scale TASK.json` (__main__.py).
+The worker runs the workload adapter's run_shard on the shard's own input and output, and writes its stats
+file when it ends well. It never touches other shards or the manifest.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class ShardTask:
         return json.dumps(asdict(self), ensure_ascii=False, indent=1)
 
     @staticmethod
-    def from_json(text: str) -> "ShardTask":
+    def from_json(text: str) -> ShardTask:
         return ShardTask(**json.loads(text))
 
 

@@ -3,7 +3,7 @@ configuration and the work folder; see base.Launcher for what they do."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from inferlab.scale.config import ScaleConfig
 from inferlab.scale.launchers.base import Launcher

@@ -42,7 +42,7 @@ class RayLauncher:
         try:
             import ray
         except ImportError:
-            raise UnsupportedError("--launcher ray needs Ray: pip install 'inferlab[scale]' (or pip install ray)") from None
+            raise UnsupportedError("--launcher ray needs Ray: pip install 'inferlab[scale]' (or ray)") from None
         self._ray = ray
         self._threads = config.ray.cpus_per_task
         self._started_here = not ray.is_initialized()

@@ -44,7 +44,9 @@ class SlurmLauncher:
         try:
             self._executor = submitit.AutoExecutor(folder=folder, cluster=options.cluster)
         except RuntimeError as e:  # no executor found: sbatch is not on this machine
-            raise UnsupportedError(f"--launcher slurm: submitit finds no Slurm here ({e}); run it on a login node") from None
+            raise UnsupportedError(
+                f"--launcher slurm: submitit finds no Slurm here ({e}); run it on a login node"
+            ) from None
         self.workers = int(config.workers)
         self.capacity: int | None = None  # Slurm queues the array; array_parallelism caps what runs
         self._threads = options.cpus_per_task
@@ -86,7 +88,8 @@ class SlurmLauncher:
         except Exception as e:  # the shard raised, or the job died / timed out / was cancelled
             text = str(e).strip()
             tail = log_tail(handle.task.log) or _job_stderr_tail(handle.job)
-            return Outcome(False, f"job {handle.job.job_id}: {text.splitlines()[0] if text else type(e).__name__}", tail)
+            first = text.splitlines()[0] if text else type(e).__name__
+            return Outcome(False, f"job {handle.job.job_id}: {first}", tail)
         return Outcome(True)
 
     def cancel(self, handle: SlurmHandle) -> None:

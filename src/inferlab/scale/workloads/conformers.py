@@ -14,8 +14,9 @@ Params every conformer workload takes: "num_conformers" (K), optionally "smiles_
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from inferlab.errors import InputError
 from inferlab.scale.adapter import ShardContext, WorkloadAdapter

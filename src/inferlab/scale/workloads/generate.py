@@ -33,7 +33,7 @@ def generate_params(
     sampling: SamplingParams,
     backend: str = "hf",
     hf_load: dict[str, str] | None = None,
-    hf_options: HFTextOptions = HFTextOptions(),
+    hf_options: HFTextOptions | None = None,
     engine_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     if backend != "hf" and backend not in ENGINE_BACKENDS:
@@ -43,7 +43,7 @@ def generate_params(
         "backend": backend,
         "sampling": to_params(sampling),
         "hf_load": {"dtype": "auto", "attn": "sdpa", "quantization": "none", **(hf_load or {})},
-        "hf_options": to_params(hf_options),
+        "hf_options": to_params(hf_options or HFTextOptions()),
         "engine_options": dict(engine_options or {}),
     }
 

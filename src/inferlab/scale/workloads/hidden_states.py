@@ -53,9 +53,12 @@ def _run_shard(params: dict[str, Any], ctx: ShardContext) -> dict[str, Any]:
     return {"load_s": load_s, "run_s": report.wall_s, **report.summary()}
 
 
+OkRow = tuple[float, int, int, str]  # (input line, shard, row in the shard, id)
+
+
 def _merge(shard_outputs: list[Path], destination: Path, params: dict[str, Any], order: OrderIndex) -> int:
     """Concatenate the shards' assembled tensors in input order; errors go to the index only."""
-    ok: list[tuple[float, int, int, str]] = []  # (input line, shard, row in shard, id)
+    ok: list[OkRow] = []
     errors: list[tuple[float, dict]] = []
     tokens: dict[str, int] = {}
     metadata: dict[str, str] = {}
@@ -92,7 +95,7 @@ def _merge(shard_outputs: list[Path], destination: Path, params: dict[str, Any],
     return len(ok) + len(errors)
 
 
-def _gather(shard_outputs: list[Path], ok: list[tuple[float, int, int, str]], layers: list[int]) -> dict[str, torch.Tensor]:
+def _gather(shard_outputs: list[Path], ok: list[OkRow], layers: list[int]) -> dict[str, torch.Tensor]:
     """Tensors {layer_<i>: [len(ok), hidden]} with row p taken from the shard and row that ok[p] names."""
     by_shard: dict[int, tuple[list[int], list[int]]] = {}  # shard -> (output positions, rows in the shard)
     for position, (_, shard, row, _) in enumerate(ok):

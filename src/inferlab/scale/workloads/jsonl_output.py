@@ -4,8 +4,9 @@ shard output and merging the shards in input order. Not here: the conformer rows
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from inferlab.scale.order import UNPLACED, OrderIndex, RecordSpan, write_in_order
 

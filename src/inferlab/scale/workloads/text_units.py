@@ -5,8 +5,9 @@ missing text) costs one token: it only becomes an error row. Not here: running a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from inferlab.errors import InputError
 from inferlab.jsonl_io import read_jsonl_records
