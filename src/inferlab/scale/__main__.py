@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 
 from inferlab.errors import InferlabError
+from inferlab.scale.launchers.local import die_with_parent
 from inferlab.scale.worker import ShardTask, run_shard
 
 
 def main(argv: list[str]) -> int:
+    die_with_parent()
     if len(argv) != 1:
         print("usage: python -m inferlab.scale TASK.json", file=sys.stderr)
         return 2

@@ -59,3 +59,37 @@ def run_single_etkdg(inp: Path, out: Path, params: dict) -> None:
     from inferlab.scale.workloads.etkdg import ETKDG
 
     ETKDG.run_shard(params, ShardContext(inp, out, "cpu", 1, lambda rows: None))
+
+
+def _env_units(input_path: Path, params: dict):
+    from inferlab.jsonl_io import read_jsonl_records
+    from inferlab.scale.units import Unit, UnitPlan
+
+    return UnitPlan([Unit(r.line_no, r.id, 1.0) for r in read_jsonl_records(input_path)])
+
+
+def _env_rows(params: dict, ctx) -> dict:
+    """Write, for each input row, what the worker process saw: its GPU, an inherited NCCL setting, threads."""
+    import os
+
+    from inferlab.jsonl_io import ResumableJsonlWriter, read_jsonl_records
+
+    with ResumableJsonlWriter(ctx.output) as writer:
+        for record in read_jsonl_records(ctx.input):
+            writer.write({"id": record.id, "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                          "nccl": os.environ.get("NCCL_NVLS_ENABLE"), "device": ctx.device, "threads": ctx.threads,
+                          "pid": os.getpid()})
+            ctx.progress(1)
+    return {"run_s": 0.0}
+
+
+def _env_adapter():
+    from inferlab.scale.adapter import WorkloadAdapter
+    from inferlab.scale.workloads.jsonl_output import merge_jsonl_by_id
+
+    return WorkloadAdapter(name="env-probe", read_units=_env_units, run_shard=_env_rows, merge=merge_jsonl_by_id,
+                           settings=lambda params: {})
+
+
+# `--workload scale_testkit:ENV_PROBE`: a workload that runs no model and reports each worker's environment.
+ENV_PROBE = _env_adapter()

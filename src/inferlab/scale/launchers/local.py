@@ -30,6 +30,7 @@ from inferlab.scale.worker import ShardTask
 
 log = logging.getLogger(__name__)
 PACKAGE_ROOT = str(Path(inferlab.__file__).resolve().parents[1])  # workers import this same inferlab
+PARENT_ENV = "INFERLAB_SCALE_PARENT_PID"  # tells a local worker whose death must end it
 _PR_SET_PDEATHSIG = 1
 
 
@@ -48,11 +49,18 @@ def visible_gpus() -> list[str]:
     return gpus
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:
+    """In a local worker: get SIGTERM when the coordinator dies (Linux), and end now if it already has.
+    Set after exec, in the worker itself (a preexec_fn is unsafe with threads in the parent)."""
+    parent = int(os.environ.get(PARENT_ENV, "0"))
+    if not parent:
+        return
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass  # not Linux: workers may outlive a killed coordinator
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return  # not Linux: a worker may outlive a killed coordinator
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
 
 
 @dataclass
@@ -100,12 +108,12 @@ class LocalLauncher:
         env["CUDA_VISIBLE_DEVICES"] = gpu if gpu is not None else ""
         env.setdefault("OMP_NUM_THREADS", str(self._threads))
         env.pop(FAULT_ENV, None)  # the hook travels in the task, where it applies
+        env[PARENT_ENV] = str(os.getpid())
         Path(task.log).parent.mkdir(parents=True, exist_ok=True)
         log_file = open(task.log, "ab")
         process = subprocess.Popen(
             [sys.executable, "-m", "inferlab.scale", str(task_file)],
             stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            preexec_fn=_die_with_parent,
         )
         log.info("shard %d attempt %d: pid %d on %s", task.shard, task.attempt, process.pid,
                  f"GPU {gpu}" if gpu is not None else "CPU")
