@@ -86,6 +86,7 @@ def scale_config_from(args: argparse.Namespace):
 def run_scaled_command(args: argparse.Namespace, workload: str, params: dict[str, Any]) -> int:
     """Run `workload` scaled out with the command's --input/--output; print the report."""
     from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
     from inferlab.scale import ScaleJob, run_scaled
 
@@ -100,7 +101,8 @@ def run_scaled_command(args: argparse.Namespace, workload: str, params: dict[str
         bar.update(done - bar.n)
 
     try:
-        report = run_scaled(job, config, on_progress=show)
+        with logging_redirect_tqdm():  # log lines above the bar, not through it
+            report = run_scaled(job, config, on_progress=show)
     finally:
         if bar is not None:
             bar.close()

@@ -62,12 +62,12 @@ PARENT = """
 import os, subprocess, sys, time
 env = dict(os.environ)
 if sys.argv[1] == "arm":
-    env[%r] = str(os.getpid())
+    env[{parent_env!r}] = str(os.getpid())
 child = subprocess.Popen([sys.executable, "-c", "from inferlab.scale.launchers.local import die_with_parent; "
                           "die_with_parent(); print('armed', flush=True); import time; time.sleep(60)"], env=env)
 print(child.pid, flush=True)
 time.sleep(60)
-""" % PARENT_ENV
+""".replace("{parent_env!r}", repr(PARENT_ENV))
 
 
 def child_outlives_killed_parent(arm: bool) -> bool:

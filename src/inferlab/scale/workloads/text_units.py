@@ -52,7 +52,7 @@ def read_jsonl_units(
             for (slot, _), ids in zip(items, encoded):
                 weights[slot] += max(len(ids), 1)
         units.extend(Unit(record.line_no, record.id, float(w)) for record, w in zip(chunk, weights))
-    return UnitPlan(units, header_lines=0, description=f"JSONL file {input_path}: {len(units)} lines")
+    return UnitPlan(units, header_lines=0, description=f"JSONL file {input_path}")
 
 
 def load_tokenizer(model_dir: str):
