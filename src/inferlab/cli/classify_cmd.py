@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from inferlab.cli.hf_workload_args import add_batch_args, add_model_args
+from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--input", required=True, help="JSONL file, one {\"id\", \"text\"} object per line")
     p.add_argument("--output", required=True, help="JSONL predictions (appended to on resume)")
     add_batch_args(p, text_field="text")
+    add_scale_args(p)
     p.set_defaults(func=_run)
 
 
@@ -39,6 +41,11 @@ def _run(args: argparse.Namespace) -> int:
         text_field=args.text_field,
     )
     require_input(args.input)
+    if wants_scale_out(args):  # --gpus/--launcher: shards on several workers (inferlab.scale)
+        from inferlab.cli.scale_args import run_scaled_command
+        from inferlab.scale.workloads.classify import classify_params
+
+        return run_scaled_command(args, "classify", classify_params(load_config_from(args), options))
     classifier = load_classifier(load_config_from(args))
     with progress_bar(args.input, unit="text") as progress:
         report = classify_file(classifier, args.input, args.output, options, progress=progress)

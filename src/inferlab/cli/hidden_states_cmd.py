@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from inferlab.cli.hf_workload_args import add_batch_args, add_model_args
+from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save-dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--shard-rows", type=int, default=1024, help="input lines per shard (tokenised and sorted together)")
     add_batch_args(p, text_field="prompt")
+    add_scale_args(p)
     p.set_defaults(func=_run)
 
 
@@ -49,6 +51,11 @@ def _run(args: argparse.Namespace) -> int:
         save_dtype=args.save_dtype,
     )
     require_input(args.input)
+    if wants_scale_out(args):  # --gpus/--launcher: shards on several workers (inferlab.scale)
+        from inferlab.cli.scale_args import run_scaled_command
+        from inferlab.scale.workloads.hidden_states import hidden_states_params
+
+        return run_scaled_command(args, "hidden-states", hidden_states_params(load_config_from(args), options))
     loaded = load_base_model(load_config_from(args))
     with progress_bar(args.input, unit="prompt") as progress:
         report = collect_hidden_states(loaded, args.input, args.output, options, progress=progress)
