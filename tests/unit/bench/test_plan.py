@@ -123,7 +123,7 @@ def test_bad_generate_plans_are_refused_with_the_fix(settings, message):
 
 
 def test_refusals_that_are_not_about_one_value(tmp_path):
-    with pytest.raises(ConfigError, match=r"unknown knob 'processor'.*belongs to backend hf, not to .*attention-kernels"):
+    with pytest.raises(ConfigError, match=r"unknown knob 'processor'.*belongs to backend hf of scenario generate, not to .*attention-kernels"):
         build_plan({"sweep": [{"scenario": "attention-kernels", "set": {"processor": "python"}}]})
     with pytest.raises(ConfigError, match=r"causal=true needs q_len == kv_len"):
         build_plan({"sweep": [{"scenario": "attention-kernels", "set": {"q_len": 1, "kv_len": 512}}]})
