@@ -76,15 +76,18 @@ def has_accelerator() -> bool:
 
 
 def estimate_seconds(cells: list[Cell] | tuple[Cell, ...], accelerator: bool | None = None) -> tuple[float, float]:
-    """(typical, worst case) seconds for running `cells` (on this machine, or with/without an accelerator
-    when `accelerator` says so): the scenarios' rough estimates capped by each cell's timeout (a cell the
-    parent already knows is unavailable costs nothing), and the sum of the timeouts."""
-    accel = has_accelerator() if accelerator is None else accelerator
+    """(typical, worst case) seconds for running `cells`: the scenarios' rough estimates capped by each
+    cell's timeout, and the sum of the timeouts. For this machine (accelerator=None) a cell the parent
+    already knows is unavailable costs nothing; for another machine (accelerator=True/False) every cell
+    counts, since what is installed there is not known here."""
+    here = accelerator is None
+    accel = has_accelerator() if here else bool(accelerator)
     typical = worst = 0.0
     for c in cells:
-        if precheck_reason(c) is None:
-            typical += min(get_scenario(c.scenario).estimate_s(c, accel), c.timeout_s)
-            worst += c.timeout_s
+        if here and precheck_reason(c) is not None:
+            continue
+        typical += min(get_scenario(c.scenario).estimate_s(c, accel), c.timeout_s)
+        worst += c.timeout_s
     return typical, worst
 
 

@@ -83,7 +83,7 @@ def validate(cell: Cell) -> None:
 
 
 def estimate_s(cell: Cell, accelerator: bool) -> float:
-    """Rough seconds: process start + load + profile (~10 s on a GPU host), a compile guess (~25 s,
+    """Rough seconds: process start + load (~8 s on a GPU host) + the kernel profile (~2 s), a compile guess (~25 s,
     BENCHMARKING.md saw 16-33 s), warm-up calls of `warmup_steps` steps (and the warm repeat of one), then
     the timed calls: passes over all prompts, cut at `max_duration_s`. The GPU step model is fitted to
     BENCHMARKING.md's H200 table for the Llama-380M shape (dynamic ~9 ms, static ~3 ms, +0.055 ms per
@@ -92,7 +92,7 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
     rows = c["batch_size"]
     if accelerator:
         step_ms = (3.0 if c.get("kv_cache") == "static" else 9.0) + 0.055 * rows
-        fixed = 10.0 + (25.0 if c.get("compile") else 0.0)
+        fixed = 8.0 + (2.0 if c["profile_kernels"] else 0.0) + (25.0 if c.get("compile") else 0.0)
     else:
         step_ms = 4.0 + 0.02 * rows
         fixed = 6.0
