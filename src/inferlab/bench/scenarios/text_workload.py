@@ -92,7 +92,7 @@ def measure_spec(c: dict[str, Any]) -> Any:
 
 
 def estimate_text_s(c: dict[str, Any], accelerator: bool, count: int, params_b: float) -> float:
-    """Rough seconds: process, imports and load (~10 s on a GPU host, +3 s for torchao), then the first
+    """Rough seconds: process, imports and load (~10 s on a GPU host, +2 s for torchao), then the first
     call, warm-up and timed batches. A batch costs ~15 ms of launches plus ~2 GFLOP per padded token per
     billion parameters at ~200 TFLOP/s (int8 weight-only: twice that); unbucketed batches pad to the
     longest text. CPU: tiny models, ~5 ms + 2 us per padded token."""
@@ -101,7 +101,7 @@ def estimate_text_s(c: dict[str, Any], accelerator: bool, count: int, params_b: 
     tokens = min(c["batch_size"], count) * padded
     if accelerator:
         batch_s = 0.015 + tokens * params_b * 2e9 / 200e12 * (2 if c.get("quantization") == "int8" else 1)
-        fixed = 10.0 + (3.0 if c.get("quantization", "none") != "none" else 0.0)
+        fixed = 10.0 + (2.0 if c.get("quantization", "none") != "none" else 0.0)
     else:
         batch_s = 0.005 + tokens * 2e-6
         fixed = 6.0
