@@ -16,14 +16,17 @@ def _max_positions(model_dir: Any) -> int:
 
 
 def _check_outputs(requests: list, outputs: list[list[int]], eos: frozenset[int], tokenizer, profile) -> dict[str, Any]:
-    """Strict validity of each output: decoded up to its first EOS, then the template's check."""
+    """Strict validity of each output: decoded up to its first EOS, then the template's check. Keeps the
+    first texts (cut to 300 characters) and the first reasons for the reader."""
     from inferlab.errors import InferlabError
 
-    valid, ended, reasons = 0, 0, []
+    valid, ended, reasons, samples = 0, 0, [], []
     for request, ids in zip(requests, outputs):
         end = next((i for i, t in enumerate(ids) if t in eos), None)
         ended += end is not None
         text = tokenizer.decode(ids[:end] if end is not None else ids, skip_special_tokens=False)
+        if len(samples) < 2:
+            samples.append(text[:300])
         try:
             request.template.check(text, profile)
             valid += 1
@@ -32,7 +35,7 @@ def _check_outputs(requests: list, outputs: list[list[int]], eos: frozenset[int]
                 reasons.append(f"{request.smiles}: {e}")
     n = len(requests)
     return {"valid_fraction": valid / n, "valid_rows": valid, "checked_rows": n, "ended_with_eos_fraction": ended / n,
-            "invalid_examples": reasons}
+            "invalid_examples": reasons, "sample_outputs": samples}
 
 
 def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, float, float, int]) -> dict[str, Any]:
