@@ -48,7 +48,7 @@ class LaunchOptions:
     limit_seconds: float | None = None  # stop launching cells after this long; the rest become `skipped`
     rerun_failed: bool = False  # also rerun cells recorded as error / timeout / unavailable
     grace_s: float = 5.0  # SIGTERM -> SIGKILL delay when killing a timed-out cell
-    model_cache: Path | None = None  # where preset checkpoints are built (default RUN_DIR/cache); share it across runs
+    model_cache: Path | None = None  # cache root for preset checkpoints (under models/; default RUN_DIR/cache)
 
     def __post_init__(self) -> None:
         if self.limit_seconds is not None and self.limit_seconds <= 0:

@@ -27,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--only", action="append", default=[], metavar="KNOB=V1,V2",
                    help="run only the cells whose knob (or scenario/backend/model) takes one of these values")
     p.add_argument("--run-dir", help="where rows, logs and the report go (default runs/<plan name>); rerunning resumes")
-    p.add_argument("--model-cache", help="where preset checkpoints are built (default RUN_DIR/cache); share one folder "
-                   "across runs to build each preset once")
+    p.add_argument("--model-cache", help="cache folder for preset checkpoints, built under its models/ (default "
+                   "RUN_DIR/cache); share one folder across runs to build each preset once")
     p.add_argument("--timeout", type=float, help="override every cell's timeout (seconds)")
     p.add_argument("--limit-seconds", type=float, help="stop launching cells after this long; the rest are 'skipped'")
     p.add_argument("--rerun-failed", action="store_true", help="also rerun cells recorded as error/timeout/unavailable")

@@ -56,7 +56,7 @@ def test_a_quantization_that_cannot_run_is_an_unavailable_row(tiny_checkpoint, r
 
 def test_hidden_states_measures_prompts_and_tokens_per_second(tiny_checkpoint, run_cell):
     path = tiny_checkpoint("tiny")
-    _, out = run_cell(_plan("hidden-states", path, num_prompts=12, layers="1,-1", pool="mean"), path)
+    _, out = run_cell(_plan("hidden-states", path, num_prompts=12, layers="1:-1", pool="mean"), path)
     assert out.status == "ok", out.message
     m = out.metrics
     _check_shared_figures(m, 12)
@@ -70,7 +70,7 @@ def test_hidden_states_measures_prompts_and_tokens_per_second(tiny_checkpoint, r
     ("classify", "tiny-qwen2-cls", {"min_tokens": 50, "max_tokens": 10}, "swap them"),
     ("classify", "tiny-qwen2-cls", {"max_tokens": 100000}, "max_position_embeddings=512"),
     ("classify", "tiny-qwen2-cls", {"attn_implementation": "flash_attention_2"}, "only bfloat16/float16"),
-    ("hidden-states", "tiny", {"layers": "1,x"}, "separated by commas"),
+    ("hidden-states", "tiny", {"layers": "1,x"}, "separated by ',' or ':'"),
     ("hidden-states", "tiny", {"layers": "3"}, "out of range"),
     ("hidden-states", "tiny", {"max_duration_s": 0.01}, "below min_duration_s"),
 ])

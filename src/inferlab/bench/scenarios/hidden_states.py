@@ -24,8 +24,9 @@ from inferlab.errors import ConfigError
 
 KNOBS = (
     Knob("batch_size", int, 16, "prompts per forward", minimum=1),
-    Knob("layers", str, "-1", "hidden-state numbers, comma separated (0 = embeddings, L = final normed, negative "
-         "from the end); the forward stops after the deepest", ),
+    Knob("layers", str, "-1", "hidden-state numbers separated by ',' or ':' (0 = embeddings, L = final normed, "
+         "negative from the end; in --set, commas make an axis, so write 8:-1 there); the forward stops after the "
+         "deepest"),
     Knob("pool", str, "last", "pool over each prompt's real tokens: its last token or the mean", choices=("last", "mean")),
     *sample_knobs("num_prompts", 512, 100, 1000, "uniform"),
     *loading_knobs(with_quantization=False),
@@ -35,9 +36,9 @@ KNOBS = (
 
 def parse_layers(text: str) -> tuple[int, ...]:
     try:
-        layers = tuple(int(part) for part in text.split(",") if part.strip())
+        layers = tuple(int(part) for part in text.replace(":", ",").split(",") if part.strip())
     except ValueError:
-        raise ConfigError(f"layers={text!r}: write hidden-state numbers separated by commas, e.g. layers=8,-1") from None
+        raise ConfigError(f"layers={text!r}: write hidden-state numbers separated by ',' or ':', e.g. layers=8:-1") from None
     if not layers:
         raise ConfigError("layers is empty; give at least one hidden-state number, e.g. layers=-1")
     return layers
