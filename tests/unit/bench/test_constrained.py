@@ -128,3 +128,13 @@ def test_impossible_constrained_plans_are_refused(knobs, message):
                                "set": {**TINY, **knobs}}]})
     with pytest.raises(ConfigError, match="not a causal LM"):
         build_plan({"sweep": [{"scenario": "constrained", "model": "tiny-qwen2-cls", "backend": "hf", "set": TINY}]})
+
+
+def test_a_qwen3_preset_is_built_with_the_qwen3_chem_tokenizer_and_hf_is_the_constrained_backend(qwen3_chem_dir):
+    from inferlab.bench.backends import get_backend
+
+    cell = build_plan({"sweep": [{"scenario": "constrained", "model": "tiny-qwen3", "backend": "hf", "set": TINY}]}).cells[0]
+    assert cell.config["tokenizer"] == str(qwen3_chem_dir) and cell.config["compile"] is False
+    assert get_backend("hf", "constrained") is not get_backend("hf", "generate")
+    with pytest.raises(ConfigError, match="unknown backend 'vllm' for scenario constrained; choose one of: hf"):
+        get_backend("vllm", "constrained")
