@@ -263,21 +263,23 @@ def _capture_environment(run_dir: Path) -> dict[str, Any]:
 
 
 def _prepare_models(cells: list[Cell], cache_root: Path) -> tuple[dict[str, Path], dict[str, str]]:
-    """Build each preset model the pending cells need (once), resolve directories. Returns
-    ({model key: path}, {model key: error message}), keyed by _model_key."""
+    """Build the preset models the pending cells need (each once, all in one process), resolve
+    directories. Returns ({model key: path}, {model key: error message}), keyed by _model_key."""
     paths: dict[str, Path] = {}
-    errors: dict[str, str] = {}
+    presets: dict[tuple[str, str], str] = {}  # (preset, tokenizer) -> model key
     for cell in cells:
-        key = _model_key(cell)
-        if cell.model is None or key in paths or key in errors:
+        if cell.model is None:
             continue
-        if not model_refs.is_preset(cell.model):
-            paths[key] = Path(cell.model).expanduser().resolve()
-            continue
-        try:
-            paths[key] = model_refs.build_preset(cache_root, cell.model, str(cell.config.get("tokenizer", "")))
-        except (ConfigError, subprocess.TimeoutExpired, OSError) as e:
-            errors[key] = f"could not build preset {cell.model}: {e}"
+        if model_refs.is_preset(cell.model):
+            presets[(cell.model, str(cell.config.get("tokenizer", "")))] = _model_key(cell)
+        else:
+            paths[_model_key(cell)] = Path(cell.model).expanduser().resolve()
+    errors: dict[str, str] = {}
+    for pair, built in model_refs.build_presets(cache_root, list(presets)).items():
+        if isinstance(built, Path):
+            paths[presets[pair]] = built
+        else:
+            errors[presets[pair]] = f"could not build preset {pair[0]}: {built}"
     return paths, errors
 
 
