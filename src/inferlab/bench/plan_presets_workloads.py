@@ -7,7 +7,7 @@ H100/H200; `inferlab bench --list` prints them):
   Texts: 256 of 131-5,557 tokens (the seed's 524-22,229 characters), log-uniformly spread.
 - seed-hidden-states (~1.5 min): pooled activations on the Llama-380M shape (the checkpoint seed-generate
   also builds), batch 4/16/64 x last/mean pooling, and one unbucketed cell.
-- conformer-baseline (~3.5 min): the seeds' HF generate + per-token Python processor on the Qwen3-0.6B
+- conformer-baseline (~3 min): the seeds' HF generate + per-token Python processor on the Qwen3-0.6B
   shape with the qwen3-chem tokenizer, top-p 1.0 at T = 1: batch 32 with a dynamic cache (the seeds'
   setting) and batch 256 with dynamic and static caches, each on the same first 256 of the 2,000
   requests (1,000 NCI molecules x 2): the rate is what is compared with the engine.

@@ -15,6 +15,7 @@ checked strictly against its template (`valid_fraction`).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from inferlab.bench import model_refs
@@ -71,12 +72,14 @@ def validate(cell: Cell) -> None:
 
 def estimate_s(cell: Cell, accelerator: bool) -> float:
     """Rough seconds. GPU: ~12 s process, load and molecule set-up, a compile guess for static caches
-    (~35 s for the Qwen3-0.6B shape), then steps of the HF baseline: ~520 decode steps per batch of NCI
-    molecules (the longest row of a length-sorted batch), ~12 ms + 0.06 ms per row per step (BENCHMARKING.md:
-    ~1,800 tok/s at batch 32 dynamic, ~10,000 at 256). CPU (tiny models): ~4 ms + 0.3 ms per row per step."""
+    (~35 s for the Qwen3-0.6B shape), then the HF baseline's decode steps: a length-sorted batch runs as
+    long as its longest row, ~520 steps for 32 NCI molecules and more for larger batches (x1.35 per
+    doubling), at ~12 ms + 0.06 ms per row per step (BENCHMARKING.md: ~1,800 tok/s at batch 32 dynamic,
+    ~10,000 at 256). CPU (tiny models): ~4 ms + 0.3 ms per row per step."""
     c = cell.config
     batches = measured_requests(c) // c["batch_size"]
     rows = c["batch_size"]
+    steps = 520 * (1 + 0.35 * max(0.0, math.log2(rows / 32)))
     static = c.get("kv_cache") == "static"
     if accelerator:
         step_ms = (6.0 if static else 12.0) + 0.06 * rows
@@ -84,7 +87,7 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
     else:
         step_ms = 4.0 + 0.3 * rows
         fixed = 8.0
-    return fixed + (batches * c["min_repeats"] * 520 + 2 * c["warmup_steps"]) * step_ms / 1000
+    return fixed + (batches * c["min_repeats"] * steps + 2 * c["warmup_steps"]) * step_ms / 1000
 
 
 def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
