@@ -2,7 +2,8 @@
 
     python scripts/gpu/lab_sweep.py --out $OUT --parts attention generate            # chunks of < 9 minutes
     python scripts/gpu/lab_sweep.py --out $OUT --parts static-cache
-    python scripts/gpu/lab_sweep.py --out $OUT --parts classify hidden conformer-baseline
+    python scripts/gpu/lab_sweep.py --out $OUT --parts classify hidden
+    python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-baseline
     python scripts/gpu/lab_sweep.py --estimate                                       # minutes per part, runs nothing
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
