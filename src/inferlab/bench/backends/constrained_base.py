@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inferlab.errors import ConfigError
-from inferlab.workloads.conformers.template import ConformerTemplate
+
+if TYPE_CHECKING:  # the parent process validates plans without RDKit
+    from inferlab.workloads.conformers.template import ConformerTemplate
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,7 @@ class ConformerRequest:
     molecule_index: int
     conformer_index: int
     smiles: str  # as read from the input
-    template: ConformerTemplate  # prompt text, constraint segments, strict check
+    template: "ConformerTemplate"  # prompt text, constraint segments, strict check
     prompt_ids: tuple[int, ...]  # template.prompt tokenised with the tokenizer's special tokens
 
 

@@ -91,7 +91,8 @@ def build_requests(molecules: MoleculeSet, num_conformers: int) -> list[Conforme
 def plan_batches(requests: list[ConformerRequest], bounds: list[int], batch_size: int,
                  sort_by_length: bool) -> list[list[ConformerRequest]]:
     """Consecutive batches of `batch_size`; with sort_by_length, longest output bound first (the seeds'
-    PR #11: rows of a batch end close together, and the hungriest batch runs first)."""
+    PR #11: rows of a batch end close together, and the hungriest batch runs first).
+    bounds[m] is molecule m's output bound (Molecule.max_output_tokens)."""
     order = list(range(len(requests)))
     if sort_by_length:
         order.sort(key=lambda i: -bounds[requests[i].molecule_index])
