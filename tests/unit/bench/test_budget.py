@@ -103,3 +103,10 @@ def test_the_seed_presets_fit_the_session_budget_by_the_labs_own_estimates():
     for preset in ("seed-attention", "seed-generate", "seed-static-cache", "seed-classify", "seed-hidden-states",
                    "conformer-baseline"):
         assert _gpu_minutes(preset) < 9.0, preset  # every part fits one device command of under 9 minutes
+
+
+def test_a_cap_below_the_minimum_duration_is_refused():
+    from inferlab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max_duration_s=1 is below min_duration_s=2"):
+        build_plan(_generate("tiny", max_duration_s=1.0, min_duration_s=2.0))

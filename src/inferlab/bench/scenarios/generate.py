@@ -66,6 +66,9 @@ def validate(cell: Cell) -> None:
         raise ConfigError("temperature must be > 0 when do_sample=true; use do_sample=false for greedy")
     if not 0.0 < c["top_p"] <= 1.0:
         raise ConfigError(f"top_p={c['top_p']} must be in (0, 1]; use 1.0 to disable it")
+    if c["max_duration_s"] and c["max_duration_s"] < c["min_duration_s"]:
+        raise ConfigError(f"max_duration_s={c['max_duration_s']:g} is below min_duration_s={c['min_duration_s']:g}; "
+                          "raise it, or set max_duration_s=0 (no cap)")
     assert cell.model is not None
     if c["tokenizer"] and not model_refs.is_preset(cell.model):
         raise ConfigError(f"tokenizer={c['tokenizer']} only applies when model is a preset to build; "
