@@ -1,17 +1,27 @@
-"""The lab's device run: seed-attention, seed-generate and seed-static-cache, then reports, into --out.
+"""The lab's device run: the seed presets and the workload presets as parts, then reports, into --out.
 
-    python scripts/gpu/lab_sweep.py --out $OUT                       # all three, within --budget-s
-    python scripts/gpu/lab_sweep.py --out $OUT --parts generate      # a subset: attention, generate, static-cache
-    python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke         # the same pipeline on CPU, tiny shapes
+    python scripts/gpu/lab_sweep.py --out $OUT --parts attention generate            # chunks of < 9 minutes
+    python scripts/gpu/lab_sweep.py --out $OUT --parts static-cache
+    python scripts/gpu/lab_sweep.py --out $OUT --parts classify hidden
+    python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-baseline
+    python scripts/gpu/lab_sweep.py --estimate                                       # minutes per part, runs nothing
+    python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
-Installs nothing (the project is installed with `pip install --no-deps -e .`). Runs live in
-runs/lab/ in the checkout (ignored by git, kept between calls on a warm machine): a call that hits its
-budget records the rest as `skipped`, and the next call resumes exactly there. seed-generate and
-seed-static-cache share one run directory, so their two common cells run once.
+Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
+classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline.
+Installs nothing (the project is installed with `pip install --no-deps -e .`). Runs live in runs/lab/
+in the checkout (ignored by git, kept between calls on a warm machine): a call that hits its budget
+records the rest as `skipped`, and the next call resumes exactly there. seed-generate and
+seed-static-cache share one run directory, so their two common cells run once; preset checkpoints are
+built once into runs/lab/cache/models for every part (llama-380m serves generate, static-cache and hidden).
 
-Time (one H100/H200, estimates): seed-attention ~3.5 min, seed-generate ~11-13 min, seed-static-cache
-~10 min; ~25 min in all, i.e. three calls with the default budget of 540 s (a device command may run 10
-minutes). A hung cell costs its timeout (180-300 s) at most.
+Time (one H100/H200, the lab's estimates; `--estimate` prints them): attention ~2.4 min, generate
+~5.6, static-cache ~6.4 beyond generate's cells, classify ~5, hidden ~1.3, conformer-baseline ~3
+(~24 min in all; ~25 min for the first three alone before this round's cuts), plus building the
+preset checkpoints once (llama-380m, qwen2-cls, qwen3-0.6b: a few seconds each). A hung cell costs its
+timeout (120-300 s) at most. int8/fp8 classify cells need torchao importable (docs/workloads.md: carry
+the wheel) and flash-attn cells the flash-attn package; without them those cells are `unavailable` rows
+at no cost, which the first lines printed say.
 
 Writes under --out: benchmarks/results/<date>-<gpu>-<what>.jsonl (the rows, for the lead to commit),
 benchmarks/reports/<date>-<gpu>-<what>/ (report.md + plots), lab_summary.txt. Each part runs in
@@ -36,20 +46,33 @@ sys.path.insert(0, str(REPO / "src"))
 
 from inferlab.cli import main as inferlab  # noqa: E402
 
-# part -> (preset, run directory name, report name)
+# part -> (preset, run directory name)
 PARTS = {
-    "attention": ("seed-attention", "seed-attention", "seed-attention"),
-    "generate": ("seed-generate", "seed-generate", "seed-generate"),
-    "static-cache": ("seed-static-cache", "seed-generate", "seed-generate"),
+    "attention": ("seed-attention", "seed-attention"),
+    "generate": ("seed-generate", "seed-generate"),
+    "static-cache": ("seed-static-cache", "seed-generate"),
+    "classify": ("seed-classify", "seed-classify"),
+    "hidden": ("seed-hidden-states", "seed-hidden-states"),
+    "conformer-baseline": ("conformer-baseline", "conformer-baseline"),
 }
+# The report's speedup baseline per run directory (default: the first configuration of each workload).
+REPORT_BASELINES = {"seed-generate": ["--baseline", "attn_implementation=eager"]}
+_ONE_THREAD = ["--set", "cpu_threads=1"]
+_TINY_TEXT = ["--set", "min_tokens=8", "--set", "max_tokens=100", "--set", "dtype=float32", "--set", "min_duration_s=0.1",
+              "--set", "max_duration_s=0.3", *_ONE_THREAD]
 # CPU smoke: the same presets, shrunk so the whole pipeline runs here in minutes.
 SMOKE_ARGS = {
     "seed-attention": ["--set", "batch_size=2", "--set", "q_len=32", "--set", "kv_len=32", "--set", "min_duration_s=0.05",
-                       "--set", "min_repeats=3", "--only", "kernel=auto,math,flash,flash_attn"],
-    "seed-generate": ["--model", "tiny", "--set", "new_tokens=4", "--set", "compile=false",
-                      "--set", "batch_size=2", "--set", "num_prompts=4", "--set", "prompt_tokens=8"],
-    "seed-static-cache": ["--model", "tiny", "--set", "new_tokens=4", "--set", "compile=false",
-                          "--set", "batch_size=2,4", "--set", "num_prompts=4", "--set", "prompt_tokens=8"],
+                       "--set", "min_repeats=3", "--only", "kernel=auto,math,flash,flash_attn", *_ONE_THREAD],
+    "seed-generate": ["--model", "tiny", "--set", "new_tokens=4", "--set", "compile=false", "--set", "warmup_steps=2",
+                      "--set", "batch_size=2", "--set", "num_prompts=4", "--set", "prompt_tokens=8", *_ONE_THREAD],
+    "seed-static-cache": ["--model", "tiny", "--set", "new_tokens=4", "--set", "compile=false", "--set", "warmup_steps=2",
+                          "--set", "batch_size=2,4", "--set", "num_prompts=4", "--set", "prompt_tokens=8", *_ONE_THREAD],
+    "seed-classify": ["--model", "tiny-qwen2-cls", "--set", "num_samples=16", *_TINY_TEXT, "--only", "batch_size=1,8,32"],
+    "seed-hidden-states": ["--model", "tiny", "--set", "num_prompts=16", "--set", "layers=1:-1", *_TINY_TEXT],
+    "conformer-baseline": ["--model", "tiny-qwen3", "--set", "num_molecules=2", "--set", "max_requests=4",
+                           "--set", "batch_size=2", "--set", "dtype=float32", "--set", "compile=false",
+                           "--set", "warmup_steps=2", *_ONE_THREAD],
 }
 
 
@@ -62,12 +85,13 @@ def _gpu_slug(run_dir: Path) -> str:
 
 
 def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]) -> None:
-    preset, run_name, _ = PARTS[part]
+    preset, run_name = PARTS[part]
     remaining = deadline - time.monotonic()
     if remaining < 30:
         log.append(f"{part}: not started, the budget is spent (run this script again to continue)")
         return
-    argv = ["bench", "--preset", preset, "--run-dir", str(runs / run_name), "--limit-seconds", str(int(remaining)), "--no-report"]
+    argv = ["bench", "--preset", preset, "--run-dir", str(runs / run_name), "--model-cache", str(runs / "cache"),
+            "--limit-seconds", str(int(remaining)), "--no-report"]
     argv += SMOKE_ARGS[preset] if smoke else []
     print(f"\n=== {part}: inferlab {' '.join(argv)}", flush=True)
     code = inferlab(argv)
@@ -88,8 +112,7 @@ def write_outputs(runs: Path, out: Path, smoke: bool, log: list[str]) -> list[st
             results.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run_dir / "results.jsonl", results)
             report_dir = out / "benchmarks" / "reports" / stem
-            baseline = ["--baseline", "attn_implementation=eager"] if run_name == "seed-generate" else []
-            inferlab(["report", str(run_dir), "--out", str(report_dir), *baseline])
+            inferlab(["report", str(run_dir), "--out", str(report_dir), *REPORT_BASELINES.get(run_name, [])])
             summary += _summarise(run_dir, report_dir / "report.md", stem)
         except Exception:
             traceback.print_exc()
@@ -121,18 +144,63 @@ def _summarise(run_dir: Path, report: Path, stem: str) -> list[str]:
 
 def _short_config(row: dict) -> str:
     c = row.get("config", {})
-    keys = ("kernel", "gqa", "attn_implementation", "sdpa_backend", "kv_cache", "processor", "batch_size", "q_len", "kv_len")
+    keys = ("kernel", "gqa", "attn_implementation", "sdpa_backend", "kv_cache", "processor", "quantization", "dtype",
+            "pool", "sampling", "batch_size", "q_len", "kv_len")
     return " ".join(f"{k}={c[k]}" for k in keys if k in c)
+
+
+def estimates(parts: list[str]) -> list[str]:
+    """Estimated GPU minutes per part (cells shared with an earlier part counted once)."""
+    from inferlab.bench.launcher import estimate_seconds
+    from inferlab.bench.plan import build_plan
+    from inferlab.bench.plan_presets import get_plan_preset
+
+    seen: set[str] = set()
+    lines, total = [], 0.0
+    for part in parts:
+        cells = [c for c in build_plan(get_plan_preset(PARTS[part][0])).cells if c.key not in seen]
+        seen.update(c.key for c in cells)
+        typical, worst = estimate_seconds(cells, accelerator=True)
+        total += typical
+        lines.append(f"  {part:<20} {len(cells):>3} cells  ~{typical / 60:4.1f} min (at most {worst / 60:.0f} if every "
+                     "cell hit its timeout)")
+    return ["estimated minutes on one H100/H200:", *lines, f"  {'total':<20}      ~{total / 60:4.1f} min"]
+
+
+def availability() -> list[str]:
+    """What decides whether some cells can run at all here."""
+    import importlib.util
+
+    from inferlab.errors import InputError
+    from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
+
+    notes = []
+    for module, cells in (("torchao", "classify int8/fp8"), ("flash_attn", "flash-attn / flash_attention_2")):
+        found = importlib.util.find_spec(module) is not None
+        notes.append(f"  {module}: {'found' if found else 'NOT installed'} ({cells} cells"
+                     + ("" if found else " will be `unavailable` rows") + ")")
+    try:
+        notes.append(f"  qwen3-chem tokenizer: {qwen3_chem_tokenizer_dir()}")
+    except InputError as e:
+        notes.append(f"  qwen3-chem tokenizer: NOT found, the conformer-baseline part will fail ({e})")
+    return notes
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="folder for results, reports and the summary ($OUT on the device)")
+    parser.add_argument("--out", help="folder for results, reports and the summary ($OUT on the device)")
     parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
     parser.add_argument("--budget-s", type=float, default=540.0, help="stop launching cells after this long (default 540)")
     parser.add_argument("--runs", default=str(REPO / "runs" / "lab"), help="where the run directories live")
     parser.add_argument("--cpu-smoke", action="store_true", help="shrink every preset to run on a CPU (tiny model/shapes)")
+    parser.add_argument("--estimate", action="store_true", help="print the estimated minutes per part and exit")
     args = parser.parse_args()
+    print("\n".join(estimates(args.parts)), flush=True)
+    if args.estimate:
+        return 0
+    if not args.out:
+        parser.error("--out is required unless --estimate")
+    print("\n".join(["availability:", *availability()]), flush=True)
     out, runs = Path(args.out), Path(args.runs)
     runs = runs.with_name(runs.name + "-cpu-smoke") if args.cpu_smoke else runs
     out.mkdir(parents=True, exist_ok=True)

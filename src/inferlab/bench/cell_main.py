@@ -44,6 +44,10 @@ def execute(spec: dict[str, Any], outcome_path: Path | None = None) -> Outcome:
     ctx = CellContext(run_dir=Path(spec["run_dir"]), model_path=Path(model_path) if model_path else None,
                       cache_dir=Path(spec["cache_dir"]), outcome_path=outcome_path)
     try:
+        if cell.config.get("cpu_threads"):
+            import torch
+
+            torch.set_num_threads(cell.config["cpu_threads"])
         metrics = scenario.run(cell, ctx)
     except Exception as exc:  # every failure is a row, never a dead sweep
         traceback.print_exc(file=sys.stderr)

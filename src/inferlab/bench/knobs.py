@@ -132,4 +132,6 @@ def common_knobs(*, min_repeats: int, min_duration_s: float, warmup: int,
         Knob("warmup", int, warmup, "untimed warm-up calls before measuring", minimum=0),
         Knob("min_repeats", int, min_repeats, repeats_help, minimum=1),
         Knob("min_duration_s", float, min_duration_s, "and keep repeating until this many seconds", minimum=0.0),
+        Knob("cpu_threads", int, 0, "torch intra-op threads (0 = torch's default); on a small shared CPU, 1 avoids "
+             "threads spinning against each other", minimum=0),
     ]

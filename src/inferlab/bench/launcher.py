@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import inferlab
 from inferlab.bench import model_refs
+from inferlab.bench.backends import get_backend
 from inferlab.bench.cells import Cell
 from inferlab.bench.plan import Plan
 from inferlab.bench.rows import FINISHED_STATUSES, UNAVAILABLE_MARKERS, Outcome, make_row
@@ -47,6 +48,7 @@ class LaunchOptions:
     limit_seconds: float | None = None  # stop launching cells after this long; the rest become `skipped`
     rerun_failed: bool = False  # also rerun cells recorded as error / timeout / unavailable
     grace_s: float = 5.0  # SIGTERM -> SIGKILL delay when killing a timed-out cell
+    model_cache: Path | None = None  # cache root for preset checkpoints (under models/; default RUN_DIR/cache)
 
     def __post_init__(self) -> None:
         if self.limit_seconds is not None and self.limit_seconds <= 0:
@@ -73,12 +75,28 @@ def has_accelerator() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
-def estimate_seconds(cells: list[Cell] | tuple[Cell, ...]) -> tuple[float, float]:
+def estimate_seconds(cells: list[Cell] | tuple[Cell, ...], accelerator: bool | None = None) -> tuple[float, float]:
     """(typical, worst case) seconds for running `cells`: the scenarios' rough estimates capped by each
-    cell's timeout, and the sum of the timeouts."""
-    accel = has_accelerator()
-    typical = sum(min(get_scenario(c.scenario).estimate_s(c, accel), c.timeout_s) for c in cells)
-    return typical, sum(c.timeout_s for c in cells)
+    cell's timeout, and the sum of the timeouts. For this machine (accelerator=None) a cell the parent
+    already knows is unavailable costs nothing; for another machine (accelerator=True/False) every cell
+    counts, since what is installed there is not known here."""
+    here = accelerator is None
+    accel = has_accelerator() if here else bool(accelerator)
+    typical = worst = 0.0
+    for c in cells:
+        if here and precheck_reason(c) is not None:
+            continue
+        typical += min(get_scenario(c.scenario).estimate_s(c, accel), c.timeout_s)
+        worst += c.timeout_s
+    return typical, worst
+
+
+def precheck_reason(cell: Cell) -> str | None:
+    """Why `cell` certainly cannot run here (scenario's or backend's parent-side check), or None."""
+    reason = get_scenario(cell.scenario).precheck(cell)
+    if reason is None and cell.backend is not None:
+        reason = get_backend(cell.backend, cell.scenario).precheck(cell)
+    return reason
 
 
 def pending_cells(plan: Plan, run_dir: Path, rerun_failed: bool = False) -> tuple[list[Cell], int]:
@@ -106,7 +124,9 @@ def launch(plan: Plan, options: LaunchOptions, on_start: Callable[[int, int, Cel
     limit = options.limit_seconds if options.limit_seconds is not None else plan.limit_seconds
     env = _capture_environment(run_dir)
     plugins = tuple(str(Path(p).resolve()) for p in plan.plugins)
-    model_paths, model_errors = _prepare_models(pending, run_dir / "cache")
+    missing = {c.key: reason for c in pending if (reason := precheck_reason(c)) is not None}
+    model_cache = (options.model_cache or run_dir / "cache").resolve()
+    model_paths, model_errors = _prepare_models([c for c in pending if c.key not in missing], model_cache)
     with ResumableJsonlWriter(run_dir / RESULTS_FILE, id_field="cell_key") as writer:
         for index, cell in enumerate(pending):
             if on_start:
@@ -114,7 +134,10 @@ def launch(plan: Plan, options: LaunchOptions, on_start: Callable[[int, int, Cel
             elapsed = time.monotonic() - start
             scenario = get_scenario(cell.scenario)
             estimate = min(scenario.estimate_s(cell, has_accelerator()), cell.timeout_s)
-            if limit is not None and elapsed + estimate > limit:
+            if cell.key in missing:
+                message = f"{missing[cell.key]} (known before starting the cell; no process was run)"
+                row = make_row(cell, Outcome("unavailable", message), run_id=run_id, env=env)
+            elif limit is not None and elapsed + estimate > limit:
                 message = (f"not started: the time limit of {limit:.0f} s would be passed (elapsed {elapsed:.0f} s, "
                            f"this cell ~{estimate:.0f} s); rerun the same command to resume")
                 row = make_row(cell, Outcome("skipped", message), run_id=run_id, env=env)
@@ -240,21 +263,23 @@ def _capture_environment(run_dir: Path) -> dict[str, Any]:
 
 
 def _prepare_models(cells: list[Cell], cache_root: Path) -> tuple[dict[str, Path], dict[str, str]]:
-    """Build each preset model the pending cells need (once), resolve directories. Returns
-    ({model key: path}, {model key: error message}), keyed by _model_key."""
+    """Build the preset models the pending cells need (each once, all in one process), resolve
+    directories. Returns ({model key: path}, {model key: error message}), keyed by _model_key."""
     paths: dict[str, Path] = {}
-    errors: dict[str, str] = {}
+    presets: dict[tuple[str, str], str] = {}  # (preset, tokenizer) -> model key
     for cell in cells:
-        key = _model_key(cell)
-        if cell.model is None or key in paths or key in errors:
+        if cell.model is None:
             continue
-        if not model_refs.is_preset(cell.model):
-            paths[key] = Path(cell.model).expanduser().resolve()
-            continue
-        try:
-            paths[key] = model_refs.build_preset(cache_root, cell.model, str(cell.config.get("tokenizer", "")))
-        except (ConfigError, subprocess.TimeoutExpired, OSError) as e:
-            errors[key] = f"could not build preset {cell.model}: {e}"
+        if model_refs.is_preset(cell.model):
+            presets[(cell.model, str(cell.config.get("tokenizer", "")))] = _model_key(cell)
+        else:
+            paths[_model_key(cell)] = Path(cell.model).expanduser().resolve()
+    errors: dict[str, str] = {}
+    for pair, built in model_refs.build_presets(cache_root, list(presets)).items():
+        if isinstance(built, Path):
+            paths[presets[pair]] = built
+        else:
+            errors[presets[pair]] = f"could not build preset {pair[0]}: {built}"
     return paths, errors
 
 

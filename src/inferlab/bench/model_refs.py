@@ -90,24 +90,43 @@ def preset_cache_dir(cache_root: Path, preset: str, tokenizer: str) -> Path:
     return cache_root / "models" / f"{preset}-seed{PRESET_SEED}-{tag}"
 
 
-def build_preset(cache_root: Path, preset: str, tokenizer: str, timeout_s: float = 1800.0) -> Path:
-    """Build the random checkpoint of `preset` once (in a subprocess, into a temp folder renamed when
-    complete, so a killed build never leaves a half checkpoint that looks finished)."""
-    final = preset_cache_dir(cache_root, preset, tokenizer)
-    if (final / "inferlab_preset.json").is_file():
-        return final
-    partial = final.with_name(final.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    cli = "import sys; from inferlab.cli import main; sys.exit(main(sys.argv[1:]))"
-    cmd = [sys.executable, "-c", cli, "model", "init", "--preset", preset, "--out", str(partial),
-           "--seed", str(PRESET_SEED), "--dtype", PRESET_DTYPE]
-    if tokenizer:
-        cmd += ["--tokenizer", tokenizer]
-    log.info("building preset %s into %s", preset, final)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=os.environ.copy())
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
-        raise ConfigError(f"building preset {preset!r} failed (exit {proc.returncode}): {tail}")
-    partial.rename(final)
-    return final
+def build_presets(cache_root: Path, wanted: list[tuple[str, str]], timeout_s: float = 1800.0) -> dict[tuple[str, str], Path | str]:
+    """Build the random checkpoints of the (preset, tokenizer) pairs that are not built yet, all in one
+    subprocess (one interpreter start and one torch import for all of them), each into a temp folder
+    renamed when complete, so a killed build never leaves a half checkpoint that looks finished.
+    Returns each pair's folder, or the reason it could not be built."""
+    result: dict[tuple[str, str], Path | str] = {}
+    todo: list[tuple[str, str, Path, Path]] = []
+    for preset, tokenizer in dict.fromkeys(wanted):
+        final = preset_cache_dir(cache_root, preset, tokenizer)
+        if (final / "inferlab_preset.json").is_file():
+            result[(preset, tokenizer)] = final
+            continue
+        partial = final.with_name(final.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        todo.append((preset, tokenizer, partial, final))
+    if not todo:
+        return result
+    jobs = [{"preset": p, "tokenizer": t or None, "out": str(partial)} for p, t, partial, _ in todo]
+    child = ("import json, sys; from inferlab.models.checkpoint_init import init_checkpoint\n"
+             "for job in json.loads(sys.argv[1]):\n"
+             f"    init_checkpoint(job['preset'], job['out'], seed={PRESET_SEED}, dtype={PRESET_DTYPE!r}, "
+             "tokenizer_dir=job['tokenizer'])")
+    log.info("building presets %s into %s", ", ".join(p for p, *_ in todo), cache_root / "models")
+    failure = ""
+    try:
+        proc = subprocess.run([sys.executable, "-c", child, json.dumps(jobs)], capture_output=True, text=True,
+                              timeout=timeout_s, env=os.environ.copy())
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+            failure = f"(exit {proc.returncode}): {tail}"
+    except subprocess.TimeoutExpired:
+        failure = f"(no result after {timeout_s:.0f} s)"
+    for preset, tokenizer, partial, final in todo:
+        if (partial / "inferlab_preset.json").is_file():
+            partial.rename(final)
+            result[(preset, tokenizer)] = final
+        else:
+            result[(preset, tokenizer)] = f"building preset {preset!r} failed {failure or '(no checkpoint written)'}"
+    return result

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.bench import model_refs
-from inferlab.bench.backends import BACKENDS, get_backend
+from inferlab.bench.backends import BACKENDS, backends_for, get_backend
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob, unknown_knob_error
 from inferlab.bench.plugins import load_plugin_files
@@ -132,15 +132,15 @@ def _expand_sweep(sweep: dict[str, Any], defaults: dict[str, Any], overrides: di
         raise ConfigError(f"{where}: scenario {scenario.name} takes no model; remove model/models")
     if scenario.uses_backends:
         if not backends:
-            raise ConfigError(f"{where}: no backend; choose from: {', '.join(sorted(BACKENDS))}")
+            raise ConfigError(f"{where}: no backend; choose from: {', '.join(sorted(backends_for(scenario.name)))}")
         for b in backends:
-            get_backend(b)
+            get_backend(b, scenario.name)
     elif backends:
         raise ConfigError(f"{where}: scenario {scenario.name} takes no backend; remove backend/backends")
 
     sweep_knobs = dict(scenario.knob_map)
     for b in backends:
-        sweep_knobs.update(get_backend(b).knob_map)
+        sweep_knobs.update(get_backend(b, scenario.name).knob_map)
     values: dict[str, list[Any]] = {}
     for is_default, source in ((True, defaults.get(scenario.name, {})), (False, sweep.get("set", {}))):
         for knob_name, raw in source.items():
@@ -166,7 +166,7 @@ def _expand_sweep(sweep: dict[str, Any], defaults: dict[str, Any], overrides: di
         for backend in backends or [None]:
             cell_knobs = dict(scenario.knob_map)
             if backend is not None:
-                cell_knobs.update(get_backend(backend).knob_map)
+                cell_knobs.update(get_backend(backend, scenario.name).knob_map)
             for combo in itertools.product(*[vals for _, vals in axes]):
                 chosen = {k: v for (k, _), v in zip(axes, combo) if k in cell_knobs}
                 cells.append(_make_cell(scenario.name, backend, model, cell_knobs, chosen, timeout, where))
@@ -179,7 +179,7 @@ def _make_cell(scenario_name: str, backend: str | None, model: str | None, knobs
     config = {name: chosen.get(name, knob.default) for name, knob in knobs.items()}
     config = scenario.resolve(config)
     if backend is not None:
-        config = get_backend(backend).resolve(config)
+        config = get_backend(backend, scenario_name).resolve(config)
     if "tokenizer" in config and not config["tokenizer"] and model is not None:
         config["tokenizer"] = model_refs.default_tokenizer_for(model)
     unresolved = [k for k, v in config.items() if v is None]
@@ -188,7 +188,7 @@ def _make_cell(scenario_name: str, backend: str | None, model: str | None, knobs
     try:
         scenario.validate(cell)
         if backend is not None:
-            get_backend(backend).validate(cell)
+            get_backend(backend, scenario_name).validate(cell)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
     return cell
@@ -264,5 +264,5 @@ def _owners() -> dict[str, str]:
             owners.setdefault(k.name, f"scenario {s.name}")
     for b in BACKENDS.values():
         for k in b.knobs:
-            owners.setdefault(k.name, f"backend {b.name}")
+            owners.setdefault(k.name, f"backend {b.name} of scenario {b.scenario}")
     return owners

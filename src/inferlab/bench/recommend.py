@@ -1,7 +1,8 @@
 """`inferlab recommend RUN...`: the seeds' "TL;DR" table derived from measured rows only: for each
 (GPU, scenario, model, workload such as the batch size), the best configuration, its figure, the
 runner-up and the margin between them. A margin within the measured spread (IQR/median of the timed
-calls) of either row is called a tie; with a single timed call the spread is unknown and said so."""
+calls) of either row is called a tie; with a single timed call (or a scenario that measures no spread) it
+is unknown and said so."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def recommend(rows: list[dict[str, Any]]) -> list[Recommendation]:
         margin = (vb / vs - 1) if higher else (vs / vb - 1)  # type: ignore[operator]
         spreads = [s for s in (_spread(best), _spread(second)) if s is not None]
         if len(spreads) < 2:
-            verdict = "spread unknown (single timed call)"
+            verdict = "spread unknown (one timed call, or no spread measured)"
         elif margin <= max(spreads):
             verdict = "tie (within spread)"
         else:

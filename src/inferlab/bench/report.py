@@ -10,88 +10,15 @@ same workload with that value that agrees with it on the most other knobs (e.g. 
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from inferlab.bench import findings, plots
-from inferlab.bench.markdown import md_table, num, pct, ratio, short, sig
-from inferlab.bench.results import (best_row, config_label, field_value, format_value, group_rows, headline,
-                                    speedup, table_key, workload_key)
+from inferlab.bench.markdown import md_table
+from inferlab.bench.report_columns import COLUMNS, DEFAULT_COLUMNS, TableContext
+from inferlab.bench.results import best_row, field_value, format_value, group_rows, headline, table_key, workload_key
 from inferlab.bench.results import label_knobs as results_label_knobs
 from inferlab.errors import InputError
-
-
-@dataclass(frozen=True)
-class TableContext:
-    label_knobs: list[str]
-    baselines: dict[int, dict[str, Any] | None]  # id(row) -> its baseline row
-    winners: set[int]  # id(row) of each workload's best row
-
-
-Cell = Callable[[dict[str, Any], TableContext], str]
-
-
-def _label(row: dict[str, Any], ctx: TableContext) -> str:
-    text = config_label(row, ctx.label_knobs)
-    return f"**{text}** (best)" if id(row) in ctx.winners else text
-
-
-def _status(row: dict[str, Any], ctx: TableContext) -> str:
-    status = row.get("status", "?")
-    return status if status == "ok" and not row.get("warnings") else f"{status}: {short(row.get('message') or '; '.join(row.get('warnings', [])))}"
-
-
-def _metric(name: str, fmt: Callable[[Any], str]) -> Cell:
-    return lambda row, ctx: fmt(row.get("metrics", {}).get(name)) if row.get("status") == "ok" else "-"
-
-
-def _speedup(row: dict[str, Any], ctx: TableContext) -> str:
-    return ratio(speedup(row, ctx.baselines.get(id(row))))
-
-
-def _gbps(row: dict[str, Any], ctx: TableContext) -> str:
-    m = row.get("metrics", {})
-    if row.get("status") != "ok" or m.get("achieved_gb_per_s") is None:
-        return "-"
-    frac = m.get("bandwidth_fraction")
-    return num(m["achieved_gb_per_s"]) + (f" ({pct(frac)})" if frac is not None else "")
-
-
-# Columns per scenario; a scenario without an entry gets DEFAULT_COLUMNS.
-COLUMNS: dict[str, list[tuple[str, Cell]]] = {
-    "generate": [
-        ("configuration", _label),
-        ("batch", lambda r, c: str(r.get("batch_size", "-"))),
-        ("tok/s", _metric("output_tokens_per_s", num)),
-        ("spread", _metric("spread", pct)),
-        ("speedup", _speedup),
-        ("first call s", _metric("first_call_s", sig)),
-        ("steady s", _metric("steady_s", sig)),
-        ("peak GB", _metric("peak_memory_gb", sig)),
-        ("GB/s (of device)", _gbps),
-        ("attention kernel seen", _metric("attention_kernel_observed", str)),
-        ("status", _status),
-    ],
-    "attention-kernels": [
-        ("configuration", _label),
-        ("shape", lambda r, c: str(r.get("metrics", {}).get("shape") or "-")),
-        ("ms/iter", _metric("ms_per_iter", sig)),
-        ("spread", _metric("spread", pct)),
-        ("TFLOP/s", _metric("tflops_per_s", sig)),
-        ("speedup", _speedup),
-        ("max abs err vs math fp32", _metric("max_abs_error", sig)),
-        ("kernel seen", _metric("attention_kernel_observed", str)),
-        ("status", _status),
-    ],
-}
-DEFAULT_COLUMNS: list[tuple[str, Cell]] = [
-    ("configuration", _label),
-    ("batch", lambda r, c: str(r.get("batch_size", "-"))),
-    ("headline", lambda r, c: f"{r.get('headline_metric')}={sig(headline(r))}" if headline(r) is not None else "-"),
-    ("speedup", _speedup),
-    ("status", _status),
-]
 
 
 def parse_baseline(text: str | None) -> tuple[str, str] | None:

@@ -4,6 +4,9 @@ Every timed region is bracketed by a device synchronisation (torch.cuda.synchron
 CPU) and read with time.perf_counter. Warm-up calls run before the loop and never enter the samples;
 load, compile and first-call times are measured by the caller with `timed` and kept apart.
 Stats round-trip through JSON (to_dict / from_dict). torch is imported only when a CUDA clock is made.
+
+This is the project's one implementation of percentiles and summary statistics: the workloads'
+`latency_summary_ms` (workloads/stats.py) is built on `summarize`.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 
 def device_synchronizer(device: Any) -> Callable[[], None]:
@@ -42,9 +45,9 @@ def timed(sync: Callable[[], None]) -> Iterator[Elapsed]:
     result.seconds = time.perf_counter() - start
 
 
-def percentile(values: list[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's default)."""
-    if not values:
+    if len(values) == 0:
         raise ValueError("percentile of no values")
     ordered = sorted(values)
     rank = (len(ordered) - 1) * q / 100.0
@@ -87,8 +90,8 @@ class Stats:
         return {"p50": self.p50, "p90": self.p90, "p95": self.p95, "p99": self.p99}
 
 
-def summarize(samples: list[float]) -> Stats:
-    if not samples:
+def summarize(samples: Sequence[float]) -> Stats:
+    if len(samples) == 0:
         raise ValueError("no samples to summarize")
     med = statistics.median(samples)
     iqr = percentile(samples, 75) - percentile(samples, 25)
@@ -124,10 +127,13 @@ class Measurement:
 
 def measure(fn: Callable[[], Any], *, warmup: int, min_repeats: int, min_duration_s: float,
             sync: Callable[[], None] = lambda: None, max_repeats: int = 1_000_000,
-            on_result: Callable[[Any], None] | None = None) -> Measurement:
+            max_duration_s: float | None = None, on_result: Callable[[Any], None] | None = None) -> Measurement:
     """Call `fn` `warmup` times untimed-for-stats, then repeat until BOTH `min_repeats` samples and
-    `min_duration_s` of timed calls are reached (or `max_repeats`). `on_result` sees each timed call's
-    return value (e.g. to count tokens) outside the timed region."""
+    `min_duration_s` of timed calls are reached (or `max_repeats`). `max_duration_s` (None: no cap) ends
+    the loop early once the timed calls add up to that long, after at least one call: a run whose calls
+    are already long needs no more of them (callers use it only where every call measures the same
+    thing). `on_result` sees each timed call's return value (e.g. to count tokens) outside the timed
+    region."""
     if min_repeats < 1:
         raise ValueError("min_repeats must be >= 1")
     result = Measurement()
@@ -135,7 +141,11 @@ def measure(fn: Callable[[], Any], *, warmup: int, min_repeats: int, min_duratio
         with timed(sync) as t:
             fn()
         result.warmup_s.append(t.seconds)
-    while len(result.samples_s) < max_repeats and (
+
+    def long_enough() -> bool:
+        return bool(max_duration_s) and bool(result.samples_s) and result.total_s >= max_duration_s  # type: ignore[operator]
+
+    while len(result.samples_s) < max_repeats and not long_enough() and (
         len(result.samples_s) < min_repeats or result.total_s < min_duration_s
     ):
         with timed(sync) as t:

@@ -14,7 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run a benchmark plan; each cell in a fresh process, rows to RUN_DIR/results.jsonl",
                        description=__doc__)
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--preset", help="a named plan: quick, seed-attention, seed-generate, seed-static-cache")
+    source.add_argument("--preset", help="a named plan: quick, seed-attention, seed-generate, seed-static-cache, "
+                        "seed-classify, seed-hidden-states, conformer-baseline (see --list)")
     source.add_argument("--plan", help="a TOML plan file (see docs/lab.md)")
     source.add_argument("--scenario", help="build a one-sweep plan from flags: attention-kernels, generate, ...")
     p.add_argument("--model", action="append", default=[],
@@ -26,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--only", action="append", default=[], metavar="KNOB=V1,V2",
                    help="run only the cells whose knob (or scenario/backend/model) takes one of these values")
     p.add_argument("--run-dir", help="where rows, logs and the report go (default runs/<plan name>); rerunning resumes")
+    p.add_argument("--model-cache", help="cache folder for preset checkpoints, built under its models/ (default "
+                   "RUN_DIR/cache); share one folder across runs to build each preset once")
     p.add_argument("--timeout", type=float, help="override every cell's timeout (seconds)")
     p.add_argument("--limit-seconds", type=float, help="stop launching cells after this long; the rest are 'skipped'")
     p.add_argument("--rerun-failed", action="store_true", help="also rerun cells recorded as error/timeout/unavailable")
@@ -55,14 +58,19 @@ def _split(values: list[str]) -> list[str]:
 
 def _list() -> int:
     from inferlab.bench.backends import BACKENDS
+    from inferlab.bench.launcher import estimate_seconds
     from inferlab.bench.plan import build_plan
     from inferlab.bench.plan_presets import PLAN_PRESETS
     from inferlab.bench.scenarios import SCENARIOS
 
-    print("plan presets:")
+    print("plan presets (estimated minutes on one H100/H200 with every package; on this CPU):")
     for name, data in PLAN_PRESETS.items():
-        print(f"  {name:<18} {len(build_plan(data).cells):>3} cells  {data.get('description', '')}")
-    owners = [(f"scenario {s.name}", s.knobs) for s in SCENARIOS.values()] + [(f"backend {b.name}", b.knobs) for b in BACKENDS.values()]
+        cells = build_plan(data).cells
+        gpu, cpu = estimate_seconds(cells, accelerator=True)[0], estimate_seconds(cells, accelerator=False)[0]
+        print(f"  {name:<18} {len(cells):>3} cells  GPU ~{gpu / 60:4.1f} min  CPU ~{cpu / 60:4.1f} min  "
+              f"{data.get('description', '')}")
+    owners = [(f"scenario {s.name}", s.knobs) for s in SCENARIOS.values()]
+    owners += [(f"backend {b.name} (scenario {b.scenario})", b.knobs) for b in BACKENDS.values()]
     for owner, knobs in owners:
         print(f"\n{owner}:")
         for k in knobs:
@@ -116,8 +124,9 @@ def _bench(args: argparse.Namespace) -> int:
             bar.update(1)
             bar.write(f"  {row['status']:<11} {_headline_text(row):>22}  {_short_label(row)}")
 
-        launch(plan, LaunchOptions(run_dir=run_dir, limit_seconds=limit, rerun_failed=args.rerun_failed),
-               on_start=on_start, on_done=on_done)
+        model_cache = Path(args.model_cache) if args.model_cache else None
+        launch(plan, LaunchOptions(run_dir=run_dir, limit_seconds=limit, rerun_failed=args.rerun_failed,
+                                   model_cache=model_cache), on_start=on_start, on_done=on_done)
         bar.close()
     return _summarise(plan, run_dir, args)
 
@@ -134,8 +143,9 @@ def _short_label(row: dict) -> str:
     from inferlab.bench.results import PROTOCOL_KNOBS
 
     c = row.get("config", {})
-    keys = [k for k in ("kernel", "attn_implementation", "sdpa_backend", "kv_cache", "compile", "processor", "batch_size",
-                        "q_len", "kv_len") if k in c and k not in PROTOCOL_KNOBS]
+    keys = [k for k in ("kernel", "attn_implementation", "sdpa_backend", "kv_cache", "compile", "processor", "quantization",
+                        "dtype", "pool", "bucket_by_length", "sampling", "batch_size", "q_len", "kv_len")
+            if k in c and k not in PROTOCOL_KNOBS]
     return f"{row.get('scenario')} {row.get('backend') or ''} {row.get('model') or ''} " + " ".join(f"{k}={c[k]}" for k in keys)
 
 

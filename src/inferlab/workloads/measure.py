@@ -10,6 +10,7 @@ field names. Does not own: processes, timeouts, environment, result files (the l
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -33,16 +34,32 @@ _WORDS = (
 ).split()
 
 
-def synthetic_texts(tokenizer, n: int, min_tokens: int, max_tokens: int, seed: int = 0) -> list[str]:
-    """`n` texts whose token counts (with the tokenizer's special tokens) spread uniformly over
-    [min_tokens, max_tokens]: random prose cut at a drawn token count and decoded back to text."""
+def _log_uniform(rng: random.Random, low: int, high: int) -> int:
+    return min(high, max(low, round(math.exp(rng.uniform(math.log(low), math.log(high))))))
+
+
+# How token counts spread over [min, max]: uniformly, or log-uniformly (as many texts between 100 and 200
+# tokens as between 1000 and 2000: more short texts than long ones, as in most document collections).
+LENGTH_DISTRIBUTIONS: dict[str, Callable[[random.Random, int, int], int]] = {
+    "uniform": lambda rng, low, high: rng.randint(low, high),
+    "log-uniform": _log_uniform,
+}
+
+
+def synthetic_texts(tokenizer, n: int, min_tokens: int, max_tokens: int, seed: int = 0,
+                    distribution: str = "uniform") -> list[str]:
+    """`n` texts whose token counts (with the tokenizer's special tokens) spread over [min_tokens,
+    max_tokens] as `distribution` says: random prose cut at a drawn token count and decoded back to text."""
     if not 1 <= min_tokens <= max_tokens:
         raise ConfigError(f"token lengths [{min_tokens}, {max_tokens}] must satisfy 1 <= min <= max")
+    if distribution not in LENGTH_DISTRIBUTIONS:
+        raise ConfigError(f"length distribution {distribution!r} is unknown; use one of {', '.join(LENGTH_DISTRIBUTIONS)}")
+    draw = LENGTH_DISTRIBUTIONS[distribution]
     rng = random.Random(seed)
     special = len(tokenizer("x")["input_ids"]) - len(tokenizer("x", add_special_tokens=False)["input_ids"])
     texts = []
     for _ in range(n):
-        target = max(1, rng.randint(min_tokens, max_tokens) - special)
+        target = max(1, draw(rng, min_tokens, max_tokens) - special)
         words: list[str] = []
         ids: list[int] = []
         while len(ids) < target:  # tokens per word differ between tokenizers: grow until long enough

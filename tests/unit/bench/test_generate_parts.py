@@ -14,7 +14,8 @@ from inferlab.bench.scenarios.generate import make_prompts
 from inferlab.bench.scenarios.generate_traffic import ModelTraffic, count_generated
 from inferlab.errors import UnsupportedError
 
-HF_DEFAULTS = {"attn_implementation": "sdpa", "sdpa_backend": "auto", "kv_cache": "dynamic", "compile": False, "processor": "none"}
+HF_DEFAULTS = {"attn_implementation": "sdpa", "sdpa_backend": "auto", "kv_cache": "dynamic", "compile": False,
+               "compile_backend": "inductor", "processor": "none"}
 
 
 def test_count_generated_stops_at_the_first_eos_and_ignores_padding():
@@ -94,5 +95,3 @@ def test_hf_backend_says_what_it_cannot_do(tiny_checkpoint):
     path = tiny_checkpoint()
     with pytest.raises(UnsupportedError, match="flash-attn"):
         _backend(path, attn_implementation="flash_attention_2")
-    with pytest.raises(UnsupportedError, match="on CPU set compile=false"):
-        _backend(path, kv_cache="static", compile=True)

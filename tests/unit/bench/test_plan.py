@@ -58,11 +58,12 @@ def test_every_preset_builds_and_the_seed_presets_match_benchmarking_md():
     for name in PLAN_PRESETS:
         assert build_plan(get_plan_preset(name)).cells, name
     gen = build_plan(get_plan_preset("seed-generate")).cells
-    assert len(gen) == 14 and {c.model for c in gen} == {"llama-380m"}
+    assert len(gen) == 11 and {c.model for c in gen} == {"llama-380m"}
     assert {(c.config["batch_size"], c.config["num_prompts"], c.config["new_tokens"], c.config["prompt_tokens"]) for c in gen} == {(16, 64, 1000, 48)}
     variants = {(c.config["attn_implementation"], c.config["sdpa_backend"]) for c in gen}
     assert variants == {("eager", "auto"), ("sdpa", "auto"), ("flash_attention_2", "auto"), ("sdpa", "flash"),
-                        ("sdpa", "efficient"), ("sdpa", "cudnn"), ("sdpa", "math")}
+                        ("sdpa", "efficient"), ("sdpa", "cudnn")}
+    assert all(c.config["max_duration_s"] == 6.0 and c.config["warmup_steps"] == 16 for c in gen)
     static = build_plan(get_plan_preset("seed-static-cache")).cells
     assert all(c.config["num_prompts"] % c.config["batch_size"] == 0 for c in static)
     assert {c.config["batch_size"] for c in static} == {16, 64, 256}
@@ -86,14 +87,15 @@ def test_overrides_and_only_filters():
     with pytest.raises(ConfigError, match="--only kvcache is not a knob of any cell"):
         build_plan(get_plan_preset("quick"), only={"kvcache": ["static"]})
     # a filter constrains only the cells that have the knob: one attention cell and one generate cell here
-    two = build_plan(get_plan_preset("quick"), only={"kernel": ["auto"], "q_len": ["1"], "attn_implementation": ["sdpa"],
+    two = build_plan(get_plan_preset("quick"), only={"scenario": ["attention-kernels", "generate"], "kernel": ["auto"],
+                                                     "q_len": ["1"], "attn_implementation": ["eager"],
                                                      "kv_cache": ["dynamic"], "processor": ["python"]})
     assert [c.scenario for c in two.cells] == ["attention-kernels", "generate"]
 
 
 def test_models_can_be_replaced_in_a_preset():
     plan = build_plan(get_plan_preset("seed-generate"), overrides={"new_tokens": ["4"]}, models=["tiny"])
-    assert {c.model for c in plan.cells} == {"tiny"} and len(plan.cells) == 14
+    assert {c.model for c in plan.cells} == {"tiny"} and len(plan.cells) == 11
 
 
 def test_cells_round_trip_through_json_with_a_stable_key():
@@ -123,7 +125,7 @@ def test_bad_generate_plans_are_refused_with_the_fix(settings, message):
 
 
 def test_refusals_that_are_not_about_one_value(tmp_path):
-    with pytest.raises(ConfigError, match=r"unknown knob 'processor'.*belongs to backend hf, not to .*attention-kernels"):
+    with pytest.raises(ConfigError, match=r"unknown knob 'processor'.*belongs to backend hf of scenario generate, not to .*attention-kernels"):
         build_plan({"sweep": [{"scenario": "attention-kernels", "set": {"processor": "python"}}]})
     with pytest.raises(ConfigError, match=r"causal=true needs q_len == kv_len"):
         build_plan({"sweep": [{"scenario": "attention-kernels", "set": {"q_len": 1, "kv_len": 512}}]})

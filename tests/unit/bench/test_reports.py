@@ -7,7 +7,9 @@ import pytest
 from inferlab.bench.cells import Cell
 from inferlab.bench.compare import compare_rows, delta, format_comparison
 from inferlab.bench.findings import seed_findings
+from inferlab.bench.findings_classify import classify_findings
 from inferlab.bench.plan import build_plan
+from inferlab.bench.plan_presets import get_plan_preset
 from inferlab.bench.recommend import format_markdown, recommend
 from inferlab.bench.report import write_report
 from inferlab.bench.rows import Outcome, make_row
@@ -146,3 +148,28 @@ def test_failed_rows_never_win():
             _row(_gen_cell("tiny", kv_cache="static", compile=False, num_prompts=16), status="error", message="boom")]
     rec = recommend(rows)[0]
     assert rec.best == "hf" and rec.verdict == "only one configuration"  # nothing else ran ok to tell it apart
+
+
+def _classify_row(samples_per_s: float, **knobs):
+    cell = next(c for c in build_plan(get_plan_preset("seed-classify")).cells
+                if all(c.config[k] == v for k, v in knobs.items()))
+    metrics = {"requests_per_s": samples_per_s, "latency_ms": {"p50": 1.0, "p90": 2.0, "p95": 3.0, "p99": 4.0},
+               "input_tokens_per_s": 1000.0, "padding_fraction": 0.5, "first_call_s": 0.1, "peak_memory_gb": 3.0}
+    return make_row(cell, Outcome("ok", "", metrics), run_id="r1", env=H100)
+
+
+def test_seed_004_findings_are_computed_from_classify_rows(tmp_path):
+    rows = [_classify_row(40.0, quantization="none", attn_implementation="eager", batch_size=1),
+            _classify_row(10.0, quantization="int8", attn_implementation="eager", batch_size=1),
+            _classify_row(100.0, quantization="none", attn_implementation="eager", batch_size=32),
+            _classify_row(150.0, quantization="int8", attn_implementation="eager", batch_size=32),
+            _classify_row(120.0, quantization="none", attn_implementation="sdpa", batch_size=32)]
+    verdicts = {f.claim.split(" (")[0]: f.verdict for f in classify_findings(rows)}
+    assert verdicts == {"int8 weights are ~2.5x faster than fp16 at batch 32": "partly holds",  # 1.5x
+                        "int8 weights are ~4x slower than fp16 at batch 1": "holds",  # 0.25x
+                        "fp16 throughput barely grows with the batch": "does not hold",  # 2.5x
+                        "FlashAttention": "partly holds"}  # 1.2x
+    assert [f.verdict for f in classify_findings(rows[:1])] == ["not measured"] * 4
+    text = write_report(["r"], rows, tmp_path / "rep").read_text()
+    assert "Seed 004 (classification)" in text and "| samples/s |" not in text.split("## Results")[0]
+    assert "### classify · qwen2-cls" in text and "p95 ms" in text

@@ -1,6 +1,7 @@
-"""The generate-backend registry. A new backend is a module in this folder that defines `BACKEND`
-(backends.base.BackendSpec) and is added to BUILTIN_MODULES; out-of-tree ones call register_backend
-from a plugin file (see bench/plugins.py)."""
+"""The backend registry, keyed by (scenario, name): `hf` for `generate` and `hf` for `constrained` are
+different backends with their own knobs. A new backend is a module in this folder that defines `BACKEND`
+(backends.base.BackendSpec, whose `scenario` says which scenario it serves) and is added to
+BUILTIN_MODULES; out-of-tree ones call register_backend from a plugin file (see bench/plugins.py)."""
 
 from __future__ import annotations
 
@@ -11,23 +12,31 @@ from inferlab.errors import ConfigError
 
 BUILTIN_MODULES = [
     "inferlab.bench.backends.hf_generate",
+    "inferlab.bench.backends.hf_constrained",
 ]
 
-BACKENDS: dict[str, BackendSpec] = {}
+BACKENDS: dict[tuple[str, str], BackendSpec] = {}  # (scenario, name) -> spec
 
 
 def register_backend(backend: BackendSpec) -> None:
-    BACKENDS[backend.name] = backend
+    BACKENDS[(backend.scenario, backend.name)] = backend
 
 
-def get_backend(name: str) -> BackendSpec:
+def backends_for(scenario: str) -> dict[str, BackendSpec]:
+    """name -> spec of the backends that serve `scenario`."""
+    return {name: spec for (owner, name), spec in BACKENDS.items() if owner == scenario}
+
+
+def get_backend(name: str, scenario: str = "generate") -> BackendSpec:
     try:
-        return BACKENDS[name]
+        return BACKENDS[(scenario, name)]
     except KeyError:
-        raise ConfigError(f"unknown backend {name!r}; choose one of: {', '.join(sorted(BACKENDS))}") from None
+        known = ", ".join(sorted(backends_for(scenario))) or "none"
+        raise ConfigError(f"unknown backend {name!r} for scenario {scenario}; choose one of: {known}") from None
 
 
 for _module in BUILTIN_MODULES:
     register_backend(importlib.import_module(_module).BACKEND)
 
-__all__ = ["BACKENDS", "BackendSpec", "GenerateBackend", "GenerateSpec", "get_backend", "register_backend"]
+__all__ = ["BACKENDS", "BackendSpec", "GenerateBackend", "GenerateSpec", "backends_for", "get_backend",
+           "register_backend"]

@@ -1,6 +1,10 @@
-"""What a generate backend is (BackendSpec, declared in the parent) and what it does in the child
-(GenerateBackend). Backends are thin: the generate scenario owns prompts, timing, token counting and
-metrics; a backend loads a model, runs one batch of prompts and returns the raw generated ids."""
+"""What a backend is (BackendSpec, declared in the parent) and what a generate backend does in the
+child (GenerateBackend). Backends are thin: the scenario owns prompts, timing, token counting and
+metrics; a backend loads a model, runs one batch of prompts and returns the raw generated ids.
+
+A BackendSpec belongs to one scenario (`generate` unless it says otherwise): the same name (`hf`,
+`inferlab`) can serve several scenarios with different knobs and a different child-side protocol (the
+`constrained` scenario's is in backends/constrained_base.py)."""
 
 from __future__ import annotations
 
@@ -57,14 +61,22 @@ def _unchanged(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _nothing_missing(cell: Cell) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class BackendSpec:
     name: str
     description: str
     knobs: tuple[Knob, ...]
-    create: Callable[[dict[str, Any], GenerateSpec], GenerateBackend]  # child only; imports inside
+    create: Callable[[dict[str, Any], Any], Any]  # child only, imports inside: (config, spec) -> backend
     validate: Callable[[Cell], None] = _no_checks
     resolve: Callable[[dict[str, Any]], dict[str, Any]] = _unchanged
+    scenario: str = "generate"  # the scenario whose cells this backend serves
+    # Parent side, no torch: the reason this cell certainly cannot run here (e.g. a package that is not
+    # installed), or None. The launcher then records `unavailable` without starting a process.
+    precheck: Callable[[Cell], str | None] = _nothing_missing
 
     @property
     def knob_map(self) -> dict[str, Knob]:

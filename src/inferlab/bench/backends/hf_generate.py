@@ -5,7 +5,8 @@
 - kv_cache dynamic / static (cache_implementation="static": HF sizes it prompt + new tokens)
 - compile: HF auto-compiles the decode step of a static cache on accelerators; the knob makes that
   explicit: off passes disable_compile=True, on requires it (and compiles by hand on transformers
-  versions without auto-compile). The row reports whether a compiled forward really ran.
+  versions without auto-compile); compile_backend picks torch.compile's backend (hf_compile.py). The
+  row reports whether a compiled forward really ran, and inductor's cache hits.
 - processor none / python (backends/python_logits_processor.py)
 
 Works with transformers 4.46+ and 5.x. Heavy imports happen in the child only.
@@ -18,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.bench.backends.base import BackendSpec, GenerateSpec
+from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for, compile_forward_by_hand
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
+from inferlab.bench.packages import missing_package
 from inferlab.errors import ConfigError, UnsupportedError
 
 KNOBS = (
@@ -30,6 +33,8 @@ KNOBS = (
     Knob("kv_cache", str, "dynamic", "KV cache implementation", choices=("dynamic", "static")),
     Knob("compile", bool, None, "compile the decode step (static cache only); default: on with a static cache, "
          "as HF does by itself"),
+    Knob("compile_backend", str, "inductor", "torch.compile backend with compile=true: inductor (HF's default: CUDA "
+         "graphs); aot_eager / eager only trace (diagnosis, CPU checks)", choices=COMPILE_BACKENDS),
     Knob("processor", str, "none", "a per-token Python LogitsProcessor in the seeds' style", choices=("none", "python")),
 )
 
@@ -48,8 +53,16 @@ def validate(cell: Cell) -> None:
     if c["sdpa_backend"] != "auto" and c["attn_implementation"] != "sdpa":
         raise ConfigError(f"sdpa_backend={c['sdpa_backend']} needs attn_implementation=sdpa "
                           f"(got {c['attn_implementation']}); set sdpa_backend=auto or attn_implementation=sdpa")
+    if c["compile_backend"] != "inductor" and not c["compile"]:
+        raise ConfigError(f"compile_backend={c['compile_backend']} needs compile=true; remove it or set compile=true")
     if c["attn_implementation"] == "flash_attention_2" and c.get("dtype") == "float32":
         raise ConfigError("flash_attention_2 runs only bfloat16/float16; set dtype=bfloat16")
+
+
+def precheck(cell: Cell) -> str | None:
+    if cell.config["attn_implementation"] != "flash_attention_2":
+        return None
+    return missing_package("flash_attn", "attn_implementation=flash_attention_2", "pip install flash-attn")
 
 
 def requested_kernel(c: dict[str, Any]) -> str:
@@ -67,9 +80,9 @@ class HFGenerateBackend:
         self.pad_token_id: int | None = None
         self.auto_compile = False  # transformers compiles the decode step itself
         self.manual_compile = False  # we wrapped forward in torch.compile (transformers without auto-compile)
+        self.compile_config: Any = None  # passed to generate when not transformers' default
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
-        import torch
         import transformers
         from packaging.version import Version
         from transformers import AutoModelForCausalLM
@@ -80,8 +93,6 @@ class HFGenerateBackend:
                 import flash_attn  # noqa: F401
             except Exception as e:
                 raise UnsupportedError(f"flash_attention_2 needs the flash-attn package: {type(e).__name__}: {e}") from None
-        if c["compile"] and device.type != "cuda":
-            raise UnsupportedError("compile=true: HF compiles generation only on accelerators; on CPU set compile=false")
         dtype_kw = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation=c["attn_implementation"],
                                                      **{dtype_kw: dtype})
@@ -94,9 +105,13 @@ class HFGenerateBackend:
         if self.auto_compile and not c["compile"] and not hasattr(gen, "disable_compile"):
             raise UnsupportedError(f"transformers {transformers.__version__} auto-compiles static caches and has no "
                                    "disable_compile; compile=false cannot be honoured (upgrade transformers)")
-        if c["compile"] and not self.auto_compile:
-            # transformers < 4.48: the documented recipe for static caches.
-            self.model.forward = torch.compile(self.model.forward, mode="reduce-overhead", fullgraph=True)
+        if c["compile"] and self.auto_compile:
+            self.compile_config = compile_config_for(c["compile_backend"], device)
+        elif c["compile"]:
+            if device.type != "cuda":
+                raise UnsupportedError(f"compile=true on CPU needs transformers' auto-compile (transformers "
+                                       f"{transformers.__version__} has none); set compile=false")
+            compile_forward_by_hand(self.model, c["compile_backend"])
             self.manual_compile = True
 
     def _generate_kwargs(self, prompt_len: int, stop_after_steps: int | None) -> dict[str, Any]:
@@ -111,6 +126,8 @@ class HFGenerateBackend:
             kwargs["cache_implementation"] = "static"
         if self.auto_compile and not c["compile"]:
             kwargs["disable_compile"] = True
+        if self.compile_config is not None:
+            kwargs["compile_config"] = self.compile_config
         if c["processor"] == "python":
             from inferlab.bench.backends.python_logits_processor import make_processor
 
@@ -149,12 +166,17 @@ class HFGenerateBackend:
             warnings.append("compile=true but transformers ran no compiled forward: the figures are uncompiled")
         if not self.config["compile"] and compiled:
             warnings.append("compile=false but a compiled forward ran")
-        return {
+        extra: dict[str, Any] = {
             "attention_kernel_requested": requested_kernel(self.config),
             "compile_observed": compiled,
             "compile_path": "transformers auto-compile" if self.auto_compile else "torch.compile(model.forward)",
             "warnings": warnings,
         }
+        if compiled:
+            from inferlab.bench.compile_watch import inductor_cache_counts
+
+            extra.update(inductor_cache_counts())  # a cache hit shortens first_call_s
+        return extra
 
 
 BACKEND = BackendSpec(
@@ -164,4 +186,5 @@ BACKEND = BackendSpec(
     create=lambda config, spec: HFGenerateBackend(config, spec),
     validate=validate,
     resolve=resolve,
+    precheck=precheck,
 )

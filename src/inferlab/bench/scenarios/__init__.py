@@ -12,6 +12,9 @@ from inferlab.errors import ConfigError
 BUILTIN_MODULES = [
     "inferlab.bench.scenarios.attention_kernels",
     "inferlab.bench.scenarios.generate",
+    "inferlab.bench.scenarios.classify",
+    "inferlab.bench.scenarios.hidden_states",
+    "inferlab.bench.scenarios.constrained",
 ]
 
 SCENARIOS: dict[str, Scenario] = {}

@@ -13,6 +13,7 @@ from typing import Any
 
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob, common_knobs
+from inferlab.bench.packages import missing_package
 from inferlab.bench.scenarios.attention_calls import KERNELS
 from inferlab.bench.scenarios.base import CellContext, Scenario
 from inferlab.errors import ConfigError
@@ -43,6 +44,12 @@ def validate(cell: Cell) -> None:
         )
     if c["q_heads"] % c["kv_heads"]:
         raise ConfigError(f"q_heads={c['q_heads']} is not a multiple of kv_heads={c['kv_heads']}; pick kv_heads that divides it")
+
+
+def precheck(cell: Cell) -> str | None:
+    if cell.config["kernel"] != "flash_attn":
+        return None
+    return missing_package("flash_attn", "kernel=flash_attn", "pip install flash-attn")
 
 
 def flops_per_call(c: dict[str, Any]) -> float:
@@ -132,4 +139,5 @@ SCENARIO = Scenario(
     default_timeout_s=180.0,
     workload_knobs=("batch_size", "q_heads", "kv_heads", "q_len", "kv_len", "head_dim", "causal", "dtype"),
     row_backend=lambda cell: f"sdpa:{cell.config['kernel']}" if cell.config["kernel"] != "flash_attn" else "flash-attn",
+    precheck=precheck,
 )

@@ -52,6 +52,10 @@ def _no_estimate(cell: Cell, accelerator: bool) -> float:
     return 10.0
 
 
+def _nothing_missing(cell: Cell) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Scenario:
     """A kind of measurement. `run(cell, ctx) -> metrics` executes in the child and may raise: the child
@@ -74,6 +78,9 @@ class Scenario:
     # configurations against each other only among rows with equal workload knobs.
     workload_knobs: tuple[str, ...] = ("batch_size",)
     row_backend: Callable[[Cell], str | None] = field(default=lambda cell: cell.backend)  # the row's `backend`
+    # Parent side, no torch: the reason this cell certainly cannot run here (a package that is not
+    # installed), or None; the launcher then records `unavailable` without starting a process.
+    precheck: Callable[[Cell], str | None] = _nothing_missing
 
     @property
     def knob_map(self) -> dict[str, Knob]:

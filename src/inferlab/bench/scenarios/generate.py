@@ -5,10 +5,16 @@ The scenario owns the protocol; backends only load and run batches:
 1. prompts: `num_prompts` rows of exactly `prompt_tokens` random non-special token ids (seeded), so no
    padding is needed; every backend gets the same ids, `new_tokens` (min == max) and sampling settings;
 2. load (timed), then the first call on one batch (timed: includes compile / graph capture), then the
-   remaining warm-up calls; the first call never enters steady-state figures;
+   remaining warm-up calls; the first call never enters steady-state figures. Warm-up calls keep every
+   shape of a real call (same max_new_tokens, so HF sizes a static cache the same) but stop after
+   `warmup_steps` decode steps: they compile and capture the same graphs in a fraction of the time. The
+   same short call is then timed once more warm, so `first_call_extra_s` (compile, capture, lazy init)
+   compares like with like;
 3. steady state: batches in order, repeated until `min_repeats` passes over all prompts AND
-   `min_duration_s` are met; every call is timed (device-synchronised) and its tokens counted per row
-   up to the first EOS, never padding; peak memory is read here;
+   `min_duration_s` are met, or ended early once `max_duration_s` of calls are timed (every batch has the
+   same shape, so part of a pass measures the same thing); every call is timed (device-synchronised) and
+   its tokens counted per row up to the first EOS, never padding; peak memory is read here; graphs
+   compiled while the clock ran are counted (a warning if any);
 4. last, so they cannot disturb the figures: one short profiled call (the same shapes, stopped after
    `profile_steps` decode steps) says which attention kernel ran, and the device's copy bandwidth is
    measured once per run. The figures are saved before the profile, so a profiler crash keeps them.
@@ -16,6 +22,7 @@ The scenario owns the protocol; backends only load and run batches:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from inferlab.bench import model_refs
@@ -37,6 +44,10 @@ KNOBS = (
     Knob("tokenizer", str, "", "tokenizer folder for building a preset model ('' = the preset's own)"),
     Knob("profile_kernels", bool, True, "profile one short call to see which attention kernel ran"),
     Knob("profile_steps", int, 4, "decode steps of the profiled call", minimum=1),
+    Knob("warmup_steps", int, 16, "decode steps of each warm-up call (every shape kept, so the same graphs are "
+         "compiled and captured); 0 = full-length warm-up calls", minimum=0),
+    Knob("max_duration_s", float, 0.0, "end the timed calls once this many seconds are timed, even mid-pass (at least "
+         "one call; every batch has the same shape); 0 = off", minimum=0.0),
     *common_knobs(min_repeats=1, min_duration_s=0.0, warmup=1,
                   repeats_help="timed passes over all prompts (at least; more if min_duration_s needs them)"),
 )
@@ -55,6 +66,9 @@ def validate(cell: Cell) -> None:
         raise ConfigError("temperature must be > 0 when do_sample=true; use do_sample=false for greedy")
     if not 0.0 < c["top_p"] <= 1.0:
         raise ConfigError(f"top_p={c['top_p']} must be in (0, 1]; use 1.0 to disable it")
+    if c["max_duration_s"] and c["max_duration_s"] < c["min_duration_s"]:
+        raise ConfigError(f"max_duration_s={c['max_duration_s']:g} is below min_duration_s={c['min_duration_s']:g}; "
+                          "raise it, or set max_duration_s=0 (no cap)")
     assert cell.model is not None
     if c["tokenizer"] and not model_refs.is_preset(cell.model):
         raise ConfigError(f"tokenizer={c['tokenizer']} only applies when model is a preset to build; "
@@ -72,22 +86,29 @@ def validate(cell: Cell) -> None:
 
 
 def estimate_s(cell: Cell, accelerator: bool) -> float:
-    """Rough seconds: process start + load (~8 s), then (warm-ups + steady calls) x decode steps x a
-    guessed step time, plus a compile guess (~25 s, BENCHMARKING.md saw 16-33 s). The GPU step model is fitted to BENCHMARKING.md's H200
-    table for the Llama-380M shape (dynamic ~9 ms, static ~3 ms, +0.055 ms per row; the Python
-    processor ~+0.04 ms per row); other models and devices differ."""
+    """Rough seconds: process start + load (~8 s on a GPU host) + the kernel profile (~2 s), a compile guess (~25 s,
+    BENCHMARKING.md saw 16-33 s), warm-up calls of `warmup_steps` steps (and the warm repeat of one), then
+    the timed calls: passes over all prompts, cut at `max_duration_s`. The GPU step model is fitted to
+    BENCHMARKING.md's H200 table for the Llama-380M shape (dynamic ~9 ms, static ~3 ms, +0.055 ms per
+    row; the Python processor ~+0.04 ms per row); other models and devices differ."""
     c = cell.config
-    calls = c["warmup"] + c["min_repeats"] * c["num_prompts"] // c["batch_size"]
     rows = c["batch_size"]
     if accelerator:
         step_ms = (3.0 if c.get("kv_cache") == "static" else 9.0) + 0.055 * rows
-        fixed = 8.0 + (25.0 if c.get("compile") else 0.0)
+        fixed = 8.0 + (2.0 if c["profile_kernels"] else 0.0) + (25.0 if c.get("compile") else 0.0)
     else:
         step_ms = 4.0 + 0.02 * rows
         fixed = 6.0
     if c.get("processor") == "python":
         step_ms += 0.04 * rows
-    return fixed + calls * c["new_tokens"] * step_ms / 1000 + max(c["min_duration_s"], 0.0)
+    call_s = c["new_tokens"] * step_ms / 1000
+    warm_steps = c["warmup_steps"] or c["new_tokens"]
+    warm_calls = c["warmup"] + (1 if c["warmup_steps"] else 0)
+    timed_calls = c["min_repeats"] * c["num_prompts"] // c["batch_size"]
+    timed_s = max(timed_calls * call_s, c["min_duration_s"])
+    if c["max_duration_s"]:
+        timed_s = min(timed_s, max(call_s, math.ceil(c["max_duration_s"] / call_s) * call_s))
+    return fixed + warm_calls * warm_steps * step_ms / 1000 + timed_s
 
 
 def make_prompts(model_dir: Any, num_prompts: int, prompt_tokens: int, seed: int) -> Any:
@@ -117,6 +138,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     import torch
 
     from inferlab.bench.backends import GenerateSpec, get_backend
+    from inferlab.bench.compile_watch import compiled_graphs
     from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
     from inferlab.bench.scenarios.generate_traffic import ModelTraffic, count_generated
     from inferlab.bench.timing import device_synchronizer, measure, timed
@@ -127,58 +149,81 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     sync = device_synchronizer(device)
     spec = GenerateSpec(new_tokens=c["new_tokens"], do_sample=c["do_sample"], temperature=c["temperature"],
                         top_p=c["top_p"], top_k=c["top_k"], seed=c["seed"])
-    backend = get_backend(cell.backend).create(dict(c), spec)
+    backend = get_backend(cell.backend, "generate").create(dict(c), spec)
     reset_peak_memory(device)
     with timed(sync) as load:
         backend.load(ctx.model_path, device, torch_dtype(c["dtype"]))
     prompts = make_prompts(ctx.model_path, c["num_prompts"], c["prompt_tokens"], c["seed"]).to(device)
     batches = list(torch.split(prompts, c["batch_size"]))  # each [batch_size, prompt_tokens]
     traffic = ModelTraffic.from_checkpoint(ctx.model_path, c["dtype"])
+    warm_steps = c["warmup_steps"] if 0 < c["warmup_steps"] < c["new_tokens"] else None  # None: full length
 
     with torch.no_grad():
         with timed(sync) as first:
-            first_out = backend.generate(batches[0])
-        first_counts = count_generated(first_out, backend.eos_token_ids)
+            backend.generate(batches[0], stop_after_steps=warm_steps)
         warmups = [first.seconds]
         for _ in range(c["warmup"] - 1):
             with timed(sync) as t:
-                backend.generate(batches[0])
+                backend.generate(batches[0], stop_after_steps=warm_steps)
             warmups.append(t.seconds)
+        warm_short_s = None
+        if warm_steps is not None:  # the first call's twin, warm: what the first call cost beyond a steady one
+            with timed(sync) as short:
+                backend.generate(batches[0], stop_after_steps=warm_steps)
+            warm_short_s = short.seconds
         order = iter(range(10**9))
         tokens_per_call: list[int] = []
         bytes_per_call: list[float] = []
+        short_rows = 0
 
         def one_call() -> Any:
             return backend.generate(batches[next(order) % len(batches)])
 
         def count(out: Any) -> None:
+            nonlocal short_rows
             rows = count_generated(out, backend.eos_token_ids)
+            short_rows += sum(1 for n in rows if n < c["new_tokens"])
             tokens_per_call.append(sum(rows))
             bytes_per_call.append(traffic.decode_bytes(c["prompt_tokens"], rows))
 
+        graphs_before = compiled_graphs()
         m = measure(one_call, warmup=0, min_repeats=c["min_repeats"] * len(batches),
-                    min_duration_s=c["min_duration_s"], sync=sync, on_result=count)
+                    min_duration_s=c["min_duration_s"], max_duration_s=c["max_duration_s"] or None, sync=sync,
+                    on_result=count)
+        compiled_while_timed = compiled_graphs() - graphs_before
 
     steady_s = m.total_s
     output_tokens = sum(tokens_per_call)
     call_stats = m.stats
-    short_rows = sum(1 for n in first_counts if n < c["new_tokens"])
     if short_rows:
-        ctx.warn(f"{short_rows} of {len(first_counts)} rows of the first call ended before new_tokens (EOS)")
+        ctx.warn(f"{short_rows} rows of the timed calls ended before new_tokens (EOS)")
+    if compiled_while_timed:
+        ctx.warn(f"{compiled_while_timed} graph(s) were compiled during the timed calls: the figures include "
+                 "compilation (a shape changed after the warm-up)")
+    planned_calls = c["min_repeats"] * len(batches)
+    if call_stats.n < planned_calls:
+        ctx.warn(f"timed {call_stats.n} of the {planned_calls} calls of min_repeats={c['min_repeats']} pass(es): "
+                 f"max_duration_s={c['max_duration_s']:g} was reached (every batch has the same shape)")
     achieved = sum(bytes_per_call) / steady_s / 1e9
+    steady_reference = warm_short_s if warm_short_s is not None else call_stats.median
     metrics: dict[str, Any] = {
         "output_tokens": output_tokens,
         "output_tokens_per_s": output_tokens / steady_s,
         "requests_per_s": len(tokens_per_call) * c["batch_size"] / steady_s,
         "load_s": load.seconds,
         "first_call_s": first.seconds,
-        "first_call_extra_s": first.seconds - call_stats.median,  # compile / capture / lazy init beyond a steady call
+        "first_call_steps": warm_steps or c["new_tokens"],
+        # compile / capture / lazy init: the first call minus the same call warm
+        "first_call_extra_s": first.seconds - steady_reference,
         "warmup_s": warmups,
+        "warm_short_call_s": warm_short_s,
         "steady_s": steady_s,
         "steady_calls": call_stats.n,
+        "prompts_timed": call_stats.n * c["batch_size"],
         "call_s_stats": call_stats.to_dict(),
         "latency_ms": call_stats.scaled(1000.0).latency_dict(),  # a request's latency = its batch call's
         "spread": call_stats.spread,
+        "graphs_compiled_while_timed": compiled_while_timed,
         "tokens_per_row": c["new_tokens"],
         "achieved_gb_per_s": achieved,
         "weight_bytes": traffic.weight_bytes,
@@ -218,12 +263,6 @@ def _after_measuring(cell: Cell, ctx: CellContext, backend: Any, batch: Any, dev
     extra["device_bandwidth_gb_per_s"] = bandwidth
     extra["bandwidth_fraction"] = (metrics["achieved_gb_per_s"] / bandwidth) if bandwidth else None
     return extra
-    extra = backend.extra_metrics()
-    for warning in extra.pop("warnings", []):
-        ctx.warn(warning)
-    for key, value in extra.items():
-        metrics.setdefault(key, value)
-    return metrics
 
 
 SCENARIO = Scenario(

@@ -1,0 +1,75 @@
+"""Named plans for the workloads beyond plain generation, sized for one GPU session (estimates on one
+H100/H200; `inferlab bench --list` prints them):
+
+- seed-classify (~4-5 min, 21 cells of ~12 s: process, load and quantization dominate): seed 004's test matrix on the Qwen2-0.5B-shaped classifier: batch 1/8/16/32 x
+  fp16 vs int8 x flash off/on (eager / sdpa: the seed's "flash" is PyTorch SDPA), then batch 64, bf16
+  and fp8 at batch 32, and one length-bucketed cell (our `inferlab classify`) against the seeds' consecutive batches.
+  Texts: 256 of 131-5,557 tokens (the seed's 524-22,229 characters), log-uniformly spread.
+- seed-hidden-states (~1.5 min): pooled activations on the Llama-380M shape (the checkpoint seed-generate
+  also builds), batch 4/16/64 x last/mean pooling, and one unbucketed cell.
+- conformer-baseline (~3 min): the seeds' HF generate + per-token Python processor on the Qwen3-0.6B
+  shape with the qwen3-chem tokenizer, top-p 1.0 at T = 1: batch 32 with a dynamic cache (the seeds'
+  setting) and batch 256 with dynamic and static caches, each on the same first 256 of the 2,000
+  requests (1,000 NCI molecules x 2): the rate is what is compared with the engine.
+
+Torchao (int8, fp8) must be importable on the device, else those cells are `unavailable` rows (known
+before a process starts); docs/workloads.md says how to carry its wheel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Short cells: process start and load dominate, so each times at most 2 s of batches after 8 at least.
+_TEXT_PROTOCOL = {"warmup": 1, "min_repeats": 8, "min_duration_s": 1.0, "max_duration_s": 2.0}
+_SEED_004_TEXTS = {"num_samples": 256, "min_tokens": 131, "max_tokens": 5557, "length_distribution": "log-uniform",
+                   "bucket_by_length": False, **_TEXT_PROTOCOL}
+_CLASSIFIER = {"scenario": "classify", "model": "qwen2-cls"}
+
+SEED_CLASSIFY: dict[str, Any] = {
+    "name": "seed-classify",
+    "description": "seed 004's matrix on the qwen2-cls shape: batch 1-32 x fp16/int8 x eager/sdpa, plus batch 64, "
+                   "bf16, fp8 and length bucketing",
+    "timeout_s": 150,
+    "sweep": [
+        {**_CLASSIFIER, "set": {**_SEED_004_TEXTS, "dtype": "float16", "quantization": ["none", "int8"],
+                                "attn_implementation": ["eager", "sdpa"], "batch_size": [1, 8, 16, 32]}},
+        {**_CLASSIFIER, "set": {**_SEED_004_TEXTS, "dtype": "float16", "quantization": ["none", "int8"],
+                                "attn_implementation": "sdpa", "batch_size": 64}},
+        {**_CLASSIFIER, "set": {**_SEED_004_TEXTS, "dtype": "bfloat16", "quantization": ["none", "fp8"],
+                                "attn_implementation": "sdpa", "batch_size": 32}},
+        {**_CLASSIFIER, "set": {**_SEED_004_TEXTS, "dtype": "float16", "quantization": "none",
+                                "attn_implementation": "sdpa", "batch_size": 32, "bucket_by_length": True}},
+    ],
+}
+
+_PROMPTS = {"num_prompts": 512, "min_tokens": 100, "max_tokens": 1000, "length_distribution": "uniform",
+            "layers": "8,-1", "dtype": "bfloat16", **_TEXT_PROTOCOL}
+
+SEED_HIDDEN_STATES: dict[str, Any] = {
+    "name": "seed-hidden-states",
+    "description": "pooled hidden states (layers 8 and last) of 512 prompts on the llama-380m shape: batch x pooling",
+    "timeout_s": 150,
+    "sweep": [
+        {"scenario": "hidden-states", "model": "llama-380m",
+         "set": {**_PROMPTS, "batch_size": [4, 16, 64], "pool": ["last", "mean"]}},
+        {"scenario": "hidden-states", "model": "llama-380m",
+         "set": {**_PROMPTS, "batch_size": 64, "pool": "mean", "bucket_by_length": False}},
+    ],
+}
+
+_CONFORMERS = {"num_molecules": 1000, "num_conformers": 2, "max_requests": 256, "sampling": "top-p",
+               "profile": "v3-fixed4", "dtype": "bfloat16"}
+
+CONFORMER_BASELINE: dict[str, Any] = {
+    "name": "conformer-baseline",
+    "description": "the seeds' HF + Python-processor conformer baseline on qwen3-0.6b: b32 dynamic (their setting), "
+                   "b256 dynamic and static, on the first 256 requests of 1000 NCI molecules x 2",
+    "timeout_s": 300,
+    "sweep": [
+        {"scenario": "constrained", "model": "qwen3-0.6b", "backend": "hf",
+         "set": {**_CONFORMERS, "batch_size": 32, "kv_cache": "dynamic"}},
+        {"scenario": "constrained", "model": "qwen3-0.6b", "backend": "hf",
+         "set": {**_CONFORMERS, "batch_size": 256, "kv_cache": ["dynamic", "static"]}},
+    ],
+}

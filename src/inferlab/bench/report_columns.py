@@ -1,0 +1,132 @@
+"""The columns of a report table, per scenario: each a header and a function (row, table context) ->
+cell text. Every number comes from the row's metrics; a scenario without an entry gets DEFAULT_COLUMNS."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from inferlab.bench.markdown import num, pct, ratio, short, sig
+from inferlab.bench.results import config_label, headline, speedup
+
+
+@dataclass(frozen=True)
+class TableContext:
+    label_knobs: list[str]
+    baselines: dict[int, dict[str, Any] | None]  # id(row) -> its baseline row
+    winners: set[int]  # id(row) of each workload's best row
+
+
+Cell = Callable[[dict[str, Any], TableContext], str]
+
+
+def _label(row: dict[str, Any], ctx: TableContext) -> str:
+    text = config_label(row, ctx.label_knobs)
+    return f"**{text}** (best)" if id(row) in ctx.winners else text
+
+
+def _status(row: dict[str, Any], ctx: TableContext) -> str:
+    status = row.get("status", "?")
+    return status if status == "ok" and not row.get("warnings") else f"{status}: {short(row.get('message') or '; '.join(row.get('warnings', [])))}"
+
+
+def _metric(name: str, fmt: Callable[[Any], str]) -> Cell:
+    return lambda row, ctx: fmt(row.get("metrics", {}).get(name)) if row.get("status") == "ok" else "-"
+
+
+def _batch(row: dict[str, Any], ctx: TableContext) -> str:
+    return str(row.get("batch_size", "-"))
+
+
+def _latency(percentile: str) -> Cell:
+    def cell(row: dict[str, Any], ctx: TableContext) -> str:
+        latency = row.get("metrics", {}).get("latency_ms") or {}
+        return sig(latency.get(percentile)) if row.get("status") == "ok" else "-"
+    return cell
+
+
+def _speedup(row: dict[str, Any], ctx: TableContext) -> str:
+    return ratio(speedup(row, ctx.baselines.get(id(row))))
+
+
+def _gbps(row: dict[str, Any], ctx: TableContext) -> str:
+    m = row.get("metrics", {})
+    if row.get("status") != "ok" or m.get("achieved_gb_per_s") is None:
+        return "-"
+    frac = m.get("bandwidth_fraction")
+    return num(m["achieved_gb_per_s"]) + (f" ({pct(frac)})" if frac is not None else "")
+
+
+# Columns per scenario; a scenario without an entry gets DEFAULT_COLUMNS.
+COLUMNS: dict[str, list[tuple[str, Cell]]] = {
+    "generate": [
+        ("configuration", _label),
+        ("batch", _batch),
+        ("tok/s", _metric("output_tokens_per_s", num)),
+        ("spread", _metric("spread", pct)),
+        ("speedup", _speedup),
+        ("first call s", _metric("first_call_s", sig)),
+        ("steady s", _metric("steady_s", sig)),
+        ("peak GB", _metric("peak_memory_gb", sig)),
+        ("GB/s (of device)", _gbps),
+        ("attention kernel seen", _metric("attention_kernel_observed", str)),
+        ("status", _status),
+    ],
+    "attention-kernels": [
+        ("configuration", _label),
+        ("shape", lambda r, c: str(r.get("metrics", {}).get("shape") or "-")),
+        ("ms/iter", _metric("ms_per_iter", sig)),
+        ("spread", _metric("spread", pct)),
+        ("TFLOP/s", _metric("tflops_per_s", sig)),
+        ("speedup", _speedup),
+        ("max abs err vs math fp32", _metric("max_abs_error", sig)),
+        ("kernel seen", _metric("attention_kernel_observed", str)),
+        ("status", _status),
+    ],
+    "classify": [
+        ("configuration", _label),
+        ("batch", _batch),
+        ("samples/s", _metric("requests_per_s", num)),
+        ("speedup", _speedup),
+        ("p50 ms", _latency("p50")),
+        ("p95 ms", _latency("p95")),
+        ("p99 ms", _latency("p99")),
+        ("tokens/s", _metric("input_tokens_per_s", num)),
+        ("padding", _metric("padding_fraction", pct)),
+        ("first call s", _metric("first_call_s", sig)),
+        ("peak GB", _metric("peak_memory_gb", sig)),
+        ("status", _status),
+    ],
+    "hidden-states": [
+        ("configuration", _label),
+        ("batch", _batch),
+        ("tokens/s", _metric("input_tokens_per_s", num)),
+        ("prompts/s", _metric("requests_per_s", num)),
+        ("speedup", _speedup),
+        ("p95 ms", _latency("p95")),
+        ("padding", _metric("padding_fraction", pct)),
+        ("first call s", _metric("first_call_s", sig)),
+        ("peak GB", _metric("peak_memory_gb", sig)),
+        ("status", _status),
+    ],
+    "constrained": [
+        ("configuration", _label),
+        ("batch", _batch),
+        ("tok/s", _metric("output_tokens_per_s", num)),
+        ("molecules/s", _metric("molecules_per_s", sig)),
+        ("speedup", _speedup),
+        ("valid", _metric("valid_fraction", pct)),
+        ("measured on", _metric("measured_on", str)),
+        ("first call s", _metric("first_call_s", sig)),
+        ("prepare s", _metric("prepare_s", sig)),
+        ("peak GB", _metric("peak_memory_gb", sig)),
+        ("status", _status),
+    ],
+}
+DEFAULT_COLUMNS: list[tuple[str, Cell]] = [
+    ("configuration", _label),
+    ("batch", lambda r, c: str(r.get("batch_size", "-"))),
+    ("headline", lambda r, c: f"{r.get('headline_metric')}={sig(headline(r))}" if headline(r) is not None else "-"),
+    ("speedup", _speedup),
+    ("status", _status),
+]

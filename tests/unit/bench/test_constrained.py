@@ -1,0 +1,140 @@
+"""The `constrained` scenario: its inputs (molecules that fit, requests, batches), the strict validity
+check, and the seeds' HF baseline run end to end on a tiny Qwen3 with the qwen3-chem tokenizer (CPU)."""
+
+from __future__ import annotations
+
+import pytest
+from rdkit import Chem
+from rdkit.Chem import AllChem
+from transformers import AutoTokenizer
+
+from inferlab.bench.plan import build_plan
+from inferlab.bench.scenarios.constrained_inputs import (build_requests, load_molecules, nci_molecules_path,
+                                                         plan_batches)
+from inferlab.bench.scenarios.constrained_run import _check_outputs
+from inferlab.engine.constraints.program import compile_program
+from inferlab.errors import ConfigError, InputError
+from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
+from inferlab.workloads.conformers.encode import encode_conformer
+from inferlab.workloads.conformers.hf_baseline_processor import build_baseline_template
+from inferlab.workloads.conformers.profiles import get_profile
+
+PROFILE = get_profile("v3-fixed4")
+TINY = {"num_molecules": 2, "num_conformers": 2, "batch_size": 2, "dtype": "float32", "device": "cpu",
+        "sampling": "greedy", "warmup_steps": 4}
+
+
+@pytest.fixture(scope="module")
+def chem_tokenizer(qwen3_chem_dir):
+    return AutoTokenizer.from_pretrained(str(qwen3_chem_dir))
+
+
+@pytest.mark.parametrize("which", ["qwen3-chem", "llama3-style"])
+def test_molecules_fit_by_a_bound_that_covers_the_compiled_constraint(which, chem_tokenizer):
+    tokenizer = chem_tokenizer if which == "qwen3-chem" else build_builtin_tokenizer()
+    found = load_molecules(nci_molecules_path(), 12, PROFILE, tokenizer, max_positions=400)
+    assert len(found.molecules) == 12 and found.skipped_too_long > 0
+    lines = [ln.split()[0] for ln in nci_molecules_path().read_text().splitlines()]
+    positions = [lines.index(m.smiles) for m in found.molecules]
+    assert positions == sorted(positions)  # the first ones that fit, in file order
+    for m in found.molecules:
+        exact = compile_program(m.template.segments, tokenizer).max_new_tokens  # the engine's exact bound
+        assert exact <= m.max_output_tokens <= 1.6 * exact
+        assert len(m.prompt_ids) + m.max_output_tokens <= 400
+
+
+def test_requests_are_k_per_molecule_and_batches_run_longest_first(chem_tokenizer):
+    found = load_molecules(nci_molecules_path(), 6, PROFILE, chem_tokenizer, max_positions=4096)
+    requests = build_requests(found, 3)
+    assert [(r.molecule_index, r.conformer_index) for r in requests[:4]] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert [r.index for r in requests] == list(range(18))
+    bounds = [m.max_output_tokens for m in found.molecules]
+    batches = plan_batches(requests, bounds, 4, sort_by_length=True)
+    flat = [r for b in batches for r in b]
+    assert sorted(r.index for r in flat) == list(range(18)) and [len(b) for b in batches] == [4, 4, 4, 4, 2]
+    ordered = [bounds[r.molecule_index] for r in flat]
+    assert ordered == sorted(ordered, reverse=True)
+    assert plan_batches(requests, bounds, 4, sort_by_length=False)[0] == requests[:4]
+
+
+def test_validity_is_the_templates_strict_check(chem_tokenizer):
+    found = load_molecules(nci_molecules_path(), 2, PROFILE, chem_tokenizer, max_positions=4096)
+    requests = build_requests(found, 1)
+    eos = chem_tokenizer.eos_token_id
+    outputs = []
+    for r in requests:  # a real conformer, encoded by the encoder: what a perfect model writes
+        mol = Chem.AddHs(Chem.MolFromSmiles(r.smiles))
+        assert AllChem.EmbedMolecule(mol, randomSeed=1) == 0
+        text = encode_conformer(mol, PROFILE).generation_text(PROFILE)
+        outputs.append(chem_tokenizer(text, add_special_tokens=False)["input_ids"] + [eos, 0, 0])  # padded after EOS
+    assert _check_outputs(requests, outputs, frozenset([eos]), chem_tokenizer, PROFILE)["valid_fraction"] == 1.0
+    broken = [outputs[0], outputs[1][:-3]]  # row 2: the whole text, but no EOS
+    broken[0] = broken[0][:5] + broken[0][6:]  # a character of the first block dropped
+    result = _check_outputs(requests, broken, frozenset([eos]), chem_tokenizer, PROFILE)
+    assert result["valid_rows"] == 1 and result["ended_with_eos_fraction"] == 0.5
+    assert len(result["invalid_examples"]) == 1 and requests[0].smiles in result["invalid_examples"][0]
+
+
+def test_the_hf_baseline_runs_and_every_row_ends_after_its_skeleton(tiny_checkpoint, run_cell, chem_tokenizer):
+    path = tiny_checkpoint("tiny-qwen3")
+    data = {"sweep": [{"scenario": "constrained", "model": str(path), "backend": "hf",
+                       "set": {**TINY, "max_requests": 2}}]}
+    cell, out = run_cell(data, path)
+    assert out.status == "ok", out.message
+    m = out.metrics
+    found = load_molecules(nci_molecules_path(), 2, PROFILE, chem_tokenizer, max_positions=512)
+    skeleton = len(build_baseline_template(found.molecules[0].smiles, PROFILE, chem_tokenizer))
+    # the first 2 of 4 requests are molecule 0's two conformers; the processor forces EOS after its skeleton
+    assert m["requests_measured"] == 2 and m["requests_total"] == 4 and m["output_tokens"] == 2 * (skeleton + 1)
+    assert m["output_tokens_per_s"] == pytest.approx(m["output_tokens"] / m["steady_s"])
+    assert m["molecules_per_s"] == pytest.approx(m["requests_per_s"] / 2)
+    assert m["ended_with_eos_fraction"] == 1.0 and 0.0 <= m["valid_fraction"] <= 1.0 and m["checked_rows"] == 2
+    assert m["first_call_steps"] == 4 and m["graphs_compiled_while_timed"] == 0
+    assert any("the first 2 of 4 requests" in w for w in out.warnings)
+
+
+def test_a_compiled_static_cache_compiles_nothing_while_timed(tiny_checkpoint, run_cell):
+    path = tiny_checkpoint("tiny-qwen3")
+    data = {"sweep": [{"scenario": "constrained", "model": str(path), "backend": "hf",
+                       "set": {**TINY, "num_molecules": 1, "kv_cache": "static", "compile": True,
+                               "compile_backend": "eager"}}]}
+    _, out = run_cell(data, path)
+    assert out.status == "ok", out.message
+    assert out.metrics["compile_observed"] is True and out.metrics["graphs_compiled_while_timed"] == 0
+
+
+def test_too_few_molecules_is_an_error_row_that_says_what_to_lower(tiny_checkpoint, run_cell, tmp_path):
+    path = tiny_checkpoint("tiny-qwen3")
+    smi = tmp_path / "mols.smi"
+    smi.write_text("CCO ethanol\nnot-a-smiles bad\nc1ccccc1O phenol\n")
+    data = {"sweep": [{"scenario": "constrained", "model": str(path), "backend": "hf",
+                       "set": {**TINY, "num_molecules": 3, "num_conformers": 1, "max_requests": 2,
+                               "molecules_file": str(smi)}}]}
+    _, out = run_cell(data, path)
+    assert out.status == "error" and "only 2 molecules" in out.message and "1 unreadable" in out.message
+    with pytest.raises(InputError, match="lower num_molecules"):
+        load_molecules(smi, 3, PROFILE, build_builtin_tokenizer(), 512)
+
+
+@pytest.mark.parametrize("knobs, message", [
+    ({"num_molecules": 3, "num_conformers": 1}, "not a multiple of batch_size=2"),
+    ({"max_requests": 3}, "not a multiple of batch_size=2"),
+    ({"processor": "python"}, "belongs to backend hf of scenario generate"),
+    ({"compile": True}, "HF compiles only static caches"),
+])
+def test_impossible_constrained_plans_are_refused(knobs, message):
+    with pytest.raises(ConfigError, match=message):
+        build_plan({"sweep": [{"scenario": "constrained", "model": "tiny-qwen3", "backend": "hf",
+                               "set": {**TINY, **knobs}}]})
+    with pytest.raises(ConfigError, match="not a causal LM"):
+        build_plan({"sweep": [{"scenario": "constrained", "model": "tiny-qwen2-cls", "backend": "hf", "set": TINY}]})
+
+
+def test_a_qwen3_preset_is_built_with_the_qwen3_chem_tokenizer_and_hf_is_the_constrained_backend(qwen3_chem_dir):
+    from inferlab.bench.backends import get_backend
+
+    cell = build_plan({"sweep": [{"scenario": "constrained", "model": "tiny-qwen3", "backend": "hf", "set": TINY}]}).cells[0]
+    assert cell.config["tokenizer"] == str(qwen3_chem_dir) and cell.config["compile"] is False
+    assert get_backend("hf", "constrained") is not get_backend("hf", "generate")
+    with pytest.raises(ConfigError, match="unknown backend 'vllm' for scenario constrained; choose one of: hf"):
+        get_backend("vllm", "constrained")

@@ -1,0 +1,79 @@
+"""The classify and hidden-states scenarios on tiny random checkpoints (CPU): they measure with the
+workloads' own loop, report the shared figures consistently, refuse impossible plans, and turn an
+unavailable quantization into an `unavailable` row."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from inferlab.bench.plan import build_plan
+from inferlab.errors import ConfigError
+
+TEXT = {"batch_size": 4, "min_tokens": 8, "max_tokens": 60, "dtype": "float32", "device": "cpu", "min_repeats": 6,
+        "min_duration_s": 0.05, "max_duration_s": 5.0, "warmup": 1}
+
+
+def _plan(scenario, model, **knobs):
+    return {"sweep": [{"scenario": scenario, "model": str(model), "set": {**TEXT, **knobs}}]}
+
+
+def _check_shared_figures(m, count):
+    assert m["requests_per_s"] == pytest.approx(m["rows_timed"] / m["steady_s"], rel=1e-3)  # steady_s is rounded
+    assert m["input_tokens_per_s"] > m["requests_per_s"] * 8 * 0.9  # every text has at least ~8 tokens
+    assert m["latency_ms"]["n"] == m["batches_timed"] >= 6
+    lat = m["latency_ms"]
+    assert lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p95"] <= lat["p99"] <= lat["max"]
+    assert m["first_call_s"] > 0 and m["load_s"] > 0 and m["whole_passes"]
+    assert m["rows_timed"] >= count  # at least one whole pass over the sample
+
+
+def test_classify_measures_samples_per_second_and_latency_percentiles(tiny_checkpoint, run_cell):
+    path = tiny_checkpoint("tiny-qwen2-cls")
+    cell, out = run_cell(_plan("classify", path, num_samples=12), path)
+    assert out.status == "ok", out.message
+    m = out.metrics
+    _check_shared_figures(m, 12)
+    assert m["samples_per_s"] == m["requests_per_s"] and m["quantized_layers"] == 0 and m["attn_loaded"] == "sdpa"
+    assert 0 <= m["padding_fraction"] < 1 and "peak_host_rss_gb" in m
+
+
+def test_consecutive_batches_pad_more_than_length_buckets(tiny_checkpoint, run_cell):
+    path = tiny_checkpoint("tiny-qwen2-cls")
+    knobs = {"num_samples": 16, "min_tokens": 4, "max_tokens": 120}
+    _, bucketed = run_cell(_plan("classify", path, **knobs), path)
+    _, consecutive = run_cell(_plan("classify", path, bucket_by_length=False, **knobs), path)
+    assert consecutive.metrics["padding_fraction"] > bucketed.metrics["padding_fraction"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is not None, reason="torchao is installed here")
+def test_a_quantization_that_cannot_run_is_an_unavailable_row(tiny_checkpoint, run_cell):
+    path = tiny_checkpoint("tiny-qwen2-cls")
+    _, out = run_cell(_plan("classify", path, num_samples=8, quantization="int8"), path)
+    assert out.status == "unavailable" and "torchao" in out.message
+
+
+def test_hidden_states_measures_prompts_and_tokens_per_second(tiny_checkpoint, run_cell):
+    path = tiny_checkpoint("tiny")
+    _, out = run_cell(_plan("hidden-states", path, num_prompts=12, layers="1:-1", pool="mean"), path)
+    assert out.status == "ok", out.message
+    m = out.metrics
+    _check_shared_figures(m, 12)
+    assert m["layers_resolved"] == [1, 2] and m["tokens_per_s"] == m["input_tokens_per_s"]
+    assert m["prompts_per_s"] == m["requests_per_s"]
+
+
+@pytest.mark.parametrize("scenario, model, knobs, message", [
+    ("classify", "tiny", {}, "is not a sequence-classification model"),
+    ("hidden-states", "tiny-qwen2-cls", {}, "is not a causal-lm model"),
+    ("classify", "tiny-qwen2-cls", {"min_tokens": 50, "max_tokens": 10}, "swap them"),
+    ("classify", "tiny-qwen2-cls", {"max_tokens": 100000}, "max_position_embeddings=512"),
+    ("classify", "tiny-qwen2-cls", {"attn_implementation": "flash_attention_2"}, "only bfloat16/float16"),
+    ("hidden-states", "tiny", {"layers": "1,x"}, "separated by ',' or ':'"),
+    ("hidden-states", "tiny", {"layers": "3"}, "out of range"),
+    ("hidden-states", "tiny", {"max_duration_s": 0.01}, "below min_duration_s"),
+])
+def test_impossible_text_plans_are_refused_before_anything_runs(scenario, model, knobs, message):
+    with pytest.raises(ConfigError, match=message):
+        build_plan({"sweep": [{"scenario": scenario, "model": model, "set": {**TEXT, **knobs}}]})
