@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from conformer_molecules import EDGE_CASE_SMILES, embed, nci_smiles
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from rdkit import Chem
 from rdkit.Geometry import Point3D
@@ -67,6 +67,9 @@ def test_round_trip_random_molecules_seeds_and_offsets(smiles, seed, shift, prof
     mol = embed(smiles, seed=seed)
     if mol is None:
         return  # RDKit cannot embed this one; nothing to encode
+    # A bracketed organic-subset atom without charge or H (hypervalent `[I]`, a radical `[S]`) reads like a
+    # wrapped bare atom: the text format cannot tell them apart (decode.py), template.check can.
+    assume(not ORGANIC_BRACKET.search(Chem.MolToSmiles(Chem.RemoveHs(mol))))
     conformer = mol.GetConformer()
     positions = conformer.GetPositions() + np.array(shift)
     if np.abs(positions).max() >= 999.0:
