@@ -47,11 +47,15 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+COMMIT_ENV_VAR = "INFERLAB_GIT_COMMIT"  # for copies of a checkout without .git (the device machine)
+
+
 def git_commit(repo: Path = _REPO_ROOT) -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the checkout the package runs from; (None, None) outside git."""
+    """(commit, dirty) of the checkout the package runs from; $INFERLAB_GIT_COMMIT (dirty unknown) for a copy
+    without .git; (None, None) otherwise."""
     commit = _run(["git", "-C", str(repo), "rev-parse", "HEAD"])
     if commit is None:
-        return None, None
+        return (os.environ[COMMIT_ENV_VAR], None) if os.environ.get(COMMIT_ENV_VAR) else (None, None)
     status = _run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"])
     return commit, bool(status)
 
