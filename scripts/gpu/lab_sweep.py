@@ -54,6 +54,8 @@ PARTS = {
     "classify": ("seed-classify", "seed-classify"),
     "hidden": ("seed-hidden-states", "seed-hidden-states"),
     "conformer-baseline": ("conformer-baseline", "conformer-baseline"),
+    "engine-vs-hf": ("engine-vs-hf", "engine-vs-hf"),
+    "conformer-engine": ("conformer-engine", "conformer-baseline"),  # beside the baseline: one report
 }
 # The report's speedup baseline per run directory (default: the first configuration of each workload).
 REPORT_BASELINES = {"seed-generate": ["--baseline", "attn_implementation=eager"]}

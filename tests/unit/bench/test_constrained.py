@@ -89,7 +89,8 @@ def test_the_hf_baseline_runs_and_every_row_ends_after_its_skeleton(tiny_checkpo
     assert m["output_tokens_per_s"] == pytest.approx(m["output_tokens"] / m["steady_s"])
     assert m["molecules_per_s"] == pytest.approx(m["requests_per_s"] / 2)
     assert m["ended_with_eos_fraction"] == 1.0 and 0.0 <= m["valid_fraction"] <= 1.0 and m["checked_rows"] == 2
-    assert m["first_call_steps"] == 4 and m["graphs_compiled_while_timed"] == 0
+    # a dynamic cache (the default) warms up over the full length: None = no short warm-up
+    assert m["first_call_steps"] is None and m["graphs_compiled_while_timed"] == 0
     assert any("the first 2 of 4 requests" in w for w in out.warnings)
 
 

@@ -13,6 +13,8 @@ from inferlab.errors import ConfigError
 BUILTIN_MODULES = [
     "inferlab.bench.backends.hf_generate",
     "inferlab.bench.backends.hf_constrained",
+    "inferlab.bench.backends.inferlab_generate",
+    "inferlab.bench.backends.inferlab_constrained",
 ]
 
 BACKENDS: dict[tuple[str, str], BackendSpec] = {}  # (scenario, name) -> spec

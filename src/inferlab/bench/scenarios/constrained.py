@@ -31,6 +31,8 @@ SAMPLINGS = {  # name -> (do_sample, temperature, top_p, top_k)
 
 KNOBS = (
     Knob("num_molecules", int, 1000, "the first N molecules of the file that fit the context", minimum=1),
+    Knob("context", int, 2048, "positions a request may use (prompt + longest output), capped by the model's; "
+         "2048 = the seeds' checkpoints", minimum=16),
     Knob("num_conformers", int, 2, "conformers (requests) per molecule, K", minimum=1),
     Knob("max_requests", int, 0, "measure only the first this many requests (molecule order); 0 = all N x K",
          minimum=0),

@@ -60,7 +60,7 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
     tokenizer = AutoTokenizer.from_pretrained(str(ctx.model_path))
     with timed(sync) as setup:
         molecules = load_molecules(molecule_file(c["molecules_file"]), c["num_molecules"], profile, tokenizer,
-                                   _max_positions(ctx.model_path))
+                                   min(c["context"], _max_positions(ctx.model_path)))
         requests = build_requests(molecules, c["num_conformers"])
     measured = requests[:measured_requests(c)]
     bounds = [m.max_output_tokens for m in molecules.molecules]
@@ -73,7 +73,9 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
         backend.load(ctx.model_path, device, torch_dtype(c["dtype"]))
     with timed(sync) as prepare:
         backend.prepare(measured)
-    warm_steps = c["warmup_steps"] or None
+    # A dynamic KV cache meets a new length at every step (cuDNN builds a plan per shape): only a full-length
+    # warm-up reaches the steady state there (see generate.py).
+    warm_steps = None if c.get("kv_cache") == "dynamic" else (c["warmup_steps"] or None)
 
     with torch.no_grad():
         with timed(sync) as first:

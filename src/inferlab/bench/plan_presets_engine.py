@@ -1,0 +1,66 @@
+"""Named plans that put our engine beside transformers in one run (estimates on one H100/H200):
+
+- engine-vs-hf (~8 min): BENCHMARKING.md's setting (llama-380m, 48-token prompts, exactly 1000 new
+  tokens, top-p 0.9): HF's best configurations (sdpa with a compiled static cache at batch 16 and 256, and
+  sdpa with a dynamic cache at batch 256, which the seed-static-cache run found faster there) against the
+  engine at batch 16 / 64 / 256; the Qwen3-0.6B shape at batch 256 (29-token prompts, 600 new tokens,
+  top-p 1.0, as BENCHMARKING.md measured it); and continuous against static batching in the engine with
+  output lengths drawn from 200-1000.
+- conformer-engine (~5 min): the engine on the conformer workload of conformer-baseline (qwen3-0.6b with
+  the qwen3-chem tokenizer, 1,000 NCI molecules x 2 = 2,000 requests, 256 rows refilled continuously):
+  constrained with top-p 1.0 at T = 1 and greedy, and unconstrained at the constrained pass's output
+  lengths (the step's cost of the constraint). Run it into conformer-baseline's run directory so the
+  report shows the engine and the seeds' HF baseline side by side.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_SEED_SETTING = {"dtype": "bfloat16", "prompt_tokens": 48, "new_tokens": 1000, "do_sample": True, "top_p": 0.9,
+                 "warmup": 1, "min_repeats": 1, "min_duration_s": 3.0, "max_duration_s": 6.0}
+_LLAMA = {"scenario": "generate", "model": "llama-380m"}
+_QWEN_SETTING = {**_SEED_SETTING, "prompt_tokens": 29, "new_tokens": 600, "top_p": 1.0, "batch_size": 256,
+                 "num_prompts": 256}
+_QWEN = {"scenario": "generate", "model": "qwen3-0.6b"}
+
+
+def _batches(*sizes: int) -> list[dict[str, Any]]:
+    return [{"batch_size": b, "num_prompts": b} for b in sizes]
+
+
+ENGINE_VS_HF: dict[str, Any] = {
+    "name": "engine-vs-hf",
+    "description": "the inferlab engine beside HF's best configurations (llama-380m b16/64/256, qwen3-0.6b b256), "
+                   "and continuous vs static batching",
+    "timeout_s": 240,
+    "sweep": [
+        *({**_LLAMA, "backend": "hf", "set": {**_SEED_SETTING, **b, "attn_implementation": "sdpa", "kv_cache": "static"}}
+          for b in _batches(16, 256)),
+        {**_LLAMA, "backend": "hf", "set": {**_SEED_SETTING, **_batches(256)[0], "attn_implementation": "sdpa",
+                                            "kv_cache": "dynamic"}},
+        *({**_LLAMA, "backend": "inferlab", "set": {**_SEED_SETTING, **b}} for b in _batches(16, 64, 256)),
+        {**_QWEN, "backend": "hf", "set": {**_QWEN_SETTING, "attn_implementation": "sdpa",
+                                           "kv_cache": ["static", "dynamic"]}},
+        {**_QWEN, "backend": "inferlab", "set": _QWEN_SETTING},
+        {"scenario": "batching", "model": "llama-380m",
+         "set": {"batching": ["continuous", "static"], "batch_size": 128, "num_requests": 512, "prompt_tokens": 48,
+                 "min_new_tokens": 200, "max_new_tokens": 1000, "temperature": 1.0, "top_p": 1.0}},
+    ],
+}
+
+_CONFORMERS = {"num_molecules": 1000, "num_conformers": 2, "max_requests": 0, "profile": "v3-fixed4",
+               "dtype": "bfloat16", "batch_size": 2000, "slots": 256}
+
+CONFORMER_ENGINE: dict[str, Any] = {
+    "name": "conformer-engine",
+    "description": "the engine on 1000 NCI molecules x 2 with qwen3-0.6b: constrained (top-p 1.0, greedy) and "
+                   "unconstrained at the same lengths, 256 rows",
+    "timeout_s": 420,
+    "sweep": [
+        {"scenario": "constrained", "model": "qwen3-0.6b", "backend": "inferlab",
+         "set": {**_CONFORMERS, "sampling": ["top-p", "greedy"], "constraint": "on"}},
+        {"scenario": "constrained", "model": "qwen3-0.6b", "backend": "inferlab",
+         "set": {**_CONFORMERS, "sampling": "top-p", "constraint": "off"}},
+    ],
+}
