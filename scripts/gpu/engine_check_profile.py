@@ -68,17 +68,17 @@ def part_profile(ctx) -> dict[str, Any]:
         with torch.inference_mode():
             runner.admit(range(batch), items)
             runner.prefill(range(batch), items)
-            runner.decode(batch, level, 4, PROMPT_LEN + 1)
+            runner.decode(batch, (level, False), 4, PROMPT_LEN + 1)
             name = f"B={batch} level={level}"
             graph_us = (
-                _time_us(ctx, lambda: runner.decode(batch, level, 1, None), 10 if ctx.quick else 50)
+                _time_us(ctx, lambda: runner.decode(batch, (level, False), 1, None), 10 if ctx.quick else 50)
                 if runner.graphs is not None
                 else None
             )
             steps = 3 if ctx.quick else 5
             with profile(activities=activities) as prof:
                 for _ in range(steps):
-                    runner.decode_step(batch, level, None)
+                    runner.decode_step(batch, (level, False), None)
                 ctx.sync()
             runner.release(range(batch))
         table = _kernel_table(prof, steps) if ctx.cuda else []

@@ -22,8 +22,8 @@ from typing import Iterable, Iterator
 import torch
 
 from inferlab.engine.config import EngineConfig
+from inferlab.engine.constraint_support import EngineConstraints
 from inferlab.engine.graphs import bucket_for
-from inferlab.engine.hooks import NoConstraints
 from inferlab.engine.intake import Prepared, finished_result, prepare
 from inferlab.engine.kv_cache import KVCache, kv_bytes_per_token
 from inferlab.engine.ops import select_ops
@@ -70,7 +70,17 @@ class Engine:
         slots, max_len = self.plan.slots, self.plan.max_seq_len
         cache = KVCache.allocate(self.spec, slots, max_len, self.dtype, self.device)
         rows = RowState.allocate(slots, config.max_stop_ids, max_len, self.device)
-        self.runner = ModelRunner(model, cache, rows, self.ops, NoConstraints(), compile_step=config.compile)
+        self.runner = ModelRunner(model, cache, rows, self.ops, compile_step=config.compile)
+        # programs are at most as long as their output (holes apart): max_seq_len ops per row
+        self.constraints = EngineConstraints(
+            self.tokenizer,
+            self.spec.vocab_size,
+            slots,
+            max_len,
+            self.device,
+            "triton" if self.ops.name == "triton" else "torch",
+            self.runner.attach_constraints,
+        )
         self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync + 1, self.device)
         self._sync_device()
         self.stats = EngineStats(
@@ -107,7 +117,7 @@ class Engine:
                 elif self.config.compile:
                     for b in self.runner.sizes:
                         for level in FILTER_LEVELS:
-                            self.runner.decode(b, level, 1, None)
+                            self.runner.decode(b, (level, False), 1, None)
                 self._sync_device()
                 self.stats.warmup_s = time.perf_counter() - t0 - self.stats.capture_s
                 if self.config.compile:
@@ -169,6 +179,7 @@ class Engine:
                 self.config.max_stop_ids,
                 self.config.seed,
                 started,
+                self._check_constraint,
             )
             if isinstance(item, Result):
                 yield index, item
@@ -181,8 +192,15 @@ class Engine:
         self.stats.prefill_s += loop.clock.totals.get("prefill", 0.0)
         self.stats.decode_s += loop.clock.totals.get("decode", 0.0)
         self.stats.generate_s += time.perf_counter() - started
+        self.stats.constraint_setup_s = self.constraints.setup_s
         if self.device.type == "cuda":
             self.stats.peak_memory_bytes = max(self.stats.peak_memory_bytes, torch.cuda.max_memory_allocated())
+
+    def _check_constraint(self, program) -> str | None:
+        """Intake's check of a request's program; builds the constraint runtime on first use (every row is
+        idle during intake, which the capture of the constrained graphs needs). Outside inference mode: the
+        runtime's buffers are updated in place between chunks, outside it too."""
+        return self.constraints.check(program)
 
     @torch.inference_mode()
     def _sync_point(self, loop: "_Loop") -> list[tuple[int, Result]]:
@@ -236,8 +254,9 @@ class Engine:
         if steps == 0:
             return 0
         level = max(scheduler.item(r).filter_level for r in live)
+        constrained = any(scheduler.item(r).constraint is not None for r in live)
         t = loop.clock.start()
-        self.runner.decode(b, level, steps, max(loop.last_len[r] for r in live))
+        self.runner.decode(b, (level, constrained), steps, max(loop.last_len[r] for r in live))
         loop.clock.stop("decode", t)
         # bytes read: all weights per step, and each row's KV up to its length (1 for idle rows)
         lengths = sum(loop.last_len[r] for r in live) + (b - len(live))

@@ -25,7 +25,12 @@ import torch
 
 MASK32 = 0xFFFFFFFF
 GOLDEN = 0x9E3779B9  # spreads consecutive vocabulary ids before mixing
-UNIFORM_SCALE = 1.0 / (1 << 24)
+# 23 random bits: ((h >> 9) + 0.5) / 2^23 lies in [2^-24, 1 - 2^-24], exactly representable in fp32. With 24
+# bits the largest value, (2^24 - 0.5) / 2^24, rounds to 1.0 in fp32: noise -log(-log(1)) = +inf, and the
+# token won the race whatever its logit (or came out NaN over a masked -inf logit): ~1% of the draws per
+# step at a 150k vocabulary were uniform junk, and constrained rows left their grammar.
+UNIFORM_BITS = 23
+UNIFORM_SCALE = 1.0 / (1 << UNIFORM_BITS)
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -53,7 +58,7 @@ def gumbel_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     """[rows] keys -> [rows, vocab] fp32 Gumbel noise -log(E), E = -log(U), U from the hash of (key, id)."""
     ids = _mul32(torch.arange(vocab, device=keys.device, dtype=torch.int64), GOLDEN)  # [vocab]
     h = mix32(keys[:, None] ^ ids[None, :])  # [rows, vocab] in [0, 2^32)
-    u = ((h >> 8).to(torch.float32) + 0.5) * UNIFORM_SCALE  # (0, 1), 24 random bits
+    u = ((h >> (32 - UNIFORM_BITS)).to(torch.float32) + 0.5) * UNIFORM_SCALE  # [2^-24, 1 - 2^-24]
     return -torch.log(-torch.log(u))
 
 

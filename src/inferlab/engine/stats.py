@@ -30,6 +30,7 @@ class EngineStats:
     compile_s: float = 0.0  # = warmup_s when EngineConfig.compile is on (dominated by compilation), else 0
     capture_s: float = 0.0  # CUDA graph capture alone
     graphs: int = 0
+    constraint_setup_s: float = 0.0  # grammar set, constraint runtime and its graphs, at the first constrained request
     prefill_s: float = 0.0
     prefill_batches: int = 0
     prompt_tokens: int = 0

@@ -157,7 +157,13 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
     from inferlab.engine import Engine, EngineConfig
     from inferlab.types import Request, SamplingParams
 
+    from inferlab.engine.constraints.program import compile_program
+    from inferlab.workloads.conformers.profiles import get_profile
+    from inferlab.workloads.conformers.template import build_template
+
     path = tiny_checkpoint("tiny")
+    template = build_template("CO", get_profile("v3-fixed4"))
+    conformer = dict(prompt_ids=(11, 12, 13), sampling=SamplingParams(temperature=1.0, seed=8))
     requests = [
         Request(id="greedy", prompt_ids=(5, 9, 100, 7), sampling=SamplingParams(temperature=0, max_new_tokens=6)),
         Request(id="top-p", prompt_ids=(11,) * 9, sampling=SamplingParams(top_p=0.9, max_new_tokens=6, seed=3)),
@@ -166,8 +172,11 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
     ]
     outputs = {}
     for kernels in ("torch", "triton"):
-        engine = Engine(EngineConfig(model=path, max_slots=2, max_seq_len=32, kernels=kernels))
+        engine = Engine(EngineConfig(model=path, max_slots=2, max_seq_len=96, kernels=kernels))
         assert engine.ops.name == kernels
-        outputs[kernels] = [r.token_ids for r in engine.generate(requests)]
+        program = compile_program(template.segments, engine.tokenizer)  # the Triton mask kernel on "triton"
+        constrained = Request(id="conformer", constraint=program, **conformer)
+        outputs[kernels] = [r.token_ids for r in engine.generate(requests[:2] + [constrained] + requests[2:])]
+        assert engine.constraints.runtime.mask_impl == kernels
         outputs[kernels].append(engine.generate(requests[-1:])[0].token_ids)  # a 1-token prefill batch
     assert outputs["triton"] == outputs["torch"]

@@ -51,6 +51,11 @@ class ConstraintProgram:
         return self.ops[1][self.ops[0] == COPY].tolist()
 
     @property
+    def eos_token_id(self) -> int:
+        """The token of the final op (EndOfSequence), which ends a row."""
+        return int(self.ops[1, -1])
+
+    @property
     def initial_state(self) -> int:
         """The automaton state a row starts in: the first hole's start, or 0 when it starts with a copy."""
         return int(self.ops[1, 0]) if int(self.ops[0, 0]) == HOLE else 0

@@ -60,7 +60,7 @@ def _race_kernel(
     scaled = x / tl.load(TEMP + row)
     key = _row_key(tl.load(SEEDS + row), tl.load(INDEX + row))
     h = _mix32(key ^ ((ids.to(tl.uint32) * 0x9E3779B9) & 0xFFFFFFFF))
-    u = ((h >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
+    u = ((h >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)  # sampler.UNIFORM_BITS = 23: never 1.0
     noise = -tl.log(-tl.log(u))
     race = scaled + tl.where(tl.load(GREEDY + row) != 0, 0.0, noise)
     keep = valid
