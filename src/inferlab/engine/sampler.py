@@ -54,12 +54,16 @@ def row_keys(seeds: torch.Tensor, token_index: torch.Tensor) -> torch.Tensor:
     return mix32((seed_key + mix32((token_index & MASK32) ^ 0x27D4EB2F)) & MASK32)
 
 
+def uniform_from_hash(h: torch.Tensor) -> torch.Tensor:
+    """int64 hashes in [0, 2^32) -> fp32 uniforms in [2^-24, 1 - 2^-24] (never 0 or 1)."""
+    return ((h >> (32 - UNIFORM_BITS)).to(torch.float32) + 0.5) * UNIFORM_SCALE
+
+
 def gumbel_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     """[rows] keys -> [rows, vocab] fp32 Gumbel noise -log(E), E = -log(U), U from the hash of (key, id)."""
     ids = _mul32(torch.arange(vocab, device=keys.device, dtype=torch.int64), GOLDEN)  # [vocab]
     h = mix32(keys[:, None] ^ ids[None, :])  # [rows, vocab] in [0, 2^32)
-    u = ((h >> (32 - UNIFORM_BITS)).to(torch.float32) + 0.5) * UNIFORM_SCALE  # [2^-24, 1 - 2^-24]
-    return -torch.log(-torch.log(u))
+    return -torch.log(-torch.log(uniform_from_hash(h)))
 
 
 def float_key(x: torch.Tensor) -> torch.Tensor:

@@ -162,3 +162,14 @@ def test_different_seeds_draw_different_tokens(level):
         level,
     )
     assert tokens[0] != tokens[1]
+
+
+def test_the_uniform_draw_never_reaches_0_or_1():
+    """A 24-bit draw (h >> 8) + 0.5 rounds to 1.0 in fp32 at the top hash: noise +inf, a token winning
+    whatever its logit (NaN over a masked -inf logit). Every hash must give finite noise."""
+    from inferlab.engine.sampler import uniform_from_hash
+
+    extremes = torch.tensor([0, 1, 2**31, 2**32 - 512, 2**32 - 2, 2**32 - 1])
+    u = uniform_from_hash(extremes)
+    assert bool(((u > 0) & (u < 1)).all()), u.tolist()
+    assert bool(torch.isfinite(-torch.log(-torch.log(u))).all())
