@@ -118,7 +118,7 @@ def part_sampling(ctx) -> dict[str, Any]:
 
     res: dict[str, Any] = {}
     vocab = 5000 if ctx.quick else 128256
-    ops = select_ops("auto" if ctx.cuda else "triton", ctx.device, torch.bfloat16)
+    ops = select_ops("auto" if ctx.cuda else "triton", ctx.device)
     g = torch.Generator(device=ctx.device).manual_seed(1)
     for rows in [4] if ctx.quick else [16, 64, 256]:
         logits = (torch.randn(rows, vocab, generator=g, device=ctx.device) * 2).to(torch.bfloat16).float()

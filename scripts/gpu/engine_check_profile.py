@@ -43,19 +43,19 @@ def part_profile(ctx) -> dict[str, Any]:
     from torch.profiler import ProfilerActivity, profile
 
     from inferlab.engine.intake import Prepared
-    from inferlab.engine.sampler import FILTER_NONE, FILTER_SORT
+    from inferlab.engine.sampler import FILTER_NONE, FILTER_TOP_K
     from inferlab.types import Request, SamplingParams, Timings
 
     res: dict[str, Any] = {}
     preset = "tiny" if ctx.quick else "llama-380m"
-    cells = [(4, FILTER_SORT)] if ctx.quick else [(16, FILTER_SORT), (256, FILTER_SORT), (256, FILTER_NONE)]
+    cells = [(4, FILTER_TOP_K)] if ctx.quick else [(16, FILTER_TOP_K), (256, FILTER_TOP_K), (256, FILTER_NONE)]
     engine = _engine(ctx, preset, max(b for b, _ in cells), 24 if ctx.quick else 1000)
     runner = engine.runner
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.cuda else [])
     for batch, level in cells:
         sampling = SamplingParams(
             temperature=1.0,
-            top_p=0.9 if level == FILTER_SORT else 1.0,
+            top_p=0.9 if level == FILTER_TOP_K else 1.0,
             max_new_tokens=900 if not ctx.quick else 20,
             ignore_eos=True,
         )

@@ -60,7 +60,7 @@ class Engine:
         self.max_prefill_tokens = max(config.max_prefill_tokens, self.plan.max_seq_len)
         self.kv_bytes_per_token = kv_bytes_per_token(self.spec, self.dtype)
 
-        self.ops = select_ops(config.kernels, self.device, self.dtype)
+        self.ops = select_ops(config.kernels, self.device)
 
         t0 = time.perf_counter()
         weights = load_weights(config.model, self.spec, self.dtype, self.device)

@@ -45,14 +45,14 @@ def record_tokens(tokens: torch.Tensor, rows: RowState) -> torch.Tensor:
 
 
 def finish_step(
-    logits: torch.Tensor,  # [B, V] fp32
+    logits: torch.Tensor,  # [B, V] the LM head's output (model dtype)
     rows: RowState,  # B rows: views (decode) or gathered copies (prefill)
     hooks: ConstraintHooks,
     ops,  # engine.ops.Ops: torch functions above or their Triton kernels
     filter_level: int,  # sampler.FILTER_*: at least what the rows need
     row_ids: torch.Tensor | None = None,  # None in decode (rows [0, B)); admitted row ids in prefill
 ) -> None:
-    logits = hooks.mask_logits(logits, row_ids)
+    logits = hooks.mask_logits(ops.sampling_logits(logits), row_ids)  # fp32 (torch ops) or as is (Triton)
     logits = ops.mask_stops(logits, rows)
     # the token index n_out keys the noise: a request's draws are reproducible whatever its row
     sampled = sample(

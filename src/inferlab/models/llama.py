@@ -4,8 +4,8 @@ One layer, as in transformers, with the residual add fused into the next norm:
     h = norm(x); q, k, v = rope(split(h @ Wqkv)); cache[slot, pos] = k, v; a = attn(q, cache) @ Wo
     h, x = norm(x + a); m = (silu(h @ Wg) * (h @ Wu)) @ Wd; h, x = norm_next(x + m)
 Two entry points share the layer code and differ only in attention: `prefill` (right-padded prompts,
-causal SDPA) and `decode` (one token per row, attention over each row's cache slot). Both return fp32
-logits of the last position only. The small fused operations come from an `Ops` set (engine/ops.py), so
+causal SDPA) and `decode` (one token per row, attention over each row's cache slot). Both return the
+logits of the last position only, in the model dtype (the sampler's ops decide whether to upcast). The small fused operations come from an `Ops` set (engine/ops.py), so
 the same code runs plain torch on CPU and Triton kernels on CUDA. Sampling is not here (engine/sampler.py).
 """
 
@@ -71,8 +71,8 @@ class LlamaModel:
             h, x = ops.add_rms_norm(m, x, next_norm, eps)
         return h
 
-    def _logits(self, h_last: torch.Tensor) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab] fp32
-        return F.linear(h_last, self.weights.lm_head).float()
+    def _logits(self, h_last: torch.Tensor) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab], model dtype
+        return F.linear(h_last, self.weights.lm_head)
 
     def prefill(
         self,
@@ -80,7 +80,7 @@ class LlamaModel:
         lengths: torch.Tensor,  # [batch] int64: real prompt lengths (>= 1)
         slots: torch.Tensor,  # [batch] int64: each prompt's cache slot
         cache: KVCache,
-    ) -> torch.Tensor:  # [batch, vocab] fp32 logits at each prompt's last real position
+    ) -> torch.Tensor:  # [batch, vocab] logits (model dtype) at each prompt's last real position
         batch, padded = tokens.shape
         heads, kv_heads, head_dim = self.spec.num_heads, self.spec.num_kv_heads, self.spec.head_dim
         positions = torch.arange(padded, device=tokens.device).repeat(batch)  # [batch * padded]
@@ -104,7 +104,7 @@ class LlamaModel:
         slots: torch.Tensor,  # [rows] int64
         cache: KVCache,
         max_len_hint: int | None = None,  # host bound of positions + 1 (used by the torch attention only)
-    ) -> torch.Tensor:  # [rows, vocab] fp32
+    ) -> torch.Tensor:  # [rows, vocab] model dtype
         rows = tokens.shape[0]
         lengths = positions + 1
         heads, head_dim = self.spec.num_heads, self.spec.head_dim
