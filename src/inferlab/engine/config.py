@@ -31,7 +31,6 @@ class EngineConfig:
     default_max_seq_len: int = 4096  # used when max_seq_len is None (capped by the model's max positions)
     max_prefill_tokens: int = 8192  # padded prompt tokens per prefill batch (raised to max_seq_len if smaller)
     cuda_graphs: bool | None = None  # None: on for CUDA
-    compile: bool = False  # torch.compile the decode forward (default mode: no cudagraphs, we capture ourselves)
     kernels: str = "auto"  # "torch", "triton" or "auto" (triton on CUDA)
     decode_steps_per_sync: int = 16  # decode steps between host reads of the finished flags
     batching: str = "continuous"  # or "static": admit a full batch, wait until all of it finished

@@ -23,13 +23,13 @@ import torch
 
 from inferlab.engine.config import EngineConfig
 from inferlab.engine.constraint_support import EngineConstraints
+from inferlab.engine.gemm_plan import tune_gemm_plan
 from inferlab.engine.graphs import bucket_for
 from inferlab.engine.intake import Prepared, finished_result, prepare
 from inferlab.engine.kv_cache import KVCache, kv_bytes_per_token
 from inferlab.engine.ops import select_ops
 from inferlab.engine.rows import REASON_NAMES, RowState
 from inferlab.engine.runner import ModelRunner
-from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.scheduler import Scheduler
 from inferlab.engine.snapshots import HEADER, Snapshot, SnapshotBuffers
 from inferlab.engine.startup import make_plan, resolve_device, resolve_dtype
@@ -70,7 +70,8 @@ class Engine:
         slots, max_len = self.plan.slots, self.plan.max_seq_len
         cache = KVCache.allocate(self.spec, slots, max_len, self.dtype, self.device)
         rows = RowState.allocate(slots, config.max_stop_ids, max_len, self.device)
-        self.runner = ModelRunner(model, cache, rows, self.ops, compile_step=config.compile)
+        self.runner = ModelRunner(model, cache, rows, self.ops)
+        self.gemm_timings: dict = {}  # start-up timings of cuBLAS vs the Triton GEMM, {"qkv@16": {impl: us}}
         # programs are at most as long as their output (holes apart): max_seq_len ops per row
         self.constraints = EngineConstraints(
             self.tokenizer,
@@ -88,7 +89,6 @@ class Engine:
             dtype=str(self.dtype).removeprefix("torch."),
             kernels=self.ops.name,
             cuda_graphs=use_graphs,
-            compiled=config.compile,
             max_slots=slots,
             max_seq_len=max_len,
             weight_bytes=weights.nbytes(),
@@ -109,19 +109,17 @@ class Engine:
         try:
             with torch.inference_mode():
                 t0 = time.perf_counter()
-                if self.device.type == "cuda" or self.config.compile:
+                if self.device.type == "cuda" and self.ops.name == "triton":
+                    self._tune_gemms()
+                t1 = time.perf_counter()
+                if self.device.type == "cuda":
                     self._warm_prefill()
                 if use_graphs:
                     graphs = self.runner.capture_graphs()
                     self.stats.capture_s, self.stats.graphs = graphs.capture_s, len(graphs.graphs)
-                elif self.config.compile:
-                    for b in self.runner.sizes:
-                        for level in FILTER_LEVELS:
-                            self.runner.decode(b, (level, False), 1, None)
                 self._sync_device()
-                self.stats.warmup_s = time.perf_counter() - t0 - self.stats.capture_s
-                if self.config.compile:
-                    self.stats.compile_s = self.stats.warmup_s
+                self.stats.warmup_s = time.perf_counter() - t1 - self.stats.capture_s
+                self.stats.gemm_tune_s = t1 - t0
         except torch.cuda.OutOfMemoryError as e:
             raise CapacityError(
                 f"start-up ran out of device memory ({e}); the plan was {self.plan.slots} slots x "
@@ -131,6 +129,12 @@ class Engine:
         self.runner.release(range(self.plan.slots))
         if self.device.type == "cuda":
             self.stats.peak_memory_bytes = torch.cuda.max_memory_allocated(self.device)
+
+    def _tune_gemms(self) -> None:
+        """Choose cuBLAS or the skinny Triton GEMM per projection and decode bucket (engine/gemm_plan.py)."""
+        model = self.runner.model
+        model.gemm, self.gemm_timings = tune_gemm_plan(model.weights, self.runner.sizes, self.ops.silu_mul, self.device)
+        self.stats.gemm_choices = model.gemm.describe(self.runner.sizes)
 
     def _warm_prefill(self) -> None:
         """Prefill at the most tokens and at the most rows one batch may have (both are bounds)."""

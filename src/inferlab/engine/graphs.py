@@ -47,7 +47,7 @@ class DecodeGraphs:
         self.step = step
         self.sizes = sizes
         self.graphs: dict[tuple[int, Variant], torch.cuda.CUDAGraph] = {}
-        self.warmup_s = 0.0  # first calls of the step (includes torch.compile / Triton compilation)
+        self.warmup_s = 0.0  # first calls of the step (includes Triton compilation)
         self.capture_s = 0.0
         self._pool = None
 

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 class Ops:
     name: str
     rms_norm: Callable  # (x [T, D], w [D], eps) -> [T, D]
+    embed_rms_norm: Callable  # (tokens [T], embed [V, D], w [D], eps) -> (normed, x = embed[tokens])
     add_rms_norm: Callable  # (x, residual, w, eps) -> (normed, residual + x)
     silu_mul: Callable  # (gate_up [T, 2I]) -> [T, I]
     rope_qkv: Callable  # see torch_ops.rope_qkv
@@ -46,6 +47,7 @@ def _torch_ops() -> Ops:
     return Ops(
         name="torch",
         rms_norm=torch_ops.rms_norm,
+        embed_rms_norm=torch_ops.embed_rms_norm,
         add_rms_norm=torch_ops.add_rms_norm,
         silu_mul=torch_ops.silu_mul,
         rope_qkv=torch_ops.rope_qkv,
@@ -74,6 +76,7 @@ def _triton_ops() -> Ops:
     return Ops(
         name="triton",
         rms_norm=triton_norm.rms_norm,
+        embed_rms_norm=triton_norm.embed_rms_norm,
         add_rms_norm=triton_norm.add_rms_norm,
         silu_mul=triton_norm.silu_mul,
         rope_qkv=triton_rope.rope_qkv,

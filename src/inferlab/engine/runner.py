@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, cache: KVCache, rows: RowState, ops: Ops, compile_step: bool = False) -> None:
+    def __init__(self, model: LlamaModel, cache: KVCache, rows: RowState, ops: Ops) -> None:
         self.model = model
         self.cache = cache
         self.rows = rows
@@ -38,16 +38,13 @@ class ModelRunner:
         self.num_rows = rows.tokens.shape[0]
         self.sizes = bucket_sizes(self.num_rows)
         self.graphs: DecodeGraphs | None = None
-        # compile_step compiles the forward (the sampler and bookkeeping are already fused kernels): one
-        # dynamic-batch compile plus the size-1 specialisation, instead of one per bucket and filter level
-        self._forward = torch.compile(model.decode, dynamic=True) if compile_step else model.decode
 
     # ---- decode -------------------------------------------------------------------------------------
     def decode_step(self, b: int, variant: Variant, len_hint: int | None = None) -> None:
         """One eager decode step over rows [0, b) (what each graph captured; also used to profile)."""
         level, constrained = variant
         r = self.rows
-        logits = self._forward(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint)  # [b, V]
+        logits = self.model.decode(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint)  # [b, V]
         hooks = self.constraints if constrained else NO_CONSTRAINTS
         finish_step(logits, r.view(b), hooks, self.ops, level)
 

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from inferlab.engine.attention import prefill_attention
+from inferlab.engine.gemm_plan import GemmPlan
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
 from inferlab.models.config import ModelSpec
@@ -34,6 +35,7 @@ class LlamaModel:
         self.ops = ops
         self.rotary = rotary
         self.scale = spec.head_dim**-0.5
+        self.gemm = GemmPlan(ops.silu_mul)  # cuBLAS everywhere until the engine tunes it (engine/gemm_plan.py)
 
     def _layers(
         self,
@@ -46,10 +48,10 @@ class LlamaModel:
     ) -> torch.Tensor:  # [T, hidden]: the final-normed hidden state
         spec, w, ops = self.spec, self.weights, self.ops
         eps = spec.rms_norm_eps
-        x = F.embedding(tokens, w.embed)  # [T, hidden] the residual stream
-        h = ops.rms_norm(x, w.layers[0].input_norm, eps)
+        gemm = self.gemm
+        h, x = ops.embed_rms_norm(tokens, w.embed, w.layers[0].input_norm, eps)  # x [T, hidden]: the residual
         for i, layer in enumerate(w.layers):
-            qkv = F.linear(h, layer.qkv, layer.qkv_bias)  # [T, (H + 2K) * D]
+            qkv = gemm.linear(h, layer.qkv, layer.qkv_bias, "qkv")  # [T, (H + 2K) * D]
             q, k, v = ops.rope_qkv(
                 qkv,
                 positions,
@@ -64,9 +66,9 @@ class LlamaModel:
                 spec.num_heads,
                 need_kv,
             )  # q [T, H, D]; k, v [T, K, D] or None (already written to the cache)
-            a = F.linear(attend(i, q, k, v), layer.o, layer.o_bias)  # [T, hidden]
+            a = gemm.linear(attend(i, q, k, v), layer.o, layer.o_bias, "o")  # [T, hidden]
             h, x = ops.add_rms_norm(a, x, layer.post_norm, eps)
-            m = F.linear(ops.silu_mul(F.linear(h, layer.gate_up)), layer.down)  # [T, hidden]
+            m = gemm.swiglu_down(gemm.linear(h, layer.gate_up, None, "gate_up"), layer.down)  # [T, hidden]
             next_norm = w.layers[i + 1].input_norm if i + 1 < len(w.layers) else w.final_norm
             h, x = ops.add_rms_norm(m, x, next_norm, eps)
         return h

@@ -20,11 +20,13 @@ from inferlab.engine import step
 from inferlab.engine.kernels import (
     triton_attention,
     triton_filter,
+    triton_gemm,
     triton_norm,
     triton_rope,
     triton_sampling,
     triton_step,
 )
+from inferlab.engine.gemm_plan import PROJECTIONS
 from inferlab.engine.rows import RowState
 from inferlab.engine.sampler import (
     FILTER_MIN_P,
@@ -53,6 +55,23 @@ def test_norms_and_swiglu(dtype):
     torch.testing.assert_close(summed, ref_summed, **TOL[dtype])
     gu = torch.randn(5, 160, generator=g).to(dtype)
     torch.testing.assert_close(triton_norm.silu_mul(gu), torch_ops.silu_mul(gu), **TOL[dtype])
+    embed, tokens = torch.randn(50, 96, generator=g).to(dtype), torch.tensor([3, 49, 0, 3])
+    for ours, ref in zip(triton_norm.embed_rms_norm(tokens, embed, w, 1e-6), torch_ops.embed_rms_norm(tokens, embed, w, 1e-6)):
+        torch.testing.assert_close(ours, ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("swiglu", [False, True])
+@pytest.mark.parametrize("rows", [1, 5, 16, 24, 64])
+def test_skinny_gemm_equals_the_matmul(rows, swiglu):
+    """fp32 with IEEE dots (the interpreter's bf16 dot is unusable); every config shape: one split writing the
+    output, and splits writing partials summed by the second kernel; ragged N and K."""
+    g = torch.Generator().manual_seed(rows)
+    n, k = 80, 200
+    w = torch.randn(n, k, generator=g)
+    x = torch.randn(rows, 2 * k if swiglu else k, generator=g)
+    expected = (torch_ops.silu_mul(x) if swiglu else x) @ w.T
+    for config in (triton_gemm.SkinnyConfig(16, 64, 1), triton_gemm.SkinnyConfig(32, 32, 3)):
+        torch.testing.assert_close(triton_gemm.skinny_linear(x, w, config, swiglu=swiglu), expected, atol=1e-4, rtol=1e-5)
 
 
 @pytest.mark.parametrize("qk_norm", [False, True])
@@ -199,6 +218,13 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
         constrained = Request(id="conformer", constraint=program, **conformer)
         outputs[kernels] = [r.token_ids for r in engine.generate(requests)]
         outputs[kernels].append(engine.generate([constrained])[0].token_ids)  # alone: ~35 cheap steps
+        if kernels == "triton":  # the skinny GEMM in every projection (the GPU engine chooses it by timing)
+            engine.runner.model.gemm.choices = {
+                (name, rows): triton_gemm.SkinnyConfig(16, 32, 2) for name in PROJECTIONS for rows in range(1, 17)
+            }
+            outputs[kernels].append(engine.generate(requests[:1])[0].token_ids)
+        else:
+            outputs[kernels].append(outputs[kernels][0])
         assert engine.constraints.runtime.mask_impl == kernels
         outputs[kernels].append(engine.generate(requests[-1:])[0].token_ids)  # a 1-token prefill batch
     assert outputs["triton"] == outputs["torch"]

@@ -2,12 +2,12 @@
 
 A threshold is one order statistic per row, found by radix selection over the order-preserving key of
 each logit (sampler.float_key; unsigned here: u = key ^ 0x80000000), DIGIT_BITS = 4 bits per pass, with
-the vocabulary split into CHUNKS slices per row so that rows x CHUNKS programs fill the GPU (one program
-per row took 850 us at 16 x 128k: no parallelism). Every launch is a fixed grid (rows, CHUNKS), so the
+the vocabulary split into `chunks` slices per row so that rows x chunks programs fill the GPU (one program
+per row took 850 us at 16 x 128k: no parallelism). Every launch is a fixed grid (rows, chunks), so the
 chain is CUDA-graph capturable:
-  max pass      each program: its slice's maximum -> PMAX [rows, CHUNKS] (min-p, and the softmax shift);
+  max pass      each program: its slice's maximum -> PMAX [rows, chunks] (min-p, and the softmax shift);
   count passes  top-k (FILTER_TOP_K only): for keys under the prefix chosen so far, a 16-bin histogram
-                of counts per slice -> HIST [rows, CHUNKS, 16];
+                of counts per slice -> HIST [pass, rows, chunks, 16];
   mass passes   top-p: the same with softmax masses exp((x - max) / T) of the top-k survivors;
   finish        one program per row: the last digits and the combined threshold.
 Each pass first derives the previous pass's digit from that pass's per-slice histograms, summed over the
@@ -30,6 +30,7 @@ import triton.language as tl
 
 DIGIT_BITS = 4  # the kernels spell it as 4, 16 bins and `& 15`
 BINS = 1 << DIGIT_BITS
+MAX_CHUNKS = 64  # slices per row at most (a power of two: the kernels' arange over slices)
 
 
 @triton.jit
@@ -46,11 +47,11 @@ def _signed_key(ukey):
 
 
 @triton.jit
-def _slice_bins(HIST, row, CHUNKS: tl.constexpr, BLOCK_C: tl.constexpr):
+def _slice_bins(HIST, row, chunks, MAX_CHUNKS: tl.constexpr):
     """A pass's histogram of one row: its per-slice bins summed over the slices in a fixed order -> [16]."""
-    c = tl.arange(0, BLOCK_C)
+    c = tl.arange(0, MAX_CHUNKS)
     b = tl.arange(0, 16)
-    h = tl.load(HIST + (row * CHUNKS + c[:, None]) * 16 + b[None, :], mask=c[:, None] < CHUNKS, other=0.0)
+    h = tl.load(HIST + (row * chunks + c[:, None]) * 16 + b[None, :], mask=c[:, None] < chunks, other=0.0)
     return tl.sum(h, axis=0)
 
 
@@ -75,11 +76,11 @@ def _mass_digit(bins, below, target):
 
 
 @triton.jit
-def _next_state(HIST, PREFIX, ACC, row, rows, level, k, target, MASS: tl.constexpr, CHUNKS: tl.constexpr,
-                BLOCK_C: tl.constexpr):  # fmt: skip
+def _next_state(HIST, PREFIX, ACC, row, rows, chunks, level, k, target, MASS: tl.constexpr,
+                MAX_CHUNKS: tl.constexpr):  # fmt: skip
     """(prefix, acc) after the digit of pass `level` (state and histogram of that pass, in memory); k serves
     the count rule, target = (1 - p) x total mass the mass rule."""
-    bins = _slice_bins(HIST + level * rows * CHUNKS * 16, row, CHUNKS, BLOCK_C)
+    bins = _slice_bins(HIST + level * rows * chunks * 16, row, chunks, MAX_CHUNKS)
     prefix = tl.load(PREFIX + level * rows + row).to(tl.uint32, bitcast=True)
     acc = tl.load(ACC + level * rows + row)
     if MASS:
@@ -90,17 +91,16 @@ def _next_state(HIST, PREFIX, ACC, row, rows, level, k, target, MASS: tl.constex
 
 
 @triton.jit
-def _top_k_ukey(HIST_K, PREFIX_K, ACC_K, row, rows, k, NPASS: tl.constexpr, CHUNKS: tl.constexpr,
-                BLOCK_C: tl.constexpr, KEY_BITS: tl.constexpr):  # fmt: skip
+def _top_k_ukey(HIST_K, PREFIX_K, ACC_K, row, rows, chunks, k, KEY_BITS: tl.constexpr, MAX_CHUNKS: tl.constexpr):
     """The unsigned key of the k-th largest logit, from the last count pass."""
-    prefix, _ = _next_state(HIST_K, PREFIX_K, ACC_K, row, rows, NPASS - 1, k, 0.0, False, CHUNKS, BLOCK_C)
+    prefix, _ = _next_state(HIST_K, PREFIX_K, ACC_K, row, rows, chunks, KEY_BITS // 4 - 1, k, 0.0, False, MAX_CHUNKS)
     if KEY_BITS < 32:
         prefix = prefix << (32 - KEY_BITS)
     return prefix
 
 
 @triton.jit
-def _max_kernel(LOGITS, PMAX, stride, vocab, span, CHUNKS: tl.constexpr, BLOCK: tl.constexpr):
+def _max_kernel(LOGITS, PMAX, stride, vocab, span, chunks, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     base = LOGITS + row.to(tl.int64) * stride
@@ -109,21 +109,21 @@ def _max_kernel(LOGITS, PMAX, stride, vocab, span, CHUNKS: tl.constexpr, BLOCK: 
     for start in range(chunk * span, tl.minimum(chunk * span + span, vocab), BLOCK):
         x = tl.load(base + start + offs, mask=start + offs < vocab, other=float("-inf")).to(tl.float32)
         best = tl.maximum(best, x)
-    tl.store(PMAX + row * CHUNKS + chunk, tl.max(best, axis=0))
+    tl.store(PMAX + row * chunks + chunk, tl.max(best, axis=0))
 
 
 @triton.jit
-def _row_max(PMAX, row, CHUNKS: tl.constexpr, BLOCK_C: tl.constexpr):
-    c = tl.arange(0, BLOCK_C)
-    return tl.max(tl.load(PMAX + row * CHUNKS + c, mask=c < CHUNKS, other=float("-inf")), axis=0)
+def _row_max(PMAX, row, chunks, MAX_CHUNKS: tl.constexpr):
+    c = tl.arange(0, MAX_CHUNKS)
+    return tl.max(tl.load(PMAX + row * chunks + c, mask=c < chunks, other=float("-inf")), axis=0)
 
 
 @triton.jit
 def _pass_kernel(
     LOGITS, PMAX, HIST, PREFIX, ACC, TARGET, HIST_K, PREFIX_K, ACC_K, TEMP, TOP_K, TOP_P,
-    stride, vocab, span, rows,
-    LEVEL: tl.constexpr, MASS: tl.constexpr, HAS_TOP_K: tl.constexpr, NPASS: tl.constexpr,
-    KEY_BITS: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK: tl.constexpr,
+    stride, vocab, span, rows, chunks, level,
+    MASS: tl.constexpr, HAS_TOP_K: tl.constexpr, KEY_BITS: tl.constexpr, MAX_CHUNKS: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):  # fmt: skip
     """One radix pass of one mode (MASS: top-p masses; else top-k counts) over one slice of one row."""
     row = tl.program_id(0)
@@ -139,26 +139,26 @@ def _pass_kernel(
         if MASS:
             if HAS_TOP_K:
                 if (k > 0) & (k < vocab):
-                    floor = _top_k_ukey(HIST_K, PREFIX_K, ACC_K, row, rows, k, NPASS, CHUNKS, BLOCK_C, KEY_BITS)
+                    floor = _top_k_ukey(HIST_K, PREFIX_K, ACC_K, row, rows, chunks, k, KEY_BITS, MAX_CHUNKS)
         prefix = tl.zeros([], tl.uint32)
         acc = tl.zeros([], tl.float32)
-        if LEVEL > 0:
+        if level > 0:
             target = tl.zeros([], tl.float32)
             if MASS:
-                if LEVEL == 1:  # the target needs the total mass: pass 0's bins
-                    target = (1.0 - p) * tl.sum(_slice_bins(HIST, row, CHUNKS, BLOCK_C), axis=0)
+                if level == 1:  # the target needs the total mass: pass 0's bins
+                    target = (1.0 - p) * tl.sum(_slice_bins(HIST, row, chunks, MAX_CHUNKS), axis=0)
                     if chunk == 0:
                         tl.store(TARGET + row, target)
                 else:
                     target = tl.load(TARGET + row)  # written by pass 1 (an earlier launch)
-            prefix, acc = _next_state(HIST, PREFIX, ACC, row, rows, LEVEL - 1, k, target, MASS, CHUNKS, BLOCK_C)
+            prefix, acc = _next_state(HIST, PREFIX, ACC, row, rows, chunks, level - 1, k, target, MASS, MAX_CHUNKS)
         if chunk == 0:
-            tl.store(PREFIX + LEVEL * rows + row, prefix.to(tl.int32, bitcast=True))
-            tl.store(ACC + LEVEL * rows + row, acc)
-        top = _row_max(PMAX, row, CHUNKS, BLOCK_C)
+            tl.store(PREFIX + level * rows + row, prefix.to(tl.int32, bitcast=True))
+            tl.store(ACC + level * rows + row, acc)
+        top = _row_max(PMAX, row, chunks, MAX_CHUNKS)
         t = tl.load(TEMP + row)
         inv_t = 1.0 / tl.where(t > 0.0, t, 1.0)  # greedy rows (t <= 0) count as 1: the argmax is kept anyway
-        shift: tl.constexpr = 32 - 4 * (LEVEL + 1)
+        shift = 28 - 4 * level  # this pass's digit: bits [shift, shift + 4) of the unsigned key
         base = LOGITS + row.to(tl.int64) * stride
         offs = tl.arange(0, BLOCK)
         b = tl.arange(0, 16)
@@ -167,9 +167,7 @@ def _pass_kernel(
             valid = start + offs < vocab
             x = tl.load(base + start + offs, mask=valid, other=float("-inf")).to(tl.float32)
             u = _ukey(x)
-            hit = valid
-            if LEVEL > 0:
-                hit = hit & ((u >> (shift + 4)) == prefix)
+            hit = valid & (((u >> shift) >> 4) == prefix)  # under the prefix (level 0: prefix 0, all keys)
             if MASS:
                 hit = hit & (u >= floor)
                 w = tl.where(hit, tl.exp((x - top) * inv_t), 0.0)
@@ -177,17 +175,17 @@ def _pass_kernel(
                 w = hit.to(tl.float32)
             digit = ((u >> shift) & 15).to(tl.int32)
             bins += tl.sum(tl.where(digit[:, None] == b[None, :], w[:, None], 0.0), axis=0)
-        tl.store(HIST + ((LEVEL * rows + row) * CHUNKS + chunk) * 16 + b, bins)
+        tl.store(HIST + ((level * rows + row) * chunks + chunk) * 16 + b, bins)
 
 
 @triton.jit
 def _finish_kernel(
-    TAU, PMAX, TEMP, TOP_K, TOP_P, MIN_P, HIST_K, PREFIX_K, ACC_K, HIST_P, PREFIX_P, ACC_P, TARGET, vocab, rows,
-    DO_TOP: tl.constexpr, HAS_TOP_K: tl.constexpr, NPASS: tl.constexpr, KEY_BITS: tl.constexpr,
-    CHUNKS: tl.constexpr, BLOCK_C: tl.constexpr,
+    TAU, PMAX, TEMP, TOP_K, TOP_P, MIN_P, HIST_K, PREFIX_K, ACC_K, HIST_P, PREFIX_P, ACC_P, TARGET,
+    vocab, rows, chunks,
+    DO_TOP: tl.constexpr, HAS_TOP_K: tl.constexpr, KEY_BITS: tl.constexpr, MAX_CHUNKS: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
-    top = _row_max(PMAX, row, CHUNKS, BLOCK_C)
+    top = _row_max(PMAX, row, chunks, MAX_CHUNKS)
     min_p = tl.load(MIN_P + row)
     tau = tl.full([], -2147483648, tl.int32)  # sampler.KEEP_ALL
     if min_p > 0:
@@ -197,11 +195,12 @@ def _finish_kernel(
         k = tl.load(TOP_K + row)
         if HAS_TOP_K:
             if (k > 0) & (k < vocab):
-                key_k = _top_k_ukey(HIST_K, PREFIX_K, ACC_K, row, rows, k, NPASS, CHUNKS, BLOCK_C, KEY_BITS)
+                key_k = _top_k_ukey(HIST_K, PREFIX_K, ACC_K, row, rows, chunks, k, KEY_BITS, MAX_CHUNKS)
                 tau = tl.maximum(tau, _signed_key(key_k))
         if tl.load(TOP_P + row) < 1.0:
             target = tl.load(TARGET + row)
-            prefix, _ = _next_state(HIST_P, PREFIX_P, ACC_P, row, rows, NPASS - 1, k, target, True, CHUNKS, BLOCK_C)
+            last = KEY_BITS // 4 - 1
+            prefix, _ = _next_state(HIST_P, PREFIX_P, ACC_P, row, rows, chunks, last, k, target, True, MAX_CHUNKS)
             if KEY_BITS < 32:
                 prefix = prefix << (32 - KEY_BITS)
             tau = tl.maximum(tau, _signed_key(prefix))
@@ -214,8 +213,8 @@ def _sm_count(device: torch.device) -> int:
 
 
 def choose_chunks(rows: int, vocab: int, block: int, sm_count: int) -> int:
-    """Slices per row: about 4 programs per SM in all, each slice at least one block."""
-    return max(1, min(triton.cdiv(4 * sm_count, rows), triton.cdiv(vocab, block), 64))
+    """Slices per row: about 4 programs per SM in all, each slice at least one block, at most MAX_CHUNKS."""
+    return max(1, min(triton.cdiv(4 * sm_count, rows), triton.cdiv(vocab, block), MAX_CHUNKS))
 
 
 def filter_threshold(
@@ -227,8 +226,10 @@ def filter_threshold(
     level: int,  # sampler.FILTER_*: NONE, MIN_P, TOP_P (top-p + min-p), TOP_K (all three)
     block: int = 1024,
     chunks: int | None = None,  # slices per row; None: choose_chunks
-    num_warps: int = 4,
+    num_warps: int = 8,  # 4 keys per thread at block 1024: ~55 registers (4 warps: ~165), many programs per SM
 ) -> torch.Tensor | None:  # [rows] int32 threshold keys (see sampler.filter_threshold)
+    """Runtime sizes (rows, slices, pass index) are kernel arguments, not compile-time constants: one
+    compiled kernel serves every batch bucket and pass."""
     if level == 0:
         return None
     rows, vocab = logits.shape
@@ -237,12 +238,12 @@ def filter_threshold(
     npass = key_bits // DIGIT_BITS
     if chunks is None:
         chunks = choose_chunks(rows, vocab, block, _sm_count(logits.device))
+    assert 1 <= chunks <= MAX_CHUNKS
     span = triton.cdiv(triton.cdiv(vocab, chunks), block) * block
-    block_c = max(2, triton.next_power_of_2(chunks))
     dev, f32, i32 = logits.device, torch.float32, torch.int32
     pmax = torch.empty((rows, chunks), dtype=f32, device=dev)
     tau = torch.empty(rows, dtype=i32, device=dev)
-    _max_kernel[(rows, chunks)](logits, pmax, logits.stride(0), vocab, span, CHUNKS=chunks, BLOCK=block, num_warps=4)
+    _max_kernel[(rows, chunks)](logits, pmax, logits.stride(0), vocab, span, chunks, BLOCK=block, num_warps=4)
     do_top, has_top_k = level >= 2, level >= 3
     state = {}
     for mass in ([False] if has_top_k else []) + ([True] if do_top else []):
@@ -251,19 +252,18 @@ def filter_threshold(
         state[mass] = (hist, prefix, acc)
     target = torch.empty(rows, dtype=f32, device=dev)
     hist_k, prefix_k, acc_k = state.get(False, (pmax, tau, pmax))  # placeholders: never read without top-k
-    for mass in state:
-        hist, prefix, acc = state[mass]
-        for level_index in range(npass):
+    for mass, (hist, prefix, acc) in state.items():
+        for pass_index in range(npass):
             _pass_kernel[(rows, chunks)](
                 logits, pmax, hist, prefix, acc, target, hist_k, prefix_k, acc_k, temperature, top_k, top_p,
-                logits.stride(0), vocab, span, rows,
-                LEVEL=level_index, MASS=mass, HAS_TOP_K=has_top_k, NPASS=npass, KEY_BITS=key_bits,
-                CHUNKS=chunks, BLOCK_C=block_c, BLOCK=block, num_warps=num_warps,
+                logits.stride(0), vocab, span, rows, chunks, pass_index,
+                MASS=mass, HAS_TOP_K=has_top_k, KEY_BITS=key_bits, MAX_CHUNKS=MAX_CHUNKS, BLOCK=block,
+                num_warps=num_warps,
             )  # fmt: skip
     hist_p, prefix_p, acc_p = state.get(True, (pmax, tau, pmax))
     _finish_kernel[(rows,)](
         tau, pmax, temperature, top_k, top_p, min_p, hist_k, prefix_k, acc_k, hist_p, prefix_p, acc_p, target,
-        vocab, rows,
-        DO_TOP=do_top, HAS_TOP_K=has_top_k, NPASS=npass, KEY_BITS=key_bits, CHUNKS=chunks, BLOCK_C=block_c,
+        vocab, rows, chunks,
+        DO_TOP=do_top, HAS_TOP_K=has_top_k, KEY_BITS=key_bits, MAX_CHUNKS=MAX_CHUNKS,
     )  # fmt: skip
     return tau
