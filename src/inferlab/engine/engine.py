@@ -39,7 +39,7 @@ from inferlab.models.config import read_model_spec
 from inferlab.models.loader import load_tokenizer, load_weights
 from inferlab.models.registry import implementation_for
 from inferlab.models.rope import RotaryTables
-from inferlab.types import Request, Result, SamplingParams, Timings
+from inferlab.types import Request, Result
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +109,12 @@ class Engine:
         try:
             with torch.inference_mode():
                 t0 = time.perf_counter()
-                if self.device.type == "cuda" and self.ops.name == "triton":
+                if self.device.type == "cuda" and self.ops.name == "triton" and self.config.gemm == "auto":
                     self._tune_gemms()
                 t1 = time.perf_counter()
                 if self.device.type == "cuda":
-                    self._warm_prefill()
+                    self.runner.warm_prefill(self.plan.max_seq_len, self.max_prefill_tokens)
+                    self._sync_device()
                 if use_graphs:
                     graphs = self.runner.capture_graphs()
                     self.stats.capture_s, self.stats.graphs = graphs.capture_s, len(graphs.graphs)
@@ -135,21 +136,6 @@ class Engine:
         model = self.runner.model
         model.gemm, self.gemm_timings = tune_gemm_plan(model.weights, self.runner.sizes, self.ops.silu_mul, self.device)
         self.stats.gemm_choices = model.gemm.describe(self.runner.sizes)
-
-    def _warm_prefill(self) -> None:
-        """Prefill at the most tokens and at the most rows one batch may have (both are bounds)."""
-        longest = self.plan.max_seq_len - 1  # a prompt leaves room for at least one new token
-        widest = min(self.plan.slots, self.max_prefill_tokens)
-        for batch, length in {(1, longest), (widest, self.max_prefill_tokens // widest)}:
-            length = max(1, min(length, longest))
-            sampling = SamplingParams(temperature=1.0, top_p=0.5, max_new_tokens=1)
-            items = [
-                Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)), [0] * length, sampling, 0, [], 0, Timings())
-                for i in range(batch)
-            ]
-            self.runner.admit(range(batch), items)
-            self.runner.prefill(range(batch), items)
-        self._sync_device()
 
     # ---- generation ---------------------------------------------------------------------------------
     def generate(self, requests: Iterable[Request]) -> list[Result]:

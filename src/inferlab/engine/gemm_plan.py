@@ -88,6 +88,7 @@ def tune_gemm_plan(weights, buckets: list[int], silu_mul: Callable, device: torc
     flush = torch.empty(96 * 1024**2 // 4, dtype=torch.float32, device=device)  # 96 MB: > the L2 of an H100/H200
     layers = weights.layers
     dtype = layers[0].qkv.dtype
+    baseline_us = _graph_us(None, len(layers), flush)  # the flushes alone
     for rows in [b for b in buckets if b <= MAX_ROWS]:
         for name in PROJECTIONS:
             mats = [_weight(layer, name) for layer in layers]
@@ -102,13 +103,11 @@ def tune_gemm_plan(weights, buckets: list[int], silu_mul: Callable, device: torc
                 options["cublas"] = lambda i: F.linear(x, mats[i])
             for config in candidate_configs(n, k, rows, sm_count):
                 options[str(config)] = lambda i, c=config: skinny_linear(x, mats[i], c, swiglu=name == "down")
-            cell = {label: _time_us(fn, len(mats), flush) for label, fn in options.items()}
+            cell = {label: _time_us(fn, len(mats), flush, baseline_us) for label, fn in options.items()}
             timings[f"{name}@{rows}"] = cell
             best = min((label for label in cell if label != "cublas"), key=cell.get)
             if cell[best] < MARGIN * cell["cublas"]:
-                plan.choices[(name, rows)] = next(
-                    c for c in candidate_configs(n, k, rows, sm_count) if str(c) == best
-                )
+                plan.choices[(name, rows)] = next(c for c in candidate_configs(n, k, rows, sm_count) if str(c) == best)
     del flush
     log.info("GEMM plan: %s", {f"{name}@{rows}": str(c) for (name, rows), c in plan.choices.items()} or "cuBLAS only")
     return plan, timings
@@ -118,12 +117,16 @@ def _weight(layer, name: str) -> torch.Tensor:
     return {"qkv": layer.qkv, "o": layer.o, "gate_up": layer.gate_up, "down": layer.down}[name]
 
 
-def _time_us(fn: Callable[[int], torch.Tensor], layers: int, flush: torch.Tensor) -> float:
+def _time_us(fn: Callable[[int], torch.Tensor], layers: int, flush: torch.Tensor, baseline_us: float) -> float:
     """Device time of one call of fn(layer), the L2 flushed before each call, in a CUDA graph (no host
-    overhead): per call, (graph of flush + call for every layer) - (graph of the flushes alone)."""
-    for i in range(layers):  # compile and warm up outside the capture
-        fn(i)
-    return max(0.0, _graph_us(fn, layers, flush) - _graph_us(None, layers, flush)) / layers
+    overhead): (graph of flush + call for every layer - the flushes' own time) per call."""
+    side = torch.cuda.Stream()  # compile and warm up outside the capture, off the capture stream (cuBLAS)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(layers):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(side)
+    return max(0.0, _graph_us(fn, layers, flush) - baseline_us) / layers
 
 
 def _graph_us(fn, layers: int, flush: torch.Tensor) -> float:

@@ -96,9 +96,7 @@ def prepare(
                 0,
                 timings,
             )
-        s = dataclasses.replace(
-            s, max_new_tokens=request.constraint.max_new_tokens, min_new_tokens=0, ignore_eos=False
-        )
+        s = dataclasses.replace(s, max_new_tokens=request.constraint.max_new_tokens, min_new_tokens=0, ignore_eos=False)
         eos_ids = (request.constraint.eos_token_id,)  # the stop table: the program's EOS, nothing else
     if request.prompt_ids is not None:
         prompt_ids = [int(t) for t in request.prompt_ids]

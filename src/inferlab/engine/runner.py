@@ -23,6 +23,7 @@ from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.step import finish_step
 from inferlab.engine.transfer import tensor_on, to_device
 from inferlab.models.llama import LlamaModel
+from inferlab.types import Request, SamplingParams, Timings
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,21 @@ class ModelRunner:
         constrained = any(item.constraint is not None for item in items)
         finish_step(logits, part, self.constraints if constrained else NO_CONSTRAINTS, self.ops, level, row_ids=idx)
         self.rows.scatter_(idx, part)
+
+    def warm_prefill(self, max_seq_len: int, max_prefill_tokens: int) -> None:
+        """Prefill at the most tokens and at the most rows one batch may have (both bounds), with every
+        sampler filter on: the largest buffers a prefill allocates, allocated at start-up."""
+        longest = max_seq_len - 1  # a prompt leaves room for at least one new token
+        widest = min(self.num_rows, max_prefill_tokens)
+        sampling = SamplingParams(temperature=1.0, top_k=5, top_p=0.5, min_p=0.01, max_new_tokens=1)
+        for batch, length in {(1, longest), (widest, max_prefill_tokens // widest)}:
+            length = max(1, min(length, longest))
+            items = [
+                Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)), [0] * length, sampling, 0, [], 0, Timings())
+                for i in range(batch)
+            ]
+            self.admit(range(batch), items)
+            self.prefill(range(batch), items)
 
     # ---- row lifecycle ----------------------------------------------------------------------------------
     def release(self, row_ids: Sequence[int]) -> None:

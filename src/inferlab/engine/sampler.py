@@ -13,10 +13,10 @@ FILTER_TOP_P / FILTER_TOP_K) chosen on the host from the admitted requests, so a
 filter none of its rows uses.
 
 Sampling is the exponential race: token = argmax_i p_i / E_i with E_i ~ Exp(1), i.e. argmax of
-logit_i / T - log(E_i), computed in base 2 (race_noise). E_i comes from a counter-based hash of (request seed, token index, vocab index)
-computed with integer tensor ops, so a request's tokens depend on its seed only - never on its batch, row
-or neighbours - and no generator state exists. Greedy rows take the plain argmax (first index on ties, as
-torch.argmax).
+logit_i / T - log(E_i), computed in base 2 (race_noise). E_i comes from a counter-based hash of (request
+seed, token index, vocab index) computed with integer tensor ops, so a request's tokens depend on its seed
+only - never on its batch, row or neighbours - and no generator state exists. Greedy rows take the plain
+argmax (first index on ties, as torch.argmax).
 """
 
 from __future__ import annotations

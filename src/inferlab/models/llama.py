@@ -5,8 +5,10 @@ One layer, as in transformers, with the residual add fused into the next norm:
     h, x = norm(x + a); m = (silu(h @ Wg) * (h @ Wu)) @ Wd; h, x = norm_next(x + m)
 Two entry points share the layer code and differ only in attention: `prefill` (right-padded prompts,
 causal SDPA) and `decode` (one token per row, attention over each row's cache slot). Both return the
-logits of the last position only, in the model dtype (the sampler's ops decide whether to upcast). The small fused operations come from an `Ops` set (engine/ops.py), so
-the same code runs plain torch on CPU and Triton kernels on CUDA. Sampling is not here (engine/sampler.py).
+logits of the last position only, in the model dtype (the sampler's ops decide whether to upcast). The
+small fused operations come from an `Ops` set (engine/ops.py), so the same code runs plain torch on CPU and
+Triton kernels on CUDA; the projections go through a GemmPlan (cuBLAS, or the skinny Triton GEMM where the
+engine measured it faster: engine/gemm_plan.py). Sampling is not here (engine/sampler.py).
 """
 
 from __future__ import annotations

@@ -113,12 +113,16 @@ def test_conformers_with_the_qwen3_chem_tokenizer(tiny_checkpoint):
 
 def test_unconstrained_rows_beside_constrained_ones_are_untouched(llama_engine):
     free = [
-        Request(id=f"f{i}", prompt_ids=(7 + i, 3, 9), sampling=SamplingParams(temperature=1.0, max_new_tokens=30, seed=i))
+        Request(
+            id=f"f{i}", prompt_ids=(7 + i, 3, 9), sampling=SamplingParams(temperature=1.0, max_new_tokens=30, seed=i)
+        )
         for i in range(3)
     ]
     alone = [r.token_ids for r in llama_engine.generate(free)]
     molecules = small_nci_molecules(12, 3)
-    constrained = [_conformer_request(llama_engine, f"c{i}", s, temperature=1.0, seed=40 + i) for i, s in enumerate(molecules)]
+    constrained = [
+        _conformer_request(llama_engine, f"c{i}", s, temperature=1.0, seed=40 + i) for i, s in enumerate(molecules)
+    ]
     mixed = [constrained[0][0], free[0], constrained[1][0], free[1], free[2], constrained[2][0]]
     results = {r.id: r for r in llama_engine.generate(mixed)}
     assert [results[r.id].token_ids for r in free] == alone
@@ -136,9 +140,7 @@ def test_a_constrained_request_gives_the_same_tokens_alone_and_in_a_crowd(llama_
 
 
 def test_compaction_moves_the_constraint_state_with_the_row(tiny_checkpoint):
-    engine = Engine(
-        EngineConfig(model=tiny_checkpoint("tiny"), max_slots=4, max_seq_len=512, decode_steps_per_sync=2)
-    )
+    engine = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=4, max_seq_len=512, decode_steps_per_sync=2))
     small, large = small_nci_molecules(3, 2), small_nci_molecules(12, 12)[-2:]
     # rows 0, 1 finish early; rows 2, 3 are still inside their templates when they move down to rows 0, 1
     molecules = [small[0], small[1], large[0], large[1]]

@@ -14,9 +14,9 @@ import os
 import pytest
 import torch
 
-from inferlab.engine import torch_ops
+from inferlab.engine import step, torch_ops
 from inferlab.engine.attention import decode_attention_torch
-from inferlab.engine import step
+from inferlab.engine.gemm_plan import PROJECTIONS
 from inferlab.engine.kernels import (
     triton_attention,
     triton_filter,
@@ -26,7 +26,6 @@ from inferlab.engine.kernels import (
     triton_sampling,
     triton_step,
 )
-from inferlab.engine.gemm_plan import PROJECTIONS
 from inferlab.engine.rows import RowState
 from inferlab.engine.sampler import (
     FILTER_MIN_P,
@@ -56,7 +55,9 @@ def test_norms_and_swiglu(dtype):
     gu = torch.randn(5, 160, generator=g).to(dtype)
     torch.testing.assert_close(triton_norm.silu_mul(gu), torch_ops.silu_mul(gu), **TOL[dtype])
     embed, tokens = torch.randn(50, 96, generator=g).to(dtype), torch.tensor([3, 49, 0, 3])
-    for ours, ref in zip(triton_norm.embed_rms_norm(tokens, embed, w, 1e-6), torch_ops.embed_rms_norm(tokens, embed, w, 1e-6)):
+    for ours, ref in zip(
+        triton_norm.embed_rms_norm(tokens, embed, w, 1e-6), torch_ops.embed_rms_norm(tokens, embed, w, 1e-6)
+    ):
         torch.testing.assert_close(ours, ref, **TOL[dtype])
 
 
@@ -71,7 +72,9 @@ def test_skinny_gemm_equals_the_matmul(rows, swiglu):
     x = torch.randn(rows, 2 * k if swiglu else k, generator=g)
     expected = (torch_ops.silu_mul(x) if swiglu else x) @ w.T
     for config in (triton_gemm.SkinnyConfig(16, 64, 1), triton_gemm.SkinnyConfig(32, 32, 3)):
-        torch.testing.assert_close(triton_gemm.skinny_linear(x, w, config, swiglu=swiglu), expected, atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(
+            triton_gemm.skinny_linear(x, w, config, swiglu=swiglu), expected, atol=1e-4, rtol=1e-5
+        )
 
 
 @pytest.mark.parametrize("qk_norm", [False, True])
@@ -124,7 +127,9 @@ def test_race_kernel_draws_the_reference_tokens(with_tau, dtype):
     index = torch.randint(0, 1000, (rows,), generator=g)
     ours = triton_sampling.race_argmax(logits, temperature, tau, seeds, index, block=1024)
     assert torch.equal(ours, race_argmax_torch(logits, temperature, tau, seeds, index))
-    kept = logits.float() if tau is None else torch.where(float_key(logits.float()) >= tau[:, None], logits.float(), -1e30)
+    kept = (
+        logits.float() if tau is None else torch.where(float_key(logits.float()) >= tau[:, None], logits.float(), -1e30)
+    )
     assert torch.equal(ours[greedy], kept[greedy].argmax(-1))
 
 
@@ -151,7 +156,11 @@ def test_filter_kernel_finds_the_sorted_thresholds(dtype, level, chunks):
     logits[2, 7] = 1.0
     temperature = torch.rand(rows, generator=g) + 0.4
     temperature[3] = 0.0  # a greedy row in a sampled batch: its threshold keeps the argmax
-    top_k = torch.tensor([0, 1, 7, 100, 999, 0, 3, 50] * 2) if level == FILTER_TOP_K else torch.zeros(rows, dtype=torch.long)
+    top_k = (
+        torch.tensor([0, 1, 7, 100, 999, 0, 3, 50] * 2)
+        if level == FILTER_TOP_K
+        else torch.zeros(rows, dtype=torch.long)
+    )
     top_p = torch.tensor([1.0, 0.9, 0.5, 0.95, 1.0, 0.2, 0.01, 0.999] * 2)
     min_p = torch.tensor([0.0, 0.0, 0.1, 0.0] * 4)
     args = (logits, temperature, top_k, top_p, min_p, level)
@@ -195,9 +204,8 @@ def test_step_kernels_match_the_torch_bookkeeping():
 
 def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
     from inferlab.engine import Engine, EngineConfig
-    from inferlab.types import Request, SamplingParams
-
     from inferlab.engine.constraints.program import compile_program
+    from inferlab.types import Request, SamplingParams
     from inferlab.workloads.conformers.profiles import get_profile
     from inferlab.workloads.conformers.template import build_template
 

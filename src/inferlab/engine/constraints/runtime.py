@@ -187,9 +187,7 @@ class ConstraintRuntime:
         kind, arg, _, at = self._current(sampled.shape[0], rows)
         return torch.where(self.active[at] & (kind == COPY), arg, sampled)  # [B]
 
-    def advance(
-        self, tokens: torch.Tensor, live: torch.Tensor | None = None, rows: torch.Tensor | None = None
-    ) -> None:
+    def advance(self, tokens: torch.Tensor, live: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> None:
         """Consume the emitted tokens [B] of the rows that are `live` (None: all): a copy moves to the next op;
         in a hole the exit token (only reachable in an accepting state) moves past the next op, any other
         token steps the automaton. A row entering a hole takes its start state. The last op (EOS) is sticky."""

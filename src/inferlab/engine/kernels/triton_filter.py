@@ -248,7 +248,10 @@ def filter_threshold(
     state = {}
     for mass in ([False] if has_top_k else []) + ([True] if do_top else []):
         hist = torch.empty((npass, rows, chunks, BINS), dtype=f32, device=dev)
-        prefix, acc = torch.empty((npass, rows), dtype=i32, device=dev), torch.empty((npass, rows), dtype=f32, device=dev)
+        prefix, acc = (
+            torch.empty((npass, rows), dtype=i32, device=dev),
+            torch.empty((npass, rows), dtype=f32, device=dev),
+        )
         state[mass] = (hist, prefix, acc)
     target = torch.empty(rows, dtype=f32, device=dev)
     hist_k, prefix_k, acc_k = state.get(False, (pmax, tau, pmax))  # placeholders: never read without top-k

@@ -93,7 +93,8 @@ def race_argmax(
     best_idx = torch.empty((rows, chunks), dtype=torch.int32, device=logits.device)
     tokens = torch.empty(rows, dtype=torch.int64, device=logits.device)
     _race_kernel[(rows, chunks)](
-        logits, temperature, tau if tau is not None else temperature, seeds, token_index, best_val, best_idx, logits.stride(0), vocab,
+        logits, temperature, tau if tau is not None else temperature, seeds, token_index, best_val, best_idx,
+        logits.stride(0), vocab,
         CHUNKS=chunks, BLOCK=block, HAS_TAU=tau is not None, num_warps=num_warps,
     )  # fmt: skip
     _pick_kernel[(rows,)](best_val, best_idx, tokens, CHUNKS=chunks, BLOCK_C=max(2, triton.next_power_of_2(chunks)))
