@@ -66,7 +66,7 @@ def candidate_configs(n: int, k: int, rows: int, sm_count: int) -> list:
     """A few tiles per shape: 32 or 64 weight rows per program, split along K until the grid fills the GPU."""
     from inferlab.engine.kernels.triton_gemm import SkinnyConfig
 
-    block_k = 128 if rows <= 32 else 64  # [rows, block_k] + [block_n, block_k] tiles stay in registers
+    block_k = 128 if rows <= 16 else 64  # no register spills at 4 pipeline stages (scripts/gpu/triton_aot_check.py)
     configs = []
     for block_n in (32, 64):
         tiles = -(-n // block_n)
