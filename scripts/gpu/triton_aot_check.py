@@ -77,9 +77,9 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
     out.append(("stop mask (bf16 logits)", triton_step._mask_stops_kernel,
                 dict(LOGITS="*bf16", N_OUT="*i64", MIN_NEW="*i64", N_STOP="*i64", STOP="*i64", stride_l="i32"),
                 dict(STOPS=8, BLOCK_S=8), [], {}))  # fmt: skip
-    out.append(("constraint hole mask (bf16 logits)", mask_kernel._hole_mask_kernel,
-                dict(logits_ptr="*bf16", row_stride="i32", vocab="i32", row_state_ptr="*i64", exit_token_ptr="*i64",
-                     token_class_ptr="*i32", allowed_ptr="*i8", num_classes="i32"), dict(BLOCK_SIZE=1024), [], {}))  # fmt: skip
+    hole = dict(logits_ptr="*bf16", row_stride="i32", vocab="i32", row_state_ptr="*i64", exit_token_ptr="*i64",
+                token_class_ptr="*i32", allowed_ptr="*i8", num_classes="i32")  # fmt: skip
+    out.append(("constraint hole mask (bf16)", mask_kernel._hole_mask_kernel, hole, dict(BLOCK_SIZE=1024), [], {}))
     return out
 
 
