@@ -26,7 +26,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from inferlab.engine.constraints import mask_kernel  # noqa: E402
+from inferlab.engine.constraints import step_kernels  # noqa: E402
 from inferlab.engine.kernels import triton_filter, triton_gemm, triton_norm, triton_sampling, triton_step  # noqa: E402
 
 
@@ -77,9 +77,20 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
     out.append(("stop mask (bf16 logits)", triton_step._mask_stops_kernel,
                 dict(LOGITS="*bf16", N_OUT="*i64", MIN_NEW="*i64", N_STOP="*i64", STOP="*i64", stride_l="i32"),
                 dict(STOPS=8, BLOCK_S=8), [], {}))  # fmt: skip
-    hole = dict(logits_ptr="*bf16", row_stride="i32", vocab="i32", row_state_ptr="*i64", exit_token_ptr="*i64",
-                token_class_ptr="*i32", allowed_ptr="*i8", num_classes="i32")  # fmt: skip
-    out.append(("constraint hole mask (bf16)", mask_kernel._hole_mask_kernel, hole, dict(BLOCK_SIZE=1024), [], {}))
+    rt = dict(ROWS="*i64", ACTIVE="*i1", PTR="*i64", LAST="*i64", KIND="*i64", ARG="*i64", op_stride="i32",
+              STATE="*i64", ACCEPTING="*i1")  # fmt: skip
+    mask = dict(LOGITS="*bf16", row_stride="i32", vocab="i32") | rt | dict(TOKEN_CLASS="*i32", ALLOWED="*i8",
+                                                                          num_classes="i32")  # fmt: skip
+    out.append(("constraint mask step (bf16)", step_kernels._mask_step_kernel, mask,
+                dict(HAS_ROWS=False, HOLE_KIND=2, BLOCK_SIZE=1024), [], {}))  # fmt: skip
+    emit = (
+        dict(SAMPLED="*i64", TOKENS="*i64", ROW_ACTIVE="*i1", ROW_FINISHED="*i1")
+        | rt
+        | dict(TRANSITIONS="*i64", num_classes="i32", TOKEN_CLASS="*i64", lanes="i32")
+    )
+    for has_rows in (False, True):
+        c = dict(HAS_ROWS=has_rows, COPY_KIND=1, HOLE_KIND=2, BLOCK_ROWS=256)
+        out.append((f"constraint emit step rows={has_rows}", step_kernels._emit_step_kernel, emit, c, [], {}))
     return out
 
 

@@ -6,7 +6,7 @@ no data-dependent shapes. `rows` is None inside the decode step, meaning rows [0
 logits.shape[0] (the bucket); in prefill it is an int64 tensor of the admitted row ids. Where the step
 calls them:
 
-    logits -> mask_logits -> EOS/min-length mask -> sampler -> choose -> record -> advance(tokens, live)
+    logits -> mask_logits -> EOS/min-length mask -> sampler -> emit (choose + advance) -> record
 
 The host-side lifecycle of the constraint state (assign at admission, move at compaction, release at
 retirement) is the runner's business (runner.py), between decode chunks.
@@ -23,11 +23,11 @@ class ConstraintHooks(Protocol):
     def mask_logits(self, logits: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         """logits [B, V] -> logits with -inf where the row's constraint forbids a token (in place)."""
 
-    def choose(self, sampled: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
-        """sampled [B] int64 -> tokens [B]: a forced token where the constraint dictates one."""
-
-    def advance(self, tokens: torch.Tensor, live: torch.Tensor, rows: torch.Tensor | None) -> None:
-        """Advance each live row's constraint state by its token (tokens, live [B])."""
+    def emit(
+        self, sampled: torch.Tensor, active: torch.Tensor, finished: torch.Tensor, rows: torch.Tensor | None
+    ) -> torch.Tensor:
+        """sampled [B] int64 -> tokens [B]: the forced token where the constraint dictates one; the state of
+        each row still live (active & ~finished [B], before this token) advances by its token."""
 
 
 class NoConstraints:
@@ -36,11 +36,10 @@ class NoConstraints:
     def mask_logits(self, logits: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         return logits
 
-    def choose(self, sampled: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    def emit(
+        self, sampled: torch.Tensor, active: torch.Tensor, finished: torch.Tensor, rows: torch.Tensor | None
+    ) -> torch.Tensor:
         return sampled
-
-    def advance(self, tokens: torch.Tensor, live: torch.Tensor, rows: torch.Tensor | None) -> None:
-        return None
 
 
 NO_CONSTRAINTS = NoConstraints()

@@ -2,8 +2,9 @@
 
 `finish_step` is shared by prefill (on the gathered admitted rows) and by the decode step (on rows [0, b),
 inside the CUDA graph). It never reads a value back to the host:
-    constraint mask -> EOS/stop masked while n_out < min_new -> sample -> constraint choose/advance ->
-    token written to out[row, n_out] -> finished flag, reason, counters, next input token and position.
+    constraint mask -> EOS/stop masked while n_out < min_new -> sample -> constraint emit (forced tokens,
+    the live rows' constraint state advanced) -> token written to out[row, n_out] -> finished flag, reason,
+    counters, next input token and position.
 Rows that are idle or already finished go through the same arithmetic but change nothing that is read.
 """
 
@@ -58,6 +59,5 @@ def finish_step(
     sampled = sample(
         logits, rows.temperature, rows.top_k, rows.top_p, rows.min_p, rows.seeds, rows.n_out, ops, filter_level
     )
-    tokens = hooks.choose(sampled, row_ids)
-    live = ops.record(tokens, rows)
-    hooks.advance(tokens, live, row_ids)
+    tokens = hooks.emit(sampled, rows.active, rows.finished, row_ids)  # live = active & ~finished, as record's
+    ops.record(tokens, rows)

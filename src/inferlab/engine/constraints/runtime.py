@@ -1,12 +1,12 @@
-"""The device side of constrained decoding: per-row program buffers and automaton state, and the three
-in-graph functions the engine calls every decode step, in this order:
+"""The device side of constrained decoding: per-row program buffers and automaton state, and the in-graph
+functions the engine calls every step, in this order:
 
     logits = runtime.mask_logits(logits)   # before temperature / top-k / top-p / min-p
     sampled = sampler(logits)
-    tokens = runtime.choose(sampled)       # forced copy tokens replace the sampled ones
-    runtime.advance(tokens)                # pointer and automaton state, in place
+    tokens = runtime.emit(sampled, active, finished)  # = choose (forced copy tokens replace the sampled
+                                           # ones), then advance (pointer and automaton state) of live rows
 
-Each is pure tensor ops over static buffers sliced to the bucket's first B rows: no host sync, no
+Each is pure tensor work over static buffers sliced to the bucket's first B rows: no host sync, no
 data-dependent shapes, no Python branching on tensor values, cost O(B x V) for the mask and O(B) for the
 rest (never B x program length), so the engine can capture them in its CUDA graphs. Each takes `rows`:
 None inside the decode step (rows 0..B-1 of the bucket) or the admitted row ids in the engine's prefill.
@@ -14,14 +14,17 @@ The host-side calls run between decode chunks, outside the graph: `check` (intak
 (admission, one staged copy), `move_rows` (compaction), `release_rows` (retirement). Owns the device
 state; not the sampler, not the tables' construction (token_automaton.py), not the programs (program.py).
 
-Two implementations of the mask, chosen at construction (`mask_impl`, default "auto" = Triton on CUDA):
-- "triton" (mask_kernel.py): one kernel stores -inf where forbidden, reading only the token classes [V]
-  int32 and a [S, C] int8 allowed-by-class table; rows not in a hole cost nothing.
-- "torch": gather one bool row per state from `forbidden [S + 1, V]` (row S forbids nothing, for rows not
-  in a hole), open the exit token, masked_fill. Measured on CPU (B=16..256, V=151936) this gather costs
-  about as much as the fill itself, while deriving the mask from the [S, C] class table in torch costs
-  2-3x and unpacking a bit-packed [S, V/32] table 5-8x; the table is (S + 1) x V bytes (13.5 MB for the two
-  coordinate grammars and Qwen's vocabulary). It is the CPU path and the reference the kernel is tested on.
+Two implementations, chosen at construction (`mask_impl`, default "auto" = Triton on CUDA):
+- "triton" (step_kernels.py): two launches per step. The mask kernel looks up each row's op and state
+  itself and stores -inf where forbidden, reading only the token classes [V] int32 and a [S, C] int8
+  allowed-by-class table (rows not in a hole cost nothing); the emit kernel chooses and advances per row.
+- "torch": choose / advance as below (`choose` and `advance` stay public: the reference decode loop of
+  simulate.py uses them); the mask gathers one bool row per state from `forbidden [S + 1, V]` (row S
+  forbids nothing, for rows not in a hole), opens the exit token, masked_fill. Measured on CPU (B=16..256,
+  V=151936) this gather costs about as much as the fill itself, while deriving the mask from the [S, C]
+  class table in torch costs 2-3x and unpacking a bit-packed [S, V/32] table 5-8x; the table is (S + 1) x V
+  bytes (13.5 MB for the two coordinate grammars and Qwen's vocabulary). It is the CPU path and the
+  reference the kernels are tested on.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ from typing import Sequence
 
 import torch
 
-from inferlab.engine.constraints.mask_kernel import apply_hole_mask, triton_available
 from inferlab.engine.constraints.program import COPY, HOLE, ConstraintProgram
+from inferlab.engine.constraints.step_kernels import emit_step, mask_step, triton_available
 from inferlab.engine.constraints.token_automaton import DEAD_STATE, GrammarSet
 from inferlab.engine.transfer import tensor_on, to_device
 from inferlab.errors import CapacityError, ConfigError, InputError, UnsupportedError
@@ -81,11 +84,9 @@ class ConstraintRuntime:
             nothing_forbidden = torch.zeros(1, vocab_size, dtype=torch.bool)
             self.forbidden = torch.cat([forbidden_in_state, nothing_forbidden]).to(device)  # [S + 1, V] bool
             self.free_row = num_states  # index of the row of `forbidden` that forbids nothing
-            self._apply_mask = self._mask_torch
         else:
             self.token_class_i32 = self.token_class.to(torch.int32)  # [V] int32
             self.allowed_by_class = (self.transitions != DEAD_STATE).to(torch.int8)  # [S, C] int8
-            self._apply_mask = self._mask_triton
 
         self.ops = torch.zeros(2, max_rows, max_program_len, dtype=torch.int64, device=device)
         self.op_kind = self.ops[0]  # [R, Lmax] COPY / HOLE (view)
@@ -165,22 +166,30 @@ class ConstraintRuntime:
     def mask_logits(self, logits: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Set to -inf, in place, every token the current hole state forbids (the exit token is allowed in
         accepting states). Copy rows and unconstrained rows are untouched. logits: [B, V] fp32 or bf16."""
+        if self.mask_impl == "triton":
+            return mask_step(self, logits, rows)
         kind, _, next_arg, at = self._current(logits.shape[0], rows)
         state = self.state[at]  # [B]
         in_hole = self.active[at] & (kind == HOLE)  # [B]
         exit_open = in_hole & self.accepting[state]  # [B] the next op's token may end the hole now
-        return self._apply_mask(logits, in_hole, state, exit_open, next_arg)
-
-    def _mask_torch(self, logits, in_hole, state, exit_open, next_arg) -> torch.Tensor:
         forbidden = self.forbidden.index_select(0, torch.where(in_hole, state, self.free_row))  # [B, V] bool
         exit_token = torch.where(in_hole, next_arg, 0)[:, None]  # [B, 1]; a token id in hole rows
         forbidden.scatter_(1, exit_token, forbidden.gather(1, exit_token) & ~exit_open[:, None])
         return logits.masked_fill_(forbidden, float("-inf"))
 
-    def _mask_triton(self, logits, in_hole, state, exit_open, next_arg) -> torch.Tensor:
-        row_state = torch.where(in_hole, state, -1)  # [B]
-        exit_token = torch.where(exit_open, next_arg, -1)  # [B]
-        return apply_hole_mask(logits, row_state, exit_token, self.token_class_i32, self.allowed_by_class)
+    def emit(
+        self,
+        sampled: torch.Tensor,  # [B] int64
+        row_active: torch.Tensor,  # [B] bool: the engine's rows (a request holds the row)
+        row_finished: torch.Tensor,  # [B] bool: the request already finished (before this token)
+        rows: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # [B] tokens
+        """choose, then advance the rows still live (row_active & ~row_finished): the engine's step."""
+        if self.mask_impl == "triton":
+            return emit_step(self, sampled, row_active, row_finished, rows)
+        tokens = self.choose(sampled, rows)
+        self.advance(tokens, row_active & ~row_finished, rows)
+        return tokens
 
     def choose(self, sampled: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The tokens to emit: the copy token where a row is in a copy op, else the sample. sampled: [B]."""
