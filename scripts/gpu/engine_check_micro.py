@@ -103,22 +103,26 @@ def part_sampling(ctx) -> dict[str, Any]:
                 ctx, lambda: triton_sampling.race_argmax(fp32, t, tau, seeds, seeds), iters
             ),
         }
-        if ctx.cuda:  # how the radix chain scales with its slicing: to set the defaults from
+        if ctx.cuda:  # how the radix chain scales with its slicing and tile: to set the defaults from
             sweep = {}
-            for chunks in (4, 8, 16, 32, 64):
-                for warps in (4, 8):
+            for block, warps in ((256, 8), (128, 4), (512, 8), (1024, 16)):
+                for chunks in (4, 16, 32, 64):
 
-                    def fn(c=chunks, w=warps):
+                    def fn(c=chunks, b=block, w=warps):
                         return triton_filter.filter_threshold(
-                            logits, t, none, p, m, FILTER_TOP_P, chunks=c, num_warps=w
+                            logits, t, none, p, m, FILTER_TOP_P, block=b, chunks=c, num_warps=w
                         )
 
+                    label = f"block={block} warps={warps} slices={chunks}"
                     try:
-                        sweep[f"slices={chunks} warps={warps}"] = time_us(ctx, fn, iters)
+                        sweep[label] = time_us(ctx, fn, iters)
                     except Exception as e:  # a shape the compiler rejects must not hide the others
-                        sweep[f"slices={chunks} warps={warps}"] = repr(e)[:200]
+                        sweep[label] = repr(e)[:200]
             cell["radix top-p sweep (us)"] = sweep
-            cell["default slices"] = triton_filter.choose_chunks(rows, vocab, 1024, triton_filter._sm_count(ctx.device))
+            cell["default slices"] = triton_filter.choose_chunks(rows, vocab, 256, triton_filter._sm_count(ctx.device))
+            timed = {k: v for k, v in sweep.items() if isinstance(v, float)}
+            if timed:
+                cell["sweep best"] = f"{min(timed, key=timed.get)}: {min(timed.values()):.0f} us"
         res[f"rows={rows}"] = cell
         target = 60 if rows <= 16 else 300
         radix = cell["top-p threshold, radix (us)"]
@@ -127,7 +131,7 @@ def part_sampling(ctx) -> dict[str, Any]:
             f"rows={rows} top-p threshold: sort vs radix (us)",
             f"{cell['top-p threshold, torch sort (us)']:.0f} vs {radix:.0f}",
             ("ok" if radix <= target else f"over {target}")
-            + f"; top-k+top-p {cell['top-k 50 + top-p threshold (us)']:.0f}",
+            + f"; top-k+top-p {cell['top-k 50 + top-p threshold (us)']:.0f}; sweep best {cell.get('sweep best')}",
         )
         race = cell["race bf16 with threshold (us)"]
         ctx.row(

@@ -49,7 +49,7 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
     f.update(LOGITS="*bf16", PREFIX="*i32", PREFIX_K="*i32", TOP_K="*i64", stride="i32", vocab="i32", span="i32",
              rows="i32", chunks="i32", level="i32")  # fmt: skip
     for mass, has_k in ((False, True), (True, False), (True, True)):
-        c = dict(MASS=mass, HAS_TOP_K=has_k, KEY_BITS=16, MAX_CHUNKS=64, BLOCK=1024)
+        c = dict(MASS=mass, HAS_TOP_K=has_k, KEY_BITS=16, MAX_CHUNKS=64, BLOCK=256)
         name = f"filter pass {'mass' if mass else 'count'}{' after top-k' if mass and has_k else ''}"
         out.append((name, triton_filter._pass_kernel, f, c, ["LOGITS", "stride", "span"], dict(num_warps=8)))
     out.append(("filter max", triton_filter._max_kernel,

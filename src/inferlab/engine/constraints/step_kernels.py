@@ -62,7 +62,7 @@ if triton is not None:
             row_start = LOGITS + lane.to(tl.int64) * row_stride  # B x V may exceed 2**31
             tl.store(row_start + ids, float("-inf"), mask=in_vocab & ~allowed)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["lanes"])
     def _emit_step_kernel(
         SAMPLED, TOKENS, ROW_ACTIVE, ROW_FINISHED, ROWS, ACTIVE, PTR, LAST, KIND, ARG, op_stride, STATE, ACCEPTING,
         TRANSITIONS, num_classes, TOKEN_CLASS, lanes,

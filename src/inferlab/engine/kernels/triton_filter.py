@@ -99,7 +99,7 @@ def _top_k_ukey(HIST_K, PREFIX_K, ACC_K, row, rows, chunks, k, KEY_BITS: tl.cons
     return prefix
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["span", "chunks"])  # one compiled kernel for every bucket
 def _max_kernel(LOGITS, PMAX, stride, vocab, span, chunks, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -118,7 +118,7 @@ def _row_max(PMAX, row, chunks, MAX_CHUNKS: tl.constexpr):
     return tl.max(tl.load(PMAX + row * chunks + c, mask=c < chunks, other=float("-inf")), axis=0)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["span", "rows", "chunks", "level"])
 def _pass_kernel(
     LOGITS, PMAX, HIST, PREFIX, ACC, TARGET, HIST_K, PREFIX_K, ACC_K, TEMP, TOP_K, TOP_P,
     stride, vocab, span, rows, chunks, level,
@@ -162,7 +162,7 @@ def _pass_kernel(
         base = LOGITS + row.to(tl.int64) * stride
         offs = tl.arange(0, BLOCK)
         b = tl.arange(0, 16)
-        bins = tl.zeros([16], tl.float32)
+        acc = tl.zeros([BLOCK, 16], tl.float32)  # per-lane partial histograms: one reduction after the loop
         for start in range(chunk * span, tl.minimum(chunk * span + span, vocab), BLOCK):
             valid = start + offs < vocab
             x = tl.load(base + start + offs, mask=valid, other=float("-inf")).to(tl.float32)
@@ -174,11 +174,11 @@ def _pass_kernel(
             else:
                 w = hit.to(tl.float32)
             digit = ((u >> shift) & 15).to(tl.int32)
-            bins += tl.sum(tl.where(digit[:, None] == b[None, :], w[:, None], 0.0), axis=0)
-        tl.store(HIST + ((level * rows + row) * chunks + chunk) * 16 + b, bins)
+            acc += tl.where(digit[:, None] == b[None, :], w[:, None], 0.0)
+        tl.store(HIST + ((level * rows + row) * chunks + chunk) * 16 + b, tl.sum(acc, axis=0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rows", "chunks"])
 def _finish_kernel(
     TAU, PMAX, TEMP, TOP_K, TOP_P, MIN_P, HIST_K, PREFIX_K, ACC_K, HIST_P, PREFIX_P, ACC_P, TARGET,
     vocab, rows, chunks,
@@ -209,11 +209,13 @@ def _finish_kernel(
 
 @functools.lru_cache(maxsize=None)
 def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
+    """Streaming multiprocessors; 1 on CPU (the interpreter runs programs one by one: fewer is faster)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
 def choose_chunks(rows: int, vocab: int, block: int, sm_count: int) -> int:
-    """Slices per row: about 4 programs per SM in all, each slice at least one block, at most MAX_CHUNKS."""
+    """Slices per row: about 4 programs per SM in all (what fits at ~64 registers), each slice at least one
+    block, at most MAX_CHUNKS."""
     return max(1, min(triton.cdiv(4 * sm_count, rows), triton.cdiv(vocab, block), MAX_CHUNKS))
 
 
@@ -224,9 +226,9 @@ def filter_threshold(
     top_p: torch.Tensor,  # [rows] fp32, 1 = off
     min_p: torch.Tensor,  # [rows] fp32, 0 = off
     level: int,  # sampler.FILTER_*: NONE, MIN_P, TOP_P (top-p + min-p), TOP_K (all three)
-    block: int = 1024,
+    block: int = 256,  # keys per step of a pass program: one per thread at 8 warps
     chunks: int | None = None,  # slices per row; None: choose_chunks
-    num_warps: int = 8,  # 4 keys per thread at block 1024: ~55 registers (4 warps: ~165), many programs per SM
+    num_warps: int = 8,  # one key per thread: ~50-65 registers with Triton 3.6 and 3.9, 4 programs per SM
 ) -> torch.Tensor | None:  # [rows] int32 threshold keys (see sampler.filter_threshold)
     """Runtime sizes (rows, slices, pass index) are kernel arguments, not compile-time constants: one
     compiled kernel serves every batch bucket and pass."""
@@ -243,7 +245,7 @@ def filter_threshold(
     dev, f32, i32 = logits.device, torch.float32, torch.int32
     pmax = torch.empty((rows, chunks), dtype=f32, device=dev)
     tau = torch.empty(rows, dtype=i32, device=dev)
-    _max_kernel[(rows, chunks)](logits, pmax, logits.stride(0), vocab, span, chunks, BLOCK=block, num_warps=4)
+    _max_kernel[(rows, chunks)](logits, pmax, logits.stride(0), vocab, span, chunks, BLOCK=block, num_warps=num_warps)
     do_top, has_top_k = level >= 2, level >= 3
     state = {}
     for mass in ([False] if has_top_k else []) + ([True] if do_top else []):

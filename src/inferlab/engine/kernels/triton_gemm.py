@@ -33,7 +33,7 @@ class SkinnyConfig:
         return f"triton n{self.block_n} k{self.block_k} split{self.split_k}"
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "k_span"])  # one compile per tile for every bucket
 def _skinny_kernel(
     X, W, OUT, PART, M, N, K, stride_xm, stride_wn, stride_om, k_span,
     PARTIALS: tl.constexpr, SWIGLU: tl.constexpr, IEEE: tl.constexpr,
@@ -69,7 +69,7 @@ def _skinny_kernel(
         tl.store(PART + (pid_k * M + rm[:, None]) * N + rn[None, :], acc, mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "split_k"])
 def _split_sum_kernel(PART, OUT, M, N, stride_om, split_k, BLOCK: tl.constexpr):
     m = tl.program_id(0)
     rn = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
