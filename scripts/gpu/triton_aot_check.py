@@ -1,6 +1,9 @@
 """Compile the engine's round-2 Triton kernels for a CUDA target ahead of time, on any machine (no GPU).
 
     PYTHONPATH=src python scripts/gpu/triton_aot_check.py [--arch 90]
+    # against another Triton than the installed one (e.g. the GPU machine's 3.6):
+    pip download triton==3.6.0 --no-deps -d /tmp/w && pip install --no-deps --target /tmp/t36 /tmp/w/*.whl
+    PYTHONPATH=/tmp/t36:src python scripts/gpu/triton_aot_check.py
 
 The Triton interpreter (what the CPU tests run) checks the arithmetic but not the compiler: type rules,
 loop-carried types, register pressure. This script runs Triton's real NVIDIA pipeline (TTIR -> TTGIR ->
