@@ -122,7 +122,9 @@ class ModelRunner:
             host[i, : item.prompt_len] = torch.tensor(item.prompt_ids)
             host[i, longest:] = torch.tensor([item.prompt_len, row_ids[i]])
         staged = to_device(host, self.device)
-        tokens, lengths, idx = staged[:, :longest], staged[:, longest], staged[:, longest + 1]
+        # columns of one staged block; made unit-stride because kernels index [n] inputs by lane
+        tokens, lengths, idx = (staged[:, :longest].contiguous(), staged[:, longest].contiguous(),
+                                staged[:, longest + 1].contiguous())
         logits = self.model.prefill(tokens, lengths, self.rows.slots[idx], self.cache)  # [admitted, V]
         part = self.rows.gather(idx)
         level = max(item.filter_level for item in items)

@@ -112,7 +112,11 @@ def test_emit_kernel_equals_choose_then_advance(case):
 def test_emit_and_mask_kernels_address_rows_by_id_in_prefill(llama_case):
     programs = _programs(llama_case, 3, seed=5)
     by_torch, by_triton = _pair(llama_case, programs, 4)
-    rows = torch.tensor([2, 0, 3])  # prefill: lane i is runtime row rows[i]
+    # prefill: lane i is runtime row rows[i], and the ids are a column of the runner's staged block
+    # (prompt tokens | length | row id), so not unit-stride: the GPU fault of device run 5
+    staged = torch.tensor([[7, 7, 9, 2], [7, 0, 9, 0], [7, 7, 9, 3]])
+    rows = staged[:, 3]
+    assert rows.stride(0) != 1
     generator = torch.Generator().manual_seed(2)
     yes, no = torch.ones(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool)
     for step in range(30):

@@ -115,6 +115,7 @@ def _kernel(name: str, device: torch.device):
 def mask_step(runtime, logits: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
     """runtime.mask_logits in one launch; logits [B, V] (any float dtype, unit stride), in place."""
     assert logits.stride(1) == 1, "the mask kernel needs unit stride along the vocabulary"
+    rows = rows.contiguous() if rows is not None else None  # the kernel indexes rows[lane]: unit stride
     batch, vocab = logits.shape
     rt = runtime
     _kernel("_mask_step_kernel", logits.device)[(batch, triton.cdiv(vocab, BLOCK))](
@@ -131,6 +132,9 @@ def emit_step(
 ) -> torch.Tensor:
     """runtime.choose, then runtime.advance of the live rows, in one launch; returns the tokens [B]."""
     lanes = sampled.shape[0]
+    # the kernel indexes every [B] input by lane: unit strides (prefill's row ids are a column of a staged block)
+    sampled, row_active, row_finished = sampled.contiguous(), row_active.contiguous(), row_finished.contiguous()
+    rows = rows.contiguous() if rows is not None else None
     tokens = torch.empty_like(sampled)
     block = min(256, max(16, triton.next_power_of_2(lanes)))
     rt = runtime
