@@ -67,11 +67,13 @@ def test_validity_is_the_templates_strict_check(chem_tokenizer):
         assert AllChem.EmbedMolecule(mol, randomSeed=1) == 0
         text = encode_conformer(mol, PROFILE).generation_text(PROFILE)
         outputs.append(chem_tokenizer(text, add_special_tokens=False)["input_ids"] + [eos, 0, 0])  # padded after EOS
-    assert _check_outputs(requests, outputs, frozenset([eos]), chem_tokenizer, PROFILE)["valid_fraction"] == 1.0
+    whole = _check_outputs(requests, outputs, frozenset([eos]), chem_tokenizer, PROFILE)
+    assert whole["valid_fraction"] == 1.0 and whole["graph_match_fraction"] == 1.0
     broken = [outputs[0], outputs[1][:-3]]  # row 2: the whole text, but no EOS
     broken[0] = broken[0][:5] + broken[0][6:]  # a character of the first block dropped
     result = _check_outputs(requests, broken, frozenset([eos]), chem_tokenizer, PROFILE)
     assert result["valid_rows"] == 1 and result["ended_with_eos_fraction"] == 0.5
+    assert result["graph_match_rows"] == 1  # the broken block reads as no molecule at all
     assert len(result["invalid_examples"]) == 1 and requests[0].smiles in result["invalid_examples"][0]
 
 

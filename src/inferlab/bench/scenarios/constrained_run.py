@@ -16,11 +16,14 @@ def _max_positions(model_dir: Any) -> int:
 
 
 def _check_outputs(requests: list, outputs: list[list[int]], eos: frozenset[int], tokenizer, profile) -> dict[str, Any]:
-    """Strict validity of each output: decoded up to its first EOS, then the template's check. Keeps the
-    first texts (cut to 300 characters) and the first reasons for the reader."""
+    """Validity of each output, decoded up to its first EOS, read twice: strictly by the template's check
+    (`valid_fraction`), and by the plain decoder that knows nothing of the input, whose RDKit molecule must
+    have the input's canonical SMILES, stereo included, with one block per atom (`graph_match_fraction`).
+    Keeps the first texts (cut to 300 characters) and the first reasons for the reader."""
     from inferlab.errors import InferlabError
+    from inferlab.workloads.conformers.decode import decode_generation
 
-    valid, ended, reasons, samples = 0, 0, [], []
+    valid, graph_matches, ended, reasons, samples = 0, 0, 0, [], []
     for request, ids in zip(requests, outputs):
         end = next((i for i, t in enumerate(ids) if t in eos), None)
         ended += end is not None
@@ -33,8 +36,13 @@ def _check_outputs(requests: list, outputs: list[list[int]], eos: frozenset[int]
         except InferlabError as e:
             if len(reasons) < 3:
                 reasons.append(f"{request.smiles}: {e}")
+        try:
+            graph_matches += decode_generation(text, profile).canonical_smiles == request.template.canonical_smiles
+        except InferlabError:
+            pass
     n = len(requests)
-    return {"valid_fraction": valid / n, "valid_rows": valid, "checked_rows": n, "ended_with_eos_fraction": ended / n,
+    return {"valid_fraction": valid / n, "valid_rows": valid, "checked_rows": n, "graph_match_fraction": graph_matches / n,
+            "graph_match_rows": graph_matches, "ended_with_eos_fraction": ended / n,
             "invalid_examples": reasons, "sample_outputs": samples}
 
 
