@@ -1,4 +1,4 @@
-"""engine_check parts on where the time goes: per-kernel profile of a decode step, and the compile knob.
+"""engine_check part on where the time goes: per-kernel profile of a decode step.
 
 The profile runs eager steps under torch.profiler (kernel device times, top 15, calls per step) and times
 graph replays of the same bucket, so kernel time and launch/gap overhead can be told apart.
@@ -6,13 +6,11 @@ graph replays of the same bucket, so kernel time and launch/gap overhead can be 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
-
-from engine_check_micro import _time_us
-from engine_check_speed import PROMPT_LEN, _engine, _requests, _timed
+from engine_check_micro import time_us
+from engine_check_speed import PROMPT_LEN, _engine
 
 
 def _kernel_table(prof, steps: int, top: int = 15) -> list[dict[str, Any]]:
@@ -43,19 +41,23 @@ def part_profile(ctx) -> dict[str, Any]:
     from torch.profiler import ProfilerActivity, profile
 
     from inferlab.engine.intake import Prepared
-    from inferlab.engine.sampler import FILTER_NONE, FILTER_SORT
+    from inferlab.engine.sampler import FILTER_NONE, FILTER_TOP_P
     from inferlab.types import Request, SamplingParams, Timings
 
     res: dict[str, Any] = {}
     preset = "tiny" if ctx.quick else "llama-380m"
-    cells = [(4, FILTER_SORT)] if ctx.quick else [(16, FILTER_SORT), (256, FILTER_SORT), (256, FILTER_NONE)]
+    cells = (
+        [(4, FILTER_TOP_P)]
+        if ctx.quick
+        else [(16, FILTER_TOP_P), (16, FILTER_NONE), (256, FILTER_TOP_P), (256, FILTER_NONE)]
+    )
     engine = _engine(ctx, preset, max(b for b, _ in cells), 24 if ctx.quick else 1000)
     runner = engine.runner
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.cuda else [])
     for batch, level in cells:
         sampling = SamplingParams(
             temperature=1.0,
-            top_p=0.9 if level == FILTER_SORT else 1.0,
+            top_p=0.9 if level == FILTER_TOP_P else 1.0,
             max_new_tokens=900 if not ctx.quick else 20,
             ignore_eos=True,
         )
@@ -68,17 +70,19 @@ def part_profile(ctx) -> dict[str, Any]:
         with torch.inference_mode():
             runner.admit(range(batch), items)
             runner.prefill(range(batch), items)
-            runner.decode(batch, level, 4, PROMPT_LEN + 1)
+            runner.decode(batch, (level, False), 4, PROMPT_LEN + 1)
             name = f"B={batch} level={level}"
             graph_us = (
-                _time_us(ctx, lambda: runner.decode(batch, level, 1, None), 10 if ctx.quick else 50)
+                time_us(
+                    ctx, lambda: runner.decode(batch, (level, False), 1, None), 10 if ctx.quick else 50, graph=False
+                )
                 if runner.graphs is not None
                 else None
             )
             steps = 3 if ctx.quick else 5
             with profile(activities=activities) as prof:
                 for _ in range(steps):
-                    runner.decode_step(batch, level, None)
+                    runner.decode_step(batch, (level, False), None)
                 ctx.sync()
             runner.release(range(batch))
         table = _kernel_table(prof, steps) if ctx.cuda else []
@@ -94,34 +98,4 @@ def part_profile(ctx) -> dict[str, Any]:
                 ctx.row("profile", f"  {r['kernel'][:54]}", f"{r['us_per_step']:.1f} us x{r['calls_per_step']:.0f}")
         else:
             ctx.row("profile", f"{preset} {name}", "cpu: profiled (no device kernels)")
-    return res
-
-
-def part_compile(ctx) -> dict[str, Any]:
-    if not ctx.cuda:
-        ctx.row("compile", "torch.compile knob", "skipped (CPU run)")
-        return {"skipped": "CPU run"}
-    if ctx.elapsed() > ctx.budget_s - 150:
-        ctx.row(
-            "compile", "torch.compile knob", f"skipped: {ctx.elapsed():.0f} s used of the {ctx.budget_s:.0f} s budget"
-        )
-        return {"skipped": "time budget"}
-    res: dict[str, Any] = {}
-    for compiled in (False, True):
-        t0 = time.perf_counter()
-        engine = _engine(ctx, "llama-380m", 16, 1000, compile=compiled)
-        res[f"compile={compiled} startup_s"] = time.perf_counter() - t0
-        res[f"compile={compiled} stats"] = engine.stats.as_dict()
-        sampling = dict(temperature=1.0, top_p=0.9)
-        _timed(ctx, engine, _requests(16, 16, engine.spec.vocab_size, seed=7, **sampling))
-        cell = _timed(ctx, engine, _requests(16, 1000, engine.spec.vocab_size, **sampling))
-        res[f"compile={compiled}"] = cell
-        ctx.row(
-            "compile",
-            f"llama-380m B=16 compile={compiled}: tok/s",
-            cell["tok_per_s"],
-            f"{cell['ms_per_step']:.3f} ms/step; warm-up {engine.stats.warmup_s:.1f} s",
-        )
-        del engine
-        ctx.free()
     return res

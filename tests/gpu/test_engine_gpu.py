@@ -43,20 +43,34 @@ def test_decode_attention_kernel_matches_reference_in_bf16():
 
 def test_radix_thresholds_match_the_sort_at_full_vocabulary():
     from inferlab.engine.kernels.triton_filter import filter_threshold as radix
-    from inferlab.engine.sampler import FILTER_SORT, filter_threshold, float_key
+    from inferlab.engine.sampler import FILTER_TOP_K, FILTER_TOP_P, filter_threshold, float_key
 
     g = torch.Generator(device=CUDA).manual_seed(1)
-    logits = (torch.randn(64, 128256, generator=g, device=CUDA) * 3).bfloat16().float()
+    base = torch.randn(64, 128256, generator=g, device=CUDA) * 3
     t = torch.rand(64, generator=g, device=CUDA) + 0.5
     k = torch.tensor([0, 1, 50, 5000], device=CUDA).repeat(16)
     p = torch.tensor([0.9, 1.0, 0.3, 0.99], device=CUDA).repeat_interleave(16)
     m = torch.zeros(64, device=CUDA)
-    keys = float_key(logits)
-    for bits in (16, 32):
-        ours = radix(logits, t, k, p, m, FILTER_SORT, key_bits=bits)
-        ref = filter_threshold(logits, t, k, p, m, FILTER_SORT)
-        same = (keys >= ours[:, None]).eq(keys >= ref[:, None]).all(dim=1).float().mean().item()
-        assert same >= 0.98
+    for logits in (base.bfloat16(), base):
+        keys = float_key(logits.float())
+        for level, top_k in ((FILTER_TOP_P, torch.zeros_like(k)), (FILTER_TOP_K, k)):
+            ours = radix(logits, t, top_k, p, m, level)
+            ref = filter_threshold(logits.float(), t, top_k, p, m, level)
+            assert (keys >= ours[:, None]).eq(keys >= ref[:, None]).all(dim=1).float().mean().item() >= 0.98
+
+
+def test_skinny_gemm_matches_a_fp32_matmul_in_bf16():
+    from inferlab.engine import torch_ops
+    from inferlab.engine.kernels.triton_gemm import SkinnyConfig, skinny_linear
+
+    g = torch.Generator(device=CUDA).manual_seed(2)
+    for n, k, swiglu in [(2048, 1024, False), (1024, 4096, True)]:
+        w = (torch.randn(n, k, generator=g, device=CUDA) * 0.05).bfloat16()
+        for rows in (1, 16, 64):
+            x = torch.randn(rows, 2 * k if swiglu else k, generator=g, device=CUDA).bfloat16()
+            ref = (torch_ops.silu_mul(x) if swiglu else x).float() @ w.float().T
+            for config in (SkinnyConfig(32, 64, 1), SkinnyConfig(64, 64, 4)):
+                assert _rel(skinny_linear(x, w, config, swiglu=swiglu), ref) < 2**-6
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +105,7 @@ def test_graph_replay_gives_the_eager_tokens(llama):
 
     outputs = []
     for graphs in (True, False):
-        engine = Engine(EngineConfig(model=llama, max_slots=4, max_seq_len=256, cuda_graphs=graphs))
+        engine = Engine(EngineConfig(model=llama, max_slots=4, max_seq_len=256, cuda_graphs=graphs, gemm="cublas"))
         outputs.append([r.token_ids for r in engine.generate(_requests(engine.spec.vocab_size))])
         del engine
         torch.cuda.empty_cache()
@@ -119,3 +133,40 @@ def test_bf16_logits_are_as_close_to_fp32_as_transformers_bf16(llama):
     ours_err = (ours - ref32).abs().max().item()
     hf_err = (ref16 - ref32).abs().max().item()
     assert ours_err <= 2 * hf_err + 1e-3 * ref32.abs().max().item()
+
+
+def test_constrained_conformers_on_the_device(tmp_path):
+    """Constrained generation in CUDA graphs with the tuned GEMMs: every output a valid conformer."""
+    from inferlab.engine import Engine, EngineConfig
+    from inferlab.engine.constraints.program import compile_program
+    from inferlab.models.checkpoint_init import init_checkpoint
+    from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
+    from inferlab.types import Request, SamplingParams
+    from inferlab.workloads.conformers.decode import decode_generation
+    from inferlab.workloads.conformers.profiles import get_profile
+    from inferlab.workloads.conformers.smiles import canonical_smiles
+    from inferlab.workloads.conformers.template import build_template
+
+    path = init_checkpoint("tiny-qwen3", tmp_path / "q", dtype="bfloat16", tokenizer_dir=qwen3_chem_tokenizer_dir())
+    engine = Engine(EngineConfig(model=path, max_slots=8, max_seq_len=512))
+    profile = get_profile("v3-fixed4")
+    molecules = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C[C@H](N)C(=O)O", "OCC(N)C(=O)O"] * 3
+    settings = [dict(temperature=0.0), dict(temperature=1.0), dict(temperature=1.0, top_k=50, top_p=0.9)]
+    requests, templates = [], []
+    for i, smiles in enumerate(molecules):
+        template = build_template(smiles, profile)
+        program = compile_program(template.segments, engine.tokenizer)
+        sampling = SamplingParams(seed=i, **settings[i % 3])
+        requests.append(
+            Request(
+                id=str(i),
+                prompt_ids=tuple(template.prompt_ids(engine.tokenizer)),
+                constraint=program,
+                sampling=sampling,
+            )
+        )
+        templates.append(template)
+    for smiles, template, result in zip(molecules, templates, engine.generate(requests)):
+        assert result.finish_reason == "eos", result.error
+        template.check(result.text, profile)
+        assert decode_generation(result.text, profile).canonical_smiles == canonical_smiles(smiles)

@@ -28,7 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     e.add_argument("--batching", default="continuous", choices=["continuous", "static"])
     e.add_argument("--kernels", default="auto", choices=["auto", "torch", "triton"])
-    e.add_argument("--compile", action="store_true", help="torch.compile the decode step (slower start-up)")
+    e.add_argument(
+        "--gemm", default="auto", choices=["auto", "cublas"], help="decode projections: auto = time cuBLAS vs Triton"
+    )
     p.set_defaults(func=_generate)
 
 
@@ -58,7 +60,7 @@ def _generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         batching=args.batching,
         kernels=args.kernels,
-        compile=args.compile,
+        gemm=args.gemm,
     )
     started = time.perf_counter()
     tokens = 0

@@ -15,6 +15,7 @@ from inferlab.errors import ConfigError
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 BATCHING_MODES = ("continuous", "static")
 KERNEL_SETS = ("auto", "torch", "triton")
+GEMM_CHOICES = ("auto", "cublas")
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,8 @@ class EngineConfig:
     default_max_seq_len: int = 4096  # used when max_seq_len is None (capped by the model's max positions)
     max_prefill_tokens: int = 8192  # padded prompt tokens per prefill batch (raised to max_seq_len if smaller)
     cuda_graphs: bool | None = None  # None: on for CUDA
-    compile: bool = False  # torch.compile the decode forward (default mode: no cudagraphs, we capture ourselves)
     kernels: str = "auto"  # "torch", "triton" or "auto" (triton on CUDA)
+    gemm: str = "auto"  # decode projections: "auto" (time cuBLAS vs the Triton skinny GEMM at start-up) or "cublas"
     decode_steps_per_sync: int = 16  # decode steps between host reads of the finished flags
     batching: str = "continuous"  # or "static": admit a full batch, wait until all of it finished
     compact_rows: bool = True  # move live rows down when the batch drains so the tail runs a smaller graph
@@ -49,6 +50,8 @@ class EngineConfig:
             raise ConfigError(f"batching={self.batching!r} is not one of {', '.join(BATCHING_MODES)}")
         if self.kernels not in KERNEL_SETS:
             raise ConfigError(f"kernels={self.kernels!r} is not one of {', '.join(KERNEL_SETS)}")
+        if self.gemm not in GEMM_CHOICES:
+            raise ConfigError(f"gemm={self.gemm!r} is not one of {', '.join(GEMM_CHOICES)}")
         if not 0.0 < self.gpu_memory_fraction <= 1.0:
             raise ConfigError(f"gpu_memory_fraction={self.gpu_memory_fraction} must be in (0, 1], e.g. 0.9")
         for name in ("max_slots", "max_seq_len", "memory_budget_bytes"):

@@ -22,14 +22,14 @@ from typing import Iterable, Iterator
 import torch
 
 from inferlab.engine.config import EngineConfig
+from inferlab.engine.constraint_support import EngineConstraints
+from inferlab.engine.gemm_plan import tune_gemm_plan
 from inferlab.engine.graphs import bucket_for
-from inferlab.engine.hooks import NoConstraints
 from inferlab.engine.intake import Prepared, finished_result, prepare
 from inferlab.engine.kv_cache import KVCache, kv_bytes_per_token
 from inferlab.engine.ops import select_ops
 from inferlab.engine.rows import REASON_NAMES, RowState
 from inferlab.engine.runner import ModelRunner
-from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.scheduler import Scheduler
 from inferlab.engine.snapshots import HEADER, Snapshot, SnapshotBuffers
 from inferlab.engine.startup import make_plan, resolve_device, resolve_dtype
@@ -39,7 +39,7 @@ from inferlab.models.config import read_model_spec
 from inferlab.models.loader import load_tokenizer, load_weights
 from inferlab.models.registry import implementation_for
 from inferlab.models.rope import RotaryTables
-from inferlab.types import Request, Result, SamplingParams, Timings
+from inferlab.types import Request, Result
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class Engine:
         self.max_prefill_tokens = max(config.max_prefill_tokens, self.plan.max_seq_len)
         self.kv_bytes_per_token = kv_bytes_per_token(self.spec, self.dtype)
 
-        self.ops = select_ops(config.kernels, self.device, self.dtype)
+        self.ops = select_ops(config.kernels, self.device)
 
         t0 = time.perf_counter()
         weights = load_weights(config.model, self.spec, self.dtype, self.device)
@@ -70,7 +70,18 @@ class Engine:
         slots, max_len = self.plan.slots, self.plan.max_seq_len
         cache = KVCache.allocate(self.spec, slots, max_len, self.dtype, self.device)
         rows = RowState.allocate(slots, config.max_stop_ids, max_len, self.device)
-        self.runner = ModelRunner(model, cache, rows, self.ops, NoConstraints(), compile_step=config.compile)
+        self.runner = ModelRunner(model, cache, rows, self.ops)
+        self.gemm_timings: dict = {}  # start-up timings of cuBLAS vs the Triton GEMM, {"qkv@16": {impl: us}}
+        # programs are at most as long as their output (holes apart): max_seq_len ops per row
+        self.constraints = EngineConstraints(
+            self.tokenizer,
+            self.spec.vocab_size,
+            slots,
+            max_len,
+            self.device,
+            "triton" if self.ops.name == "triton" else "torch",
+            self.runner.attach_constraints,
+        )
         self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync + 1, self.device)
         self._sync_device()
         self.stats = EngineStats(
@@ -78,7 +89,6 @@ class Engine:
             dtype=str(self.dtype).removeprefix("torch."),
             kernels=self.ops.name,
             cuda_graphs=use_graphs,
-            compiled=config.compile,
             max_slots=slots,
             max_seq_len=max_len,
             weight_bytes=weights.nbytes(),
@@ -99,19 +109,18 @@ class Engine:
         try:
             with torch.inference_mode():
                 t0 = time.perf_counter()
-                if self.device.type == "cuda" or self.config.compile:
-                    self._warm_prefill()
+                if self.device.type == "cuda" and self.ops.name == "triton" and self.config.gemm == "auto":
+                    self._tune_gemms()
+                t1 = time.perf_counter()
+                if self.device.type == "cuda":
+                    self.runner.warm_prefill(self.plan.max_seq_len, self.max_prefill_tokens)
+                    self._sync_device()
                 if use_graphs:
                     graphs = self.runner.capture_graphs()
                     self.stats.capture_s, self.stats.graphs = graphs.capture_s, len(graphs.graphs)
-                elif self.config.compile:
-                    for b in self.runner.sizes:
-                        for level in FILTER_LEVELS:
-                            self.runner.decode(b, level, 1, None)
                 self._sync_device()
-                self.stats.warmup_s = time.perf_counter() - t0 - self.stats.capture_s
-                if self.config.compile:
-                    self.stats.compile_s = self.stats.warmup_s
+                self.stats.warmup_s = time.perf_counter() - t1 - self.stats.capture_s
+                self.stats.gemm_tune_s = t1 - t0
         except torch.cuda.OutOfMemoryError as e:
             raise CapacityError(
                 f"start-up ran out of device memory ({e}); the plan was {self.plan.slots} slots x "
@@ -122,20 +131,11 @@ class Engine:
         if self.device.type == "cuda":
             self.stats.peak_memory_bytes = torch.cuda.max_memory_allocated(self.device)
 
-    def _warm_prefill(self) -> None:
-        """Prefill at the most tokens and at the most rows one batch may have (both are bounds)."""
-        longest = self.plan.max_seq_len - 1  # a prompt leaves room for at least one new token
-        widest = min(self.plan.slots, self.max_prefill_tokens)
-        for batch, length in {(1, longest), (widest, self.max_prefill_tokens // widest)}:
-            length = max(1, min(length, longest))
-            sampling = SamplingParams(temperature=1.0, top_p=0.5, max_new_tokens=1)
-            items = [
-                Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)), [0] * length, sampling, 0, [], 0, Timings())
-                for i in range(batch)
-            ]
-            self.runner.admit(range(batch), items)
-            self.runner.prefill(range(batch), items)
-        self._sync_device()
+    def _tune_gemms(self) -> None:
+        """Choose cuBLAS or the skinny Triton GEMM per projection and decode bucket (engine/gemm_plan.py)."""
+        model = self.runner.model
+        model.gemm, self.gemm_timings = tune_gemm_plan(model.weights, self.runner.sizes, self.ops.silu_mul, self.device)
+        self.stats.gemm_choices = model.gemm.describe(self.runner.sizes)
 
     # ---- generation ---------------------------------------------------------------------------------
     def generate(self, requests: Iterable[Request]) -> list[Result]:
@@ -169,6 +169,7 @@ class Engine:
                 self.config.max_stop_ids,
                 self.config.seed,
                 started,
+                self._check_constraint,
             )
             if isinstance(item, Result):
                 yield index, item
@@ -181,8 +182,15 @@ class Engine:
         self.stats.prefill_s += loop.clock.totals.get("prefill", 0.0)
         self.stats.decode_s += loop.clock.totals.get("decode", 0.0)
         self.stats.generate_s += time.perf_counter() - started
+        self.stats.constraint_setup_s = self.constraints.setup_s
         if self.device.type == "cuda":
             self.stats.peak_memory_bytes = max(self.stats.peak_memory_bytes, torch.cuda.max_memory_allocated())
+
+    def _check_constraint(self, program) -> str | None:
+        """Intake's check of a request's program; builds the constraint runtime on first use (every row is
+        idle during intake, which the capture of the constrained graphs needs). Outside inference mode: the
+        runtime's buffers are updated in place between chunks, outside it too."""
+        return self.constraints.check(program)
 
     @torch.inference_mode()
     def _sync_point(self, loop: "_Loop") -> list[tuple[int, Result]]:
@@ -236,8 +244,9 @@ class Engine:
         if steps == 0:
             return 0
         level = max(scheduler.item(r).filter_level for r in live)
+        constrained = any(scheduler.item(r).constraint is not None for r in live)
         t = loop.clock.start()
-        self.runner.decode(b, level, steps, max(loop.last_len[r] for r in live))
+        self.runner.decode(b, (level, constrained), steps, max(loop.last_len[r] for r in live))
         loop.clock.stop("decode", t)
         # bytes read: all weights per step, and each row's KV up to its length (1 for idle rows)
         lengths = sum(loop.last_len[r] for r in live) + (b - len(live))

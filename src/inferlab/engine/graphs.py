@@ -1,11 +1,14 @@
-"""CUDA graphs of the decode step, one per (batch bucket, sampler variant), captured once at start-up.
+"""CUDA graphs of the decode step, one per (batch bucket, step variant), captured once.
 
 Buckets grow geometrically (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, ...: at most 1.5x padding) up to the
-engine's row count, which is always a bucket. The variants are the sampler's filter levels (none, min-p,
-sorted top-k/top-p); the host picks one per decode chunk from the live requests' parameters. All graphs share
-one memory pool and are captured largest first, so the pool is sized by the largest and the others reuse
-it. Every tensor a graph reads is a static buffer (RowState, KV cache, weights) that the host fills between
-replays; nothing is allocated when a graph replays.
+engine's row count, which is always a bucket. A variant is (sampler filter level, constrained): the host
+picks one per decode chunk from the live requests, so a batch never pays for a filter or a constraint
+none of its rows uses. The unconstrained variants are captured at start-up; the constrained ones when
+the engine meets its first constrained request (`capture` adds variants to the same pool). All graphs
+share one memory pool and each capture call goes largest bucket first, so the pool is sized by the largest
+and the others reuse it. Every tensor a graph reads is a static buffer (RowState, KV cache, weights,
+constraint state) that the host fills between replays; nothing is allocated when a graph replays.
+Capture runs eager warm-up steps over rows [0, bucket): call it only while every row is idle.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-StepFn = Callable[[int, int], None]  # step(bucket, filter level): one decode step over rows [0, bucket)
+Variant = tuple[int, bool]  # (sampler filter level, constrained)
+StepFn = Callable[[int, Variant], None]  # step(bucket, variant): one decode step over rows [0, bucket)
 
 
 def bucket_sizes(max_rows: int) -> list[int]:
@@ -39,19 +43,23 @@ def bucket_for(rows: int, sizes: list[int]) -> int:
 
 
 class DecodeGraphs:
-    def __init__(self, step: StepFn, sizes: list[int], variants: tuple[int, ...]) -> None:
+    def __init__(self, step: StepFn, sizes: list[int]) -> None:
         self.step = step
         self.sizes = sizes
-        self.variants = variants
-        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        self.warmup_s = 0.0  # first calls of the step (includes torch.compile / Triton compilation)
+        self.graphs: dict[tuple[int, Variant], torch.cuda.CUDAGraph] = {}
+        self.warmup_s = 0.0  # first calls of the step (includes Triton compilation)
         self.capture_s = 0.0
+        self._pool = None
 
-    def capture(self) -> None:
-        pool = torch.cuda.graph_pool_handle()
+    def capture(self, variants: list[Variant]) -> None:
+        """Capture every bucket of each variant (variants already captured are skipped)."""
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
         side = torch.cuda.Stream()
-        for variant in self.variants:
+        for variant in variants:
             for size in sorted(self.sizes, reverse=True):
+                if (size, variant) in self.graphs:
+                    continue
                 t0 = time.perf_counter()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):  # warm-up off the capture stream (cuBLAS handles, autotune)
@@ -61,19 +69,20 @@ class DecodeGraphs:
                 torch.cuda.synchronize()
                 t1 = time.perf_counter()
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
+                with torch.cuda.graph(graph, pool=self._pool):
                     self.step(size, variant)
                 torch.cuda.synchronize()
                 self.graphs[(size, variant)] = graph
                 self.warmup_s += t1 - t0
                 self.capture_s += time.perf_counter() - t1
         log.info(
-            "captured %d decode graphs (buckets %s) in %.2f s (+ %.2f s warm-up)",
+            "%d decode graphs (buckets %s, variants %s) captured in %.2f s (+ %.2f s warm-up)",
             len(self.graphs),
             self.sizes,
+            variants,
             self.capture_s,
             self.warmup_s,
         )
 
-    def replay(self, size: int, variant: int) -> None:
+    def replay(self, size: int, variant: Variant) -> None:
         self.graphs[(size, variant)].replay()

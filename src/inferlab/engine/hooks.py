@@ -1,60 +1,45 @@
-"""The constraint hook points of the decode step, and the no-constraint implementation.
+"""The constraint hook points of the step, and the no-constraint implementation.
 
-Constrained decoding (engine/constraints/, another module) plugs in through this protocol. Every in-step
-call is pure tensor work on static buffers (capturable in a CUDA graph): no host reads, no data-dependent
-shapes. `rows` is None inside the decode step, meaning rows [0, B) where B = logits.shape[0] (the bucket);
-in prefill it is an int64 tensor of the admitted row ids. Where the step calls them:
+Constrained decoding (engine/constraints/runtime.py, ConstraintRuntime) plugs into the step through this
+protocol. Every call is pure tensor work on static buffers (capturable in a CUDA graph): no host reads,
+no data-dependent shapes. `rows` is None inside the decode step, meaning rows [0, B) where B =
+logits.shape[0] (the bucket); in prefill it is an int64 tensor of the admitted row ids. Where the step
+calls them:
 
-    logits -> mask_logits -> EOS/min-length mask -> sampler -> choose -> advance(tokens, live) -> record
+    logits -> mask_logits -> EOS/min-length mask -> sampler -> emit (choose + advance) -> record
 
-`assign` runs on the host at admission (outside any graph), `move_row` at compaction, `reset_row` when a
-request retires.
+The host-side lifecycle of the constraint state (assign at admission, move at compaction, release at
+retirement) is the runner's business (runner.py), between decode chunks.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
 
 class ConstraintHooks(Protocol):
-    def assign(self, row: int, program: Any) -> None:
-        """Load `program` (None: unconstrained) into the row's state; host call at admission."""
-
     def mask_logits(self, logits: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
-        """logits [B, V] fp32 -> logits with -inf where the row's constraint forbids a token."""
+        """logits [B, V] -> logits with -inf where the row's constraint forbids a token (in place)."""
 
-    def choose(self, sampled: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
-        """sampled [B] int64 -> tokens [B]: a forced token where the constraint dictates one."""
-
-    def advance(self, tokens: torch.Tensor, live: torch.Tensor, rows: torch.Tensor | None) -> None:
-        """Advance each live row's constraint state by its token (tokens, live [B])."""
-
-    def move_row(self, src: int, dst: int) -> None:
-        """Compaction moved a request from row src to row dst; host call between replays."""
-
-    def reset_row(self, row: int) -> None:
-        """The row's request retired; host call."""
+    def emit(
+        self, sampled: torch.Tensor, active: torch.Tensor, finished: torch.Tensor, rows: torch.Tensor | None
+    ) -> torch.Tensor:
+        """sampled [B] int64 -> tokens [B]: the forced token where the constraint dictates one; the state of
+        each row still live (active & ~finished [B], before this token) advances by its token."""
 
 
 class NoConstraints:
-    """Every row unconstrained: the hooks cost nothing and change nothing."""
-
-    def assign(self, row: int, program: Any) -> None:
-        assert program is None, "this engine build has no constraint runtime"
+    """Every row unconstrained: the hooks cost nothing and change nothing (the graphs without constraint)."""
 
     def mask_logits(self, logits: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         return logits
 
-    def choose(self, sampled: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    def emit(
+        self, sampled: torch.Tensor, active: torch.Tensor, finished: torch.Tensor, rows: torch.Tensor | None
+    ) -> torch.Tensor:
         return sampled
 
-    def advance(self, tokens: torch.Tensor, live: torch.Tensor, rows: torch.Tensor | None) -> None:
-        return None
 
-    def move_row(self, src: int, dst: int) -> None:
-        return None
-
-    def reset_row(self, row: int) -> None:
-        return None
+NO_CONSTRAINTS = NoConstraints()

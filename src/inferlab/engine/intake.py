@@ -3,13 +3,21 @@ built from a finished row.
 
 A bad request never raises: `prepare` returns either a Prepared request or a Result with finish_reason
 "error" and a message naming the numbers and the fix (empty prompt, prompt + max_new_tokens over
-max_seq_len, token ids outside the vocabulary, too many stop ids, a constraint this build cannot run).
+max_seq_len, token ids outside the vocabulary, too many stop ids, a constraint the engine cannot run).
+
+A constrained request (Request.constraint = a ConstraintProgram) is sized by its program: the program's
+max_new_tokens replaces SamplingParams.max_new_tokens (it is the exact bound of the output, EOS
+included), min_new_tokens is 0 (the program forces its own length) and the stop table holds only the
+program's EOS, which ends the row (ignore_eos does not apply; stop_token_ids are refused: a stop inside
+the template would cut it). Temperature, top-k, top-p, min-p and the seed apply as usual.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from inferlab.engine.sampler import filter_level
 from inferlab.types import Request, Result, SamplingParams, Timings
@@ -27,6 +35,7 @@ class Prepared:
     stop_ids: list[int]  # EOS ids first (unless ignore_eos), then the request's stop ids
     n_eos: int
     timings: Timings
+    constraint: Any = None  # the ConstraintProgram of a constrained request, checked against the engine
     # host bookkeeping while it runs: the row it occupies, its tokens as snapshots deliver them
     row: int | None = None
     tokens: list[int] = field(default_factory=list)
@@ -70,17 +79,25 @@ def prepare(
     max_stop_ids: int,
     engine_seed: int,
     now: float,
+    check_constraint: Callable[[Any], str | None] = lambda program: "this engine runs no constraints",
 ) -> Prepared | Result:
+    """`check_constraint(program)` returns None when the engine can run the program, else why not."""
     timings = Timings(submitted_s=now)
     s = request.sampling
     if request.constraint is not None:
-        return error_result(
-            request,
-            "constrained requests need the constraint runtime, which this engine build "
-            "does not include yet; drop the constraint or use a build with it",
-            0,
-            timings,
-        )
+        problem = check_constraint(request.constraint)
+        if problem is not None:
+            return error_result(request, f"constraint refused: {problem}", 0, timings)
+        if s.stop_token_ids:
+            return error_result(
+                request,
+                f"stop_token_ids {list(s.stop_token_ids)} do not apply to a constrained request (its program "
+                "ends it with EOS, and a stop inside the template would cut it); drop them",
+                0,
+                timings,
+            )
+        s = dataclasses.replace(s, max_new_tokens=request.constraint.max_new_tokens, min_new_tokens=0, ignore_eos=False)
+        eos_ids = (request.constraint.eos_token_id,)  # the stop table: the program's EOS, nothing else
     if request.prompt_ids is not None:
         prompt_ids = [int(t) for t in request.prompt_ids]
     elif tokenizer is None:
@@ -102,6 +119,15 @@ def prepare(
     if bad:
         return error_result(
             request, f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})", n, timings
+        )
+    if request.constraint is not None and n + s.max_new_tokens > max_seq_len:
+        return error_result(
+            request,
+            f"prompt of {n} tokens + the constraint's longest output of {s.max_new_tokens} tokens = "
+            f"{n + s.max_new_tokens} exceeds max_seq_len={max_seq_len}; start the engine with max_seq_len >= "
+            f"{n + s.max_new_tokens} (the program bounds the output exactly)",
+            n,
+            timings,
         )
     if n + s.max_new_tokens > max_seq_len:
         return error_result(
@@ -129,7 +155,7 @@ def prepare(
         )
     seed = (s.seed & SEED_MASK) if s.seed is not None else derive_seed(engine_seed, request.id)
     n_eos = 0 if s.ignore_eos else len(eos_ids)
-    return Prepared(index, request, prompt_ids, s, seed, stops, n_eos, timings)
+    return Prepared(index, request, prompt_ids, s, seed, stops, n_eos, timings, request.constraint)
 
 
 def finished_result(item: Prepared, token_ids: list[int], reason: str, tokenizer, decode_text: bool) -> Result:

@@ -66,8 +66,9 @@ class MemoryModel:
         """Decode step + sampler buffers of one row, counted twice: decode graph pool and eager prefill."""
         s = self.spec
         elem = torch.empty((), dtype=self.dtype).element_size()
-        # logits fp32 + model-dtype copy, sort values and int64 indices, softmax, cumsum, masks, temporaries
-        sampler = s.vocab_size * (4 + elem + 4 + 8 + 4 + 4 + 1 + 8)
+        # logits fp32 + model-dtype copy, sort values and int64 indices, softmax, cumsum, masks (stop and
+        # constraint), temporaries
+        sampler = s.vocab_size * (4 + elem + 4 + 8 + 4 + 4 + 1 + 1 + 8)
         activations = elem * (8 * s.hidden_size + 3 * (s.q_size + 2 * s.kv_size) + 4 * s.intermediate_size)
         attention_partials = 4 * s.num_heads * 64 * (s.head_dim + 2)  # split-K partial outputs (<= 64 splits)
         return 2 * (sampler + activations + attention_partials)
@@ -80,7 +81,8 @@ class MemoryModel:
         return int(1.25 * tokens * per_token)
 
     def total(self, slots: int, max_len: int) -> int:
-        per_slot = max_len * (self.kv_per_token + 8) + self.per_row_workspace()  # + int64 output row
+        # + the int64 output row and a constraint program's ops ([2, max_len] int64) per slot
+        per_slot = max_len * (self.kv_per_token + 8 + 16) + self.per_row_workspace()
         return self.weight_bytes + self.reserve_bytes + self.prefill_activation_bytes(max_len) + slots * per_slot
 
     def largest_slots(self, max_len: int, budget: int, cap: int) -> int:

@@ -8,7 +8,6 @@ which set it got.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import logging
 import os
@@ -28,6 +27,7 @@ log = logging.getLogger(__name__)
 class Ops:
     name: str
     rms_norm: Callable  # (x [T, D], w [D], eps) -> [T, D]
+    embed_rms_norm: Callable  # (tokens [T], embed [V, D], w [D], eps) -> (normed, x = embed[tokens])
     add_rms_norm: Callable  # (x, residual, w, eps) -> (normed, residual + x)
     silu_mul: Callable  # (gate_up [T, 2I]) -> [T, I]
     rope_qkv: Callable  # see torch_ops.rope_qkv
@@ -36,16 +36,18 @@ class Ops:
     race_argmax: Callable  # see sampler.race_argmax_torch
     mask_stops: Callable  # see step.mask_stops_before_min
     record: Callable  # see step.record_tokens
+    sampling_logits: Callable  # LM head output [B, V] (model dtype) -> what the masks and the sampler read
     needs_len_hint: bool  # True when decode attention's cost depends on a host length bound
 
 
-def _torch_ops(logits_dtype: torch.dtype) -> Ops:
+def _torch_ops() -> Ops:
     from inferlab.engine.sampler import filter_threshold, race_argmax_torch
     from inferlab.engine.step import mask_stops_before_min, record_tokens
 
     return Ops(
         name="torch",
         rms_norm=torch_ops.rms_norm,
+        embed_rms_norm=torch_ops.embed_rms_norm,
         add_rms_norm=torch_ops.add_rms_norm,
         silu_mul=torch_ops.silu_mul,
         rope_qkv=torch_ops.rope_qkv,
@@ -54,11 +56,12 @@ def _torch_ops(logits_dtype: torch.dtype) -> Ops:
         race_argmax=race_argmax_torch,
         mask_stops=mask_stops_before_min,
         record=record_tokens,
+        sampling_logits=_as_fp32,
         needs_len_hint=True,
     )
 
 
-def _triton_ops(logits_dtype: torch.dtype) -> Ops:
+def _triton_ops() -> Ops:
     if importlib.util.find_spec("triton") is None:
         raise UnsupportedError("kernels='triton' needs the triton package; install it or use kernels='torch'")
     from inferlab.engine.kernels import (
@@ -70,30 +73,37 @@ def _triton_ops(logits_dtype: torch.dtype) -> Ops:
         triton_step,
     )
 
-    # bf16 logits carry 16 bits of key: the threshold search needs half the passes
-    key_bits = 16 if logits_dtype == torch.bfloat16 else 32
-
     return Ops(
         name="triton",
         rms_norm=triton_norm.rms_norm,
+        embed_rms_norm=triton_norm.embed_rms_norm,
         add_rms_norm=triton_norm.add_rms_norm,
         silu_mul=triton_norm.silu_mul,
         rope_qkv=triton_rope.rope_qkv,
         decode_attention=triton_attention.decode_attention,
-        filter_threshold=functools.partial(triton_filter.filter_threshold, key_bits=key_bits),
+        filter_threshold=triton_filter.filter_threshold,
         race_argmax=triton_sampling.race_argmax,
         mask_stops=triton_step.mask_stops_before_min,
         record=triton_step.record_tokens,
+        # the kernels read bf16 logits as they come (exact in fp32): no [B, V] fp32 copy per step
+        sampling_logits=_unchanged,
         needs_len_hint=False,
     )
 
 
-OPS_BUILDERS: dict[str, Callable[[torch.dtype], Ops]] = {"torch": _torch_ops, "triton": _triton_ops}
+def _as_fp32(logits: torch.Tensor) -> torch.Tensor:
+    return logits.float()
 
 
-def select_ops(kind: str, device: torch.device, logits_dtype: torch.dtype = torch.float32) -> Ops:
-    """`kind` is "auto", "torch" or "triton"; auto means triton on CUDA when it is installed.
-    `logits_dtype` is the LM head's output dtype (the model dtype) before the cast to fp32."""
+def _unchanged(logits: torch.Tensor) -> torch.Tensor:
+    return logits
+
+
+OPS_BUILDERS: dict[str, Callable[[], Ops]] = {"torch": _torch_ops, "triton": _triton_ops}
+
+
+def select_ops(kind: str, device: torch.device) -> Ops:
+    """`kind` is "auto", "torch" or "triton"; auto means triton on CUDA when it is installed."""
     if kind == "auto":
         kind = "triton" if device.type == "cuda" and importlib.util.find_spec("triton") is not None else "torch"
     if kind not in OPS_BUILDERS:
@@ -103,6 +113,6 @@ def select_ops(kind: str, device: torch.device, logits_dtype: torch.dtype = torc
             f"kernels='triton' needs a CUDA device (this engine is on {device}); use kernels='torch' or 'auto' "
             "(TRITON_INTERPRET=1 runs the kernels on CPU, for tests only)"
         )
-    ops = OPS_BUILDERS[kind](logits_dtype)
+    ops = OPS_BUILDERS[kind]()
     log.info("engine kernels: %s on %s", ops.name, device)
     return ops

@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from inferlab.engine.transfer import to_device
+
 NOT_FINISHED, FINISH_EOS, FINISH_STOP, FINISH_LENGTH = 0, 1, 2, 3
 REASON_NAMES = {FINISH_EOS: "eos", FINISH_STOP: "stop", FINISH_LENGTH: "length"}
 
@@ -84,9 +86,20 @@ class RowState:
             getattr(self, f.name)[rows] = getattr(part, f.name)
 
     def write_(self, rows: torch.Tensor, values: dict[str, torch.Tensor]) -> None:
-        """Set some fields of some rows (admission): values[name] has the field's shape with len(rows) rows."""
+        """Set some fields of some rows (admission): values[name] is a host tensor with the field's shape and
+        len(rows) rows. One staged copy per dtype (transfer.py), so the host never waits for the device."""
+        device = self.tokens.device
+        by_dtype: dict[torch.dtype, list[tuple[str, torch.Tensor]]] = {}
         for name, value in values.items():
-            getattr(self, name)[rows] = value.to(getattr(self, name).device, non_blocking=True)
+            by_dtype.setdefault(value.dtype, []).append((name, value.reshape(len(value), -1)))
+        for group in by_dtype.values():
+            staged = to_device(torch.cat([v for _, v in group], dim=1), device)  # [n, total columns]
+            start = 0
+            for name, value in group:
+                field = getattr(self, name)
+                part = staged[:, start : start + value.shape[1]]
+                field[rows] = part.reshape((len(value),) + field.shape[1:]).to(field.dtype)
+                start += value.shape[1]
 
     def move_(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Move requests from rows `src` to idle rows `dst` (compaction): state copied, slots swapped."""

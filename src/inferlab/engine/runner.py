@@ -13,73 +13,78 @@ from typing import Sequence
 
 import torch
 
-from inferlab.engine.graphs import DecodeGraphs, bucket_sizes
-from inferlab.engine.hooks import ConstraintHooks
+from inferlab.engine.graphs import DecodeGraphs, Variant, bucket_sizes
+from inferlab.engine.hooks import NO_CONSTRAINTS
 from inferlab.engine.intake import Prepared
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
 from inferlab.engine.rows import RowState
 from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.step import finish_step
+from inferlab.engine.transfer import tensor_on, to_device
 from inferlab.models.llama import LlamaModel
+from inferlab.types import Request, SamplingParams, Timings
 
 log = logging.getLogger(__name__)
 
 
 class ModelRunner:
-    def __init__(
-        self,
-        model: LlamaModel,
-        cache: KVCache,
-        rows: RowState,
-        ops: Ops,
-        hooks: ConstraintHooks,
-        compile_step: bool = False,
-    ) -> None:
+    def __init__(self, model: LlamaModel, cache: KVCache, rows: RowState, ops: Ops) -> None:
         self.model = model
         self.cache = cache
         self.rows = rows
         self.ops = ops
-        self.hooks = hooks
+        self.constraints = None  # a ConstraintRuntime once the engine met a constrained request
         self.device = cache.k.device
         self.num_rows = rows.tokens.shape[0]
         self.sizes = bucket_sizes(self.num_rows)
         self.graphs: DecodeGraphs | None = None
-        # compile_step compiles the forward (the sampler and bookkeeping are already fused kernels): one
-        # dynamic-batch compile plus the size-1 specialisation, instead of one per bucket and filter level
-        self._forward = torch.compile(model.decode, dynamic=True) if compile_step else model.decode
 
     # ---- decode -------------------------------------------------------------------------------------
-    def decode_step(self, b: int, level: int, len_hint: int | None = None) -> None:
+    def decode_step(self, b: int, variant: Variant, len_hint: int | None = None) -> None:
         """One eager decode step over rows [0, b) (what each graph captured; also used to profile)."""
+        level, constrained = variant
         r = self.rows
-        logits = self._forward(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint)  # [b, V]
-        finish_step(logits, r.view(b), self.hooks, self.ops, level)
+        logits = self.model.decode(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint)  # [b, V]
+        hooks = self.constraints if constrained else NO_CONSTRAINTS
+        finish_step(logits, r.view(b), hooks, self.ops, level)
 
     def capture_graphs(self) -> DecodeGraphs:
-        self.graphs = DecodeGraphs(lambda b, level: self.decode_step(b, level, None), self.sizes, FILTER_LEVELS)
-        self.graphs.capture()
+        """The unconstrained graphs of every bucket and filter level (start-up, every row idle)."""
+        self.graphs = DecodeGraphs(lambda b, variant: self.decode_step(b, variant, None), self.sizes)
+        self.graphs.capture([(level, False) for level in FILTER_LEVELS])
         return self.graphs
 
-    def decode(self, b: int, level: int, steps: int, len_hint: int | None) -> None:
-        """`steps` decode steps over rows [0, b) with sampler filter `level`; len_hint bounds positions + 1
-        at the first step (used by the eager torch attention only)."""
+    def attach_constraints(self, runtime) -> None:
+        """Enable constrained steps (a ConstraintRuntime sized for every row); with graphs, capture the
+        constrained variants now. Call while every row is idle (the capture runs warm-up steps)."""
+        self.constraints = runtime
+        if self.graphs is not None:
+            with torch.inference_mode():
+                self.graphs.capture([(level, True) for level in FILTER_LEVELS])
+
+    def decode(self, b: int, variant: Variant, steps: int, len_hint: int | None) -> None:
+        """`steps` decode steps over rows [0, b) with `variant` = (filter level, constrained); len_hint bounds
+        positions + 1 at the first step (used by the eager torch attention only)."""
         for i in range(steps):
             if self.graphs is not None:
-                self.graphs.replay(b, level)
+                self.graphs.replay(b, variant)
             else:
                 hint = None if len_hint is None or not self.ops.needs_len_hint else len_hint + i
-                self.decode_step(b, level, hint)
+                self.decode_step(b, variant, hint)
 
-    # ---- admission and prefill ----------------------------------------------------------------------
+    # ---- admission and prefill (host inputs staged through pinned memory: transfer.py) ----------------
     def admit(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> None:
-        """Write the admitted requests' parameters into their rows (host -> device, between replays)."""
+        """Write the admitted requests' parameters (and constraint programs) into their rows."""
         n, width = len(items), self.rows.stop_ids.shape[1]
         stop_table = torch.zeros((n, width), dtype=torch.int64)
         for i, item in enumerate(items):
             ids = item.stop_ids or [0]
             stop_table[i] = torch.tensor((ids + [ids[0]] * width)[:width])  # pad by repeating entry 0
-            self.hooks.assign(row_ids[i], item.request.constraint)
+        if self.constraints is not None:
+            self.constraints.assign_rows(list(row_ids), [item.constraint for item in items])
+        else:
+            assert all(item.constraint is None for item in items), "constrained request without a runtime"
 
         def col(values, dtype):
             return torch.tensor(values, dtype=dtype)
@@ -87,7 +92,7 @@ class ModelRunner:
         i64, f32 = torch.int64, torch.float32
         s = [item.sampling for item in items]
         self.rows.write_(
-            torch.tensor(list(row_ids), dtype=i64, device=self.device),
+            tensor_on(list(row_ids), i64, self.device),
             {
                 "tokens": col([item.prompt_ids[-1] for item in items], i64),
                 "positions": col([item.prompt_len - 1 for item in items], i64),  # where the prompt's last K/V is
@@ -112,31 +117,46 @@ class ModelRunner:
     def prefill(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> None:
         """Run the admitted prompts (right-padded) and sample each row's first token."""
         longest = max(item.prompt_len for item in items)
-        tokens = torch.zeros((len(items), longest), dtype=torch.int64)
+        host = torch.zeros((len(items), longest + 2), dtype=torch.int64)  # [n, tokens | length | row id]
         for i, item in enumerate(items):
-            tokens[i, : item.prompt_len] = torch.tensor(item.prompt_ids)
-        lengths = torch.tensor([item.prompt_len for item in items], dtype=torch.int64)
-        idx = torch.tensor(list(row_ids), dtype=torch.int64, device=self.device)
-        logits = self.model.prefill(
-            tokens.to(self.device), lengths.to(self.device), self.rows.slots[idx], self.cache
-        )  # [admitted, V]
+            host[i, : item.prompt_len] = torch.tensor(item.prompt_ids)
+            host[i, longest:] = torch.tensor([item.prompt_len, row_ids[i]])
+        staged = to_device(host, self.device)
+        tokens, lengths, idx = staged[:, :longest], staged[:, longest], staged[:, longest + 1]
+        logits = self.model.prefill(tokens, lengths, self.rows.slots[idx], self.cache)  # [admitted, V]
         part = self.rows.gather(idx)
         level = max(item.filter_level for item in items)
-        finish_step(logits, part, self.hooks, self.ops, level, row_ids=idx)
+        constrained = any(item.constraint is not None for item in items)
+        finish_step(logits, part, self.constraints if constrained else NO_CONSTRAINTS, self.ops, level, row_ids=idx)
         self.rows.scatter_(idx, part)
+
+    def warm_prefill(self, max_seq_len: int, max_prefill_tokens: int) -> None:
+        """Prefill at the most tokens and at the most rows one batch may have (both bounds), with every
+        sampler filter on: the largest buffers a prefill allocates, allocated at start-up."""
+        longest = max_seq_len - 1  # a prompt leaves room for at least one new token
+        widest = min(self.num_rows, max_prefill_tokens)
+        sampling = SamplingParams(temperature=1.0, top_k=5, top_p=0.5, min_p=0.01, max_new_tokens=1)
+        for batch, length in {(1, longest), (widest, max_prefill_tokens // widest)}:
+            length = max(1, min(length, longest))
+            items = [
+                Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)), [0] * length, sampling, 0, [], 0, Timings())
+                for i in range(batch)
+            ]
+            self.admit(range(batch), items)
+            self.prefill(range(batch), items)
 
     # ---- row lifecycle ----------------------------------------------------------------------------------
     def release(self, row_ids: Sequence[int]) -> None:
-        idx = torch.tensor(list(row_ids), dtype=torch.int64, device=self.device)
+        idx = tensor_on(list(row_ids), torch.int64, self.device)
         self.rows.active[idx] = False
         self.rows.finished[idx] = False
         self.rows.positions[idx] = 0
-        for row in row_ids:
-            self.hooks.reset_row(row)
+        if self.constraints is not None:
+            self.constraints.release_rows(idx)
 
     def move(self, moves: Sequence[tuple[int, int]]) -> None:
-        src = torch.tensor([m[0] for m in moves], dtype=torch.int64, device=self.device)
-        dst = torch.tensor([m[1] for m in moves], dtype=torch.int64, device=self.device)
+        pairs = tensor_on([list(m) for m in moves], torch.int64, self.device)  # [m, 2] (src, dst)
+        src, dst = pairs[:, 0], pairs[:, 1]
         self.rows.move_(src, dst)
-        for s, d in moves:
-            self.hooks.move_row(s, d)
+        if self.constraints is not None:
+            self.constraints.move_rows(src, dst)

@@ -9,14 +9,14 @@ Thresholds are compared in *key* space: float_key maps fp32 to int32 preserving 
 exact (no rounding of logit / T) and the Triton kernel (kernels/triton_filter.py) can find it by radix
 selection instead of sorting. Ties at a threshold are all kept. This module's `filter_threshold` is the
 sort-based reference (CPU, tests). The caller passes a filter level (FILTER_NONE / FILTER_MIN_P /
-FILTER_SORT) chosen on the host from the admitted requests, so a batch never pays for a filter none of its
-rows uses.
+FILTER_TOP_P / FILTER_TOP_K) chosen on the host from the admitted requests, so a batch never pays for a
+filter none of its rows uses.
 
 Sampling is the exponential race: token = argmax_i p_i / E_i with E_i ~ Exp(1), i.e. argmax of
-logit_i / T - log(E_i). E_i comes from a counter-based hash of (request seed, token index, vocab index)
-computed with integer tensor ops, so a request's tokens depend on its seed only - never on its batch, row
-or neighbours - and no generator state exists. Greedy rows take the plain argmax (first index on ties, as
-torch.argmax).
+logit_i / T - log(E_i), computed in base 2 (race_noise). E_i comes from a counter-based hash of (request
+seed, token index, vocab index) computed with integer tensor ops, so a request's tokens depend on its seed
+only - never on its batch, row or neighbours - and no generator state exists. Greedy rows take the plain
+argmax (first index on ties, as torch.argmax).
 """
 
 from __future__ import annotations
@@ -25,7 +25,12 @@ import torch
 
 MASK32 = 0xFFFFFFFF
 GOLDEN = 0x9E3779B9  # spreads consecutive vocabulary ids before mixing
-UNIFORM_SCALE = 1.0 / (1 << 24)
+# 23 random bits: ((h >> 9) + 0.5) / 2^23 lies in [2^-24, 1 - 2^-24], exactly representable in fp32. With 24
+# bits the largest value, (2^24 - 0.5) / 2^24, rounds to 1.0 in fp32: noise -log(-log(1)) = +inf, and the
+# token won the race whatever its logit (or came out NaN over a masked -inf logit): ~1% of the draws per
+# step at a 150k vocabulary were uniform junk, and constrained rows left their grammar.
+UNIFORM_BITS = 23
+UNIFORM_SCALE = 1.0 / (1 << UNIFORM_BITS)
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -49,12 +54,20 @@ def row_keys(seeds: torch.Tensor, token_index: torch.Tensor) -> torch.Tensor:
     return mix32((seed_key + mix32((token_index & MASK32) ^ 0x27D4EB2F)) & MASK32)
 
 
-def gumbel_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
-    """[rows] keys -> [rows, vocab] fp32 Gumbel noise -log(E), E = -log(U), U from the hash of (key, id)."""
+def uniform_from_hash(h: torch.Tensor) -> torch.Tensor:
+    """int64 hashes in [0, 2^32) -> fp32 uniforms in [2^-24, 1 - 2^-24] (never 0 or 1)."""
+    return ((h >> (32 - UNIFORM_BITS)).to(torch.float32) + 0.5) * UNIFORM_SCALE
+
+
+def race_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[rows] keys -> [rows, vocab] fp32 noise -log2(-log2(U)), U from the hash of (key, vocabulary id).
+
+    Gumbel noise in base 2: -log2(-log2 U) = g / ln 2 + log2(ln 2) with g = -ln(-ln U) standard Gumbel, so
+    argmax_i (logit_i * log2(e) / T + noise_i) is the race argmax_i (logit_i / T + g_i) scaled by 1 / ln 2:
+    the same token, with base-2 logarithms (cheaper on a GPU) and one multiply per logit."""
     ids = _mul32(torch.arange(vocab, device=keys.device, dtype=torch.int64), GOLDEN)  # [vocab]
     h = mix32(keys[:, None] ^ ids[None, :])  # [rows, vocab] in [0, 2^32)
-    u = ((h >> 8).to(torch.float32) + 0.5) * UNIFORM_SCALE  # (0, 1), 24 random bits
-    return -torch.log(-torch.log(u))
+    return -torch.log2(-torch.log2(uniform_from_hash(h)))
 
 
 def float_key(x: torch.Tensor) -> torch.Tensor:
@@ -66,16 +79,20 @@ def float_key(x: torch.Tensor) -> torch.Tensor:
 KEEP_ALL = -(2**31)  # a threshold key below every float's key
 
 
+LOG2E = 1.4426950408889634
+
+
 def race_argmax_torch(
-    logits: torch.Tensor,  # [rows, vocab] fp32
-    temperature: torch.Tensor,  # [rows] fp32, 1.0 on greedy rows
+    logits: torch.Tensor,  # [rows, vocab] fp32 (or bf16/fp16: compared exactly as fp32)
+    temperature: torch.Tensor,  # [rows] fp32; <= 0: greedy (the plain argmax, first index on ties)
     tau: torch.Tensor | None,  # [rows] int32 threshold key: keep float_key(logit) >= tau; None: keep all
     seeds: torch.Tensor,  # [rows] int64 request seeds
     token_index: torch.Tensor,  # [rows] int64: which of the request's tokens is being drawn
-    greedy: torch.Tensor,  # [rows] bool
 ) -> torch.Tensor:  # [rows] int64
-    scaled = logits / temperature[:, None]
-    noise = gumbel_noise(row_keys(seeds, token_index), logits.shape[1])
+    logits = logits.float()
+    greedy = temperature <= 0
+    scaled = logits * (LOG2E / torch.where(greedy, 1.0, temperature))[:, None]  # logit / T in base 2
+    noise = race_noise(row_keys(seeds, token_index), logits.shape[1])
     race = scaled + torch.where(greedy[:, None], 0.0, noise)
     if tau is not None:
         race = torch.where(float_key(logits) >= tau[:, None], race, float("-inf"))
@@ -83,23 +100,25 @@ def race_argmax_torch(
 
 
 # How much filtering a batch needs; the host picks the level (and so the graph variant) from the live
-# requests, so a batch without top-k/top-p never pays for a sort.
-FILTER_NONE, FILTER_MIN_P, FILTER_SORT = 0, 1, 2
-FILTER_LEVELS = (FILTER_NONE, FILTER_MIN_P, FILTER_SORT)
+# requests, so a batch never pays for a filter none of its rows uses. Each level includes the ones below.
+FILTER_NONE, FILTER_MIN_P, FILTER_TOP_P, FILTER_TOP_K = 0, 1, 2, 3
+FILTER_LEVELS = (FILTER_NONE, FILTER_MIN_P, FILTER_TOP_P, FILTER_TOP_K)
 
 
 def filter_level(temperature: float, top_k: int, top_p: float, min_p: float) -> int:
     """The level one request needs (greedy needs none: every filter keeps the argmax)."""
     if temperature <= 0:
         return FILTER_NONE
-    if top_k > 0 or top_p < 1.0:
-        return FILTER_SORT
+    if top_k > 0:
+        return FILTER_TOP_K
+    if top_p < 1.0:
+        return FILTER_TOP_P
     return FILTER_MIN_P if min_p > 0 else FILTER_NONE
 
 
 def filter_threshold(
     logits: torch.Tensor,  # [rows, vocab] fp32
-    temperature: torch.Tensor,  # [rows] fp32, > 0 (1.0 on greedy rows)
+    temperature: torch.Tensor,  # [rows] fp32 (<= 0, greedy, counts as 1: every threshold keeps the argmax)
     top_k: torch.Tensor,  # [rows] int64, 0 = off
     top_p: torch.Tensor,  # [rows] fp32, 1.0 = off
     min_p: torch.Tensor,  # [rows] fp32, 0.0 = off
@@ -109,12 +128,13 @@ def filter_threshold(
     if level == FILTER_NONE:
         return None
     # Python scalars in torch.where, never torch.tensor(...): a host->device copy cannot be graph-captured.
+    temperature = torch.where(temperature > 0, temperature, 1.0)
     top = logits.max(dim=-1).values
     tau = torch.where(min_p > 0, top + temperature * torch.log(min_p), float("-inf"))
-    if level == FILTER_SORT:
+    if level >= FILTER_TOP_P:
         vocab = logits.shape[1]
         ascending = logits.sort(dim=-1).values  # [rows, vocab]
-        k = top_k.clamp(0, vocab)
+        k = top_k.clamp(0, vocab) if level >= FILTER_TOP_K else torch.zeros_like(top_k)
         kth_largest = ascending.gather(1, (vocab - k).clamp(max=vocab - 1)[:, None]).squeeze(1)
         tau_k = torch.where(k > 0, kth_largest, float("-inf"))
         kept = torch.where(ascending < tau_k[:, None], float("-inf"), ascending)  # top-k applied, still ascending
@@ -136,7 +156,5 @@ def sample(
     ops,  # engine.ops.Ops: filter_threshold and race_argmax (torch above, or Triton kernels)
     level: int,  # FILTER_*: at least the highest level any row needs
 ) -> torch.Tensor:  # [rows] int64 token ids
-    greedy = temperature <= 0
-    safe_t = torch.where(greedy, 1.0, temperature)
-    tau = ops.filter_threshold(logits, safe_t, top_k, top_p, min_p, level)
-    return ops.race_argmax(logits, safe_t, tau, seeds, token_index, greedy)
+    tau = ops.filter_threshold(logits, temperature, top_k, top_p, min_p, level)
+    return ops.race_argmax(logits, temperature, tau, seeds, token_index)

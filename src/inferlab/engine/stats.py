@@ -18,7 +18,6 @@ class EngineStats:
     dtype: str = ""
     kernels: str = ""
     cuda_graphs: bool = False
-    compiled: bool = False
     max_slots: int = 0
     max_seq_len: int = 0
     weight_bytes: int = 0
@@ -26,10 +25,12 @@ class EngineStats:
     planned_bytes: int = 0  # the memory plan's estimate of everything
     budget_bytes: int = 0
     load_s: float = 0.0  # weights read and moved to the device
-    warmup_s: float = 0.0  # first calls of prefill and the step (Triton JIT; torch.compile when on)
-    compile_s: float = 0.0  # = warmup_s when EngineConfig.compile is on (dominated by compilation), else 0
+    warmup_s: float = 0.0  # first calls of prefill and the step (Triton JIT)
+    gemm_tune_s: float = 0.0  # timing cuBLAS vs the Triton GEMM per projection and bucket (CUDA)
+    gemm_choices: dict = field(default_factory=dict)  # {"qkv@16": "cublas" | "triton n64 k128 split2", ...}
     capture_s: float = 0.0  # CUDA graph capture alone
     graphs: int = 0
+    constraint_setup_s: float = 0.0  # grammar set, constraint runtime and its graphs, at the first constrained request
     prefill_s: float = 0.0
     prefill_batches: int = 0
     prompt_tokens: int = 0

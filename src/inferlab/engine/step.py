@@ -2,8 +2,9 @@
 
 `finish_step` is shared by prefill (on the gathered admitted rows) and by the decode step (on rows [0, b),
 inside the CUDA graph). It never reads a value back to the host:
-    constraint mask -> EOS/stop masked while n_out < min_new -> sample -> constraint choose/advance ->
-    token written to out[row, n_out] -> finished flag, reason, counters, next input token and position.
+    constraint mask -> EOS/stop masked while n_out < min_new -> sample -> constraint emit (forced tokens,
+    the live rows' constraint state advanced) -> token written to out[row, n_out] -> finished flag, reason,
+    counters, next input token and position.
 Rows that are idle or already finished go through the same arithmetic but change nothing that is read.
 """
 
@@ -45,19 +46,18 @@ def record_tokens(tokens: torch.Tensor, rows: RowState) -> torch.Tensor:
 
 
 def finish_step(
-    logits: torch.Tensor,  # [B, V] fp32
+    logits: torch.Tensor,  # [B, V] the LM head's output (model dtype)
     rows: RowState,  # B rows: views (decode) or gathered copies (prefill)
     hooks: ConstraintHooks,
     ops,  # engine.ops.Ops: torch functions above or their Triton kernels
     filter_level: int,  # sampler.FILTER_*: at least what the rows need
     row_ids: torch.Tensor | None = None,  # None in decode (rows [0, B)); admitted row ids in prefill
 ) -> None:
-    logits = hooks.mask_logits(logits, row_ids)
+    logits = hooks.mask_logits(ops.sampling_logits(logits), row_ids)  # fp32 (torch ops) or as is (Triton)
     logits = ops.mask_stops(logits, rows)
     # the token index n_out keys the noise: a request's draws are reproducible whatever its row
     sampled = sample(
         logits, rows.temperature, rows.top_k, rows.top_p, rows.min_p, rows.seeds, rows.n_out, ops, filter_level
     )
-    tokens = hooks.choose(sampled, row_ids)
-    live = ops.record(tokens, rows)
-    hooks.advance(tokens, live, row_ids)
+    tokens = hooks.emit(sampled, rows.active, rows.finished, row_ids)  # live = active & ~finished, as record's
+    ops.record(tokens, rows)

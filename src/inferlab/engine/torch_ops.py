@@ -19,6 +19,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * normed.to(x.dtype)
 
 
+def embed_rms_norm(
+    tokens: torch.Tensor, embed: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(x), x) for x = embed[tokens] [tokens, dim]: the first layer's input and the residual stream."""
+    x = F.embedding(tokens, embed)
+    return rms_norm(x, weight, eps), x
+
+
 def add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -4,9 +4,11 @@ One layer, as in transformers, with the residual add fused into the next norm:
     h = norm(x); q, k, v = rope(split(h @ Wqkv)); cache[slot, pos] = k, v; a = attn(q, cache) @ Wo
     h, x = norm(x + a); m = (silu(h @ Wg) * (h @ Wu)) @ Wd; h, x = norm_next(x + m)
 Two entry points share the layer code and differ only in attention: `prefill` (right-padded prompts,
-causal SDPA) and `decode` (one token per row, attention over each row's cache slot). Both return fp32
-logits of the last position only. The small fused operations come from an `Ops` set (engine/ops.py), so
-the same code runs plain torch on CPU and Triton kernels on CUDA. Sampling is not here (engine/sampler.py).
+causal SDPA) and `decode` (one token per row, attention over each row's cache slot). Both return the
+logits of the last position only, in the model dtype (the sampler's ops decide whether to upcast). The
+small fused operations come from an `Ops` set (engine/ops.py), so the same code runs plain torch on CPU and
+Triton kernels on CUDA; the projections go through a GemmPlan (cuBLAS, or the skinny Triton GEMM where the
+engine measured it faster: engine/gemm_plan.py). Sampling is not here (engine/sampler.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from inferlab.engine.attention import prefill_attention
+from inferlab.engine.gemm_plan import GemmPlan
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
 from inferlab.models.config import ModelSpec
@@ -34,6 +37,7 @@ class LlamaModel:
         self.ops = ops
         self.rotary = rotary
         self.scale = spec.head_dim**-0.5
+        self.gemm = GemmPlan(ops.silu_mul)  # cuBLAS everywhere until the engine tunes it (engine/gemm_plan.py)
 
     def _layers(
         self,
@@ -46,10 +50,10 @@ class LlamaModel:
     ) -> torch.Tensor:  # [T, hidden]: the final-normed hidden state
         spec, w, ops = self.spec, self.weights, self.ops
         eps = spec.rms_norm_eps
-        x = F.embedding(tokens, w.embed)  # [T, hidden] the residual stream
-        h = ops.rms_norm(x, w.layers[0].input_norm, eps)
+        gemm = self.gemm
+        h, x = ops.embed_rms_norm(tokens, w.embed, w.layers[0].input_norm, eps)  # x [T, hidden]: the residual
         for i, layer in enumerate(w.layers):
-            qkv = F.linear(h, layer.qkv, layer.qkv_bias)  # [T, (H + 2K) * D]
+            qkv = gemm.linear(h, layer.qkv, layer.qkv_bias, "qkv")  # [T, (H + 2K) * D]
             q, k, v = ops.rope_qkv(
                 qkv,
                 positions,
@@ -64,15 +68,15 @@ class LlamaModel:
                 spec.num_heads,
                 need_kv,
             )  # q [T, H, D]; k, v [T, K, D] or None (already written to the cache)
-            a = F.linear(attend(i, q, k, v), layer.o, layer.o_bias)  # [T, hidden]
+            a = gemm.linear(attend(i, q, k, v), layer.o, layer.o_bias, "o")  # [T, hidden]
             h, x = ops.add_rms_norm(a, x, layer.post_norm, eps)
-            m = F.linear(ops.silu_mul(F.linear(h, layer.gate_up)), layer.down)  # [T, hidden]
+            m = gemm.swiglu_down(gemm.linear(h, layer.gate_up, None, "gate_up"), layer.down)  # [T, hidden]
             next_norm = w.layers[i + 1].input_norm if i + 1 < len(w.layers) else w.final_norm
             h, x = ops.add_rms_norm(m, x, next_norm, eps)
         return h
 
-    def _logits(self, h_last: torch.Tensor) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab] fp32
-        return F.linear(h_last, self.weights.lm_head).float()
+    def _logits(self, h_last: torch.Tensor) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab], model dtype
+        return F.linear(h_last, self.weights.lm_head)
 
     def prefill(
         self,
@@ -80,7 +84,7 @@ class LlamaModel:
         lengths: torch.Tensor,  # [batch] int64: real prompt lengths (>= 1)
         slots: torch.Tensor,  # [batch] int64: each prompt's cache slot
         cache: KVCache,
-    ) -> torch.Tensor:  # [batch, vocab] fp32 logits at each prompt's last real position
+    ) -> torch.Tensor:  # [batch, vocab] logits (model dtype) at each prompt's last real position
         batch, padded = tokens.shape
         heads, kv_heads, head_dim = self.spec.num_heads, self.spec.num_kv_heads, self.spec.head_dim
         positions = torch.arange(padded, device=tokens.device).repeat(batch)  # [batch * padded]
@@ -104,7 +108,7 @@ class LlamaModel:
         slots: torch.Tensor,  # [rows] int64
         cache: KVCache,
         max_len_hint: int | None = None,  # host bound of positions + 1 (used by the torch attention only)
-    ) -> torch.Tensor:  # [rows, vocab] fp32
+    ) -> torch.Tensor:  # [rows, vocab] model dtype
         rows = tokens.shape[0]
         lengths = positions + 1
         heads, head_dim = self.spec.num_heads, self.spec.head_dim

@@ -1,4 +1,4 @@
-"""The Triton hole mask (run by Triton's interpreter on CPU) against the torch mask, its reference."""
+"""The Triton kernels of the constrained step (run by Triton's interpreter on CPU) against the torch path."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import random
 import pytest
 import torch
 
-from inferlab.engine.constraints.mask_kernel import triton_available
 from inferlab.engine.constraints.program import compile_program
 from inferlab.engine.constraints.runtime import ConstraintRuntime
 from inferlab.engine.constraints.simulate import (
@@ -16,6 +15,7 @@ from inferlab.engine.constraints.simulate import (
     reference_decode,
     synthetic_conformer_segments,
 )
+from inferlab.engine.constraints.step_kernels import triton_available
 from inferlab.errors import ConfigError
 
 pytestmark = pytest.mark.skipif(not triton_available(), reason="triton is not installed")
@@ -87,3 +87,38 @@ def test_mask_impl_is_validated(llama_case):
     with pytest.raises(ConfigError, match="choose one of auto, torch, triton"):
         ConstraintRuntime(llama_case.grammar_set, 1, 4, 2048, "cpu", mask_impl="cuda")
     assert ConstraintRuntime(llama_case.grammar_set, 1, 4, 2048, "cpu").mask_impl == "torch"
+
+
+def _state(runtime):
+    return runtime.ptr.clone(), runtime.state.clone()
+
+
+def test_emit_kernel_equals_choose_then_advance(case):
+    """The fused emit kernel (forced tokens + the advance of live rows) against the torch path, step by
+    step over whole programs: copy and hole rows, a free row, rows that finished (their state must stay)."""
+    programs = _programs(case, 3, seed=4)
+    by_torch, by_triton = _pair(case, programs, 4)
+    generator = torch.Generator().manual_seed(1)
+    active = torch.tensor([True, True, True, False])
+    for step in range(max(p.max_new_tokens for p in programs)):
+        masked = by_torch.mask_logits(torch.randn(4, case.model_vocab, generator=generator))
+        sampled = torch.where(torch.isfinite(masked), masked, -1e30).argmax(dim=-1)
+        finished = torch.rand(4, generator=generator) < 0.1
+        expected = by_torch.emit(sampled, active, finished)
+        assert torch.equal(by_triton.emit(sampled, active, finished), expected), step
+        assert all(torch.equal(a, b) for a, b in zip(_state(by_triton), _state(by_torch))), step
+
+
+def test_emit_and_mask_kernels_address_rows_by_id_in_prefill(llama_case):
+    programs = _programs(llama_case, 3, seed=5)
+    by_torch, by_triton = _pair(llama_case, programs, 4)
+    rows = torch.tensor([2, 0, 3])  # prefill: lane i is runtime row rows[i]
+    generator = torch.Generator().manual_seed(2)
+    yes, no = torch.ones(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool)
+    for step in range(30):
+        logits = torch.randn(3, llama_case.model_vocab, generator=generator)
+        masked = by_torch.mask_logits(logits.clone(), rows)
+        assert torch.equal(by_triton.mask_logits(logits.clone(), rows), masked), step
+        sampled = torch.where(torch.isfinite(masked), masked, -1e30).argmax(dim=-1)
+        assert torch.equal(by_triton.emit(sampled, yes, no, rows), by_torch.emit(sampled, yes, no, rows)), step
+        assert all(torch.equal(a, b) for a, b in zip(_state(by_triton), _state(by_torch))), step

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -17,11 +18,12 @@ from inferlab.engine.ops import select_ops
 from inferlab.engine.sampler import (
     FILTER_MIN_P,
     FILTER_NONE,
-    FILTER_SORT,
+    FILTER_TOP_K,
+    FILTER_TOP_P,
     filter_level,
     filter_threshold,
     float_key,
-    gumbel_noise,
+    race_noise,
     row_keys,
     sample,
 )
@@ -62,7 +64,7 @@ def test_allowed_sets_equal_transformers_warpers():
         torch.tensor([c[1] for c in combos]),
         torch.tensor([c[2] for c in combos]),
         torch.tensor([c[3] for c in combos]),
-        FILTER_SORT,
+        FILTER_TOP_K,
     )
     ours = float_key(logits) >= tau[:, None]
     for row, combo in enumerate(combos):
@@ -79,10 +81,15 @@ def test_lower_filter_levels_equal_the_full_one_for_the_rows_they_serve():
         torch.tensor([c[3] for c in combos]),
     )
     assert all(filter_level(*c) in (FILTER_NONE, FILTER_MIN_P) for c in combos)
-    assert torch.equal(filter_threshold(logits, *args, FILTER_MIN_P), filter_threshold(logits, *args, FILTER_SORT))
+    assert torch.equal(filter_threshold(logits, *args, FILTER_MIN_P), filter_threshold(logits, *args, FILTER_TOP_K))
     plain = [i for i, c in enumerate(combos) if c[3] == 0]
     assert filter_threshold(logits, *args, FILTER_NONE) is None
-    assert torch.all(filter_threshold(logits, *args, FILTER_SORT)[plain] == float_key(torch.tensor(float("-inf"))))
+    assert torch.all(filter_threshold(logits, *args, FILTER_TOP_K)[plain] == float_key(torch.tensor(float("-inf"))))
+    no_top_k = [c for c in _combos() if c[1] == 0]
+    logits = torch.randn(len(no_top_k), 500) * 2
+    args = [torch.tensor([c[i] for c in no_top_k]) for i in range(4)]
+    assert all(filter_level(*c) <= FILTER_TOP_P for c in no_top_k)
+    assert torch.equal(filter_threshold(logits, *args, FILTER_TOP_P), filter_threshold(logits, *args, FILTER_TOP_K))
 
 
 def test_float_key_preserves_order():
@@ -108,7 +115,7 @@ def test_samples_follow_the_filtered_distribution():
         torch.arange(n),
         torch.zeros(n, dtype=torch.long),
         OPS,
-        FILTER_SORT,
+        FILTER_TOP_K,
     )
     freq = torch.bincount(tokens, minlength=logits.numel()).float() / n
     assert torch.all(freq[~allowed] == 0)
@@ -126,7 +133,7 @@ def test_greedy_rows_take_the_first_argmax_whatever_the_filters():
         torch.tensor([1, 2]),
         torch.tensor([0, 0]),
         OPS,
-        FILTER_SORT,
+        FILTER_TOP_K,
     )
     assert tokens.tolist() == [1, 0]
 
@@ -134,20 +141,21 @@ def test_greedy_rows_take_the_first_argmax_whatever_the_filters():
 def test_noise_depends_on_seed_and_index_only():
     keys_a = row_keys(torch.tensor([7, 7, 8, 2**40 + 7]), torch.tensor([3, 4, 3, 3]))
     assert len(set(keys_a.tolist())) == 4  # seed high bits count too
-    batch = gumbel_noise(keys_a, 1000)
-    alone = gumbel_noise(row_keys(torch.tensor([8]), torch.tensor([3])), 1000)
+    batch = race_noise(keys_a, 1000)
+    alone = race_noise(row_keys(torch.tensor([8]), torch.tensor([3])), 1000)
     assert torch.equal(batch[2], alone[0])  # same (seed, index): same noise in any batch and row
 
 
-def test_noise_is_standard_gumbel():
-    noise = gumbel_noise(row_keys(torch.arange(64), torch.zeros(64, dtype=torch.long)), 4096).flatten()
+def test_noise_is_standard_gumbel_in_base_2():
+    base2 = race_noise(row_keys(torch.arange(64), torch.zeros(64, dtype=torch.long)), 4096).flatten()
+    noise = math.log(2) * (base2 - math.log2(math.log(2)))  # back to natural-log Gumbel noise
     uniform = torch.exp(-torch.exp(-noise))  # the Gumbel CDF maps the noise back to U(0, 1)
     hist = torch.histc(uniform, bins=10, min=0, max=1) / uniform.numel()
     assert (hist - 0.1).abs().max() < 0.005
     assert abs(noise.mean().item() - 0.5772) < 0.01  # Euler-Mascheroni constant
 
 
-@pytest.mark.parametrize("level", [FILTER_NONE, FILTER_MIN_P, FILTER_SORT])
+@pytest.mark.parametrize("level", [FILTER_NONE, FILTER_MIN_P, FILTER_TOP_K])
 def test_different_seeds_draw_different_tokens(level):
     logits = torch.zeros(2, 50_000)  # uniform: any two independent draws collide with probability 2e-5
     tokens = sample(
@@ -162,3 +170,14 @@ def test_different_seeds_draw_different_tokens(level):
         level,
     )
     assert tokens[0] != tokens[1]
+
+
+def test_the_uniform_draw_never_reaches_0_or_1():
+    """A 24-bit draw (h >> 8) + 0.5 rounds to 1.0 in fp32 at the top hash: noise +inf, a token winning
+    whatever its logit (NaN over a masked -inf logit). Every hash must give finite noise."""
+    from inferlab.engine.sampler import uniform_from_hash
+
+    extremes = torch.tensor([0, 1, 2**31, 2**32 - 512, 2**32 - 2, 2**32 - 1])
+    u = uniform_from_hash(extremes)
+    assert bool(((u > 0) & (u < 1)).all()), u.tolist()
+    assert bool(torch.isfinite(-torch.log(-torch.log(u))).all())

@@ -14,19 +14,27 @@ import os
 import pytest
 import torch
 
-from inferlab.engine import torch_ops
+from inferlab.engine import step, torch_ops
 from inferlab.engine.attention import decode_attention_torch
-from inferlab.engine import step
+from inferlab.engine.gemm_plan import PROJECTIONS
 from inferlab.engine.kernels import (
     triton_attention,
     triton_filter,
+    triton_gemm,
     triton_norm,
     triton_rope,
     triton_sampling,
     triton_step,
 )
 from inferlab.engine.rows import RowState
-from inferlab.engine.sampler import FILTER_MIN_P, FILTER_SORT, filter_threshold, float_key, race_argmax_torch
+from inferlab.engine.sampler import (
+    FILTER_MIN_P,
+    FILTER_TOP_K,
+    FILTER_TOP_P,
+    filter_threshold,
+    float_key,
+    race_argmax_torch,
+)
 from inferlab.models.config import RopeSpec
 from inferlab.models.rope import RotaryTables
 
@@ -46,6 +54,27 @@ def test_norms_and_swiglu(dtype):
     torch.testing.assert_close(summed, ref_summed, **TOL[dtype])
     gu = torch.randn(5, 160, generator=g).to(dtype)
     torch.testing.assert_close(triton_norm.silu_mul(gu), torch_ops.silu_mul(gu), **TOL[dtype])
+    embed, tokens = torch.randn(50, 96, generator=g).to(dtype), torch.tensor([3, 49, 0, 3])
+    for ours, ref in zip(
+        triton_norm.embed_rms_norm(tokens, embed, w, 1e-6), torch_ops.embed_rms_norm(tokens, embed, w, 1e-6)
+    ):
+        torch.testing.assert_close(ours, ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("swiglu", [False, True])
+@pytest.mark.parametrize("rows", [1, 5, 16, 24, 64])
+def test_skinny_gemm_equals_the_matmul(rows, swiglu):
+    """fp32 with IEEE dots (the interpreter's bf16 dot is unusable); every config shape: one split writing the
+    output, and splits writing partials summed by the second kernel; ragged N and K."""
+    g = torch.Generator().manual_seed(rows)
+    n, k = 80, 200
+    w = torch.randn(n, k, generator=g)
+    x = torch.randn(rows, 2 * k if swiglu else k, generator=g)
+    expected = (torch_ops.silu_mul(x) if swiglu else x) @ w.T
+    for config in (triton_gemm.SkinnyConfig(16, 64, 1), triton_gemm.SkinnyConfig(32, 32, 3)):
+        torch.testing.assert_close(
+            triton_gemm.skinny_linear(x, w, config, swiglu=swiglu), expected, atol=1e-4, rtol=1e-5
+        )
 
 
 @pytest.mark.parametrize("qk_norm", [False, True])
@@ -84,41 +113,58 @@ def test_decode_attention_follows_each_rows_length(dtype, heads, kv_heads, head_
     assert torch.equal(again[0], ours[0])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("with_tau", [False, True])
-def test_race_kernel_draws_the_reference_tokens(with_tau):
+def test_race_kernel_draws_the_reference_tokens(with_tau, dtype):
     g = torch.Generator().manual_seed(3)
     rows, vocab = 12, 5000
-    logits = torch.randn(rows, vocab, generator=g) * 2
-    temperature = torch.rand(rows, generator=g) + 0.5
+    logits = (torch.randn(rows, vocab, generator=g) * 2).to(dtype)
+    greedy = torch.arange(rows) % 4 == 1
+    temperature = torch.where(greedy, 0.0, torch.rand(rows, generator=g) + 0.5)
     tau = float_key(torch.where(torch.arange(rows) % 3 == 0, float("-inf"), torch.randn(rows, generator=g)))
     tau = tau if with_tau else None
     seeds = torch.randint(0, 2**62, (rows,), generator=g)
     index = torch.randint(0, 1000, (rows,), generator=g)
-    greedy = torch.arange(rows) % 4 == 1
-    ours = triton_sampling.race_argmax(logits, temperature, tau, seeds, index, greedy, block=1024)
-    assert torch.equal(ours, race_argmax_torch(logits, temperature, tau, seeds, index, greedy))
-    assert torch.equal(ours[greedy], logits[greedy].argmax(-1))
+    ours = triton_sampling.race_argmax(logits, temperature, tau, seeds, index, block=1024)
+    assert torch.equal(ours, race_argmax_torch(logits, temperature, tau, seeds, index))
+    kept = (
+        logits.float() if tau is None else torch.where(float_key(logits.float()) >= tau[:, None], logits.float(), -1e30)
+    )
+    assert torch.equal(ours[greedy], kept[greedy].argmax(-1))
 
 
-@pytest.mark.parametrize("key_bits", [16, 32])
-def test_filter_kernel_finds_the_sorted_thresholds(key_bits):
+# (logits dtype, level, slices per row): 16-bit keys (bf16) and 32-bit keys (fp32, fp16), every level
+FILTER_CASES = [
+    (torch.bfloat16, FILTER_MIN_P, 2),
+    (torch.bfloat16, FILTER_TOP_P, 3),
+    (torch.bfloat16, FILTER_TOP_K, 1),
+    (torch.float32, FILTER_TOP_K, 2),
+    (torch.float16, FILTER_TOP_P, 1),
+]
+
+
+@pytest.mark.parametrize("dtype,level,chunks", FILTER_CASES)
+def test_filter_kernel_finds_the_sorted_thresholds(dtype, level, chunks):
+    """Kept sets equal the sorted reference's, ties included (bf16 makes many; rows 1 and 2 are all ties
+    and a single survivor), masked tokens never count, and top-p counts only the top-k survivors."""
     g = torch.Generator().manual_seed(5)
-    rows, vocab = 24, 3000
-    logits = torch.randn(rows, vocab, generator=g) * 2
-    if key_bits == 16:
-        logits = logits.to(torch.bfloat16).float()  # what a bf16 LM head produces: ties included
+    rows, vocab = (16 if dtype == torch.bfloat16 else 8), 1000  # 32-bit keys: twice the passes
+    logits = (torch.randn(rows, vocab, generator=g) * 2).to(dtype)
     logits[0, :50] = float("-inf")  # masked tokens (a constraint) never count
+    logits[1, 10:] = logits[1, 0]  # one huge tie
+    logits[2, :] = float("-inf")
+    logits[2, 7] = 1.0
     temperature = torch.rand(rows, generator=g) + 0.4
-    top_k = torch.tensor([0, 1, 7, 100, 2999, 0] * 4)
-    top_p = torch.tensor([1.0, 0.9, 0.5, 0.95, 1.0, 0.2, 0.01, 0.999] * 3)
-    min_p = torch.tensor([0.0, 0.0, 0.1, 0.0] * 6)
-    args = (logits, temperature, top_k, top_p, min_p)
-    for level in (FILTER_MIN_P, FILTER_SORT):
-        ours = triton_filter.filter_threshold(*args, level, key_bits=key_bits, block=512)
-        reference = filter_threshold(*args, level)
-        kept = float_key(logits) >= ours[:, None]
-        expected = float_key(logits) >= reference[:, None]
-        assert torch.equal(kept, expected), (kept.sum(1) - expected.sum(1)).tolist()
+    temperature[3] = 0.0  # a greedy row in a sampled batch: its threshold keeps the argmax
+    top_k = torch.tensor([0, 1, 7, 100, 999, 0, 3, 50] * 2)[:rows]
+    top_k = top_k if level == FILTER_TOP_K else torch.zeros(rows, dtype=torch.long)
+    top_p = torch.tensor([1.0, 0.9, 0.5, 0.95, 1.0, 0.2, 0.01, 0.999] * 2)[:rows]
+    min_p = torch.tensor([0.0, 0.0, 0.1, 0.0] * 4)[:rows]
+    args = (logits, temperature, top_k, top_p, min_p, level)
+    ours = triton_filter.filter_threshold(*args, block=128, chunks=chunks)
+    reference = filter_threshold(logits.float(), *args[1:])
+    keys = float_key(logits.float())
+    assert torch.equal(keys >= ours[:, None], keys >= reference[:, None])
 
 
 def _random_rows(n: int, stops: int, cap: int, g: torch.Generator) -> RowState:
@@ -155,9 +201,14 @@ def test_step_kernels_match_the_torch_bookkeeping():
 
 def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
     from inferlab.engine import Engine, EngineConfig
+    from inferlab.engine.constraints.program import compile_program
     from inferlab.types import Request, SamplingParams
+    from inferlab.workloads.conformers.profiles import get_profile
+    from inferlab.workloads.conformers.template import build_template
 
     path = tiny_checkpoint("tiny")
+    template = build_template("CO", get_profile("v3-fixed4"))
+    conformer = dict(prompt_ids=(11, 12, 13), sampling=SamplingParams(temperature=1.0, seed=8))
     requests = [
         Request(id="greedy", prompt_ids=(5, 9, 100, 7), sampling=SamplingParams(temperature=0, max_new_tokens=6)),
         Request(id="top-p", prompt_ids=(11,) * 9, sampling=SamplingParams(top_p=0.9, max_new_tokens=6, seed=3)),
@@ -166,8 +217,22 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
     ]
     outputs = {}
     for kernels in ("torch", "triton"):
-        engine = Engine(EngineConfig(model=path, max_slots=2, max_seq_len=32, kernels=kernels))
+        engine = Engine(EngineConfig(model=path, max_slots=4, max_seq_len=96, kernels=kernels))
         assert engine.ops.name == kernels
+        program = compile_program(template.segments, engine.tokenizer)  # the Triton mask kernel on "triton"
+        constrained = Request(id="conformer", constraint=program, **conformer)
         outputs[kernels] = [r.token_ids for r in engine.generate(requests)]
+        outputs[kernels].append(engine.generate([constrained])[0].token_ids)  # alone: ~35 cheap steps
+        if kernels == "triton":  # the skinny GEMM in every projection (the GPU engine chooses it by timing)
+            split = {"down": triton_gemm.SkinnyConfig(32, 64, 2)}  # SwiGLU prologue + partials; others whole
+            engine.runner.model.gemm.choices = {
+                (name, rows): split.get(name, triton_gemm.SkinnyConfig(32, 64, 1))
+                for name in PROJECTIONS
+                for rows in range(1, 17)
+            }
+            outputs[kernels].append(engine.generate(requests[:1])[0].token_ids)
+        else:
+            outputs[kernels].append(outputs[kernels][0])
+        assert engine.constraints.runtime.mask_impl == kernels
         outputs[kernels].append(engine.generate(requests[-1:])[0].token_ids)  # a 1-token prefill batch
     assert outputs["triton"] == outputs["torch"]

@@ -51,6 +51,11 @@ class ConstraintProgram:
         return self.ops[1][self.ops[0] == COPY].tolist()
 
     @property
+    def eos_token_id(self) -> int:
+        """The token of the final op (EndOfSequence), which ends a row."""
+        return int(self.ops[1, -1])
+
+    @property
     def initial_state(self) -> int:
         """The automaton state a row starts in: the first hole's start, or 0 when it starts with a copy."""
         return int(self.ops[1, 0]) if int(self.ops[0, 0]) == HOLE else 0
@@ -124,8 +129,7 @@ def _normalise(segments, grammar_set: GrammarSet) -> list[Segment]:
         raise InputError("the constraint program is empty; give at least one Copy and end with EndOfSequence()")
     if not isinstance(pieces[-1], EndOfSequence):
         raise InputError(
-            "a constraint describes the whole output and must end with EndOfSequence(); "
-            f"it ends with {pieces[-1]!r}"
+            f"a constraint describes the whole output and must end with EndOfSequence(); it ends with {pieces[-1]!r}"
         )
     return pieces
 
@@ -147,9 +151,7 @@ def _copy_tokens(pieces: list[Segment], tokenizer, grammar_set: GrammarSet) -> d
                 chosen.append(piece.text if isinstance(piece, Copy) else "")
             offset += len(chosen[-1])
         layouts.append(("".join(chosen), starts, chosen))
-    encoded = tokenizer(
-        [text for text, _, _ in layouts], add_special_tokens=False, return_offsets_mapping=True
-    )
+    encoded = tokenizer([text for text, _, _ in layouts], add_special_tokens=False, return_offsets_mapping=True)
 
     reference: dict[int, list[int]] | None = None
     for k, (text, starts, chosen) in enumerate(layouts):
@@ -164,7 +166,8 @@ def _copy_tokens(pieces: list[Segment], tokenizer, grammar_set: GrammarSet) -> d
                 raise UnsupportedError(
                     f"the tokenizer cuts copy text {pieces[index].text!r} differently depending on the hole "
                     f"content: {_show(reference[index], tokenizer)} with fills "
-                    f"{_neighbour_fills(layouts[0][2], index)}, but {_show(ids, tokenizer)} with fills {_neighbour_fills(chosen, index)}; "
+                    f"{_neighbour_fills(layouts[0][2], index)}, but {_show(ids, tokenizer)} with fills "
+                    f"{_neighbour_fills(chosen, index)}; "
                     "change the copy text so its first/last characters cannot merge with the hole's"
                 )
     for index, ids in reference.items():
@@ -190,7 +193,7 @@ def _assign_tokens(pieces, text, starts, chosen, ids, offsets, tokenizer) -> dic
         if end > starts[index] + len(chosen[index]):
             raise UnsupportedError(
                 f"the tokenizer merges token {tokenizer.decode([tok])!r} (characters {begin}-{end} of "
-                f"{text[max(0, begin - 12):end + 12]!r}) across the boundary of {pieces[index]!r}; no fixed copy "
+                f"{text[max(0, begin - 12) : end + 12]!r}) across the boundary of {pieces[index]!r}; no fixed copy "
                 "token exists there: change the copy text so its edge cannot merge with the hole's characters"
             )
         if index in found:

@@ -1,34 +1,42 @@
-"""The device side of constrained decoding: per-row program buffers and automaton state, and the three
-in-graph functions the engine calls every decode step, in this order:
+"""The device side of constrained decoding: per-row program buffers and automaton state, and the in-graph
+functions the engine calls every step, in this order:
 
     logits = runtime.mask_logits(logits)   # before temperature / top-k / top-p / min-p
     sampled = sampler(logits)
-    tokens = runtime.choose(sampled)       # forced copy tokens replace the sampled ones
-    runtime.advance(tokens)                # pointer and automaton state, in place
+    tokens = runtime.emit(sampled, active, finished)  # = choose (forced copy tokens replace the sampled
+                                           # ones), then advance (pointer and automaton state) of live rows
 
-Each is pure tensor ops over static buffers sliced to the bucket's first B rows: no host sync, no
+Each is pure tensor work over static buffers sliced to the bucket's first B rows: no host sync, no
 data-dependent shapes, no Python branching on tensor values, cost O(B x V) for the mask and O(B) for the
-rest (never B x program length), so the engine can capture them in its CUDA graphs. `assign` is the only
-host-side call (at admission, outside the graph). Owns the device state; not the sampler, not the tables'
-construction (token_automaton.py), not the programs (program.py).
+rest (never B x program length), so the engine can capture them in its CUDA graphs. Each takes `rows`:
+None inside the decode step (rows 0..B-1 of the bucket) or the admitted row ids in the engine's prefill.
+The host-side calls run between decode chunks, outside the graph: `check` (intake), `assign_rows`
+(admission, one staged copy), `move_rows` (compaction), `release_rows` (retirement). Owns the device
+state; not the sampler, not the tables' construction (token_automaton.py), not the programs (program.py).
 
-Two implementations of the mask, chosen at construction (`mask_impl`, default "auto" = Triton on CUDA):
-- "triton" (mask_kernel.py): one kernel stores -inf where forbidden, reading only the token classes [V]
-  int32 and a [S, C] int8 allowed-by-class table; rows not in a hole cost nothing.
-- "torch": gather one bool row per state from `forbidden [S + 1, V]` (row S forbids nothing, for rows not
-  in a hole), open the exit token, masked_fill. Measured on CPU (B=16..256, V=151936) this gather costs
-  about as much as the fill itself, while deriving the mask from the [S, C] class table in torch costs
-  2-3x and unpacking a bit-packed [S, V/32] table 5-8x; the table is (S + 1) x V bytes (13.5 MB for the two
-  coordinate grammars and Qwen's vocabulary). It is the CPU path and the reference the kernel is tested on.
+Two implementations, chosen at construction (`mask_impl`, default "auto" = Triton on CUDA):
+- "triton" (step_kernels.py): two launches per step. The mask kernel looks up each row's op and state
+  itself and stores -inf where forbidden, reading only the token classes [V] int32 and a [S, C] int8
+  allowed-by-class table (rows not in a hole cost nothing); the emit kernel chooses and advances per row.
+- "torch": choose / advance as below (`choose` and `advance` stay public: the reference decode loop of
+  simulate.py uses them); the mask gathers one bool row per state from `forbidden [S + 1, V]` (row S
+  forbids nothing, for rows not in a hole), opens the exit token, masked_fill. Measured on CPU (B=16..256,
+  V=151936) this gather costs about as much as the fill itself, while deriving the mask from the [S, C]
+  class table in torch costs 2-3x and unpacking a bit-packed [S, V/32] table 5-8x; the table is (S + 1) x V
+  bytes (13.5 MB for the two coordinate grammars and Qwen's vocabulary). It is the CPU path and the
+  reference the kernels are tested on.
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
-from inferlab.engine.constraints.mask_kernel import apply_hole_mask, triton_available
 from inferlab.engine.constraints.program import COPY, HOLE, ConstraintProgram
+from inferlab.engine.constraints.step_kernels import emit_step, mask_step, triton_available
 from inferlab.engine.constraints.token_automaton import DEAD_STATE, GrammarSet
+from inferlab.engine.transfer import tensor_on, to_device
 from inferlab.errors import CapacityError, ConfigError, InputError, UnsupportedError
 
 MASK_IMPLS = ("auto", "torch", "triton")
@@ -62,6 +70,7 @@ class ConstraintRuntime:
         self.vocab_size = vocab_size
         self.max_rows = max_rows
         self.max_program_len = max_program_len
+        self.device = torch.device(device)
         num_states = grammar_set.num_states
 
         token_class = torch.zeros(vocab_size, dtype=torch.int64)  # padded ids: class 0, dead everywhere
@@ -75,11 +84,9 @@ class ConstraintRuntime:
             nothing_forbidden = torch.zeros(1, vocab_size, dtype=torch.bool)
             self.forbidden = torch.cat([forbidden_in_state, nothing_forbidden]).to(device)  # [S + 1, V] bool
             self.free_row = num_states  # index of the row of `forbidden` that forbids nothing
-            self._apply_mask = self._mask_torch
         else:
             self.token_class_i32 = self.token_class.to(torch.int32)  # [V] int32
             self.allowed_by_class = (self.transitions != DEAD_STATE).to(torch.int8)  # [S, C] int8
-            self._apply_mask = self._mask_triton
 
         self.ops = torch.zeros(2, max_rows, max_program_len, dtype=torch.int64, device=device)
         self.op_kind = self.ops[0]  # [R, Lmax] COPY / HOLE (view)
@@ -89,16 +96,9 @@ class ConstraintRuntime:
         self.state = torch.zeros(max_rows, dtype=torch.int64, device=device)  # [R] automaton state in a hole
         self.active = torch.zeros(max_rows, dtype=torch.bool, device=device)  # [R] row is constrained
 
-    # ---- host side, at admission (outside the graph) -------------------------------------------------
-    def assign(self, row: int, program: ConstraintProgram | None) -> None:
-        """Load `program` into `row` (None = unconstrained) and reset its pointer and state."""
-        if not 0 <= row < self.max_rows:
-            raise InputError(f"row {row} is outside 0..{self.max_rows - 1}")
-        if program is None:
-            self.active[row] = False
-            self.ptr[row] = 0
-            self.state[row] = 0
-            return
+    # ---- host side, between decode chunks (outside the graph) ---------------------------------------
+    def check(self, program: ConstraintProgram) -> None:
+        """Raise (InputError / CapacityError, naming the fix) if `program` cannot run on this runtime."""
         if program.grammar_set_key != self.grammar_set_key:
             raise InputError(
                 "the constraint program was compiled against another tokenizer or grammar set; compile it with "
@@ -109,62 +109,107 @@ class ConstraintRuntime:
                 f"the constraint program has {program.length} ops but rows hold at most {self.max_program_len}; "
                 f"raise max_program_len to >= {program.length}"
             )
-        self.ops[:, row, : program.length].copy_(program.ops, non_blocking=True)
-        self.last_op[row] = program.length - 1
-        self.ptr[row] = 0
-        self.state[row] = program.initial_state
-        self.active[row] = True
 
-    # ---- in-graph, per decode step -----------------------------------------------------------------------
-    def _current(self, batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Current op kind and arg, and the next op's arg (the exit token of a hole), rows 0..batch-1."""
-        ptr = self.ptr[:batch, None]  # [B, 1]
-        kind = self.op_kind[:batch].gather(1, ptr)[:, 0]  # [B]
-        arg = self.op_arg[:batch].gather(1, ptr)[:, 0]  # [B]
-        nxt = torch.minimum(ptr + 1, self.last_op[:batch, None])  # [B, 1]
-        next_arg = self.op_arg[:batch].gather(1, nxt)[:, 0]  # [B]
-        return kind, arg, next_arg, self.active[:batch]
+    def assign(self, row: int, program: ConstraintProgram | None) -> None:
+        """Load `program` into `row` (None = unconstrained) and reset its pointer and state."""
+        self.assign_rows([row], [program])
 
-    def mask_logits(self, logits: torch.Tensor) -> torch.Tensor:
+    def assign_rows(self, rows: Sequence[int], programs: Sequence[ConstraintProgram | None]) -> None:
+        """assign() for many rows at once: one staged host->device copy of their ops and state (admission)."""
+        for row in rows:
+            if not 0 <= row < self.max_rows:
+                raise InputError(f"row {row} is outside 0..{self.max_rows - 1}")
+        for program in programs:
+            if program is not None:
+                self.check(program)
+        width = max([p.length for p in programs if p is not None], default=1)
+        ops = torch.zeros(2, len(rows), width, dtype=torch.int64)  # [2, n, width] unused tail: COPY 0, never read
+        scalars = torch.zeros(4, len(rows), dtype=torch.int64)  # last_op, ptr (0), state, active
+        for i, program in enumerate(programs):
+            if program is not None:
+                ops[:, i, : program.length] = program.ops
+                scalars[:, i] = torch.tensor([program.length - 1, 0, program.initial_state, 1])
+        index = tensor_on(list(rows), torch.int64, self.device)
+        staged_ops, staged = to_device(ops, self.device), to_device(scalars, self.device)
+        self.ops[:, index, :width] = staged_ops
+        self.last_op[index], self.ptr[index], self.state[index] = staged[0], staged[1], staged[2]
+        self.active[index] = staged[3].bool()
+
+    def move_rows(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Compaction moved requests from rows `src` to rows `dst` ([m] int64 device tensors)."""
+        self.ops[:, dst] = self.ops[:, src]
+        for t in (self.last_op, self.ptr, self.state, self.active):
+            t[dst] = t[src]
+        self.active[src] = False
+
+    def release_rows(self, rows: torch.Tensor) -> None:
+        """The rows' requests retired ([n] int64 device tensor): they are unconstrained until reassigned."""
+        self.active[rows] = False
+
+    # ---- in-graph, per step ----------------------------------------------------------------------------
+    # `rows` is None in the decode step (rows 0..B-1 of the bucket, as views) or an int64 tensor of row ids
+    # (prefill: the admitted rows, gathered and written back by index).
+    def _current(self, batch: int, rows: torch.Tensor | None):
+        """Current op kind and arg, the next op's arg (the exit token of a hole), active and state, [B] each."""
+        at = slice(0, batch) if rows is None else rows
+        ptr = self.ptr[at]
+        nxt = torch.minimum(ptr + 1, self.last_op[at])
+        return self._op(self.op_kind, at, ptr), self._op(self.op_arg, at, ptr), self._op(self.op_arg, at, nxt), at
+
+    @staticmethod
+    def _op(table: torch.Tensor, at, column: torch.Tensor) -> torch.Tensor:
+        """table[row, column[row]] for the rows `at` (a slice: gather on the view; ids: advanced indexing)."""
+        if isinstance(at, slice):
+            return table[at].gather(1, column[:, None])[:, 0]
+        return table[at, column]
+
+    def mask_logits(self, logits: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Set to -inf, in place, every token the current hole state forbids (the exit token is allowed in
-        accepting states). Copy rows and unconstrained rows are untouched. logits: [B, V] fp32."""
-        kind, _, next_arg, active = self._current(logits.shape[0])
-        state = self.state[: logits.shape[0]]  # [B]
-        in_hole = active & (kind == HOLE)  # [B]
+        accepting states). Copy rows and unconstrained rows are untouched. logits: [B, V] fp32 or bf16."""
+        if self.mask_impl == "triton":
+            return mask_step(self, logits, rows)
+        kind, _, next_arg, at = self._current(logits.shape[0], rows)
+        state = self.state[at]  # [B]
+        in_hole = self.active[at] & (kind == HOLE)  # [B]
         exit_open = in_hole & self.accepting[state]  # [B] the next op's token may end the hole now
-        return self._apply_mask(logits, in_hole, state, exit_open, next_arg)
-
-    def _mask_torch(self, logits, in_hole, state, exit_open, next_arg) -> torch.Tensor:
         forbidden = self.forbidden.index_select(0, torch.where(in_hole, state, self.free_row))  # [B, V] bool
         exit_token = torch.where(in_hole, next_arg, 0)[:, None]  # [B, 1]; a token id in hole rows
         forbidden.scatter_(1, exit_token, forbidden.gather(1, exit_token) & ~exit_open[:, None])
         return logits.masked_fill_(forbidden, float("-inf"))
 
-    def _mask_triton(self, logits, in_hole, state, exit_open, next_arg) -> torch.Tensor:
-        row_state = torch.where(in_hole, state, -1)  # [B]
-        exit_token = torch.where(exit_open, next_arg, -1)  # [B]
-        return apply_hole_mask(logits, row_state, exit_token, self.token_class_i32, self.allowed_by_class)
+    def emit(
+        self,
+        sampled: torch.Tensor,  # [B] int64
+        row_active: torch.Tensor,  # [B] bool: the engine's rows (a request holds the row)
+        row_finished: torch.Tensor,  # [B] bool: the request already finished (before this token)
+        rows: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # [B] tokens
+        """choose, then advance the rows still live (row_active & ~row_finished): the engine's step."""
+        if self.mask_impl == "triton":
+            return emit_step(self, sampled, row_active, row_finished, rows)
+        tokens = self.choose(sampled, rows)
+        self.advance(tokens, row_active & ~row_finished, rows)
+        return tokens
 
-    def choose(self, sampled: torch.Tensor) -> torch.Tensor:
+    def choose(self, sampled: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The tokens to emit: the copy token where a row is in a copy op, else the sample. sampled: [B]."""
-        kind, arg, _, active = self._current(sampled.shape[0])
-        return torch.where(active & (kind == COPY), arg, sampled)  # [B]
+        kind, arg, _, at = self._current(sampled.shape[0], rows)
+        return torch.where(self.active[at] & (kind == COPY), arg, sampled)  # [B]
 
-    def advance(self, tokens: torch.Tensor) -> None:
-        """Consume the emitted tokens [B]: a copy moves to the next op; in a hole the exit token (only
-        reachable in an accepting state) moves past the next op, any other token steps the automaton. A row
-        entering a hole takes its start state. The last op (EOS) is sticky."""
-        batch = tokens.shape[0]
-        kind, _, next_arg, active = self._current(batch)
-        ptr, state = self.ptr[:batch], self.state[:batch]  # [B] views, updated in place
+    def advance(self, tokens: torch.Tensor, live: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> None:
+        """Consume the emitted tokens [B] of the rows that are `live` (None: all): a copy moves to the next op;
+        in a hole the exit token (only reachable in an accepting state) moves past the next op, any other
+        token steps the automaton. A row entering a hole takes its start state. The last op (EOS) is sticky."""
+        kind, _, next_arg, at = self._current(tokens.shape[0], rows)
+        ptr, state, last_op = self.ptr[at], self.state[at], self.last_op[at]  # [B]
         in_hole = kind == HOLE
         exiting = in_hole & (tokens == next_arg) & self.accepting[state]
         step = torch.where(in_hole, torch.where(exiting, 2, 0), 1)  # [B] ops consumed
-        new_ptr = torch.minimum(ptr + step, self.last_op[:batch])  # [B]
-        new_kind = self.op_kind[:batch].gather(1, new_ptr[:, None])[:, 0]
-        new_arg = self.op_arg[:batch].gather(1, new_ptr[:, None])[:, 0]
+        new_ptr = torch.minimum(ptr + step, last_op)  # [B]
+        new_kind, new_arg = self._op(self.op_kind, at, new_ptr), self._op(self.op_arg, at, new_ptr)
         entered = torch.where(new_kind == HOLE, new_arg, DEAD_STATE)  # [B] start state or 0 in a copy
         stepped = self.transitions[state, self.token_class[tokens]]  # [B] automaton step inside the hole
         new_state = torch.where(step > 0, entered, stepped)
-        ptr.copy_(torch.where(active, new_ptr, ptr))
-        state.copy_(torch.where(active, new_state, state))
+        moving = self.active[at] if live is None else self.active[at] & live
+        self.ptr[at] = torch.where(moving, new_ptr, ptr)
+        self.state[at] = torch.where(moving, new_state, state)

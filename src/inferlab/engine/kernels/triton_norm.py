@@ -1,4 +1,4 @@
-"""Triton kernels: RMSNorm, residual add + RMSNorm, and the SwiGLU product silu(gate) * up.
+"""Triton kernels: RMSNorm, residual add + RMSNorm, embedding gather + RMSNorm, and the SwiGLU product.
 
 Each replaces several eager kernels (pow, mean, rsqrt, casts, multiplies) with one launch, which matters
 in the decode step where a batch row is a few kilobytes and launch count dominates. The arithmetic
@@ -96,6 +96,36 @@ def add_rms_norm(
         BLOCK=triton.next_power_of_2(dim),
     )
     return out, summed
+
+
+@triton.jit
+def _embed_rms_norm_kernel(TOK, E, W, OUT, X, stride_e, stride_o, stride_x, dim, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < dim
+    token = tl.load(TOK + row)
+    x = tl.load(E + token * stride_e + offs, mask=mask, other=0.0)
+    tl.store(X + row * stride_x + offs, x, mask=mask)
+    xf = x.to(tl.float32)
+    var = tl.sum(xf * xf, axis=0) / dim
+    normed = (xf * tl.rsqrt(var + eps)).to(OUT.dtype.element_ty).to(tl.float32)
+    w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(OUT + row * stride_o + offs, (normed * w).to(OUT.dtype.element_ty), mask=mask)
+
+
+def embed_rms_norm(
+    tokens: torch.Tensor, embed: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(x), x) for x = embed[tokens]: the embedding gather and the first norm in one launch."""
+    n, dim = tokens.shape[0], embed.shape[1]
+    assert embed.stride(1) == 1
+    out = torch.empty((n, dim), dtype=embed.dtype, device=embed.device)
+    x = torch.empty_like(out)
+    _embed_rms_norm_kernel[(n,)](
+        tokens, embed, weight, out, x, embed.stride(0), out.stride(0), x.stride(0), dim, eps,
+        BLOCK=triton.next_power_of_2(dim),
+    )  # fmt: skip
+    return out, x
 
 
 @triton.jit

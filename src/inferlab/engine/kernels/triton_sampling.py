@@ -1,11 +1,13 @@
-"""Triton kernel: the exponential race of engine/sampler.py in one pass over the logits.
+"""Triton kernels: the exponential race of engine/sampler.py in one pass over the logits, and the pick.
 
-Grid (rows, vocab chunks): each program derives the row's key from (seed, token index), scales its chunk
-by the row's temperature, applies the row's threshold, adds Gumbel noise from the same counter-based hash
-as sampler.gumbel_noise (uint32 arithmetic wraps exactly like the reference's masked int64 arithmetic),
-and writes its chunk's best value and index.
-A tiny torch argmax over the chunks finishes the job (first index wins on ties, as torch.argmax). Reading
-the fp32 logits once is the whole cost: no [rows, vocab] noise tensor is ever materialised.
+Race, grid (rows, vocab chunks): each program derives the row's key from (seed, token index), scales its
+chunk by log2(e) / T, applies the row's threshold, adds base-2 Gumbel noise from the same counter-based
+hash as sampler.race_noise (uint32 arithmetic wraps exactly like the reference's masked int64 arithmetic),
+and writes its chunk's best value and index. Greedy rows skip the noise (a branch per program). The
+logits are read in the dtype the LM head wrote (bf16: half the bytes of an fp32 copy, and no cast
+kernel); bf16 -> fp32 is exact, so the arithmetic and the threshold keys are those of the reference.
+Pick, one program per row: the first chunk holding the best value (first index on ties, as torch.argmax).
+No [rows, vocab] noise tensor is ever materialised.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+LOG2E = 1.4426950408889634
 
 
 @triton.jit
@@ -38,31 +42,22 @@ def _row_key(seed, token_index):
 
 @triton.jit
 def _race_kernel(
-    LOGITS,
-    TEMP,
-    TAU,
-    SEEDS,
-    INDEX,
-    GREEDY,
-    BEST_VAL,
-    BEST_IDX,
-    stride_l,
-    vocab,
-    CHUNKS: tl.constexpr,
-    BLOCK: tl.constexpr,
-    HAS_TAU: tl.constexpr,
-):
+    LOGITS, TEMP, TAU, SEEDS, INDEX, BEST_VAL, BEST_IDX, stride_l, vocab,
+    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, HAS_TAU: tl.constexpr,
+):  # fmt: skip
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     ids = chunk * BLOCK + tl.arange(0, BLOCK)
     valid = ids < vocab
-    x = tl.load(LOGITS + row * stride_l + ids, mask=valid, other=float("-inf"))
-    scaled = x / tl.load(TEMP + row)
-    key = _row_key(tl.load(SEEDS + row), tl.load(INDEX + row))
-    h = _mix32(key ^ ((ids.to(tl.uint32) * 0x9E3779B9) & 0xFFFFFFFF))
-    u = ((h >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
-    noise = -tl.log(-tl.log(u))
-    race = scaled + tl.where(tl.load(GREEDY + row) != 0, 0.0, noise)
+    x = tl.load(LOGITS + row.to(tl.int64) * stride_l + ids, mask=valid, other=float("-inf")).to(tl.float32)
+    t = tl.load(TEMP + row)
+    greedy = t <= 0.0
+    race = x * (1.4426950408889634 / tl.where(greedy, 1.0, t))  # sampler.LOG2E / T: logit / T in base 2
+    if t > 0.0:  # sampled row: add the noise
+        key = _row_key(tl.load(SEEDS + row), tl.load(INDEX + row))
+        h = _mix32(key ^ ((ids.to(tl.uint32) * 0x9E3779B9) & 0xFFFFFFFF))
+        u = ((h >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)  # sampler.UNIFORM_BITS = 23: never 0 or 1
+        race = race - tl.log2(-tl.log2(u))
     keep = valid
     if HAS_TAU:  # the threshold is an order-preserving int32 key of the raw logit (sampler.float_key)
         bits = x.to(tl.int32, bitcast=True)
@@ -70,36 +65,37 @@ def _race_kernel(
     race = tl.where(keep, race, float("-inf"))
     best, where = tl.max(race, axis=0, return_indices=True, return_indices_tie_break_left=True)
     tl.store(BEST_VAL + row * CHUNKS + chunk, best)
-    tl.store(BEST_IDX + row * CHUNKS + chunk, chunk * BLOCK + where.to(tl.int64))
+    tl.store(BEST_IDX + row * CHUNKS + chunk, chunk * BLOCK + where)
+
+
+@triton.jit
+def _pick_kernel(BEST_VAL, BEST_IDX, OUT, CHUNKS: tl.constexpr, BLOCK_C: tl.constexpr):
+    row = tl.program_id(0)
+    c = tl.arange(0, BLOCK_C)
+    values = tl.load(BEST_VAL + row * CHUNKS + c, mask=c < CHUNKS, other=float("-inf"))
+    _, first = tl.max(values, axis=0, return_indices=True, return_indices_tie_break_left=True)
+    tl.store(OUT + row, tl.load(BEST_IDX + row * CHUNKS + first).to(tl.int64))
 
 
 def race_argmax(
-    logits: torch.Tensor,  # [rows, vocab] fp32
-    temperature: torch.Tensor,  # [rows] fp32 (1.0 on greedy rows)
+    logits: torch.Tensor,  # [rows, vocab] bf16, fp16 or fp32
+    temperature: torch.Tensor,  # [rows] fp32, <= 0: greedy
     tau: torch.Tensor | None,  # [rows] int32 threshold key, or None: no threshold
     seeds: torch.Tensor,  # [rows] int64
     token_index: torch.Tensor,  # [rows] int64
-    greedy: torch.Tensor,  # [rows] bool
     block: int = 4096,
+    num_warps: int = 8,
 ) -> torch.Tensor:  # [rows] int64
     rows, vocab = logits.shape
     assert logits.stride(-1) == 1
     chunks = triton.cdiv(vocab, block)
     best_val = torch.empty((rows, chunks), dtype=torch.float32, device=logits.device)
-    best_idx = torch.empty((rows, chunks), dtype=torch.int64, device=logits.device)
+    best_idx = torch.empty((rows, chunks), dtype=torch.int32, device=logits.device)
+    tokens = torch.empty(rows, dtype=torch.int64, device=logits.device)
     _race_kernel[(rows, chunks)](
-        logits,
-        temperature,
-        tau if tau is not None else temperature,
-        seeds,
-        token_index,
-        greedy.to(torch.int8),
-        best_val,
-        best_idx,
-        logits.stride(0),
-        vocab,
-        CHUNKS=chunks,
-        BLOCK=block,
-        HAS_TAU=tau is not None,
-    )
-    return best_idx.gather(1, best_val.argmax(dim=1, keepdim=True)).squeeze(1)
+        logits, temperature, tau if tau is not None else temperature, seeds, token_index, best_val, best_idx,
+        logits.stride(0), vocab,
+        CHUNKS=chunks, BLOCK=block, HAS_TAU=tau is not None, num_warps=num_warps,
+    )  # fmt: skip
+    _pick_kernel[(rows,)](best_val, best_idx, tokens, CHUNKS=chunks, BLOCK_C=max(2, triton.next_power_of_2(chunks)))
+    return tokens

@@ -1,0 +1,138 @@
+"""Compile the engine's round-2 Triton kernels for a CUDA target ahead of time, on any machine (no GPU).
+
+    PYTHONPATH=src python scripts/gpu/triton_aot_check.py [--arch 90]
+
+The Triton interpreter (what the CPU tests run) checks the arithmetic but not the compiler: type rules,
+loop-carried types, register pressure. This script runs Triton's real NVIDIA pipeline (TTIR -> TTGIR ->
+LLVM -> PTX -> cubin, with the ptxas shipped in the triton wheel) on the bf16 shapes the engine launches,
+with the divisibility hints the JIT derives for 16-aligned sizes, and prints per kernel: OK or the
+compiler error, registers, spilled bytes and shared memory (from ptxas -v where a ptxas that reads the
+PTX version is found). Run it before spending GPU time on a kernel change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from inferlab.engine.constraints import step_kernels  # noqa: E402
+from inferlab.engine.kernels import triton_filter, triton_gemm, triton_norm, triton_sampling, triton_step  # noqa: E402
+
+
+def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
+    """(name, kernel, signature, constexprs, 16-divisible args, launch options)."""
+    out = []
+    gemm = dict(X="*bf16", W="*bf16", OUT="*bf16", PART="*fp32", M="i32", N="i32", K="i32", stride_xm="i32",
+                stride_wn="i32", stride_om="i32", k_span="i32")  # fmt: skip
+    aligned = ["X", "W", "OUT", "PART", "N", "K", "stride_xm", "stride_wn", "stride_om", "k_span"]
+    for block_m, block_k in ((16, 128), (32, 128), (64, 64)):
+        for block_n in (32, 64):
+            for swiglu in (False, True):
+                c = dict(PARTIALS=True, SWIGLU=swiglu, IEEE=False, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
+                name = f"skinny gemm m{block_m} n{block_n} k{block_k}{' swiglu' if swiglu else ''}"
+                out.append((name, triton_gemm._skinny_kernel, gemm, c, aligned, dict(num_warps=4, num_stages=4)))
+    out.append(("split sum", triton_gemm._split_sum_kernel,
+                dict(PART="*fp32", OUT="*bf16", M="i32", N="i32", stride_om="i32", split_k="i32"), dict(BLOCK=1024),
+                ["PART", "OUT", "N"], {}))  # fmt: skip
+    f = {n: "*fp32" for n in "LOGITS PMAX HIST PREFIX ACC TARGET HIST_K PREFIX_K ACC_K TEMP TOP_K TOP_P".split()}
+    f.update(LOGITS="*bf16", PREFIX="*i32", PREFIX_K="*i32", TOP_K="*i64", stride="i32", vocab="i32", span="i32",
+             rows="i32", chunks="i32", level="i32")  # fmt: skip
+    for mass, has_k in ((False, True), (True, False), (True, True)):
+        c = dict(MASS=mass, HAS_TOP_K=has_k, KEY_BITS=16, MAX_CHUNKS=64, BLOCK=256)
+        name = f"filter pass {'mass' if mass else 'count'}{' after top-k' if mass and has_k else ''}"
+        out.append((name, triton_filter._pass_kernel, f, c, ["LOGITS", "stride", "span"], dict(num_warps=8)))
+    out.append(("filter max", triton_filter._max_kernel,
+                dict(LOGITS="*bf16", PMAX="*fp32", stride="i32", vocab="i32", span="i32", chunks="i32"),
+                dict(BLOCK=1024), ["LOGITS", "stride", "span"], {}))  # fmt: skip
+    fin = {
+        n: "*fp32" for n in "TAU PMAX TEMP TOP_K TOP_P MIN_P HIST_K PREFIX_K ACC_K HIST_P PREFIX_P ACC_P TARGET".split()
+    }
+    fin.update(TAU="*i32", TOP_K="*i64", PREFIX_K="*i32", PREFIX_P="*i32", vocab="i32", rows="i32", chunks="i32")
+    for do_top, has_k in ((False, False), (True, False), (True, True)):
+        c = dict(DO_TOP=do_top, HAS_TOP_K=has_k, KEY_BITS=16, MAX_CHUNKS=64)
+        out.append((f"filter finish top={do_top} k={has_k}", triton_filter._finish_kernel, fin, c, [], {}))
+    race = dict(LOGITS="*bf16", TEMP="*fp32", TAU="*i32", SEEDS="*i64", INDEX="*i64", BEST_VAL="*fp32",
+                BEST_IDX="*i32", stride_l="i32", vocab="i32")  # fmt: skip
+    for tau in (False, True):
+        c = dict(CHUNKS=32, BLOCK=4096, HAS_TAU=tau)
+        out.append(
+            (f"race tau={tau}", triton_sampling._race_kernel, race, c, ["LOGITS", "stride_l"], dict(num_warps=8))
+        )
+    out.append(("race pick", triton_sampling._pick_kernel,
+                dict(BEST_VAL="*fp32", BEST_IDX="*i32", OUT="*i64"), dict(CHUNKS=32, BLOCK_C=32), [], {}))  # fmt: skip
+    out.append(("embedding + rms norm", triton_norm._embed_rms_norm_kernel,
+                dict(TOK="*i64", E="*bf16", W="*bf16", OUT="*bf16", X="*bf16", stride_e="i32", stride_o="i32",
+                     stride_x="i32", dim="i32", eps="fp32"), dict(BLOCK=1024), [], {}))  # fmt: skip
+    out.append(("stop mask (bf16 logits)", triton_step._mask_stops_kernel,
+                dict(LOGITS="*bf16", N_OUT="*i64", MIN_NEW="*i64", N_STOP="*i64", STOP="*i64", stride_l="i32"),
+                dict(STOPS=8, BLOCK_S=8), [], {}))  # fmt: skip
+    rt = dict(ROWS="*i64", ACTIVE="*i1", PTR="*i64", LAST="*i64", KIND="*i64", ARG="*i64", op_stride="i32",
+              STATE="*i64", ACCEPTING="*i1")  # fmt: skip
+    mask = dict(LOGITS="*bf16", row_stride="i32", vocab="i32") | rt | dict(TOKEN_CLASS="*i32", ALLOWED="*i8",
+                                                                          num_classes="i32")  # fmt: skip
+    out.append(("constraint mask step (bf16)", step_kernels._mask_step_kernel, mask,
+                dict(HAS_ROWS=False, HOLE_KIND=2, BLOCK_SIZE=1024), [], {}))  # fmt: skip
+    emit = (
+        dict(SAMPLED="*i64", TOKENS="*i64", ROW_ACTIVE="*i1", ROW_FINISHED="*i1")
+        | rt
+        | dict(TRANSITIONS="*i64", num_classes="i32", TOKEN_CLASS="*i64", lanes="i32")
+    )
+    for has_rows in (False, True):
+        c = dict(HAS_ROWS=has_rows, COPY_KIND=1, HOLE_KIND=2, BLOCK_ROWS=256)
+        out.append((f"constraint emit step rows={has_rows}", step_kernels._emit_step_kernel, emit, c, [], {}))
+    return out
+
+
+def ptxas_report(ptx: str, arch: int) -> str:
+    """Registers / spills from a ptxas that accepts this PTX version (the wheel ships two)."""
+    folder = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx)
+    for exe in ("ptxas-blackwell", "ptxas"):
+        path = folder / exe
+        if not path.exists():
+            continue
+        done = subprocess.run([str(path), f"-arch=sm_{arch}a", "-v", f.name, "-o", os.devnull], capture_output=True,
+                              text=True)  # fmt: skip
+        if done.returncode == 0:
+            regs = re.findall(r"Used (\d+) registers", done.stderr)
+            spill = re.findall(r"(\d+) bytes spill stores", done.stderr)
+            return f"registers {regs[0] if regs else '?'}, spill stores {spill[0] if spill else '?'} B"
+    return "ptxas -v unavailable"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability x 10 (90: H100/H200)")
+    args = parser.parse_args()
+    target = GPUTarget("cuda", args.arch, 32)
+    failures = 0
+    for name, kernel, signature, constexprs, aligned, options in kernels():
+        full = dict(signature) | {k: "constexpr" for k in constexprs}
+        names = list(full)
+        attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+        try:
+            compiled = triton.compile(ASTSource(kernel, full, constexprs, attrs), target=target, options=options)
+        except Exception as e:  # the compiler's message is the finding
+            failures += 1
+            print(f"FAIL {name}: {type(e).__name__}: {str(e)[:1500]}")
+            continue
+        shared = getattr(compiled.metadata, "shared", "?")
+        print(f"ok   {name}: {ptxas_report(compiled.asm['ptx'], args.arch)}, shared {shared} B")
+    print(f"{failures} of {len(kernels())} kernels failed to compile for sm_{args.arch}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
