@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "inferlab.cli.classify_cmd",
     "inferlab.cli.hidden_states_cmd",
     "inferlab.cli.generate_cmd",
+    "inferlab.cli.demo_cmd",
 ]
 
 

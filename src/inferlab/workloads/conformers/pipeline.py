@@ -116,7 +116,7 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
         t0 = time.perf_counter()
         engine = Engine(EngineConfig(model=model, seed=config.seed, **options))
         summary.engine_start_s = time.perf_counter() - t0
-        summary.slots, summary.max_seq_len = engine.plan.slots, engine.plan.max_seq_len
+        summary.slots, summary.max_seq_len, summary.device = engine.plan.slots, engine.plan.max_seq_len, str(engine.device)
         wave_size = config.wave_size(engine.plan.slots)
         feed.lookahead = config.lookahead_molecules(wave_size)
         log.info("engine ready in %.1f s: %d slots x %d tokens; waves of %d requests, %s",

@@ -27,6 +27,7 @@ class PipelineSummary:
     graph_matches: int = 0  # ok rows whose plain decoding gave the input's graph
     prompt_tokens: int = 0
     output_tokens: int = 0
+    device: str | None = None  # the engine's, e.g. "cuda:0" or "cpu"
     max_seq_len: int | None = None
     slots: int | None = None
     wall_s: float = 0.0
@@ -67,6 +68,7 @@ class PipelineSummary:
             "generate_output_tokens_per_s": self.rate(self.output_tokens, self.generate_s),
             "conformers_per_s": self.rate(self.conformers_written, self.wall_s),
             "molecules_per_s": self.rate(self.molecules_run, self.wall_s),
+            "device": self.device,
             "max_seq_len": self.max_seq_len,
             "slots": self.slots,
             "waves": self.waves,
