@@ -84,8 +84,7 @@ def run_generate(args: argparse.Namespace) -> int:
         from inferlab.cli.scale_args import run_scaled_command
         from inferlab.scale.workloads.conformer_pipeline import pipeline_params
 
-        options = {k: v for k, v in engine_options_from(args).items() if k != "device"}
-        return run_scaled_command(args, "conformers", pipeline_params(args.model, config, options))
+        return run_scaled_command(args, "conformers", pipeline_params(args.model, config, engine_options_from(args)))
     return _run_here(args, config)
 
 

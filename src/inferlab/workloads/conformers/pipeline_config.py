@@ -49,8 +49,10 @@ class ConformerSampling:
         return "greedy" if self.mode == "greedy" else f"top-p {self.top_p} at temperature {self.temperature}"
 
 
-def default_workers() -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+def default_workers(cores: int | None = None) -> int:
+    """min(8, cores), cores defaulting to those this process may run on."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(MAX_DEFAULT_WORKERS, cores))
 
 
@@ -66,6 +68,8 @@ class PipelineConfig:
     # finishing with no replacement). None: max(1024, 16 x the engine's slots): drains cost a few percent.
     wave_requests: int | None = None
     lookahead_waves: float = 2.0  # molecules prepared ahead of the wave being built, in waves
+    cpu_cores: int | None = None  # cores the automatic worker count may use (None: this process's; scale-out
+    # workers get their share of the host)
     smiles_column: str | None = None  # .csv/.tsv inputs; None: detected
     id_column: str | None = None
     rows_output: str | None = None  # the JSONL beside the SDF; None: the SDF path with .jsonl
@@ -78,6 +82,8 @@ class PipelineConfig:
             raise ConfigError(f"workers={self.workers} must be >= 0 (0: prepare molecules in this process)")
         if self.wave_requests is not None and self.wave_requests < 1:
             raise ConfigError(f"wave_requests={self.wave_requests} must be >= 1 (or None for the default)")
+        if self.cpu_cores is not None and self.cpu_cores < 1:
+            raise ConfigError(f"cpu_cores={self.cpu_cores} must be >= 1 (or None)")
         if self.lookahead_waves <= 0:
             raise ConfigError(f"lookahead_waves={self.lookahead_waves} must be > 0")
 
@@ -86,7 +92,7 @@ class PipelineConfig:
         builds its GrammarSet), so a small job prepares in this process."""
         if self.workers is not None:
             return self.workers
-        return default_workers() if molecules >= INLINE_BELOW_MOLECULES else 0
+        return default_workers(self.cpu_cores) if molecules >= INLINE_BELOW_MOLECULES else 0
 
     def wave_size(self, engine_slots: int | None) -> int:
         """Requests per wave; before the engine exists (slots None), the smallest default."""
