@@ -87,6 +87,8 @@ class HFTextBackend:
             return _error(request, "constrained requests run on the inferlab engine only, not on --backend hf")
         if request.prompt_ids is not None:
             ids = [int(t) for t in request.prompt_ids]
+        elif not request.prompt.strip():  # as the engine: a BOS alone is no prompt
+            return _error(request, "the prompt is empty; give at least one token of text")
         else:
             ids = list(self.loaded.tokenizer(request.prompt).input_ids)  # special tokens as the engine adds them
         if not ids:
