@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "inferlab.cli.hidden_states_cmd",
     "inferlab.cli.generate_cmd",
     "inferlab.cli.demo_cmd",
+    "inferlab.cli.tune_cmd",
 ]
 
 

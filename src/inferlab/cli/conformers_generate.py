@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
+from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
 
 GENERATE_HELP = "generate K 3D conformers per molecule with the engine, constrained on the GPU (SDF + JSONL)"
 REQUIRED = ("model", "input", "output")
@@ -45,6 +46,7 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     e.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
     e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     add_scale_args(p)
+    add_config_arg(p, "conformers")  # inferlab tune's max_slots
 
 
 def pipeline_config_from(args: argparse.Namespace):
@@ -75,6 +77,7 @@ def engine_options_from(args: argparse.Namespace) -> dict[str, Any]:
 def run_generate(args: argparse.Namespace) -> int:
     from inferlab.errors import ConfigError
 
+    apply_tuned_config(args)
     missing = [f"--{name}" for name in REQUIRED if getattr(args, name, None) is None]
     if missing:
         raise ConfigError(f"conformer generation needs {', '.join(missing)} "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
+from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--gemm", default="auto", choices=["auto", "cublas"], help="decode projections: auto = time cuBLAS vs Triton"
     )
     add_scale_args(p)
+    add_config_arg(p, "generate")  # inferlab tune's max_slots
     p.set_defaults(func=_generate)
 
 
@@ -48,6 +50,7 @@ def _generate(args: argparse.Namespace) -> int:
     from inferlab.types import SamplingParams
     from inferlab.workloads.text import open_backend, run_text_generation
 
+    apply_tuned_config(args)
     defaults = SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,

@@ -26,7 +26,12 @@ from typing import Any
 from inferlab.errors import ConfigError
 from inferlab.types import Request, Result, SamplingParams, Timings
 from inferlab.workloads.batching import BatchLimits
-from inferlab.workloads.hf_loading import LoadedModel, ModelLoadConfig, load_hf_model, model_max_positions
+from inferlab.workloads.hf_loading import (
+    LoadedModel,
+    ModelLoadConfig,
+    load_hf_model,
+    model_max_positions,
+)
 from inferlab.workloads.hf_text import Generated, HFTextGenerator
 from inferlab.workloads.oom import BackoffRunner
 from inferlab.workloads.rows import TextRow, plan_row_batches

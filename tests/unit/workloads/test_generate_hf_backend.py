@@ -10,7 +10,12 @@ import logging
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GPT2Config,
+    GPT2LMHeadModel,
+)
 
 from inferlab.cli import main
 from inferlab.engine.constraints.program import compile_program
