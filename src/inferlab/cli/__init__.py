@@ -24,6 +24,8 @@ COMMAND_MODULES = [
     "inferlab.cli.classify_cmd",
     "inferlab.cli.hidden_states_cmd",
     "inferlab.cli.generate_cmd",
+    "inferlab.cli.demo_cmd",
+    "inferlab.cli.tune_cmd",
 ]
 
 

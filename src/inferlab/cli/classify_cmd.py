@@ -6,6 +6,7 @@ import argparse
 
 from inferlab.cli.hf_workload_args import add_batch_args, add_model_args
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
+from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", required=True, help="JSONL predictions (appended to on resume)")
     add_batch_args(p, text_field="text")
     add_scale_args(p)
+    add_config_arg(p, "classify")  # inferlab tune's batch size, dtype, attention
     p.set_defaults(func=_run)
 
 
@@ -33,6 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     from inferlab.workloads.classify import ClassifyOptions, classify_file, load_classifier
 
+    apply_tuned_config(args)
     options = ClassifyOptions(
         batch_size=args.batch_size,
         max_length=args.max_length,

@@ -1,6 +1,6 @@
-"""`inferlab conformers evaluate|reference`: score generated conformers; make ETKDG reference sets.
-
-(Generation itself arrives with the engine and the constraint runtime.)
+"""`inferlab conformers generate|evaluate|reference`: generate conformers with the engine (the flags and
+handler live in conformers_generate.py; `inferlab conformers --model ...` is the same command, as issue 4
+spells it), score generated conformers, make ETKDG reference sets.
 """
 
 from __future__ import annotations
@@ -13,8 +13,21 @@ MAX_LISTED = 10  # problems listed one by one before "... and N more"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    conformers = sub.add_parser("conformers", help="3D conformers as enriched SMILES: evaluate, reference sets")
-    csub = conformers.add_subparsers(dest="conformers_command", required=True, metavar="ACTION")
+    from inferlab.cli.conformers_generate import GENERATE_HELP, add_generation_args, run_generate
+
+    conformers = sub.add_parser(
+        "conformers",
+        help="3D conformers as enriched SMILES: generate, evaluate, reference sets",
+        description="inferlab conformers generate|evaluate|reference ...; without an action, the generation "
+        "flags below run `generate`",
+    )
+    add_generation_args(conformers, required=False)  # `inferlab conformers --model M --input ...` generates
+    conformers.set_defaults(func=run_generate)
+    csub = conformers.add_subparsers(dest="conformers_command", required=False, metavar="ACTION")
+
+    gen = csub.add_parser("generate", help=GENERATE_HELP)
+    add_generation_args(gen, required=True)
+    gen.set_defaults(func=run_generate)
 
     ev = csub.add_parser(
         "evaluate",

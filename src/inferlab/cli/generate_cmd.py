@@ -1,8 +1,12 @@
-"""`inferlab generate`: prompts JSONL -> completions JSONL with our engine (workloads/text.py)."""
+"""`inferlab generate`: prompts JSONL -> completions JSONL with our engine, or transformers for
+architectures the engine does not implement (workloads/text.py); `--gpus` shards it over workers."""
 
 from __future__ import annotations
 
 import argparse
+
+from inferlab.cli.scale_args import add_scale_args, wants_scale_out
+from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -10,7 +14,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="local HuggingFace checkpoint folder")
     p.add_argument("--input", required=True, help='JSONL: {"id", "prompt"} or {"id", "prompt_ids"} per line')
     p.add_argument("--output", required=True, help="JSONL of results; rows already there are skipped")
-    p.add_argument("--backend", default="auto", help="inferlab (our engine), or auto (engine, else transformers)")
+    p.add_argument("--backend", default="auto", choices=["auto", "inferlab", "hf"],
+                   help="inferlab (our engine), hf (transformers generate, any causal LM), or auto (the engine "
+                        "where it supports the architecture, else hf)")
     s = p.add_argument_group("sampling defaults (an input line may override any of them)")
     s.add_argument("--max-new-tokens", type=int, default=256)
     s.add_argument("--min-new-tokens", type=int, default=0)
@@ -31,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument(
         "--gemm", default="auto", choices=["auto", "cublas"], help="decode projections: auto = time cuBLAS vs Triton"
     )
+    add_scale_args(p)
+    add_config_arg(p, "generate")  # inferlab tune's max_slots
     p.set_defaults(func=_generate)
 
 
@@ -42,6 +50,7 @@ def _generate(args: argparse.Namespace) -> int:
     from inferlab.types import SamplingParams
     from inferlab.workloads.text import open_backend, run_text_generation
 
+    apply_tuned_config(args)
     defaults = SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,
@@ -62,6 +71,14 @@ def _generate(args: argparse.Namespace) -> int:
         kernels=args.kernels,
         gemm=args.gemm,
     )
+    if wants_scale_out(args):  # --gpus/--launcher: prompts sharded over workers by estimated tokens
+        from inferlab.cli.scale_args import run_scaled_command
+        from inferlab.scale.workloads.generate import generate_params
+
+        engine_options = {k: v for k, v in options.items() if k != "device"}  # each worker has its own device
+        params = generate_params(args.model, defaults, backend=args.backend, engine_options=engine_options,
+                                 text_workload=True)
+        return run_scaled_command(args, "generate", params)
     started = time.perf_counter()
     tokens = 0
     bar = None

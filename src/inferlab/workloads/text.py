@@ -8,14 +8,15 @@ on the same output skips the ids already written. Bad JSON, a missing or duplica
 empty and over-long prompts become error rows; the run goes on.
 
 The generation itself is a *backend*: a function from a list of Requests to an iterator of Results as
-they finish. BACKENDS maps names to backend factories; "inferlab" is our engine. The transformers
-fallback for architectures the engine does not implement registers as "hf"; "auto" picks the engine and
-falls back to "hf" on UnsupportedError.
+they finish. BACKENDS maps names to backend factories; "inferlab" is our engine, "hf" is transformers'
+generate for any causal LM (hf_text_backend.py); "auto" picks the engine and falls back to "hf" (logged)
+for an architecture the engine's registry does not list or any UnsupportedError at engine start-up.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,23 +54,51 @@ def engine_backend(model_dir: str, options: dict[str, Any]) -> Backend:
     """Our engine: options are EngineConfig fields (max_slots, max_seq_len, device, dtype, ...)."""
     from inferlab.engine import Engine, EngineConfig
 
+    problem = engine_architecture_problem(model_dir)  # before the engine parses a config it cannot read
+    if problem is not None:
+        raise UnsupportedError(problem)
     engine = Engine(EngineConfig(model=model_dir, **options))
     return engine.stream
 
 
-BACKENDS: dict[str, BackendFactory] = {"inferlab": engine_backend}
+def hf_backend(model_dir: str, options: dict[str, Any]) -> Backend:
+    """transformers' generate for any causal LM (workloads/hf_text_backend.py); options as the engine's."""
+    from inferlab.workloads.hf_text_backend import hf_backend as build
+
+    return build(model_dir, options)
+
+
+BACKENDS: dict[str, BackendFactory] = {"inferlab": engine_backend, "hf": hf_backend}
+
+
+def engine_architecture_problem(model_dir: str) -> str | None:
+    """Why the engine cannot serve `model_dir`'s architecture (config.json, read cheaply), or None."""
+    from inferlab.models.registry import implementation_for
+
+    try:
+        architectures = json.loads((Path(model_dir) / "config.json").read_text()).get("architectures") or []
+    except (OSError, ValueError):
+        return None  # the engine reports an unreadable checkpoint itself
+    try:
+        if architectures:
+            implementation_for(str(architectures[0]))
+    except UnsupportedError as e:
+        return str(e)
+    return None
 
 
 def open_backend(name: str, model_dir: str, options: dict[str, Any]) -> Backend:
-    """Build the named backend; "auto" = inferlab, or "hf" when the engine does not support the model."""
+    """Build the named backend; "auto" = inferlab, or "hf" when the engine does not support the model (its
+    architecture, or any other UnsupportedError the engine raises at start-up)."""
     if name == "auto":
-        try:
-            return BACKENDS["inferlab"](model_dir, options)
-        except UnsupportedError as e:
-            if "hf" not in BACKENDS:
-                raise
-            log.warning("%s; falling back to the transformers backend", e)
-            return BACKENDS["hf"](model_dir, options)
+        problem = engine_architecture_problem(model_dir)
+        if problem is None:
+            try:
+                return BACKENDS["inferlab"](model_dir, options)
+            except UnsupportedError as e:
+                problem = str(e)
+        log.warning("%s; falling back to the transformers backend (--backend hf)", problem)
+        return BACKENDS["hf"](model_dir, options)
     if name not in BACKENDS:
         raise ConfigError(f"backend {name!r} is not available; choose one of auto, {', '.join(BACKENDS)}")
     return BACKENDS[name](model_dir, options)

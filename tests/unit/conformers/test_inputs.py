@@ -29,12 +29,14 @@ def test_smi_file(tmp_path):
         (6, "broken", "C1CC", False),
         (7, "line-7", "CCN", True),
         (8, "pentavalent", "C(C)(C)(C)(C)C", False),
-        (9, "ethanol", "CCC", False),
+        (9, "line-9", "CCC", False),
     ]
     errors = {r.id: r.error for r in inputs.errors}
     assert "not valid SMILES syntax" in errors["broken"]
     assert "valence" in errors["pentavalent"]
-    assert "more than once" in [r for r in inputs.records if r.line_no == 9][0].error
+    repeat = [r for r in inputs.records if r.line_no == 9][0]
+    assert "id 'ethanol' repeats line 2" in repeat.error and repeat.given_id == "ethanol" == repeat.key
+    assert [r.num_atoms for r in inputs.records] == [3, 6, None, 3, None, None]
     assert "SMILES file" in inputs.description
 
 
@@ -88,3 +90,14 @@ def test_unusable_files_are_clear_errors(tmp_path, name, content, message):
         path.write_text(content)
     with pytest.raises(InputError, match=message):
         read_molecule_inputs(path)
+
+
+def test_repeated_ids_get_unique_ids_even_when_line_ids_are_taken(tmp_path):
+    path = tmp_path / "in.smi"
+    path.write_text("CCO a\nCCN line-3\nCCC a\nCCCC a\nC line-3\n")
+    records = read_molecule_inputs(path).records
+    assert [(r.id, r.key, r.ok) for r in records] == [
+        ("a", "a", True), ("line-3", "line-3", True), ("line-3.2", "a", False), ("line-4", "a", False),
+        ("line-5", "line-3", False),
+    ]
+    assert len({r.id for r in records}) == len(records)

@@ -34,8 +34,10 @@ def test_retried_worker_resumes_and_merge_equals_single_process(tmp_path, monkey
     assert out.read_bytes() == single.read_bytes()
     assert out.with_suffix(".jsonl").read_bytes() == single.with_suffix(".jsonl").read_bytes()
     rows = read_jsonl(out.with_suffix(".jsonl"))
-    assert len(rows) == len({r["id"] for r in rows}) == 11 * 3  # 10 molecules + the bad one, 3 rows each
-    assert {r["status"] for r in rows if r["input_id"] == "bad-ring"} == {"error"}
+    # 10 molecules, the bad one and the repeated id (filed under its own line), 3 rows each
+    assert len(rows) == len({r["id"] for r in rows}) == 12 * 3
+    assert {r["status"] for r in rows if r["input_id"] in ("bad-ring", "line-6")} == {"error"}
+    assert [r["input_id"] for r in rows][15:18] == ["line-6"] * 3  # in input order (line 6)
     records = list(read_sdf(out))
     assert [(r.prop("input_id"), r.prop("conformer_index")) for r in records] == \
         [(r["input_id"], str(r["conformer_index"])) for r in rows if r["status"] == "ok"]

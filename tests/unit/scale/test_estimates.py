@@ -92,6 +92,6 @@ def test_conformer_units(tmp_path):
     inp.write_text("CCO ethanol\n\nc1ccccc1 benzene\nnot_smiles bad\nCCN ethanol\n")
     plan = read_conformer_units(inp, {"num_conformers": 4})
     assert [(u.line, u.key, u.rows) for u in plan.units] == [(1, "ethanol", 4), (3, "benzene", 4), (4, "bad", 4),
-                                                             (5, "ethanol", 0)]
+                                                             (5, "ethanol", 4)]  # the repeat: 4 error rows
     assert plan.units[0].weight == 4 * conformer_tokens(3) and plan.units[1].weight == 4 * conformer_tokens(6)
     assert plan.units[2].weight == 1.0 and plan.header_lines == 0

@@ -25,7 +25,6 @@ from inferlab.scale.units import Unit, UnitPlan
 from inferlab.scale.workloads.jsonl_output import jsonl_spans
 from inferlab.workloads.conformers.inputs import read_molecule_inputs
 from inferlab.workloads.conformers.output import default_jsonl_path
-from inferlab.workloads.conformers.smiles import parse_smiles
 
 # Tokens of one conformer, measured with the qwen3-chem tokenizer on the v3-fixed4 profile over 300 NCI
 # molecules (ETKDG conformers): the generation takes 24.3 tokens per atom (23.7 to 25.4 across the set),
@@ -52,16 +51,16 @@ def num_conformers(params: dict[str, Any]) -> int:
 def read_conformer_units(input_path: Path, params: dict[str, Any]) -> UnitPlan:
     k = num_conformers(params)
     inputs = read_molecule_inputs(input_path, params.get("smiles_column"), params.get("id_column"))
-    units, seen, previous_line = [], set(), 0
+    units, previous_line = [], 0
     for record in inputs.records:
-        rows = 0 if record.id in seen else k  # a repeated id's rows would collide with the first's
-        seen.add(record.id)
         weight = ERROR_UNIT_TOKENS
         if record.ok:
-            weight = k * conformer_tokens(parse_smiles(record.smiles).GetNumAtoms())
+            weight = k * conformer_tokens(record.num_atoms)
         # A CSV record may span lines (a quoted newline): it owns the lines since the previous record.
         first = previous_line + 1 if record.line_no - previous_line > 1 else None
-        units.append(Unit(record.line_no, record.id, weight, rows, first))
+        # Keyed by the declared id: a repeat (error rows under its own line-<n> id) joins the first line's
+        # shard, so the worker sees the repeat exactly as a single run does. Every record makes K rows.
+        units.append(Unit(record.line_no, record.key, weight, k, first))
         previous_line = record.line_no
     header = 1 if input_path.suffix.lower() in (".csv", ".tsv") else 0
     return UnitPlan(units, header_lines=header, description=inputs.description)

@@ -10,7 +10,6 @@ its missing conformers are written. Params: num_conformers, seed, optimize, smil
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -24,7 +23,6 @@ from inferlab.workloads.conformers.output import ConformerResultWriter
 from inferlab.workloads.conformers.reference import ReferenceConfig, embed_reference
 from inferlab.workloads.conformers.smiles import canonicalize_mol
 
-log = logging.getLogger(__name__)
 PROFILE = "etkdg"  # the `profile` field of the rows: these are not a format profile's generations
 
 
@@ -41,13 +39,8 @@ def _run_shard(params: dict[str, Any], ctx: ShardContext) -> dict[str, Any]:
     inputs = read_molecule_inputs(ctx.input, params.get("smiles_column"), params.get("id_column"))
     start = time.perf_counter()
     written = errors = 0
-    seen: set[str] = set()
     with ConformerResultWriter(ctx.output, profile=PROFILE) as writer:
-        for record in inputs.records:
-            if record.id in seen:  # a repeated id: its rows would collide with the first's (inputs.py says why)
-                log.warning("skipping line %d: id %r repeats an earlier line", record.line_no, record.id)
-                continue
-            seen.add(record.id)
+        for record in inputs.records:  # ids are unique (a repeat is an error record under line-<n>)
             todo = [i for i in range(k) if not writer.is_done(record.id, i)]
             if not todo:
                 continue

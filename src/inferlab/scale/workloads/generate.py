@@ -1,12 +1,14 @@
 """Scale-out adapter of text generation (`inferlab generate`): prompts JSONL in, completions JSONL out.
 
-Backends: "hf" runs workloads.hf_text (transformers `generate`, in this build); "inferlab" and "auto" run
-the engine's text workload (inferlab.workloads.text.run_text_generation, merged with the engine; "auto"
-falls back to transformers where the engine refuses the model). A unit's cost is its prompt tokens plus
-the tokens it may generate (its own `max_new_tokens` override, else the default).
+Backends: "inferlab" and "auto" run the engine's text workload (inferlab.workloads.text.run_text_generation;
+"auto" falls back to transformers where the engine refuses the model). "hf" runs workloads.hf_text
+(transformers `generate`, its own rows and chat messages) unless `text_workload` is set: then it too runs
+through the text workload (BACKENDS["hf"]), with the rows, per-line overrides and prompt ids of
+`inferlab generate`, which is how the CLI scales out. A unit's cost is its prompt tokens plus the tokens it
+may generate (its own `max_new_tokens` override, else the default).
 
-Params (generate_params builds them): {"model", "backend", "sampling": SamplingParams, "hf_load":
-{dtype, attn, quantization}, "hf_options": HFTextOptions, "engine_options": EngineConfig fields}.
+Params (generate_params builds them): {"model", "backend", "text_workload", "sampling": SamplingParams,
+"hf_load": {dtype, attn, quantization}, "hf_options": HFTextOptions, "engine_options": EngineConfig fields}.
 """
 
 from __future__ import annotations
@@ -35,12 +37,14 @@ def generate_params(
     hf_load: dict[str, str] | None = None,
     hf_options: HFTextOptions | None = None,
     engine_options: dict[str, Any] | None = None,
+    text_workload: bool = False,  # run every backend through workloads.text (the CLI's rows)
 ) -> dict[str, Any]:
     if backend != "hf" and backend not in ENGINE_BACKENDS:
         raise UnsupportedError(f"generate backend {backend!r} is not known; use hf, inferlab or auto")
     return {
         "model": str(model),
         "backend": backend,
+        "text_workload": text_workload,
         "sampling": to_params(sampling),
         "hf_load": {"dtype": "auto", "attn": "sdpa", "quantization": "none", **(hf_load or {})},
         "hf_options": to_params(hf_options or HFTextOptions()),
@@ -69,7 +73,7 @@ def _read_units(input_path: Path, params: dict[str, Any]) -> UnitPlan:
 
 def _run_shard(params: dict[str, Any], ctx: ShardContext) -> dict[str, Any]:
     sampling = from_params(SamplingParams, params["sampling"])
-    if params["backend"] == "hf":
+    if params["backend"] == "hf" and not params.get("text_workload"):
         return _run_hf(params, sampling, ctx)
     return _run_engine(params, sampling, ctx)
 
@@ -91,12 +95,8 @@ def _run_hf(params: dict[str, Any], sampling: SamplingParams, ctx: ShardContext)
 
 
 def _run_engine(params: dict[str, Any], sampling: SamplingParams, ctx: ShardContext) -> dict[str, Any]:
-    try:
-        from inferlab.workloads import text as text_workload
-    except ImportError:
-        raise UnsupportedError(
-            "the engine's text workload (inferlab.workloads.text) is not in this build; use backend hf"
-        ) from None
+    from inferlab.workloads import text as text_workload
+
     options = {**params["engine_options"], "device": ctx.device}
     load_s: list[float] = []
 
@@ -122,6 +122,7 @@ def _settings(params: dict[str, Any]) -> dict[str, Any]:
         "backend": params["backend"],
         "sampling": params["sampling"],
         "dtype": params["engine_options"].get("dtype", params["hf_load"]["dtype"]),
+        "seed": params["engine_options"].get("seed"),  # the seed of rows without their own
     }
 
 

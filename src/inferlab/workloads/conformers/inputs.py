@@ -2,7 +2,9 @@
 
 Reading never stops on a bad line: an unparsable SMILES, an empty field, a malformed CSV row or a
 repeated id becomes a record with `error` set (and the RDKit reason), so a long batch goes on and the
-error is reported beside the results. A missing id becomes `line-<n>`. Which columns were used is told in
+error is reported beside the results. A missing id becomes `line-<n>`. Ids are unique: a line that repeats
+an earlier id is an error record filed under `line-<n>` (as the text workloads do; `given_id` keeps the id
+it declared), so its output rows never collide with the first line's. Which columns were used is told in
 `MoleculeInputs.description`. Not here: canonicalisation (smiles.py) and the molecules' templates.
 """
 
@@ -26,6 +28,13 @@ class MoleculeInput:
     id: str
     smiles: str | None  # None when the line held no usable SMILES field
     error: str | None = None  # set when this record cannot be used
+    num_atoms: int | None = None  # atoms of the parsed SMILES (hydrogens implicit), when it parsed
+    given_id: str | None = None  # the id the line declared, when it repeated an earlier one (id is then line-<n>)
+
+    @property
+    def key(self) -> str:
+        """The id the line declared: lines sharing it belong together (the scale-out planner's grouping)."""
+        return self.given_id if self.given_id is not None else self.id
 
     @property
     def ok(self) -> bool:
@@ -58,28 +67,44 @@ def read_molecule_inputs(
     if reader is None:
         raise InputError(f"input {p}: unknown file kind {p.suffix!r}; use one of {', '.join(_READERS)}")
     rows, description = reader(p, smiles_column, id_column)
-    records, seen = [], set()
+    records: list[MoleculeInput] = []
+    first_line: dict[str, int] = {}  # id -> the line that used it first
     for line_no, record_id, smiles, error in rows:
-        if error is None and record_id in seen:
-            error = f"id {record_id!r} appears more than once; ids must be unique"
+        given_id = None
+        if record_id in first_line:
+            given_id, record_id = record_id, _unused_id(f"line-{line_no}", first_line)
+            error = (
+                f"id {given_id!r} repeats line {first_line[given_id]}; ids must be unique "
+                f"(this line's rows are filed under {record_id!r})"
+            )
+        num_atoms = None
         if error is None:
-            error = _smiles_error(smiles)
-        seen.add(record_id)
-        records.append(MoleculeInput(line_no, record_id, smiles, error))
+            error, num_atoms = _parse(smiles)
+        first_line[record_id] = line_no
+        records.append(MoleculeInput(line_no, record_id, smiles, error, num_atoms, given_id))
     return MoleculeInputs(tuple(records), description)
 
 
 Row = tuple[int, str, str | None, str | None]  # line, id, smiles, error
 
 
-def _smiles_error(smiles: str | None) -> str | None:
+def _unused_id(candidate: str, taken: dict[str, int]) -> str:
+    """`candidate`, or `candidate.2`, `candidate.3`... when an explicit id already took it."""
+    unique, n = candidate, 1
+    while unique in taken:
+        n += 1
+        unique = f"{candidate}.{n}"
+    return unique
+
+
+def _parse(smiles: str | None) -> tuple[str | None, int | None]:
+    """(error, None) for an unusable SMILES, else (None, its atom count)."""
     if not smiles:
-        return "no SMILES on this line"
+        return "no SMILES on this line", None
     try:
-        parse_smiles(smiles)
+        return None, parse_smiles(smiles).GetNumAtoms()
     except InputError as e:
-        return str(e)
-    return None
+        return str(e), None
 
 
 def _read_smi(path: Path, smiles_column: str | None, id_column: str | None) -> tuple[Iterator[Row], str]:

@@ -1,0 +1,153 @@
+"""`inferlab conformers generate` (also `inferlab conformers --model ...`): the flags, the progress bar and
+the closing summary of the conformer pipeline (inferlab.workloads.conformers.pipeline). Registered by
+conformers_cmd.py beside `evaluate` and `reference`."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from inferlab.cli.scale_args import add_scale_args, wants_scale_out
+from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
+
+GENERATE_HELP = "generate K 3D conformers per molecule with the engine, constrained on the GPU (SDF + JSONL)"
+REQUIRED = ("model", "input", "output")
+
+
+def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
+    """The generation flags; `required=False` for the `inferlab conformers --model ...` form, whose handler
+    checks them itself (the same parser also leads to evaluate and reference)."""
+    from inferlab.workloads.conformers.pipeline_config import SAMPLING_MODES
+    from inferlab.workloads.conformers.profiles import DEFAULT_PROFILE, PROFILES
+
+    g = p.add_argument_group("conformer generation")
+    g.add_argument("--model", required=required, help="local checkpoint folder (with its tokenizer)")
+    g.add_argument("--input", required=required, help=".smi (SMILES [id]) or .csv/.tsv with a SMILES column")
+    g.add_argument("--output", required=required,
+                   help="SDF of the valid conformers; OUTPUT with .jsonl holds one row per conformer; a rerun resumes")
+    g.add_argument("--num-conformers", type=int, default=1, metavar="K", help="conformers per molecule (default 1)")
+    g.add_argument("--profile", default=DEFAULT_PROFILE, choices=list(PROFILES), help="the checkpoint's text format")
+    g.add_argument("--sampling", default="top-p", choices=list(SAMPLING_MODES))
+    g.add_argument("--temperature", type=float, default=1.0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=0, help="conformer <id>#<k> samples with a seed from this and its id")
+    g.add_argument("--workers", type=int, default=None,
+                   help="processes building templates and constraints ahead of the GPU (default min(8, cores); "
+                        "0: in this process)")
+    g.add_argument("--wave-requests", type=int, default=None, help="requests per engine call (default: automatic)")
+    g.add_argument("--smiles-column", default=None, help="CSV column holding SMILES (default: detected)")
+    g.add_argument("--id-column", default=None, help="CSV column holding ids (default: detected)")
+    e = p.add_argument_group("engine")
+    e.add_argument("--max-slots", type=int, default=None, help="concurrent rows (default: as memory allows)")
+    e.add_argument("--max-seq-len", type=int, default=None,
+                   help="prompt + conformer tokens per row (default: fits the input's largest molecules)")
+    e.add_argument("--gpu-memory-fraction", type=float, default=0.9)
+    e.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    add_scale_args(p)
+    add_config_arg(p, "conformers")  # inferlab tune's max_slots
+
+
+def pipeline_config_from(args: argparse.Namespace):
+    from inferlab.workloads.conformers.pipeline_config import ConformerSampling, PipelineConfig
+
+    return PipelineConfig(
+        num_conformers=args.num_conformers,
+        profile=args.profile,
+        sampling=ConformerSampling(args.sampling, args.temperature, args.top_p),
+        seed=args.seed,
+        workers=args.workers,
+        wave_requests=args.wave_requests,
+        smiles_column=args.smiles_column,
+        id_column=args.id_column,
+    )
+
+
+def engine_options_from(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "device": args.device,
+        "dtype": args.dtype,
+        "max_slots": args.max_slots,
+        "max_seq_len": args.max_seq_len,
+        "gpu_memory_fraction": args.gpu_memory_fraction,
+    }
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from inferlab.errors import ConfigError
+
+    apply_tuned_config(args)
+    missing = [f"--{name}" for name in REQUIRED if getattr(args, name, None) is None]
+    if missing:
+        raise ConfigError(f"conformer generation needs {', '.join(missing)} "
+                          "(or an action: inferlab conformers generate|evaluate|reference --help)")
+    config = pipeline_config_from(args)
+    if wants_scale_out(args):  # --gpus/--launcher: molecules sharded over workers (inferlab.scale)
+        from inferlab.cli.scale_args import run_scaled_command
+        from inferlab.scale.workloads.conformer_pipeline import pipeline_params
+
+        return run_scaled_command(args, "conformers", pipeline_params(args.model, config, engine_options_from(args)))
+    return _run_here(args, config)
+
+
+def _run_here(args: argparse.Namespace, config) -> int:
+    from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    from inferlab.workloads.conformers.output import default_jsonl_path
+    from inferlab.workloads.conformers.pipeline import generate_conformers
+
+    bar = None
+    started = time.perf_counter()
+    counts = {"generated": 0, "valid": 0, "tokens": 0}
+
+    def on_start(todo: int, done_before: int) -> None:
+        nonlocal bar
+        if done_before:
+            print(f"resuming: {done_before} conformer rows already in {default_jsonl_path(args.output)}")
+        bar = tqdm(total=todo, unit="conf", dynamic_ncols=True, smoothing=0.1, desc="conformers")
+
+    def on_row(row: dict) -> None:
+        counts["generated"] += row["generated"]
+        counts["valid"] += row["status"] == "ok"
+        counts["tokens"] += row["output_tokens"]
+        elapsed = max(time.perf_counter() - started, 1e-9)
+        valid = 100.0 * counts["valid"] / max(counts["generated"], 1)  # of the engine's outputs
+        bar.set_postfix_str(f"{counts['tokens'] / elapsed:,.0f} tok/s, valid {valid:.1f}%", refresh=False)
+        bar.update(1)
+
+    try:
+        with logging_redirect_tqdm():
+            summary = generate_conformers(args.model, args.input, args.output, config, engine_options_from(args),
+                                          on_start, on_row)
+    finally:
+        if bar is not None:
+            bar.close()
+    print_summary(summary, args.output)
+    return 0
+
+
+def print_summary(summary, output: str) -> None:
+    from inferlab.workloads.conformers.output import default_jsonl_path
+
+    s = summary.as_dict()
+    valid = s["valid_fraction"]
+    print(f"molecules: {s['molecules']} in the input, {s['molecules_run']} generated in this run")
+    print(f"conformers: {s['conformers_ok']} valid, {s['conformers_error']} error rows, "
+          f"{s['conformers_skipped']} written by earlier runs")
+    if s["conformers_generated"]:
+        print(f"validity: {s['conformers_generated'] - s['conformers_rejected']} of {s['conformers_generated']} "
+              f"generated conformers are valid ({100 * valid:.1f}%); the plain decoder gives the input's graph for "
+              f"{s['graph_matches']}")
+    print(f"tokens: {s['output_tokens']:,} generated in {s['wall_s']:.1f} s: {_rate(s['output_tokens_per_s'])} tok/s, "
+          f"{_rate(s['conformers_per_s'], 2)} conformers/s, {_rate(s['molecules_per_s'], 2)} molecules/s "
+          f"(inside the engine: {_rate(s['generate_output_tokens_per_s'])} tok/s)")
+    print(f"time: engine start {s['engine_start_s']:.1f} s, generation {s['generate_s']:.1f} s, decode+write "
+          f"{s['decode_s']:.1f} s; templates {s['template_cpu_s']:.1f} s of CPU in the pool, "
+          f"{s['template_wait_s']:.1f} s waited for")
+    print(f"wrote {output} and {default_jsonl_path(output)}")
+
+
+def _rate(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"

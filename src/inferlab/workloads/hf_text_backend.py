@@ -1,0 +1,142 @@
+"""The "hf" backend of the text workload (workloads/text.py): transformers' `generate` behind the same
+contract as the engine, Requests in and Results out as batches finish, so `inferlab generate` keeps one
+input format (prompts, token ids, per-line sampling overrides) and one row format on either path.
+
+It serves any causal LM transformers loads: the fallback for architectures the engine does not implement.
+The batching is hf_text's: requests grouped by sampling parameters (generate takes one set per call),
+length-sorted, left-padded batches under a row and token budget, OOM back-off (halve and retry; a row that
+fails alone is an error Result), every knob passed to generate explicitly.
+
+Engine options map as: device, dtype -> loading; max_slots -> rows per batch (default 32); max_seq_len ->
+prompt + new tokens per row (default: the model's positions); seed -> the seed of requests without one
+(generate draws from torch's global generator, seeded per batch: a sampled row depends on its batch-mates,
+greedy rows do not). The engine's other knobs (kernels, graphs, batching mode, memory fraction) do not
+apply and are ignored. Constrained requests are refused (constraints run inside the engine only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from inferlab.errors import ConfigError
+from inferlab.types import Request, Result, SamplingParams, Timings
+from inferlab.workloads.batching import BatchLimits
+from inferlab.workloads.hf_loading import (
+    LoadedModel,
+    ModelLoadConfig,
+    load_hf_model,
+    model_max_positions,
+)
+from inferlab.workloads.hf_text import Generated, HFTextGenerator
+from inferlab.workloads.oom import BackoffRunner
+from inferlab.workloads.rows import TextRow, plan_row_batches
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_ROWS = 32
+MAX_BATCH_TOKENS = 262144  # rows x (longest prompt + new tokens) of one batch, as hf_text's default
+
+
+@dataclass(frozen=True)
+class HFBackendSettings:
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    max_seq_len: int | None = None
+    seed: int = 0
+
+    @staticmethod
+    def from_engine_options(options: dict[str, Any]) -> HFBackendSettings:
+        return HFBackendSettings(options.get("max_slots") or DEFAULT_BATCH_ROWS, options.get("max_seq_len"),
+                                 options.get("seed", 0))
+
+
+def hf_backend(model_dir: str, options: dict[str, Any]):
+    """BACKENDS["hf"]: load `model_dir` with AutoModelForCausalLM; options are the engine's (see above)."""
+    from transformers import AutoModelForCausalLM
+
+    load = ModelLoadConfig(str(model_dir), dtype=options.get("dtype", "auto"), device=options.get("device", "auto"))
+    return HFTextBackend(load_hf_model(load, AutoModelForCausalLM), HFBackendSettings.from_engine_options(options))
+
+
+class HFTextBackend:
+    def __init__(self, loaded: LoadedModel, settings: HFBackendSettings) -> None:
+        self.loaded = loaded
+        self.settings = settings
+        self.context = settings.max_seq_len or model_max_positions(loaded.model)
+        if self.context is None:
+            raise ConfigError("the model config has no max_position_embeddings; pass --max-seq-len")
+        self.vocab_size = loaded.model.get_input_embeddings().num_embeddings
+
+    def __call__(self, requests: list[Request]) -> Iterator[Result]:
+        groups: dict[SamplingParams, list[tuple[TextRow, Request]]] = {}
+        for position, request in enumerate(requests):
+            checked = self._check(request)
+            if isinstance(checked, Result):
+                yield checked
+                continue
+            sampling = request.sampling
+            if sampling.seed is None:  # one seed per group, so rows without their own seed can share batches
+                sampling = dataclasses.replace(sampling, seed=self.settings.seed)
+            row = TextRow(position, request.id, checked, len(checked))
+            groups.setdefault(sampling, []).append((row, request))
+        for sampling, items in groups.items():
+            yield from self._generate(sampling, items)
+
+    def _check(self, request: Request) -> list[int] | Result:
+        """The request's prompt ids, or an error Result naming the problem."""
+        if request.constraint is not None:
+            return _error(request, "constrained requests run on the inferlab engine only, not on --backend hf")
+        if request.prompt_ids is not None:
+            ids = [int(t) for t in request.prompt_ids]
+        elif not request.prompt.strip():  # as the engine: a BOS alone is no prompt
+            return _error(request, "the prompt is empty; give at least one token of text")
+        else:
+            ids = list(self.loaded.tokenizer(request.prompt).input_ids)  # special tokens as the engine adds them
+        if not ids:
+            return _error(request, "the prompt is empty (0 tokens); give at least one token")
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            return _error(request, f"prompt token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})",
+                          len(ids))
+        need = len(ids) + request.sampling.max_new_tokens
+        if need > self.context:
+            return _error(request, f"prompt of {len(ids)} tokens + max_new_tokens={request.sampling.max_new_tokens} "
+                                   f"= {need} exceeds the {self.context} positions of this model; shorten the "
+                                   "prompt or lower max_new_tokens", len(ids))
+        return ids
+
+    def _generate(self, sampling: SamplingParams, items: list[tuple[TextRow, Request]]) -> Iterator[Result]:
+        generator = HFTextGenerator(self.loaded, sampling)
+        by_id = {row.id: request for row, request in items}
+        finished: list[Result] = []
+
+        def on_done(rows: list[TextRow], results: list[Generated], seconds: float) -> None:
+            now = time.perf_counter()
+            for row, generated, text in zip(rows, results, generator.decode(results)):
+                request = by_id[row.id]
+                finished.append(Result(row.id, generated.token_ids, text, generated.finish_reason, len(row.token_ids),
+                                       Timings(finished_s=now), metadata=request.metadata))
+
+        def on_oom_row(row: TextRow, message: str) -> None:
+            finished.append(_error(by_id[row.id], message, len(row.token_ids)))
+
+        new = sampling.max_new_tokens
+        runner: BackoffRunner[TextRow, Generated] = BackoffRunner(
+            run_batch=lambda rows: generator.generate([r.token_ids for r in rows]),
+            cost=lambda rows: len(rows) * (max(len(r.token_ids) for r in rows) + new),
+            on_done=on_done,
+            on_oom_row=on_oom_row,
+        )
+        limits = BatchLimits(self.settings.batch_rows, MAX_BATCH_TOKENS)
+        for batch in plan_row_batches([row for row, _ in items], limits, extra_tokens=new):
+            runner.run([batch])
+            yield from finished
+            finished.clear()
+
+
+def _error(request: Request, message: str, prompt_tokens: int = 0) -> Result:
+    return Result(request.id, [], None, "error", prompt_tokens, error=message, metadata=request.metadata)

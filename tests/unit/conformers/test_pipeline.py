@@ -1,0 +1,187 @@
+"""The conformer pipeline end to end on CPU (tiny random checkpoint, built-in Llama-3-style tokenizer):
+every conformer written is the input's molecule, checked here independently of the pipeline by reading
+the SDF back with RDKit; bad inputs, a repeated id and a molecule too long for the rows become error rows
+while the rest goes on; a run cut short resumes with every row exactly once; the process pool gives the
+same rows as in-process preparation; the CLI (both spellings) writes the same files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from rdkit import Chem
+
+from inferlab.cli import main
+from inferlab.errors import ConfigError
+from inferlab.workloads.conformers.pipeline import generate_conformers
+from inferlab.workloads.conformers.pipeline_config import ConformerSampling, PipelineConfig
+from inferlab.workloads.conformers.sdf import read_sdf
+
+MOLECULES = {  # id -> SMILES; small, without stereo (an SDF read back assigns stereo from 3D coordinates)
+    "ethanol": "CCO",
+    "benzene": "c1ccccc1",
+    "acetic": "CC(=O)O",
+    "pyridine": "c1ccncc1",
+    "propylamine": "CCCN",
+}
+ENGINE = {"max_slots": 4, "max_seq_len": 320}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_cpu_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_checkpoint):
+    return tiny_checkpoint("tiny")
+
+
+def write_input(path, extra_lines=()):
+    lines = [f"{smiles} {name}" for name, smiles in MOLECULES.items()] + list(extra_lines)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def rows_of(sdf_path):
+    text = sdf_path.with_suffix(".jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def graph(smiles_or_mol) -> str:
+    mol = Chem.MolFromSmiles(smiles_or_mol) if isinstance(smiles_or_mol, str) else smiles_or_mol
+    return Chem.MolToSmiles(Chem.RemoveHs(mol), isomericSmiles=False)
+
+
+def stable(rows):
+    """Rows keyed by id (rows are written as they finish, so compare them by id)."""
+    return {row["id"]: row for row in rows}
+
+
+def test_every_written_conformer_is_the_input_molecule(tmp_path, model):
+    inp = write_input(tmp_path / "in.smi", ["C1CC broken", "CCO ethanol", "C[N+](C)(C)(C)C pentavalent"])
+    out = tmp_path / "out.sdf"
+    summary = generate_conformers(model, inp, out, PipelineConfig(num_conformers=3, seed=1), ENGINE)
+
+    rows = rows_of(out)
+    assert len(rows) == len(stable(rows)) == 8 * 3
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(ok) == len(MOLECULES) * 3 == summary.conformers_ok
+    assert summary.valid_fraction == 1.0 and summary.conformers_generated == 15 and summary.graph_matches == 15
+    errors = {r["input_id"]: r["error"] for r in rows if r["status"] == "error"}
+    assert "not valid SMILES syntax" in errors["broken"] and "valence" in errors["pentavalent"]
+    assert "id 'ethanol' repeats line 1" in errors["line-7"]
+    for row in ok:
+        assert row["finish_reason"] == "eos" and row["graph_match"] is True and row["output_tokens"] > 0
+        assert row["smiles"] == MOLECULES[row["input_id"]]
+
+    records = list(read_sdf(out))
+    assert sorted((r.prop("input_id"), int(r.prop("conformer_index"))) for r in records) == sorted(
+        (r["input_id"], r["conformer_index"]) for r in ok
+    )
+    for record in records:  # independent of the pipeline: RDKit reads the SDF back
+        smiles = MOLECULES[record.prop("input_id")]
+        assert graph(record.mol) == graph(smiles)
+        assert record.mol.GetNumAtoms() == Chem.MolFromSmiles(smiles).GetNumAtoms()
+        assert record.mol.GetConformer().Is3D()
+    sampled = {r.prop("row_id"): Chem.MolToMolBlock(r.mol) for r in records if r.prop("input_id") == "benzene"}
+    assert len(set(sampled.values())) == 3  # each conformer draws with its own seed
+
+
+def test_greedy_and_seeded_runs_are_reproducible(tmp_path, model):
+    inp = write_input(tmp_path / "in.smi")
+    greedy = PipelineConfig(num_conformers=2, sampling=ConformerSampling("greedy"))
+    generate_conformers(model, inp, tmp_path / "g.sdf", greedy, ENGINE)
+    rows = stable(rows_of(tmp_path / "g.sdf"))
+    records = {r.prop("row_id"): Chem.MolToMolBlock(r.mol) for r in read_sdf(tmp_path / "g.sdf")}
+    assert records["benzene#0"] == records["benzene#1"]  # greedy: the K conformers are the same
+
+    seeded = PipelineConfig(num_conformers=2, seed=7, sampling=ConformerSampling("top-p", 0.8, 0.95))
+    generate_conformers(model, inp, tmp_path / "a.sdf", seeded, ENGINE)
+    generate_conformers(model, inp, tmp_path / "b.sdf", seeded, {**ENGINE, "max_slots": 3})  # other batches
+    assert stable(rows_of(tmp_path / "a.sdf")) == stable(rows_of(tmp_path / "b.sdf"))
+    assert (tmp_path / "a.sdf").read_text().count("$$$$") == 10
+    assert set(rows) == set(stable(rows_of(tmp_path / "a.sdf")))
+
+
+def test_a_molecule_too_long_for_the_rows_is_an_error_row(tmp_path, model):
+    inp = write_input(tmp_path / "in.smi", ["CCCCCCCCCC decane"])
+    out = tmp_path / "out.sdf"
+    summary = generate_conformers(model, inp, out, PipelineConfig(num_conformers=1), {"max_slots": 2,
+                                                                                       "max_seq_len": 256})
+    rows = stable(rows_of(out))
+    assert "over max_seq_len=256; rerun with --max-seq-len" in rows["decane#0"]["error"]
+    assert summary.conformers_ok == len(MOLECULES)
+
+
+def test_the_automatic_row_length_fits_the_largest_molecule(tmp_path, model):
+    inp = write_input(tmp_path / "in.smi", ["CCCCCCCCCC decane"])  # needs ~330 positions with this tokenizer
+    summary = generate_conformers(model, inp, tmp_path / "out.sdf", PipelineConfig(num_conformers=1),
+                                  {"max_slots": 2})
+    assert summary.conformers_ok == len(MOLECULES) + 1
+    assert 330 < summary.max_seq_len <= 512  # the tiny model's positions
+
+
+def test_a_run_cut_short_resumes_with_every_row_once(tmp_path, model):
+    inp = write_input(tmp_path / "in.smi", ["C1CC broken"])
+    out = tmp_path / "out.sdf"
+    config = PipelineConfig(num_conformers=2, seed=3)
+
+    class Crash(Exception):
+        pass
+
+    def crash_after_five(row):
+        if crash_after_five.seen == 5:
+            raise Crash
+        crash_after_five.seen += 1
+
+    crash_after_five.seen = 0
+    with pytest.raises(Crash):
+        generate_conformers(model, inp, out, config, ENGINE, on_row=crash_after_five)
+    first = rows_of(out)
+    assert len(first) == 6
+    summary = generate_conformers(model, inp, out, config, ENGINE)
+    assert summary.conformers_skipped == 6 and summary.conformers_written == 6
+    rows = rows_of(out)
+    assert len(rows) == len(stable(rows)) == 12
+    assert len(list(read_sdf(out))) == sum(r["status"] == "ok" for r in rows) == 10
+
+    generate_conformers(model, inp, tmp_path / "whole.sdf", config, ENGINE)
+    assert stable(rows) == stable(rows_of(tmp_path / "whole.sdf"))  # the same rows as an uninterrupted run
+
+
+def test_the_process_pool_gives_the_same_rows_as_in_process(tmp_path, model):
+    inp = write_input(tmp_path / "in.smi", ["C1CC broken"])
+    base = dict(num_conformers=2, seed=4)
+    generate_conformers(model, inp, tmp_path / "inline.sdf", PipelineConfig(workers=0, **base), ENGINE)
+    summary = generate_conformers(model, inp, tmp_path / "pool.sdf", PipelineConfig(workers=1, **base), ENGINE)
+    assert stable(rows_of(tmp_path / "pool.sdf")) == stable(rows_of(tmp_path / "inline.sdf"))
+    assert summary.template_cpu_s > 0
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ConfigError, match="num_conformers"):
+        PipelineConfig(num_conformers=0)
+    with pytest.raises(ConfigError, match="unknown conformer profile"):
+        PipelineConfig(num_conformers=1, profile="v9")
+    with pytest.raises(ConfigError, match="greedy"):
+        ConformerSampling("top-p", temperature=0.0)
+    with pytest.raises(ConfigError, match="top_p"):
+        ConformerSampling("top-p", top_p=1.5)
+
+
+def test_cli_both_spellings(tmp_path, model, capsys):
+    inp = write_input(tmp_path / "in.smi")
+    common = ["--model", str(model), "--input", str(inp), "--num-conformers", "2", "--max-slots", "4",
+              "--sampling", "greedy"]
+    assert main(["conformers", *common, "--output", str(tmp_path / "a.sdf")]) == 0
+    out = capsys.readouterr().out
+    assert "validity: 10 of 10 generated conformers are valid (100.0%)" in out and "tok/s" in out
+    assert main(["conformers", "generate", *common, "--output", str(tmp_path / "b.sdf")]) == 0
+    assert stable(rows_of(tmp_path / "a.sdf")) == stable(rows_of(tmp_path / "b.sdf"))
+    assert main(["conformers", "--model", str(model), "--output", str(tmp_path / "c.sdf")]) == 2
+    assert "needs --input" in capsys.readouterr().err

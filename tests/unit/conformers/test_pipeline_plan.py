@@ -1,0 +1,68 @@
+"""The pipeline's planning: the tokenizer-free length bound holds against the compiled programs of real
+molecules (qwen3-chem and the built-in Llama-3-style tokenizer, every profile), the automatic row length
+covers the largest molecules, and resume planning leaves out exactly the rows already written."""
+
+from __future__ import annotations
+
+import pytest
+from conformer_molecules import nci_smiles
+
+from inferlab.engine.constraints.program import compile_program
+from inferlab.engine.constraints.token_automaton import grammar_set_for
+from inferlab.errors import InferlabError
+from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
+from inferlab.models.loader import load_tokenizer
+from inferlab.workloads.conformers.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.pipeline_plan import (
+    auto_max_seq_len,
+    max_block_chars,
+    plan_molecules,
+    token_bound_from_text,
+)
+from inferlab.workloads.conformers.profiles import PROFILES, get_profile
+from inferlab.workloads.conformers.template import build_template
+
+
+@pytest.fixture(scope="module", params=["qwen3-chem", "builtin"])
+def tokenizer(request, qwen3_chem_dir):
+    return load_tokenizer(qwen3_chem_dir) if request.param == "qwen3-chem" else build_builtin_tokenizer()
+
+
+def test_block_chars_of_both_grammars():
+    assert max_block_chars("coord3-fixed4") == len("-999.9999,-999.9999,-999.9999")
+    assert max_block_chars("coord3-stripped") == len("-999.9999,-999.9999,-999.9999")
+
+
+@pytest.mark.parametrize("profile_name", list(PROFILES))
+def test_the_text_bound_holds_for_compiled_programs(tokenizer, profile_name):
+    profile = get_profile(profile_name)
+    grammar_set = grammar_set_for(tokenizer)
+    checked = 0
+    for smiles in nci_smiles(60)[::4]:
+        try:
+            template = build_template(smiles, profile)
+            program = compile_program(template.segments, tokenizer, grammar_set)
+        except InferlabError:
+            continue  # a molecule the tokenizer cannot constrain (reported by the pipeline as an error row)
+        exact = len(template.prompt_ids(tokenizer)) + program.max_new_tokens
+        bound = token_bound_from_text(smiles, profile)
+        assert exact <= bound <= 2 * exact, (smiles, exact, bound)
+        checked += 1
+    assert checked >= 8
+
+
+def test_plan_and_automatic_length(tmp_path):
+    path = tmp_path / "in.smi"
+    path.write_text("CCO a\nC1CC bad\nCCCCCCCCCC decane\nc1ccccc1 b\n")
+    inputs = read_molecule_inputs(path)
+    done = {("a", 0), ("a", 1), ("b", 1), ("bad", 0)}
+    plan = plan_molecules(inputs, lambda i, k: (i, k) in done, 2)
+    assert [(j.record.id, j.todo) for j in plan.jobs] == [("decane", (0, 1)), ("b", (0,))]
+    assert [(j.record.id, j.todo) for j in plan.unusable] == [("bad", (1,))]
+    assert plan.rows_done == 4 and plan.molecules_total == 4
+
+    profile = get_profile("v3-fixed4")
+    length = auto_max_seq_len(plan.jobs, profile, model_max=None)
+    assert length % 64 == 0 and length >= token_bound_from_text("CCCCCCCCCC", profile)
+    assert auto_max_seq_len(plan.jobs, profile, model_max=256) == 256
+    assert auto_max_seq_len([], profile, model_max=None) is None
