@@ -36,6 +36,7 @@ class EngineConfig:
     gemm: str = "auto"  # decode projections: "auto" (time cuBLAS vs the Triton skinny GEMM at start-up) or "cublas"
     decode_steps_per_sync: int = 16  # decode steps between host reads of the finished flags
     batching: str = "continuous"  # or "static": admit a full batch, wait until all of it finished
+    min_admission: int | None = None  # continuous: free rows a refill prefill waits for; None: max(1, slots // 16)
     compact_rows: bool = True  # move live rows down when the batch drains so the tail runs a smaller graph
     max_stop_ids: int = 8  # EOS ids + per-request stop ids per row
     seed: int = 0  # requests without a seed get one derived from (seed, request id)
@@ -54,7 +55,7 @@ class EngineConfig:
             raise ConfigError(f"gemm={self.gemm!r} is not one of {', '.join(GEMM_CHOICES)}")
         if not 0.0 < self.gpu_memory_fraction <= 1.0:
             raise ConfigError(f"gpu_memory_fraction={self.gpu_memory_fraction} must be in (0, 1], e.g. 0.9")
-        for name in ("max_slots", "max_seq_len", "memory_budget_bytes"):
+        for name in ("max_slots", "max_seq_len", "memory_budget_bytes", "min_admission"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{name}={value} must be >= 1 (or None to derive it)")

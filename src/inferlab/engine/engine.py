@@ -151,7 +151,8 @@ class Engine:
     def _run(self, requests: Iterable[Request]) -> Iterator[tuple[int, Result]]:
         started = time.perf_counter()
         loop = _Loop(
-            scheduler=Scheduler(self.plan.slots, self.max_prefill_tokens, self.config.batching, lambda p: p.prompt_len),
+            scheduler=Scheduler(self.plan.slots, self.max_prefill_tokens, self.config.batching, lambda p: p.prompt_len,
+                                self.config.min_admission or max(1, self.plan.slots // 16)),
             clock=PhaseClock(cuda=self.device.type == "cuda"),
             snapshots=self._snapshots,
             steps_done=[0] * self.plan.slots,

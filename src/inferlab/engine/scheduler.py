@@ -4,8 +4,10 @@ Requests wait in a FIFO queue. At each sync point the engine asks for admissions
 are filled in FIFO order and the admitted requests are grouped into prefill batches whose padded size
 (requests x longest prompt) stays within `max_prefill_tokens`, which bounds prefill activation memory.
 
-- continuous batching: a row freed by a finished request is refilled at the next sync point, while the
-  other rows keep decoding; nobody waits for the longest row of a batch.
+- continuous batching: rows freed by finished requests are refilled at a sync point while the other rows
+  keep decoding; nobody waits for the longest row of a batch. A prefill costs its kernel launches whatever
+  its size (~4 ms for 16 layers, eager), so refills wait until `min_admission` rows are free (or the queue
+  cannot fill more, or nothing is live): one prefill per few finished rows, not one per sync point.
 - static batching: admission happens only when every row is free (a whole batch in, a whole batch out),
   which is what fixed-batch generation does; kept to measure the difference.
 
@@ -31,9 +33,11 @@ class Admission(Generic[T]):
 
 
 class Scheduler(Generic[T]):
-    def __init__(self, num_rows: int, max_prefill_tokens: int, mode: str, prompt_len: Callable[[T], int]) -> None:
-        assert mode in ("continuous", "static")
+    def __init__(self, num_rows: int, max_prefill_tokens: int, mode: str, prompt_len: Callable[[T], int],
+                 min_admission: int = 1) -> None:
+        assert mode in ("continuous", "static") and min_admission >= 1
         self.num_rows = num_rows
+        self.min_admission = min(min_admission, num_rows)
         self.max_prefill_tokens = max_prefill_tokens
         self.mode = mode
         self.prompt_len = prompt_len
@@ -57,9 +61,12 @@ class Scheduler(Generic[T]):
 
     def admissions(self) -> list[Admission[T]]:
         """Fill free rows from the queue (FIFO); group them into prefill batches within the token bound."""
-        if self.mode == "static" and self.live_rows:
+        live = self.live_rows
+        if self.mode == "static" and live:
             return []
         free = [r for r, item in enumerate(self.rows) if item is None]
+        if live and len(free) < min(self.min_admission, len(self.waiting)):
+            return []  # too few to be worth a prefill yet; the live rows keep decoding
         batches: list[Admission[T]] = []
         current: Admission[T] = Admission([], [])
         longest = 0

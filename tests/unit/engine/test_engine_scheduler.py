@@ -20,9 +20,9 @@ class Job:
     done_steps: int = 0
 
 
-def simulate(jobs, rows, prefill_tokens, mode, steps_per_sync=4, compact=True):
+def simulate(jobs, rows, prefill_tokens, mode, steps_per_sync=4, compact=True, min_admission=1):
     """Drive the scheduler like the engine does; return the event log and checks of every invariant."""
-    sched = Scheduler(rows, prefill_tokens, mode, lambda j: j.prompt)
+    sched = Scheduler(rows, prefill_tokens, mode, lambda j: j.prompt, min_admission)
     for job in jobs:
         sched.submit(job)
     sizes = bucket_sizes(rows)
@@ -73,6 +73,18 @@ def test_static_batching_waits_for_the_whole_batch():
     assert all(t >= end_of_long for t, name, _ in log["admitted"] if name >= 2)
 
 
+def test_refills_wait_for_min_admission_free_rows():
+    jobs = [Job(i, 5, 4 * (i + 1)) for i in range(8)] + [Job(i, 5, 400) for i in range(8, 16)]
+    log = simulate(jobs, rows=8, prefill_tokens=1000, mode="continuous", min_admission=3)
+    first_refill = [t for t, name, _ in log["admitted"] if name >= 8]
+    assert first_refill[:3] == [12, 12, 12]  # jobs 0-2 finish at t=4, 8, 12: one prefill of three rows
+    assert log["batches"][:2] == [8, 3]
+    # the queue's last rows do not wait for more free rows than the queue can fill
+    tail = simulate([Job(0, 5, 400), Job(1, 5, 4), Job(2, 5, 4)], rows=2, prefill_tokens=1000, mode="continuous",
+                    min_admission=2)
+    assert [name for _, name, _ in tail["admitted"]] == [0, 1, 2] and tail["admitted"][2][0] == 4
+
+
 def test_prefill_batches_respect_the_token_bound():
     jobs = [Job(i, 30, 4) for i in range(6)] + [Job(6, 100, 4)]
     sched = Scheduler(16, 64, "continuous", lambda j: j.prompt)
@@ -101,10 +113,11 @@ def test_compaction_moves_the_tail_into_the_smallest_bucket():
     st.integers(1, 12),
     st.sampled_from(["continuous", "static"]),
     st.integers(1, 128),
+    st.integers(1, 16),
 )
-def test_invariants_hold_for_any_workload(specs, rows, mode, prefill_tokens):
+def test_invariants_hold_for_any_workload(specs, rows, mode, prefill_tokens, min_admission):
     jobs = [Job(i, p, o) for i, (p, o) in enumerate(specs)]
-    log = simulate(jobs, rows, prefill_tokens, mode)
+    log = simulate(jobs, rows, prefill_tokens, mode, min_admission=min_admission)
     assert sorted(name for _, name in log["finished"]) == list(range(len(jobs)))
     assert [name for _, name, _ in log["admitted"]] == list(range(len(jobs)))
     assert all(b <= rows for b in log["buckets"])
