@@ -47,15 +47,18 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-COMMIT_ENV_VAR = "INFERLAB_GIT_COMMIT"  # for copies of a checkout without .git (the device machine)
+COMMIT_ENV_VAR = "INFERLAB_GIT_COMMIT"  # for copies of a checkout whose .git is missing or stale (the device)
 
 
 def git_commit(repo: Path = _REPO_ROOT) -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the checkout the package runs from; $INFERLAB_GIT_COMMIT (dirty unknown) for a copy
-    without .git; (None, None) otherwise."""
+    """(commit, dirty) of the checkout the package runs from. $INFERLAB_GIT_COMMIT wins when set (dirty
+    unknown): the device machine's copy of the tree carries a .git from an earlier sync, whose HEAD is not the
+    code that runs. (None, None) when neither is known."""
+    if os.environ.get(COMMIT_ENV_VAR):
+        return os.environ[COMMIT_ENV_VAR], None
     commit = _run(["git", "-C", str(repo), "rev-parse", "HEAD"])
     if commit is None:
-        return (os.environ[COMMIT_ENV_VAR], None) if os.environ.get(COMMIT_ENV_VAR) else (None, None)
+        return None, None
     status = _run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"])
     return commit, bool(status)
 
