@@ -6,7 +6,7 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="compare two runs cell by cell (headline figure, delta, delta %)")
+    p = sub.add_parser("compare", help="compare two runs cell by cell (headline figure, delta, delta %%)")
     p.add_argument("run_a", metavar="RUN_A")
     p.add_argument("run_b", metavar="RUN_B")
     p.set_defaults(func=_compare)

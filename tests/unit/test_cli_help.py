@@ -1,0 +1,24 @@
+"""`inferlab --help` and every command's --help render (argparse formats help strings with %)."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferlab.cli import build_parser, main
+
+
+def test_top_level_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("bench", "report", "compare", "recommend", "generate", "conformers", "demo", "tune"):
+        assert command in out
+
+
+def test_every_command_help_renders(capsys):
+    commands = build_parser()._subparsers._group_actions[0].choices
+    for name in commands:
+        with pytest.raises(SystemExit) as e:
+            main([name, "--help"])
+        assert e.value.code == 0, name
