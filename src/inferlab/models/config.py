@@ -123,6 +123,9 @@ def _sliding_window(cfg: dict[str, Any]) -> int | None:
     return int(window)
 
 
+_REQUIRED_KEYS = ("num_attention_heads", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")
+
+
 def read_model_spec(model_dir: str | Path) -> ModelSpec:
     """Parse `model_dir`/config.json (+ generation_config.json when present) into a ModelSpec."""
     root = Path(model_dir)
@@ -133,6 +136,12 @@ def read_model_spec(model_dir: str | Path) -> ModelSpec:
     architectures = cfg.get("architectures") or []
     if not architectures:
         raise InputError(f"{config_path} has no 'architectures' entry; cannot tell which model this is")
+    missing = [key for key in _REQUIRED_KEYS if key not in cfg]
+    if missing:  # another family's config (GPT-2 names these n_head, n_layer...): say so before a KeyError
+        from inferlab.models.registry import implementation_for
+
+        implementation_for(str(architectures[0]))  # UnsupportedError for an architecture we do not implement
+        raise InputError(f"{config_path} lacks {', '.join(missing)}; is this a complete HuggingFace config?")
     if cfg.get("mlp_bias"):
         raise UnsupportedError("mlp_bias=true is not supported by the inferlab engine; use --backend hf")
     hidden_act = cfg.get("hidden_act", "silu")

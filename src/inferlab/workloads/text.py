@@ -54,9 +54,6 @@ def engine_backend(model_dir: str, options: dict[str, Any]) -> Backend:
     """Our engine: options are EngineConfig fields (max_slots, max_seq_len, device, dtype, ...)."""
     from inferlab.engine import Engine, EngineConfig
 
-    problem = engine_architecture_problem(model_dir)  # before the engine parses a config it cannot read
-    if problem is not None:
-        raise UnsupportedError(problem)
     engine = Engine(EngineConfig(model=model_dir, **options))
     return engine.stream
 

@@ -134,8 +134,6 @@ def test_over_long_prompt_and_constrained_request_are_error_results(gpt2_dir, tm
     assert plain.error is None and (len(plain.token_ids) == 4 or plain.finish_reason == "eos")
 
 
-@pytest.mark.xfail(strict=True, reason="models/config.py reads num_attention_heads before any architecture check: "
-                                       "a GPT-2 config raises KeyError, not UnsupportedError (text.py checks first)")
 def test_the_engine_config_reader_refuses_gpt2_clearly(gpt2_dir):
     from inferlab.errors import UnsupportedError
     from inferlab.models.config import read_model_spec
