@@ -61,7 +61,10 @@ def time_us(ctx, fn: Callable[[], Any], iters: int = 20, graph: bool = True) -> 
 
 def part_sampling(ctx) -> dict[str, Any]:
     from inferlab.engine.kernels import triton_filter, triton_sampling
-    from inferlab.engine.sampler import FILTER_MIN_P, FILTER_TOP_K, FILTER_TOP_P, filter_threshold
+    from inferlab.engine.ops import select_ops
+    from inferlab.engine.sampler import FILTER_MIN_P, FILTER_TOP_K, FILTER_TOP_P, filter_threshold, top_p_by_rejection
+
+    triton_ops = select_ops("triton", ctx.device)
 
     res: dict[str, Any] = {}
     vocab = 5000 if ctx.quick else VOCAB
@@ -89,6 +92,16 @@ def part_sampling(ctx) -> dict[str, Any]:
             ),
             "top-k 50 + top-p threshold (us)": time_us(
                 ctx, lambda: triton_filter.filter_threshold(logits, t, k50, p, m, FILTER_TOP_K), iters
+            ),
+            "top-p by rejection, whole draw (us)": time_us(
+                ctx, lambda: top_p_by_rejection(logits, t, p, m, seeds, seeds, triton_ops), iters
+            ),
+            "threshold + race, whole draw (us)": time_us(
+                ctx,
+                lambda: triton_sampling.race_argmax(
+                    logits, t, triton_filter.filter_threshold(logits, t, none, p, m, FILTER_TOP_P), seeds, seeds
+                ),
+                iters,
             ),
             "race bf16, no threshold (us)": time_us(
                 ctx, lambda: triton_sampling.race_argmax(logits, t, None, seeds, seeds), iters
@@ -134,6 +147,12 @@ def part_sampling(ctx) -> dict[str, Any]:
             + f"; top-k+top-p {cell['top-k 50 + top-p threshold (us)']:.0f}; sweep best {cell.get('sweep best')}",
         )
         race = cell["race bf16 with threshold (us)"]
+        ctx.row(
+            "sampling",
+            f"rows={rows} top-p draw (us): by rejection vs threshold + race",
+            f"{cell['top-p by rejection, whole draw (us)']:.0f} vs {cell['threshold + race, whole draw (us)']:.0f}",
+            "",
+        )
         ctx.row(
             "sampling",
             f"rows={rows} race bf16 (us) vs old cast+race fp32",

@@ -12,6 +12,17 @@ sort-based reference (CPU, tests). The caller passes a filter level (FILTER_NONE
 FILTER_TOP_P / FILTER_TOP_K) chosen on the host from the admitted requests, so a batch never pays for a
 filter none of its rows uses.
 
+Top-p without top-k (FILTER_TOP_P, the common case) skips the threshold search, whose radix passes cost
+~2.2 ms per step at 256 rows x 128k vocabulary on an H200, half the step: `top_p_by_rejection` races
+over the tokens above a pivot and accepts the draw when the mass strictly above its logit is < top_p x the
+total, which is exactly membership of the kept set above (an upper set in key order, ties at the
+threshold kept). A rejected draw is outside the kept set, and so is everything at or below its key: the
+pivot moves up past it. Each round accepts with probability >= top_p, so after TOP_P_ROUNDS rounds the
+few rows still open take the exact threshold (the radix passes run for them alone) and one last race.
+Conditioned on acceptance a draw follows the kept distribution, so the tokens are distributed exactly as
+with the threshold; they are other draws than the threshold path's for the same seed (fresh noise per
+round, keyed by the round).
+
 Sampling is the exponential race: token = argmax_i p_i / E_i with E_i ~ Exp(1), i.e. argmax of
 logit_i / T - log(E_i), computed in base 2 (race_noise). E_i comes from a counter-based hash of (request
 seed, token index, vocab index) computed with integer tensor ops, so a request's tokens depend on its seed
@@ -47,11 +58,18 @@ def mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def row_keys(seeds: torch.Tensor, token_index: torch.Tensor) -> torch.Tensor:
-    """[rows] int64 seeds (>= 0) and token indices -> [rows] int64 keys in [0, 2^32), one per sampled token."""
+ROUND_SALT = 0x68E31DA4  # keys of the rejection rounds after the first (see top_p_by_rejection)
+
+
+def row_keys(seeds: torch.Tensor, token_index: torch.Tensor, round_index: int = 0) -> torch.Tensor:
+    """[rows] int64 seeds (>= 0) and token indices -> [rows] int64 keys in [0, 2^32), one per sampled token
+    (and per rejection round: round 0 is the plain race's key)."""
     lo, hi = seeds & MASK32, (seeds >> 32) & MASK32
     seed_key = mix32(lo ^ mix32(hi ^ 0x5BD1E995))
-    return mix32((seed_key + mix32((token_index & MASK32) ^ 0x27D4EB2F)) & MASK32)
+    key = mix32((seed_key + mix32((token_index & MASK32) ^ 0x27D4EB2F)) & MASK32)
+    if round_index:
+        key = mix32(key ^ mix32(torch.full_like(key, round_index ^ ROUND_SALT)))
+    return key
 
 
 def uniform_from_hash(h: torch.Tensor) -> torch.Tensor:
@@ -88,15 +106,69 @@ def race_argmax_torch(
     tau: torch.Tensor | None,  # [rows] int32 threshold key: keep float_key(logit) >= tau; None: keep all
     seeds: torch.Tensor,  # [rows] int64 request seeds
     token_index: torch.Tensor,  # [rows] int64: which of the request's tokens is being drawn
+    round_index: int = 0,  # rejection round (top_p_by_rejection): fresh noise per round
+    skip: torch.Tensor | None = None,  # [rows] bool: rows whose token is not needed (any value comes back)
 ) -> torch.Tensor:  # [rows] int64
     logits = logits.float()
     greedy = temperature <= 0
     scaled = logits * (LOG2E / torch.where(greedy, 1.0, temperature))[:, None]  # logit / T in base 2
-    noise = race_noise(row_keys(seeds, token_index), logits.shape[1])
+    noise = race_noise(row_keys(seeds, token_index, round_index), logits.shape[1])
     race = scaled + torch.where(greedy[:, None], 0.0, noise)
     if tau is not None:
         race = torch.where(float_key(logits) >= tau[:, None], race, float("-inf"))
     return race.argmax(dim=-1)
+
+
+def mass_above_torch(
+    logits: torch.Tensor,  # [rows, vocab] fp32 (or bf16/fp16, compared and summed as fp32)
+    temperature: torch.Tensor,  # [rows] fp32 (<= 0 counts as 1)
+    drawn: torch.Tensor,  # [rows] int64 token per row
+    skip: torch.Tensor,  # [rows] bool: rows not checked (zeros come back)
+) -> tuple[torch.Tensor, torch.Tensor]:  # ([rows] mass strictly above the drawn logit, [rows] total), fp32
+    """Softmax masses at temperature T, unnormalised (shifted by the row maximum)."""
+    x = logits.float()
+    t = torch.where(temperature > 0, temperature, 1.0)[:, None]
+    w = torch.exp((x - x.max(dim=-1, keepdim=True).values) / t)  # [rows, vocab]
+    pivot = float_key(x.gather(1, drawn[:, None]))  # [rows, 1]
+    above = torch.where(float_key(x) > pivot, w, 0.0).sum(dim=-1)
+    keep = ~skip
+    return torch.where(keep, above, 0.0), torch.where(keep, w.sum(dim=-1), 0.0)
+
+
+TOP_P_ROUNDS = 3  # rejection rounds before the exact fallback (each accepts a row with probability >= top_p)
+
+
+def top_p_by_rejection(
+    logits: torch.Tensor,  # [rows, vocab] fp32, bf16 or fp16, masks applied
+    temperature: torch.Tensor,  # [rows] fp32, 0 = greedy
+    top_p: torch.Tensor,  # [rows] fp32, 1.0 = off
+    min_p: torch.Tensor,  # [rows] fp32, 0.0 = off
+    seeds: torch.Tensor,  # [rows] int64
+    token_index: torch.Tensor,  # [rows] int64
+    ops,  # engine.ops.Ops: filter_threshold, race_argmax, mass_above
+    rounds: int = TOP_P_ROUNDS,
+) -> torch.Tensor:  # [rows] int64
+    """Top-p (and min-p) sampling without the threshold search; see the module docstring. Fixed launches
+    and no host sync: graph-capturable. Rows without top-p (greedy, top_p = 1) take round 0's race."""
+    no_top_k = torch.zeros_like(token_index)
+    floor = ops.filter_threshold(logits, temperature, no_top_k, top_p, min_p, FILTER_MIN_P)  # [rows] min-p key
+    plain = (temperature <= 0) | (top_p >= 1)  # [rows] bool: no top-p to check, round 0's draw stands
+    done = torch.zeros_like(plain)  # [rows] bool: token chosen
+    tokens = torch.zeros_like(token_index)
+    pivot, total = floor, None
+    for r in range(rounds):
+        drawn = ops.race_argmax(logits, temperature, pivot, seeds, token_index, r, done if r else None)
+        above, mass = ops.mass_above(logits, temperature, drawn, plain | done)
+        total = mass if total is None else total  # the same every round: kept from round 0
+        accept = ~done & (plain | (above < top_p * total))
+        tokens = torch.where(accept, drawn, tokens)
+        done = done | accept
+        drawn_key = float_key(logits.float().gather(1, drawn[:, None]).squeeze(1))
+        pivot = torch.where(done, pivot, torch.maximum(pivot, drawn_key + 1))  # past the rejected draw
+    # the rows still open (probability <= (1 - top_p)^rounds each): the exact threshold, for them alone
+    tau = ops.filter_threshold(logits, temperature, no_top_k, torch.where(done | plain, 1.0, top_p), min_p, FILTER_TOP_P)
+    last = ops.race_argmax(logits, temperature, tau, seeds, token_index, rounds, done)
+    return torch.where(done, tokens, last)
 
 
 # How much filtering a batch needs; the host picks the level (and so the graph variant) from the live
@@ -153,8 +225,10 @@ def sample(
     min_p: torch.Tensor,  # [rows] fp32
     seeds: torch.Tensor,  # [rows] int64
     token_index: torch.Tensor,  # [rows] int64
-    ops,  # engine.ops.Ops: filter_threshold and race_argmax (torch above, or Triton kernels)
+    ops,  # engine.ops.Ops: filter_threshold, race_argmax, mass_above (torch above, or Triton kernels)
     level: int,  # FILTER_*: at least the highest level any row needs
 ) -> torch.Tensor:  # [rows] int64 token ids
+    if level == FILTER_TOP_P:
+        return top_p_by_rejection(logits, temperature, top_p, min_p, seeds, token_index, ops)
     tau = ops.filter_threshold(logits, temperature, top_k, top_p, min_p, level)
     return ops.race_argmax(logits, temperature, tau, seeds, token_index)

@@ -26,6 +26,7 @@ from inferlab.engine.sampler import (
     race_noise,
     row_keys,
     sample,
+    top_p_by_rejection,
 )
 
 OPS = select_ops("torch", torch.device("cpu"))
@@ -120,6 +121,35 @@ def test_samples_follow_the_filtered_distribution():
     freq = torch.bincount(tokens, minlength=logits.numel()).float() / n
     assert torch.all(freq[~allowed] == 0)
     assert (freq - expected).abs().max() < 0.012  # about 5 standard errors at n = 40000
+
+
+@pytest.mark.parametrize("rounds", [0, 1, 3])  # 0: every row through the exact fallback
+@pytest.mark.parametrize("t, p, m", [(0.8, 0.9, 0.02), (1.3, 0.3, 0.0), (0.7, 0.6, 0.3)])
+def test_top_p_by_rejection_follows_the_filtered_distribution(rounds, t, p, m):
+    logits = torch.tensor([2.0, 1.5, 1.0, 0.2, -0.5, -3.0, 0.9, 0.1, -1.0])
+    allowed = _hf_allowed(logits, t, 0, p, m)
+    expected = torch.where(allowed, logits / t, float("-inf")).softmax(-1)
+    n = 40000
+    tokens = top_p_by_rejection(
+        logits.repeat(n, 1), torch.full((n,), t), torch.full((n,), p), torch.full((n,), m), torch.arange(n),
+        torch.zeros(n, dtype=torch.long), OPS, rounds,
+    )  # fmt: skip
+    freq = torch.bincount(tokens, minlength=logits.numel()).float() / n
+    assert torch.all(freq[~allowed] == 0)
+    assert (freq - expected).abs().max() < 0.012  # about 5 standard errors at n = 40000
+
+
+def test_top_p_by_rejection_is_the_sample_path_and_per_row():
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(6, 2000, generator=g) * 2
+    args = (torch.tensor([1.0, 0.0, 0.7, 1.0, 1.2, 1.0]), torch.zeros(6, dtype=torch.long),
+            torch.tensor([0.9, 0.5, 0.2, 1.0, 0.95, 0.5]), torch.tensor([0.0, 0.0, 0.0, 0.1, 0.0, 0.0]))
+    seeds, index = torch.arange(6) * 7, torch.arange(6) + 3
+    tokens = sample(logits, *args, seeds, index, OPS, FILTER_TOP_P)
+    assert torch.equal(tokens, top_p_by_rejection(logits, args[0], args[2], args[3], seeds, index, OPS))
+    assert tokens[1] == logits[1].argmax()  # greedy rows take the argmax
+    alone = sample(logits[4:5], *(a[4:5] for a in args), seeds[4:5], index[4:5], OPS, FILTER_TOP_P)
+    assert alone[0] == tokens[4]  # a row's draw does not depend on its batch
 
 
 def test_greedy_rows_take_the_first_argmax_whatever_the_filters():

@@ -220,6 +220,16 @@ def choose_chunks(rows: int, vocab: int, block: int, sm_count: int) -> int:
     return max(1, min((4 * sm_count) // rows, triton.cdiv(vocab, block), MAX_CHUNKS))
 
 
+def row_max_partials(logits: torch.Tensor, block: int = 256, num_warps: int = 8) -> torch.Tensor:
+    """[rows, vocab] -> [rows, chunks] fp32 maxima of each row's slices (the filter's max pass alone)."""
+    rows, vocab = logits.shape
+    chunks = choose_chunks(rows, vocab, block, _sm_count(logits.device))
+    span = triton.cdiv(triton.cdiv(vocab, chunks), block) * block
+    pmax = torch.empty((rows, chunks), dtype=torch.float32, device=logits.device)
+    _max_kernel[(rows, chunks)](logits, pmax, logits.stride(0), vocab, span, chunks, BLOCK=block, num_warps=num_warps)
+    return pmax
+
+
 def filter_threshold(
     logits: torch.Tensor,  # [rows, vocab] bf16, fp16 or fp32 (masks already applied), unit stride along vocab
     temperature: torch.Tensor,  # [rows] fp32 (<= 0, greedy, counts as 1)

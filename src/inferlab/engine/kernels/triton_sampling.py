@@ -7,7 +7,10 @@ and writes its chunk's best value and index. Greedy rows skip the noise (a branc
 logits are read in the dtype the LM head wrote (bf16: half the bytes of an fp32 copy, and no cast
 kernel); bf16 -> fp32 is exact, so the arithmetic and the threshold keys are those of the reference.
 Pick, one program per row: the first chunk holding the best value (first index on ties, as torch.argmax).
-No [rows, vocab] noise tensor is ever materialised.
+No [rows, vocab] noise tensor is ever materialised. ROUND > 0 re-keys the noise (sampler.row_keys), SKIP
+rows return at once (both for sampler.top_p_by_rejection).
+Mass above, grid (rows, vocab chunks): the softmax masses exp((x - max) / T) of one chunk, strictly above
+the drawn token's logit and in all, written per chunk and summed in a fixed order (deterministic).
 """
 
 from __future__ import annotations
@@ -41,12 +44,25 @@ def _row_key(seed, token_index):
 
 
 @triton.jit
+def _round_key(key, ROUND: tl.constexpr):
+    """sampler.row_keys' re-keying for rejection round ROUND (round 0: the key as it is)."""
+    if ROUND > 0:
+        key = _mix32(key ^ _mix32(tl.full([], ROUND ^ 0x68E31DA4, tl.uint32)))
+    return key
+
+
+@triton.jit
 def _race_kernel(
-    LOGITS, TEMP, TAU, SEEDS, INDEX, BEST_VAL, BEST_IDX, stride_l, vocab,
-    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, HAS_TAU: tl.constexpr,
+    LOGITS, TEMP, TAU, SEEDS, INDEX, SKIP, BEST_VAL, BEST_IDX, stride_l, vocab,
+    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, HAS_TAU: tl.constexpr, ROUND: tl.constexpr, HAS_SKIP: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
     chunk = tl.program_id(1)
+    if HAS_SKIP:
+        if tl.load(SKIP + row) != 0:
+            tl.store(BEST_VAL + row * CHUNKS + chunk, float("-inf"))
+            tl.store(BEST_IDX + row * CHUNKS + chunk, 0)
+            return
     ids = chunk * BLOCK + tl.arange(0, BLOCK)
     valid = ids < vocab
     x = tl.load(LOGITS + row.to(tl.int64) * stride_l + ids, mask=valid, other=float("-inf")).to(tl.float32)
@@ -54,7 +70,7 @@ def _race_kernel(
     greedy = t <= 0.0
     race = x * (1.4426950408889634 / tl.where(greedy, 1.0, t))  # sampler.LOG2E / T: logit / T in base 2
     if t > 0.0:  # sampled row: add the noise
-        key = _row_key(tl.load(SEEDS + row), tl.load(INDEX + row))
+        key = _round_key(_row_key(tl.load(SEEDS + row), tl.load(INDEX + row)), ROUND)
         h = _mix32(key ^ ((ids.to(tl.uint32) * 0x9E3779B9) & 0xFFFFFFFF))
         u = ((h >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)  # sampler.UNIFORM_BITS = 23: never 0 or 1
         race = race - tl.log2(-tl.log2(u))
@@ -83,6 +99,8 @@ def race_argmax(
     tau: torch.Tensor | None,  # [rows] int32 threshold key, or None: no threshold
     seeds: torch.Tensor,  # [rows] int64
     token_index: torch.Tensor,  # [rows] int64
+    round_index: int = 0,  # rejection round: re-keys the noise
+    skip: torch.Tensor | None = None,  # [rows] bool: rows to leave out (token 0 comes back)
     block: int = 4096,
     num_warps: int = 8,
 ) -> torch.Tensor:  # [rows] int64
@@ -93,9 +111,63 @@ def race_argmax(
     best_idx = torch.empty((rows, chunks), dtype=torch.int32, device=logits.device)
     tokens = torch.empty(rows, dtype=torch.int64, device=logits.device)
     _race_kernel[(rows, chunks)](
-        logits, temperature, tau if tau is not None else temperature, seeds, token_index, best_val, best_idx,
-        logits.stride(0), vocab,
-        CHUNKS=chunks, BLOCK=block, HAS_TAU=tau is not None, num_warps=num_warps,
+        logits, temperature, tau if tau is not None else temperature, seeds, token_index,
+        skip if skip is not None else temperature, best_val, best_idx, logits.stride(0), vocab,
+        CHUNKS=chunks, BLOCK=block, HAS_TAU=tau is not None, ROUND=round_index, HAS_SKIP=skip is not None,
+        num_warps=num_warps,
     )  # fmt: skip
     _pick_kernel[(rows,)](best_val, best_idx, tokens, CHUNKS=chunks, BLOCK_C=max(2, triton.next_power_of_2(chunks)))
     return tokens
+
+
+@triton.jit
+def _mass_kernel(
+    LOGITS, TEMP, DRAWN, SKIP, PMAX, ABOVE, TOTAL, stride_l, vocab, pmax_chunks,
+    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, MAX_CHUNKS: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    chunk = tl.program_id(1)
+    above = tl.zeros([], tl.float32)
+    total = tl.zeros([], tl.float32)
+    if tl.load(SKIP + row) == 0:
+        base = LOGITS + row.to(tl.int64) * stride_l
+        c = tl.arange(0, MAX_CHUNKS)
+        top = tl.max(tl.load(PMAX + row * pmax_chunks + c, mask=c < pmax_chunks, other=float("-inf")), axis=0)
+        t = tl.load(TEMP + row)
+        scale = 1.4426950408889634 / tl.where(t > 0.0, t, 1.0)  # exp((x - top) / T) as exp2
+        drawn = tl.load(base + tl.load(DRAWN + row)).to(tl.float32)
+        drawn_bits = drawn.to(tl.int32, bitcast=True)
+        drawn_key = drawn_bits ^ ((drawn_bits >> 31) & 0x7FFFFFFF)
+        ids = chunk * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(base + ids, mask=ids < vocab, other=float("-inf")).to(tl.float32)
+        w = tl.exp2((x - top) * scale)  # 0 for -inf (masked) logits
+        bits = x.to(tl.int32, bitcast=True)
+        above = tl.sum(tl.where((bits ^ ((bits >> 31) & 0x7FFFFFFF)) > drawn_key, w, 0.0), axis=0)
+        total = tl.sum(w, axis=0)
+    tl.store(ABOVE + row * CHUNKS + chunk, above)
+    tl.store(TOTAL + row * CHUNKS + chunk, total)
+
+
+def mass_above(
+    logits: torch.Tensor,  # [rows, vocab] bf16, fp16 or fp32, unit stride along vocab
+    temperature: torch.Tensor,  # [rows] fp32 (<= 0 counts as 1)
+    drawn: torch.Tensor,  # [rows] int64
+    skip: torch.Tensor,  # [rows] bool: rows not checked (zeros come back)
+    block: int = 4096,
+    num_warps: int = 8,
+) -> tuple[torch.Tensor, torch.Tensor]:  # ([rows] mass strictly above the drawn logit, [rows] total), fp32
+    """sampler.mass_above_torch: the row maximum from triton_filter's max pass, then one pass of masses."""
+    from inferlab.engine.kernels.triton_filter import MAX_CHUNKS, row_max_partials
+
+    rows, vocab = logits.shape
+    assert logits.stride(-1) == 1
+    chunks = triton.cdiv(vocab, block)
+    pmax = row_max_partials(logits)  # [rows, pmax_chunks]
+    above = torch.empty((rows, chunks), dtype=torch.float32, device=logits.device)
+    total = torch.empty((rows, chunks), dtype=torch.float32, device=logits.device)
+    _mass_kernel[(rows, chunks)](
+        logits, temperature, drawn, skip, pmax, above, total, logits.stride(0), vocab, pmax.shape[1],
+        CHUNKS=chunks, BLOCK=block, MAX_CHUNKS=MAX_CHUNKS, num_warps=num_warps,
+    )  # fmt: skip
+    return above.sum(dim=1), total.sum(dim=1)
+
