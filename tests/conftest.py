@@ -5,9 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from inferlab.models.checkpoint_init import init_checkpoint
 from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
+
+
+@pytest.fixture(scope="module")
+def one_cpu_thread():
+    """Small tensors step by step: intra-op threads only add synchronisation (badly so on a busy 2-core
+    machine, where an OpenMP barrier can cost milliseconds). Use: pytest.mark.usefixtures("one_cpu_thread")."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -8,19 +8,13 @@ import json
 import re
 
 import pytest
-import torch
 from rdkit import Chem
 
 from inferlab.cli import main
 from inferlab.workloads.conformers.sdf import read_sdf
 
 
-@pytest.fixture(autouse=True)
-def _one_cpu_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
 def test_demo_runs_and_reuses_its_checkpoint(tmp_path, capsys):

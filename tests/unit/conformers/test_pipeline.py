@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from rdkit import Chem
 
 from inferlab.cli import main
@@ -28,12 +27,7 @@ MOLECULES = {  # id -> SMILES; small, without stereo (an SDF read back assigns s
 ENGINE = {"max_slots": 4, "max_seq_len": 320}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_cpu_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
 @pytest.fixture(scope="module")

@@ -23,12 +23,7 @@ LINES = ["C methane", "CO methanol", "C1CC broken", "CN methylamine", "O water",
 K = 2
 
 
-@pytest.fixture(autouse=True)
-def _one_cpu_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-import torch
 from transformers import AutoTokenizer
 
 from inferlab.engine.constraints.token_automaton import GrammarSet, grammar_set_for
@@ -39,10 +38,5 @@ def case(request) -> TokenizerCase:
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _one_cpu_thread():
-    """Small tensors step by step: intra-op threads only add synchronisation (badly so on a busy 2-core
-    machine, where an OpenMP barrier can cost milliseconds)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_cpu_thread_here(one_cpu_thread):
     yield
-    torch.set_num_threads(before)

@@ -9,7 +9,6 @@ import os
 from functools import lru_cache
 
 import pytest
-import torch
 from rdkit import RDConfig
 
 from inferlab.engine import Engine, EngineConfig
@@ -47,12 +46,7 @@ def small_nci_molecules(max_atoms: int, count: int) -> tuple[str, ...]:
     return tuple(chosen)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_cpu_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # small steps: intra-op threads only add barriers on a busy 2-core machine
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
 @pytest.fixture(scope="module")

@@ -17,12 +17,7 @@ from inferlab.workloads.tune.candidates import useful_sizes
 from inferlab.workloads.tune.tuned_file import FORMAT
 
 
-@pytest.fixture(autouse=True)
-def _one_cpu_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
 def write_lines(path, rows: list[dict]):
