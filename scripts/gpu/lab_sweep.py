@@ -75,6 +75,11 @@ SMOKE_ARGS = {
     "conformer-baseline": ["--model", "tiny-qwen3", "--set", "num_molecules=2", "--set", "max_requests=4",
                            "--set", "batch_size=2", "--set", "dtype=float32", "--set", "compile=false",
                            "--set", "warmup_steps=2", *_ONE_THREAD],
+    "engine-vs-hf": ["--model", "tiny", "--set", "dtype=float32", "--only", "backend=inferlab", "--only", "scenario=generate",
+                     "--set", "new_tokens=4", "--set", "batch_size=2", "--set", "num_prompts=2",
+                     "--set", "min_duration_s=0.1", "--set", "max_duration_s=0.3", *_ONE_THREAD],
+    "conformer-engine": ["--model", "tiny-qwen3", "--set", "num_molecules=2", "--set", "batch_size=4",
+                         "--set", "slots=4", "--set", "dtype=float32", *_ONE_THREAD],
 }
 
 
