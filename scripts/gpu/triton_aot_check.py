@@ -30,7 +30,14 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from inferlab.engine.constraints import step_kernels  # noqa: E402
-from inferlab.engine.kernels import triton_filter, triton_gemm, triton_norm, triton_sampling, triton_step  # noqa: E402
+from inferlab.engine.kernels import (  # noqa: E402
+    triton_filter,
+    triton_gemm,
+    triton_norm,
+    triton_sampling,
+    triton_step,
+    triton_top_p,
+)
 
 
 def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
@@ -65,13 +72,24 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
     for do_top, has_k in ((False, False), (True, False), (True, True)):
         c = dict(DO_TOP=do_top, HAS_TOP_K=has_k, KEY_BITS=16, MAX_CHUNKS=64)
         out.append((f"filter finish top={do_top} k={has_k}", triton_filter._finish_kernel, fin, c, [], {}))
-    race = dict(LOGITS="*bf16", TEMP="*fp32", TAU="*i32", SEEDS="*i64", INDEX="*i64", BEST_VAL="*fp32",
+    race = dict(LOGITS="*bf16", TEMP="*fp32", TAU="*i32", SEEDS="*i64", INDEX="*i64", SKIP="*i8", BEST_VAL="*fp32",
                 BEST_IDX="*i32", stride_l="i32", vocab="i32")  # fmt: skip
-    for tau in (False, True):
-        c = dict(CHUNKS=32, BLOCK=4096, HAS_TAU=tau)
-        out.append(
-            (f"race tau={tau}", triton_sampling._race_kernel, race, c, ["LOGITS", "stride_l"], dict(num_warps=8))
-        )
+    for tau, round_index, skip in ((False, 0, False), (True, 0, False), (True, 2, True)):
+        c = dict(CHUNKS=32, BLOCK=4096, HAS_TAU=tau, ROUND=round_index, HAS_SKIP=skip)
+        out.append((f"race tau={tau} round={round_index} skip={skip}", triton_sampling._race_kernel, race, c,
+                    ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
+    out.append(("top-p start", triton_top_p._start_kernel,
+                dict(PMAX="*fp32", TEMP="*fp32", MIN_P="*fp32", PIVOT="*i32", DONE="*i8", TOKENS="*i64",
+                     pmax_chunks="i32"), dict(MAX_CHUNKS=64), [], {}))  # fmt: skip
+    out.append(("top-p mass", triton_top_p._mass_kernel,
+                dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", DRAWN="*i64", DONE="*i8", PMAX="*fp32",
+                     ABOVE="*fp32", TOTAL="*fp32", stride_l="i32", vocab="i32", pmax_chunks="i32"),
+                dict(CHUNKS=32, BLOCK=4096, MAX_CHUNKS=64), ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
+    for first, last in ((True, False), (False, True)):
+        out.append((f"top-p round first={first} last={last}", triton_top_p._round_kernel,
+                    dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", DRAWN="*i64", ABOVE="*fp32", TOTAL="*fp32",
+                         ROW_TOTAL="*fp32", PIVOT="*i32", DONE="*i8", TOKENS="*i64", OPEN_P="*fp32", stride_l="i32"),
+                    dict(CHUNKS=32, BLOCK_C=32, FIRST=first, LAST=last), [], {}))  # fmt: skip
     out.append(("race pick", triton_sampling._pick_kernel,
                 dict(BEST_VAL="*fp32", BEST_IDX="*i32", OUT="*i64"), dict(CHUNKS=32, BLOCK_C=32), [], {}))  # fmt: skip
     out.append(("embedding + rms norm", triton_norm._embed_rms_norm_kernel,
