@@ -15,7 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__)
     source = p.add_mutually_exclusive_group()
     source.add_argument("--preset", help="a named plan: quick, seed-attention, seed-generate, seed-static-cache, "
-                        "seed-classify, seed-hidden-states, conformer-baseline (see --list)")
+                        "seed-classify, seed-hidden-states, conformer-baseline, engine-vs-hf, conformer-engine "
+                        "(see --list)")
     source.add_argument("--plan", help="a TOML plan file (see docs/lab.md)")
     source.add_argument("--scenario", help="build a one-sweep plan from flags: attention-kernels, generate, ...")
     p.add_argument("--model", action="append", default=[],
