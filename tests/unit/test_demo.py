@@ -47,3 +47,17 @@ def test_demo_runs_and_reuses_its_checkpoint(tmp_path, capsys):
     assert "(reused;" in out and "valid: 1 of 1" in out
     assert checkpoint.stat().st_mtime_ns == built_at
     assert len(list(read_sdf(work / "conformers.sdf"))) == 1  # a demo run starts afresh
+
+
+def test_without_the_qwen3_chem_tokenizer_the_demo_uses_the_built_in_one(tmp_path, capsys, monkeypatch):
+    from inferlab.models import shared_assets
+
+    monkeypatch.setattr(shared_assets, "_REPO_ROOT", tmp_path / "nowhere")
+    monkeypatch.delenv(shared_assets.ENV_VAR, raising=False)
+    work = tmp_path / "demo"
+    assert main(["demo", "--work-dir", str(work), "--max-atoms", "5", "--device", "cpu", "--num-molecules", "2",
+                 "--num-conformers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "(built; random weights, built-in tokenizer)" in out and "valid: 2 of 2" in out
+    assert (work / "tiny-float32" / "model.safetensors").exists()
+

@@ -45,7 +45,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     def on_ready(run) -> None:
         made = "built" if run.checkpoint_built else "reused"
-        print(f"model: {run.checkpoint} ({made}; random weights, qwen3-chem tokenizer)")
+        print(f"model: {run.checkpoint} ({made}; random weights, {run.tokenizer} tokenizer)")
         print(f"molecules ({len(run.molecules)} from RDKit's NCI set): "
               + ", ".join(smiles for _, smiles in run.molecules))
 
