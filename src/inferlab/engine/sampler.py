@@ -107,8 +107,6 @@ def race_argmax_torch(
     seeds: torch.Tensor,  # [rows] int64 request seeds
     token_index: torch.Tensor,  # [rows] int64: which of the request's tokens is being drawn
     round_index: int = 0,  # rejection round (top_p_by_rejection): fresh noise per round
-    skip: torch.Tensor | None = None,  # [rows] bool: rows whose token is not needed (the Triton kernel's
-    # early exit; computed anyway here)
 ) -> torch.Tensor:  # [rows] int64
     logits = logits.float()
     greedy = temperature <= 0

@@ -147,6 +147,14 @@ def ensure_pad_token(tokenizer, model) -> int:
     return pad_id
 
 
+def from_pretrained_for_inference(auto_class, model_dir: str | Path, dtype: torch.dtype, attn: str,
+                                  device: torch.device):
+    """`auto_class.from_pretrained` in `dtype` (with this transformers' keyword for it) and attention `attn`,
+    moved to `device`, in eval mode. The caller checks first that `attn` can run here."""
+    model = auto_class.from_pretrained(str(model_dir), **{_DTYPE_KWARG: dtype}, attn_implementation=attn)
+    return model.to(device).eval()
+
+
 def load_hf_model(config: ModelLoadConfig, auto_class) -> LoadedModel:
     """Load `config.model_dir` with `auto_class` (e.g. AutoModelForSequenceClassification) for inference.
 
@@ -162,8 +170,7 @@ def load_hf_model(config: ModelLoadConfig, auto_class) -> LoadedModel:
     check_quantization_available(config.quantization, device)
     start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = auto_class.from_pretrained(str(path), **{_DTYPE_KWARG: dtype}, attn_implementation=config.attn)
-    model.to(device).eval()
+    model = from_pretrained_for_inference(auto_class, path, dtype, config.attn, device)
     ensure_pad_token(tokenizer, model)
     quantized = quantize_model(model, config.quantization, device)
     if device.type == "cuda":

@@ -14,7 +14,7 @@ from typing import Any, Callable, Protocol
 
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob, knob_table
-from inferlab.errors import ConfigError
+from inferlab.errors import ConfigError, UnsupportedError
 
 
 @dataclass(frozen=True)
@@ -81,3 +81,15 @@ class BackendSpec:
     @property
     def knob_map(self) -> dict[str, Knob]:
         return knob_table(self.knobs)
+
+
+def require_attention_package(attn_implementation: str) -> None:
+    """In the cell: flash_attention_2 needs flash-attn importable (the parent only saw that it can be found;
+    a build for another torch fails here), else UnsupportedError (an `unavailable` row)."""
+    if attn_implementation != "flash_attention_2":
+        return
+    try:
+        import flash_attn  # noqa: F401
+    except Exception as e:
+        raise UnsupportedError(f"flash_attention_2 needs the flash-attn package: {type(e).__name__}: {e}") from None
+

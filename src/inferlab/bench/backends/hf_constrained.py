@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from inferlab.bench.backends.base import BackendSpec
+from inferlab.bench.backends.base import BackendSpec, require_attention_package
 from inferlab.bench.backends.constrained_base import ConformerRequest, ConstrainedSpec
 from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for
 from inferlab.bench.cells import Cell
@@ -75,18 +75,14 @@ class HFConstrainedBackend:
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
         import transformers
-        from packaging.version import Version
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from inferlab.workloads.hf_loading import from_pretrained_for_inference
+
         c = self.config
-        if c["attn_implementation"] == "flash_attention_2":
-            try:
-                import flash_attn  # noqa: F401
-            except Exception as e:
-                raise UnsupportedError(f"flash_attention_2 needs the flash-attn package: {type(e).__name__}: {e}") from None
-        dtype_kw = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
-        self.model = AutoModelForCausalLM.from_pretrained(
-            str(model_dir), attn_implementation=c["attn_implementation"], **{dtype_kw: dtype}).to(device).eval()
+        require_attention_package(c["attn_implementation"])
+        self.model = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype, c["attn_implementation"],
+                                                   device)
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.eos_token_ids = frozenset([self.tokenizer.eos_token_id])
         auto_compile = hasattr(self.model, "_valid_auto_compile_criteria")

@@ -18,7 +18,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from inferlab.bench.backends.base import BackendSpec, GenerateSpec
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec, require_attention_package
 from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for, compile_forward_by_hand
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
@@ -84,19 +84,14 @@ class HFGenerateBackend:
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
         import transformers
-        from packaging.version import Version
         from transformers import AutoModelForCausalLM
 
+        from inferlab.workloads.hf_loading import from_pretrained_for_inference
+
         c = self.config
-        if c["attn_implementation"] == "flash_attention_2":
-            try:
-                import flash_attn  # noqa: F401
-            except Exception as e:
-                raise UnsupportedError(f"flash_attention_2 needs the flash-attn package: {type(e).__name__}: {e}") from None
-        dtype_kw = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation=c["attn_implementation"],
-                                                     **{dtype_kw: dtype})
-        self.model = model.to(device).eval()
+        require_attention_package(c["attn_implementation"])
+        self.model = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype, c["attn_implementation"],
+                                                   device)
         gen = self.model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else self.model.config.eos_token_id
         self.eos_token_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))

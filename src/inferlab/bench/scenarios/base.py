@@ -27,6 +27,15 @@ class CellContext:
     def warn(self, message: str) -> None:
         self.warnings.append(message)
 
+    def add_backend_metrics(self, metrics: dict[str, Any], backend: Any) -> None:
+        """The backend's extra_metrics() into `metrics` (the scenario's own figures win); its "warnings"
+        become the row's warnings."""
+        extra = backend.extra_metrics()
+        for warning in extra.pop("warnings", []):
+            self.warn(warning)
+        for key, value in extra.items():
+            metrics.setdefault(key, value)
+
     def save_partial(self, metrics: dict[str, Any], pending: str) -> None:
         """Record the figures measured so far before an optional step that could crash the process
         (e.g. a profiler over CUDA graphs): if the process dies, the row keeps them, with a warning.

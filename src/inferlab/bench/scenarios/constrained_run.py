@@ -155,9 +155,5 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
         **validity,
         **peak_memory(device),
     }
-    extra = backend.extra_metrics()
-    for warning in extra.pop("warnings", []):
-        ctx.warn(warning)
-    for key, value in extra.items():
-        metrics.setdefault(key, value)
+    ctx.add_backend_metrics(metrics, backend)
     return metrics

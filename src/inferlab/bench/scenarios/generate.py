@@ -244,11 +244,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
         "device": str(device),
         **peak_memory(device),  # read before the profile and the bandwidth copy allocate anything
     }
-    extra = backend.extra_metrics()
-    for warning in extra.pop("warnings", []):
-        ctx.warn(warning)
-    for key, value in extra.items():
-        metrics.setdefault(key, value)
+    ctx.add_backend_metrics(metrics, backend)
     metrics.update(_after_measuring(cell, ctx, backend, batches[0], device, metrics))
     return metrics
 

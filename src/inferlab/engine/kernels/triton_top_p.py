@@ -7,8 +7,8 @@ and recomputed the row maximum every round. Here one draw is:
   per round     the race above the pivot (triton_sampling, re-keyed by round, done rows skipped), the mass
                 pass (softmax masses strictly above the drawn logit and in all, per chunk), and one
                 program per row that sums the chunks in a fixed order, accepts, and moves the pivot
-  fallback      the exact radix threshold with top_p = 1 for the settled rows (their passes do nothing),
-                one last race, and the pick.
+  fallback      the exact radix threshold (reusing the max pass) with top_p = 1 for the settled rows (their
+                passes do nothing), one last race, and the pick.
 Every launch has a fixed grid: graph-capturable, no host sync.
 """
 
@@ -142,7 +142,8 @@ def top_p_by_rejection(
             CHUNKS=chunks, BLOCK_C=max(2, triton.next_power_of_2(chunks)), FIRST=r == 0, LAST=r == rounds - 1,
         )  # fmt: skip
     # the rows still open (probability <= (1 - top_p)^rounds each): the exact threshold, for them alone
-    tau = triton_filter.filter_threshold(logits, temperature, torch.zeros_like(token_index), open_p, min_p, FILTER_TOP_P)
+    tau = triton_filter.filter_threshold(logits, temperature, torch.zeros_like(token_index), open_p, min_p, FILTER_TOP_P,
+                                         pmax=pmax)  # the max pass of the start, not a second one
     last = triton_sampling.race_argmax(logits, temperature, tau, seeds, token_index, rounds, done, block=block,
                                        num_warps=num_warps)
     return torch.where(done != 0, tokens, last)
