@@ -60,11 +60,8 @@ def time_us(ctx, fn: Callable[[], Any], iters: int = 20, graph: bool = True) -> 
 
 
 def part_sampling(ctx) -> dict[str, Any]:
-    from inferlab.engine.kernels import triton_filter, triton_sampling
-    from inferlab.engine.ops import select_ops
-    from inferlab.engine.sampler import FILTER_MIN_P, FILTER_TOP_K, FILTER_TOP_P, filter_threshold, top_p_by_rejection
-
-    triton_ops = select_ops("triton", ctx.device)
+    from inferlab.engine.kernels import triton_filter, triton_sampling, triton_top_p
+    from inferlab.engine.sampler import FILTER_MIN_P, FILTER_TOP_K, FILTER_TOP_P, filter_threshold
 
     res: dict[str, Any] = {}
     vocab = 5000 if ctx.quick else VOCAB
@@ -94,7 +91,7 @@ def part_sampling(ctx) -> dict[str, Any]:
                 ctx, lambda: triton_filter.filter_threshold(logits, t, k50, p, m, FILTER_TOP_K), iters
             ),
             "top-p by rejection, whole draw (us)": time_us(
-                ctx, lambda: top_p_by_rejection(logits, t, p, m, seeds, seeds, triton_ops), iters
+                ctx, lambda: triton_top_p.top_p_by_rejection(logits, t, p, m, seeds, seeds), iters
             ),
             "threshold + race, whole draw (us)": time_us(
                 ctx,

@@ -36,6 +36,7 @@ from inferlab.engine.kernels import (  # noqa: E402
     triton_norm,
     triton_sampling,
     triton_step,
+    triton_top_p,
 )
 
 
@@ -77,10 +78,18 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
         c = dict(CHUNKS=32, BLOCK=4096, HAS_TAU=tau, ROUND=round_index, HAS_SKIP=skip)
         out.append((f"race tau={tau} round={round_index} skip={skip}", triton_sampling._race_kernel, race, c,
                     ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
-    out.append(("top-p mass", triton_sampling._mass_kernel,
-                dict(LOGITS="*bf16", TEMP="*fp32", DRAWN="*i64", SKIP="*i8", PMAX="*fp32", ABOVE="*fp32",
-                     TOTAL="*fp32", stride_l="i32", vocab="i32", pmax_chunks="i32"),
+    out.append(("top-p start", triton_top_p._start_kernel,
+                dict(PMAX="*fp32", TEMP="*fp32", MIN_P="*fp32", PIVOT="*i32", DONE="*i8", TOKENS="*i64",
+                     pmax_chunks="i32"), dict(MAX_CHUNKS=64), [], {}))  # fmt: skip
+    out.append(("top-p mass", triton_top_p._mass_kernel,
+                dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", DRAWN="*i64", DONE="*i8", PMAX="*fp32",
+                     ABOVE="*fp32", TOTAL="*fp32", stride_l="i32", vocab="i32", pmax_chunks="i32"),
                 dict(CHUNKS=32, BLOCK=4096, MAX_CHUNKS=64), ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
+    for first, last in ((True, False), (False, True)):
+        out.append((f"top-p round first={first} last={last}", triton_top_p._round_kernel,
+                    dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", DRAWN="*i64", ABOVE="*fp32", TOTAL="*fp32",
+                         ROW_TOTAL="*fp32", PIVOT="*i32", DONE="*i8", TOKENS="*i64", OPEN_P="*fp32", stride_l="i32"),
+                    dict(CHUNKS=32, BLOCK_C=32, FIRST=first, LAST=last), [], {}))  # fmt: skip
     out.append(("race pick", triton_sampling._pick_kernel,
                 dict(BEST_VAL="*fp32", BEST_IDX="*i32", OUT="*i64"), dict(CHUNKS=32, BLOCK_C=32), [], {}))  # fmt: skip
     out.append(("embedding + rms norm", triton_norm._embed_rms_norm_kernel,

@@ -34,7 +34,7 @@ class Ops:
     decode_attention: Callable  # see attention.decode_attention_torch
     filter_threshold: Callable  # see sampler.filter_threshold
     race_argmax: Callable  # see sampler.race_argmax_torch
-    mass_above: Callable  # see sampler.mass_above_torch
+    top_p_draw: Callable  # see sampler.top_p_by_rejection
     mask_stops: Callable  # see step.mask_stops_before_min
     record: Callable  # see step.record_tokens
     sampling_logits: Callable  # LM head output [B, V] (model dtype) -> what the masks and the sampler read
@@ -42,7 +42,7 @@ class Ops:
 
 
 def _torch_ops() -> Ops:
-    from inferlab.engine.sampler import filter_threshold, mass_above_torch, race_argmax_torch
+    from inferlab.engine.sampler import filter_threshold, race_argmax_torch, top_p_by_rejection
     from inferlab.engine.step import mask_stops_before_min, record_tokens
 
     return Ops(
@@ -55,7 +55,7 @@ def _torch_ops() -> Ops:
         decode_attention=decode_attention_torch,
         filter_threshold=filter_threshold,
         race_argmax=race_argmax_torch,
-        mass_above=mass_above_torch,
+        top_p_draw=top_p_by_rejection,
         mask_stops=mask_stops_before_min,
         record=record_tokens,
         sampling_logits=_as_fp32,
@@ -73,6 +73,7 @@ def _triton_ops() -> Ops:
         triton_rope,
         triton_sampling,
         triton_step,
+        triton_top_p,
     )
 
     return Ops(
@@ -85,7 +86,7 @@ def _triton_ops() -> Ops:
         decode_attention=triton_attention.decode_attention,
         filter_threshold=triton_filter.filter_threshold,
         race_argmax=triton_sampling.race_argmax,
-        mass_above=triton_sampling.mass_above,
+        top_p_draw=triton_top_p.top_p_by_rejection,
         mask_stops=triton_step.mask_stops_before_min,
         record=triton_step.record_tokens,
         # the kernels read bf16 logits as they come (exact in fp32): no [B, V] fp32 copy per step

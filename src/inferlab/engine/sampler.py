@@ -107,7 +107,6 @@ def race_argmax_torch(
     seeds: torch.Tensor,  # [rows] int64 request seeds
     token_index: torch.Tensor,  # [rows] int64: which of the request's tokens is being drawn
     round_index: int = 0,  # rejection round (top_p_by_rejection): fresh noise per round
-    skip: torch.Tensor | None = None,  # [rows] bool: rows whose token is not needed (any value comes back)
 ) -> torch.Tensor:  # [rows] int64
     logits = logits.float()
     greedy = temperature <= 0
@@ -145,20 +144,20 @@ def top_p_by_rejection(
     min_p: torch.Tensor,  # [rows] fp32, 0.0 = off
     seeds: torch.Tensor,  # [rows] int64
     token_index: torch.Tensor,  # [rows] int64
-    ops,  # engine.ops.Ops: filter_threshold, race_argmax, mass_above
     rounds: int = TOP_P_ROUNDS,
 ) -> torch.Tensor:  # [rows] int64
-    """Top-p (and min-p) sampling without the threshold search; see the module docstring. Fixed launches
-    and no host sync: graph-capturable. Rows without top-p (greedy, top_p = 1) take round 0's race."""
+    """Top-p (and min-p) sampling without the threshold search, the torch reference (see the module
+    docstring; kernels/triton_top_p.py is the same in fused kernels). Fixed launches, no host sync:
+    graph-capturable. Rows without top-p (greedy, top_p = 1) take round 0's race."""
     no_top_k = torch.zeros_like(token_index)
-    floor = ops.filter_threshold(logits, temperature, no_top_k, top_p, min_p, FILTER_MIN_P)  # [rows] min-p key
+    floor = filter_threshold(logits.float(), temperature, no_top_k, top_p, min_p, FILTER_MIN_P)  # min-p key
     plain = (temperature <= 0) | (top_p >= 1)  # [rows] bool: no top-p to check, round 0's draw stands
     done = torch.zeros_like(plain)  # [rows] bool: token chosen
     tokens = torch.zeros_like(token_index)
     pivot, total = floor, None
     for r in range(rounds):
-        drawn = ops.race_argmax(logits, temperature, pivot, seeds, token_index, r, done if r else None)
-        above, mass = ops.mass_above(logits, temperature, drawn, plain | done)
+        drawn = race_argmax_torch(logits, temperature, pivot, seeds, token_index, r)
+        above, mass = mass_above_torch(logits, temperature, drawn, plain | done)
         total = mass if total is None else total  # the same every round: kept from round 0
         accept = ~done & (plain | (above < top_p * total))
         tokens = torch.where(accept, drawn, tokens)
@@ -166,8 +165,9 @@ def top_p_by_rejection(
         drawn_key = float_key(logits.float().gather(1, drawn[:, None]).squeeze(1))
         pivot = torch.where(done, pivot, torch.maximum(pivot, drawn_key + 1))  # past the rejected draw
     # the rows still open (probability <= (1 - top_p)^rounds each): the exact threshold, for them alone
-    tau = ops.filter_threshold(logits, temperature, no_top_k, torch.where(done | plain, 1.0, top_p), min_p, FILTER_TOP_P)
-    last = ops.race_argmax(logits, temperature, tau, seeds, token_index, rounds, done)
+    open_p = torch.where(done | plain, 1.0, top_p)
+    tau = filter_threshold(logits.float(), temperature, no_top_k, open_p, min_p, FILTER_TOP_P)
+    last = race_argmax_torch(logits, temperature, tau, seeds, token_index, rounds)
     return torch.where(done, tokens, last)
 
 
@@ -225,10 +225,10 @@ def sample(
     min_p: torch.Tensor,  # [rows] fp32
     seeds: torch.Tensor,  # [rows] int64
     token_index: torch.Tensor,  # [rows] int64
-    ops,  # engine.ops.Ops: filter_threshold, race_argmax, mass_above (torch above, or Triton kernels)
+    ops,  # engine.ops.Ops: filter_threshold, race_argmax, top_p_draw (torch above, or Triton kernels)
     level: int,  # FILTER_*: at least the highest level any row needs
 ) -> torch.Tensor:  # [rows] int64 token ids
     if level == FILTER_TOP_P:
-        return top_p_by_rejection(logits, temperature, top_p, min_p, seeds, token_index, ops)
+        return ops.top_p_draw(logits, temperature, top_p, min_p, seeds, token_index)
     tau = ops.filter_threshold(logits, temperature, top_k, top_p, min_p, level)
     return ops.race_argmax(logits, temperature, tau, seeds, token_index)

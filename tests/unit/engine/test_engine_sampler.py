@@ -132,7 +132,7 @@ def test_top_p_by_rejection_follows_the_filtered_distribution(rounds, t, p, m):
     n = 40000
     tokens = top_p_by_rejection(
         logits.repeat(n, 1), torch.full((n,), t), torch.full((n,), p), torch.full((n,), m), torch.arange(n),
-        torch.zeros(n, dtype=torch.long), OPS, rounds,
+        torch.zeros(n, dtype=torch.long), rounds,
     )  # fmt: skip
     freq = torch.bincount(tokens, minlength=logits.numel()).float() / n
     assert torch.all(freq[~allowed] == 0)
@@ -146,7 +146,7 @@ def test_top_p_by_rejection_is_the_sample_path_and_per_row():
             torch.tensor([0.9, 0.5, 0.2, 1.0, 0.95, 0.5]), torch.tensor([0.0, 0.0, 0.0, 0.1, 0.0, 0.0]))
     seeds, index = torch.arange(6) * 7, torch.arange(6) + 3
     tokens = sample(logits, *args, seeds, index, OPS, FILTER_TOP_P)
-    assert torch.equal(tokens, top_p_by_rejection(logits, args[0], args[2], args[3], seeds, index, OPS))
+    assert torch.equal(tokens, top_p_by_rejection(logits, args[0], args[2], args[3], seeds, index))
     assert tokens[1] == logits[1].argmax()  # greedy rows take the argmax
     alone = sample(logits[4:5], *(a[4:5] for a in args), seeds[4:5], index[4:5], OPS, FILTER_TOP_P)
     assert alone[0] == tokens[4]  # a row's draw does not depend on its batch

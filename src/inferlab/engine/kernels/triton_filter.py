@@ -220,10 +220,14 @@ def choose_chunks(rows: int, vocab: int, block: int, sm_count: int) -> int:
     return max(1, min((4 * sm_count) // rows, triton.cdiv(vocab, block), MAX_CHUNKS))
 
 
-def row_max_partials(logits: torch.Tensor, block: int = 256, num_warps: int = 8) -> torch.Tensor:
-    """[rows, vocab] -> [rows, chunks] fp32 maxima of each row's slices (the filter's max pass alone)."""
+def row_max_partials(logits: torch.Tensor, block: int = 256, chunks: int | None = None, num_warps: int = 8
+                     ) -> torch.Tensor:  # fmt: skip
+    """[rows, vocab] -> [rows, chunks] fp32 maxima of each row's slices (the filter's max pass; chunks None:
+    choose_chunks)."""
     rows, vocab = logits.shape
-    chunks = choose_chunks(rows, vocab, block, _sm_count(logits.device))
+    if chunks is None:
+        chunks = choose_chunks(rows, vocab, block, _sm_count(logits.device))
+    assert 1 <= chunks <= MAX_CHUNKS
     span = triton.cdiv(triton.cdiv(vocab, chunks), block) * block
     pmax = torch.empty((rows, chunks), dtype=torch.float32, device=logits.device)
     _max_kernel[(rows, chunks)](logits, pmax, logits.stride(0), vocab, span, chunks, BLOCK=block, num_warps=num_warps)
@@ -240,6 +244,7 @@ def filter_threshold(
     block: int = 256,  # keys per step of a pass program: one per thread at 8 warps
     chunks: int | None = None,  # slices per row; None: choose_chunks
     num_warps: int = 8,  # one key per thread: ~50-65 registers with Triton 3.6 and 3.9, 4 programs per SM
+    pmax: torch.Tensor | None = None,  # [rows, chunks] row_max_partials(logits, block) when the caller has it
 ) -> torch.Tensor | None:  # [rows] int32 threshold keys (see sampler.filter_threshold)
     """Runtime sizes (rows, slices, pass index) are kernel arguments, not compile-time constants: one
     compiled kernel serves every batch bucket and pass."""
@@ -249,14 +254,12 @@ def filter_threshold(
     assert logits.stride(-1) == 1
     key_bits = 16 if logits.dtype == torch.bfloat16 else 32  # bf16 -> fp32 leaves the low 16 key bits zero
     npass = key_bits // DIGIT_BITS
-    if chunks is None:
-        chunks = choose_chunks(rows, vocab, block, _sm_count(logits.device))
-    assert 1 <= chunks <= MAX_CHUNKS
+    if pmax is None:
+        pmax = row_max_partials(logits, block, chunks, num_warps)
+    chunks = pmax.shape[1]
     span = triton.cdiv(triton.cdiv(vocab, chunks), block) * block
     dev, f32, i32 = logits.device, torch.float32, torch.int32
-    pmax = torch.empty((rows, chunks), dtype=f32, device=dev)
     tau = torch.empty(rows, dtype=i32, device=dev)
-    _max_kernel[(rows, chunks)](logits, pmax, logits.stride(0), vocab, span, chunks, BLOCK=block, num_warps=num_warps)
     do_top, has_top_k = level >= 2, level >= 3
     state = {}
     for mass in ([False] if has_top_k else []) + ([True] if do_top else []):

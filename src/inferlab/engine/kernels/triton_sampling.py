@@ -8,9 +8,7 @@ logits are read in the dtype the LM head wrote (bf16: half the bytes of an fp32 
 kernel); bf16 -> fp32 is exact, so the arithmetic and the threshold keys are those of the reference.
 Pick, one program per row: the first chunk holding the best value (first index on ties, as torch.argmax).
 No [rows, vocab] noise tensor is ever materialised. ROUND > 0 re-keys the noise (sampler.row_keys), SKIP
-rows return at once (both for sampler.top_p_by_rejection).
-Mass above, grid (rows, vocab chunks): the softmax masses exp((x - max) / T) of one chunk, strictly above
-the drawn token's logit and in all, written per chunk and summed in a fixed order (deterministic).
+rows return at once (both for the top-p rounds of triton_top_p.py).
 """
 
 from __future__ import annotations
@@ -118,56 +116,4 @@ def race_argmax(
     )  # fmt: skip
     _pick_kernel[(rows,)](best_val, best_idx, tokens, CHUNKS=chunks, BLOCK_C=max(2, triton.next_power_of_2(chunks)))
     return tokens
-
-
-@triton.jit
-def _mass_kernel(
-    LOGITS, TEMP, DRAWN, SKIP, PMAX, ABOVE, TOTAL, stride_l, vocab, pmax_chunks,
-    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, MAX_CHUNKS: tl.constexpr,
-):  # fmt: skip
-    row = tl.program_id(0)
-    chunk = tl.program_id(1)
-    above = tl.zeros([], tl.float32)
-    total = tl.zeros([], tl.float32)
-    if tl.load(SKIP + row) == 0:
-        base = LOGITS + row.to(tl.int64) * stride_l
-        c = tl.arange(0, MAX_CHUNKS)
-        top = tl.max(tl.load(PMAX + row * pmax_chunks + c, mask=c < pmax_chunks, other=float("-inf")), axis=0)
-        t = tl.load(TEMP + row)
-        scale = 1.4426950408889634 / tl.where(t > 0.0, t, 1.0)  # exp((x - top) / T) as exp2
-        drawn = tl.load(base + tl.load(DRAWN + row)).to(tl.float32)
-        drawn_bits = drawn.to(tl.int32, bitcast=True)
-        drawn_key = drawn_bits ^ ((drawn_bits >> 31) & 0x7FFFFFFF)
-        ids = chunk * BLOCK + tl.arange(0, BLOCK)
-        x = tl.load(base + ids, mask=ids < vocab, other=float("-inf")).to(tl.float32)
-        w = tl.exp2((x - top) * scale)  # 0 for -inf (masked) logits
-        bits = x.to(tl.int32, bitcast=True)
-        above = tl.sum(tl.where((bits ^ ((bits >> 31) & 0x7FFFFFFF)) > drawn_key, w, 0.0), axis=0)
-        total = tl.sum(w, axis=0)
-    tl.store(ABOVE + row * CHUNKS + chunk, above)
-    tl.store(TOTAL + row * CHUNKS + chunk, total)
-
-
-def mass_above(
-    logits: torch.Tensor,  # [rows, vocab] bf16, fp16 or fp32, unit stride along vocab
-    temperature: torch.Tensor,  # [rows] fp32 (<= 0 counts as 1)
-    drawn: torch.Tensor,  # [rows] int64
-    skip: torch.Tensor,  # [rows] bool: rows not checked (zeros come back)
-    block: int = 4096,
-    num_warps: int = 8,
-) -> tuple[torch.Tensor, torch.Tensor]:  # ([rows] mass strictly above the drawn logit, [rows] total), fp32
-    """sampler.mass_above_torch: the row maximum from triton_filter's max pass, then one pass of masses."""
-    from inferlab.engine.kernels.triton_filter import MAX_CHUNKS, row_max_partials
-
-    rows, vocab = logits.shape
-    assert logits.stride(-1) == 1
-    chunks = triton.cdiv(vocab, block)
-    pmax = row_max_partials(logits)  # [rows, pmax_chunks]
-    above = torch.empty((rows, chunks), dtype=torch.float32, device=logits.device)
-    total = torch.empty((rows, chunks), dtype=torch.float32, device=logits.device)
-    _mass_kernel[(rows, chunks)](
-        logits, temperature, drawn, skip, pmax, above, total, logits.stride(0), vocab, pmax.shape[1],
-        CHUNKS=chunks, BLOCK=block, MAX_CHUNKS=MAX_CHUNKS, num_warps=num_warps,
-    )  # fmt: skip
-    return above.sum(dim=1), total.sum(dim=1)
 
