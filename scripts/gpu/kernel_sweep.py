@@ -1,0 +1,165 @@
+"""Sweep the decode step's kernels at llama-380m's shapes, each timed inside a CUDA graph over 16 distinct
+layers' tensors (so nothing is served from L2 that the real step would read from memory):
+
+  attention  the Triton flash-decoding kernel at rows 16 / 64 / 256 and row lengths 550 and 1000 (the middle
+             and the end of the 1000-token benchmark): splits (as a multiple of the SM count), BLOCK_N,
+             warps, stages; the engine's default choice for reference; bytes read -> GB/s.
+  gemm       each projection at rows 16 / 64 / 256: F.linear on the stored [N, K] weight (the engine's
+             path) vs x @ W^T stored [K, N] contiguous (another cuBLAS kernel family), with and without the
+             cuBLASLt preference.
+
+Writes sweep.json under --out and prints the best cells. Usage on the device:
+  python scripts/gpu/kernel_sweep.py --out $OUT/sweep [--parts attention,gemm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+LAYERS = 16
+HEADS, KV_HEADS, HEAD_DIM = 16, 8, 64
+HIDDEN, QKV, INTER = 1024, 2048, 4096
+MAX_LEN = 1056
+
+
+def graph_us(calls: list[Callable[[], object]], replays: int = 5) -> float:
+    """Device microseconds per call of `calls` (one per layer), captured once and replayed."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return 1e3 * start.elapsed_time(end) / (replays * len(calls))
+
+
+def sweep_attention(device: torch.device) -> dict:
+    from inferlab.engine.attention import decode_attention_torch
+    from inferlab.engine.kernels import triton_attention
+
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    out: dict = {}
+    for rows in (16, 64, 256):
+        caches = [
+            (
+                torch.randn(rows, KV_HEADS, MAX_LEN, HEAD_DIM, device=device, dtype=torch.bfloat16),
+                torch.randn(rows, KV_HEADS, MAX_LEN, HEAD_DIM, device=device, dtype=torch.bfloat16),
+            )
+            for _ in range(LAYERS)
+        ]
+        q = torch.randn(rows, HEADS, HEAD_DIM, device=device, dtype=torch.bfloat16)
+        slots = torch.arange(rows, device=device)
+        for length in (550, 1000):
+            lengths = torch.full((rows,), length, device=device, dtype=torch.int64)
+            kv_bytes = rows * length * 2 * KV_HEADS * HEAD_DIM * 2
+            ref = decode_attention_torch(q, *caches[0], slots, lengths, HEAD_DIM**-0.5).float()
+            cells = {}
+
+            def run(label: str, **kw) -> None:
+                try:
+                    got = triton_attention.decode_attention(q, *caches[0], slots, lengths, HEAD_DIM**-0.5, **kw)
+                    err = (got.float() - ref).abs().max().item()
+                    us = graph_us(
+                        [
+                            lambda k=k, v=v: triton_attention.decode_attention(
+                                q, k, v, slots, lengths, HEAD_DIM**-0.5, **kw
+                            )
+                            for k, v in caches
+                        ]
+                    )
+                    cells[label] = {"us": us, "gb_per_s": kv_bytes / us / 1e3, "max_abs_err": err}
+                except Exception as e:  # a config that does not compile must not hide the others
+                    cells[label] = {"error": repr(e)[:300]}
+
+            run("default")
+            for mult, block_n, warps, stages in itertools.product((1, 2, 4, 8), (32, 64, 128), (4, 8), (2, 3, 4)):
+                splits = triton_attention.choose_splits(rows, KV_HEADS, length, mult * sms, block_n)
+                run(
+                    f"x{mult} n{block_n} w{warps} s{stages} (splits {splits})",
+                    splits=splits,
+                    block_n=block_n,
+                    num_warps=warps,
+                    num_stages=stages,
+                )
+            timed = {k: v for k, v in cells.items() if "us" in v}
+            best = sorted(timed, key=lambda k: timed[k]["us"])[:5]
+            out[f"rows={rows} len={length}"] = {"cells": cells, "best": best}
+            print(
+                f"attention rows={rows} len={length}: default {timed['default']['us']:.1f} us "
+                f"({timed['default']['gb_per_s']:.0f} GB/s); best "
+                + "; ".join(f"{k} {timed[k]['us']:.1f} us ({timed[k]['gb_per_s']:.0f} GB/s)" for k in best[:3]),
+                flush=True,
+            )
+        del caches
+        torch.cuda.empty_cache()
+    return out
+
+
+def sweep_gemm(device: torch.device) -> dict:
+    from inferlab.engine.kernels.triton_norm import silu_mul
+
+    shapes = {"qkv": (QKV, HIDDEN), "o": (HIDDEN, HIDDEN), "gate_up": (2 * INTER, HIDDEN), "down": (HIDDEN, INTER)}
+    out: dict = {}
+    for name, (n, k) in shapes.items():
+        weights = [(torch.randn(n, k, device=device) * 0.02).to(torch.bfloat16) for _ in range(LAYERS)]
+        transposed = [w.t().contiguous() for w in weights]  # [K, N]
+        for rows in (16, 64, 256):
+            x = torch.randn(rows, 2 * k if name == "down" else k, device=device).to(torch.bfloat16)
+
+            def a_operand():
+                return silu_mul(x) if name == "down" else x
+
+            cells = {}
+            for lib in ("default", "cublaslt"):
+                torch.backends.cuda.preferred_blas_library(lib if lib == "cublaslt" else "cublas")
+                cells[f"linear [N,K] {lib}"] = graph_us([lambda w=w: F.linear(a_operand(), w) for w in weights])
+                cells[f"matmul [K,N] {lib}"] = graph_us([lambda t=t: a_operand() @ t for t in transposed])
+            torch.backends.cuda.preferred_blas_library("cublas")
+            ideal = n * k * 2 / 4.15e6  # us at 4.15 TB/s
+            out[f"{name}@{rows}"] = {"us": cells, "ideal_us": ideal}
+            print(
+                f"gemm {name}@{rows} (ideal {ideal:.1f} us): " + "; ".join(f"{k} {v:.1f}" for k, v in cells.items()),
+                flush=True,
+            )
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--parts", default="attention,gemm")
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    result = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__}
+    parts = {"attention": sweep_attention, "gemm": sweep_gemm}
+    for name in args.parts.split(","):
+        t0 = time.perf_counter()
+        result[name] = parts[name](device)
+        print(f"== {name}: {time.perf_counter() - t0:.0f} s", flush=True)
+        Path(args.out, "sweep.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
