@@ -7,6 +7,7 @@ layers' tensors (so nothing is served from L2 that the real step would read from
   gemm       each projection at rows 16 / 64 / 256: F.linear on the stored [N, K] weight (the engine's
              path) vs x @ W^T stored [K, N] contiguous (another cuBLAS kernel family), with and without the
              cuBLASLt preference.
+  skinny     the skinny Triton GEMM over a grid of tiles (BLOCK_N, BLOCK_K, split-K, warps, stages), rows 16, 64.
 
 Writes sweep.json under --out and prints the best cells. Usage on the device:
   python scripts/gpu/kernel_sweep.py --out $OUT/sweep [--parts attention,gemm]
@@ -144,6 +145,36 @@ def sweep_gemm(device: torch.device) -> dict:
     return out
 
 
+def sweep_skinny(device: torch.device) -> dict:
+    """The skinny Triton GEMM (engine/kernels/triton_gemm.py) over a grid of tiles at rows 16 and 64."""
+    from inferlab.engine.kernels.triton_gemm import SkinnyConfig, skinny_linear
+
+    shapes = {"qkv": (QKV, HIDDEN), "o": (HIDDEN, HIDDEN), "gate_up": (2 * INTER, HIDDEN), "down": (HIDDEN, INTER)}
+    out: dict = {}
+    for name, (n, k) in shapes.items():
+        weights = [(torch.randn(n, k, device=device) * 0.02).to(torch.bfloat16) for _ in range(LAYERS)]
+        for rows in (16, 64):
+            x = torch.randn(rows, 2 * k if name == "down" else k, device=device).to(torch.bfloat16)
+            swiglu = name == "down"
+            cells = {}
+            grid = itertools.product((16, 32, 64, 128), (128, 256), (1, 2, 4, 8), (4, 8), (3, 4, 6))
+            for block_n, block_k, split, warps, stages in grid:
+                if k // split < block_k or (block_n == 128 and block_k == 256):
+                    continue
+                config = SkinnyConfig(block_n, block_k, split, warps, stages)
+                try:
+                    cells[f"n{block_n} k{block_k} split{split} w{warps} s{stages}"] = graph_us(
+                        [lambda w=w, c=config: skinny_linear(x, w, c, swiglu=swiglu) for w in weights]
+                    )
+                except Exception as e:  # a tile that does not compile must not hide the others
+                    cells[f"n{block_n} k{block_k} split{split} w{warps} s{stages}"] = repr(e)[:200]
+            timed = {c: v for c, v in cells.items() if isinstance(v, float)}
+            best = sorted(timed, key=timed.get)[:5]
+            out[f"{name}@{rows}"] = {"us": cells, "best": best}
+            print(f"skinny {name}@{rows}: " + "; ".join(f"{c} {timed[c]:.1f}" for c in best), flush=True)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -152,7 +183,7 @@ def main() -> int:
     device = torch.device("cuda")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     result = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__}
-    parts = {"attention": sweep_attention, "gemm": sweep_gemm}
+    parts = {"attention": sweep_attention, "gemm": sweep_gemm, "skinny": sweep_skinny}
     for name in args.parts.split(","):
         t0 = time.perf_counter()
         result[name] = parts[name](device)
