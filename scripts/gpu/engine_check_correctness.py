@@ -40,7 +40,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def part_kernels(ctx) -> dict[str, Any]:
     from inferlab.engine import step, torch_ops
-    from inferlab.engine.attention import decode_attention_torch
+    from inferlab.engine.attention import decode_rope_attention_torch
     from inferlab.engine.kernels import (
         triton_attention,
         triton_filter,
@@ -103,18 +103,25 @@ def part_kernels(ctx) -> dict[str, Any]:
             shapes = [(16, 8, 64, 2048), (256, 8, 64, 1100), (8, 8, 128, 4096), (3, 2, 128, 300)]
             for rows, kv_heads, head_dim, max_len in [(3, 2, 16, 40), (2, 1, 32, 70)] if ctx.quick else shapes:
                 heads = 2 * kv_heads
-                kc, vc = (
-                    randn(rows + 2, kv_heads, max_len, head_dim, dtype=dtype),
-                    randn(rows + 2, kv_heads, max_len, head_dim, dtype=dtype),
-                )
-                q = randn(rows, heads, head_dim, dtype=dtype)
+                tables = RotaryTables.build(RopeSpec(theta=500000.0), head_dim, max_len, dev)
+                caches = [randn(rows + 2, kv_heads, max_len, head_dim, dtype=dtype) for _ in range(2)]
+                ref_caches = [c.clone() for c in caches]
+                qkv = randn(rows, (heads + 2 * kv_heads) * head_dim, dtype=dtype)
+                qk_norm = head_dim == 128
+                norms = [randn(head_dim, dtype=dtype) if qk_norm else None for _ in range(2)]
                 slots = torch.randperm(rows + 2, generator=g, device=dev)[:rows]
-                lengths = torch.randint(1, max_len + 1, (rows,), generator=g, device=dev)
-                lengths[0], lengths[-1] = 1, max_len
-                ref = decode_attention_torch(q, kc, vc, slots, lengths, head_dim**-0.5)
+                positions = torch.randint(0, max_len, (rows,), generator=g, device=dev)
+                positions[0], positions[-1] = 0, max_len - 1
+                args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
+                counters = torch.zeros((rows + 2) * kv_heads, dtype=torch.int32, device=dev)
+                ref = decode_rope_attention_torch(*args, *ref_caches, slots, heads, head_dim**-0.5)
                 for splits in (None, 1, 5):
-                    out = triton_attention.decode_attention(q, kc, vc, slots, lengths, head_dim**-0.5, splits=splits)
-                    note("decode_attention", dtype, _rel(out, ref))
+                    out = triton_attention.decode_rope_attention(
+                        *args, *caches, slots, heads, head_dim**-0.5, counters, splits=splits
+                    )
+                    cache_err = max(_rel(c, r) for c, r in zip(caches, ref_caches))
+                    note("decode_rope_attention", dtype, max(_rel(out, ref), cache_err))
+                    note("decode_rope_attention counters reset (0 = yes)", dtype, float(counters.any()))
     for dtype in dtypes:  # the embedding gather + first norm, and the skinny GEMM (fused SwiGLU too)
         embed, w = randn(1000, hidden, dtype=dtype), randn(hidden, dtype=dtype)
         tokens = torch.randint(0, 1000, (48,), generator=g, device=dev)

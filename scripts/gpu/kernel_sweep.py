@@ -1,9 +1,9 @@
 """Sweep the decode step's kernels at llama-380m's shapes, each timed inside a CUDA graph over 16 distinct
 layers' tensors (so nothing is served from L2 that the real step would read from memory):
 
-  attention  the Triton flash-decoding kernel at rows 16 / 64 / 256 and row lengths 550 and 1000 (the middle
-             and the end of the 1000-token benchmark): splits (as a multiple of the SM count), BLOCK_N,
-             warps, stages; the engine's default choice for reference; bytes read -> GB/s.
+  attention  the fused rope + flash-decoding kernel at rows 16 / 64 / 256 and row lengths 550 and 1000 (the
+             middle and the end of the 1000-token benchmark): programs per SM (-> splits), BLOCK_N, warps,
+             stages; the default AttentionConfig for reference; bytes read -> GB/s.
   gemm       each projection at rows 16 / 64 / 256: F.linear on the stored [N, K] weight (the engine's
              path) vs x @ W^T stored [K, N] contiguous (another cuBLAS kernel family), with and without the
              cuBLASLt preference.
@@ -55,10 +55,13 @@ def graph_us(calls: list[Callable[[], object]], replays: int = 5) -> float:
 
 
 def sweep_attention(device: torch.device) -> dict:
-    from inferlab.engine.attention import decode_attention_torch
+    from inferlab.engine.attention import decode_rope_attention_torch
     from inferlab.engine.kernels import triton_attention
+    from inferlab.models.config import RopeSpec
+    from inferlab.models.rope import RotaryTables
 
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    tables = RotaryTables.build(RopeSpec(theta=500000.0), HEAD_DIM, MAX_LEN, device)
+    scale = HEAD_DIM**-0.5
     out: dict = {}
     for rows in (16, 64, 256):
         caches = [
@@ -68,22 +71,26 @@ def sweep_attention(device: torch.device) -> dict:
             )
             for _ in range(LAYERS)
         ]
-        q = torch.randn(rows, HEADS, HEAD_DIM, device=device, dtype=torch.bfloat16)
+        qkv = torch.randn(rows, (HEADS + 2 * KV_HEADS) * HEAD_DIM, device=device, dtype=torch.bfloat16)
         slots = torch.arange(rows, device=device)
+        counters = torch.zeros(rows * KV_HEADS, dtype=torch.int32, device=device)
         for length in (550, 1000):
-            lengths = torch.full((rows,), length, device=device, dtype=torch.int64)
+            positions = torch.full((rows,), length - 1, device=device, dtype=torch.int64)
+            args = (qkv, positions, tables.cos, tables.sin, None, None, 1e-6)
             kv_bytes = rows * length * 2 * KV_HEADS * HEAD_DIM * 2
-            ref = decode_attention_torch(q, *caches[0], slots, lengths, HEAD_DIM**-0.5).float()
+            ref = decode_rope_attention_torch(*args, *[c.clone() for c in caches[0]], slots, HEADS, scale).float()
             cells = {}
 
-            def run(label: str, **kw) -> None:
+            def run(label: str, config) -> None:
                 try:
-                    got = triton_attention.decode_attention(q, *caches[0], slots, lengths, HEAD_DIM**-0.5, **kw)
+                    got = triton_attention.decode_rope_attention(
+                        *args, *caches[0], slots, HEADS, scale, counters, config=config
+                    )
                     err = (got.float() - ref).abs().max().item()
                     us = graph_us(
                         [
-                            lambda k=k, v=v: triton_attention.decode_attention(
-                                q, k, v, slots, lengths, HEAD_DIM**-0.5, **kw
+                            lambda k=k, v=v: triton_attention.decode_rope_attention(
+                                *args, k, v, slots, HEADS, scale, counters, config=config
                             )
                             for k, v in caches
                         ]
@@ -92,22 +99,16 @@ def sweep_attention(device: torch.device) -> dict:
                 except Exception as e:  # a config that does not compile must not hide the others
                     cells[label] = {"error": repr(e)[:300]}
 
-            run("default")
+            run("default", triton_attention.AttentionConfig())
             for mult, block_n, warps, stages in itertools.product((1, 2, 4, 8), (32, 64, 128), (4, 8), (2, 3, 4)):
-                splits = triton_attention.choose_splits(rows, KV_HEADS, length, mult * sms, block_n)
-                run(
-                    f"x{mult} n{block_n} w{warps} s{stages} (splits {splits})",
-                    splits=splits,
-                    block_n=block_n,
-                    num_warps=warps,
-                    num_stages=stages,
-                )
+                config = triton_attention.AttentionConfig(block_n, warps, stages, mult)
+                run(f"x{mult} n{block_n} w{warps} s{stages}", config)
             timed = {k: v for k, v in cells.items() if "us" in v}
             best = sorted(timed, key=lambda k: timed[k]["us"])[:5]
             out[f"rows={rows} len={length}"] = {"cells": cells, "best": best}
             print(
                 f"attention rows={rows} len={length}: default {timed['default']['us']:.1f} us "
-                f"({timed['default']['gb_per_s']:.0f} GB/s); best "
+                f"({timed['default']['gb_per_s']:.0f} GB/s, err {timed['default']['max_abs_err']:.3f}); best "
                 + "; ".join(f"{k} {timed[k]['us']:.1f} us ({timed[k]['gb_per_s']:.0f} GB/s)" for k in best[:3]),
                 flush=True,
             )

@@ -31,6 +31,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from inferlab.engine.constraints import step_kernels  # noqa: E402
 from inferlab.engine.kernels import (  # noqa: E402
+    triton_attention,
     triton_filter,
     triton_gemm,
     triton_norm,
@@ -52,6 +53,20 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
                 c = dict(PARTIALS=True, SWIGLU=swiglu, IEEE=False, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
                 name = f"skinny gemm m{block_m} n{block_n} k{block_k}{' swiglu' if swiglu else ''}"
                 out.append((name, triton_gemm._skinny_kernel, gemm, c, aligned, dict(num_warps=4, num_stages=4)))
+    att = {n: "*bf16" for n in "QKV K_CACHE V_CACHE OUT".split()}
+    att.update(POS="*i64", SLOT="*i64", COS="*fp32", SIN="*fp32", QNORM="*bf16", KNORM="*bf16", O_PART="*fp32",
+               LSE_PART="*fp32", COUNTER="*i32", scale="fp32", eps="fp32", splits="i32")  # fmt: skip
+    att.update({n: "i32" for n in "stride_t stride_cos stride_ks stride_kh stride_kn stride_ob stride_oh stride_pb "
+                "stride_ph stride_ps stride_lb stride_lh".split()})  # fmt: skip
+    for heads, kv_heads, head_dim, qk_norm in ((16, 8, 64, False), (16, 8, 128, True)):
+        for block_n, warps, stages in ((64, 4, 3), (128, 4, 2), (32, 8, 4)):
+            c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_H=16, HEAD_DIM=head_dim,
+                     HALF_BLOCK=max(16, head_dim // 2), BLOCK_D=head_dim, BLOCK_N=block_n, QK_NORM=qk_norm,
+                     IEEE=False)  # fmt: skip
+            out.append((f"rope attention d{head_dim} n{block_n} w{warps} s{stages}",
+                        triton_attention._rope_attention_kernel, att, c,
+                        ["QKV", "K_CACHE", "V_CACHE", "OUT", "stride_t", "stride_ks", "stride_kh", "stride_kn"],
+                        dict(num_warps=warps, num_stages=stages)))  # fmt: skip
     out.append(("split sum", triton_gemm._split_sum_kernel,
                 dict(PART="*fp32", OUT="*bf16", M="i32", N="i32", stride_om="i32", split_k="i32"), dict(BLOCK=1024),
                 ["PART", "OUT", "N"], {}))  # fmt: skip

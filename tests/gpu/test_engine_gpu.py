@@ -25,20 +25,32 @@ def _rel(a, b):
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
 
-def test_decode_attention_kernel_matches_reference_in_bf16():
-    from inferlab.engine.attention import decode_attention_torch
-    from inferlab.engine.kernels.triton_attention import decode_attention
+def test_decode_rope_attention_kernel_matches_reference_in_bf16():
+    from inferlab.engine.attention import decode_rope_attention_torch
+    from inferlab.engine.kernels.triton_attention import decode_rope_attention
+    from inferlab.models.config import RopeSpec
+    from inferlab.models.rope import RotaryTables
 
     g = torch.Generator(device=CUDA).manual_seed(0)
-    for rows, kv_heads, head_dim, max_len in [(16, 8, 64, 2048), (200, 8, 64, 1100), (5, 2, 128, 777)]:
-        k = torch.randn(rows + 3, kv_heads, max_len, head_dim, generator=g, device=CUDA).bfloat16()
-        v = torch.randn(rows + 3, kv_heads, max_len, head_dim, generator=g, device=CUDA).bfloat16()
-        q = torch.randn(rows, 2 * kv_heads, head_dim, generator=g, device=CUDA).bfloat16()
+    for rows, kv_heads, head_dim, max_len, qk_norm in [(16, 8, 64, 2048, False), (200, 8, 64, 1100, False),
+                                                       (5, 2, 128, 777, True)]:  # fmt: skip
+        heads = 2 * kv_heads
+        tables = RotaryTables.build(RopeSpec(theta=500000.0), head_dim, max_len, torch.device(CUDA))
+        caches = [torch.randn(rows + 3, kv_heads, max_len, head_dim, generator=g, device=CUDA).bfloat16()
+                  for _ in range(2)]  # fmt: skip
+        qkv = torch.randn(rows, (heads + 2 * kv_heads) * head_dim, generator=g, device=CUDA).bfloat16()
+        norms = [torch.randn(head_dim, generator=g, device=CUDA).bfloat16() if qk_norm else None for _ in range(2)]
         slots = torch.randperm(rows + 3, generator=g, device=CUDA)[:rows]
-        lengths = torch.randint(1, max_len + 1, (rows,), generator=g, device=CUDA)
-        ref = decode_attention_torch(q, k, v, slots, lengths, head_dim**-0.5)
+        positions = torch.randint(0, max_len, (rows,), generator=g, device=CUDA)
+        args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
+        counters = torch.zeros((rows + 3) * kv_heads, dtype=torch.int32, device=CUDA)
+        ref_caches = [c.clone() for c in caches]
+        ref = decode_rope_attention_torch(*args, *ref_caches, slots, heads, head_dim**-0.5)
         for splits in (None, 1, 7):
-            assert _rel(decode_attention(q, k, v, slots, lengths, head_dim**-0.5, splits=splits), ref) < 2**-6
+            out = decode_rope_attention(*args, *caches, slots, heads, head_dim**-0.5, counters, splits=splits)
+            assert _rel(out, ref) < 2**-6
+            assert max(_rel(c, r) for c, r in zip(caches, ref_caches)) < 2**-6
+            assert not counters.any()
 
 
 def test_radix_thresholds_match_the_sort_at_full_vocabulary():

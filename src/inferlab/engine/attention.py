@@ -1,8 +1,10 @@
 """Attention over the static KV cache: decode (one query per row) and prefill (right-padded prompts).
 
 Decode attends each row's query to its own cache slot up to that row's real length. Two implementations
-share one signature: the Triton flash-decoding kernel (engine/kernels/triton_attention.py, used on CUDA)
-and `decode_attention_torch` below, used on CPU and as the reference in tests. The torch version bounds the
+share one signature, both starting from the qkv projection (rope and the cache write included): the fused
+Triton flash-decoding kernel (engine/kernels/triton_attention.py, used on CUDA) and
+`decode_rope_attention_torch` below (torch_ops.rope_qkv + `decode_attention_torch`), used on CPU and as the
+reference in tests. The torch version bounds the
 work by `max_len_hint` (the host's upper bound of the live lengths) when it is given, so on CPU the cost
 follows the live length; inside a CUDA graph no host value may change between replays, so there it reads
 the whole preallocated length with a mask (correct, but slower: that is why the Triton kernel exists).
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from inferlab.engine import torch_ops
 
 
 def decode_attention_torch(
@@ -40,6 +44,30 @@ def decode_attention_torch(
     probs = scores.softmax(dim=-1)
     out = torch.einsum("bkgs,bksd->bkgd", probs, v)  # [rows, kv_heads, group, head_dim]
     return out.reshape(rows, heads, head_dim).to(q.dtype)
+
+
+def decode_rope_attention_torch(
+    qkv: torch.Tensor,  # [rows, (heads + 2 * kv_heads) * head_dim]
+    positions: torch.Tensor,  # [rows] int64: each new token's position (its K/V is written there)
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    q_norm: torch.Tensor | None,
+    k_norm: torch.Tensor | None,
+    eps: float,
+    k_cache: torch.Tensor,  # [slots, kv_heads, max_len, head_dim] (one layer), written at (slot, position)
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,  # [rows] int64
+    num_heads: int,
+    scale: float,
+    counters: torch.Tensor | None = None,  # unused here (the Triton kernel's merge counters)
+    max_len_hint: int | None = None,
+) -> torch.Tensor:  # [rows, heads, head_dim]
+    """The decode step's attention from the qkv projection: rope (and q/k norm), cache write, attention.
+    The reference of the fused Triton kernel (kernels/triton_attention.py)."""
+    q, _, _ = torch_ops.rope_qkv(
+        qkv, positions, cos, sin, q_norm, k_norm, eps, k_cache, v_cache, slots, num_heads, return_kv=False
+    )
+    return decode_attention_torch(q, k_cache, v_cache, slots, positions + 1, scale, max_len_hint)
 
 
 def prefill_attention(

@@ -27,12 +27,17 @@ GIB = 1024**3
 class KVCache:
     k: torch.Tensor  # [layers, slots, kv_heads, max_len, head_dim]
     v: torch.Tensor  # [layers, slots, kv_heads, max_len, head_dim]
+    merge_counters: torch.Tensor  # [slots * kv_heads] int32 zeros: the fused decode attention's split merge
 
     @classmethod
     def allocate(cls, spec: ModelSpec, slots: int, max_len: int, dtype: torch.dtype, device: torch.device) -> "KVCache":
         shape = (spec.num_layers, slots, spec.num_kv_heads, max_len, spec.head_dim)
         # zeros, not empty: a row reads only positions it wrote, but NaN garbage must never meet a 0 weight
-        return cls(k=torch.zeros(shape, dtype=dtype, device=device), v=torch.zeros(shape, dtype=dtype, device=device))
+        return cls(
+            k=torch.zeros(shape, dtype=dtype, device=device),
+            v=torch.zeros(shape, dtype=dtype, device=device),
+            merge_counters=torch.zeros(slots * spec.num_kv_heads, dtype=torch.int32, device=device),
+        )
 
     @property
     def slots(self) -> int:

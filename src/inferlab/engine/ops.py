@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from inferlab.engine import torch_ops
-from inferlab.engine.attention import decode_attention_torch
+from inferlab.engine.attention import decode_rope_attention_torch
 from inferlab.errors import UnsupportedError
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class Ops:
     add_rms_norm: Callable  # (x, residual, w, eps) -> (normed, residual + x)
     silu_mul: Callable  # (gate_up [T, 2I]) -> [T, I]
     rope_qkv: Callable  # see torch_ops.rope_qkv
-    decode_attention: Callable  # see attention.decode_attention_torch
+    decode_rope_attention: Callable  # see attention.decode_rope_attention_torch
     filter_threshold: Callable  # see sampler.filter_threshold
     race_argmax: Callable  # see sampler.race_argmax_torch
     top_p_draw: Callable  # see sampler.top_p_by_rejection
@@ -52,7 +52,7 @@ def _torch_ops() -> Ops:
         add_rms_norm=torch_ops.add_rms_norm,
         silu_mul=torch_ops.silu_mul,
         rope_qkv=torch_ops.rope_qkv,
-        decode_attention=decode_attention_torch,
+        decode_rope_attention=decode_rope_attention_torch,
         filter_threshold=filter_threshold,
         race_argmax=race_argmax_torch,
         top_p_draw=top_p_by_rejection,
@@ -83,7 +83,7 @@ def _triton_ops() -> Ops:
         add_rms_norm=triton_norm.add_rms_norm,
         silu_mul=triton_norm.silu_mul,
         rope_qkv=triton_rope.rope_qkv,
-        decode_attention=triton_attention.decode_attention,
+        decode_rope_attention=triton_attention.decode_rope_attention,
         filter_threshold=triton_filter.filter_threshold,
         race_argmax=triton_sampling.race_argmax,
         top_p_draw=triton_top_p.top_p_by_rejection,

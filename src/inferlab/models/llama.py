@@ -3,8 +3,9 @@
 One layer, as in transformers, with the residual add fused into the next norm:
     h = norm(x); q, k, v = rope(split(h @ Wqkv)); cache[slot, pos] = k, v; a = attn(q, cache) @ Wo
     h, x = norm(x + a); m = (silu(h @ Wg) * (h @ Wu)) @ Wd; h, x = norm_next(x + m)
-Two entry points share the layer code and differ only in attention: `prefill` (right-padded prompts,
-causal SDPA) and `decode` (one token per row, attention over each row's cache slot). Both return the
+Two entry points share the layer code and differ only in attention (rope and the cache write included):
+`prefill` (right-padded prompts: the rope kernel, then causal SDPA) and `decode` (one token per row: one
+fused rope + attention op over each row's cache slot). Both return the
 logits of the last position only, in the model dtype (the sampler's ops decide whether to upcast). The
 small fused operations come from an `Ops` set (engine/ops.py), so the same code runs plain torch on CPU and
 Triton kernels on CUDA; the projections go through a GemmPlan (cuBLAS, or the skinny Triton GEMM where the
@@ -24,10 +25,11 @@ from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
 from inferlab.models.config import ModelSpec
 from inferlab.models.rope import RotaryTables
-from inferlab.models.weights import ModelWeights
+from inferlab.models.weights import LayerWeights, ModelWeights
 
-# attend(layer, q [T, H, D], k [T, K, D] | None, v [T, K, D] | None) -> attention output [T, H * D]
-Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# attend(layer index, layer weights, qkv [T, (H + 2K) * D]) -> attention output [T, H * D]; rope and the
+# K/V cache write happen inside (prefill: the rope kernel + SDPA; decode: one fused kernel per layer)
+Attend = Callable[[int, LayerWeights, torch.Tensor], torch.Tensor]
 
 
 class LlamaModel:
@@ -42,11 +44,7 @@ class LlamaModel:
     def _layers(
         self,
         tokens: torch.Tensor,  # [T] int64
-        positions: torch.Tensor,  # [T] int64
-        slots: torch.Tensor,  # [T] int64: where each token's K/V is written
-        cache: KVCache,
         attend: Attend,
-        need_kv: bool,  # whether attend reads k and v (prefill) or only the cache (decode)
     ) -> torch.Tensor:  # [T, hidden]: the final-normed hidden state
         spec, w, ops = self.spec, self.weights, self.ops
         eps = spec.rms_norm_eps
@@ -54,21 +52,7 @@ class LlamaModel:
         h, x = ops.embed_rms_norm(tokens, w.embed, w.layers[0].input_norm, eps)  # x [T, hidden]: the residual
         for i, layer in enumerate(w.layers):
             qkv = gemm.linear(h, layer.qkv, layer.qkv_bias, "qkv")  # [T, (H + 2K) * D]
-            q, k, v = ops.rope_qkv(
-                qkv,
-                positions,
-                self.rotary.cos,
-                self.rotary.sin,
-                layer.q_norm,
-                layer.k_norm,
-                eps,
-                cache.k[i],
-                cache.v[i],
-                slots,
-                spec.num_heads,
-                need_kv,
-            )  # q [T, H, D]; k, v [T, K, D] or None (already written to the cache)
-            a = gemm.linear(attend(i, q, k, v), layer.o, layer.o_bias, "o")  # [T, hidden]
+            a = gemm.linear(attend(i, layer, qkv), layer.o, layer.o_bias, "o")  # [T, hidden]
             h, x = ops.add_rms_norm(a, x, layer.post_norm, eps)
             m = gemm.swiglu_down(gemm.linear(h, layer.gate_up, None, "gate_up"), layer.down)  # [T, hidden]
             next_norm = w.layers[i + 1].input_norm if i + 1 < len(w.layers) else w.final_norm
@@ -90,14 +74,18 @@ class LlamaModel:
         positions = torch.arange(padded, device=tokens.device).repeat(batch)  # [batch * padded]
         token_slots = slots.repeat_interleave(padded)  # pads write K/V past the prompt: overwritten later
 
-        def attend(_: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        def attend(i: int, layer: LayerWeights, qkv: torch.Tensor) -> torch.Tensor:
+            q, k, v = self.ops.rope_qkv(
+                qkv, positions, self.rotary.cos, self.rotary.sin, layer.q_norm, layer.k_norm,
+                self.spec.rms_norm_eps, cache.k[i], cache.v[i], token_slots, heads, True,
+            )  # fmt: skip
             qb = q.view(batch, padded, heads, head_dim).transpose(1, 2)  # [batch, H, padded, D]
             kb = k.view(batch, padded, kv_heads, head_dim).transpose(1, 2)
             vb = v.view(batch, padded, kv_heads, head_dim).transpose(1, 2)
             out = prefill_attention(qb, kb, vb, self.scale)  # [batch, H, padded, D]
             return out.transpose(1, 2).reshape(batch * padded, heads * head_dim)
 
-        h = self._layers(tokens.reshape(-1), positions, token_slots, cache, attend, need_kv=True)
+        h = self._layers(tokens.reshape(-1), attend)
         last = h.view(batch, padded, -1)[torch.arange(batch, device=h.device), lengths - 1]  # [batch, hidden]
         return self._logits(last)
 
@@ -110,11 +98,13 @@ class LlamaModel:
         max_len_hint: int | None = None,  # host bound of positions + 1 (used by the torch attention only)
     ) -> torch.Tensor:  # [rows, vocab] model dtype
         rows = tokens.shape[0]
-        lengths = positions + 1
-        heads, head_dim = self.spec.num_heads, self.spec.head_dim
+        spec = self.spec
 
-        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            out = self.ops.decode_attention(q, cache.k[i], cache.v[i], slots, lengths, self.scale, max_len_hint)
-            return out.reshape(rows, heads * head_dim)
+        def attend(i: int, layer: LayerWeights, qkv: torch.Tensor) -> torch.Tensor:
+            out = self.ops.decode_rope_attention(
+                qkv, positions, self.rotary.cos, self.rotary.sin, layer.q_norm, layer.k_norm, spec.rms_norm_eps,
+                cache.k[i], cache.v[i], slots, spec.num_heads, self.scale, cache.merge_counters, max_len_hint,
+            )  # fmt: skip
+            return out.reshape(rows, spec.num_heads * spec.head_dim)
 
-        return self._logits(self._layers(tokens, positions, slots, cache, attend, need_kv=False))
+        return self._logits(self._layers(tokens, attend))

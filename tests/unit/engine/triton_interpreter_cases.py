@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from inferlab.engine import step, torch_ops
-from inferlab.engine.attention import decode_attention_torch
+from inferlab.engine.attention import decode_rope_attention_torch
 from inferlab.engine.gemm_plan import PROJECTIONS
 from inferlab.engine.kernels import (
     triton_attention,
@@ -97,21 +97,36 @@ def test_rope_qkv_and_cache_write(qk_norm, heads, kv_heads, head_dim):
         torch.testing.assert_close(ours, ref, **TOL[torch.float32])
 
 
-@pytest.mark.parametrize("dtype", [torch.float32])  # the interpreter's bf16 tl.dot is broken: bf16 on CUDA only
+@pytest.mark.parametrize("qk_norm", [False, True])
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [(4, 2, 16), (8, 8, 32), (6, 2, 40)])
 @pytest.mark.parametrize("splits", [1, 3])
-def test_decode_attention_follows_each_rows_length(dtype, heads, kv_heads, head_dim, splits):
+def test_decode_rope_attention_follows_each_rows_length(qk_norm, heads, kv_heads, head_dim, splits):
+    """fp32 (the interpreter's bf16 tl.dot is broken: bf16 on CUDA only). The fused kernel equals rope_qkv +
+    attention: the output, the K/V it caches at each row's position, nothing read past that position, and
+    the merge counters left at zero for the next launch."""
     g = torch.Generator().manual_seed(2)
-    k_cache = torch.randn(5, kv_heads, 200, head_dim, generator=g).to(dtype)
-    v_cache = torch.randn(5, kv_heads, 200, head_dim, generator=g).to(dtype)
-    q = torch.randn(4, heads, head_dim, generator=g).to(dtype)
-    slots, lengths = torch.tensor([3, 0, 4, 1]), torch.tensor([1, 17, 200, 65])
+    tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 256, torch.device("cpu"))
+    caches = [torch.randn(5, kv_heads, 200, head_dim, generator=g) for _ in range(2)]
+    ref_caches = [c.clone() for c in caches]
+    qkv = torch.randn(4, (heads + 2 * kv_heads) * head_dim, generator=g)
+    slots, positions = torch.tensor([3, 0, 4, 1]), torch.tensor([0, 16, 199, 64])
+    norms = [torch.randn(head_dim, generator=g) if qk_norm else None for _ in range(2)]
+    args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
+    counters = torch.zeros(5 * kv_heads, dtype=torch.int32)
+    config = triton_attention.AttentionConfig(block_n=32)
     scale = head_dim**-0.5
-    ours = triton_attention.decode_attention(q, k_cache, v_cache, slots, lengths, scale, splits=splits, block_n=32)
-    ref = decode_attention_torch(q, k_cache, v_cache, slots, lengths, scale)
-    torch.testing.assert_close(ours, ref, **TOL[dtype])
-    k_cache[3, :, 1:] = float("nan")  # positions past a row's length must never be read
-    again = triton_attention.decode_attention(q, k_cache, v_cache, slots, lengths, scale, splits=splits, block_n=32)
+    ours = triton_attention.decode_rope_attention(
+        *args, *caches, slots, heads, scale, counters, config=config, splits=splits
+    )
+    ref = decode_rope_attention_torch(*args, *ref_caches, slots, heads, scale)
+    torch.testing.assert_close(ours, ref, **TOL[torch.float32])
+    for cache, ref_cache in zip(caches, ref_caches):
+        torch.testing.assert_close(cache, ref_cache, **TOL[torch.float32])
+    assert not counters.any()
+    caches[0][3, :, 1:] = float("nan")  # positions past a row's own must never be read
+    again = triton_attention.decode_rope_attention(
+        *args, *caches, slots, heads, scale, counters, config=config, splits=splits
+    )
     assert torch.equal(again[0], ours[0])
 
 

@@ -1,139 +1,166 @@
-"""Triton flash-decoding: one query per row against that row's cache slot, cost following its real length.
+"""Triton flash-decoding fused with the decode step's rope: from the qkv projection to the attention output
+in one launch per layer, with each row's cost following its real length.
 
-Stage 1, grid (rows, kv_heads, splits): each program reads the row's slot and length from device tensors,
-takes its share of the positions [0, length) (the share is length / splits, so a short row does little
-work however long the cache is), and runs an online softmax over BLOCK_N-position tiles for all query
-heads of one kv head at once (GQA: the group shares each K/V load; the group is padded to 16 rows for
-tl.dot). It writes a partial output and its log-sum-exp. Stage 2, grid (rows, heads), merges the splits;
-with one split (large batches already fill the GPU) stage 1 writes the final output and stage 2 is skipped.
-The grid depends only on the batch bucket, never on lengths, so the launch is CUDA-graph capturable.
-Same signature as engine/attention.decode_attention_torch (the test reference).
+Grid (rows, kv_heads, splits). Each program:
+  1. reads the query heads of its kv head from qkv, applies the optional per-head RMSNorm (Qwen3) and rope
+     in registers, rounded to the model dtype as engine/kernels/triton_rope.py rounds them (no q tensor);
+  2. runs an online softmax over its share of the row's cached positions [0, pos) (the share is
+     length / splits in whole BLOCK_N tiles, so a short row does little work however long the cache is),
+     for all query heads of the kv head at once (GQA: the group shares each K/V load); the halves of the
+     head dimension are dotted separately, which is what lets the rotated query stay in two registers;
+  3. the program whose share holds the new position `pos` rotates the new key, writes key and value into
+     the cache at (slot, pos) and folds them in from registers (no read-back of what it just wrote);
+  4. with one split it writes the output; otherwise it writes a partial output and its log-sum-exp, and
+     the last of the row's splits to finish (an atomic counter per (row, kv head), reset by that program
+     for the next launch) merges them in a fixed order: deterministic, and no second launch.
+The grid depends only on the batch bucket, never on lengths, so the launch is CUDA-graph capturable. The
+decode step therefore runs neither the rope kernel nor a merge kernel (each ~2 us per layer at 16 rows on
+an H200, where the step is bound by such fixed costs). Same result as engine/attention.py's
+decode_rope_attention_torch (the test reference); prefill keeps triton_rope.rope_qkv + SDPA.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 
+@dataclass(frozen=True)
+class AttentionConfig:
+    block_n: int = 64  # cached positions per tile
+    num_warps: int = 4
+    num_stages: int = 3
+    programs_per_sm: int = 1  # splits are added until rows x kv_heads x splits reaches this many per SM
+
+
 @triton.jit
-def _decode_split_kernel(
-    Q,
-    K,
-    V,
-    SLOT,
-    LEN,
-    O_PART,
-    LSE_PART,
-    stride_qb,
-    stride_qh,
-    stride_ks,
-    stride_kh,
-    stride_kn,
-    stride_pb,
-    stride_ph,
-    stride_ps,
-    stride_lb,
-    stride_lh,
-    scale,
-    splits,  # splits is a runtime value: one compiled kernel serves every bucket
-    GROUP: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    IEEE: tl.constexpr,
-):
+def _rotated_head(SRC, NORM, c, s, d, dmask, eps, HEAD_DIM: tl.constexpr, QK_NORM: tl.constexpr, DTYPE):
+    """One head's [.., half] halves from qkv (SRC points at the head; d broadcasts over leading dims), with
+    the optional RMSNorm, rotated; rounded to DTYPE as the rope kernel rounds them."""
+    half = HEAD_DIM // 2
+    x1 = tl.load(SRC + d, mask=dmask, other=0.0).to(tl.float32)
+    x2 = tl.load(SRC + half + d, mask=dmask, other=0.0).to(tl.float32)
+    if QK_NORM:
+        w1 = tl.load(NORM + d, mask=dmask, other=0.0).to(tl.float32)
+        w2 = tl.load(NORM + half + d, mask=dmask, other=0.0).to(tl.float32)
+        r = tl.rsqrt((tl.sum(x1 * x1, axis=-1) + tl.sum(x2 * x2, axis=-1)) / HEAD_DIM + eps)
+        r = tl.expand_dims(r, -1)
+        x1 = ((x1 * r).to(DTYPE).to(tl.float32) * w1).to(DTYPE).to(tl.float32)
+        x2 = ((x2 * r).to(DTYPE).to(tl.float32) * w2).to(DTYPE).to(tl.float32)
+    return (x1 * c - x2 * s).to(DTYPE), (x2 * c + x1 * s).to(DTYPE)
+
+
+@triton.jit
+def _rope_attention_kernel(
+    QKV, POS, SLOT, COS, SIN, QNORM, KNORM, K_CACHE, V_CACHE, OUT, O_PART, LSE_PART, COUNTER,
+    stride_t, stride_cos, stride_ks, stride_kh, stride_kn, stride_ob, stride_oh,
+    stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
+    scale, eps, splits,  # splits is a runtime value: one compiled kernel serves every bucket
+    NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, BLOCK_H: tl.constexpr,
+    HEAD_DIM: tl.constexpr, HALF_BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    QK_NORM: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
+    dtype = QKV.dtype.element_ty
+    pos = tl.load(POS + row)  # the new token's position; the row attends to [0, pos]
     slot = tl.load(SLOT + row)
-    length = tl.load(LEN + row)
-    chunk = tl.cdiv(tl.cdiv(length, splits), BLOCK_N) * BLOCK_N  # whole tiles: no ragged tile mid-row
+    chunk = tl.cdiv(tl.cdiv(pos + 1, splits), BLOCK_N) * BLOCK_N  # whole tiles: no ragged tile mid-row
     start = split * chunk
-    end = tl.minimum(start + chunk, length)
+    end = tl.minimum(start + chunk, pos + 1)
+    half = HEAD_DIM // 2
 
     h = tl.arange(0, BLOCK_H)
     hmask = h < GROUP
     heads = kv_head * GROUP + h
-    d = tl.arange(0, BLOCK_D)
-    dmask = d < HEAD_DIM
-    q = tl.load(
-        Q + row * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=hmask[:, None] & dmask[None, :], other=0.0
-    )  # [BLOCK_H, BLOCK_D]
-    kv_base = slot * stride_ks + kv_head * stride_kh
+    d = tl.arange(0, HALF_BLOCK)
+    dmask = d < half
+    dv = tl.arange(0, BLOCK_D)
+    dvmask = dv < HEAD_DIM
+    c = tl.load(COS + pos * stride_cos + d, mask=dmask, other=0.0)  # cos halves are equal: read one
+    s = tl.load(SIN + pos * stride_cos + d, mask=dmask, other=0.0)
+    qmask = hmask[:, None] & dmask[None, :]
+    q_src = QKV + row * stride_t + heads[:, None] * HEAD_DIM
+    q1, q2 = _rotated_head(q_src, QNORM, c[None, :], s[None, :], d[None, :], qmask, eps, HEAD_DIM, QK_NORM, dtype)
 
+    kv_base = slot * stride_ks + kv_head * stride_kh
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
     denom = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-    for n0 in range(start, end, BLOCK_N):
+    cached_end = tl.minimum(end, pos)  # the cache holds [0, pos); pos itself comes from qkv below
+    for n0 in range(start, cached_end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
-        nmask = n < end
-        kv_mask = nmask[:, None] & dmask[None, :]
-        k = tl.load(K + kv_base + n[:, None] * stride_kn + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+        nmask = n < cached_end
+        k_ptr = K_CACHE + kv_base + n[:, None] * stride_kn + d[None, :]
+        kmask = nmask[:, None] & dmask[None, :]
+        k1 = tl.load(k_ptr, mask=kmask, other=0.0)  # [BLOCK_N, HALF_BLOCK]
+        k2 = tl.load(k_ptr + half, mask=kmask, other=0.0)
         if IEEE:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            sc = tl.dot(q1, tl.trans(k1), input_precision="ieee") + tl.dot(q2, tl.trans(k2), input_precision="ieee")
         else:
-            s = tl.dot(q, tl.trans(k))
-        s = tl.where(nmask[None, :], s * scale, float("-inf"))  # [BLOCK_H, BLOCK_N]
-        m_new = tl.maximum(m, tl.max(s, axis=1))
+            sc = tl.dot(q1, tl.trans(k1)) + tl.dot(q2, tl.trans(k2))
+        sc = tl.where(nmask[None, :], sc * scale, float("-inf"))  # [BLOCK_H, BLOCK_N]
+        m_new = tl.maximum(m, tl.max(sc, axis=1))
         alpha = tl.exp(m - m_new)
-        p = tl.exp(s - m_new[:, None])
+        p = tl.exp(sc - m_new[:, None])
         denom = denom * alpha + tl.sum(p, axis=1)
-        v = tl.load(V + kv_base + n[:, None] * stride_kn + d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(V_CACHE + kv_base + n[:, None] * stride_kn + dv[None, :], mask=nmask[:, None] & dvmask[None, :])
         if IEEE:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m = m_new
-    empty = denom == 0.0  # this split had no positions (a short row): contributes nothing to the merge
+    if (pos >= start) & (pos < end):  # this share holds the new token: cache it and fold it in
+        k_src = QKV + row * stride_t + (NUM_HEADS + kv_head) * HEAD_DIM
+        k1, k2 = _rotated_head(k_src, KNORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, dtype)
+        v_new = tl.load(QKV + row * stride_t + (NUM_HEADS + NUM_KV_HEADS + kv_head) * HEAD_DIM + dv, mask=dvmask)
+        cache_at = kv_base + pos * stride_kn
+        tl.store(K_CACHE + cache_at + d, k1, mask=dmask)
+        tl.store(K_CACHE + cache_at + half + d, k2, mask=dmask)
+        tl.store(V_CACHE + cache_at + dv, v_new, mask=dvmask)
+        sc_new = tl.sum(q1.to(tl.float32) * k1.to(tl.float32)[None, :], axis=1)
+        sc_new = (sc_new + tl.sum(q2.to(tl.float32) * k2.to(tl.float32)[None, :], axis=1)) * scale  # [BLOCK_H]
+        m_new = tl.maximum(m, sc_new)
+        alpha = tl.exp(m - m_new)
+        p_new = tl.exp(sc_new - m_new)
+        denom = denom * alpha + p_new
+        p_rounded = p_new.to(dtype).to(tl.float32)  # as the tile path rounds p for its dot
+        acc = acc * alpha[:, None] + p_rounded[:, None] * v_new.to(tl.float32)[None, :]
+        m = m_new
+    empty = denom == 0.0  # a share with no positions (a short row): contributes nothing to the merge
     out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, denom)[:, None])
-    lse = tl.where(empty, float("-inf"), m + tl.log(tl.where(empty, 1.0, denom)))
-    # one split: O_PART is the final output [rows, heads, head_dim] in the model dtype, no merge needed
-    tl.store(
-        O_PART + row * stride_pb + heads[:, None] * stride_ph + split * stride_ps + d[None, :],
-        out.to(O_PART.dtype.element_ty),
-        mask=hmask[:, None] & dmask[None, :],
-    )
-    if splits > 1:
-        tl.store(LSE_PART + row * stride_lb + heads * stride_lh + split, lse, mask=hmask)
-
-
-@triton.jit
-def _decode_merge_kernel(
-    O_PART,
-    LSE_PART,
-    OUT,
-    stride_pb,
-    stride_ph,
-    stride_ps,
-    stride_lb,
-    stride_lh,
-    stride_ob,
-    stride_oh,
-    splits,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-):
-    row = tl.program_id(0)
-    head = tl.program_id(1)
-    s = tl.arange(0, BLOCK_S)
-    smask = s < splits
-    d = tl.arange(0, BLOCK_D)
-    dmask = d < HEAD_DIM
-    lse = tl.load(LSE_PART + row * stride_lb + head * stride_lh + s, mask=smask, other=float("-inf"))  # [BLOCK_S]
-    weights = tl.exp(lse - tl.max(lse, axis=0))  # empty splits: exp(-inf) = 0
-    parts = tl.load(
-        O_PART + row * stride_pb + head * stride_ph + s[:, None] * stride_ps + d[None, :],
-        mask=smask[:, None] & dmask[None, :],
-        other=0.0,
-    )  # [BLOCK_S, BLOCK_D]
-    out = tl.sum(parts * weights[:, None], axis=0) / tl.sum(weights, axis=0)
-    tl.store(OUT + row * stride_ob + head * stride_oh + d, out.to(OUT.dtype.element_ty), mask=dmask)
+    out_ptr = OUT + row * stride_ob + heads[:, None] * stride_oh + dv[None, :]
+    omask = hmask[:, None] & dvmask[None, :]
+    if splits == 1:
+        tl.store(out_ptr, out.to(OUT.dtype.element_ty), mask=omask)
+    else:
+        lse = tl.where(empty, float("-inf"), m + tl.log(tl.where(empty, 1.0, denom)))
+        part_ptr = O_PART + row * stride_pb + heads[:, None] * stride_ph + dv[None, :]
+        lse_ptr = LSE_PART + row * stride_lb + heads * stride_lh
+        tl.store(part_ptr + split * stride_ps, out, mask=omask)
+        tl.store(lse_ptr + split, lse, mask=hmask)
+        tl.debug_barrier()  # every thread's partial is written before the counter is released
+        counter = COUNTER + row * NUM_KV_HEADS + kv_head
+        if tl.atomic_add(counter, 1, sem="acq_rel") == splits - 1:  # the last share merges them all
+            top = tl.full([BLOCK_H], float("-inf"), tl.float32)
+            for sp in range(splits):
+                top = tl.maximum(top, tl.load(lse_ptr + sp, mask=hmask, other=float("-inf"), cache_modifier=".cg"))
+            top = tl.where(hmask, top, 0.0)
+            total = tl.zeros([BLOCK_H], tl.float32)
+            merged = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+            for sp in range(splits):  # fixed order: the same sum whichever share came last
+                weight = tl.exp(tl.load(lse_ptr + sp, mask=hmask, other=float("-inf"), cache_modifier=".cg") - top)
+                part = tl.load(part_ptr + sp * stride_ps, mask=omask, other=0.0, cache_modifier=".cg")
+                merged += weight[:, None] * part
+                total += weight
+            merged = merged / tl.where(hmask, total, 1.0)[:, None]
+            tl.store(out_ptr, merged.to(OUT.dtype.element_ty), mask=omask)
+            tl.atomic_xchg(counter, 0)  # ready for the next layer's launch and the next replay
 
 
 @functools.lru_cache(maxsize=None)
@@ -141,82 +168,62 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
 
 
-def choose_splits(rows: int, kv_heads: int, max_len: int, target_programs: int, block_n: int = 64) -> int:
-    """Enough splits that rows x kv_heads x splits fills the GPU, never more than the cache has tiles."""
+def default_config(head_dim: int) -> AttentionConfig:
+    """4 warps spill registers at head_dim 128 on sm_90 (scripts/gpu/triton_aot_check.py); 8 do not."""
+    return AttentionConfig(num_warps=8 if head_dim > 64 else 4)
+
+
+def choose_splits(rows: int, kv_heads: int, max_len: int, target_programs: int, block_n: int) -> int:
+    """Enough splits that rows x kv_heads x splits reaches the target, never more than the cache has tiles."""
     want = triton.cdiv(target_programs, max(1, rows * kv_heads))
     return int(max(1, min(want, triton.cdiv(max_len, block_n), 64)))
 
 
-def decode_attention(
-    q: torch.Tensor,  # [rows, heads, head_dim]
-    k_cache: torch.Tensor,  # [slots, kv_heads, max_len, head_dim] (one layer)
+def decode_rope_attention(
+    qkv: torch.Tensor,  # [rows, (heads + 2 * kv_heads) * head_dim]: the qkv projection of the new tokens
+    positions: torch.Tensor,  # [rows] int64: each new token's position (its K/V is written there)
+    cos: torch.Tensor,  # [max_positions, head_dim] fp32
+    sin: torch.Tensor,
+    q_norm: torch.Tensor | None,
+    k_norm: torch.Tensor | None,
+    eps: float,
+    k_cache: torch.Tensor,  # [slots, kv_heads, max_len, head_dim] (one layer), written at (slot, position)
     v_cache: torch.Tensor,
     slots: torch.Tensor,  # [rows] int64
-    lengths: torch.Tensor,  # [rows] int64, >= 1
+    num_heads: int,
     scale: float,
-    max_len_hint: int | None = None,  # unused: the kernel reads the lengths on the device
-    splits: int | None = None,  # None: enough to fill the GPU (choose_splits)
-    block_n: int = 64,
-    num_warps: int = 4,
-    num_stages: int = 2,
-) -> torch.Tensor:  # [rows, heads, head_dim]
-    rows, heads, head_dim = q.shape
-    kv_heads, max_len = k_cache.shape[1], k_cache.shape[2]
-    assert q.stride(-1) == 1 and k_cache.stride(-1) == 1 and k_cache.stride() == v_cache.stride()
-    group = heads // kv_heads
+    counters: torch.Tensor,  # [>= rows * kv_heads] int32, zero between launches (KVCache.merge_counters)
+    max_len_hint: int | None = None,  # unused: the kernel reads the positions on the device
+    config: AttentionConfig | None = None,  # None: default_config(head_dim)
+    splits: int | None = None,  # None: from config.programs_per_sm (choose_splits)
+) -> torch.Tensor:  # [rows, heads, head_dim] in qkv's dtype
+    rows = qkv.shape[0]
+    kv_heads, max_len, head_dim = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
+    assert qkv.stride(-1) == 1 and k_cache.stride(-1) == 1 and k_cache.stride() == v_cache.stride()
+    assert counters.numel() >= rows * kv_heads and counters.dtype == torch.int32
+    group = num_heads // kv_heads
+    config = config or default_config(head_dim)
     if splits is None:
-        splits = choose_splits(rows, kv_heads, max_len, 2 * _sm_count(q.device), block_n)
-    out = torch.empty_like(q)
-    if splits == 1:  # the split kernel writes the final output
-        o_part, lse_part = out.view(rows, heads, 1, head_dim), out  # lse_part unused
+        target = config.programs_per_sm * _sm_count(qkv.device)
+        splits = choose_splits(rows, kv_heads, max_len, target, config.block_n)
+    out = torch.empty((rows, num_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
+    if splits == 1:
+        o_part, lse_part = out.view(rows, num_heads, 1, head_dim), out  # unused
     else:
-        o_part = torch.empty((rows, heads, splits, head_dim), dtype=torch.float32, device=q.device)
-        lse_part = torch.empty((rows, heads, splits), dtype=torch.float32, device=q.device)
-    block_d = max(16, triton.next_power_of_2(head_dim))
-    _decode_split_kernel[(rows, kv_heads, splits)](
-        q,
-        k_cache,
-        v_cache,
-        slots,
-        lengths,
-        o_part,
-        lse_part,
-        q.stride(0),
-        q.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
-        o_part.stride(0),
-        o_part.stride(1),
-        o_part.stride(2),
-        lse_part.stride(0),
-        lse_part.stride(1),
-        scale,
-        splits,
-        GROUP=group,
-        BLOCK_H=max(16, triton.next_power_of_2(group)),
-        HEAD_DIM=head_dim,
-        BLOCK_D=block_d,
-        BLOCK_N=block_n,
-        IEEE=q.dtype == torch.float32,
-        num_warps=num_warps,
-        num_stages=num_stages,
-    )
-    if splits > 1:
-        _decode_merge_kernel[(rows, heads)](
-            o_part,
-            lse_part,
-            out,
-            o_part.stride(0),
-            o_part.stride(1),
-            o_part.stride(2),
-            lse_part.stride(0),
-            lse_part.stride(1),
-            out.stride(0),
-            out.stride(1),
-            splits,
-            HEAD_DIM=head_dim,
-            BLOCK_D=block_d,
-            BLOCK_S=max(2, triton.next_power_of_2(splits)),
-        )
+        o_part = torch.empty((rows, num_heads, splits, head_dim), dtype=torch.float32, device=qkv.device)
+        lse_part = torch.empty((rows, num_heads, splits), dtype=torch.float32, device=qkv.device)
+    qk_norm = q_norm is not None
+    _rope_attention_kernel[(rows, kv_heads, splits)](
+        qkv, positions, slots, cos, sin, q_norm if qk_norm else cos, k_norm if qk_norm else cos,
+        k_cache, v_cache, out, o_part, lse_part, counters,
+        qkv.stride(0), cos.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        out.stride(0), out.stride(1), o_part.stride(0), o_part.stride(1), o_part.stride(2),
+        lse_part.stride(0), lse_part.stride(1),
+        scale, eps, splits,
+        NUM_HEADS=num_heads, NUM_KV_HEADS=kv_heads, GROUP=group, BLOCK_H=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim, HALF_BLOCK=max(16, triton.next_power_of_2(head_dim // 2)),
+        BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_N=config.block_n,
+        QK_NORM=qk_norm, IEEE=qkv.dtype == torch.float32,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
     return out
