@@ -148,7 +148,8 @@ def sweep_gemm(device: torch.device) -> dict:
 
 def sweep_skinny(device: torch.device) -> dict:
     """The skinny Triton GEMM (engine/kernels/triton_gemm.py) over a grid of tiles at rows 16 and 64."""
-    from inferlab.engine.kernels.triton_gemm import SkinnyConfig, skinny_linear
+    from inferlab.engine.kernels.triton_gemm import SkinnyConfig, skinny_linear, tile_counters
+    from inferlab.engine.kernels.triton_norm import silu_mul
 
     shapes = {"qkv": (QKV, HIDDEN), "o": (HIDDEN, HIDDEN), "gate_up": (2 * INTER, HIDDEN), "down": (HIDDEN, INTER)}
     out: dict = {}
@@ -158,14 +159,15 @@ def sweep_skinny(device: torch.device) -> dict:
             x = torch.randn(rows, 2 * k if name == "down" else k, device=device).to(torch.bfloat16)
             swiglu = name == "down"
             cells = {}
-            grid = itertools.product((16, 32, 64, 128), (128, 256), (1, 2, 4, 8), (4, 8), (3, 4, 6))
+            grid = itertools.product((16, 32, 64, 128), (64, 128, 256), (1, 2, 4, 8), (4, 8), (3, 4))
             for block_n, block_k, split, warps, stages in grid:
                 if k // split < block_k or (block_n == 128 and block_k == 256):
                     continue
                 config = SkinnyConfig(block_n, block_k, split, warps, stages)
+                counters = tile_counters(n, block_n, device)
                 try:
                     cells[f"n{block_n} k{block_k} split{split} w{warps} s{stages}"] = graph_us(
-                        [lambda w=w, c=config: skinny_linear(x, w, c, swiglu=swiglu) for w in weights]
+                        [lambda w=w, c=config: skinny_linear(x, w, c, swiglu, counters) for w in weights]
                     )
                 except Exception as e:  # a tile that does not compile must not hide the others
                     cells[f"n{block_n} k{block_k} split{split} w{warps} s{stages}"] = repr(e)[:200]
@@ -173,6 +175,10 @@ def sweep_skinny(device: torch.device) -> dict:
             best = sorted(timed, key=timed.get)[:5]
             out[f"{name}@{rows}"] = {"us": cells, "best": best}
             print(f"skinny {name}@{rows}: " + "; ".join(f"{c} {timed[c]:.1f}" for c in best), flush=True)
+            with torch.no_grad():
+                ref = F.linear(silu_mul(x) if swiglu else x, weights[0]).float()
+                got = skinny_linear(x, weights[0], SkinnyConfig(32, 128, 4), swiglu).float()
+                out[f"{name}@{rows}"]["max_rel_err"] = ((got - ref).abs().max() / ref.abs().max()).item()
     return out
 
 

@@ -44,9 +44,9 @@ from inferlab.engine.kernels import (  # noqa: E402
 def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
     """(name, kernel, signature, constexprs, 16-divisible args, launch options)."""
     out = []
-    gemm = dict(X="*bf16", W="*bf16", OUT="*bf16", PART="*fp32", M="i32", N="i32", K="i32", stride_xm="i32",
-                stride_wn="i32", stride_om="i32", k_span="i32")  # fmt: skip
-    aligned = ["X", "W", "OUT", "PART", "N", "K", "stride_xm", "stride_wn", "stride_om", "k_span"]
+    gemm = dict(X="*bf16", W="*bf16", OUT="*bf16", PART="*fp32", COUNTER="*i32", M="i32", N="i32", K="i32",
+                stride_xm="i32", stride_wn="i32", stride_om="i32", k_blocks="i32")  # fmt: skip
+    aligned = ["X", "W", "OUT", "PART", "N", "K", "stride_xm", "stride_wn", "stride_om"]
     for block_m, block_k in ((16, 128), (32, 128), (64, 64)):
         for block_n in (32, 64):
             for swiglu in (False, True):
@@ -67,9 +67,6 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
                         triton_attention._rope_attention_kernel, att, c,
                         ["QKV", "K_CACHE", "V_CACHE", "OUT", "stride_t", "stride_ks", "stride_kh", "stride_kn"],
                         dict(num_warps=warps, num_stages=stages)))  # fmt: skip
-    out.append(("split sum", triton_gemm._split_sum_kernel,
-                dict(PART="*fp32", OUT="*bf16", M="i32", N="i32", stride_om="i32", split_k="i32"), dict(BLOCK=1024),
-                ["PART", "OUT", "N"], {}))  # fmt: skip
     f = {n: "*fp32" for n in "LOGITS PMAX HIST PREFIX ACC TARGET HIST_K PREFIX_K ACC_K TEMP TOP_K TOP_P".split()}
     f.update(LOGITS="*bf16", PREFIX="*i32", PREFIX_K="*i32", TOP_K="*i64", stride="i32", vocab="i32", span="i32",
              rows="i32", chunks="i32", level="i32")  # fmt: skip

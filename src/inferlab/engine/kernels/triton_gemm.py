@@ -5,7 +5,8 @@ At decode batch sizes a projection is a stream over its weight matrix: the cost 
 the question is only whether enough programs keep enough loads in flight. Grid (N / BLOCK_N, SPLIT_K):
 each program streams a [BLOCK_N, K / SPLIT_K] slab of the weight (contiguous along K) through tl.dot
 against the rows' [M, K / SPLIT_K] slice. SPLIT_K = 1 writes the output directly; otherwise each split
-writes fp32 partials and a second kernel sums them in a fixed order (deterministic, no atomics). With
+writes fp32 partials and the last split of each tile to finish (an atomic counter per tile, reset by that
+program) sums them in a fixed order: deterministic, and no second launch. With
 SWIGLU the A operand is silu(gate) * up rounded to the model dtype, exactly what triton_norm.silu_mul
 writes, so the fused product equals silu_mul followed by a GEMM up to the order of accumulation, and the
 silu_mul launch (and its [M, I] round trip) disappears. Which projection uses this kernel at which batch
@@ -33,9 +34,9 @@ class SkinnyConfig:
         return f"triton n{self.block_n} k{self.block_k} split{self.split_k}"
 
 
-@triton.jit(do_not_specialize=["M", "k_span"])  # one compile per tile for every bucket
+@triton.jit(do_not_specialize=["M", "k_blocks"])  # one compile per tile for every bucket
 def _skinny_kernel(
-    X, W, OUT, PART, M, N, K, stride_xm, stride_wn, stride_om, k_span,
+    X, W, OUT, PART, COUNTER, M, N, K, stride_xm, stride_wn, stride_om, k_blocks,
     PARTIALS: tl.constexpr, SWIGLU: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
@@ -46,8 +47,10 @@ def _skinny_kernel(
     m_ok = rm < M
     n_ok = rn < N
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    start = pid_k * k_span
-    for k0 in range(start, tl.minimum(start + k_span, K), BLOCK_K):
+    for kb in range(0, k_blocks):
+        # a whole number of BLOCK_K from 0, stated to the compiler: without it a split's start offset has
+        # unknown alignment and every weight load is issued element by element (~3x slower, first GPU sweep)
+        k0 = tl.multiple_of((pid_k * k_blocks + kb) * BLOCK_K, BLOCK_K)
         rk = k0 + tl.arange(0, BLOCK_K)
         k_ok = rk < K
         a_mask = m_ok[:, None] & k_ok[None, :]
@@ -63,21 +66,26 @@ def _skinny_kernel(
         else:
             acc += tl.dot(a, tl.trans(b))
     mask = m_ok[:, None] & n_ok[None, :]
+    out_ptr = OUT + rm[:, None] * stride_om + rn[None, :]
     if not PARTIALS:
-        tl.store(OUT + rm[:, None] * stride_om + rn[None, :], acc.to(OUT.dtype.element_ty), mask=mask)
-    else:
-        tl.store(PART + (pid_k * M + rm[:, None]) * N + rn[None, :], acc, mask=mask)
+        tl.store(out_ptr, acc.to(OUT.dtype.element_ty), mask=mask)
+    else:  # split-K: the tile's last split to finish sums the fp32 partials in a fixed order (deterministic)
+        splits = tl.num_programs(1)
+        part_ptr = PART + rm[:, None] * N + rn[None, :]  # + split * M * N
+        tl.store(part_ptr + pid_k * M * N, acc, mask=mask)
+        tl.debug_barrier()  # every thread's partial is written before the counter is released
+        if tl.atomic_add(COUNTER + pid_n, 1, sem="acq_rel") == splits - 1:
+            total = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            for split in range(splits):
+                total += tl.load(part_ptr + split * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            tl.store(out_ptr, total.to(OUT.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(COUNTER + pid_n, 0)  # ready for the next launch and the next replay
 
 
-@triton.jit(do_not_specialize=["M", "split_k"])
-def _split_sum_kernel(PART, OUT, M, N, stride_om, split_k, BLOCK: tl.constexpr):
-    m = tl.program_id(0)
-    rn = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    ok = rn < N
-    total = tl.zeros([BLOCK], tl.float32)
-    for s in range(split_k):  # fixed order: deterministic
-        total += tl.load(PART + (s * M + m) * N + rn, mask=ok, other=0.0)
-    tl.store(OUT + m * stride_om + rn, total.to(OUT.dtype.element_ty), mask=ok)
+def tile_counters(n: int, block_n: int, device: torch.device) -> torch.Tensor:
+    """Zeroed split-K counters for an output of width n (one per BLOCK_N tile); each launch leaves them at
+    zero, so one buffer serves every launch on a stream (the engine keeps one in its GemmPlan)."""
+    return torch.zeros(triton.cdiv(n, block_n), dtype=torch.int32, device=device)
 
 
 def skinny_linear(
@@ -85,21 +93,23 @@ def skinny_linear(
     w: torch.Tensor,  # [N, K], contiguous
     config: SkinnyConfig,
     swiglu: bool = False,
+    counters: torch.Tensor | None = None,  # >= tile_counters(N, block_n); None: allocated (a memset)
 ) -> torch.Tensor:  # [M, N] in w's dtype
     m = x.shape[0]
     n, k = w.shape
     assert m <= 64 and w.stride(1) == 1 and x.stride(-1) == 1
     assert x.shape[1] == (2 * k if swiglu else k), (x.shape, w.shape, swiglu)
+    tiles = triton.cdiv(n, config.block_n)
+    if counters is None:
+        counters = tile_counters(n, config.block_n, w.device)
+    assert counters.numel() >= tiles and counters.dtype == torch.int32
     out = torch.empty((m, n), dtype=w.dtype, device=w.device)
-    k_span = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k) * config.block_k
+    k_blocks = triton.cdiv(triton.cdiv(k, config.split_k), config.block_k)
     part = out if config.split_k == 1 else torch.empty((config.split_k, m, n), dtype=torch.float32, device=w.device)
-    _skinny_kernel[(triton.cdiv(n, config.block_n), config.split_k)](
-        x, w, out, part, m, n, k, x.stride(0), w.stride(0), out.stride(0), k_span,
+    _skinny_kernel[(tiles, config.split_k)](
+        x, w, out, part, counters, m, n, k, x.stride(0), w.stride(0), out.stride(0), k_blocks,
         PARTIALS=config.split_k > 1, SWIGLU=swiglu, IEEE=w.dtype == torch.float32,
         BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
-    if config.split_k > 1:
-        block = min(1024, triton.next_power_of_2(n))
-        _split_sum_kernel[(m, triton.cdiv(n, block))](part, out, m, n, out.stride(0), config.split_k, BLOCK=block)
     return out
