@@ -47,11 +47,12 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
     gemm = dict(X="*bf16", W="*bf16", OUT="*bf16", PART="*fp32", COUNTER="*i32", M="i32", N="i32", K="i32",
                 stride_xm="i32", stride_wn="i32", stride_om="i32", k_blocks="i32")  # fmt: skip
     aligned = ["X", "W", "OUT", "PART", "N", "K", "stride_xm", "stride_wn", "stride_om"]
-    for block_m, block_k in ((16, 128), (32, 128), (64, 64)):
-        for block_n in (32, 64):
-            for swiglu in (False, True):
-                c = dict(PARTIALS=True, SWIGLU=swiglu, IEEE=False, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
-                name = f"skinny gemm m{block_m} n{block_n} k{block_k}{' swiglu' if swiglu else ''}"
+    for block_m, block_k in ((16, 256), (16, 128), (64, 128)):
+        for block_n in (16, 32, 64):
+            for mode in ("plain", "swiglu", "gated"):
+                c = dict(PARTIALS=mode == "swiglu", SWIGLU=mode == "swiglu", GATED=mode == "gated", IEEE=False,
+                         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)  # fmt: skip
+                name = f"skinny gemm m{block_m} n{block_n} k{block_k} {mode}"
                 out.append((name, triton_gemm._skinny_kernel, gemm, c, aligned, dict(num_warps=4, num_stages=4)))
     att = {n: "*bf16" for n in "QKV K_CACHE V_CACHE OUT".split()}
     att.update(POS="*i64", SLOT="*i64", COS="*fp32", SIN="*fp32", QNORM="*bf16", KNORM="*bf16", O_PART="*fp32",

@@ -7,8 +7,9 @@ included), far from the ~4 TB/s the device copies at. Whether our kernel does be
 the batch and the GPU, so it is measured, not assumed: for every (projection, bucket <= 64) the engine
 times cuBLAS and a few tiles of the Triton kernel inside a CUDA graph, each call on a cold L2 (a flush
 between calls, timed apart and subtracted), over the real weights of successive layers, and keeps Triton
-only where it wins by more than MARGIN (so the choice does not flip on noise). The down projection is
-timed as silu_mul + GEMM against the fused SwiGLU GEMM. Prefill (hundreds of rows) and the LM head
+only where it wins by more than MARGIN (so the choice does not flip on noise). The MLP is timed as one
+unit: cuBLAS gate_up + silu_mul + cuBLAS down, against the Triton gate_up with the SwiGLU product in its
+epilogue ("gated", no silu_mul launch) and against the Triton down with it in its prologue. Prefill (hundreds of rows) and the LM head
 (128k+ rows of weight, where cuBLAS streams at full speed) stay on cuBLAS. The choices are fixed for the
 engine's life and reported in engine.stats.gemm_choices.
 """
@@ -24,17 +25,30 @@ import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 
-PROJECTIONS = ("qkv", "o", "gate_up", "down")
+PROJECTIONS = ("qkv", "o", "mlp")  # mlp: gate_up, SwiGLU and down, timed as one unit
 MAX_ROWS = 64  # the kernel's limit, and where cuBLAS's tensor-core kernels take over anyway
 MARGIN = 0.95  # Triton is chosen when it takes < 95% of cuBLAS's time
 
 
+@dataclass(frozen=True)
+class MlpChoice:
+    """Where the MLP uses the Triton kernel: "gated" (gate_up with the SwiGLU product in its epilogue, cuBLAS
+    down) or "swiglu_down" (cuBLAS gate_up, down with the SwiGLU product in its prologue)."""
+
+    kind: str
+    config: object  # SkinnyConfig
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.config}"
+
+
 @dataclass
 class GemmPlan:
-    """(projection, rows) -> the Triton config to use; absent: cuBLAS."""
+    """(projection, rows) -> the Triton config (MlpChoice for "mlp") to use; absent: cuBLAS."""
 
-    silu_mul: Callable  # ops.silu_mul, for the unfused down projection
-    choices: dict = field(default_factory=dict)  # {(name, rows): SkinnyConfig}
+    silu_mul: Callable  # ops.silu_mul, for the all-cuBLAS MLP
+    choices: dict = field(default_factory=dict)  # {(name, rows): SkinnyConfig | MlpChoice}
+    counters: torch.Tensor | None = None  # the split-K tile counters every Triton launch shares (zero between)
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, name: str) -> torch.Tensor:
         config = self.choices.get((name, x.shape[0])) if bias is None else None
@@ -42,16 +56,18 @@ class GemmPlan:
             return F.linear(x, w, bias)
         from inferlab.engine.kernels.triton_gemm import skinny_linear
 
-        return skinny_linear(x, w, config)
+        return skinny_linear(x, w, config, counters=self.counters)
 
-    def swiglu_down(self, gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
-        """silu(gate) * up @ w_down^T for gate_up [T, 2I] -> [T, hidden]."""
-        config = self.choices.get(("down", gate_up.shape[0]))
-        if config is None:
-            return F.linear(self.silu_mul(gate_up), w_down)
+    def mlp(self, h: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
+        """(silu(h @ gate^T) * (h @ up^T)) @ w_down^T for h [T, hidden] -> [T, hidden]."""
+        choice = self.choices.get(("mlp", h.shape[0]))
+        if choice is None:
+            return F.linear(self.silu_mul(F.linear(h, w_gate_up)), w_down)
         from inferlab.engine.kernels.triton_gemm import skinny_linear
 
-        return skinny_linear(gate_up, w_down, config, swiglu=True)
+        if choice.kind == "gated":
+            return F.linear(skinny_linear(h, w_gate_up, choice.config, counters=self.counters, gated=True), w_down)
+        return skinny_linear(F.linear(h, w_gate_up), w_down, choice.config, swiglu=True, counters=self.counters)
 
     def describe(self, buckets: list[int]) -> dict[str, str]:
         return {
@@ -63,17 +79,17 @@ class GemmPlan:
 
 
 def candidate_configs(n: int, k: int, rows: int, sm_count: int) -> list:
-    """A few tiles per shape: 32 or 64 weight rows per program, split along K until the grid fills the GPU."""
+    """A few tiles per shape, from the GPU sweep of scripts/gpu/kernel_sweep.py (H200, llama-380m shapes):
+    16 to 64 weight rows per program over the whole K (the qkv and o projections at 16 rows ran fastest
+    with 16 rows x 256), and one split-K tile for a narrow output over a long K (down: few tiles)."""
     from inferlab.engine.kernels.triton_gemm import SkinnyConfig
 
-    block_k = 128 if rows <= 16 else 64  # no register spills at 4 pipeline stages (scripts/gpu/triton_aot_check.py)
-    configs = []
-    for block_n in (32, 64):
-        tiles = -(-n // block_n)
-        split = 1
-        while tiles * split < sm_count and split < 8 and k // (2 * split) >= block_k:
-            split *= 2
-        configs.append(SkinnyConfig(block_n, block_k, split))
+    configs = [SkinnyConfig(16, 256 if rows <= 16 else 128, 1), SkinnyConfig(32, 128, 1), SkinnyConfig(64, 128, 1)]
+    tiles, split = -(-n // 32), 1
+    while tiles * split < sm_count and split < 8 and k // (2 * split) >= 128:
+        split *= 2
+    if split > 1:
+        configs.append(SkinnyConfig(32, 128, split, num_stages=3))
     return configs
 
 
@@ -83,38 +99,60 @@ def tune_gemm_plan(weights, buckets: list[int], silu_mul: Callable, device: torc
     from inferlab.engine.kernels.triton_gemm import skinny_linear
 
     plan = GemmPlan(silu_mul)
+    layers = weights.layers
+    widest = max(layers[0].qkv.shape[0], layers[0].o.shape[0], layers[0].gate_up.shape[0])
+    plan.counters = torch.zeros(-(-widest // 16), dtype=torch.int32, device=device)  # 16: the narrowest tile
     timings: dict[str, dict[str, float]] = {}
     sm_count = torch.cuda.get_device_properties(device).multi_processor_count
     flush = torch.empty(96 * 1024**2 // 4, dtype=torch.float32, device=device)  # 96 MB: > the L2 of an H100/H200
-    layers = weights.layers
     dtype = layers[0].qkv.dtype
     baseline_us = _graph_us(None, len(layers), flush)  # the flushes alone
     for rows in [b for b in buckets if b <= MAX_ROWS]:
         for name in PROJECTIONS:
-            mats = [_weight(layer, name) for layer in layers]
             if name == "qkv" and layers[0].qkv_bias is not None:
                 continue  # a bias (Qwen2): cuBLAS's fused epilogue
-            n, k = mats[0].shape
-            x = torch.randn(rows, 2 * k if name == "down" else k, device=device).to(dtype)
-            options: dict[str, Callable] = {}
-            if name == "down":
-                options["cublas"] = lambda i: F.linear(silu_mul(x), mats[i])
-            else:
-                options["cublas"] = lambda i: F.linear(x, mats[i])
-            for config in candidate_configs(n, k, rows, sm_count):
-                options[str(config)] = lambda i, c=config: skinny_linear(x, mats[i], c, swiglu=name == "down")
-            cell = {label: _time_us(fn, len(mats), flush, baseline_us) for label, fn in options.items()}
+            options = _options(name, layers, rows, dtype, device, sm_count, plan)
+            cell = {label: _time_us(fn, len(layers), flush, baseline_us) for label, (fn, _) in options.items()}
             timings[f"{name}@{rows}"] = cell
             best = min((label for label in cell if label != "cublas"), key=cell.get)
             if cell[best] < MARGIN * cell["cublas"]:
-                plan.choices[(name, rows)] = next(c for c in candidate_configs(n, k, rows, sm_count) if str(c) == best)
+                plan.choices[(name, rows)] = options[best][1]
     del flush
     log.info("GEMM plan: %s", {f"{name}@{rows}": str(c) for (name, rows), c in plan.choices.items()} or "cuBLAS only")
     return plan, timings
 
 
-def _weight(layer, name: str) -> torch.Tensor:
-    return {"qkv": layer.qkv, "o": layer.o, "gate_up": layer.gate_up, "down": layer.down}[name]
+def _options(name: str, layers, rows: int, dtype, device, sm_count: int, plan: GemmPlan) -> dict:
+    """{label: (fn(layer index), the choice it stands for)} for one projection at one bucket; "cublas" first."""
+    from inferlab.engine.kernels.triton_gemm import skinny_linear
+
+    silu_mul, counters = plan.silu_mul, plan.counters
+    if name != "mlp":
+        mats = [layer.qkv if name == "qkv" else layer.o for layer in layers]
+        n, k = mats[0].shape
+        x = torch.randn(rows, k, device=device).to(dtype)
+        options = {"cublas": (lambda i: F.linear(x, mats[i]), None)}
+        for c in candidate_configs(n, k, rows, sm_count):
+            options[str(c)] = (lambda i, c=c: skinny_linear(x, mats[i], c, counters=counters), c)
+        return options
+    gate_up, down = [layer.gate_up for layer in layers], [layer.down for layer in layers]
+    inter, hidden = gate_up[0].shape[0] // 2, gate_up[0].shape[1]
+    h = torch.randn(rows, hidden, device=device).to(dtype)
+    options = {"cublas": (lambda i: F.linear(silu_mul(F.linear(h, gate_up[i])), down[i]), None)}
+    for c in candidate_configs(inter, hidden, rows, sm_count):
+        if c.split_k == 1:
+            choice = MlpChoice("gated", c)
+            options[str(choice)] = (
+                lambda i, c=c: F.linear(skinny_linear(h, gate_up[i], c, counters=counters, gated=True), down[i]),
+                choice,
+            )
+    for c in candidate_configs(hidden, inter, rows, sm_count):
+        choice = MlpChoice("swiglu_down", c)
+        options[str(choice)] = (
+            lambda i, c=c: skinny_linear(F.linear(h, gate_up[i]), down[i], c, swiglu=True, counters=counters),
+            choice,
+        )
+    return options
 
 
 def _time_us(fn: Callable[[int], torch.Tensor], layers: int, flush: torch.Tensor, baseline_us: float) -> float:

@@ -54,7 +54,7 @@ class LlamaModel:
             qkv = gemm.linear(h, layer.qkv, layer.qkv_bias, "qkv")  # [T, (H + 2K) * D]
             a = gemm.linear(attend(i, layer, qkv), layer.o, layer.o_bias, "o")  # [T, hidden]
             h, x = ops.add_rms_norm(a, x, layer.post_norm, eps)
-            m = gemm.swiglu_down(gemm.linear(h, layer.gate_up, None, "gate_up"), layer.down)  # [T, hidden]
+            m = gemm.mlp(h, layer.gate_up, layer.down)  # [T, hidden]
             next_norm = w.layers[i + 1].input_norm if i + 1 < len(w.layers) else w.final_norm
             h, x = ops.add_rms_norm(m, x, next_norm, eps)
         return h

@@ -16,7 +16,7 @@ import torch
 
 from inferlab.engine import step, torch_ops
 from inferlab.engine.attention import decode_rope_attention_torch
-from inferlab.engine.gemm_plan import PROJECTIONS
+from inferlab.engine.gemm_plan import PROJECTIONS, GemmPlan, MlpChoice
 from inferlab.engine.kernels import (
     triton_attention,
     triton_filter,
@@ -77,6 +77,22 @@ def test_skinny_gemm_equals_the_matmul(rows, swiglu):
         torch.testing.assert_close(
             triton_gemm.skinny_linear(x, w, config, swiglu=swiglu), expected, atol=1e-4, rtol=1e-5
         )
+
+
+@pytest.mark.parametrize("kind", ["gated", "swiglu_down"])
+@pytest.mark.parametrize("rows", [3, 16])
+def test_gemm_plan_mlp_choices_equal_the_torch_mlp(kind, rows):
+    """The plan's Triton MLP variants (SwiGLU product in the gate_up epilogue, or in the down prologue)
+    against gate_up -> silu_mul -> down in torch; fp32, ragged sizes, split-K on the down side."""
+    g = torch.Generator().manual_seed(rows)
+    hidden, inter = 72, 100
+    gate_up, down = torch.randn(2 * inter, hidden, generator=g), torch.randn(hidden, inter, generator=g)
+    h = torch.randn(rows, hidden, generator=g)
+    config = triton_gemm.SkinnyConfig(16, 32, 1 if kind == "gated" else 3)
+    plan = GemmPlan(torch_ops.silu_mul, {("mlp", rows): MlpChoice(kind, config)}, torch.zeros(16, dtype=torch.int32))
+    expected = torch_ops.silu_mul(h @ gate_up.T) @ down.T
+    torch.testing.assert_close(plan.mlp(h, gate_up, down), expected, atol=1e-3, rtol=1e-4)
+    assert not plan.counters.any()
 
 
 @pytest.mark.parametrize("qk_norm", [False, True])
@@ -241,15 +257,15 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
         outputs[kernels] = [r.token_ids for r in engine.generate(requests)]
         outputs[kernels].append(engine.generate([constrained])[0].token_ids)  # alone: ~35 cheap steps
         if kernels == "triton":  # the skinny GEMM in every projection (the GPU engine chooses it by timing)
-            split = {"down": triton_gemm.SkinnyConfig(32, 64, 2)}  # SwiGLU prologue + partials; others whole
-            engine.runner.model.gemm.choices = {
-                (name, rows): split.get(name, triton_gemm.SkinnyConfig(32, 64, 1))
-                for name in PROJECTIONS
-                for rows in range(1, 17)
-            }
-            outputs[kernels].append(engine.generate(requests[:1])[0].token_ids)
+            gemm = engine.runner.model.gemm
+            gemm.counters = torch.zeros(64, dtype=torch.int32)
+            whole = triton_gemm.SkinnyConfig(32, 64, 1)
+            for mlp in (MlpChoice("gated", whole), MlpChoice("swiglu_down", triton_gemm.SkinnyConfig(32, 64, 2))):
+                gemm.choices = {(name, rows): mlp if name == "mlp" else whole for name in PROJECTIONS
+                                for rows in range(1, 17)}  # fmt: skip
+                outputs[kernels].append(engine.generate(requests[:1])[0].token_ids)
         else:
-            outputs[kernels].append(outputs[kernels][0])
+            outputs[kernels] += [outputs[kernels][0]] * 2
         assert engine.constraints.runtime.mask_impl == kernels
         outputs[kernels].append(engine.generate(requests[-1:])[0].token_ids)  # a 1-token prefill batch
     assert outputs["triton"] == outputs["torch"]

@@ -9,7 +9,9 @@ writes fp32 partials and the last split of each tile to finish (an atomic counte
 program) sums them in a fixed order: deterministic, and no second launch. With
 SWIGLU the A operand is silu(gate) * up rounded to the model dtype, exactly what triton_norm.silu_mul
 writes, so the fused product equals silu_mul followed by a GEMM up to the order of accumulation, and the
-silu_mul launch (and its [M, I] round trip) disappears. Which projection uses this kernel at which batch
+silu_mul launch (and its [M, I] round trip) disappears. With GATED (the gate_up projection, one split) each
+program streams the matching gate and up rows and writes silu(gate) * up, rounded as gate_up + silu_mul
+round it: the [M, 2I] intermediate and the silu_mul launch disappear on that side instead. Which projection uses this kernel at which batch
 size, and with which tile, is decided at start-up by timing against cuBLAS (engine/gemm_plan.py).
 """
 
@@ -37,7 +39,7 @@ class SkinnyConfig:
 @triton.jit(do_not_specialize=["M", "k_blocks"])  # one compile per tile for every bucket
 def _skinny_kernel(
     X, W, OUT, PART, COUNTER, M, N, K, stride_xm, stride_wn, stride_om, k_blocks,
-    PARTIALS: tl.constexpr, SWIGLU: tl.constexpr, IEEE: tl.constexpr,
+    PARTIALS: tl.constexpr, SWIGLU: tl.constexpr, GATED: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
@@ -47,6 +49,7 @@ def _skinny_kernel(
     m_ok = rm < M
     n_ok = rn < N
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # GATED: W is [gate; up] (2N rows), out = silu(gate) * up
     for kb in range(0, k_blocks):
         # a whole number of BLOCK_K from 0, stated to the compiler: without it a split's start offset has
         # unknown alignment and every weight load is issued element by element (~3x slower, first GPU sweep)
@@ -60,11 +63,22 @@ def _skinny_kernel(
             a = (gate / (1.0 + tl.exp(-gate)) * up).to(W.dtype.element_ty)
         else:
             a = tl.load(X + rm[:, None] * stride_xm + rk[None, :], mask=a_mask, other=0.0)
-        b = tl.load(W + rn[:, None] * stride_wn + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+        b_ptr = W + rn[:, None] * stride_wn + rk[None, :]
+        b_mask = n_ok[:, None] & k_ok[None, :]
+        b = tl.load(b_ptr, mask=b_mask, other=0.0)
         if IEEE:
             acc += tl.dot(a, tl.trans(b), input_precision="ieee")
         else:
             acc += tl.dot(a, tl.trans(b))
+        if GATED:
+            b_up = tl.load(b_ptr + N * stride_wn, mask=b_mask, other=0.0)
+            if IEEE:
+                acc_up += tl.dot(a, tl.trans(b_up), input_precision="ieee")
+            else:
+                acc_up += tl.dot(a, tl.trans(b_up))
+    if GATED:  # round gate and up to the model dtype first, as the unfused gate_up GEMM + silu_mul do
+        gate = acc.to(OUT.dtype.element_ty).to(tl.float32)
+        acc = gate / (1.0 + tl.exp(-gate)) * acc_up.to(OUT.dtype.element_ty).to(tl.float32)
     mask = m_ok[:, None] & n_ok[None, :]
     out_ptr = OUT + rm[:, None] * stride_om + rn[None, :]
     if not PARTIALS:
@@ -94,11 +108,14 @@ def skinny_linear(
     config: SkinnyConfig,
     swiglu: bool = False,
     counters: torch.Tensor | None = None,  # >= tile_counters(N, block_n); None: allocated (a memset)
-) -> torch.Tensor:  # [M, N] in w's dtype
+    gated: bool = False,  # w is gate_up [2I, K]: returns silu(x @ gate^T) * (x @ up^T), [M, I]
+) -> torch.Tensor:  # [M, N] in w's dtype (N = I when gated)
     m = x.shape[0]
     n, k = w.shape
     assert m <= 64 and w.stride(1) == 1 and x.stride(-1) == 1
     assert x.shape[1] == (2 * k if swiglu else k), (x.shape, w.shape, swiglu)
+    assert not (gated and (swiglu or config.split_k > 1)), "gated: one split, plain input"
+    n = n // 2 if gated else n
     tiles = triton.cdiv(n, config.block_n)
     if counters is None:
         counters = tile_counters(n, config.block_n, w.device)
@@ -108,7 +125,7 @@ def skinny_linear(
     part = out if config.split_k == 1 else torch.empty((config.split_k, m, n), dtype=torch.float32, device=w.device)
     _skinny_kernel[(tiles, config.split_k)](
         x, w, out, part, counters, m, n, k, x.stride(0), w.stride(0), out.stride(0), k_blocks,
-        PARTIALS=config.split_k > 1, SWIGLU=swiglu, IEEE=w.dtype == torch.float32,
+        PARTIALS=config.split_k > 1, SWIGLU=swiglu, GATED=gated, IEEE=w.dtype == torch.float32,
         BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
