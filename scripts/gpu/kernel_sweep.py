@@ -54,16 +54,19 @@ def graph_us(calls: list[Callable[[], object]], replays: int = 5) -> float:
     return 1e3 * start.elapsed_time(end) / (replays * len(calls))
 
 
-def sweep_attention(device: torch.device) -> dict:
+def sweep_attention(device: torch.device, shape: str = "llama-380m") -> dict:
     from inferlab.engine.attention import decode_rope_attention_torch
     from inferlab.engine.kernels import triton_attention
     from inferlab.models.config import RopeSpec
     from inferlab.models.rope import RotaryTables
 
+    # qwen3-0.6b: head_dim 128 with q/k norm, the 600-token benchmark (29-token prompts) at 256 rows
+    HEADS, KV_HEADS, HEAD_DIM = (16, 8, 128) if shape == "qwen3-0.6b" else (globals()["HEADS"], globals()["KV_HEADS"], globals()["HEAD_DIM"])  # noqa: N806,E501
+    batch_sizes, lengths_at = ((256,), (330, 629)) if shape == "qwen3-0.6b" else ((16, 64, 256), (550, 1000))
     tables = RotaryTables.build(RopeSpec(theta=500000.0), HEAD_DIM, MAX_LEN, device)
     scale = HEAD_DIM**-0.5
     out: dict = {}
-    for rows in (16, 64, 256):
+    for rows in batch_sizes:
         caches = [
             (
                 torch.randn(rows, KV_HEADS, MAX_LEN, HEAD_DIM, device=device, dtype=torch.bfloat16),
@@ -74,9 +77,10 @@ def sweep_attention(device: torch.device) -> dict:
         qkv = torch.randn(rows, (HEADS + 2 * KV_HEADS) * HEAD_DIM, device=device, dtype=torch.bfloat16)
         slots = torch.arange(rows, device=device)
         counters = torch.zeros(rows * KV_HEADS, dtype=torch.int32, device=device)
-        for length in (550, 1000):
+        norms = [torch.randn(HEAD_DIM, device=device, dtype=torch.bfloat16) for _ in range(2)]
+        for length in lengths_at:
             positions = torch.full((rows,), length - 1, device=device, dtype=torch.int64)
-            args = (qkv, positions, tables.cos, tables.sin, None, None, 1e-6)
+            args = (qkv, positions, tables.cos, tables.sin, *(norms if shape == "qwen3-0.6b" else (None, None)), 1e-6)
             kv_bytes = rows * length * 2 * KV_HEADS * HEAD_DIM * 2
             ref = decode_rope_attention_torch(*args, *[c.clone() for c in caches[0]], slots, HEADS, scale).float()
             cells = {}
@@ -186,6 +190,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--parts", default="attention,gemm")
+    parser.add_argument("--shape", default="llama-380m", choices=["llama-380m", "qwen3-0.6b"], help="attention only")
     args = parser.parse_args()
     device = torch.device("cuda")
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -193,7 +198,7 @@ def main() -> int:
     parts = {"attention": sweep_attention, "gemm": sweep_gemm, "skinny": sweep_skinny}
     for name in args.parts.split(","):
         t0 = time.perf_counter()
-        result[name] = parts[name](device)
+        result[name] = parts[name](device, args.shape) if name == "attention" else parts[name](device)
         print(f"== {name}: {time.perf_counter() - t0:.0f} s", flush=True)
         Path(args.out, "sweep.json").write_text(json.dumps(result, indent=1))
     return 0
