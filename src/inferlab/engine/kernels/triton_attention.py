@@ -31,6 +31,10 @@ import triton.language as tl
 
 @dataclass(frozen=True)
 class AttentionConfig:
+    """The defaults won or tied within 3% in the H200 sweeps of scripts/gpu/kernel_sweep.py (llama-380m at
+    16 / 64 / 256 rows, qwen3-0.6b's head_dim 128 at 256 rows); 8 warps, which avoid the small register
+    spill 4 warps have at head_dim 128, ran ~12% slower there."""
+
     block_n: int = 64  # cached positions per tile
     num_warps: int = 4
     num_stages: int = 3
@@ -168,11 +172,6 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
 
 
-def default_config(head_dim: int) -> AttentionConfig:
-    """4 warps spill registers at head_dim 128 on sm_90 (scripts/gpu/triton_aot_check.py); 8 do not."""
-    return AttentionConfig(num_warps=8 if head_dim > 64 else 4)
-
-
 def choose_splits(rows: int, kv_heads: int, max_len: int, target_programs: int, block_n: int) -> int:
     """Enough splits that rows x kv_heads x splits reaches the target, never more than the cache has tiles."""
     want = triton.cdiv(target_programs, max(1, rows * kv_heads))
@@ -194,7 +193,7 @@ def decode_rope_attention(
     scale: float,
     counters: torch.Tensor,  # [>= rows * kv_heads] int32, zero between launches (KVCache.merge_counters)
     max_len_hint: int | None = None,  # unused: the kernel reads the positions on the device
-    config: AttentionConfig | None = None,  # None: default_config(head_dim)
+    config: AttentionConfig | None = None,  # None: AttentionConfig()
     splits: int | None = None,  # None: from config.programs_per_sm (choose_splits)
 ) -> torch.Tensor:  # [rows, heads, head_dim] in qkv's dtype
     rows = qkv.shape[0]
@@ -202,7 +201,7 @@ def decode_rope_attention(
     assert qkv.stride(-1) == 1 and k_cache.stride(-1) == 1 and k_cache.stride() == v_cache.stride()
     assert counters.numel() >= rows * kv_heads and counters.dtype == torch.int32
     group = num_heads // kv_heads
-    config = config or default_config(head_dim)
+    config = config or AttentionConfig()
     if splits is None:
         target = config.programs_per_sm * _sm_count(qkv.device)
         splits = choose_splits(rows, kv_heads, max_len, target, config.block_n)
