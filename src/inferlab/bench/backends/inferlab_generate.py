@@ -55,7 +55,7 @@ class InferlabGenerateBackend:
         new_tokens = min(stop_after_steps, s.new_tokens) if stop_after_steps else s.new_tokens
         sampling = SamplingParams(
             temperature=s.temperature if s.do_sample else 0.0, top_p=s.top_p, top_k=s.top_k,
-            max_new_tokens=new_tokens, min_new_tokens=new_tokens, ignore_eos=True,
+            max_new_tokens=new_tokens, min_new_tokens=new_tokens,  # EOS masked until then, as HF's min_new_tokens
         )
         self.calls += 1
         requests = [Request(id=f"{self.calls}-{i}", prompt_ids=tuple(row), sampling=sampling)
