@@ -22,13 +22,30 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 LAYERS = 16
-HEADS, KV_HEADS, HEAD_DIM = 16, 8, 64
-HIDDEN, QKV, INTER = 1024, 2048, 4096
+HIDDEN, QKV, INTER = 1024, 2048, 4096  # llama-380m's projections
 MAX_LEN = 1056
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    heads: int
+    kv_heads: int
+    head_dim: int
+    qk_norm: bool
+    batch_sizes: tuple[int, ...]
+    lengths: tuple[int, ...]  # row lengths timed: the middle and the end of the shape's benchmark
+
+
+ATTENTION_SHAPES = {
+    "llama-380m": AttentionShape(16, 8, 64, False, (16, 64, 256), (550, 1000)),  # 48 + 1000 tokens
+    "qwen3-0.6b": AttentionShape(16, 8, 128, True, (256,), (330, 629)),  # 29 + 600 tokens, 256 rows
+}
 
 
 def graph_us(calls: list[Callable[[], object]], replays: int = 5) -> float:
@@ -60,41 +77,39 @@ def sweep_attention(device: torch.device, shape: str = "llama-380m") -> dict:
     from inferlab.models.config import RopeSpec
     from inferlab.models.rope import RotaryTables
 
-    # qwen3-0.6b: head_dim 128 with q/k norm, the 600-token benchmark (29-token prompts) at 256 rows
-    HEADS, KV_HEADS, HEAD_DIM = (16, 8, 128) if shape == "qwen3-0.6b" else (globals()["HEADS"], globals()["KV_HEADS"], globals()["HEAD_DIM"])  # noqa: N806,E501
-    batch_sizes, lengths_at = ((256,), (330, 629)) if shape == "qwen3-0.6b" else ((16, 64, 256), (550, 1000))
-    tables = RotaryTables.build(RopeSpec(theta=500000.0), HEAD_DIM, MAX_LEN, device)
-    scale = HEAD_DIM**-0.5
+    a = ATTENTION_SHAPES[shape]
+    tables = RotaryTables.build(RopeSpec(theta=500000.0), a.head_dim, MAX_LEN, device)
+    scale = a.head_dim**-0.5
     out: dict = {}
-    for rows in batch_sizes:
+    for rows in a.batch_sizes:
         caches = [
             (
-                torch.randn(rows, KV_HEADS, MAX_LEN, HEAD_DIM, device=device, dtype=torch.bfloat16),
-                torch.randn(rows, KV_HEADS, MAX_LEN, HEAD_DIM, device=device, dtype=torch.bfloat16),
+                torch.randn(rows, a.kv_heads, MAX_LEN, a.head_dim, device=device, dtype=torch.bfloat16),
+                torch.randn(rows, a.kv_heads, MAX_LEN, a.head_dim, device=device, dtype=torch.bfloat16),
             )
             for _ in range(LAYERS)
         ]
-        qkv = torch.randn(rows, (HEADS + 2 * KV_HEADS) * HEAD_DIM, device=device, dtype=torch.bfloat16)
+        qkv = torch.randn(rows, (a.heads + 2 * a.kv_heads) * a.head_dim, device=device, dtype=torch.bfloat16)
         slots = torch.arange(rows, device=device)
-        counters = torch.zeros(rows * KV_HEADS, dtype=torch.int32, device=device)
-        norms = [torch.randn(HEAD_DIM, device=device, dtype=torch.bfloat16) for _ in range(2)]
-        for length in lengths_at:
+        counters = torch.zeros(rows * a.kv_heads, dtype=torch.int32, device=device)
+        norms = [torch.randn(a.head_dim, device=device, dtype=torch.bfloat16) if a.qk_norm else None for _ in range(2)]
+        for length in a.lengths:
             positions = torch.full((rows,), length - 1, device=device, dtype=torch.int64)
-            args = (qkv, positions, tables.cos, tables.sin, *(norms if shape == "qwen3-0.6b" else (None, None)), 1e-6)
-            kv_bytes = rows * length * 2 * KV_HEADS * HEAD_DIM * 2
-            ref = decode_rope_attention_torch(*args, *[c.clone() for c in caches[0]], slots, HEADS, scale).float()
+            args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
+            kv_bytes = rows * length * 2 * a.kv_heads * a.head_dim * 2
+            ref = decode_rope_attention_torch(*args, *[c.clone() for c in caches[0]], slots, a.heads, scale).float()
             cells = {}
 
             def run(label: str, config) -> None:
                 try:
                     got = triton_attention.decode_rope_attention(
-                        *args, *caches[0], slots, HEADS, scale, counters, config=config
+                        *args, *caches[0], slots, a.heads, scale, counters, config=config
                     )
                     err = (got.float() - ref).abs().max().item()
                     us = graph_us(
                         [
                             lambda k=k, v=v: triton_attention.decode_rope_attention(
-                                *args, k, v, slots, HEADS, scale, counters, config=config
+                                *args, k, v, slots, a.heads, scale, counters, config=config
                             )
                             for k, v in caches
                         ]
@@ -116,7 +131,7 @@ def sweep_attention(device: torch.device, shape: str = "llama-380m") -> dict:
                 + "; ".join(f"{k} {timed[k]['us']:.1f} us ({timed[k]['gb_per_s']:.0f} GB/s)" for k in best[:3]),
                 flush=True,
             )
-        del caches
+        caches.clear()  # free this batch size's caches before the next one
         torch.cuda.empty_cache()
     return out
 
@@ -190,7 +205,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--parts", default="attention,gemm")
-    parser.add_argument("--shape", default="llama-380m", choices=["llama-380m", "qwen3-0.6b"], help="attention only")
+    parser.add_argument("--shape", default="llama-380m", choices=list(ATTENTION_SHAPES), help="attention only")
     args = parser.parse_args()
     device = torch.device("cuda")
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,22 @@ def timed(sync: Callable[[], None]) -> Iterator[Elapsed]:
     result.seconds = time.perf_counter() - start
 
 
+def warm_up(call: Callable[[], Any], warmup: int, twin: bool, sync: Callable[[], None]) -> tuple[list[float], float | None]:
+    """Run the warm-up calls (at least one), each timed; with `twin`, one more call timed apart: the first
+    call's twin once warm, so first - twin is what the first call cost beyond a steady one.
+    Returns (seconds of each warm-up call, seconds of the twin or None)."""
+    warmups = []
+    for _ in range(max(1, warmup)):
+        with timed(sync) as t:
+            call()
+        warmups.append(t.seconds)
+    if not twin:
+        return warmups, None
+    with timed(sync) as t:
+        call()
+    return warmups, t.seconds
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's default)."""
     if len(values) == 0:

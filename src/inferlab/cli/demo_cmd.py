@@ -5,7 +5,6 @@ Runs on a CPU in about a minute, and on the GPU when there is one (workloads/con
 from __future__ import annotations
 
 import argparse
-import time
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,9 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
+    from inferlab.cli.token_rate_bar import TokenRateBar
     from inferlab.workloads.conformers.pipeline_config import ConformerSampling
     from inferlab.workloads.conformers.pipeline_demo import DemoConfig, default_work_dir, run_demo
 
@@ -39,9 +38,7 @@ def _demo(args: argparse.Namespace) -> int:
         sampling=ConformerSampling(args.sampling, args.temperature),
         seed=args.seed,
     )
-    bar = None
-    started = time.perf_counter()
-    tokens = 0
+    progress = TokenRateBar("conf", desc="conformers")
 
     def on_ready(run) -> None:
         made = "built" if run.checkpoint_built else "reused"
@@ -49,22 +46,11 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"molecules ({len(run.molecules)} from RDKit's NCI set): "
               + ", ".join(smiles for _, smiles in run.molecules))
 
-    def on_start(todo: int, done_before: int) -> None:
-        nonlocal bar
-        bar = tqdm(total=todo, unit="conf", dynamic_ncols=True, desc="conformers")
-
-    def on_row(row: dict) -> None:
-        nonlocal tokens
-        tokens += row["output_tokens"]
-        bar.set_postfix_str(f"{tokens / max(time.perf_counter() - started, 1e-9):,.0f} tok/s", refresh=False)
-        bar.update(1)
-
     try:
         with logging_redirect_tqdm():
-            run = run_demo(config, on_ready, on_start, on_row)
+            run = run_demo(config, on_ready, progress.start, progress.row)
     finally:
-        if bar is not None:
-            bar.close()
+        progress.close()
     s = run.summary
     generated = s.conformers_generated
     print(f"valid: {generated - s.conformers_rejected} of {generated} conformers passed the strict decoder "

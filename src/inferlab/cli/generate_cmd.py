@@ -45,8 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _generate(args: argparse.Namespace) -> int:
     import time
 
-    from tqdm import tqdm
-
+    from inferlab.cli.token_rate_bar import TokenRateBar
     from inferlab.types import SamplingParams
     from inferlab.workloads.text import open_backend, run_text_generation
 
@@ -79,28 +78,15 @@ def _generate(args: argparse.Namespace) -> int:
         params = generate_params(args.model, defaults, backend=args.backend, engine_options=engine_options,
                                  text_workload=True)
         return run_scaled_command(args, "generate", params)
-    started = time.perf_counter()
-    tokens = 0
-    bar = None
-
-    def on_start(total: int) -> None:
-        nonlocal bar
-        bar = tqdm(total=total, unit="row", dynamic_ncols=True, smoothing=0.1)
-
-    def on_row(row: dict) -> None:
-        nonlocal tokens
-        tokens += row["output_tokens"]
-        bar.set_postfix_str(f"{tokens / max(time.perf_counter() - started, 1e-9):,.0f} tok/s", refresh=False)
-        bar.update(1)
-
+    progress = TokenRateBar("row", smoothing=0.1)
     try:
         summary = run_text_generation(
-            args.input, args.output, lambda: open_backend(args.backend, args.model, options), defaults, on_start, on_row
+            args.input, args.output, lambda: open_backend(args.backend, args.model, options), defaults, progress.start,
+            progress.row,
         )
     finally:
-        if bar is not None:
-            bar.close()
-    elapsed = time.perf_counter() - started
+        progress.close()
+    elapsed = time.perf_counter() - progress.started
     print(
         f"wrote {summary.written} rows to {args.output} ({summary.errors} errors, {summary.skipped} already done), "
         f"{summary.output_tokens:,} tokens in {elapsed:.1f} s ({summary.output_tokens / max(elapsed, 1e-9):,.0f} tok/s)"

@@ -98,10 +98,12 @@ def tune_gemm_plan(weights, buckets: list[int], silu_mul: Callable, device: torc
     and the timings {"name@rows": {impl: us}}."""
     from inferlab.engine.kernels.triton_gemm import skinny_linear
 
+    from inferlab.engine.kernels.triton_gemm import tile_counters
+
     plan = GemmPlan(silu_mul)
     layers = weights.layers
     widest = max(layers[0].qkv.shape[0], layers[0].o.shape[0], layers[0].gate_up.shape[0])
-    plan.counters = torch.zeros(-(-widest // 16), dtype=torch.int32, device=device)  # 16: the narrowest tile
+    plan.counters = tile_counters(widest, 16, device)  # 16: candidate_configs' narrowest tile
     timings: dict[str, dict[str, float]] = {}
     sm_count = torch.cuda.get_device_properties(device).multi_processor_count
     flush = torch.empty(96 * 1024**2 // 4, dtype=torch.float32, device=device)  # 96 MB: > the L2 of an H100/H200

@@ -77,7 +77,7 @@ class LlamaModel:
         def attend(i: int, layer: LayerWeights, qkv: torch.Tensor) -> torch.Tensor:
             q, k, v = self.ops.rope_qkv(
                 qkv, positions, self.rotary.cos, self.rotary.sin, layer.q_norm, layer.k_norm,
-                self.spec.rms_norm_eps, cache.k[i], cache.v[i], token_slots, heads, True,
+                self.spec.rms_norm_eps, cache.k[i], cache.v[i], token_slots, heads, return_kv=True,
             )  # fmt: skip
             qb = q.view(batch, padded, heads, head_dim).transpose(1, 2)  # [batch, H, padded, D]
             kb = k.view(batch, padded, kv_heads, head_dim).transpose(1, 2)

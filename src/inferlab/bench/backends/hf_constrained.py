@@ -17,13 +17,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from inferlab.bench.backends import hf_knobs
 from inferlab.bench.backends.base import BackendSpec, require_attention_package
 from inferlab.bench.backends.constrained_base import ConformerRequest, ConstrainedSpec
 from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for
-from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
-from inferlab.bench.packages import missing_package
-from inferlab.errors import ConfigError, UnsupportedError
+from inferlab.errors import UnsupportedError
 
 KNOBS = (
     Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
@@ -35,29 +34,6 @@ KNOBS = (
          choices=COMPILE_BACKENDS),
 )
 PROMPT_PAD_MULTIPLE = 64
-
-
-def resolve(config: dict[str, Any]) -> dict[str, Any]:
-    if config.get("compile") is None:
-        config = {**config, "compile": config["kv_cache"] == "static"}
-    return config
-
-
-def validate(cell: Cell) -> None:
-    c = cell.config
-    if c["compile"] and c["kv_cache"] == "dynamic":
-        raise ConfigError("compile=true with kv_cache=dynamic: HF compiles only static caches; set compile=false "
-                          "or kv_cache=static")
-    if c["compile_backend"] != "inductor" and not c["compile"]:
-        raise ConfigError(f"compile_backend={c['compile_backend']} needs compile=true; remove it or set compile=true")
-    if c["attn_implementation"] == "flash_attention_2" and c.get("dtype") == "float32":
-        raise ConfigError("flash_attention_2 runs only bfloat16/float16; set dtype=bfloat16")
-
-
-def precheck(cell: Cell) -> str | None:
-    if cell.config["attn_implementation"] != "flash_attention_2":
-        return None
-    return missing_package("flash_attn", "attn_implementation=flash_attention_2", "pip install flash-attn")
 
 
 class HFConstrainedBackend:
@@ -150,8 +126,8 @@ BACKEND = BackendSpec(
     description="transformers generate + the seeds' per-token Python LogitsProcessor (the baseline)",
     knobs=KNOBS,
     create=lambda config, spec: HFConstrainedBackend(config, spec),
-    validate=validate,
-    resolve=resolve,
+    validate=lambda cell: hf_knobs.check_cache_and_compile(cell.config),
+    resolve=hf_knobs.resolve,
     scenario="constrained",
-    precheck=precheck,
+    precheck=hf_knobs.precheck,
 )

@@ -18,11 +18,11 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from inferlab.bench.backends import hf_knobs
 from inferlab.bench.backends.base import BackendSpec, GenerateSpec, require_attention_package
 from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for, compile_forward_by_hand
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
-from inferlab.bench.packages import missing_package
 from inferlab.errors import ConfigError, UnsupportedError
 
 KNOBS = (
@@ -39,30 +39,12 @@ KNOBS = (
 )
 
 
-def resolve(config: dict[str, Any]) -> dict[str, Any]:
-    if config.get("compile") is None:
-        config = {**config, "compile": config["kv_cache"] == "static"}
-    return config
-
-
 def validate(cell: Cell) -> None:
     c = cell.config
-    if c["compile"] and c["kv_cache"] == "dynamic":
-        raise ConfigError("compile=true with kv_cache=dynamic: HF compiles only static caches; set compile=false "
-                          "or kv_cache=static")
     if c["sdpa_backend"] != "auto" and c["attn_implementation"] != "sdpa":
         raise ConfigError(f"sdpa_backend={c['sdpa_backend']} needs attn_implementation=sdpa "
                           f"(got {c['attn_implementation']}); set sdpa_backend=auto or attn_implementation=sdpa")
-    if c["compile_backend"] != "inductor" and not c["compile"]:
-        raise ConfigError(f"compile_backend={c['compile_backend']} needs compile=true; remove it or set compile=true")
-    if c["attn_implementation"] == "flash_attention_2" and c.get("dtype") == "float32":
-        raise ConfigError("flash_attention_2 runs only bfloat16/float16; set dtype=bfloat16")
-
-
-def precheck(cell: Cell) -> str | None:
-    if cell.config["attn_implementation"] != "flash_attention_2":
-        return None
-    return missing_package("flash_attn", "attn_implementation=flash_attention_2", "pip install flash-attn")
+    hf_knobs.check_cache_and_compile(c)
 
 
 def requested_kernel(c: dict[str, Any]) -> str:
@@ -180,6 +162,6 @@ BACKEND = BackendSpec(
     knobs=KNOBS,
     create=lambda config, spec: HFGenerateBackend(config, spec),
     validate=validate,
-    resolve=resolve,
-    precheck=precheck,
+    resolve=hf_knobs.resolve,
+    precheck=hf_knobs.precheck,
 )

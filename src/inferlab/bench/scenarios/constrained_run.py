@@ -57,7 +57,7 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
     from inferlab.bench.scenarios.constrained import measured_requests
     from inferlab.bench.scenarios.constrained_inputs import build_requests, load_molecules, molecule_file, plan_batches
     from inferlab.bench.scenarios.generate_traffic import count_generated
-    from inferlab.bench.timing import device_synchronizer, measure, timed
+    from inferlab.bench.timing import device_synchronizer, measure, timed, warm_up
     from inferlab.workloads.conformers.profiles import get_profile
 
     c = cell.config
@@ -86,18 +86,8 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
     warm_steps = None if c.get("kv_cache") == "dynamic" else (c["warmup_steps"] or None)
 
     with torch.no_grad():
-        with timed(sync) as first:
-            backend.generate(batches[0], stop_after_steps=warm_steps)
-        warmups = [first.seconds]
-        for _ in range(c["warmup"] - 1):
-            with timed(sync) as t:
-                backend.generate(batches[0], stop_after_steps=warm_steps)
-            warmups.append(t.seconds)
-        warm_short_s = None
-        if warm_steps is not None:
-            with timed(sync) as short:
-                backend.generate(batches[0], stop_after_steps=warm_steps)
-            warm_short_s = short.seconds
+        warmups, warm_short_s = warm_up(lambda: backend.generate(batches[0], stop_after_steps=warm_steps),
+                                        c["warmup"], warm_steps is not None, sync)
         order = iter(range(10**9))
         outputs: list[list[int]] = []  # the first pass, in `batches` order
         tokens_per_call: list[int] = []
@@ -137,9 +127,9 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
         "setup_s": setup.seconds,  # reading molecules, templates, prompts (scenario side)
         "load_s": load.seconds,
         "prepare_s": prepare.seconds,  # the backend's host work (templates, constraints), apart
-        "first_call_s": first.seconds,
+        "first_call_s": warmups[0],
         "first_call_steps": warm_steps,
-        "first_call_extra_s": first.seconds - (warm_short_s if warm_short_s is not None else m.stats.median),
+        "first_call_extra_s": warmups[0] - (warm_short_s if warm_short_s is not None else m.stats.median),
         "warmup_s": warmups,
         "warm_short_call_s": warm_short_s,
         "steady_s": steady_s,

@@ -154,7 +154,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     from inferlab.bench.compile_watch import compiled_graphs
     from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
     from inferlab.bench.scenarios.generate_traffic import ModelTraffic, count_generated
-    from inferlab.bench.timing import device_synchronizer, measure, timed
+    from inferlab.bench.timing import device_synchronizer, measure, timed, warm_up
 
     c = cell.config
     assert ctx.model_path is not None and cell.backend is not None
@@ -172,18 +172,8 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     warm_steps = _short_warmup_steps(c)  # None: full length
 
     with torch.no_grad():
-        with timed(sync) as first:
-            backend.generate(batches[0], stop_after_steps=warm_steps)
-        warmups = [first.seconds]
-        for _ in range(c["warmup"] - 1):
-            with timed(sync) as t:
-                backend.generate(batches[0], stop_after_steps=warm_steps)
-            warmups.append(t.seconds)
-        warm_short_s = None
-        if warm_steps is not None:  # the first call's twin, warm: what the first call cost beyond a steady one
-            with timed(sync) as short:
-                backend.generate(batches[0], stop_after_steps=warm_steps)
-            warm_short_s = short.seconds
+        warmups, warm_short_s = warm_up(lambda: backend.generate(batches[0], stop_after_steps=warm_steps),
+                                        c["warmup"], warm_steps is not None, sync)
         order = iter(range(10**9))
         tokens_per_call: list[int] = []
         bytes_per_call: list[float] = []
@@ -224,10 +214,10 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
         "output_tokens_per_s": output_tokens / steady_s,
         "requests_per_s": len(tokens_per_call) * c["batch_size"] / steady_s,
         "load_s": load.seconds,
-        "first_call_s": first.seconds,
+        "first_call_s": warmups[0],
         "first_call_steps": warm_steps or c["new_tokens"],
         # compile / capture / lazy init: the first call minus the same call warm
-        "first_call_extra_s": first.seconds - steady_reference,
+        "first_call_extra_s": warmups[0] - steady_reference,
         "warmup_s": warmups,
         "warm_short_call_s": warm_short_s,
         "steady_s": steady_s,

@@ -1,0 +1,33 @@
+"""The knob rules both HF backends (of `generate` and of `constrained`) apply in the parent: the compile
+default, the cache/compile/dtype combinations transformers cannot run, and the flash-attn precheck."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferlab.bench.cells import Cell
+from inferlab.bench.packages import missing_package
+from inferlab.errors import ConfigError
+
+
+def resolve(config: dict[str, Any]) -> dict[str, Any]:
+    """compile defaults to on exactly for a static cache, as HF does by itself."""
+    if config.get("compile") is None:
+        config = {**config, "compile": config["kv_cache"] == "static"}
+    return config
+
+
+def check_cache_and_compile(c: dict[str, Any]) -> None:
+    if c["compile"] and c["kv_cache"] == "dynamic":
+        raise ConfigError("compile=true with kv_cache=dynamic: HF compiles only static caches; set compile=false "
+                          "or kv_cache=static")
+    if c["compile_backend"] != "inductor" and not c["compile"]:
+        raise ConfigError(f"compile_backend={c['compile_backend']} needs compile=true; remove it or set compile=true")
+    if c["attn_implementation"] == "flash_attention_2" and c.get("dtype") == "float32":
+        raise ConfigError("flash_attention_2 runs only bfloat16/float16; set dtype=bfloat16")
+
+
+def precheck(cell: Cell) -> str | None:
+    if cell.config["attn_implementation"] != "flash_attention_2":
+        return None
+    return missing_package("flash_attn", "attn_implementation=flash_attention_2", "pip install flash-attn")
