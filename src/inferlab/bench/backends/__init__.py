@@ -15,6 +15,11 @@ BUILTIN_MODULES = [
     "inferlab.bench.backends.hf_constrained",
     "inferlab.bench.backends.inferlab_generate",
     "inferlab.bench.backends.inferlab_constrained",
+    # peers: imported only inside their cells (vLLM, xgrammar); `unavailable` rows where they are missing
+    "inferlab.bench.backends.hf_continuous",
+    "inferlab.bench.backends.hf_xgrammar_constrained",
+    "inferlab.bench.backends.vllm_generate",
+    "inferlab.bench.backends.vllm_constrained",
 ]
 
 BACKENDS: dict[tuple[str, str], BackendSpec] = {}  # (scenario, name) -> spec

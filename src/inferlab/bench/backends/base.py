@@ -52,6 +52,19 @@ class GenerateBackend(Protocol):
         `warnings` list, if present, goes to the row's warnings instead."""
         ...
 
+    # Optional, on any backend of any scenario:
+    #   kernels_visible: bool = True   False when the model runs in another process (vLLM's engine core):
+    #                                  the cell's kernel profile would see nothing, so it is skipped
+    #   close() -> None                ends what the backend started (a peer's engine process) once the
+    #                                  figures are taken; called through close_backend
+
+
+def close_backend(backend: Any) -> None:
+    """Call the backend's optional close() (see GenerateBackend)."""
+    close = getattr(backend, "close", None)
+    if close is not None:
+        close()
+
 
 def _no_checks(cell: Cell) -> None:
     return None
