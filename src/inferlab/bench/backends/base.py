@@ -90,6 +90,9 @@ class BackendSpec:
     # Parent side, no torch: the reason this cell certainly cannot run here (e.g. a package that is not
     # installed), or None. The launcher then records `unavailable` without starting a process.
     precheck: Callable[[Cell], str | None] = _nothing_missing
+    # Rough seconds of a cell (cell, accelerator present) when the scenario's own model does not fit this
+    # backend (a peer's start-up, an engine's step time); None = the scenario's estimate. Used to plan budgets.
+    estimate_s: Callable[[Cell, bool], float] | None = None
 
     @property
     def knob_map(self) -> dict[str, Knob]:

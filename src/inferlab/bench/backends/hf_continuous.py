@@ -33,7 +33,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from inferlab.bench.backends import hf_knobs
+from inferlab.bench.backends import estimates, hf_knobs
 from inferlab.bench.backends.base import BackendSpec, GenerateSpec, require_attention_package
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
@@ -149,4 +149,5 @@ BACKEND = BackendSpec(
     create=lambda config, spec: HFContinuousBackend(config, spec),
     validate=validate,
     precheck=hf_knobs.precheck,
+    estimate_s=estimates.hf_continuous,
 )

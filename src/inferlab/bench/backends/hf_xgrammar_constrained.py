@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from inferlab.bench.backends import hf_knobs
+from inferlab.bench.backends import estimates, hf_knobs
 from inferlab.bench.backends.base import BackendSpec, require_attention_package
 from inferlab.bench.backends.constrained_base import ConformerRequest, ConstrainedSpec
 from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for
@@ -159,4 +159,5 @@ BACKEND = BackendSpec(
     resolve=hf_knobs.resolve,
     scenario="constrained",
     precheck=precheck,
+    estimate_s=estimates.hf_xgrammar,
 )

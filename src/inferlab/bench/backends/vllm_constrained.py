@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from inferlab.bench.backends import vllm_support
+from inferlab.bench.backends import estimates, vllm_support
 from inferlab.bench.backends.base import BackendSpec
 from inferlab.bench.backends.constrained_base import ConformerRequest, ConstrainedSpec
 from inferlab.bench.knobs import Knob
@@ -134,4 +134,5 @@ BACKEND = BackendSpec(
     create=lambda config, spec: VLLMConstrainedBackend(config, spec),
     scenario="constrained",
     precheck=vllm_support.precheck,
+    estimate_s=estimates.vllm_constrained,
 )

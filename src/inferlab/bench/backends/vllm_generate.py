@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from inferlab.bench.backends import vllm_support
+from inferlab.bench.backends import estimates, vllm_support
 from inferlab.bench.backends.base import BackendSpec, GenerateSpec
 from inferlab.bench.knobs import Knob
 
@@ -105,4 +105,5 @@ BACKEND = BackendSpec(
     knobs=KNOBS,
     create=lambda config, spec: VLLMGenerateBackend(config, spec),
     precheck=vllm_support.precheck,
+    estimate_s=estimates.vllm_generate,
 )

@@ -85,6 +85,11 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
     long as its longest row, ~520 steps for 32 NCI molecules and more for larger batches (x1.35 per
     doubling), at ~12 ms + 0.06 ms per row per step (BENCHMARKING.md: ~1,800 tok/s at batch 32 dynamic,
     ~10,000 at 256). CPU (tiny models): ~4 ms + 0.3 ms per row per step."""
+    from inferlab.bench.backends import backend_estimate_s
+
+    own = backend_estimate_s(cell, accelerator)
+    if own is not None:
+        return own
     c = cell.config
     batches = measured_requests(c) // c["batch_size"]
     rows = c["batch_size"]

@@ -93,6 +93,11 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
     the timed calls: passes over all prompts, cut at `max_duration_s`. The GPU step model is fitted to
     BENCHMARKING.md's H200 table for the Llama-380M shape (dynamic ~9 ms, static ~3 ms, +0.055 ms per
     row; the Python processor ~+0.04 ms per row); other models and devices differ."""
+    from inferlab.bench.backends import backend_estimate_s
+
+    own = backend_estimate_s(cell, accelerator)
+    if own is not None:
+        return own
     c = cell.config
     rows = c["batch_size"]
     if accelerator:
@@ -103,6 +108,12 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
         fixed = 6.0
     if c.get("processor") == "python":
         step_ms += 0.04 * rows
+    return planned_seconds(c, step_ms, fixed)
+
+
+def planned_seconds(c: dict, step_ms: float, fixed_s: float) -> float:
+    """A cell's seconds from its decode step time and its fixed costs (start, load, compile): warm-up calls,
+    the warm repeat of a short one, then the timed calls (passes, cut at max_duration_s, at least one)."""
     call_s = c["new_tokens"] * step_ms / 1000
     short = _short_warmup_steps(c)
     warm_steps = short or c["new_tokens"]
@@ -111,7 +122,7 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
     timed_s = max(timed_calls * call_s, c["min_duration_s"])
     if c["max_duration_s"]:
         timed_s = min(timed_s, max(call_s, math.ceil(c["max_duration_s"] / call_s) * call_s))
-    return fixed + warm_calls * warm_steps * step_ms / 1000 + timed_s
+    return fixed_s + warm_calls * warm_steps * step_ms / 1000 + timed_s
 
 
 def _short_warmup_steps(c: dict) -> int | None:
