@@ -59,7 +59,7 @@ def generate_table(rows: list[dict[str, Any]]) -> str:
             continue
         c = subset[0]["config"]
         case = (f"{subset[0].get('model')}, batch {c['batch_size']}, {c['new_tokens']} new, "
-                + (f"top-p {c['top_p']:g}" if c.get("do_sample") else "greedy"))
+                + (f"top-p {c['top_p']}" if c.get("do_sample") else "greedy"))
         ours = _value(by["inferlab"])
         lines.append([case, _figure(by["inferlab"]), _figure(by["vllm"]), _ratio(ours, _value(by["vllm"])),
                       vllm_note(by["vllm"][0]) if by["vllm"] else "-", _figure(by["hf-continuous"]),

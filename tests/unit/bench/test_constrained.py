@@ -139,5 +139,6 @@ def test_a_qwen3_preset_is_built_with_the_qwen3_chem_tokenizer_and_hf_is_the_con
     cell = build_plan({"sweep": [{"scenario": "constrained", "model": "tiny-qwen3", "backend": "hf", "set": TINY}]}).cells[0]
     assert cell.config["tokenizer"] == str(qwen3_chem_dir) and cell.config["compile"] is False
     assert get_backend("hf", "constrained") is not get_backend("hf", "generate")
-    with pytest.raises(ConfigError, match="unknown backend 'vllm' for scenario constrained; choose one of: hf"):
-        get_backend("vllm", "constrained")
+    with pytest.raises(ConfigError, match="unknown backend 'hf-continuous' for scenario constrained; choose one of: "
+                                          "hf, hf-xgrammar, inferlab, vllm"):
+        get_backend("hf-continuous", "constrained")

@@ -70,17 +70,19 @@ def test_hf_continuous_runs_the_generate_protocol_on_cpu(tiny_checkpoint, run_ce
     assert cb["num_blocks"] == 2 * 2 and cb["decode_fast_path"] is False  # (5 + 6) / 16 -> 1 block + 1, even
 
 
+@pytest.mark.slow
 def test_hf_xgrammar_makes_only_valid_conformers(tiny_checkpoint, run_cell):
     pytest.importorskip("xgrammar")
     path = tiny_checkpoint("tiny-qwen3")
     data = {"sweep": [{"scenario": "constrained", "model": str(path), "backend": "hf-xgrammar",
-                       "set": {**TINY_CONFORMERS, "max_requests": 2}}]}
+                       "set": {**TINY_CONFORMERS, "num_molecules": 1, "max_requests": 2, "kv_cache": "static",
+                               "compile": False}}]}  # static: a 2-step warm-up instead of a full-length one
     _, out = run_cell(data, path)
     assert out.status == "ok", out.message
     m = out.metrics
     # random weights, sampled: the grammar alone keeps every conformer valid, ended by EOS
     assert m["valid_fraction"] == 1.0 and m["ended_with_eos_fraction"] == 1.0 and m["checked_rows"] == 2
-    assert m["distinct_grammars"] == 1 and m["requests_measured"] == 2 and m["requests_total"] == 4
+    assert m["distinct_grammars"] == 1 and m["requests_measured"] == 2 and m["first_call_steps"] == 2
 
 
 def test_the_preset_asks_every_system_for_the_same_work():
