@@ -142,3 +142,17 @@ def test_a_qwen3_preset_is_built_with_the_qwen3_chem_tokenizer_and_hf_is_the_con
     with pytest.raises(ConfigError, match="unknown backend 'hf-continuous' for scenario constrained; choose one of: "
                                           "hf, hf-xgrammar, inferlab, vllm"):
         get_backend("hf-continuous", "constrained")
+
+
+def test_drug_sized_molecules_are_kept_by_their_heavy_atoms(chem_tokenizer):
+    from inferlab.bench.scenarios.constrained_inputs import HeavyAtomRange
+
+    found = load_molecules(nci_molecules_path(), 5, PROFILE, chem_tokenizer, 2048, HeavyAtomRange(20, 50))
+    sizes = [Chem.MolFromSmiles(m.smiles).GetNumHeavyAtoms() for m in found.molecules]
+    assert all(20 <= n <= 50 for n in sizes) and found.skipped_size > 0
+    everything = load_molecules(nci_molecules_path(), 5, PROFILE, chem_tokenizer, 2048)
+    assert everything.skipped_size == 0 and min(Chem.MolFromSmiles(m.smiles).GetNumHeavyAtoms()
+                                                for m in everything.molecules) < 20
+    with pytest.raises(ConfigError, match="min_heavy_atoms=30 > max_heavy_atoms=20"):
+        build_plan({"sweep": [{"scenario": "constrained", "model": "tiny-qwen3", "backend": "hf",
+                               "set": {**TINY, "min_heavy_atoms": 30, "max_heavy_atoms": 20}}]})

@@ -128,3 +128,35 @@ def test_the_report_shows_case_inferlab_vllm_and_the_ratio_from_rows(tmp_path):
     assert "| llama-380m, batch 256, 1000 new, top-p 0.9 | 90,000 | 30,000 | 3.00x |" in section
     assert "vLLM 0.26.0, FLASH_ATTN, without FlashInfer" in section and "| 9,000 | 10.00x |" in section
     assert "unavailable: backend vllm (generate) needs the vllm package" in section
+
+
+def test_hf_continuous_never_ends_a_row_early(tiny_checkpoint, tmp_path):
+    """EOS made the greedy first token: suppressed, every row still has exactly new_tokens and no EOS;
+    the negative control (suppression off) ends at once."""
+    import json
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from inferlab.bench.backends.base import GenerateSpec
+    from inferlab.bench.backends.hf_continuous import HFContinuousBackend, KNOBS
+
+    source = tiny_checkpoint()
+    prompts = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    with torch.no_grad():
+        first = AutoModelForCausalLM.from_pretrained(str(source)).eval()(prompts).logits[0, -1].argmax().item()
+    path = tmp_path / "eos-first"
+    shutil.copytree(source, path)
+    config = json.loads((path / "generation_config.json").read_text())
+    (path / "generation_config.json").write_text(json.dumps({**config, "eos_token_id": first}))
+    knobs = {k.name: k.default for k in KNOBS} | {"batch_size": 2, "prompt_tokens": 4, "block_size": 16}
+    spec = GenerateSpec(new_tokens=5, do_sample=False, temperature=1.0, top_p=1.0, top_k=0, seed=0)
+    backend = HFContinuousBackend(knobs, spec)
+    backend.load(path, torch.device("cpu"), torch.float32)
+    assert backend.eos_token_ids == {first}
+    rows = backend.generate(prompts)
+    assert [len(r) for r in rows] == [5, 5] and all(first not in r for r in rows)
+    backend.model.destroy_cached_continuous_batching_manager()
+    backend.generation_config.suppress_tokens = None  # negative control
+    assert backend.generate(prompts)[0][0] == first
