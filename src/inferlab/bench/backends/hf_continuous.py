@@ -14,9 +14,11 @@ The configuration (ContinuousBatchingConfig), and why:
   row of the batch at full length (prompt + new tokens + one spare block per row, its own sizing rule), so
   all rows stay resident as in every other system's rows (no eviction, no offloading), instead of
   0.9 x free memory; `max_requests_per_batch` = batch_size (all rows decode in one step);
-  `max_batch_tokens` 8,192 (its default, at least batch_size: a whole batch of prompts prefills in one or
-  two steps); `max_blocks_per_request` set from the lengths, so the sizing does not depend on which call
-  created the manager;
+  `max_batch_tokens` 2,048 (at least batch_size) instead of its 8,192: without flash, paged SDPA builds a
+  mask of queries x cached tokens, and its graphs are warmed up at the largest (queries, KV) sizes
+  (8,192 x ~390k tokens at batch 256 would be a 6 GB mask); a batch of 48-token prompts still prefills in
+  a few steps of the ~1,000; `max_blocks_per_request` set from the lengths, so the sizing does not depend
+  on which call created the manager;
 - `allow_block_sharing=False`: its docs advise it for few short prompts with long generations (ours:
   48 tokens, less than one block, and timed calls repeat the same prompts);
 - the manager persists across calls (`persistent_manager=True`): graphs captured once, as a user of a
@@ -44,7 +46,7 @@ KNOBS = (
          "decode fast path)", choices=("eager", "sdpa", "flash_attention_2")),
     Knob("cuda_graphs", bool, True, "capture CUDA graphs for the varlen and decode paths"),
     Knob("block_size", int, 256, "tokens per KV block (transformers' default)", minimum=4),
-    Knob("max_batch_tokens", int, 8192, "tokens per forward (prefill chunks + decoding rows); at least batch_size",
+    Knob("max_batch_tokens", int, 2048, "tokens per forward (prefill chunks + decoding rows); at least batch_size",
          minimum=1),
     Knob("compile_level", int, 0, "transformers' default_compile_level (0 = no torch.compile; 1-3 = more compile, "
          "longer warm-up)", choices=(0, 1, 2, 3)),

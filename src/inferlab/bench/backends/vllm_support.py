@@ -27,8 +27,8 @@ INSTALL_HINT = ("pip install vllm==0.26.0 (it pins its own torch); on the device
                 "scripts/gpu/peers_sweep.sh")
 
 COMMON_KNOBS = (
-    Knob("gpu_memory_utilization", float, 0.9, "fraction of the device vLLM's engine reserves (weights, activations, "
-         "KV blocks); vLLM's default", minimum=0.05),
+    Knob("gpu_memory_utilization", float, 0.92, "fraction of the device vLLM's engine reserves (weights, activations, "
+         "KV blocks); vLLM 0.26 LLM's default", minimum=0.05),
     Knob("enforce_eager", bool, False, "run vLLM without CUDA graphs or torch.compile (diagnosis only; the default "
          "is vLLM's own: compiled, graphed)"),
 )
