@@ -8,7 +8,9 @@
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
-classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline.
+classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline; engine-vs-peers
+in three parts (peers-engine-hf, peers-vllm-generate, peers-rest: scripts/gpu/peers_sweep.sh runs them and
+installs vLLM between them).
 Installs nothing (the project is installed with `pip install --no-deps -e .`). Runs live in runs/lab/
 in the checkout (ignored by git, kept between calls on a warm machine): a call that hits its budget
 records the rest as `skipped`, and the next call resumes exactly there. seed-generate and

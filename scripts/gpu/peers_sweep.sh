@@ -74,4 +74,5 @@ fi
 
 budget=$(( ${LIMIT_S:-530} - SECONDS ))
 echo "call $call: parts ${parts[*]}, budget ${budget}s"
-python3 scripts/gpu/lab_sweep.py --out "$out" --parts "${parts[@]}" --budget-s "$budget"
+# PEERS_CPU_SMOKE=1: the same calls with lab_sweep's --cpu-smoke (tiny models; checks this script on a CPU)
+python3 scripts/gpu/lab_sweep.py --out "$out" --parts "${parts[@]}" --budget-s "$budget" ${PEERS_CPU_SMOKE:+--cpu-smoke}
