@@ -115,7 +115,10 @@ class VLLMConstrainedBackend:
 
     def generate(self, requests: list[ConformerRequest], stop_after_steps: int | None = None) -> list[list[int]]:
         if stop_after_steps is not None:
-            return self._run(requests[: self.config["slots"]], max_tokens=stop_after_steps)
+            out = self._run(requests[: self.config["slots"]], max_tokens=stop_after_steps)
+            if self.config["prefix_caching"]:
+                self.llm.reset_prefix_cache()  # no timed prompt may have been prefilled by a warm-up
+            return out
         return self._run(requests)
 
     def extra_metrics(self) -> dict[str, Any]:
