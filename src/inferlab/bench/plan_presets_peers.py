@@ -18,9 +18,11 @@ they finish: `inferlab` (the constraint on the GPU), `vllm` with structured_outp
 (one regex per request). `hf-xgrammar` runs the first 32 requests (4 molecules x 8) in one batch of 32:
 it is a Python loop per row per step, so its rate is measured on a prefix (the row says so).
 
-Estimates (H100/H200, backends/estimates.py): ~3 min for the engine's cells, ~5 for hf-continuous (its
-paged SDPA without flash-attn grows with batch x context: a guess), ~7 for vLLM's generate cells (start-up
-~70 s each), ~8 for the conformer cells.
+Estimates (H100/H200, backends/estimates.py; `lab_sweep.py --estimate --parts peers-engine-hf
+peers-vllm-generate peers-rest` prints them): ~3.6 min for the engine's cells, ~6.4 for hf-continuous (its
+paged SDPA without flash-attn grows with batch x context: a guess), ~7.6 for vLLM's generate cells
+(start-up ~70 s each), ~8.1 for the peers' conformer cells: ~26 min, three calls of <= 9 minutes, a fourth
+if the guesses are short (each call resumes where the last stopped).
 """
 
 from __future__ import annotations
