@@ -8,7 +8,9 @@
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
-classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline.
+classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline; engine-vs-peers
+in three parts (peers-engine-hf, peers-vllm-generate, peers-rest: scripts/gpu/peers_sweep.sh runs them and
+installs vLLM between them).
 Installs nothing (the project is installed with `pip install --no-deps -e .`). Runs live in runs/lab/
 in the checkout (ignored by git, kept between calls on a warm machine): a call that hits its budget
 records the rest as `skipped`, and the next call resumes exactly there. seed-generate and
@@ -56,6 +58,17 @@ PARTS = {
     "conformer-baseline": ("conformer-baseline", "conformer-baseline"),
     "engine-vs-hf": ("engine-vs-hf", "engine-vs-hf"),
     "conformer-engine": ("conformer-engine", "conformer-baseline"),  # beside the baseline: one report
+    # engine-vs-peers in three device calls (scripts/gpu/peers_sweep.sh): cells that need no vLLM, then vLLM's
+    # generate cells once the bundle is installed, then the rest (vLLM's structured outputs, HF + xgrammar,
+    # anything an earlier call's budget left)
+    "peers-engine-hf": ("engine-vs-peers", "engine-vs-peers"),
+    "peers-vllm-generate": ("engine-vs-peers", "engine-vs-peers"),
+    "peers-rest": ("engine-vs-peers", "engine-vs-peers"),
+}
+# Cells of a part that shares its preset with other parts (inferlab bench --only).
+PART_FILTERS = {
+    "peers-engine-hf": ["--only", "backend=inferlab,hf-continuous"],
+    "peers-vllm-generate": ["--only", "backend=vllm", "--only", "scenario=generate"],
 }
 # The report's speedup baseline per run directory (default: the first configuration of each workload).
 REPORT_BASELINES = {"seed-generate": ["--baseline", "attn_implementation=eager"]}
@@ -80,6 +93,13 @@ SMOKE_ARGS = {
                      "--set", "min_duration_s=0.1", "--set", "max_duration_s=0.3", *_ONE_THREAD],
     "conformer-engine": ["--model", "tiny-qwen3", "--set", "num_molecules=2", "--set", "batch_size=4",
                          "--set", "slots=4", "--set", "dtype=float32", *_ONE_THREAD],
+    # tiny-qwen3 for every model (the conformer cells need the qwen3-chem tokenizer); vLLM cells are
+    # `unavailable` rows here without vLLM
+    "engine-vs-peers": ["--model", "tiny-qwen3", "--set", "dtype=float32", "--set", "new_tokens=4", "--set", "batch_size=2",
+                        "--set", "num_prompts=2", "--set", "prompt_tokens=8", "--set", "min_duration_s=0.1",
+                        "--set", "max_duration_s=0.3", "--set", "num_molecules=2", "--set", "num_conformers=2",
+                        "--set", "max_requests=4", "--set", "slots=2", "--set", "min_heavy_atoms=0",
+                        "--set", "max_heavy_atoms=0", "--set", "warmup_steps=2", *_ONE_THREAD],
 }
 
 
@@ -99,6 +119,7 @@ def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]
         return
     argv = ["bench", "--preset", preset, "--run-dir", str(runs / run_name), "--model-cache", str(runs / "cache"),
             "--limit-seconds", str(int(remaining)), "--no-report"]
+    argv += PART_FILTERS.get(part, [])
     argv += SMOKE_ARGS[preset] if smoke else []
     print(f"\n=== {part}: inferlab {' '.join(argv)}", flush=True)
     code = inferlab(argv)
@@ -165,13 +186,20 @@ def estimates(parts: list[str]) -> list[str]:
     seen: set[str] = set()
     lines, total = [], 0.0
     for part in parts:
-        cells = [c for c in build_plan(get_plan_preset(PARTS[part][0])).cells if c.key not in seen]
+        only = _only_filters(PART_FILTERS.get(part, []))
+        cells = [c for c in build_plan(get_plan_preset(PARTS[part][0]), only=only).cells if c.key not in seen]
         seen.update(c.key for c in cells)
         typical, worst = estimate_seconds(cells, accelerator=True)
         total += typical
         lines.append(f"  {part:<20} {len(cells):>3} cells  ~{typical / 60:4.1f} min (at most {worst / 60:.0f} if every "
                      "cell hit its timeout)")
     return ["estimated minutes on one H100/H200:", *lines, f"  {'total':<20}      ~{total / 60:4.1f} min"]
+
+
+def _only_filters(argv: list[str]) -> dict[str, list[str]]:
+    """["--only", "backend=a,b", ...] -> {"backend": ["a", "b"]} (build_plan's `only`)."""
+    pairs = [argv[i + 1].split("=", 1) for i in range(0, len(argv), 2)]
+    return {name: values.split(",") for name, values in pairs}
 
 
 def availability() -> list[str]:
@@ -182,7 +210,9 @@ def availability() -> list[str]:
     from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
 
     notes = []
-    for module, cells in (("torchao", "classify int8/fp8"), ("flash_attn", "flash-attn / flash_attention_2")):
+    for module, cells in (("torchao", "classify int8/fp8"), ("flash_attn", "flash-attn / flash_attention_2"),
+                          ("vllm", "vllm (engine-vs-peers)"), ("xgrammar", "hf-xgrammar (engine-vs-peers)"),
+                          ("flashinfer", "vLLM's FlashInfer sampler")):
         found = importlib.util.find_spec(module) is not None
         notes.append(f"  {module}: {'found' if found else 'NOT installed'} ({cells} cells"
                      + ("" if found else " will be `unavailable` rows") + ")")

@@ -139,5 +139,20 @@ def test_a_qwen3_preset_is_built_with_the_qwen3_chem_tokenizer_and_hf_is_the_con
     cell = build_plan({"sweep": [{"scenario": "constrained", "model": "tiny-qwen3", "backend": "hf", "set": TINY}]}).cells[0]
     assert cell.config["tokenizer"] == str(qwen3_chem_dir) and cell.config["compile"] is False
     assert get_backend("hf", "constrained") is not get_backend("hf", "generate")
-    with pytest.raises(ConfigError, match="unknown backend 'vllm' for scenario constrained; choose one of: hf"):
-        get_backend("vllm", "constrained")
+    with pytest.raises(ConfigError, match="unknown backend 'hf-continuous' for scenario constrained; choose one of: "
+                                          "hf, hf-xgrammar, inferlab, vllm"):
+        get_backend("hf-continuous", "constrained")
+
+
+def test_drug_sized_molecules_are_kept_by_their_heavy_atoms(chem_tokenizer):
+    from inferlab.bench.scenarios.constrained_inputs import HeavyAtomRange
+
+    found = load_molecules(nci_molecules_path(), 5, PROFILE, chem_tokenizer, 2048, HeavyAtomRange(20, 50))
+    sizes = [Chem.MolFromSmiles(m.smiles).GetNumHeavyAtoms() for m in found.molecules]
+    assert all(20 <= n <= 50 for n in sizes) and found.skipped_size > 0
+    everything = load_molecules(nci_molecules_path(), 5, PROFILE, chem_tokenizer, 2048)
+    assert everything.skipped_size == 0 and min(Chem.MolFromSmiles(m.smiles).GetNumHeavyAtoms()
+                                                for m in everything.molecules) < 20
+    with pytest.raises(ConfigError, match="min_heavy_atoms=30 > max_heavy_atoms=20"):
+        build_plan({"sweep": [{"scenario": "constrained", "model": "tiny-qwen3", "backend": "hf",
+                               "set": {**TINY, "min_heavy_atoms": 30, "max_heavy_atoms": 20}}]})

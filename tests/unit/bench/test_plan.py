@@ -134,8 +134,8 @@ def test_refusals_that_are_not_about_one_value(tmp_path):
         build_plan({"sweep": [{"scenario": "generate", "model": str(missing), "backend": "hf"}]})
     with pytest.raises(ConfigError, match=r"unknown scenario 'generation'; choose one of"):
         build_plan({"sweep": [{"scenario": "generation"}]})
-    with pytest.raises(ConfigError, match=r"unknown backend 'vllm'"):
-        build_plan({"sweep": [{"scenario": "generate", "model": "tiny", "backend": "vllm"}]})
+    with pytest.raises(ConfigError, match=r"unknown backend 'sglang'"):
+        build_plan({"sweep": [{"scenario": "generate", "model": "tiny", "backend": "sglang"}]})
     with pytest.raises(ConfigError, match=r"no backend"):
         build_plan({"sweep": [{"scenario": "generate", "model": "tiny"}]})
     with pytest.raises(ConfigError, match=r"takes no model"):

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from inferlab.bench.backends import estimates
 from inferlab.bench.backends.base import BackendSpec
 from inferlab.bench.backends.constrained_base import ConformerRequest, ConstrainedSpec
 from inferlab.bench.knobs import Knob
@@ -116,4 +117,5 @@ BACKEND = BackendSpec(
     knobs=KNOBS,
     create=lambda config, spec: InferlabConstrainedBackend(config, spec),
     scenario="constrained",
+    estimate_s=estimates.inferlab_constrained,
 )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from inferlab.bench.backends import estimates
 from inferlab.bench.backends.base import BackendSpec, GenerateSpec
 from inferlab.bench.knobs import Knob
 
@@ -73,4 +74,5 @@ BACKEND = BackendSpec(
     description="the inferlab engine: static KV cache, CUDA-graph decode, sampling on the device",
     knobs=KNOBS,
     create=lambda config, spec: InferlabGenerateBackend(config, spec),
+    estimate_s=estimates.inferlab_generate,
 )

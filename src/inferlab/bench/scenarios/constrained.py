@@ -42,6 +42,10 @@ KNOBS = (
          choices=("v3-fixed4", "v3-stripped", "v2-fixed4", "v2-stripped")),
     Knob("sort_by_length", bool, True, "batch requests of similar length, longest first (the seeds' PR #11)"),
     Knob("molecules_file", str, "", "a .smi/.csv of molecules ('' = RDKit's NCI first_5K.smi)"),
+    Knob("min_heavy_atoms", int, 0, "keep only molecules with at least this many heavy atoms (0 = no bound)",
+         minimum=0),
+    Knob("max_heavy_atoms", int, 0, "keep only molecules with at most this many heavy atoms (0 = no bound); "
+         "drug-sized: 20-50", minimum=0),
     Knob("dtype", str, "bfloat16", "weights and activations", choices=("bfloat16", "float16", "float32")),
     Knob("tokenizer", str, "", "tokenizer folder for building a preset model ('' = the preset's own)"),
     Knob("warmup_steps", int, 16, "decode steps of each warm-up call (every shape kept); 0 = full length",
@@ -65,6 +69,9 @@ def validate(cell: Cell) -> None:
             "timed loop; set max_requests to a multiple of batch_size")
     if c["warmup"] < 1:
         raise ConfigError("warmup=0: the first call carries compile and lazy initialisation; use warmup >= 1")
+    if c["max_heavy_atoms"] and c["min_heavy_atoms"] > c["max_heavy_atoms"]:
+        raise ConfigError(f"min_heavy_atoms={c['min_heavy_atoms']} > max_heavy_atoms={c['max_heavy_atoms']}: no "
+                          "molecule can be kept; swap them, or set max_heavy_atoms=0 (no upper bound)")
     assert cell.model is not None
     if c["tokenizer"] and not model_refs.is_preset(cell.model):
         raise ConfigError(f"tokenizer={c['tokenizer']} only applies when model is a preset to build; remove the knob")
@@ -78,6 +85,11 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
     long as its longest row, ~520 steps for 32 NCI molecules and more for larger batches (x1.35 per
     doubling), at ~12 ms + 0.06 ms per row per step (BENCHMARKING.md: ~1,800 tok/s at batch 32 dynamic,
     ~10,000 at 256). CPU (tiny models): ~4 ms + 0.3 ms per row per step."""
+    from inferlab.bench.backends import backend_estimate_s
+
+    own = backend_estimate_s(cell, accelerator)
+    if own is not None:
+        return own
     c = cell.config
     batches = measured_requests(c) // c["batch_size"]
     rows = c["batch_size"]
@@ -111,5 +123,6 @@ SCENARIO = Scenario(
     uses_model=True,
     default_timeout_s=600.0,
     # batch size and cache are serving choices: the baseline's best of them is what is compared
-    workload_knobs=("num_molecules", "num_conformers", "max_requests", "sampling", "profile", "molecules_file"),
+    workload_knobs=("num_molecules", "num_conformers", "max_requests", "sampling", "profile", "molecules_file",
+                    "min_heavy_atoms", "max_heavy_atoms"),
 )

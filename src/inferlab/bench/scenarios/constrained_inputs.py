@@ -3,6 +3,8 @@ file, RDKit's NCI first_5K.smi by default, that parse and fit the model's contex
 templates and tokenised prompts, the requests (K conformers per molecule, molecule after molecule), the
 measured prefix of them, and the batches.
 
+"Drug-sized": an optional range of heavy atoms (HeavyAtomRange; the conformer-pipeline and engine-vs-peers
+presets keep NCI molecules of 20-50), applied before the context check.
 "Fits the context": prompt tokens + an upper bound of the output tokens <= the model's positions. The
 bound needs no compiled constraint: every copy token holds at least one character of the template's
 skeleton, each hole holds at most the hole grammar's `max_tokens` for this tokenizer, plus EOS.
@@ -37,16 +39,34 @@ class Molecule:
 
 
 @dataclass(frozen=True)
+class HeavyAtomRange:
+    """Which molecules to keep by heavy-atom count (RDKit's GetNumHeavyAtoms); 0 = no bound."""
+
+    minimum: int = 0
+    maximum: int = 0
+
+    def admits(self, heavy_atoms: int) -> bool:
+        return heavy_atoms >= self.minimum and (not self.maximum or heavy_atoms <= self.maximum)
+
+    def __str__(self) -> str:
+        return f"{self.minimum}-{self.maximum or 'any'} heavy atoms"
+
+
+@dataclass(frozen=True)
 class MoleculeSet:
     molecules: tuple[Molecule, ...]
     source: str
     skipped_unreadable: int  # lines that did not parse or cannot be templated (e.g. dative bonds)
     skipped_too_long: int  # parsed, but prompt + output bound exceed the model's positions
+    skipped_size: int = 0  # outside the heavy-atom range
 
 
-def load_molecules(path: Path, count: int, profile: FormatProfile, tokenizer, max_positions: int) -> MoleculeSet:
-    """The first `count` molecules of `path` that can be templated and fit `max_positions`; InputError
-    when the file holds fewer."""
+def load_molecules(path: Path, count: int, profile: FormatProfile, tokenizer, max_positions: int,
+                   heavy_atoms: HeavyAtomRange = HeavyAtomRange()) -> MoleculeSet:
+    """The first `count` molecules of `path` within `heavy_atoms` that can be templated and fit
+    `max_positions`; InputError when the file holds fewer."""
+    from rdkit import Chem
+
     from inferlab.engine.constraints.token_automaton import grammar_set_for
     from inferlab.workloads.conformers.inputs import read_molecule_inputs
 
@@ -54,13 +74,21 @@ def load_molecules(path: Path, count: int, profile: FormatProfile, tokenizer, ma
     hole_tokens = grammar_set_for(tokenizer, (grammar,)).grammars[grammar].max_tokens
     inputs = read_molecule_inputs(path)
     molecules: list[Molecule] = []
-    unreadable = too_long = 0
+    unreadable = too_long = wrong_size = 0
     for record in inputs.records:
         if len(molecules) == count:
             break
         if not record.ok or record.smiles is None:
             unreadable += 1
             continue
+        if heavy_atoms != HeavyAtomRange():
+            mol = Chem.MolFromSmiles(record.smiles)
+            if mol is None:
+                unreadable += 1
+                continue
+            if not heavy_atoms.admits(mol.GetNumHeavyAtoms()):
+                wrong_size += 1
+                continue
         try:
             template = build_template(record.smiles, profile)
         except InferlabError:
@@ -74,9 +102,9 @@ def load_molecules(path: Path, count: int, profile: FormatProfile, tokenizer, ma
         molecules.append(Molecule(record.smiles, template, prompt_ids, bound))
     if len(molecules) < count:
         raise InputError(f"only {len(molecules)} molecules of {path} can be templated and fit the model's "
-                         f"{max_positions} positions ({unreadable} unreadable, {too_long} too long); "
-                         f"lower num_molecules to at most {len(molecules)}")
-    return MoleculeSet(tuple(molecules), str(path), unreadable, too_long)
+                         f"{max_positions} positions ({unreadable} unreadable, {too_long} too long, {wrong_size} "
+                         f"outside {heavy_atoms}); lower num_molecules to at most {len(molecules)}")
+    return MoleculeSet(tuple(molecules), str(path), unreadable, too_long, wrong_size)
 
 
 def build_requests(molecules: MoleculeSet, num_conformers: int) -> list[ConformerRequest]:

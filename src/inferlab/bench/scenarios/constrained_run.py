@@ -51,11 +51,18 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
     from transformers import AutoTokenizer
 
     from inferlab.bench.backends import get_backend
+    from inferlab.bench.backends.base import close_backend
     from inferlab.bench.backends.constrained_base import ConstrainedSpec
     from inferlab.bench.compile_watch import compiled_graphs
     from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
     from inferlab.bench.scenarios.constrained import measured_requests
-    from inferlab.bench.scenarios.constrained_inputs import build_requests, load_molecules, molecule_file, plan_batches
+    from inferlab.bench.scenarios.constrained_inputs import (
+        HeavyAtomRange,
+        build_requests,
+        load_molecules,
+        molecule_file,
+        plan_batches,
+    )
     from inferlab.bench.scenarios.generate_traffic import count_generated
     from inferlab.bench.timing import device_synchronizer, measure, timed, warm_up
     from inferlab.workloads.conformers.profiles import get_profile
@@ -68,7 +75,8 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
     tokenizer = AutoTokenizer.from_pretrained(str(ctx.model_path))
     with timed(sync) as setup:
         molecules = load_molecules(molecule_file(c["molecules_file"]), c["num_molecules"], profile, tokenizer,
-                                   min(c["context"], _max_positions(ctx.model_path)))
+                                   min(c["context"], _max_positions(ctx.model_path)),
+                                   HeavyAtomRange(c["min_heavy_atoms"], c["max_heavy_atoms"]))
         requests = build_requests(molecules, c["num_conformers"])
     measured = requests[:measured_requests(c)]
     bounds = [m.max_output_tokens for m in molecules.molecules]
@@ -140,10 +148,12 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
         "graphs_compiled_while_timed": compiled_while_timed,
         "molecules_skipped_too_long": molecules.skipped_too_long,
         "molecules_skipped_unreadable": molecules.skipped_unreadable,
+        "molecules_skipped_size": molecules.skipped_size,
         "molecules_source": molecules.source,
         "device": str(device),
         **validity,
         **peak_memory(device),
     }
     ctx.add_backend_metrics(metrics, backend)
+    close_backend(backend)
     return metrics
