@@ -7,9 +7,10 @@ recorded and the next step runs; a step not started within the part's budget is 
                of fp8 vs bf16 (also relative to max |logit|), top-1 agreement; the same for bf16 vs fp32 as the
                yardstick of plain bf16 rounding, and fp8 vs fp32. Prefill attends over unquantized K/V, so the
                first step must agree exactly.
-  kernel       (CUDA) the decode attention kernel alone at the qwen3-0.6b shape, 256 rows, lengths 330 and
-               629, bf16 cache (default config) vs fp8 cache over a few configs, each timed in a CUDA graph
-               over 8 layers' caches: us per layer, GB/s of K/V (+ scales) read.
+  kernel       the decode attention kernel alone at the qwen3-0.6b shape, 256 rows, lengths 330 and 629, bf16
+               cache (default config) vs fp8 cache over a few configs, each timed in a CUDA graph over 8
+               layers' caches: us per layer, GB/s of K/V (+ scales) read (--quick on CPU: tiny shapes
+               through the Triton interpreter, fp32, timed by the wall clock: a plumbing check only).
   speed        batch 256, 29-token prompts, exactly 600 new tokens, T=1 (the conformer job's top-p 1.0): tok/s,
                ms/step, decode GB/s of the bf16-cache and the fp8 engine (graphs, gemm=cublas for both: the
                same GEMMs, start-up without the GEMM timing; max_seq_len 1400 for both); if the kernel step
@@ -97,26 +98,41 @@ def step_accuracy(ctx, preset: str) -> dict[str, Any]:
     return res
 
 
+def _wall_us(calls) -> float:
+    """CPU stand-in for kernel_sweep.graph_us: wall microseconds per call (interpreter: meaningless as speed)."""
+    t0 = time.perf_counter()
+    for call in calls:
+        call()
+    return 1e6 * (time.perf_counter() - t0) / len(calls)
+
+
 def step_kernel(ctx) -> dict[str, Any]:
     from kernel_sweep import graph_us  # beside this file
 
+    from inferlab.engine.attention import decode_rope_attention_torch
     from inferlab.engine.kernels import triton_attention
     from inferlab.engine.kv_quant import quantize
     from inferlab.models.config import RopeSpec
     from inferlab.models.rope import RotaryTables
 
-    heads, kv_heads, head_dim, rows, layers, max_len = 16, 8, 128, 256, 8, PROMPT_LEN + NEW_TOKENS + 11
-    dev = ctx.device
+    if ctx.quick:
+        heads, kv_heads, head_dim, rows, layers, max_len, lengths = 4, 2, 32, 4, 2, 64, (20, 53)
+    else:
+        heads, kv_heads, head_dim, rows, layers = 16, 8, 128, 256, 8
+        max_len, lengths = PROMPT_LEN + NEW_TOKENS + 11, (330, PROMPT_LEN + NEW_TOKENS)
+    configs = FP8_CONFIGS[:2] if ctx.quick else FP8_CONFIGS
+    time_us = graph_us if ctx.cuda else _wall_us
+    dev, dtype = ctx.device, torch.bfloat16 if ctx.cuda else torch.float32  # the interpreter's bf16 dot is broken
     tables = RotaryTables.build(RopeSpec(theta=1000000.0), head_dim, max_len, dev)
-    qkv = torch.randn(rows, (heads + 2 * kv_heads) * head_dim, device=dev, dtype=torch.bfloat16)
-    norms = [torch.randn(head_dim, device=dev, dtype=torch.bfloat16) for _ in range(2)]
+    qkv = torch.randn(rows, (heads + 2 * kv_heads) * head_dim, device=dev, dtype=dtype)
+    norms = [torch.randn(head_dim, device=dev, dtype=dtype) for _ in range(2)]
     slots, counters = torch.arange(rows, device=dev), torch.zeros(rows * kv_heads, dtype=torch.int32, device=dev)
     shape = (rows, kv_heads, max_len, head_dim)
-    bf16 = [(torch.randn(shape, device=dev, dtype=torch.bfloat16), torch.randn(shape, device=dev, dtype=torch.bfloat16))
+    bf16 = [(torch.randn(shape, device=dev, dtype=dtype), torch.randn(shape, device=dev, dtype=dtype))
             for _ in range(layers)]  # fmt: skip
     fp8 = [tuple(t for x in layer for t in quantize(x)) for layer in bf16]  # (k8, k_scale, v8, v_scale)
     res: dict[str, Any] = {}
-    for length in (330, max_len - 11):
+    for length in lengths:
         positions = torch.full((rows,), length - 1, device=dev, dtype=torch.int64)
         args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
         cells: dict[str, Any] = {}
@@ -130,23 +146,41 @@ def step_kernel(ctx) -> dict[str, Any]:
                 return triton_attention.decode_rope_attention(*args, *c, slots, heads, head_dim**-0.5, counters,
                                                               config=config)  # fmt: skip
             try:
-                us = graph_us([lambda c=c: call(c) for c in caches])
+                us = time_us([lambda c=c: call(c) for c in caches])
                 kv_bytes = rows * length * 2 * kv_heads * (head_dim * (1 if fp8_cache else 2) + (4 if fp8_cache else 0))
                 cells[label] = {"us": us, "gb_per_s": kv_bytes / us / 1e3}
             except Exception as e:  # a config that fails must not hide the others
                 cells[label] = {"error": repr(e)[:300]}
 
+        # the fp8 kernel (default config) against the torch reference on copies of layer 0's fp8 cache
+        mine, ref = [t.clone() for t in fp8[0]], [t.clone() for t in fp8[0]]
+        got = triton_attention.decode_rope_attention(*args, mine[0], mine[2], slots, heads, head_dim**-0.5, counters,
+                                                     k_scale=mine[1], v_scale=mine[3]).float()  # fmt: skip
+        want = decode_rope_attention_torch(*args, ref[0], ref[2], slots, heads, head_dim**-0.5, k_scale=ref[1],
+                                           v_scale=ref[3]).float()  # fmt: skip
+        same = [torch.equal(a.view(torch.uint8), b.view(torch.uint8)) if a.dtype == torch.float8_e4m3fn
+                else torch.equal(a, b) for a, b in zip(mine, ref)]  # fmt: skip
+        cells["fp8 vs reference"] = {"max_abs_err": (got - want).abs().max().item(), "max_abs": want.abs().max().item(),
+                                     "cache_identical": all(same)}  # fmt: skip
+        del mine, ref
         run("bf16 default", bf16, triton_attention.AttentionConfig(), False)
-        for block_n, warps, stages in FP8_CONFIGS:
+        for block_n, warps, stages in configs:
             run(f"fp8 n{block_n} w{warps} s{stages}", fp8, triton_attention.AttentionConfig(block_n, warps, stages), True)
         res[f"len={length}"] = cells
+        check = cells["fp8 vs reference"]
+        ok = check["max_abs_err"] <= 0.02 * max(check["max_abs"], 1e-6)
+        ctx.row("fp8_kv", f"fp8 attention kernel vs torch reference, len {length}: max |err| (of max |out|)",
+                f"{check['max_abs_err']:.4f} ({check['max_abs']:.3f})", ("ok" if ok else "FAIL > 2%") +
+                f"; new K/V + scales stored bit-identically: {check['cache_identical']} (rope rounding may differ)")
         timed = {k: v["us"] for k, v in cells.items() if "us" in v}
-        ctx.row("fp8_kv", f"attention us/layer, 256 rows, len {length}: bf16 | fp8 default",
+        ctx.row("fp8_kv", f"attention us/layer, {rows} rows, len {length}: bf16 | fp8 default",
                 f"{timed.get('bf16 default', float('nan')):.1f} | {timed.get('fp8 n64 w4 s3', float('nan')):.1f}",
                 "fp8: " + ", ".join(f"{k[4:]} {v:.1f}" for k, v in timed.items() if k.startswith("fp8")))  # fmt: skip
-    totals = {c: sum(res[k][f"fp8 n{c[0]} w{c[1]} s{c[2]}"].get("us", float("inf")) for k in res) for c in FP8_CONFIGS}
+    totals = {c: sum(res[k][f"fp8 n{c[0]} w{c[1]} s{c[2]}"].get("us", float("inf")) for k in res) for c in configs}
+    # (res holds only the "len=..." cells here)
     best = min(totals, key=totals.get)
     res["best_fp8_config"] = best
+    res["cuda"] = ctx.cuda
     res["best_over_default"] = totals[FP8_CONFIGS[0]] / totals[best]
     del bf16, fp8
     ctx.free()
@@ -235,7 +269,7 @@ def part_fp8_kv(ctx) -> dict[str, Any]:
         torch.set_num_threads(1)  # tiny steps on a shared CPU: intra-op threads only add barriers (20x slower)
     res: dict[str, Any] = {}
     engines: dict[str, Any] = {}
-    steps = [("accuracy", lambda: step_accuracy(ctx, preset)), ("kernel", lambda: step_kernel(ctx) if ctx.cuda else None),
+    steps = [("accuracy", lambda: step_accuracy(ctx, preset)), ("kernel", lambda: step_kernel(ctx)),
              ("speed", lambda: step_speed(ctx, preset, engines, _better_config(res))),
              ("constrained", lambda: step_constrained(ctx, preset, engines))]  # fmt: skip
     for name, step in steps:
@@ -261,8 +295,8 @@ def part_fp8_kv(ctx) -> dict[str, Any]:
 
 
 def _better_config(res: dict[str, Any]):
-    """The kernel step's fastest fp8 config when it beat the default by more than 5%, else None."""
+    """The kernel step's fastest fp8 config when it beat the default by more than 5% on the GPU, else None."""
     kernel = res.get("kernel") or {}
-    if kernel.get("best_over_default", 1.0) > 1.05:
+    if kernel.get("cuda") and kernel.get("best_over_default", 1.0) > 1.05:
         return kernel["best_fp8_config"]
     return None

@@ -44,9 +44,14 @@ class KVCache:
             k_scale=torch.zeros(shape[:-1], dtype=SCALE_DTYPE, device=device),
             v_scale=torch.zeros(shape[:-1], dtype=SCALE_DTYPE, device=device),
         ) if is_fp8(dtype) else {}  # fmt: skip
+        def zeros() -> torch.Tensor:  # fp8 as zero bytes viewed as e4m3 (0x00 is +0.0): no fp8 fill kernel needed
+            if is_fp8(dtype):
+                return torch.zeros(shape, dtype=torch.uint8, device=device).view(dtype)
+            return torch.zeros(shape, dtype=dtype, device=device)
+
         return cls(
-            k=torch.zeros(shape, dtype=dtype, device=device),
-            v=torch.zeros(shape, dtype=dtype, device=device),
+            k=zeros(),
+            v=zeros(),
             merge_counters=torch.zeros(slots * spec.num_kv_heads, dtype=torch.int32, device=device),
             **scales,
         )
