@@ -170,13 +170,13 @@ def test_rope_qkv_writes_the_reference_fp8_cache(qk_norm):
     assert scales[0].count_nonzero() == 5 * kv_heads  # one scale per token and kv head
 
 
-@pytest.mark.parametrize("qk_norm,splits", [(False, 1), (True, 3)])
-def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits):
+@pytest.mark.parametrize("qk_norm,splits,heads,kv_heads,head_dim", [(False, 1, 4, 2, 16), (True, 3, 6, 2, 40)])
+def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads, head_dim):
     """fp32 queries over an fp8 cache: the kernel folds the scales into scores and probabilities, the
     reference dequantizes; the new position is written as the reference writes it (same bytes) and
-    attended to as stored; nothing past a row's position is read (NaN codes and scales there)."""
+    attended to as stored; nothing past a row's position is read (NaN codes and scales there). head_dim
+    40 leaves masked lanes in every block, which must not enter a scale."""
     g = torch.Generator().manual_seed(2)
-    heads, kv_heads, head_dim = 4, 2, 16
     tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 256, torch.device("cpu"))
     stored = [kv_quant.quantize(torch.randn(5, kv_heads, 200, head_dim, generator=g)) for _ in range(2)]
     caches, scales = [q.clone() for q, _ in stored], [s.clone() for _, s in stored]

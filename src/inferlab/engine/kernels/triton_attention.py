@@ -151,7 +151,7 @@ def _rope_attention_kernel(
         if KV_FP8:  # quantize where written; fold in the rounded values the cache now holds
             cache_ty = K_CACHE.dtype.element_ty
             k_scale = e4m3_scale(k1.to(tl.float32), k2.to(tl.float32))
-            v_f = v_new.to(tl.float32)
+            v_f = tl.where(dvmask, v_new.to(tl.float32), 0.0)  # lanes past head_dim must not enter the scale
             v_scale = e4m3_scale(v_f, tl.zeros([BLOCK_D], tl.float32))
             k1q = to_e4m3(k1.to(tl.float32), k_scale)  # fp32 on the e4m3 grid
             k2q = to_e4m3(k2.to(tl.float32), k_scale)
