@@ -48,6 +48,11 @@ class AttentionConfig:
     programs_per_sm: int = 1  # splits are added until rows x kv_heads x splits reaches this many per SM
 
 
+# With an fp8 cache: the bf16 defaults until the device says otherwise (engine_check.py --parts fp8_kv times
+# a few configs; compiled for sm_90 this kernel takes ~250 registers at head_dim 128 vs ~180 in bf16).
+FP8_ATTENTION_CONFIG = AttentionConfig()
+
+
 @triton.jit
 def _rotated_head(SRC, NORM, c, s, d, dmask, eps, HEAD_DIM: tl.constexpr, QK_NORM: tl.constexpr, DTYPE):
     """One head's [.., half] halves from qkv (SRC points at the head; d broadcasts over leading dims), with
@@ -242,7 +247,7 @@ def decode_rope_attention(
     scale: float,
     counters: torch.Tensor,  # [>= rows * kv_heads] int32, zero between launches (KVCache.merge_counters)
     max_len_hint: int | None = None,  # unused: the kernel reads the positions on the device
-    config: AttentionConfig | None = None,  # None: AttentionConfig()
+    config: AttentionConfig | None = None,  # None: AttentionConfig() (fp8 cache: FP8_ATTENTION_CONFIG)
     splits: int | None = None,  # None: from config.programs_per_sm (choose_splits)
     k_scale: torch.Tensor | None = None,  # [slots, kv_heads, max_len] fp32: the cache is fp8 (engine/kv_quant.py)
     v_scale: torch.Tensor | None = None,
@@ -255,7 +260,7 @@ def decode_rope_attention(
         assert k_cache.dtype == torch.float8_e4m3fn and k_scale.stride() == v_scale.stride() and k_scale.stride(-1) == 1
     assert counters.numel() >= rows * kv_heads and counters.dtype == torch.int32
     group = num_heads // kv_heads
-    config = config or AttentionConfig()
+    config = config or (FP8_ATTENTION_CONFIG if fp8 else AttentionConfig())
     if splits is None:
         target = config.programs_per_sm * _sm_count(qkv.device)
         splits = choose_splits(rows, kv_heads, max_len, target, config.block_n)
