@@ -24,6 +24,9 @@ wrapped: a failure prints its traceback and the run goes on; results are written
                      unconstrained at equal output lengths (target >= 0.9x), all outputs valid
   batching           continuous vs static batching, output lengths drawn from 200-1000
   profile            per-kernel time of one decode step (torch.profiler, top 15) at batch 16 and 256
+  fp8_kv             the FP8 KV cache vs the bf16 cache on qwen3-0.6b: logit error and top-1 agreement over
+                     200 teacher-forced steps, the attention kernel per config, tok/s at batch 256 (600 new,
+                     29-token prompts), constrained conformers' validity (engine_check_fp8.py; ~3 min)
 Writes <out>/<part>.json and <out>/summary.json, and prints a summary table at the end. Random checkpoints
 (llama-380m, qwen3-0.6b, tiny, tiny-qwen3) are built once into --cache (default /tmp/inferlab-engine-check).
 """
@@ -49,6 +52,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_check_constrained as constrained  # noqa: E402
 import engine_check_correctness as correctness  # noqa: E402
+import engine_check_fp8 as fp8  # noqa: E402
 import engine_check_hf as hf  # noqa: E402
 import engine_check_micro as micro  # noqa: E402
 import engine_check_profile as profile  # noqa: E402
@@ -168,6 +172,7 @@ PARTS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "constrained_speed": constrained.part_constrained_speed,
     "batching": speed.part_batching,
     "profile": profile.part_profile,
+    "fp8_kv": fp8.part_fp8_kv,
 }
 
 

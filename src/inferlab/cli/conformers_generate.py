@@ -45,6 +45,8 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     e.add_argument("--gpu-memory-fraction", type=float, default=0.9)
     e.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
     e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    e.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
+                   help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA capability >= 8.9)")
     add_scale_args(p)
     add_config_arg(p, "conformers")  # inferlab tune's max_slots
 
@@ -71,6 +73,7 @@ def engine_options_from(args: argparse.Namespace) -> dict[str, Any]:
         "max_slots": args.max_slots,
         "max_seq_len": args.max_seq_len,
         "gpu_memory_fraction": args.gpu_memory_fraction,
+        "kv_dtype": args.kv_dtype,
     }
 
 

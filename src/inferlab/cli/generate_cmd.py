@@ -37,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument(
         "--gemm", default="auto", choices=["auto", "cublas"], help="decode projections: auto = time cuBLAS vs Triton"
     )
+    e.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
+                   help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA capability >= 8.9)")
     add_scale_args(p)
     add_config_arg(p, "generate")  # inferlab tune's max_slots
     p.set_defaults(func=_generate)
@@ -69,6 +71,7 @@ def _generate(args: argparse.Namespace) -> int:
         batching=args.batching,
         kernels=args.kernels,
         gemm=args.gemm,
+        kv_dtype=args.kv_dtype,
     )
     if wants_scale_out(args):  # --gpus/--launcher: prompts sharded over workers by estimated tokens
         from inferlab.cli.scale_args import run_scaled_command

@@ -45,6 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="generate/conformers: the engine's dtype; classify: try only this one (auto: the device's)")
     p.add_argument("--backend", default="auto", choices=["auto", "inferlab", "hf"], help="generate's backend")
+    p.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
+                   help="generate/conformers: the engine's KV cache, auto (the model dtype) or fp8 (e4m3 + scales)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generate: tokens per prompt (a line may override)")
     p.add_argument("--num-conformers", type=int, default=2, metavar="K", help="conformers: K per molecule")
     p.add_argument("--profile", default=DEFAULT_PROFILE, choices=list(PROFILES), help="conformers: the text format")
@@ -61,7 +63,8 @@ def _tune(args: argparse.Namespace) -> int:
 
     settings = TuneSettings(
         workload=args.workload, model=args.model, sample=args.sample, sample_rows=args.sample_rows, sizes=args.sizes,
-        device=args.device, dtype=args.dtype, backend=args.backend, max_new_tokens=args.max_new_tokens,
+        device=args.device, dtype=args.dtype, kv_dtype=args.kv_dtype, backend=args.backend,
+        max_new_tokens=args.max_new_tokens,
         num_conformers=args.num_conformers, profile=args.profile, min_seconds=args.min_seconds,
         work_dir=args.work_dir,
     )

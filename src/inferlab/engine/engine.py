@@ -32,7 +32,7 @@ from inferlab.engine.rows import REASON_NAMES, RowState
 from inferlab.engine.runner import ModelRunner
 from inferlab.engine.scheduler import Scheduler
 from inferlab.engine.snapshots import HEADER, Snapshot, SnapshotBuffers
-from inferlab.engine.startup import make_plan, resolve_device, resolve_dtype
+from inferlab.engine.startup import make_plan, resolve_device, resolve_dtype, resolve_kv_dtype
 from inferlab.engine.stats import EngineStats, PhaseClock
 from inferlab.errors import CapacityError, ConfigError
 from inferlab.models.config import read_model_spec
@@ -53,12 +53,13 @@ class Engine:
         self.spec = read_model_spec(config.model)
         implementation = implementation_for(self.spec.architecture)
         self.dtype = resolve_dtype(config.dtype, self.spec, self.device)
+        self.kv_dtype = resolve_kv_dtype(config.kv_dtype, self.dtype, self.device)  # the cache's element type
         use_graphs = self.device.type == "cuda" if config.cuda_graphs is None else config.cuda_graphs
         if use_graphs and self.device.type != "cuda":
             raise ConfigError("cuda_graphs=True needs a CUDA device; set cuda_graphs=None or False on CPU")
-        self.plan = make_plan(config, self.spec, self.dtype, self.device)
+        self.plan = make_plan(config, self.spec, self.dtype, self.device, self.kv_dtype)
         self.max_prefill_tokens = max(config.max_prefill_tokens, self.plan.max_seq_len)
-        self.kv_bytes_per_token = kv_bytes_per_token(self.spec, self.dtype)
+        self.kv_bytes_per_token = kv_bytes_per_token(self.spec, self.kv_dtype)  # fp8: with its scales
 
         self.ops = select_ops(config.kernels, self.device)
 
@@ -68,7 +69,7 @@ class Engine:
         rotary = RotaryTables.build(self.spec.rope, self.spec.head_dim, self.plan.max_seq_len, self.device)
         model = implementation.load()(self.spec, weights, self.ops, rotary)
         slots, max_len = self.plan.slots, self.plan.max_seq_len
-        cache = KVCache.allocate(self.spec, slots, max_len, self.dtype, self.device)
+        cache = KVCache.allocate(self.spec, slots, max_len, self.kv_dtype, self.device)
         rows = RowState.allocate(slots, config.max_stop_ids, max_len, self.device)
         self.runner = ModelRunner(model, cache, rows, self.ops)
         self.gemm_timings: dict = {}  # start-up timings of cuBLAS vs the Triton GEMM, {"qkv@16": {impl: us}}
@@ -87,12 +88,13 @@ class Engine:
         self.stats = EngineStats(
             device=str(self.device),
             dtype=str(self.dtype).removeprefix("torch."),
+            kv_dtype=str(self.kv_dtype).removeprefix("torch."),
             kernels=self.ops.name,
             cuda_graphs=use_graphs,
             max_slots=slots,
             max_seq_len=max_len,
             weight_bytes=weights.nbytes(),
-            kv_cache_bytes=2 * cache.k.numel() * cache.k.element_size(),
+            kv_cache_bytes=cache.nbytes,
             planned_bytes=self.plan.total_bytes,
             budget_bytes=self.plan.budget_bytes,
             load_s=time.perf_counter() - t0,

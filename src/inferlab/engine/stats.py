@@ -16,12 +16,13 @@ import torch
 class EngineStats:
     device: str = ""
     dtype: str = ""
+    kv_dtype: str = ""  # the KV cache's element type: the model dtype, or "float8_e4m3fn" (with fp32 scales)
     kernels: str = ""
     cuda_graphs: bool = False
     max_slots: int = 0
     max_seq_len: int = 0
     weight_bytes: int = 0
-    kv_cache_bytes: int = 0
+    kv_cache_bytes: int = 0  # K, V and (fp8) their scales
     planned_bytes: int = 0  # the memory plan's estimate of everything
     budget_bytes: int = 0
     load_s: float = 0.0  # weights read and moved to the device
@@ -37,7 +38,8 @@ class EngineStats:
     decode_s: float = 0.0
     decode_steps: int = 0  # graph replays / eager steps
     row_steps: int = 0  # sum over steps of the bucket size (rows computed, live or not)
-    decode_bytes: int = 0  # HBM bytes the decode steps read: weights each step + each row's live KV (estimate)
+    decode_bytes: int = 0  # HBM bytes the decode steps read: weights each step + each row's live KV and its
+    # scales (estimate)
     generated_tokens: int = 0  # tokens returned in Results
     syncs: int = 0  # host reads of the finished flags
     row_moves: int = 0  # compaction moves (a request moved to a lower row)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from inferlab.engine import kv_quant
+
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x [tokens, dim] -> [tokens, dim]: weight * (x / rms(x)), the normalisation done in fp32."""
@@ -59,10 +61,13 @@ def rope_qkv(
     slots: torch.Tensor,  # [tokens] int64: the cache slot each token's K/V goes to
     num_heads: int,
     return_kv: bool = True,  # prefill needs k and v back; decode reads them from the cache
+    k_scale: torch.Tensor | None = None,  # [slots, kv_heads, max_len] fp32: the cache is fp8 (kv_quant.py)
+    v_scale: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Split qkv, apply the optional q/k RMSNorm and rope, write K/V at (slot, position); return q, k, v.
 
     q [tokens, heads, head_dim], k and v [tokens, kv_heads, head_dim] (None unless return_kv), in qkv's dtype.
+    With scales, K/V are stored as e4m3 + one scale per (slot, kv head, position); k and v returned unquantized.
     """
     tokens = qkv.shape[0]
     head_dim = cos.shape[-1]
@@ -78,6 +83,12 @@ def rope_qkv(
     s = sin[positions].to(qkv.dtype)[:, None, :]
     q = q * c + _rotate_half(q) * s
     k = k * c + _rotate_half(k) * s
-    k_cache[slots, :, positions] = k  # advanced indices on dims 0 and 2: one [kv_heads, head_dim] per token
-    v_cache[slots, :, positions] = v
+    if k_scale is None:
+        k_cache[slots, :, positions] = k  # advanced indices on dims 0 and 2: one [kv_heads, head_dim] per token
+        v_cache[slots, :, positions] = v
+    else:
+        for values, cache, scales in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+            stored, scale = kv_quant.quantize(values)  # [tokens, kv_heads, head_dim] fp8, [tokens, kv_heads]
+            cache[slots, :, positions] = stored
+            scales[slots, :, positions] = scale
     return (q, k, v) if return_kv else (q, None, None)

@@ -5,8 +5,9 @@ One layer, as in transformers, with the residual add fused into the next norm:
     h, x = norm(x + a); m = (silu(h @ Wg) * (h @ Wu)) @ Wd; h, x = norm_next(x + m)
 Two entry points share the layer code and differ only in attention (rope and the cache write included):
 `prefill` (right-padded prompts: the rope kernel, then causal SDPA) and `decode` (one token per row: one
-fused rope + attention op over each row's cache slot). Both return the
-logits of the last position only, in the model dtype (the sampler's ops decide whether to upcast). The
+fused rope + attention op over each row's cache slot). With an fp8 KV cache both write K/V quantized with
+their scales (KVCache.scales); prefill attends over the prompt's unquantized K/V, decode reads the cache.
+Both return the logits of the last position only, in the model dtype (the sampler's ops decide whether to upcast). The
 small fused operations come from an `Ops` set (engine/ops.py), so the same code runs plain torch on CPU and
 Triton kernels on CUDA; the projections go through a GemmPlan (cuBLAS, or the skinny Triton GEMM where the
 engine measured it faster: engine/gemm_plan.py). Sampling is not here (engine/sampler.py).
@@ -78,7 +79,9 @@ class LlamaModel:
             q, k, v = self.ops.rope_qkv(
                 qkv, positions, self.rotary.cos, self.rotary.sin, layer.q_norm, layer.k_norm,
                 self.spec.rms_norm_eps, cache.k[i], cache.v[i], token_slots, heads, return_kv=True,
+                **cache.scales(i),
             )  # fmt: skip
+            # prefill attends over the prompt's unquantized K/V (an fp8 cache holds them quantized for decode)
             qb = q.view(batch, padded, heads, head_dim).transpose(1, 2)  # [batch, H, padded, D]
             kb = k.view(batch, padded, kv_heads, head_dim).transpose(1, 2)
             vb = v.view(batch, padded, kv_heads, head_dim).transpose(1, 2)
@@ -104,6 +107,7 @@ class LlamaModel:
             out = self.ops.decode_rope_attention(
                 qkv, positions, self.rotary.cos, self.rotary.sin, layer.q_norm, layer.k_norm, spec.rms_norm_eps,
                 cache.k[i], cache.v[i], slots, spec.num_heads, self.scale, cache.merge_counters, max_len_hint,
+                **cache.scales(i),
             )  # fmt: skip
             return out.reshape(rows, spec.num_heads * spec.head_dim)
 

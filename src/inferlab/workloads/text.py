@@ -62,6 +62,12 @@ def hf_backend(model_dir: str, options: dict[str, Any]) -> Backend:
     """transformers' generate for any causal LM (workloads/hf_text_backend.py); options as the engine's."""
     from inferlab.workloads.hf_text_backend import hf_backend as build
 
+    if options.get("kv_dtype", "auto") != "auto":
+        raise ConfigError(
+            f"kv_dtype={options['kv_dtype']!r} (--kv-dtype) is a setting of the inferlab engine's KV cache; the hf "
+            "backend keeps transformers' own cache: use --backend inferlab, or --kv-dtype auto"
+        )
+
     return build(model_dir, options)
 
 
@@ -86,13 +92,20 @@ def engine_architecture_problem(model_dir: str) -> str | None:
 
 def open_backend(name: str, model_dir: str, options: dict[str, Any]) -> Backend:
     """Build the named backend; "auto" = inferlab, or "hf" when the engine does not support the model (its
-    architecture, or any other UnsupportedError the engine raises at start-up)."""
+    architecture, or any other UnsupportedError the engine raises at start-up). An fp8 KV cache
+    (kv_dtype="fp8") exists only in the engine: then the engine's refusal stands, with no fallback."""
     if name == "auto":
         problem = engine_architecture_problem(model_dir)
+        engine_only = options.get("kv_dtype", "auto") != "auto"
+        if problem is not None and engine_only:
+            raise UnsupportedError(f"{problem}; kv_dtype={options['kv_dtype']!r} needs the inferlab engine: use "
+                                   "--kv-dtype auto to run this model on the hf backend")
         if problem is None:
             try:
                 return BACKENDS["inferlab"](model_dir, options)
             except UnsupportedError as e:
+                if engine_only:
+                    raise
                 problem = str(e)
         log.warning("%s; falling back to the transformers backend (--backend hf)", problem)
         return BACKENDS["hf"](model_dir, options)

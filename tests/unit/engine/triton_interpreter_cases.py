@@ -4,7 +4,8 @@ Not collected directly: TRITON_INTERPRET must be set before triton is first impo
 imports it), so test_engine_triton_interpreter.py runs this file in a child pytest with the variable set.
 fp32 results must agree to float rounding. In bf16 the interpreter truncates where a GPU rounds to
 nearest, so bf16 checks allow two bf16 ulps, and its bf16 tl.dot returns garbage, so attention is checked
-in fp32 here; scripts/gpu/engine_check.py and tests/gpu repeat every check in bf16 on CUDA.
+in fp32 here (an fp8 cache too: its values are exact in fp32, and the kernels round to the e4m3 grid
+themselves, since the interpreter's own fp32 -> fp8 cast loses carries); scripts/gpu/engine_check.py and tests/gpu repeat every check in bf16 on CUDA.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import pytest
 import torch
 
-from inferlab.engine import step, torch_ops
+from inferlab.engine import kv_quant, step, torch_ops
 from inferlab.engine.attention import decode_rope_attention_torch
 from inferlab.engine.gemm_plan import PROJECTIONS, GemmPlan, MlpChoice
 from inferlab.engine.kernels import (
@@ -144,6 +145,79 @@ def test_decode_rope_attention_follows_each_rows_length(qk_norm, heads, kv_heads
         *args, *caches, slots, heads, scale, counters, config=config, splits=splits
     )
     assert torch.equal(again[0], ours[0])
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_rope_qkv_writes_the_reference_fp8_cache(qk_norm):
+    """An fp8 cache: the same e4m3 bytes and scales as torch_ops.rope_qkv (kv_quant's rounding), and q, k, v
+    returned unquantized for prefill attention."""
+    g = torch.Generator().manual_seed(1)
+    heads, kv_heads, head_dim = 4, 2, 16
+    tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 64, torch.device("cpu"))
+    qkv = torch.randn(5, (heads + 2 * kv_heads) * head_dim, generator=g)
+    positions, slots = torch.tensor([0, 3, 7, 7, 40]), torch.tensor([1, 0, 2, 1, 3])
+    norms = [torch.randn(head_dim, generator=g) if qk_norm else None for _ in range(2)]
+    caches = [torch.zeros(4, kv_heads, 48, head_dim, dtype=torch.float8_e4m3fn) for _ in range(4)]
+    scales = [torch.zeros(4, kv_heads, 48) for _ in range(4)]
+    args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
+    ours = triton_rope.rope_qkv(*args, caches[0], caches[1], slots, heads, k_scale=scales[0], v_scale=scales[1])
+    ref = torch_ops.rope_qkv(*args, caches[2], caches[3], slots, heads, k_scale=scales[2], v_scale=scales[3])
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, **TOL[torch.float32])
+    for i in (0, 1):
+        assert torch.equal(caches[i].view(torch.uint8), caches[i + 2].view(torch.uint8))
+        torch.testing.assert_close(scales[i], scales[i + 2], **TOL[torch.float32])
+    assert scales[0].count_nonzero() == 5 * kv_heads  # one scale per token and kv head
+
+
+@pytest.mark.parametrize("qk_norm,splits,heads,kv_heads,head_dim", [(False, 1, 4, 2, 16), (True, 3, 6, 2, 40)])
+def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads, head_dim):
+    """fp32 queries over an fp8 cache: the kernel folds the scales into scores and probabilities, the
+    reference dequantizes; the new position is written as the reference writes it (same bytes) and
+    attended to as stored; nothing past a row's position is read (NaN codes and scales there). head_dim
+    40 leaves masked lanes in every block, which must not enter a scale."""
+    g = torch.Generator().manual_seed(2)
+    tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 256, torch.device("cpu"))
+    stored = [kv_quant.quantize(torch.randn(5, kv_heads, 200, head_dim, generator=g)) for _ in range(2)]
+    caches, scales = [q.clone() for q, _ in stored], [s.clone() for _, s in stored]
+    ref_caches, ref_scales = [q.clone() for q, _ in stored], [s.clone() for _, s in stored]
+    qkv = torch.randn(4, (heads + 2 * kv_heads) * head_dim, generator=g)
+    slots, positions = torch.tensor([3, 0, 4, 1]), torch.tensor([0, 16, 199, 64])
+    norms = [torch.randn(head_dim, generator=g) if qk_norm else None for _ in range(2)]
+    args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
+    counters = torch.zeros(5 * kv_heads, dtype=torch.int32)
+    config, scale = triton_attention.AttentionConfig(block_n=32), head_dim**-0.5
+
+    def run():
+        return triton_attention.decode_rope_attention(
+            *args, *caches, slots, heads, scale, counters, config=config, splits=splits, k_scale=scales[0],
+            v_scale=scales[1],
+        )  # fmt: skip
+
+    ours = run()
+    ref = decode_rope_attention_torch(*args, *ref_caches, slots, heads, scale, k_scale=ref_scales[0], v_scale=ref_scales[1])
+    torch.testing.assert_close(ours, ref, **TOL[torch.float32])
+    for i in (0, 1):
+        assert torch.equal(caches[i].view(torch.uint8), ref_caches[i].view(torch.uint8))
+        torch.testing.assert_close(scales[i], ref_scales[i], **TOL[torch.float32])
+    assert not counters.any()
+    caches[0].view(torch.uint8)[3, :, 1:] = 0x7F  # e4m3fn NaN
+    scales[1][3, :, 1:] = float("nan")
+    assert torch.equal(run()[0], ours[0])
+
+
+def test_engine_with_an_fp8_cache_on_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
+    from inferlab.engine import Engine, EngineConfig
+    from inferlab.types import Request, SamplingParams
+
+    """The wiring: the engine hands its cache's scales to the Triton prefill write and decode kernel."""
+    requests = [Request(id="greedy", prompt_ids=(5, 9, 100, 7), sampling=SamplingParams(temperature=0, max_new_tokens=4))]
+    outputs = {}
+    for kernels in ("torch", "triton"):
+        engine = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=2, max_seq_len=64, kernels=kernels,
+                                     kv_dtype="fp8"))  # fmt: skip
+        outputs[kernels] = [r.token_ids for r in engine.generate(requests)]
+    assert outputs["triton"] == outputs["torch"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -22,6 +22,7 @@ The scenario owns the protocol; backends only load and run batches:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -181,6 +182,8 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     prompts = make_prompts(ctx.model_path, c["num_prompts"], c["prompt_tokens"], c["seed"]).to(device)
     batches = list(torch.split(prompts, c["batch_size"]))  # each [batch_size, prompt_tokens]
     traffic = ModelTraffic.from_checkpoint(ctx.model_path, c["dtype"])
+    if hasattr(backend, "kv_bytes_per_position"):  # a cache stored otherwise than in the model dtype (fp8 KV)
+        traffic = dataclasses.replace(traffic, kv_bytes_per_position=float(backend.kv_bytes_per_position()))
     warm_steps = _short_warmup_steps(c)  # None: full length
 
     with torch.no_grad():

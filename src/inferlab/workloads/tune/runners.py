@@ -40,6 +40,7 @@ class TuneJob:
     num_conformers: int = 2
     profile: str = DEFAULT_PROFILE
     min_seconds: float = 2.0  # timed passes over the sample until this many seconds
+    kv_dtype: str = "auto"  # generate, conformers: the engine's KV cache ("auto" or "fp8")
 
 
 MAX_PASSES = 100
@@ -93,7 +94,7 @@ class GenerateRunner:
 
         job = self.job
         defaults = SamplingParams(max_new_tokens=job.max_new_tokens)
-        options = {"device": job.device, "dtype": job.dtype, "max_slots": candidate["max_slots"]}
+        options = {"device": job.device, "dtype": job.dtype, "kv_dtype": job.kv_dtype, "max_slots": candidate["max_slots"]}
         _reset_peak(job.device)
         started = time.perf_counter()
         held = {"backend": open_backend(job.backend, job.model, options)}  # dropped before the next candidate
@@ -177,7 +178,7 @@ class ConformersRunner:
 
         job = self.job
         config = PipelineConfig(num_conformers=job.num_conformers, profile=job.profile)
-        options = {"device": job.device, "dtype": job.dtype, "max_slots": candidate["max_slots"]}
+        options = {"device": job.device, "dtype": job.dtype, "kv_dtype": job.kv_dtype, "max_slots": candidate["max_slots"]}
         _reset_peak(job.device)
         passes, seconds, start_s, totals = 0, 0.0, 0.0, {}
         try:  # each pass starts its own engine (the pipeline owns it): only the time after the start counts
