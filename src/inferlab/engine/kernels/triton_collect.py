@@ -47,17 +47,17 @@ def _collect_kernel(
     mode = tl.load(MODE + row)
     n = tl.load(N_OUT + row)
     offs = tl.arange(0, BLOCK)
-    mask = offs < dim
-    x = tl.load(X + lane * stride_x + offs, mask=mask, other=0.0)
     pooled = live & ((mode == LAST) | (mode == MEAN))
     keep_sum = pooled & (mode == MEAN) & (n > 0)
-    old = tl.load(ACC + row * stride_acc + offs, mask=mask & keep_sum, other=0.0)
-    tl.store(ACC + row * stride_acc + offs, old + x.to(tl.float32), mask=mask & pooled)
+    # per-row decisions as vector widths (0 = touch nothing)
+    x = tl.load(X + lane * stride_x + offs, mask=offs < dim, other=0.0)
+    old = tl.load(ACC + row * stride_acc + offs, mask=offs < tl.where(keep_sum, dim, 0), other=0.0)
+    tl.store(ACC + row * stride_acc + offs, old + x.to(tl.float32), mask=offs < tl.where(pooled, dim, 0))
     if HAS_ALL:
         keep = live & (mode == EVERY) & (n < cap)
         col = tl.minimum(n, cap - 1)
         tl.store(ALL + row * stride_all_row + col * stride_all_col + offs, x.to(ALL.dtype.element_ty),
-                 mask=mask & keep)
+                 mask=offs < tl.where(keep, dim, 0))
 
 
 def collect_rows(x: torch.Tensor, layer) -> None:

@@ -52,7 +52,8 @@ def _rms_norm_kernel(
                 owner = row
             slot = tl.load(SLOT + owner * stride_slot)  # -1: this row is not steered at this layer
             scale = tl.load(SCALE + owner * stride_scale)
-            v = tl.load(VEC + tl.maximum(slot, 0).to(tl.int64) * stride_v + offs, mask=mask & (slot >= 0), other=0.0)
+            width = tl.where(slot >= 0, dim, 0)  # nothing is loaded for an unsteered row
+            v = tl.load(VEC + tl.maximum(slot, 0).to(tl.int64) * stride_v + offs, mask=offs < width, other=0.0)
             added = (v.to(tl.float32) * scale).to(RES_OUT.dtype.element_ty)  # scale * vector in the model dtype
             summed = (summed.to(tl.float32) + added.to(tl.float32)).to(RES_OUT.dtype.element_ty)
         tl.store(RES_OUT + row * stride_ro + offs, summed, mask=mask)
