@@ -70,8 +70,10 @@ class HFTaps:
         return {layer: delta.to(self.device, non_blocking=True) for layer, delta in out.items()}
 
     @contextmanager
-    def attached(self, steering: Sequence[Sequence[SteerEntry]], collect_layers: Sequence[int]) -> Iterator[Recording]:
-        """Hooks for one batch (row i = steering[i]) while the block runs; yields the Recording."""
+    def attached(self, steering: Sequence[Sequence[SteerEntry]], collect_layers: Sequence[int],
+                 keep_all: bool = False) -> Iterator[Recording]:
+        """Hooks for one batch (row i = steering[i]) while the block runs; yields the Recording. keep_all:
+        record every position of each call ([rows, positions, hidden]), not only the last."""
         deltas = self.deltas(steering)
         recording = Recording(collect_layers)
         handles = []
@@ -80,8 +82,8 @@ class HFTaps:
                 hidden = output[0] if isinstance(output, tuple) else output  # [rows, positions, hidden]
                 if layer in deltas:
                     hidden = hidden + deltas[layer]
-                if layer in recording.steps:
-                    recording.steps[layer].append(hidden[:, -1].clone())  # not a view: the prefill output is large
+                if layer in recording.steps:  # a copy, not a view: the prefill output is large
+                    recording.steps[layer].append(hidden.clone() if keep_all else hidden[:, -1].clone())
                 return (hidden,) + tuple(output[1:]) if isinstance(output, tuple) else hidden
 
             handles.append(self.decoder_layers[layer].register_forward_hook(hook))

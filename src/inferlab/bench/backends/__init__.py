@@ -15,6 +15,8 @@ BUILTIN_MODULES = [
     "inferlab.bench.backends.hf_constrained",
     "inferlab.bench.backends.inferlab_generate",
     "inferlab.bench.backends.inferlab_constrained",
+    "inferlab.bench.backends.hf_steering",
+    "inferlab.bench.backends.inferlab_steering",
 ]
 
 BACKENDS: dict[tuple[str, str], BackendSpec] = {}  # (scenario, name) -> spec
