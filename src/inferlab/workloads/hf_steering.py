@@ -32,22 +32,30 @@ class Recording:
 
     def __init__(self, layers: Sequence[int]) -> None:
         self.steps: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
-        self._stacked: dict[int, torch.Tensor] = {}
 
-    def pooled(self, row: int, n: int, plan: CollectPlan) -> dict[int, torch.Tensor]:
-        """{layer: fp32 CPU tensor} of batch row `row`, which generated n tokens."""
-        out = {}
-        for layer in plan.layers:
-            if layer not in self._stacked:
-                self._stacked[layer] = torch.stack(self.steps[layer], dim=1)  # [rows, calls, hidden]
-            states = self._stacked[layer][row, :n].float()  # [n, hidden]
-            if plan.pool == "last":
-                out[layer] = states[-1].cpu()
-            elif plan.pool == "mean":
-                out[layer] = states.mean(0).cpu()
-            else:
-                out[layer] = states[: plan.max_tokens].cpu()
-        return out
+    def pooled(self, tokens: Sequence[int], plans: Sequence[CollectPlan | None]) -> list[dict[int, torch.Tensor] | None]:
+        """Per batch row (which generated tokens[i] tokens): {layer: fp32 CPU tensor} as plans[i] asks, or None.
+        Pooled on the device for the whole batch, then moved to the host once per layer and form."""
+        n = torch.tensor(list(tokens))  # [rows]
+        out: list[dict[int, torch.Tensor] | None] = [{} if plan is not None else None for plan in plans]
+        for layer in {layer for plan in plans if plan is not None for layer in plan.layers}:
+            states = torch.stack(self.steps[layer], dim=1)  # [rows, calls, hidden]
+            pools = {plan.pool for plan in plans if plan is not None and layer in plan.layers}
+            forms: dict[str, torch.Tensor] = {}
+            if "last" in pools:
+                forms["last"] = states[torch.arange(len(n)), n.to(states.device) - 1].float().cpu()
+            if "mean" in pools:
+                kept = torch.arange(states.shape[1], device=states.device)[None, :] < n.to(states.device)[:, None]
+                sums = (states.float() * kept[:, :, None]).sum(dim=1)
+                forms["mean"] = (sums / n.to(states.device)[:, None]).cpu()
+            if "all" in pools:
+                forms["all"] = states.cpu()
+            for i, plan in enumerate(plans):
+                if plan is None or layer not in plan.layers:
+                    continue
+                value = forms[plan.pool][i]
+                out[i][layer] = value[: min(int(n[i]), plan.max_tokens)].float() if plan.pool == "all" else value
+        return [None if o is None else {layer: o[layer] for layer in plan.layers} for o, plan in zip(out, plans)]
 
 
 class HFTaps:

@@ -163,8 +163,8 @@ class HFTextBackend:
             layers = sorted({layer for c in checked if c.collect is not None for layer in c.collect.layers})
             with self.taps.attached([c.steering for c in checked], layers) as recording:
                 generated = generator.generate([r.token_ids for r in rows])
-            return [(g, recording.pooled(i, len(g.token_ids), c.collect) if c.collect is not None else None)
-                    for i, (g, c) in enumerate(zip(generated, checked))]
+            activations = recording.pooled([len(g.token_ids) for g in generated], [c.collect for c in checked])
+            return list(zip(generated, activations))
 
         new = sampling.max_new_tokens
         runner: BackoffRunner[TextRow, tuple[Generated, dict | None]] = BackoffRunner(

@@ -54,7 +54,7 @@ def _generate(model, job, backend: str, out: str, *extra) -> int:
                  "--steer-scale", "0.8", *extra])
 
 
-@pytest.mark.parametrize("pool", ["mean", "all"])
+@pytest.mark.parametrize("pool", ["last", "mean", "all"])
 def test_engine_and_transformers_hooks_agree_on_tokens_and_activations(tiny_checkpoint, job, pool):
     model = tiny_checkpoint("tiny")
     collect = ["--collect-layers", "0", "-1", "--collect-pool", pool]
@@ -74,7 +74,7 @@ def test_engine_and_transformers_hooks_agree_on_tokens_and_activations(tiny_chec
     assert set(ours) == set(theirs) == ({"layer_0", "layer_1"} | ({"offsets"} if pool == "all" else set()))
     for key in ours:
         torch.testing.assert_close(ours[key], theirs[key], atol=1e-4, rtol=0)
-    rows = 4 if pool == "mean" else sum(engine[r]["output_tokens"] for r in ("default", "scaled", "other", "plain"))
+    rows = 4 if pool != "all" else sum(engine[r]["output_tokens"] for r in ("default", "scaled", "other", "plain"))
     assert ours["layer_0"].shape == (rows, HIDDEN)
 
 

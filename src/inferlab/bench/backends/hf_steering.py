@@ -97,10 +97,10 @@ class HFSteeringBackend:
                 out = self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
             new = out[:, input_ids.shape[1]:]  # [rows, n]
             tokens += new.numel()
+            pooled = recording.pooled([new.shape[1]] * len(batch), [plan] * len(batch))
             for k, i in enumerate(batch):
                 token_ids[i] = new[k].tolist()
-                if plan is not None:
-                    activations[i] = recording.pooled(k, new.shape[1], plan)
+                activations[i] = pooled[k]
         return PassOutput(tokens, activations if plan is not None else None, token_ids=token_ids)
 
     def extra_metrics(self) -> dict[str, Any]:
