@@ -13,12 +13,13 @@ layer slot j:
 The engine's collected layers are the union of what its requests asked for (buffers grow, contents
 kept, when a request needs a layer or a cap they lack; the runner then recaptures the collecting graphs).
 At retirement the rows' buffers are gathered in one launch and copied into pinned memory without blocking
-(`read` -> PendingActivations); the host picks them up one sync point later, when the copy is long done.
+(`read` -> PendingActivations); the host picks them up one sync point later, when the copy is long done
+(AwaitingResults holds the Results meanwhile).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
@@ -177,4 +178,28 @@ class PendingActivations:
                 else:
                     value = self.acc[k, j]
                 out[layer] = value.to(torch.float32, copy=True)
+        return out
+
+
+@dataclass
+class AwaitingResults:
+    """Retired collecting requests of one generate/stream call: their Results wait (one sync point) for
+    their activations' copy to the host, which the engine enqueued behind the running chunk."""
+
+    batches: list[tuple[PendingActivations, list[tuple[int, Any]]]] = field(default_factory=list)
+
+    def add(self, buffers: ActivationBuffers, retired: Sequence[tuple[int, Any, Any]]) -> None:
+        """retired: (index, Result, intake.Prepared) of rows retired at this sync point."""
+        pending = buffers.read([item.row for _, _, item in retired], [item.collect for _, _, item in retired],
+                               [len(item.tokens) for _, _, item in retired])
+        self.batches.append((pending, [(index, result) for index, result, _ in retired]))
+
+    def deliver(self) -> list[tuple[int, Any]]:
+        """(index, Result) with `activations` filled, for everything waiting (the copies are done or close)."""
+        out = []
+        for pending, results in self.batches:
+            for k, (index, result) in enumerate(results):
+                result.activations = pending.activations(k)
+                out.append((index, result))
+        self.batches.clear()
         return out

@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 import torch
 
 from inferlab.engine.config import EngineConfig
-from inferlab.engine.collection import PendingActivations
+from inferlab.engine.collection import AwaitingResults
 from inferlab.engine.constraint_support import EngineConstraints
 from inferlab.engine.gemm_plan import tune_gemm_plan
 from inferlab.engine.graphs import Variant, bucket_for
@@ -191,7 +191,7 @@ class Engine:
                 loop.scheduler.submit(item)
         while loop.scheduler.has_work() or loop.pending is not None:
             yield from self._sync_point(loop)  # inference mode only inside: it must not leak to the caller
-        yield from self._deliver(loop)
+        yield from loop.awaiting.deliver()
         self._sync_device()
         loop.clock.resolve()
         self.stats.prefill_s += loop.clock.totals.get("prefill", 0.0)
@@ -285,7 +285,7 @@ class Engine:
         data = snapshot.rows()
         self.stats.syncs += 1
         loop.clock.resolve()  # fold the finished phase events now: a long run must not hoard them
-        results, released = self._deliver(loop), []
+        results, released = loop.awaiting.deliver(), []
         collected: list[tuple[int, Result, Prepared]] = []
         for row, item in snapshot.holders:
             if item.retired:  # retired from an earlier snapshot; its row may hold someone else now
@@ -305,24 +305,11 @@ class Engine:
                     collected.append((item.index, result, item))
                 else:
                     results.append((item.index, result))
-        if collected:  # copied behind the running chunk, delivered at the next read (_deliver)
-            pending = self.runner.taps.collection.read(
-                [item.row for _, _, item in collected], [item.collect for _, _, item in collected],
-                [len(item.tokens) for _, _, item in collected])
-            loop.awaiting.append((pending, [(index, result) for index, result, _ in collected]))
+        if collected:  # copied behind the running chunk, delivered at the next read
+            loop.awaiting.add(self.runner.taps.collection, collected)
         if released:
             self.runner.release(released)
         return results
-
-    def _deliver(self, loop: "_Loop") -> list[tuple[int, Result]]:
-        """Results whose activations were copied off the device since the previous read."""
-        out = []
-        for pending, results in loop.awaiting:
-            for k, (index, result) in enumerate(results):
-                result.activations = pending.activations(k)
-                out.append((index, result))
-        loop.awaiting.clear()
-        return out
 
 
 @dataclass
@@ -336,6 +323,5 @@ class _Loop:
     last_len: list[int]  # per row: its KV length at the next decode step (exact while it runs; an upper bound
     # once it finished unseen), which bounds the torch attention's work and counts decode bytes
     pending: Snapshot | None = None  # the snapshot of the chunk in flight, read at the next sync point
-    # retired collecting requests: their activations' copy to the host, and their (index, Result)
-    awaiting: list[tuple[PendingActivations, list[tuple[int, Result]]]] = field(default_factory=list)
+    awaiting: AwaitingResults = field(default_factory=AwaitingResults)  # collecting Results, activations in flight
     capture_s: float = 0.0  # steered / collecting graph variants captured during this call
