@@ -68,9 +68,10 @@ class ModelRunner:
 
     def capture_variants(self, variants: list[Variant]) -> None:
         """Capture graphs of `variants` now, also between chunks of a running batch: the warm-up steps run
-        with every row marked inactive, so they advance no row, sample nothing into one, and touch no
-        constraint or collection state; their K/V writes land at or past each row's newest position,
-        which its next real step rewrites before anything reads it."""
+        with every row marked inactive, so no row advances or finishes (the token a step writes at
+        out[row, n_out] is overwritten by the row's next real step) and no constraint or collection state
+        moves; their K/V writes land at each row's newest position, which its next real step rewrites
+        with the same values."""
         if self.graphs is None:
             return
         with torch.inference_mode():
