@@ -13,6 +13,7 @@ Not here: the intake checks and when tables are made (tap_support.py), the kerne
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Sequence
 
 import torch
@@ -48,10 +49,12 @@ class LayerTaps:
 
 
 class RowTaps:
-    def __init__(self, ops: Any, rows: RowState, num_layers: int) -> None:
+    def __init__(self, ops: Any, rows: RowState, num_layers: int, model: Any) -> None:
         self.ops = ops
         self.rows = rows
         self.num_layers = num_layers
+        # the model's forward takes `taps` (its per-layer steering point): models/llama.py does
+        self.supported = all("taps" in inspect.signature(f).parameters for f in (model.prefill, model.decode))
         self.steering: SteeringTable | None = None
         self.collection: ActivationBuffers | None = None
 

@@ -133,3 +133,12 @@ def test_compaction_moves_steering_and_collection_with_the_row(tiny_checkpoint):
     assert crowded.token_ids == alone.token_ids
     for layer in (0, 1):
         torch.testing.assert_close(crowded.activations[layer], alone.activations[layer], atol=1e-4, rtol=0)
+
+
+def test_a_forward_without_a_steering_point_refuses_steering_and_runs_the_rest(tiny_checkpoint, monkeypatch):
+    engine = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=2, max_seq_len=48))
+    assert engine.runner.taps.supported  # models/llama.py takes taps
+    monkeypatch.setattr(engine.runner.taps, "supported", False)
+    steered, plain = engine.generate([_req("s", [Steer(0, torch.ones(HIDDEN), 1.0)]), _req("p")])
+    assert "has no steering / collection point yet" in steered.error and "--backend hf" in steered.error
+    assert plain.ok and len(plain.token_ids) == GREEDY.max_new_tokens
