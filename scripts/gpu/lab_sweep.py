@@ -4,13 +4,15 @@
     python scripts/gpu/lab_sweep.py --out $OUT --parts static-cache
     python scripts/gpu/lab_sweep.py --out $OUT --parts classify hidden
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-baseline
+    python scripts/gpu/lab_sweep.py --out $OUT --parts steering                      # ~6.5 min, gemma-2b
     python scripts/gpu/lab_sweep.py --estimate                                       # minutes per part, runs nothing
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
-classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline; engine-vs-peers
-in three parts (peers-engine-hf, peers-vllm-generate, peers-rest: scripts/gpu/peers_sweep.sh runs them and
-installs vLLM between them).
+classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline, engine-vs-hf,
+conformer-engine, steering = steering (seed 003's job on gemma-2b); engine-vs-peers in three parts
+(peers-engine-hf, peers-vllm-generate, peers-rest: scripts/gpu/peers_sweep.sh runs them and installs vLLM
+between them).
 Installs nothing (the project is installed with `pip install --no-deps -e .`). Runs live in runs/lab/
 in the checkout (ignored by git, kept between calls on a warm machine): a call that hits its budget
 records the rest as `skipped`, and the next call resumes exactly there. seed-generate and
@@ -64,6 +66,7 @@ PARTS = {
     "peers-engine-hf": ("engine-vs-peers", "engine-vs-peers"),
     "peers-vllm-generate": ("engine-vs-peers", "engine-vs-peers"),
     "peers-rest": ("engine-vs-peers", "engine-vs-peers"),
+    "steering": ("steering", "steering"),
 }
 # Cells of a part that shares its preset with other parts (inferlab bench --only).
 PART_FILTERS = {
@@ -100,6 +103,10 @@ SMOKE_ARGS = {
                         "--set", "max_duration_s=0.3", "--set", "num_molecules=2", "--set", "num_conformers=2",
                         "--set", "max_requests=4", "--set", "slots=2", "--set", "min_heavy_atoms=0",
                         "--set", "max_heavy_atoms=0", "--set", "warmup_steps=2", *_ONE_THREAD],
+    "steering": ["--model", "tiny", "--set", "num_prompts=8", "--set", "prompt_min_tokens=4", "--set",
+                 "prompt_max_tokens=12", "--set", "new_tokens=6", "--set", "batch_size=4", "--set", "steer_layer=0",
+                 "--set", "collect_layers=0:-1", "--set", "dtype=float32", "--set", "check_prompts=2",
+                 "--set", "warmup_tokens=2", *_ONE_THREAD],
 }
 
 
@@ -162,12 +169,29 @@ def _summarise(run_dir: Path, report: Path, stem: str) -> list[str]:
     for r in rows:
         if r["status"] not in ("ok", "skipped"):
             lines.append(f"   {r['status']:<11} {r.get('backend')} {_short_config(r)}: {r['message'][:160]}")
+        elif r["status"] == "ok" and r.get("scenario") == "steering":
+            lines.append("   " + _steering_line(r))
     text = report.read_text() if report.is_file() else ""
     if "## Do the seeds' findings hold?" in text:
         section = text.split("## Do the seeds' findings hold?", 1)[1].split("\n## ", 1)[0]
         lines += ["Do the seeds' findings hold?", section.strip()]
     lines += ["Recommendations:", format_text(recommend(rows))]
     return lines
+
+
+def _steering_line(row: dict) -> str:
+    """One steering row: the headline, the engine's step costs per mode, its activation check."""
+    m = row.get("metrics", {})
+
+    def share(key: str) -> str:
+        return f"{m[key] * 100:+.1f}%" if m.get(key) is not None else "-"
+
+    check = m.get("activation_check") or {}
+    checked = f", activations vs HF max rel err {check['max_rel_error']:.3g} ({'ok' if check['match'] else 'FAILED'})" \
+        if check else ""
+    return (f"{row.get('backend')} batch {row.get('batch_size')}: {m.get('output_tokens_per_s', 0):,.0f} tok/s "
+            f"({m.get('headline_mode')}); step cost steer {share('steering_cost')}, collect "
+            f"{share('collection_cost')}, both {share('steer_collect_cost')}{checked}")
 
 
 def _short_config(row: dict) -> str:

@@ -33,6 +33,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from inferlab.engine.constraints import step_kernels  # noqa: E402
 from inferlab.engine.kernels import (  # noqa: E402
     triton_attention,
+    triton_collect,
     triton_filter,
     triton_gemm,
     triton_norm,
@@ -121,6 +122,19 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
                     dict(CHUNKS=32, BLOCK_C=32, FIRST=first, LAST=last), [], {}))  # fmt: skip
     out.append(("race pick", triton_sampling._pick_kernel,
                 dict(BEST_VAL="*fp32", BEST_IDX="*i32", OUT="*i64"), dict(CHUNKS=32, BLOCK_C=32), [], {}))  # fmt: skip
+    norm = dict(X="*bf16", R="*bf16", W="*bf16", OUT="*bf16", RES_OUT="*bf16", VEC="*bf16", SLOT="*i32", SCALE="*fp32",
+                TOKEN_ROWS="*i64", stride_x="i32", stride_r="i32", stride_o="i32", stride_ro="i32", stride_v="i32",
+                stride_slot="i32", stride_scale="i32", dim="i32", eps="fp32")  # fmt: skip
+    for residual, steer, row_map in ((True, False, False), (True, True, False), (True, True, True), (False, False, False)):
+        c = dict(HAS_RESIDUAL=residual, STEER=steer, HAS_ROW_MAP=row_map, BLOCK=2048)
+        name = f"{'add + ' if residual else ''}{'steer + ' if steer else ''}rms norm{' (prefill rows)' if row_map else ''}"
+        out.append((name, triton_norm._rms_norm_kernel, norm, c, [], {}))
+    collect = dict(X="*bf16", ROWS="*i64", ACTIVE="*i1", FINISHED="*i1", N_OUT="*i64", MODE="*i32", ACC="*fp32",
+                   ALL="*bf16", stride_x="i32", stride_acc="i32", stride_all_row="i32", stride_all_col="i32", cap="i32",
+                   dim="i32")  # fmt: skip
+    for has_rows, has_all in ((False, False), (False, True), (True, True)):
+        c = dict(HAS_ROWS=has_rows, HAS_ALL=has_all, LAST=1, MEAN=2, EVERY=3, BLOCK=2048)
+        out.append((f"collect rows={has_rows} all={has_all}", triton_collect._collect_kernel, collect, c, [], {}))
     out.append(("embedding + rms norm", triton_norm._embed_rms_norm_kernel,
                 dict(TOK="*i64", E="*bf16", W="*bf16", OUT="*bf16", X="*bf16", stride_e="i32", stride_o="i32",
                      stride_x="i32", dim="i32", eps="fp32"), dict(BLOCK=1024), [], {}))  # fmt: skip

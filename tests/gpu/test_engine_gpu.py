@@ -219,3 +219,29 @@ def test_constrained_conformers_on_the_device(tmp_path):
         assert result.finish_reason == "eos", result.error
         template.check(result.text, profile)
         assert decode_generation(result.text, profile).canonical_smiles == canonical_smiles(smiles)
+
+
+def test_steered_and_collecting_graphs_equal_eager_with_a_capture_between_chunks(llama):
+    """Steered / collecting variants captured on first use, here while a just-admitted row is live (one slot
+    per request wave), give the eager engine's tokens and activations."""
+    import dataclasses
+
+    from inferlab.engine import Engine, EngineConfig
+    from inferlab.types import Collect, Steer
+
+    vector = torch.randn(1024, generator=torch.Generator().manual_seed(5))
+    plain = _requests(128256)[:4]
+    taps = [dict(), dict(steering=(Steer(6, vector, 4.0),)), dict(collect=Collect((3, -1), "mean")),
+            dict(steering=(Steer(-1, vector, -2.0),), collect=Collect((6,), "all"))]
+    requests = [dataclasses.replace(r, **t) for r, t in zip(plain, taps)]
+    outputs = []
+    for graphs in (True, False):
+        engine = Engine(EngineConfig(model=llama, max_slots=2, max_seq_len=256, cuda_graphs=graphs, gemm="cublas"))
+        outputs.append(engine.generate(requests))
+        del engine
+        torch.cuda.empty_cache()
+    for ours, eager in zip(*outputs):
+        assert ours.ok and ours.token_ids == eager.token_ids, ours.id
+        assert (ours.activations is None) == (eager.activations is None)
+        for layer, value in (ours.activations or {}).items():
+            assert _rel(value, eager.activations[layer]) < 1e-3, (ours.id, layer)

@@ -41,6 +41,7 @@ class EngineConfig:
     min_admission: int | None = None  # continuous: free rows a refill prefill waits for; None: max(1, slots // 16)
     compact_rows: bool = True  # move live rows down when the batch drains so the tail runs a smaller graph
     max_stop_ids: int = 8  # EOS ids + per-request stop ids per row
+    max_steered_layers: int = 8  # steering entries (layers) per request; the steering table holds rows x this
     seed: int = 0  # requests without a seed get one derived from (seed, request id)
     decode_text: bool = True  # fill Result.text with the tokenizer (off: token ids only)
 
@@ -68,7 +69,8 @@ class EngineConfig:
                 raise ConfigError(f"{name}={value} must be >= 1 (or None to derive it)")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise ConfigError(f"max_seq_len={self.max_seq_len} must be >= 2 (one prompt token + one new token)")
-        for name in ("slot_cap", "default_max_seq_len", "max_prefill_tokens", "decode_steps_per_sync", "max_stop_ids"):
+        for name in ("slot_cap", "default_max_seq_len", "max_prefill_tokens", "decode_steps_per_sync", "max_stop_ids",
+                     "max_steered_layers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
         if self.reserve_bytes < 0:

@@ -9,22 +9,24 @@ The loop, per sync point: admit waiting requests into free rows (prefill), launc
 `decode_steps_per_sync` decode steps and a snapshot of the rows' progress, then read the previous
 chunk's snapshot (snapshots.py) while this chunk runs: deliver tokens, retire finished requests into
 Results (their rows refill at the next sync point), compact the batch when it drains. Bad requests
-become error Results, never exceptions.
+become error Results, never exceptions. A request that collects hidden states gets its Result one sync
+point after retirement: its rows' buffers are copied to the host behind the running chunk meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 import torch
 
 from inferlab.engine.config import EngineConfig
+from inferlab.engine.collection import AwaitingResults
 from inferlab.engine.constraint_support import EngineConstraints
 from inferlab.engine.gemm_plan import tune_gemm_plan
-from inferlab.engine.graphs import bucket_for
+from inferlab.engine.graphs import Variant, bucket_for
 from inferlab.engine.intake import Prepared, finished_result, prepare
 from inferlab.engine.kv_cache import KVCache, kv_bytes_per_token
 from inferlab.engine.ops import select_ops
@@ -34,6 +36,8 @@ from inferlab.engine.scheduler import Scheduler
 from inferlab.engine.snapshots import HEADER, Snapshot, SnapshotBuffers
 from inferlab.engine.startup import make_plan, resolve_device, resolve_dtype, resolve_kv_dtype
 from inferlab.engine.stats import EngineStats, PhaseClock
+from inferlab.engine.steering_vectors import SteeringVectors
+from inferlab.engine.tap_support import EngineTaps
 from inferlab.errors import CapacityError, ConfigError
 from inferlab.models.config import read_model_spec
 from inferlab.models.loader import load_tokenizer, load_weights
@@ -83,6 +87,8 @@ class Engine:
             "triton" if self.ops.name == "triton" else "torch",
             self.runner.attach_constraints,
         )
+        self.taps = EngineTaps(self.spec, self.dtype, self.device, slots, config.max_steered_layers, self.runner.taps,
+                               self.runner.drop_graphs)
         self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync + 1, self.device)
         self._sync_device()
         self.stats = EngineStats(
@@ -140,6 +146,12 @@ class Engine:
         self.stats.gemm_choices = model.gemm.describe(self.runner.sizes)
 
     # ---- generation ---------------------------------------------------------------------------------
+    def add_steering_vectors(self, vectors: SteeringVectors) -> None:
+        """Register a named set (SteeringVectors.load(path)): requests then name its entries,
+        `Steer(layer, vector="name", scale)`. Each vector reaches the device when a request using it is
+        admitted and stays there while in use (engine/steering.py)."""
+        self.taps.add_vectors(vectors)
+
     def generate(self, requests: Iterable[Request]) -> list[Result]:
         """Results in the order of `requests` (errors included, as finish_reason "error")."""
         results: dict[int, Result] = dict(self._run(requests))
@@ -173,6 +185,7 @@ class Engine:
                 self.config.seed,
                 started,
                 self._check_constraint,
+                self.taps.check,
             )
             if isinstance(item, Result):
                 yield index, item
@@ -180,12 +193,15 @@ class Engine:
                 loop.scheduler.submit(item)
         while loop.scheduler.has_work() or loop.pending is not None:
             yield from self._sync_point(loop)  # inference mode only inside: it must not leak to the caller
+        yield from loop.awaiting.deliver()
         self._sync_device()
         loop.clock.resolve()
         self.stats.prefill_s += loop.clock.totals.get("prefill", 0.0)
         self.stats.decode_s += loop.clock.totals.get("decode", 0.0)
         self.stats.generate_s += time.perf_counter() - started
         self.stats.constraint_setup_s = self.constraints.setup_s
+        self.taps.setup_s += loop.capture_s
+        self.stats.taps_setup_s = self.taps.setup_s
         if self.device.type == "cuda":
             self.stats.peak_memory_bytes = max(self.stats.peak_memory_bytes, torch.cuda.max_memory_allocated())
 
@@ -246,10 +262,14 @@ class Engine:
         steps = max(0, min(self.config.decode_steps_per_sync, remaining))
         if steps == 0:
             return 0
-        level = max(scheduler.item(r).filter_level for r in live)
-        constrained = any(scheduler.item(r).constraint is not None for r in live)
+        items = [scheduler.item(r) for r in live]
+        variant = Variant(max(item.filter_level for item in items), any(item.constraint is not None for item in items),
+                          any(item.steering for item in items), any(item.collect is not None for item in items))
+        t0 = time.perf_counter()
+        if self.runner.ensure_captured(variant):  # a steered / collecting variant's first use
+            loop.capture_s += time.perf_counter() - t0
         t = loop.clock.start()
-        self.runner.decode(b, (level, constrained), steps, max(loop.last_len[r] for r in live))
+        self.runner.decode(b, variant, steps, max(loop.last_len[r] for r in live))
         loop.clock.stop("decode", t)
         # bytes read: all weights per step, and each row's KV up to its length (1 for idle rows)
         lengths = sum(loop.last_len[r] for r in live) + (b - len(live))
@@ -267,7 +287,8 @@ class Engine:
         data = snapshot.rows()
         self.stats.syncs += 1
         loop.clock.resolve()  # fold the finished phase events now: a long run must not hoard them
-        results, released = [], []
+        results, released = loop.awaiting.deliver(), []
+        collected: list[tuple[int, Result, Prepared]] = []
         for row, item in snapshot.holders:
             if item.retired:  # retired from an earlier snapshot; its row may hold someone else now
                 continue
@@ -282,7 +303,12 @@ class Engine:
                 result = finished_result(
                     item, item.tokens, REASON_NAMES[reason], self.tokenizer, self.config.decode_text
                 )
-                results.append((item.index, result))
+                if item.collect is not None:
+                    collected.append((item.index, result, item))
+                else:
+                    results.append((item.index, result))
+        if collected:  # copied behind the running chunk, delivered at the next read
+            loop.awaiting.add(self.runner.taps.collection, collected)
         if released:
             self.runner.release(released)
         return results
@@ -299,3 +325,5 @@ class _Loop:
     last_len: list[int]  # per row: its KV length at the next decode step (exact while it runs; an upper bound
     # once it finished unseen), which bounds the torch attention's work and counts decode bytes
     pending: Snapshot | None = None  # the snapshot of the chunk in flight, read at the next sync point
+    awaiting: AwaitingResults = field(default_factory=AwaitingResults)  # collecting Results, activations in flight
+    capture_s: float = 0.0  # steered / collecting graph variants captured during this call

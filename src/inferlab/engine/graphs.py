@@ -1,10 +1,12 @@
 """CUDA graphs of the decode step, one per (batch bucket, step variant), captured once.
 
 Buckets grow geometrically (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, ...: at most 1.5x padding) up to the
-engine's row count, which is always a bucket. A variant is (sampler filter level, constrained): the host
-picks one per decode chunk from the live requests, so a batch never pays for a filter or a constraint
-none of its rows uses. The unconstrained variants are captured at start-up; the constrained ones when
-the engine meets its first constrained request (`capture` adds variants to the same pool). All graphs
+engine's row count, which is always a bucket. A variant is (sampler filter level, constrained, steered,
+collecting): the host picks one per decode chunk from the live requests, so a batch never pays for a
+filter, a constraint, steering or collection none of its rows uses. The plain variants are captured at
+start-up; the constrained ones when the engine meets its first constrained request; steered and
+collecting ones the first time a chunk needs them (`capture` adds variants to the same pool; `drop`
+forgets variants whose buffers were replaced). All graphs
 share one memory pool and each capture call goes largest bucket first, so the pool is sized by the largest
 and the others reuse it. Every tensor a graph reads is a static buffer (RowState, KV cache, weights,
 constraint state) that the host fills between replays; nothing is allocated when a graph replays.
@@ -15,13 +17,20 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
 log = logging.getLogger(__name__)
 
-Variant = tuple[int, bool]  # (sampler filter level, constrained)
+
+class Variant(NamedTuple):
+    level: int  # sampler filter level (sampler.FILTER_*)
+    constrained: bool = False  # constraint mask and emit (hooks.ConstraintHooks)
+    steered: bool = False  # the fused add + steer + norm after every layer (engine/steering.py)
+    collecting: bool = False  # hidden states folded into the rows' collection buffers (engine/collection.py)
+
+
 StepFn = Callable[[int, Variant], None]  # step(bucket, variant): one decode step over rows [0, bucket)
 
 
@@ -83,6 +92,14 @@ class DecodeGraphs:
             self.capture_s,
             self.warmup_s,
         )
+
+    def has(self, variant: Variant) -> bool:
+        return all((size, variant) in self.graphs for size in self.sizes)
+
+    def drop(self, predicate: Callable[[Variant], bool]) -> None:
+        """Forget the graphs of matching variants (their memory returns to the pool; recapture on next use)."""
+        for key in [k for k in self.graphs if predicate(k[1])]:
+            del self.graphs[key]
 
     def replay(self, size: int, variant: Variant) -> None:
         self.graphs[(size, variant)].replay()

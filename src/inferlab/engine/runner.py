@@ -1,6 +1,7 @@
 """The device side of the loop: admit rows, prefill them, run decode steps (graph replays or eager), release.
 
-ModelRunner owns the model, the KV cache, the per-row state and the decode graphs. It knows rows, not
+ModelRunner owns the model, the KV cache, the per-row state (with its steering and collection tables,
+taps.py) and the decode graphs. It knows rows, not
 requests: the engine (engine.py) decides which request goes to which row (scheduler.py) and turns rows
 back into Results. Host-side input preparation (padding prompts, building per-row parameter tensors)
 happens here, apart from the device calls, and only between decode chunks.
@@ -21,6 +22,7 @@ from inferlab.engine.ops import Ops
 from inferlab.engine.rows import RowState
 from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.step import finish_step
+from inferlab.engine.taps import RowTaps
 from inferlab.engine.transfer import tensor_on, to_device
 from inferlab.models.llama import LlamaModel
 from inferlab.types import Request, SamplingParams, Timings
@@ -35,6 +37,7 @@ class ModelRunner:
         self.rows = rows
         self.ops = ops
         self.constraints = None  # a ConstraintRuntime once the engine met a constrained request
+        self.taps = RowTaps(ops, rows, model.spec.num_layers, model)  # steering and collection, made on first use
         self.device = cache.k.device
         self.num_rows = rows.tokens.shape[0]
         self.sizes = bucket_sizes(self.num_rows)
@@ -43,29 +46,61 @@ class ModelRunner:
     # ---- decode -------------------------------------------------------------------------------------
     def decode_step(self, b: int, variant: Variant, len_hint: int | None = None) -> None:
         """One eager decode step over rows [0, b) (what each graph captured; also used to profile)."""
-        level, constrained = variant
+        variant = Variant(*variant)
         r = self.rows
-        logits = self.model.decode(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint)  # [b, V]
-        hooks = self.constraints if constrained else NO_CONSTRAINTS
-        finish_step(logits, r.view(b), hooks, self.ops, level)
+        taps = self.taps.for_decode(b, variant.steered, variant.collecting)
+        extra = {"taps": taps} if taps is not None else {}  # a forward without a steering point runs plain
+        logits = self.model.decode(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint, **extra)  # [b, V]
+        hooks = self.constraints if variant.constrained else NO_CONSTRAINTS
+        finish_step(logits, r.view(b), hooks, self.ops, variant.level)
 
     def capture_graphs(self) -> DecodeGraphs:
-        """The unconstrained graphs of every bucket and filter level (start-up, every row idle)."""
+        """The plain graphs of every bucket and filter level (start-up, every row idle)."""
         self.graphs = DecodeGraphs(lambda b, variant: self.decode_step(b, variant, None), self.sizes)
-        self.graphs.capture([(level, False) for level in FILTER_LEVELS])
+        self.graphs.capture([Variant(level) for level in FILTER_LEVELS])
         return self.graphs
 
     def attach_constraints(self, runtime) -> None:
         """Enable constrained steps (a ConstraintRuntime sized for every row); with graphs, capture the
-        constrained variants now. Call while every row is idle (the capture runs warm-up steps)."""
+        constrained variants now."""
         self.constraints = runtime
         if self.graphs is not None:
-            with torch.inference_mode():
-                self.graphs.capture([(level, True) for level in FILTER_LEVELS])
+            self.capture_variants([Variant(level, True) for level in FILTER_LEVELS])
+
+    def capture_variants(self, variants: list[Variant]) -> None:
+        """Capture graphs of `variants` now, also between chunks of a running batch: the warm-up steps run
+        with every row marked inactive, so no row advances or finishes (the token a step writes at
+        out[row, n_out] is overwritten by the row's next real step) and no constraint or collection state
+        moves; their K/V writes land at each row's newest position, which its next real step rewrites
+        with the same values."""
+        if self.graphs is None:
+            return
+        with torch.inference_mode():
+            active = self.rows.active.clone()
+            self.rows.active.zero_()
+            try:
+                self.graphs.capture(variants)
+            finally:
+                self.rows.active.copy_(active)
+
+    def ensure_captured(self, variant: Variant) -> bool:
+        """Capture `variant` if graphs are in use and it has none yet; True when it did."""
+        if self.graphs is None or self.graphs.has(variant):
+            return False
+        self.capture_variants([variant])
+        return True
+
+    def drop_graphs(self, predicate) -> None:
+        """Forget captured variants whose buffers were replaced (tap_support.py grows collection buffers)."""
+        if self.graphs is not None:
+            self.graphs.drop(predicate)
 
     def decode(self, b: int, variant: Variant, steps: int, len_hint: int | None) -> None:
-        """`steps` decode steps over rows [0, b) with `variant` = (filter level, constrained); len_hint bounds
-        positions + 1 at the first step (used by the eager torch attention only)."""
+        """`steps` decode steps over rows [0, b) with `variant` (graphs.Variant); len_hint bounds positions + 1
+        at the first step (used by the eager torch attention only). A variant without graphs yet is captured
+        first (capture_variants)."""
+        variant = Variant(*variant)
+        self.ensure_captured(variant)
         for i in range(steps):
             if self.graphs is not None:
                 self.graphs.replay(b, variant)
@@ -85,6 +120,7 @@ class ModelRunner:
             self.constraints.assign_rows(list(row_ids), [item.constraint for item in items])
         else:
             assert all(item.constraint is None for item in items), "constrained request without a runtime"
+        self.taps.admit(row_ids, items)
 
         def col(values, dtype):
             return torch.tensor(values, dtype=dtype)
@@ -125,7 +161,10 @@ class ModelRunner:
         # columns of one staged block; made unit-stride because kernels index [n] inputs by lane
         tokens, lengths, idx = (staged[:, :longest].contiguous(), staged[:, longest].contiguous(),
                                 staged[:, longest + 1].contiguous())
-        logits = self.model.prefill(tokens, lengths, self.rows.slots[idx], self.cache)  # [admitted, V]
+        steered = any(item.steering for item in items)
+        taps = self.taps.for_prefill(idx, lengths, longest, steered, any(item.collect is not None for item in items))
+        extra = {"taps": taps} if taps is not None else {}
+        logits = self.model.prefill(tokens, lengths, self.rows.slots[idx], self.cache, **extra)  # [admitted, V]
         part = self.rows.gather(idx)
         level = max(item.filter_level for item in items)
         constrained = any(item.constraint is not None for item in items)
@@ -155,6 +194,7 @@ class ModelRunner:
         self.rows.positions[idx] = 0
         if self.constraints is not None:
             self.constraints.release_rows(idx)
+        self.taps.release(row_ids)
 
     def move(self, moves: Sequence[tuple[int, int]]) -> None:
         pairs = tensor_on([list(m) for m in moves], torch.int64, self.device)  # [m, 2] (src, dst)
@@ -162,3 +202,4 @@ class ModelRunner:
         self.rows.move_(src, dst)
         if self.constraints is not None:
             self.constraints.move_rows(src, dst)
+        self.taps.move(src, dst, moves)

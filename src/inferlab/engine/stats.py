@@ -32,6 +32,7 @@ class EngineStats:
     capture_s: float = 0.0  # CUDA graph capture alone
     graphs: int = 0
     constraint_setup_s: float = 0.0  # grammar set, constraint runtime and its graphs, at the first constrained request
+    taps_setup_s: float = 0.0  # steering table, collection buffers and their graph variants, when first needed
     prefill_s: float = 0.0
     prefill_batches: int = 0
     prompt_tokens: int = 0

@@ -37,6 +37,43 @@ def add_rms_norm(
     return rms_norm(summed, weight, eps), summed
 
 
+def add_steer_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, steer
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """add_rms_norm with steering: summed = residual + x, plus scale * vector on the tokens of steered rows
+    (steer: engine.steering.SteerLayer), rounded as a transformers forward hook computes
+    `output + scale * vector` in the model dtype; then the norm of the steered sum. Returns (normed, summed)."""
+    summed = residual + x  # [tokens, dim]
+    slot, scale = steer.slot, steer.scale  # [rows]
+    if steer.token_rows is not None:
+        slot, scale = slot[steer.token_rows], scale[steer.token_rows]  # [tokens]
+    vectors = steer.vectors[slot.clamp(min=0).long()]  # [tokens, dim]
+    added = (vectors.float() * scale[:, None]).to(summed.dtype)
+    summed = torch.where((slot >= 0)[:, None], summed + added, summed)
+    return rms_norm(summed, weight, eps), summed
+
+
+def collect_rows(x: torch.Tensor, layer) -> None:
+    """Fold x [n, dim] (vector i belongs to row layer.rows[i], or row i) into the rows' collection buffers
+    (layer: engine.collection.CollectLayer), live rows only: "last" stores x, "mean" adds it to the fp32 sum
+    (restarted at n_out = 0), "all" writes it at column n_out while n_out < cap."""
+    from inferlab.engine.collection import MODE_ALL, MODE_LAST, MODE_MEAN
+
+    rows = layer.rows if layer.rows is not None else torch.arange(x.shape[0], device=x.device)
+    live = layer.active[rows] & ~layer.finished[rows]
+    mode, n_out = layer.mode[rows], layer.n_out[rows]
+    pooled = live & ((mode == MODE_LAST) | (mode == MODE_MEAN))
+    keep_sum = pooled & (mode == MODE_MEAN) & (n_out > 0)
+    old = layer.acc[rows]
+    new = torch.where(keep_sum[:, None], old, 0.0) + x.float()
+    layer.acc[rows] = torch.where(pooled[:, None], new, old)
+    if layer.all is not None:
+        cap = layer.all.shape[1]
+        col = n_out.clamp(max=cap - 1)
+        keep = live & (mode == MODE_ALL) & (n_out < cap)
+        layer.all[rows, col] = torch.where(keep[:, None], x.to(layer.all.dtype), layer.all[rows, col])
+
+
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """gate_up [tokens, 2 * inter] (gate rows first) -> silu(gate) * up [tokens, inter]."""
     gate, up = gate_up.chunk(2, dim=-1)

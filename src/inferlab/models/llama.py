@@ -3,6 +3,8 @@
 One layer, as in transformers, with the residual add fused into the next norm:
     h = norm(x); q, k, v = rope(split(h @ Wqkv)); cache[slot, pos] = k, v; a = attn(q, cache) @ Wo
     h, x = norm(x + a); m = (silu(h @ Wg) * (h @ Wu)) @ Wd; h, x = norm_next(x + m)
+The last line is where the residual stream after layer i (transformers' decoder layer output) exists: with
+`taps` (engine/taps.py) it also adds each steered row's vector there and collects it (one fused op).
 Two entry points share the layer code and differ only in attention (rope and the cache write included):
 `prefill` (right-padded prompts: the rope kernel, then causal SDPA) and `decode` (one token per row: one
 fused rope + attention op over each row's cache slot). With an fp8 KV cache both write K/V quantized with
@@ -24,6 +26,7 @@ from inferlab.engine.attention import prefill_attention
 from inferlab.engine.gemm_plan import GemmPlan
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
+from inferlab.engine.taps import LayerTaps
 from inferlab.models.config import ModelSpec
 from inferlab.models.rope import RotaryTables
 from inferlab.models.weights import LayerWeights, ModelWeights
@@ -46,6 +49,7 @@ class LlamaModel:
         self,
         tokens: torch.Tensor,  # [T] int64
         attend: Attend,
+        taps: LayerTaps | None = None,  # steering / collection on the residual after each layer
     ) -> torch.Tensor:  # [T, hidden]: the final-normed hidden state
         spec, w, ops = self.spec, self.weights, self.ops
         eps = spec.rms_norm_eps
@@ -57,7 +61,10 @@ class LlamaModel:
             h, x = ops.add_rms_norm(a, x, layer.post_norm, eps)
             m = gemm.mlp(h, layer.gate_up, layer.down)  # [T, hidden]
             next_norm = w.layers[i + 1].input_norm if i + 1 < len(w.layers) else w.final_norm
-            h, x = ops.add_rms_norm(m, x, next_norm, eps)
+            if taps is None:
+                h, x = ops.add_rms_norm(m, x, next_norm, eps)
+            else:  # x = the residual after layer i, steered and collected
+                h, x = taps.after_layer(i, m, x, next_norm, eps)
         return h
 
     def _logits(self, h_last: torch.Tensor) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab], model dtype
@@ -69,6 +76,7 @@ class LlamaModel:
         lengths: torch.Tensor,  # [batch] int64: real prompt lengths (>= 1)
         slots: torch.Tensor,  # [batch] int64: each prompt's cache slot
         cache: KVCache,
+        taps: LayerTaps | None = None,
     ) -> torch.Tensor:  # [batch, vocab] logits (model dtype) at each prompt's last real position
         batch, padded = tokens.shape
         heads, kv_heads, head_dim = self.spec.num_heads, self.spec.num_kv_heads, self.spec.head_dim
@@ -88,7 +96,7 @@ class LlamaModel:
             out = prefill_attention(qb, kb, vb, self.scale)  # [batch, H, padded, D]
             return out.transpose(1, 2).reshape(batch * padded, heads * head_dim)
 
-        h = self._layers(tokens.reshape(-1), attend)
+        h = self._layers(tokens.reshape(-1), attend, taps)
         last = h.view(batch, padded, -1)[torch.arange(batch, device=h.device), lengths - 1]  # [batch, hidden]
         return self._logits(last)
 
@@ -99,6 +107,7 @@ class LlamaModel:
         slots: torch.Tensor,  # [rows] int64
         cache: KVCache,
         max_len_hint: int | None = None,  # host bound of positions + 1 (used by the torch attention only)
+        taps: LayerTaps | None = None,
     ) -> torch.Tensor:  # [rows, vocab] model dtype
         rows = tokens.shape[0]
         spec = self.spec
@@ -111,4 +120,4 @@ class LlamaModel:
             )  # fmt: skip
             return out.reshape(rows, spec.num_heads * spec.head_dim)
 
-        return self._logits(self._layers(tokens, attend))
+        return self._logits(self._layers(tokens, attend, taps))

@@ -11,6 +11,10 @@ The generation itself is a *backend*: a function from a list of Requests to an i
 they finish. BACKENDS maps names to backend factories; "inferlab" is our engine, "hf" is transformers'
 generate for any causal LM (hf_text_backend.py); "auto" picks the engine and falls back to "hf" (logged)
 for an architecture the engine's registry does not list or any UnsupportedError at engine start-up.
+
+Steering (`--steer FILE` and per-line "steer_layer" / "steer_scale" / "steer_vector") and hidden states
+collected while generating (`--collect-layers ... --collect-output acts.safetensors`, resumable alongside
+the JSONL) are text_taps.py's; both backends run them.
 """
 
 from __future__ import annotations
@@ -18,18 +22,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from inferlab.engine.steering_vectors import SteeringVectors
 from inferlab.errors import ConfigError, UnsupportedError
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
-from inferlab.types import Request, Result, SamplingParams
+from inferlab.types import Collect, Request, Result, SamplingParams
+from inferlab.workloads.text_taps import ActivationSink, CollectSettings, SteerSettings, line_steering
 
 log = logging.getLogger(__name__)
 
 Backend = Callable[[list[Request]], Iterator[Result]]
-BackendFactory = Callable[[str, dict[str, Any]], Backend]  # (model_dir, engine options) -> backend
+# (model_dir, engine options, named steering vectors or None) -> backend
+BackendFactory = Callable[[str, dict[str, Any], SteeringVectors | None], Backend]
 
 
 def _is_int(v: Any) -> bool:
@@ -50,15 +57,17 @@ OVERRIDE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def engine_backend(model_dir: str, options: dict[str, Any]) -> Backend:
+def engine_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> Backend:
     """Our engine: options are EngineConfig fields (max_slots, max_seq_len, device, dtype, ...)."""
     from inferlab.engine import Engine, EngineConfig
 
     engine = Engine(EngineConfig(model=model_dir, **options))
+    if steering is not None:
+        engine.add_steering_vectors(steering)
     return engine.stream
 
 
-def hf_backend(model_dir: str, options: dict[str, Any]) -> Backend:
+def hf_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> Backend:
     """transformers' generate for any causal LM (workloads/hf_text_backend.py); options as the engine's."""
     from inferlab.workloads.hf_text_backend import hf_backend as build
 
@@ -68,7 +77,7 @@ def hf_backend(model_dir: str, options: dict[str, Any]) -> Backend:
             "backend keeps transformers' own cache: use --backend inferlab, or --kv-dtype auto"
         )
 
-    return build(model_dir, options)
+    return build(model_dir, options, steering)
 
 
 BACKENDS: dict[str, BackendFactory] = {"inferlab": engine_backend, "hf": hf_backend}
@@ -90,7 +99,8 @@ def engine_architecture_problem(model_dir: str) -> str | None:
     return None
 
 
-def open_backend(name: str, model_dir: str, options: dict[str, Any]) -> Backend:
+def open_backend(name: str, model_dir: str, options: dict[str, Any],
+                 steering: SteeringVectors | None = None) -> Backend:
     """Build the named backend; "auto" = inferlab, or "hf" when the engine does not support the model (its
     architecture, or any other UnsupportedError the engine raises at start-up). An fp8 KV cache
     (kv_dtype="fp8") exists only in the engine: then the engine's refusal stands, with no fallback."""
@@ -102,19 +112,20 @@ def open_backend(name: str, model_dir: str, options: dict[str, Any]) -> Backend:
                                    "--kv-dtype auto to run this model on the hf backend")
         if problem is None:
             try:
-                return BACKENDS["inferlab"](model_dir, options)
+                return BACKENDS["inferlab"](model_dir, options, steering)
             except UnsupportedError as e:
                 if engine_only:
                     raise
                 problem = str(e)
         log.warning("%s; falling back to the transformers backend (--backend hf)", problem)
-        return BACKENDS["hf"](model_dir, options)
+        return BACKENDS["hf"](model_dir, options, steering)
     if name not in BACKENDS:
         raise ConfigError(f"backend {name!r} is not available; choose one of auto, {', '.join(BACKENDS)}")
-    return BACKENDS[name](model_dir, options)
+    return BACKENDS[name](model_dir, options, steering)
 
 
-def build_request(record: InputRecord, defaults: SamplingParams) -> Request | str:
+def build_request(record: InputRecord, defaults: SamplingParams, steer: SteerSettings | None = None,
+                  collect: Collect | None = None) -> Request | str:
     """A Request from one input line, or the message of why the line is unusable."""
     if record.error is not None:
         return record.error
@@ -133,14 +144,18 @@ def build_request(record: InputRecord, defaults: SamplingParams) -> Request | st
         sampling = dataclasses.replace(defaults, **overrides)
     except ConfigError as e:
         return f"line {record.line_no}: {e}"
+    steering = line_steering(data, record.line_no, steer)
+    if isinstance(steering, str):
+        return steering
+    taps = dict(steering=steering, collect=collect)
     if has_text:
         if not isinstance(data["prompt"], str):
             return f"line {record.line_no}: 'prompt' must be a string"
-        return Request(id=record.id, prompt=data["prompt"], sampling=sampling)
+        return Request(id=record.id, prompt=data["prompt"], sampling=sampling, **taps)
     ids = data["prompt_ids"]
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         return f"line {record.line_no}: 'prompt_ids' must be a list of integers"
-    return Request(id=record.id, prompt_ids=tuple(ids), sampling=sampling)
+    return Request(id=record.id, prompt_ids=tuple(ids), sampling=sampling, **taps)
 
 
 def result_row(result: Result) -> dict[str, Any]:
@@ -173,27 +188,33 @@ class TextJobSummary:
     errors: int = 0
     skipped: int = 0  # ids already in the output from an earlier run
     output_tokens: int = 0
+    activation_rows: int = 0  # rows in the assembled activations file (with collection)
+    ids_in_order: list[str] = field(default_factory=list, repr=False)  # every row id of the input, in order
 
 
 def plan_requests(
-    records: Iterable[InputRecord], done: set[str], defaults: SamplingParams, summary: TextJobSummary
+    records: Iterable[InputRecord], done: set[str], defaults: SamplingParams, summary: TextJobSummary,
+    steer: SteerSettings | None = None, collect: Collect | None = None,
 ) -> tuple[list[Request], list[dict[str, Any]]]:
-    """Split input lines into requests to run and error rows to write; skip ids already done."""
+    """Split input lines into requests to run and error rows to write; skip ids already done. Every row id
+    goes to summary.ids_in_order (done ones too)."""
     requests, errors, seen = [], [], set()
     for record in records:
+        if record.id in seen:
+            row_id = f"line-{record.line_no}"
+            summary.ids_in_order.append(row_id)
+            if row_id in done:
+                summary.skipped += 1
+            else:
+                errors.append(error_row(
+                    row_id, f"line {record.line_no}: id {record.id!r} repeats an earlier line; ids must be unique"))
+            continue
+        seen.add(record.id)
+        summary.ids_in_order.append(record.id)
         if record.id in done:
             summary.skipped += 1
             continue
-        if record.id in seen:
-            errors.append(
-                error_row(
-                    f"line-{record.line_no}",
-                    f"line {record.line_no}: id {record.id!r} repeats an earlier line; ids must be unique",
-                )
-            )
-            continue
-        seen.add(record.id)
-        built = build_request(record, defaults)
+        built = build_request(record, defaults, steer, collect)
         if isinstance(built, str):
             errors.append(error_row(record.id, built))
         else:
@@ -208,14 +229,14 @@ def run_text_generation(
     defaults: SamplingParams,
     on_start: Callable[[int], None] | None = None,  # called with the number of requests to run
     on_row: Callable[[dict[str, Any]], None] | None = None,  # called after each row is written
+    steer: SteerSettings | None = None,
+    collect: CollectSettings | None = None,
+    run_settings: dict[str, Any] | None = None,  # what the activations depend on (model, sampling): checked on resume
 ) -> TextJobSummary:
     summary = TextJobSummary()
     with ResumableJsonlWriter(output_path) as writer:
-        requests, errors = plan_requests(read_jsonl_records(input_path), set(writer.done), defaults, summary)
-        if on_start is not None:
-            on_start(len(requests) + len(errors))
 
-        def emit(row: dict[str, Any]) -> None:
+        def write(row: dict[str, Any]) -> None:
             writer.write(row)
             summary.written += 1
             summary.errors += row["error"] is not None
@@ -223,9 +244,31 @@ def run_text_generation(
             if on_row is not None:
                 on_row(row)
 
-        for row in errors:
-            emit(row)
-        if requests:
-            for result in open_backend()(requests):
-                emit(result_row(result))
+        sink = None
+        done = set(writer.done)
+        if collect is not None:
+            settings = {**(run_settings or {}), "steering": steer.describe() if steer is not None else None}
+            sink = ActivationSink.open(collect, settings, write)
+            done &= sink.done_ids  # both files must have the row; others are recomputed
+        requests, errors = plan_requests(read_jsonl_records(input_path), done, defaults, summary, steer,
+                                         collect.request_collect() if collect is not None else None)
+        if on_start is not None:
+            on_start(len(requests) + len(errors))
+
+        def emit(row: dict[str, Any], result: Result | None = None) -> None:
+            if sink is not None:
+                sink.add(result, row)  # activations first, then the JSONL row
+            else:
+                write(row)
+
+        try:
+            for row in errors:
+                emit(row)
+            if requests:
+                backend = open_backend()
+                for result in backend(requests):
+                    emit(result_row(result), result)
+        finally:
+            if sink is not None:
+                summary.activation_rows = sink.close(summary.ids_in_order)
     return summary

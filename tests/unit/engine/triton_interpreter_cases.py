@@ -18,8 +18,10 @@ import torch
 from inferlab.engine import kv_quant, step, torch_ops
 from inferlab.engine.attention import decode_rope_attention_torch
 from inferlab.engine.gemm_plan import PROJECTIONS, GemmPlan, MlpChoice
+from inferlab.engine.collection import CollectLayer
 from inferlab.engine.kernels import (
     triton_attention,
+    triton_collect,
     triton_filter,
     triton_gemm,
     triton_norm,
@@ -29,6 +31,7 @@ from inferlab.engine.kernels import (
     triton_top_p,
 )
 from inferlab.engine.rows import RowState
+from inferlab.engine.steering import SteerLayer
 from inferlab.engine.sampler import (
     FILTER_MIN_P,
     FILTER_TOP_K,
@@ -62,6 +65,54 @@ def test_norms_and_swiglu(dtype):
         triton_norm.embed_rms_norm(tokens, embed, w, 1e-6), torch_ops.embed_rms_norm(tokens, embed, w, 1e-6)
     ):
         torch.testing.assert_close(ours, ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("row_map", [False, True])
+def test_add_steer_rms_norm(dtype, row_map):
+    """Steered rows get scale * vector (rounded to the model dtype) added to the sum; -1 rows nothing."""
+    g = torch.Generator().manual_seed(2)
+    tokens, rows, dim, layers = 7, 4, 96, 3
+    x, r = torch.randn(tokens, dim, generator=g).to(dtype), torch.randn(tokens, dim, generator=g).to(dtype)
+    w = torch.randn(dim, generator=g).to(dtype)
+    vectors = torch.randn(5, dim, generator=g).to(dtype)
+    index = torch.tensor([[2, -1, 0], [-1, -1, -1], [4, 1, -1], [0, 3, 3]], dtype=torch.int32)  # [rows, layers]
+    scale = torch.randn(rows, layers, generator=g)
+    token_rows = torch.tensor([0, 0, 1, 2, 2, 3, 1]) if row_map else None
+    for layer in range(layers):
+        slot, sc = (index[:, layer], scale[:, layer]) if row_map else (
+            index[:, layer].repeat(2)[:tokens], scale[:, layer].repeat(2)[:tokens])  # decode: token t is row t
+        steer = SteerLayer(vectors, slot, sc, token_rows)
+        for ours, ref in zip(triton_norm.add_steer_rms_norm(x, r, w, 1e-6, steer),
+                             torch_ops.add_steer_rms_norm(x, r, w, 1e-6, steer)):
+            torch.testing.assert_close(ours, ref, **TOL[dtype])
+    plain = SteerLayer(vectors, torch.full((tokens,), -1, dtype=torch.int32), torch.ones(tokens), None)
+    torch.testing.assert_close(triton_norm.add_steer_rms_norm(x, r, w, 1e-6, plain)[1], (x + r), **TOL[dtype])
+
+
+@pytest.mark.parametrize("row_map", [False, True])
+@pytest.mark.parametrize("with_all", [False, True])
+def test_collect_rows_kernel(row_map, with_all):
+    """Every mode x live / idle / finished x n_out at 0, inside and past the cap, against the torch reference."""
+    g = torch.Generator().manual_seed(5)
+    rows, dim, cap = 12, 80, 3
+    state = _random_rows(rows, 2, 8, g)
+    state.n_out[:] = torch.randint(0, 5, (rows,), generator=g)
+    mode = torch.randint(0, 4, (rows,), generator=g, dtype=torch.int32)
+    lanes = torch.tensor([3, 0, 7, 11, 5, 9]) if row_map else None
+    x = torch.randn(len(lanes) if row_map else rows, dim, generator=g).to(torch.bfloat16)
+
+    def buffers():
+        acc = torch.randn(rows, 2, dim, generator=torch.Generator().manual_seed(1))[:, 1]  # a strided slot view
+        every = torch.randn(rows, 2, cap, dim, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)[:, 0]
+        return CollectLayer(acc, every if with_all else None, mode, state.active, state.finished, state.n_out, lanes)
+
+    ours, ref = buffers(), buffers()
+    triton_collect.collect_rows(x, ours)
+    torch_ops.collect_rows(x, ref)
+    assert torch.equal(ours.acc, ref.acc)
+    if with_all:
+        assert torch.equal(ours.all, ref.all)
 
 
 @pytest.mark.parametrize("swiglu", [False, True])
@@ -343,6 +394,30 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
         assert engine.constraints.runtime.mask_impl == kernels
         outputs[kernels].append(engine.generate(requests[-1:])[0].token_ids)  # a 1-token prefill batch
     assert outputs["triton"] == outputs["torch"]
+
+
+def test_engine_steering_and_collection_on_triton_kernels_match_the_torch_kernels(tiny_checkpoint):
+    """The fused add + steer + norm and the collect kernel inside a whole engine (prefill and decode)."""
+    from inferlab.engine import Engine, EngineConfig
+    from inferlab.types import Collect, Request, SamplingParams, Steer
+
+    path = tiny_checkpoint("tiny")
+    vector = torch.randn(64, generator=torch.Generator().manual_seed(0))
+    greedy = SamplingParams(temperature=0, max_new_tokens=4)
+    requests = [  # a steered and an unsteered row in one batch
+        Request(id="s", prompt_ids=(5, 9, 100), sampling=greedy,
+                steering=(Steer(0, vector, 0.8), Steer(-1, vector, -0.5)), collect=Collect((0, 1), "mean")),
+        Request(id="plain", prompt_ids=(7, 8), sampling=greedy, collect=Collect((1,), "all")),
+    ]
+    outputs = {}
+    for kernels in ("torch", "triton"):
+        engine = Engine(EngineConfig(model=path, max_slots=2, max_seq_len=32, kernels=kernels))
+        outputs[kernels] = engine.generate(requests)
+    for ours, ref in zip(outputs["triton"], outputs["torch"]):
+        assert ours.token_ids == ref.token_ids
+        assert list(ours.activations) == list(ref.activations)
+        for layer, value in ours.activations.items():
+            torch.testing.assert_close(value, ref.activations[layer], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

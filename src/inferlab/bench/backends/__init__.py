@@ -21,6 +21,8 @@ BUILTIN_MODULES = [
     "inferlab.bench.backends.hf_xgrammar_constrained",
     "inferlab.bench.backends.vllm_generate",
     "inferlab.bench.backends.vllm_constrained",
+    "inferlab.bench.backends.hf_steering",
+    "inferlab.bench.backends.inferlab_steering",
 ]
 
 BACKENDS: dict[tuple[str, str], BackendSpec] = {}  # (scenario, name) -> spec

@@ -16,6 +16,7 @@ BUILTIN_MODULES = [
     "inferlab.bench.scenarios.hidden_states",
     "inferlab.bench.scenarios.constrained",
     "inferlab.bench.scenarios.batching",
+    "inferlab.bench.scenarios.steering",
 ]
 
 SCENARIOS: dict[str, Scenario] = {}
