@@ -51,9 +51,12 @@ class ModelRunner:
 
     def capture_graphs(self) -> DecodeGraphs:
         """The unconstrained graphs of every bucket and filter level (start-up, every row idle)."""
-        self.graphs = DecodeGraphs(lambda b, variant: self.decode_step(b, variant, None), self.sizes)
-        self.graphs.capture([(level, False) for level in FILTER_LEVELS])
+        self.graphs = DecodeGraphs(self.sizes)
+        self.graphs.capture(self._graph_step, [(level, False) for level in FILTER_LEVELS])
         return self.graphs
+
+    def _graph_step(self, b: int, variant: Variant) -> None:
+        self.decode_step(b, variant, None)  # no host length hint: a graph replays with any lengths
 
     def attach_constraints(self, runtime) -> None:
         """Enable constrained steps (a ConstraintRuntime sized for every row); with graphs, capture the
@@ -61,7 +64,7 @@ class ModelRunner:
         self.constraints = runtime
         if self.graphs is not None:
             with torch.inference_mode():
-                self.graphs.capture([(level, True) for level in FILTER_LEVELS])
+                self.graphs.capture(self._graph_step, [(level, True) for level in FILTER_LEVELS])
 
     def decode(self, b: int, variant: Variant, steps: int, len_hint: int | None) -> None:
         """`steps` decode steps over rows [0, b) with `variant` = (filter level, constrained); len_hint bounds
@@ -155,6 +158,13 @@ class ModelRunner:
         self.rows.positions[idx] = 0
         if self.constraints is not None:
             self.constraints.release_rows(idx)
+
+    def close(self) -> None:
+        """Drop every device buffer the runner owns (Engine.close): the graphs and their pool first (they
+        address the buffers), then the constraint state, the rows, the KV cache and the model's weights."""
+        if self.graphs is not None:
+            self.graphs.close()
+        self.graphs = self.constraints = self.cache = self.rows = self.model = None
 
     def move(self, moves: Sequence[tuple[int, int]]) -> None:
         pairs = tensor_on([list(m) for m in moves], torch.int64, self.device)  # [m, 2] (src, dst)
