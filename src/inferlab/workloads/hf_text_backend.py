@@ -33,7 +33,7 @@ from inferlab.workloads.hf_loading import (
     model_max_positions,
 )
 from inferlab.workloads.hf_text import Generated, HFTextGenerator
-from inferlab.workloads.oom import BackoffRunner
+from inferlab.workloads.oom import BackoffRunner, free_device_memory
 from inferlab.workloads.rows import TextRow, plan_row_batches
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,11 @@ class HFTextBackend:
         if self.context is None:
             raise ConfigError("the model config has no max_position_embeddings; pass --max-seq-len")
         self.vocab_size = loaded.model.get_input_embeddings().num_embeddings
+
+    def close(self) -> None:
+        """Drop the model (the text workload closes its backend when a run ends)."""
+        self.loaded = None
+        free_device_memory()
 
     def __call__(self, requests: list[Request]) -> Iterator[Result]:
         groups: dict[SamplingParams, list[tuple[TextRow, Request]]] = {}

@@ -52,6 +52,15 @@ class GenerateBackend(Protocol):
         `warnings` list, if present, goes to the row's warnings instead."""
         ...
 
+    # optional: close() -> None, the end of the model's life (close_backend calls it after the last use)
+
+
+def close_backend(backend: Any) -> None:
+    """End a backend's model (its optional close(), e.g. Engine.close) after the scenario's last use of it."""
+    close = getattr(backend, "close", None)
+    if close is not None:
+        close()
+
 
 def _no_checks(cell: Cell) -> None:
     return None

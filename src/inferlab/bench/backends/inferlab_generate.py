@@ -62,6 +62,11 @@ class InferlabGenerateBackend:
                     for i, row in enumerate(prompt_ids.tolist())]
         return [list(r.token_ids) for r in self.engine.generate(requests)]
 
+    def close(self) -> None:
+        """End the engine's life (Engine.close): the scenario calls it after its last use."""
+        if self.engine is not None:
+            self.engine.close()
+
     def extra_metrics(self) -> dict[str, Any]:
         stats = self.engine.stats.as_dict()
         return {"engine": stats, "graph_capture_s": stats.get("capture_s"),

@@ -51,6 +51,7 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
     from transformers import AutoTokenizer
 
     from inferlab.bench.backends import get_backend
+    from inferlab.bench.backends.base import close_backend
     from inferlab.bench.backends.constrained_base import ConstrainedSpec
     from inferlab.bench.compile_watch import compiled_graphs
     from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
@@ -146,4 +147,5 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
         **peak_memory(device),
     }
     ctx.add_backend_metrics(metrics, backend)
+    close_backend(backend)
     return metrics

@@ -151,6 +151,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     import torch
 
     from inferlab.bench.backends import GenerateSpec, get_backend
+    from inferlab.bench.backends.base import close_backend
     from inferlab.bench.compile_watch import compiled_graphs
     from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
     from inferlab.bench.scenarios.generate_traffic import ModelTraffic, count_generated
@@ -236,6 +237,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     }
     ctx.add_backend_metrics(metrics, backend)
     metrics.update(_after_measuring(cell, ctx, backend, batches[0], device, metrics))
+    close_backend(backend)
     return metrics
 
 
