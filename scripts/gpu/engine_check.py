@@ -24,6 +24,8 @@ wrapped: a failure prints its traceback and the run goes on; results are written
                      unconstrained at equal output lengths (target >= 0.9x), all outputs valid
   batching           continuous vs static batching, output lengths drawn from 200-1000
   profile            per-kernel time of one decode step (torch.profiler, top 15) at batch 16 and 256
+  close              8 qwen3-0.6b engines made and closed in turn (and dropped with del, and with a stream
+                     abandoned): each one's budget and memory_reserved before / with / after (~2 min)
 Writes <out>/<part>.json and <out>/summary.json, and prints a summary table at the end. Random checkpoints
 (llama-380m, qwen3-0.6b, tiny, tiny-qwen3) are built once into --cache (default /tmp/inferlab-engine-check).
 """
@@ -47,6 +49,7 @@ from typing import Any, Callable  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine_check_close as close  # noqa: E402
 import engine_check_constrained as constrained  # noqa: E402
 import engine_check_correctness as correctness  # noqa: E402
 import engine_check_hf as hf  # noqa: E402
@@ -168,6 +171,7 @@ PARTS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "constrained_speed": constrained.part_constrained_speed,
     "batching": speed.part_batching,
     "profile": profile.part_profile,
+    "close": close.part_close,
 }
 
 
