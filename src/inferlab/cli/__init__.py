@@ -1,5 +1,6 @@
-"""`inferlab <command>`: thin wrappers that parse flags, build a config and call one library function.
+"""inferlab: fast, honestly measured batch inference of small LMs. Start with `inferlab demo`.
 
+`inferlab <command>`: thin wrappers that parse flags, build a config and call one library function.
 Only the CLI prints, draws progress bars and configures logging. Each command lives in its own module
 with a `register(subparsers)` function; heavy imports happen inside the handlers so `--help` is fast.
 """
@@ -12,6 +13,10 @@ import logging
 import sys
 
 from inferlab.errors import InferlabError
+
+# Packages a command may need that a machine can lack (import name -> what to install).
+OPTIONAL_PACKAGES = {"rdkit": "rdkit", "ray": "ray", "submitit": "submitit", "triton": "triton",
+                     "matplotlib": "matplotlib", "torchao": "torchao", "flash_attn": "flash-attn", "vllm": "vllm"}
 
 # Command modules, in the order `inferlab --help` lists them.
 COMMAND_MODULES = [
@@ -30,7 +35,10 @@ COMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="inferlab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="inferlab", description=__doc__.splitlines()[0],
+        epilog="`inferlab COMMAND --help` lists a command's flags; docs/ in the repository explains each part.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
@@ -49,4 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except InferlabError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:
+        package = OPTIONAL_PACKAGES.get((e.name or "").split(".")[0])
+        if package is None:
+            raise
+        print(f"error: `inferlab {args.command}` needs the {package} package, which is not installed here: "
+              f"pip install {package}", file=sys.stderr)
         return 2
