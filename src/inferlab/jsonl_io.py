@@ -55,6 +55,8 @@ class ResumableJsonlWriter:
         self.id_field = id_field
         self.fsync = fsync
         self.done: set[str] = set()
+        if self.path.is_dir():
+            raise InputError(f"output {self.path} is a folder; give a file path for the JSONL output")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             self._load_and_repair()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 
 from inferlab.errors import InferlabError
@@ -46,8 +47,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Each option's dest -> its long flag, over every command (`max_slots` -> `--max-slots`)."""
+    flags: dict[str, str] = {}
+    parsers = [parser]
+    while parsers:
+        for action in parsers.pop()._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+            for option in action.option_strings:
+                if option.startswith("--") and action.dest != "help":
+                    flags.setdefault(action.dest, option)
+                    break
+    return flags
+
+
+def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[command]
+    raise AssertionError("no subcommands")
+
+
+def in_flag_words(message: str, flags: dict[str, str]) -> str:
+    """Library errors name config fields (`max_slots=0 must be >= 1`); at the CLI they name the flag."""
+    return re.sub(r"(?<![\w.-])([a-z][a-z0-9_]*)=", lambda m: f"{flags.get(m.group(1), m.group(1))}=", message)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
@@ -56,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except InferlabError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {in_flag_words(str(e), flag_names(command_parser(parser, args.command)))}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as e:
         package = OPTIONAL_PACKAGES.get((e.name or "").split(".")[0])

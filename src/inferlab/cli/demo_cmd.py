@@ -25,12 +25,13 @@ def _demo(args: argparse.Namespace) -> int:
 
     from tqdm.contrib.logging import logging_redirect_tqdm
 
+    from inferlab.cli.paths import output_folder
     from inferlab.cli.token_rate_bar import TokenRateBar
     from inferlab.workloads.conformers.pipeline_config import ConformerSampling
     from inferlab.workloads.conformers.pipeline_demo import DemoConfig, default_work_dir, run_demo
 
     config = DemoConfig(
-        work_dir=Path(args.work_dir) if args.work_dir else default_work_dir(),
+        work_dir=output_folder("--work-dir", args.work_dir) if args.work_dir else default_work_dir(),
         num_molecules=args.num_molecules,
         num_conformers=args.num_conformers,
         max_atoms=args.max_atoms,
