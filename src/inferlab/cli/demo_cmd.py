@@ -69,8 +69,11 @@ def _demo(args: argparse.Namespace) -> int:
           f"{generated / max(s.generate_s, 1e-9):.2f} conformers/s "
           f"(whole run {s.wall_s:.1f} s incl. engine start {s.engine_start_s:.1f} s)")
     print(f"files: {run.output} (conformers), {run.rows} (one row per conformer), {run.input} (molecules)")
-    print(f"next: inferlab conformers evaluate --generated {run.output} --reference REF.sdf; your own model: "
-          f"inferlab conformers generate --model DIR --input mols.smi --num-conformers K --output out.sdf")
+    reference = Path(run.output).with_name("reference.sdf")
+    print(f"next: RMSD coverage against RDKit's ETKDG conformers: inferlab conformers reference --input {run.input} "
+          f"--output {reference} && inferlab conformers evaluate --generated {run.output} --reference {reference}")
+    print("your own model: inferlab conformers generate --model DIR --input mols.smi --num-conformers K "
+          "--output out.sdf")
     return 0 if generated and s.conformers_rejected == 0 else 1
 
 

@@ -219,7 +219,7 @@ def classify_file(
     """`inferlab classify`: classify a JSONL file into `output_path` (resuming it), then restore input order."""
     if not Path(input_path).exists():
         raise InputError(f"input file {input_path} does not exist")
-    with ResumableJsonlWriter(output_path) as writer:
+    with ResumableJsonlWriter(output_path, kind_fields=("status",)) as writer:
         if writer.done:
             log.info("resuming: %d ids already in %s", len(writer.done), output_path)
         report, ids_in_order = classify_records(classifier, read_jsonl_records(input_path), writer, options, progress)

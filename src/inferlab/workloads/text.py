@@ -223,7 +223,7 @@ def run_text_generation(
     on_row: Callable[[dict[str, Any]], None] | None = None,  # called after each row is written
 ) -> TextJobSummary:
     summary = TextJobSummary()
-    with ResumableJsonlWriter(output_path) as writer:
+    with ResumableJsonlWriter(output_path, kind_fields=("finish_reason",)) as writer:
         requests, errors = plan_requests(read_jsonl_records(input_path), set(writer.done), defaults, summary)
         if on_start is not None:
             on_start(len(requests) + len(errors))
