@@ -138,7 +138,10 @@ def _headline_text(row: dict) -> str:
     from inferlab.bench.results import headline
 
     value = headline(row)
-    return "" if value is None else f"{sig(value, 4)} {row.get('headline_metric', '')}"
+    if value is None:  # a row without a figure says why (the full message is in the row and the report)
+        message = " ".join(str(row.get("message") or "").split())
+        return message if len(message) <= 90 else message[:87] + "..."
+    return f"{sig(value, 4)} {row.get('headline_metric', '')}"
 
 
 def _short_label(row: dict) -> str:
