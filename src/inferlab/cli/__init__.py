@@ -8,6 +8,7 @@ with a `register(subparsers)` function; heavy imports happen inside the handlers
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import logging
 import re
@@ -35,13 +36,40 @@ COMMAND_MODULES = [
 ]
 
 
+class HelpWithDefaults(argparse.HelpFormatter):
+    """Every option's help ends with its default when it has one and does not say it already."""
+
+    @staticmethod
+    def _shows_default(action: argparse.Action) -> bool:
+        return bool(action.option_strings) and "default" not in (action.help or "") and not (
+            action.default is None or action.default is False or action.default == argparse.SUPPRESS
+            or isinstance(action.default, (list, tuple, dict)))
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if action.help is None and self._shows_default(action):  # no help text: the default alone
+            action = copy.copy(action)
+            action.help = "(default: %(default)s)"
+        return super()._format_action(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if not self._shows_default(action):
+            return action.help
+        return f"{action.help or ''} (default: %(default)s)".lstrip()
+
+
+class CommandParser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpWithDefaults)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="inferlab", description=__doc__.splitlines()[0],
         epilog="`inferlab COMMAND --help` lists a command's flags; docs/ in the repository explains each part.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
