@@ -27,6 +27,8 @@ wrapped: a failure prints its traceback and the run goes on; results are written
   fp8_kv             the FP8 KV cache vs the bf16 cache on qwen3-0.6b: logit error and top-1 agreement over
                      200 teacher-forced steps, the attention kernel per config, tok/s at batch 256 (600 new,
                      29-token prompts), constrained conformers' validity (engine_check_fp8.py; ~3 min)
+  close              8 qwen3-0.6b engines made and closed in turn (and dropped with del, and with a stream
+                     abandoned): each one's budget and memory_reserved before / with / after (~2 min)
 Writes <out>/<part>.json and <out>/summary.json, and prints a summary table at the end. Random checkpoints
 (llama-380m, qwen3-0.6b, tiny, tiny-qwen3) are built once into --cache (default /tmp/inferlab-engine-check).
 """
@@ -50,6 +52,7 @@ from typing import Any, Callable  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine_check_close as close  # noqa: E402
 import engine_check_constrained as constrained  # noqa: E402
 import engine_check_correctness as correctness  # noqa: E402
 import engine_check_fp8 as fp8  # noqa: E402
@@ -173,6 +176,7 @@ PARTS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "batching": speed.part_batching,
     "profile": profile.part_profile,
     "fp8_kv": fp8.part_fp8_kv,
+    "close": close.part_close,
 }
 
 

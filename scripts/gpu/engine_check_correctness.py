@@ -263,7 +263,7 @@ def part_graphs(ctx) -> dict[str, Any]:
             tokens[graphs] = [r.token_ids for r in engine.generate(batch)]
             if graphs:
                 res[f"{preset}_capture_s"] = engine.stats.capture_s
-            del engine
+            engine.close()
             ctx.free()
         mismatched = sum(a != b for a, b in zip(tokens[True], tokens[False]))
         res[f"{preset}_mismatched_requests"] = mismatched
@@ -277,7 +277,7 @@ def part_graphs(ctx) -> dict[str, Any]:
     for _ in range(2):
         engine = Engine(EngineConfig(model=ctx.checkpoint("llama-380m"), max_slots=64, max_seq_len=192))
         plans.append(engine.stats.gemm_choices)
-        del engine
+        engine.close()
         ctx.free()
     same = sum(plans[0][key] == plans[1].get(key) for key in plans[0])
     res["gemm_plans"] = plans

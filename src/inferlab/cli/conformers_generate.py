@@ -85,6 +85,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if missing:
         raise ConfigError(f"conformer generation needs {', '.join(missing)} "
                           "(or an action: inferlab conformers generate|evaluate|reference --help)")
+    check_paths(args)
     config = pipeline_config_from(args)
     if wants_scale_out(args):  # --gpus/--launcher: molecules sharded over workers (inferlab.scale)
         from inferlab.cli.scale_args import run_scaled_command
@@ -92,6 +93,14 @@ def run_generate(args: argparse.Namespace) -> int:
 
         return run_scaled_command(args, "conformers", pipeline_params(args.model, config, engine_options_from(args)))
     return _run_here(args, config)
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    from inferlab.cli.paths import input_file, output_file
+
+    input_file("--input", args.input, None, "a molecule file (.smi, .csv or .tsv)")  # the reader checks the kind
+    output_file("--output", args.output, (".sdf",), "an SDF of conformers (and its .jsonl rows beside it)",
+                {"--input": args.input})
 
 
 def _run_here(args: argparse.Namespace, config) -> int:

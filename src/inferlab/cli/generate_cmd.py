@@ -90,11 +90,13 @@ def _taps(args: argparse.Namespace, defaults):
 def _generate(args: argparse.Namespace) -> int:
     import time
 
+    from inferlab.cli.hf_workload_args import require_paths
     from inferlab.cli.token_rate_bar import TokenRateBar
     from inferlab.types import SamplingParams
     from inferlab.workloads.text import open_backend, run_text_generation
 
     apply_tuned_config(args)
+    require_paths(args, (".jsonl",), "JSONL completions")
     defaults = SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,

@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sample", required=True,
                    help="inputs in the workload's format: prompts JSONL (generate), texts JSONL (classify), "
                         ".smi/.csv molecules (conformers)")
-    p.add_argument("--out", default="tuned.json", help="the JSON to write (default tuned.json)")
+    p.add_argument("--out", "--output", dest="out", default="tuned.json", help="the JSON to write (default tuned.json)")
     p.add_argument("--sample-rows", type=int, default=None,
                    help="rows of the sample each candidate runs (default: generate 256, classify 512, conformers 32)")
     p.add_argument("--sizes", type=_sizes, default=None, metavar="N,N,...",
@@ -58,9 +58,14 @@ def _tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
+    from inferlab.cli.paths import output_file, output_folder
     from inferlab.workloads.tune.sweep import TuneSettings, run_sweep
     from inferlab.workloads.tune.tuned_file import write_tuned_config
 
+    output_file("--out", args.out, (".json",), "the tuned settings as JSON (read back by --config)",
+                {"--sample": args.sample})
+    if args.work_dir:
+        output_folder("--work-dir", args.work_dir)
     settings = TuneSettings(
         workload=args.workload, model=args.model, sample=args.sample, sample_rows=args.sample_rows, sizes=args.sizes,
         device=args.device, dtype=args.dtype, kv_dtype=args.kv_dtype, backend=args.backend,

@@ -66,7 +66,7 @@ class EngineConfig:
         for name in ("max_slots", "max_seq_len", "memory_budget_bytes", "min_admission"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ConfigError(f"{name}={value} must be >= 1 (or None to derive it)")
+                raise ConfigError(f"{name}={value} must be >= 1 (or left unset to derive it)")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise ConfigError(f"max_seq_len={self.max_seq_len} must be >= 2 (one prompt token + one new token)")
         for name in ("slot_cap", "default_max_seq_len", "max_prefill_tokens", "decode_steps_per_sync", "max_stop_ids",

@@ -11,6 +11,10 @@ chunk's snapshot (snapshots.py) while this chunk runs: deliver tokens, retire fi
 Results (their rows refill at the next sync point), compact the batch when it drains. Bad requests
 become error Results, never exceptions. A request that collects hidden states gets its Result one sync
 point after retirement: its rows' buffers are copied to the host behind the running chunk meanwhile.
+
+Lifetime: `engine.close()`, or `with Engine(config) as engine:`, gives the weights, KV cache, graphs and
+workspaces back at once (engine/lifetime.py); a closed engine refuses calls with EngineClosedError. An
+engine dropped without close is freed by reference counting alone (no reference cycle holds it).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from inferlab.engine.gemm_plan import tune_gemm_plan
 from inferlab.engine.graphs import Variant, bucket_for
 from inferlab.engine.intake import Prepared, finished_result, prepare
 from inferlab.engine.kv_cache import KVCache, kv_bytes_per_token
+from inferlab.engine.lifetime import RELEASED, closed_error, release_cached_memory
 from inferlab.engine.ops import select_ops
 from inferlab.engine.rows import REASON_NAMES, RowState
 from inferlab.engine.runner import ModelRunner
@@ -50,6 +55,7 @@ log = logging.getLogger(__name__)
 
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
+        self._closed = False
         self.config = config
         self.device = resolve_device(config.device)
         if self.device.type == "cuda":
@@ -105,7 +111,48 @@ class Engine:
             budget_bytes=self.plan.budget_bytes,
             load_s=time.perf_counter() - t0,
         )
-        self._warm_up(use_graphs)
+        del weights, rotary, model, cache, rows  # from here on only `self` holds them, and close() drops them
+        try:
+            self._warm_up(use_graphs)
+        except BaseException:
+            self.close()  # a failed start-up gives its memory back now, though its traceback holds this frame
+            raise
+
+    # ---- lifetime (engine/lifetime.py) ----------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the KV cache, the decode graphs and their pool, the workspaces, the constraint runtime and
+        the weights, and empty PyTorch's caches. Idempotent; afterwards generate/stream raise
+        EngineClosedError, while config, plan and stats stay readable."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._sync_device()  # nothing in flight may still use the buffers freed below
+        except RuntimeError as e:  # a device fault: release what we can all the same
+            log.warning("closing the engine after a device error: %s", e)
+        self.runner.close()
+        self.constraints.close()
+        for name in RELEASED:
+            self.__dict__.pop(name, None)
+        release_cached_memory(self.device)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> "Engine":
+        if self._closed:
+            raise closed_error("with")
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __getattr__(self, name: str):
+        """Reached only for attributes that are not set: after close, the released ones."""
+        if name in RELEASED and self.__dict__.get("_closed"):
+            raise closed_error(f"engine.{name}")
+        raise AttributeError(f"'Engine' object has no attribute {name!r}")
 
     # ---- start-up ---------------------------------------------------------------------------------------
     def _sync_device(self) -> None:
@@ -163,6 +210,8 @@ class Engine:
             yield result
 
     def _run(self, requests: Iterable[Request]) -> Iterator[tuple[int, Result]]:
+        if self._closed:
+            raise closed_error("generate/stream")
         started = time.perf_counter()
         loop = _Loop(
             scheduler=Scheduler(self.plan.slots, self.max_prefill_tokens, self.config.batching, lambda p: p.prompt_len,

@@ -11,6 +11,10 @@ share one memory pool and each capture call goes largest bucket first, so the po
 and the others reuse it. Every tensor a graph reads is a static buffer (RowState, KV cache, weights,
 constraint state) that the host fills between replays; nothing is allocated when a graph replays.
 Capture runs eager warm-up steps over rows [0, bucket): call it only while every row is idle.
+
+DecodeGraphs keeps no reference to the step it captured (it is passed to each `capture` call): a stored
+step would be a bound method of the runner that owns these graphs, a reference cycle that keeps the KV
+cache alive after its engine is dropped. `close` destroys the graphs and their pool (Engine.close).
 """
 
 from __future__ import annotations
@@ -52,19 +56,20 @@ def bucket_for(rows: int, sizes: list[int]) -> int:
 
 
 class DecodeGraphs:
-    def __init__(self, step: StepFn, sizes: list[int]) -> None:
-        self.step = step
+    def __init__(self, sizes: list[int]) -> None:
         self.sizes = sizes
         self.graphs: dict[tuple[int, Variant], torch.cuda.CUDAGraph] = {}
         self.warmup_s = 0.0  # first calls of the step (includes Triton compilation)
         self.capture_s = 0.0
         self._pool = None
+        self._side = None  # one warm-up stream for every capture call: each new stream gets its own cuBLAS workspace
 
-    def capture(self, variants: list[Variant]) -> None:
-        """Capture every bucket of each variant (variants already captured are skipped)."""
+    def capture(self, step: StepFn, variants: list[Variant]) -> None:
+        """Capture every bucket of each variant with `step` (variants already captured are skipped)."""
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        side = torch.cuda.Stream()
+            self._side = torch.cuda.Stream()
+        side = self._side
         for variant in variants:
             for size in sorted(self.sizes, reverse=True):
                 if (size, variant) in self.graphs:
@@ -73,13 +78,13 @@ class DecodeGraphs:
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):  # warm-up off the capture stream (cuBLAS handles, autotune)
                     for _ in range(2):
-                        self.step(size, variant)
+                        step(size, variant)
                 torch.cuda.current_stream().wait_stream(side)
                 torch.cuda.synchronize()
                 t1 = time.perf_counter()
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=self._pool):
-                    self.step(size, variant)
+                    step(size, variant)
                 torch.cuda.synchronize()
                 self.graphs[(size, variant)] = graph
                 self.warmup_s += t1 - t0
@@ -103,3 +108,11 @@ class DecodeGraphs:
 
     def replay(self, size: int, variant: Variant) -> None:
         self.graphs[(size, variant)].replay()
+
+    def close(self) -> None:
+        """Destroy every graph and drop the pool, so its memory returns to the allocator (the caller frees
+        the static buffers the graphs read, and empties the allocator's cache)."""
+        for graph in self.graphs.values():
+            graph.reset()
+        self.graphs.clear()
+        self._pool = self._side = None

@@ -56,9 +56,12 @@ class ModelRunner:
 
     def capture_graphs(self) -> DecodeGraphs:
         """The plain graphs of every bucket and filter level (start-up, every row idle)."""
-        self.graphs = DecodeGraphs(lambda b, variant: self.decode_step(b, variant, None), self.sizes)
-        self.graphs.capture([Variant(level) for level in FILTER_LEVELS])
+        self.graphs = DecodeGraphs(self.sizes)
+        self.graphs.capture(self._graph_step, [Variant(level) for level in FILTER_LEVELS])
         return self.graphs
+
+    def _graph_step(self, b: int, variant: Variant) -> None:
+        self.decode_step(b, variant, None)  # no host length hint: a graph replays with any lengths
 
     def attach_constraints(self, runtime) -> None:
         """Enable constrained steps (a ConstraintRuntime sized for every row); with graphs, capture the
@@ -79,7 +82,7 @@ class ModelRunner:
             active = self.rows.active.clone()
             self.rows.active.zero_()
             try:
-                self.graphs.capture(variants)
+                self.graphs.capture(self._graph_step, variants)
             finally:
                 self.rows.active.copy_(active)
 
@@ -195,6 +198,13 @@ class ModelRunner:
         if self.constraints is not None:
             self.constraints.release_rows(idx)
         self.taps.release(row_ids)
+
+    def close(self) -> None:
+        """Drop every device buffer the runner owns (Engine.close): the graphs and their pool first (they
+        address the buffers), then the constraint state, the rows, the KV cache and the model's weights."""
+        if self.graphs is not None:
+            self.graphs.close()
+        self.graphs = self.constraints = self.cache = self.rows = self.model = None
 
     def move(self, moves: Sequence[tuple[int, int]]) -> None:
         pairs = tensor_on([list(m) for m in moves], torch.int64, self.device)  # [m, 2] (src, dst)

@@ -43,7 +43,7 @@ from inferlab.workloads.hf_loading import (
 )
 from inferlab.workloads.hf_steering import HFTaps
 from inferlab.workloads.hf_text import Generated, HFTextGenerator
-from inferlab.workloads.oom import BackoffRunner
+from inferlab.workloads.oom import BackoffRunner, free_device_memory
 from inferlab.workloads.rows import TextRow, plan_row_batches
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,11 @@ class HFTextBackend:
         self.vocab_size = loaded.model.get_input_embeddings().num_embeddings
         self.taps = HFTaps(loaded.model)
         self.named = {name: steering for name in steering.names} if steering is not None else {}
+
+    def close(self) -> None:
+        """Drop the model (the text workload closes its backend when a run ends)."""
+        self.loaded = None
+        free_device_memory()
 
     def __call__(self, requests: list[Request]) -> Iterator[Result]:
         groups: dict[SamplingParams, list[tuple[TextRow, Request, _Checked]]] = {}

@@ -7,10 +7,12 @@ stop_token_ids, ignore_eos); other keys are ignored. Output lines: {"id", "text"
 on the same output skips the ids already written. Bad JSON, a missing or duplicated id, bad overrides,
 empty and over-long prompts become error rows; the run goes on.
 
-The generation itself is a *backend*: a function from a list of Requests to an iterator of Results as
-they finish. BACKENDS maps names to backend factories; "inferlab" is our engine, "hf" is transformers'
-generate for any causal LM (hf_text_backend.py); "auto" picks the engine and falls back to "hf" (logged)
-for an architecture the engine's registry does not list or any UnsupportedError at engine start-up.
+The generation itself is a *backend*: a callable from a list of Requests to an iterator of Results as
+they finish, with a `close()` that gives its model's memory back. BACKENDS maps names to backend
+factories; "inferlab" is our engine, "hf" is transformers' generate for any causal LM (hf_text_backend.py);
+"auto" picks the engine and falls back to "hf" (logged) for an architecture the engine's registry does not
+list or any UnsupportedError at engine start-up. run_text_generation closes the backend it opened when the
+run ends (`borrowed(backend)` keeps one open across runs: its owner closes it).
 
 Steering (`--steer FILE` and per-line "steer_layer" / "steer_scale" / "steer_vector") and hidden states
 collected while generating (`--collect-layers ... --collect-output acts.safetensors`, resumable alongside
@@ -57,6 +59,19 @@ OVERRIDE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+class EngineTextBackend:
+    """BACKENDS["inferlab"]: the engine's stream; close() ends the engine's life (Engine.close)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def __call__(self, requests: list[Request]) -> Iterator[Result]:
+        return self.engine.stream(requests)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
 def engine_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> Backend:
     """Our engine: options are EngineConfig fields (max_slots, max_seq_len, device, dtype, ...)."""
     from inferlab.engine import Engine, EngineConfig
@@ -64,7 +79,19 @@ def engine_backend(model_dir: str, options: dict[str, Any], steering: SteeringVe
     engine = Engine(EngineConfig(model=model_dir, **options))
     if steering is not None:
         engine.add_steering_vectors(steering)
-    return engine.stream
+    return EngineTextBackend(engine)
+
+
+def close_backend(backend: Backend) -> None:
+    """Give the backend's model memory back (its close(), where it has one)."""
+    close = getattr(backend, "close", None)
+    if close is not None:
+        close()
+
+
+def borrowed(backend: Backend) -> Backend:
+    """`backend` without its close(): for run_text_generation runs that share one backend its owner closes."""
+    return lambda requests: backend(requests)
 
 
 def hf_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> Backend:
@@ -225,7 +252,7 @@ def plan_requests(
 def run_text_generation(
     input_path: str | Path,
     output_path: str | Path,
-    open_backend: Callable[[], Backend],  # called only when there is something to generate
+    open_backend: Callable[[], Backend],  # called only when there is something to generate; closed at the end
     defaults: SamplingParams,
     on_start: Callable[[int], None] | None = None,  # called with the number of requests to run
     on_row: Callable[[dict[str, Any]], None] | None = None,  # called after each row is written
@@ -234,7 +261,7 @@ def run_text_generation(
     run_settings: dict[str, Any] | None = None,  # what the activations depend on (model, sampling): checked on resume
 ) -> TextJobSummary:
     summary = TextJobSummary()
-    with ResumableJsonlWriter(output_path) as writer:
+    with ResumableJsonlWriter(output_path, kind_fields=("finish_reason",)) as writer:
 
         def write(row: dict[str, Any]) -> None:
             writer.write(row)
@@ -266,8 +293,11 @@ def run_text_generation(
                 emit(row)
             if requests:
                 backend = open_backend()
-                for result in backend(requests):
-                    emit(result_row(result), result)
+                try:
+                    for result in backend(requests):
+                        emit(result_row(result), result)
+                finally:
+                    close_backend(backend)
         finally:
             if sink is not None:
                 summary.activation_rows = sink.close(summary.ids_in_order)

@@ -67,7 +67,7 @@ def test_every_written_conformer_is_the_input_molecule(tmp_path, model):
     assert len(ok) == len(MOLECULES) * 3 == summary.conformers_ok
     assert summary.valid_fraction == 1.0 and summary.conformers_generated == 15 and summary.graph_matches == 15
     errors = {r["input_id"]: r["error"] for r in rows if r["status"] == "error"}
-    assert "not valid SMILES syntax" in errors["broken"] and "valence" in errors["pentavalent"]
+    assert "cannot be parsed: unclosed ring" in errors["broken"] and "valence" in errors["pentavalent"]
     assert "id 'ethanol' repeats line 1" in errors["line-7"]
     for row in ok:
         assert row["finish_reason"] == "eos" and row["graph_match"] is True and row["output_tokens"] > 0

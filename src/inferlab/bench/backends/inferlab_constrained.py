@@ -104,6 +104,11 @@ class InferlabConstrainedBackend:
         results = self.engine.generate(self._requests(requests, constrained=self.config["constraint"] == "on"))
         return [list(r.token_ids) for r in results]
 
+    def close(self) -> None:
+        """End the engine's life (Engine.close): the scenario calls it after its last use."""
+        if self.engine is not None:
+            self.engine.close()
+
     def extra_metrics(self) -> dict[str, Any]:
         stats = self.engine.stats.as_dict()
         extra: dict[str, Any] = {"engine": stats, "slots": self.slots, "graph_capture_s": stats.get("capture_s"),

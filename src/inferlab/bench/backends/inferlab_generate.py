@@ -71,6 +71,11 @@ class InferlabGenerateBackend:
         bandwidth figure, which otherwise prices K/V at the model dtype."""
         return self.engine.kv_bytes_per_token
 
+    def close(self) -> None:
+        """End the engine's life (Engine.close): the scenario calls it after its last use."""
+        if self.engine is not None:
+            self.engine.close()
+
     def extra_metrics(self) -> dict[str, Any]:
         stats = self.engine.stats.as_dict()
         return {"engine": stats, "graph_capture_s": stats.get("capture_s"),

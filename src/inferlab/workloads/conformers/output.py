@@ -26,7 +26,8 @@ def default_jsonl_path(sdf_path: str | Path) -> Path:
 class ConformerResultWriter:
     def __init__(self, sdf_path: str | Path, jsonl_path: str | Path | None = None, profile: str = "") -> None:
         self.profile = profile
-        self._rows = ResumableJsonlWriter(jsonl_path or default_jsonl_path(sdf_path), id_field="id")
+        self._rows = ResumableJsonlWriter(jsonl_path or default_jsonl_path(sdf_path), id_field="id",
+                                          kind_fields=("conformer_index",))
         self._sdf = ConformerSdfWriter(sdf_path, keep_row_ids=self._rows.done)
 
     @property

@@ -21,6 +21,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -108,13 +109,13 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
     from inferlab.models.config import read_model_spec
 
     profile = get_profile(config.profile)
-    with MoleculePreparer(model, profile.name, config.pool_workers(len(jobs))) as preparer:
+    with MoleculePreparer(model, profile.name, config.pool_workers(len(jobs))) as preparer, ExitStack() as life:
         feed = _MoleculeFeed(jobs, preparer, lookahead=config.lookahead_molecules(config.wave_size(None)))
         feed.top_up(0)  # the pool starts on the first molecules while the engine starts
         if options.get("max_seq_len") is None:
             options["max_seq_len"] = auto_max_seq_len(jobs, profile, read_model_spec(model).max_position_embeddings)
         t0 = time.perf_counter()
-        engine = Engine(EngineConfig(model=model, seed=config.seed, **options))
+        engine = life.enter_context(Engine(EngineConfig(model=model, seed=config.seed, **options)))
         summary.engine_start_s = time.perf_counter() - t0
         summary.slots, summary.max_seq_len, summary.device = engine.plan.slots, engine.plan.max_seq_len, str(engine.device)
         wave_size = config.wave_size(engine.plan.slots)

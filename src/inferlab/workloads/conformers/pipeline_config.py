@@ -38,6 +38,9 @@ class ConformerSampling:
             self.params()  # SamplingParams validates temperature and top_p with its own messages
             if self.temperature == 0:
                 raise ConfigError("temperature 0 is greedy decoding; use --sampling greedy")
+        elif (self.temperature, self.top_p) != (1.0, 1.0):
+            raise ConfigError(f"--sampling greedy takes the argmax: temperature={self.temperature} and "
+                              f"top_p={self.top_p} would be ignored; drop them or use --sampling top-p")
 
     def params(self) -> SamplingParams:
         """The engine's sampling parameters (the constraint program sets the lengths)."""

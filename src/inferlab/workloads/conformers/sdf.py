@@ -17,7 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdkit import Chem, rdBase
+from rdkit import Chem
+
+from inferlab.workloads.conformers.rdkit_messages import rdkit_log
 
 RECORD_END = "$$$$\n"
 PROPERTIES = ("input_id", "canonical_smiles", "conformer_index", "profile", "row_id")
@@ -104,14 +106,15 @@ class SdfRecord:
 
 def read_sdf(path: str | Path, remove_hs: bool = False) -> Iterator[SdfRecord]:
     """Every record of an SDF file; an unreadable record is an SdfRecord with `error`, never an exception."""
-    blocker = rdBase.BlockLogs()
-    try:
+    with rdkit_log():
         supplier = Chem.SDMolSupplier(str(path), sanitize=True, removeHs=remove_hs)
-        for index in range(len(supplier)):
+        count = len(supplier)
+    for index in range(count):
+        with rdkit_log() as log:  # RDKit prints why a record fails; the record's error carries it instead
             mol = supplier[index]
-            if mol is None:
-                yield SdfRecord(index, None, f"record {index} of {path} could not be read by RDKit")
-            else:
-                yield SdfRecord(index, mol)
-    finally:
-        del blocker
+        if mol is None:
+            why = log.reason()
+            yield SdfRecord(index, None, f"record {index} of {path} could not be read by RDKit"
+                                         + (f": {why}" if why else ""))
+        else:
+            yield SdfRecord(index, mol)

@@ -125,13 +125,23 @@ def _measure(runner, candidate: dict[str, Any], index: int) -> dict[str, Any] | 
         return f"{type(e).__name__}: {e}"
 
 
+def _why_no_figure(measured: dict[str, Any], metric: str) -> str:
+    if "error" in measured:
+        return measured["error"]
+    figures = measured.get("figures") or {}
+    if figures.get("error_rows"):
+        return (f"{figures['error_rows']} rows of the sample were error rows: is --sample in the workload's input "
+                "format? Run the workload on it (its output rows say why)")
+    return f"no {metric}"
+
+
 def _choose(settings: TuneSettings, metric: str, measured: list[dict[str, Any]], rows: int, kind: str) -> TunedConfig:
     from inferlab.bench.environment import capture_environment
 
     ranked = sorted((m for m in measured if (m.get("figures") or {}).get(metric)),
                     key=lambda m: m["figures"][metric], reverse=True)
     if not ranked:
-        problems = "; ".join(f"{m['settings']}: {m.get('error', 'no ' + metric)}" for m in measured)
+        problems = "; ".join(f"{m['settings']}: {_why_no_figure(m, metric)}" for m in measured)
         raise CapacityError(f"no candidate produced {metric} ({problems}); check the sample and the model")
     best = ranked[0]["figures"][metric]
     margin = best / ranked[1]["figures"][metric] - 1.0 if len(ranked) > 1 else None
