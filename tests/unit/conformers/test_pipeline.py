@@ -1,8 +1,8 @@
 """The conformer pipeline end to end on CPU (tiny random checkpoint, built-in Llama-3-style tokenizer):
 every conformer written is the input's molecule, checked here independently of the pipeline by reading
 the SDF back with RDKit; bad inputs, a repeated id and a molecule too long for the rows become error rows
-while the rest goes on; a run cut short resumes with every row exactly once; the process pool gives the
-same rows as in-process preparation; the CLI (both spellings) writes the same files."""
+while the rest goes on; a run cut short resumes with every row exactly once; the process pools (preparation,
+judging) give the same rows as in-process work; the CLI (both spellings) writes the same files."""
 
 from __future__ import annotations
 
@@ -148,13 +148,17 @@ def test_a_run_cut_short_resumes_with_every_row_once(tmp_path, model):
     assert stable(rows) == stable(rows_of(tmp_path / "whole.sdf"))  # the same rows as an uninterrupted run
 
 
-def test_the_process_pool_gives_the_same_rows_as_in_process(tmp_path, model):
+def test_the_process_pools_give_the_same_rows_as_in_process(tmp_path, model):
     inp = write_input(tmp_path / "in.smi", ["C1CC broken"])
     base = dict(num_conformers=2, seed=4)
-    generate_conformers(model, inp, tmp_path / "inline.sdf", PipelineConfig(workers=0, **base), ENGINE)
-    summary = generate_conformers(model, inp, tmp_path / "pool.sdf", PipelineConfig(workers=1, **base), ENGINE)
+    generate_conformers(model, inp, tmp_path / "inline.sdf", PipelineConfig(workers=0, judge_workers=0, **base), ENGINE)
+    summary = generate_conformers(model, inp, tmp_path / "pool.sdf", PipelineConfig(workers=1, judge_workers=1, **base),
+                                  ENGINE)
     assert stable(rows_of(tmp_path / "pool.sdf")) == stable(rows_of(tmp_path / "inline.sdf"))
-    assert summary.template_cpu_s > 0
+    assert (tmp_path / "pool.sdf").read_text() != "" and summary.judge_workers == 1
+    assert {r.prop("row_id"): Chem.MolToMolBlock(r.mol) for r in read_sdf(tmp_path / "pool.sdf")} == {
+        r.prop("row_id"): Chem.MolToMolBlock(r.mol) for r in read_sdf(tmp_path / "inline.sdf")}
+    assert summary.template_cpu_s > 0 and summary.decode_s > 0
 
 
 def test_bad_settings_are_refused():
