@@ -4,11 +4,15 @@
     python scripts/gpu/lab_sweep.py --out $OUT --parts static-cache
     python scripts/gpu/lab_sweep.py --out $OUT --parts classify hidden
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-baseline
+    python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-pipeline --only scenario=conformer-pipeline
+    python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-soak --only temperature=1.0
     python scripts/gpu/lab_sweep.py --estimate                                       # minutes per part, runs nothing
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
-classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline.
+classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline, and each
+of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak = the preset of that name.
+`--only KNOB=V` is passed to every part (a preset split into calls of < 9 minutes).
 Installs nothing (the project is installed with `pip install --no-deps -e .`). Runs live in runs/lab/
 in the checkout (ignored by git, kept between calls on a warm machine): a call that hits its budget
 records the rest as `skipped`, and the next call resumes exactly there. seed-generate and
@@ -56,12 +60,16 @@ PARTS = {
     "conformer-baseline": ("conformer-baseline", "conformer-baseline"),
     "engine-vs-hf": ("engine-vs-hf", "engine-vs-hf"),
     "conformer-engine": ("conformer-engine", "conformer-baseline"),  # beside the baseline: one report
+    "conformer-pipeline": ("conformer-pipeline", "conformer-pipeline"),
+    "conformer-soak": ("conformer-soak", "conformer-soak"),
 }
 # The report's speedup baseline per run directory (default: the first configuration of each workload).
 REPORT_BASELINES = {"seed-generate": ["--baseline", "attn_implementation=eager"]}
 _ONE_THREAD = ["--set", "cpu_threads=1"]
 _TINY_TEXT = ["--set", "min_tokens=8", "--set", "max_tokens=100", "--set", "dtype=float32", "--set", "min_duration_s=0.1",
               "--set", "max_duration_s=0.3", *_ONE_THREAD]
+_TINY_CONFORMERS = ["--set", "num_molecules=3", "--set", "num_conformers=2", "--set", "min_heavy_atoms=6",
+                    "--set", "max_heavy_atoms=12", "--set", "dtype=float32", "--set", "max_slots=4", *_ONE_THREAD]
 # CPU smoke: the same presets, shrunk so the whole pipeline runs here in minutes.
 SMOKE_ARGS = {
     "seed-attention": ["--set", "batch_size=2", "--set", "q_len=32", "--set", "kv_len=32", "--set", "min_duration_s=0.05",
@@ -80,6 +88,9 @@ SMOKE_ARGS = {
                      "--set", "min_duration_s=0.1", "--set", "max_duration_s=0.3", *_ONE_THREAD],
     "conformer-engine": ["--model", "tiny-qwen3", "--set", "num_molecules=2", "--set", "batch_size=4",
                          "--set", "slots=4", "--set", "dtype=float32", *_ONE_THREAD],
+    # tiny-qwen3 has 512 positions: molecules of 6-12 heavy atoms fit
+    "conformer-pipeline": ["--model", "tiny-qwen3", *_TINY_CONFORMERS, "--set", "batch_size=6", "--set", "slots=4"],
+    "conformer-soak": ["--model", "tiny-qwen3", *_TINY_CONFORMERS],
 }
 
 
@@ -91,7 +102,7 @@ def _gpu_slug(run_dir: Path) -> str:
     return (match.group(1) if match else name).lower().replace(" ", "-")[:20]
 
 
-def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]) -> None:
+def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str], only: list[str] = ()) -> None:
     preset, run_name = PARTS[part]
     remaining = deadline - time.monotonic()
     if remaining < 30:
@@ -100,6 +111,7 @@ def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]
     argv = ["bench", "--preset", preset, "--run-dir", str(runs / run_name), "--model-cache", str(runs / "cache"),
             "--limit-seconds", str(int(remaining)), "--no-report"]
     argv += SMOKE_ARGS[preset] if smoke else []
+    argv += [arg for value in only for arg in ("--only", value)]
     print(f"\n=== {part}: inferlab {' '.join(argv)}", flush=True)
     code = inferlab(argv)
     log.append(f"{part}: inferlab bench exited {code}")
@@ -201,6 +213,8 @@ def main() -> int:
     parser.add_argument("--runs", default=str(REPO / "runs" / "lab"), help="where the run directories live")
     parser.add_argument("--cpu-smoke", action="store_true", help="shrink every preset to run on a CPU (tiny model/shapes)")
     parser.add_argument("--estimate", action="store_true", help="print the estimated minutes per part and exit")
+    parser.add_argument("--only", action="append", default=[], metavar="KNOB=V1,V2",
+                        help="passed to every part's `inferlab bench --only` (e.g. scenario=constrained, temperature=1.5)")
     args = parser.parse_args()
     print("\n".join(estimates(args.parts)), flush=True)
     if args.estimate:
@@ -215,7 +229,7 @@ def main() -> int:
     log: list[str] = []
     for part in args.parts:
         try:
-            run_part(part, runs, deadline, args.cpu_smoke, log)
+            run_part(part, runs, deadline, args.cpu_smoke, log, args.only)
         except Exception:
             traceback.print_exc()
             log.append(f"{part}: raised (traceback above)")

@@ -123,6 +123,22 @@ COLUMNS: dict[str, list[tuple[str, Cell]]] = {
         ("peak GB", _metric("peak_memory_gb", sig)),
         ("status", _status),
     ],
+    "conformer-pipeline": [
+        ("configuration", _label),
+        ("end-to-end tok/s", _metric("output_tokens_per_s", num)),
+        ("rerun tok/s", _metric("rerun_output_tokens_per_s", num)),
+        ("molecules/s", _metric("molecules_per_s", sig)),
+        ("generation tok/s", _metric("generation_output_tokens_per_s", num)),
+        ("start s", _metric("engine_start_s", sig)),
+        ("rerun start s", _metric("rerun_engine_start_s", sig)),
+        ("prefill", _metric("prefill_share", lambda v: "-" if v is None else f"{v * 100:.1f}%")),
+        ("engine waited s", _metric("consumer_s", sig)),
+        ("valid", _metric("valid_fraction", pct)),
+        ("graph match", _metric("graph_match_fraction", pct)),
+        ("stereo", _metric("stereo_agreement", pct)),
+        ("invalid (read back)", _metric("invalid_total", str)),
+        ("status", _status),
+    ],
 }
 DEFAULT_COLUMNS: list[tuple[str, Cell]] = [
     ("configuration", _label),

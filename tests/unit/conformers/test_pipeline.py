@@ -57,18 +57,20 @@ def stable(rows):
 
 
 def test_every_written_conformer_is_the_input_molecule(tmp_path, model):
-    inp = write_input(tmp_path / "in.smi", ["C1CC broken", "CCO ethanol", "C[N+](C)(C)(C)C pentavalent"])
+    inp = write_input(tmp_path / "in.smi", ["C1CC broken", "CCO ethanol", "C[N+](C)(C)(C)C pentavalent",
+                                            "C[NH2]->[Cu] dative"])
     out = tmp_path / "out.sdf"
     summary = generate_conformers(model, inp, out, PipelineConfig(num_conformers=3, seed=1), ENGINE)
 
     rows = rows_of(out)
-    assert len(rows) == len(stable(rows)) == 8 * 3
+    assert len(rows) == len(stable(rows)) == 9 * 3
     ok = [r for r in rows if r["status"] == "ok"]
     assert len(ok) == len(MOLECULES) * 3 == summary.conformers_ok
     assert summary.valid_fraction == 1.0 and summary.conformers_generated == 15 and summary.graph_matches == 15
     errors = {r["input_id"]: r["error"] for r in rows if r["status"] == "error"}
     assert "not valid SMILES syntax" in errors["broken"] and "valence" in errors["pentavalent"]
     assert "id 'ethanol' repeats line 1" in errors["line-7"]
+    assert "dative bond" in errors["dative"]  # reaches the preparation pool, which cannot template it
     for row in ok:
         assert row["finish_reason"] == "eos" and row["graph_match"] is True and row["output_tokens"] > 0
         assert row["smiles"] == MOLECULES[row["input_id"]]

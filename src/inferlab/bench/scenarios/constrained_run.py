@@ -54,7 +54,7 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
     from inferlab.bench.backends.constrained_base import ConstrainedSpec
     from inferlab.bench.compile_watch import compiled_graphs
     from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
-    from inferlab.bench.scenarios.constrained import measured_requests
+    from inferlab.bench.scenarios.constrained import measured_requests, molecule_selection
     from inferlab.bench.scenarios.constrained_inputs import build_requests, load_molecules, molecule_file, plan_batches
     from inferlab.bench.scenarios.generate_traffic import count_generated
     from inferlab.bench.timing import device_synchronizer, measure, timed, warm_up
@@ -68,7 +68,7 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
     tokenizer = AutoTokenizer.from_pretrained(str(ctx.model_path))
     with timed(sync) as setup:
         molecules = load_molecules(molecule_file(c["molecules_file"]), c["num_molecules"], profile, tokenizer,
-                                   min(c["context"], _max_positions(ctx.model_path)))
+                                   min(c["context"], _max_positions(ctx.model_path)), molecule_selection(c))
         requests = build_requests(molecules, c["num_conformers"])
     measured = requests[:measured_requests(c)]
     bounds = [m.max_output_tokens for m in molecules.molecules]
@@ -141,6 +141,8 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
         "molecules_skipped_too_long": molecules.skipped_too_long,
         "molecules_skipped_unreadable": molecules.skipped_unreadable,
         "molecules_source": molecules.source,
+        "molecules_selection": molecules.selection.describe(),
+        "molecules_skipped_by_size": molecules.skipped_by_size,
         "device": str(device),
         **validity,
         **peak_memory(device),

@@ -12,6 +12,8 @@ spent waiting for a full judge window. `drain_s`: waiting for the last verdicts 
 `template_cpu_s` the pool's own work (templates, tokenisation, compilation) summed over its processes.
 `decode_s` is the judges' CPU time (strict and plain decoding, stereo, SDF records) summed over their
 processes, `write_s` the writing of rows in this process.
+`other_s` is the rest of `wall_s`: reading inputs, the resume plan, preparation done in this process
+before the engine (small jobs), starting and stopping the pools.
 `engine` holds the engine's own figures (EngineStats: start-up phases, prefill and decode device time).
 """
 
@@ -116,5 +118,6 @@ class PipelineSummary:
             "consumer_s": round(self.consumer_s, 3),
             "judge_wait_s": round(self.judge_wait_s, 3),
             "drain_s": round(self.drain_s, 3),
+            "other_s": round(self.wall_s - self.engine_start_s - self.generate_s - self.consumer_s - self.drain_s, 3),
             "engine": self.engine,
         }
