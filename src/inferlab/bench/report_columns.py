@@ -117,6 +117,7 @@ COLUMNS: dict[str, list[tuple[str, Cell]]] = {
         ("speedup", _speedup),
         ("valid", _metric("valid_fraction", pct)),
         ("graph match", _metric("graph_match_fraction", pct)),
+        ("stereo", _metric("stereo_agreement", pct)),
         ("measured on", _metric("measured_on", str)),
         ("first call s", _metric("first_call_s", sig)),
         ("prepare s", _metric("prepare_s", sig)),

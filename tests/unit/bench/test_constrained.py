@@ -9,8 +9,8 @@ from rdkit.Chem import AllChem
 from transformers import AutoTokenizer
 
 from inferlab.bench.plan import build_plan
-from inferlab.bench.scenarios.constrained_inputs import (build_requests, load_molecules, nci_molecules_path,
-                                                         plan_batches)
+from inferlab.bench.scenarios.constrained_inputs import (MoleculeSelection, build_requests, load_molecules,
+                                                         nci_molecules_path, plan_batches)
 from inferlab.bench.scenarios.constrained_run import _check_outputs
 from inferlab.engine.constraints.program import compile_program
 from inferlab.errors import ConfigError, InputError
@@ -75,6 +75,28 @@ def test_validity_is_the_templates_strict_check(chem_tokenizer):
     assert result["valid_rows"] == 1 and result["ended_with_eos_fraction"] == 0.5
     assert result["graph_match_rows"] == 1  # the broken block reads as no molecule at all
     assert len(result["invalid_examples"]) == 1 and requests[0].smiles in result["invalid_examples"][0]
+
+
+def test_validity_reports_the_stereo_of_the_coordinates(chem_tokenizer):
+    """Stereo assigned to drug-sized NCI molecules; ETKDG conformers of the input isomer match it, their
+    mirror images (the same text skeleton, mirrored coordinates) do not."""
+    found = load_molecules(nci_molecules_path(), 20, PROFILE, chem_tokenizer, 4096, MoleculeSelection(20, 50, True))
+    requests = [r for r in build_requests(found, 1) if "@" in r.smiles][:2]
+    assert len(requests) == 2
+    eos = chem_tokenizer.eos_token_id
+    for mirror, expected in ((1, 1.0), (-1, 0.0)):
+        outputs = []
+        for r in requests:
+            mol = Chem.AddHs(Chem.MolFromSmiles(r.smiles))
+            assert AllChem.EmbedMolecule(mol, randomSeed=1) == 0
+            for i in range(mol.GetNumAtoms()):
+                p = mol.GetConformer().GetAtomPosition(i)
+                mol.GetConformer().SetAtomPosition(i, (mirror * p.x, p.y, p.z))
+            text = encode_conformer(mol, PROFILE).generation_text(PROFILE)
+            outputs.append(chem_tokenizer(text, add_special_tokens=False)["input_ids"] + [eos])
+        result = _check_outputs(requests, outputs, frozenset([eos]), chem_tokenizer, PROFILE)
+        assert result["valid_fraction"] == 1.0 and result["stereo_checked"] == 2
+        assert result["stereo_agreement"] == expected
 
 
 def test_the_hf_baseline_runs_and_every_row_ends_after_its_skeleton(tiny_checkpoint, run_cell, chem_tokenizer):

@@ -102,6 +102,7 @@ def test_stereo_retries_keep_k_rows_and_record_the_attempts(tmp_path, inp, model
     assert rows["alaninol#2"]["status"] == "ok" and rows["alaninol#2"]["stereo_ok"] is False  # all 3 contradicted
     assert rows["difluoro#0"]["stereo_ok"] is True and rows["propanol#0"]["stereo_ok"] is None
     assert summary.stereo_retries == sum(n - 1 for n in expected_attempts.values()) == 6
+    assert 1 <= summary.stream_calls <= 3  # an engine taking requests up front: a call per attempt level at most
     records = {r.prop("row_id"): Chem.MolToMolBlock(r.mol) for r in read_sdf(out)}
     assert set(records) == set(rows)  # one record per row: the last attempt's
 
@@ -140,3 +141,30 @@ def test_cli_prints_the_stereo_line_and_writes_the_summary_json(tmp_path, inp, m
     assert f"stereo: {summary['stereo_matches']} of 4 conformers with specified stereo match their input" in out
     assert summary["stereo_checked"] == 4 and summary["engine"]["generated_tokens"] == summary["output_tokens"]
     assert summary["stream_calls"] >= 1 and summary["prefill_share"] is not None
+
+
+def test_with_a_lazy_engine_retries_join_the_same_stream_call(tmp_path, inp, model, forced_contradictions,
+                                                              monkeypatch):
+    """Engine.stream as the lazy intake behaves (contracts item 2): requests are pulled a few at a time,
+    after results came back; a retry queued meanwhile is given by the same generator, in the same call."""
+    from itertools import islice
+
+    from inferlab.engine import Engine
+
+    real_stream = Engine.stream
+
+    def pulling_stream(self, requests):
+        requests = iter(requests)
+        while chunk := list(islice(requests, 2)):
+            yield from real_stream(self, chunk)
+
+    monkeypatch.setattr(Engine, "stream", pulling_stream)
+    monkeypatch.setitem(FAILS, "alaninol#2", 1)  # every forced retry comes back while molecules are left
+    monkeypatch.setitem(FAILS, "difluoro#0", 0)
+    monkeypatch.setitem(FAILS, "difluoro#2", 0)
+    config = PipelineConfig(num_conformers=K, seed=5, stereo_retries=2, judge_workers=0)
+    summary = generate_conformers(model, inp, tmp_path / "out.sdf", config, ENGINE)
+    rows = rows_of(tmp_path / "out.sdf")
+    assert summary.stream_calls == 1 and summary.stereo_retries == 2
+    assert {row: r["attempts"] for row, r in rows.items() if r["attempts"] > 1} == {"alaninol#1": 2, "alaninol#2": 2}
+    assert len(rows) == K * len(MOLECULES)

@@ -10,7 +10,7 @@ from rdkit import Chem
 from rdkit.Chem import AllChem
 
 from inferlab.workloads.conformers.encode import encode_conformer
-from inferlab.workloads.conformers.pipeline_judge import _stereo_fields
+from inferlab.workloads.conformers.pipeline_judge import stereo_fields
 from inferlab.workloads.conformers.profiles import get_profile
 from inferlab.workloads.conformers.stereo import StereoAgreement, stereo_agreement
 from inferlab.workloads.conformers.template import build_template
@@ -105,5 +105,5 @@ def test_the_pipeline_reading_of_a_conformer_text():
     template = build_template(smiles, profile)
     for conformer, ok in ((etkdg(smiles), True), (mirrored(etkdg(smiles)), False)):
         text = encode_conformer(conformer, profile).generation_text(profile)
-        fields = _stereo_fields(template.check(text, profile).mol)
+        fields = stereo_fields(template.check(text, profile).mol)
         assert fields == {"stereo_ok": ok, "stereo_centres": 3, "stereo_bonds": 0, "stereo_mismatches": 0 if ok else 3}

@@ -90,7 +90,7 @@ def judge(task: JudgeTask) -> Verdict:
         mol = template.check(task.text, profile).mol
     except InferlabError as e:
         return verdict(f"the output is not a valid conformer of the input: {e}")
-    fields.update(_stereo_fields(mol))
+    fields.update(stereo_fields(mol))
     if fields["stereo_ok"] is False and task.may_retry:
         return verdict(None, retry=True)
     return verdict(None, format_record(mol, task.input_id, template.canonical_smiles, task.conformer_index,
@@ -105,9 +105,10 @@ def _plain_decoding_matches(text: str, template: ConformerTemplate, profile) -> 
     return decoded.canonical_smiles == template.canonical_smiles and decoded.mol.GetNumAtoms() == template.num_atoms
 
 
-def _stereo_fields(mol: Chem.Mol) -> dict[str, Any]:
-    """The checked molecule carries the input's stereo (its tags come from the template's canonical SMILES)
-    and the conformer's coordinates, numbered alike (block k = atom k)."""
+def stereo_fields(mol: Chem.Mol) -> dict[str, Any]:
+    """The stereo fields of a row, for a molecule from `ConformerTemplate.check`: it carries the input's
+    stereo (its tags come from the template's canonical SMILES) and the conformer's coordinates, numbered
+    alike (block k = atom k)."""
     reference = Chem.Mol(mol)
     reference.RemoveAllConformers()
     try:
