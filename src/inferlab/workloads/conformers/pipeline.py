@@ -91,7 +91,7 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
         if options.get("max_seq_len") is None:
             options["max_seq_len"] = auto_max_seq_len(jobs, profile, read_model_spec(model).max_position_embeddings)
         t0 = time.perf_counter()
-        engine = Engine(EngineConfig(model=model, seed=config.seed, **options))
+        engine = Engine(EngineConfig(model=model, seed=config.seed, **options))  # lives for this block
         summary.engine_start_s = time.perf_counter() - t0
         summary.slots, summary.max_seq_len, summary.device = engine.plan.slots, engine.plan.max_seq_len, str(engine.device)
         molecules.lookahead = config.lookahead_molecules(engine.plan.slots)

@@ -19,12 +19,18 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from inferlab.workloads.conformers.pipeline_judge import JudgeTask, Verdict, judge
 
 
+def _ready() -> None:
+    """A task that only makes a worker process start (and import this module, RDKit with it)."""
+
+
 class JudgePool:
     def __init__(self, workers: int) -> None:
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
         if workers > 0:
             self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            for _ in range(workers):  # start every process now (imports ~1 s), while the engine starts up
+                self._pool.submit(_ready)
 
     def submit(self, task: JudgeTask) -> Future[Verdict]:
         if self._pool is not None:
