@@ -78,9 +78,11 @@ class ResultCollector:
         s.output_tokens += len(result.token_ids)
         s.conformers_generated += result.ok
         s.retry_output_tokens += len(result.token_ids) if meta["attempt"] else 0
-        task = JudgeTask(meta["job"].record.id, meta["k"], meta["attempt"], meta["attempt"] < self.stereo_retries,
-                         meta["molecule"].template, self.profile, result.text, result.finish_reason, result.error,
-                         result.prompt_tokens, len(result.token_ids))
+        task = JudgeTask(input_id=meta["job"].record.id, conformer_index=meta["k"], attempt=meta["attempt"],
+                         may_retry=meta["attempt"] < self.stereo_retries, template=meta["molecule"].template,
+                         profile=self.profile, text=result.text, finish_reason=result.finish_reason,
+                         engine_error=result.error, prompt_tokens=result.prompt_tokens,
+                         output_tokens=len(result.token_ids))
         self._pending.append((meta, self.judges.submit(task)))
         if len(self._pending) > self.window:
             t = time.perf_counter()

@@ -35,7 +35,7 @@ _TETRAHEDRAL = (Chem.ChiralType.CHI_TETRAHEDRAL_CW, Chem.ChiralType.CHI_TETRAHED
 _DOUBLE_BOND_STEREO = (Chem.BondStereo.STEREOE, Chem.BondStereo.STEREOZ, Chem.BondStereo.STEREOCIS,
                        Chem.BondStereo.STEREOTRANS)
 _TRANS_LIKE = (Chem.BondStereo.STEREOE, Chem.BondStereo.STEREOTRANS)
-_MAX_MATCHES = 64  # graph automorphisms tried when the numbering differs (the best agreement is kept)
+_MAX_MATCHES = 16  # graph automorphisms tried when the numbering differs (the best agreement is kept)
 
 
 @dataclass(frozen=True)
