@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from rdkit import Chem, rdBase
 from rdkit.Chem import AllChem
 
-from inferlab.bench.scenarios.constrained_inputs import with_assigned_stereo, nci_molecules_path
+from inferlab.bench.scenarios.constrained_inputs import nci_molecules_path, with_assigned_stereo
 from inferlab.errors import InferlabError
 from inferlab.workloads.conformers.decode import decode_generation
 from inferlab.workloads.conformers.encode import encode_conformer
@@ -74,7 +74,8 @@ def main() -> None:
     parser.add_argument("--molecules", type=int, default=100)
     tasks = drug_sized_tasks(parser.parse_args().molecules)
     mols = {id(t): t.template.check(t.text, PROFILE).mol for t in tasks}
-    print(f"{len(tasks)} drug-sized conformers, {sum(t.template.num_atoms for t in tasks) / len(tasks):.1f} atoms on average")
+    atoms = sum(t.template.num_atoms for t in tasks) / len(tasks)
+    print(f"{len(tasks)} drug-sized conformers, {atoms:.1f} atoms on average")
     pieces = {
         "strict check": lambda t: t.template.check(t.text, PROFILE),
         "plain decoding": lambda t: decode_generation(t.text, PROFILE).canonical_smiles,

@@ -214,7 +214,7 @@ def main() -> int:
     parser.add_argument("--cpu-smoke", action="store_true", help="shrink every preset to run on a CPU (tiny model/shapes)")
     parser.add_argument("--estimate", action="store_true", help="print the estimated minutes per part and exit")
     parser.add_argument("--only", action="append", default=[], metavar="KNOB=V1,V2",
-                        help="passed to every part's `inferlab bench --only` (e.g. scenario=constrained, temperature=1.5)")
+                        help="passed to every part's `inferlab bench --only` (e.g. scenario=constrained)")
     args = parser.parse_args()
     print("\n".join(estimates(args.parts)), flush=True)
     if args.estimate:
