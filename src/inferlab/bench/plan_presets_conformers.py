@@ -1,13 +1,13 @@
 """Named plans for the conformer job as users run it (estimates on one H100; `inferlab bench --list`):
 
-- conformer-pipeline (~12 min: run it as two device calls, below): drug-sized molecules (the first 400
-  NCI first_5K molecules with 20-50 heavy atoms, stereo assigned where NCI leaves it open so stereo
+- conformer-pipeline (~10-12 min: run it as two device calls, below): drug-sized molecules (the first
+  400 NCI first_5K molecules with 20-50 heavy atoms, stereo assigned where NCI leaves it open so stereo
   agreement is measured), K = 8 (3,200 conformers, ~2.1M tokens), qwen3-0.6b random weights with the
   qwen3-chem tokenizer, top-p 1.0 at T = 1:
   (a) `inferlab conformers generate` end to end (scenario conformer-pipeline, a subprocess timed by its
-      wall clock), twice per cell (the second run into a fresh output shows the start-up cache), with
-      the bf16 and the fp8 KV cache (--kv-dtype fp8; without the fp8 cache in the build that cell is an
-      `unavailable` row);
+      wall clock, `--max-slots 256` as the engine-alone cells), twice per cell (the second run into a
+      fresh output shows the start-up cache), with the bf16 and the fp8 KV cache (--kv-dtype fp8;
+      without the fp8 cache in the build that cell is an `unavailable` row);
   (b) the engine alone on the same molecules (scenario constrained, backend inferlab, 256 rows, all
       3,200 requests in one call): constrained, and unconstrained at the constrained pass's lengths;
   (c) the engine alone constrained with the fp8 KV cache, when the backend has the `kv_dtype` knob.
@@ -56,7 +56,9 @@ CONFORMER_PIPELINE: dict[str, Any] = {
                    "each for the start-up cache) beside the engine alone, constrained and unconstrained",
     "timeout_s": 540,
     "sweep": [
-        {**_CLI, "set": {**_JOB, "temperature": 1.0, "top_p": 1.0, "runs": 2, "kv_dtype": ["auto", "fp8"]}},
+        # 256 rows as the engine-alone cells, so the two differ by the pipeline around the engine only
+        {**_CLI, "set": {**_JOB, "temperature": 1.0, "top_p": 1.0, "runs": 2, "max_slots": 256,
+                         "kv_dtype": ["auto", "fp8"]}},
         *_engine_sweeps(),
     ],
 }
