@@ -86,9 +86,10 @@ class PipelineConfig:
         if self.workers is not None and self.workers < 0:
             raise ConfigError(f"workers={self.workers} must be >= 0 (0: prepare molecules in this process)")
         if self.judge_workers is not None and self.judge_workers < 0:
-            raise ConfigError(f"judge_workers={self.judge_workers} must be >= 0 (0: judge in this process)")
+            raise ConfigError(f"judge_workers={self.judge_workers} (--judge-workers) must be >= 0 "
+                              "(0: judge in this process)")
         if not isinstance(self.stereo_retries, int) or self.stereo_retries < 0:
-            raise ConfigError(f"stereo_retries={self.stereo_retries!r} must be an integer >= 0")
+            raise ConfigError(f"stereo_retries={self.stereo_retries!r} (--stereo-retries) must be an integer >= 0")
         if self.stereo_retries and self.sampling.mode == "greedy":
             raise ConfigError("stereo retries with greedy decoding would draw the same conformer every attempt; "
                               "use --sampling top-p, or --stereo-retries 0")
