@@ -5,14 +5,16 @@
     python scripts/gpu/lab_sweep.py --out $OUT --parts classify hidden
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-baseline
     python scripts/gpu/lab_sweep.py --out $OUT --parts steering                      # ~6.5 min, gemma-2b
+    python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-pipeline --only scenario=conformer-pipeline
+    python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-soak --only temperature=1.0
     python scripts/gpu/lab_sweep.py --estimate                                       # minutes per part, runs nothing
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
-classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline, engine-vs-hf,
-conformer-engine, steering = steering (seed 003's job on gemma-2b); engine-vs-peers in three parts
-(peers-engine-hf, peers-vllm-generate, peers-rest: scripts/gpu/peers_sweep.sh runs them and installs vLLM
-between them).
+classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline, and each
+of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak, steering = the preset of that name;
+engine-vs-peers in three parts (peers-engine-hf, peers-vllm-generate, peers-rest).
+`--only KNOB=V` is passed to every part (a preset split into calls of < 9 minutes).
 Installs nothing (the project is installed with `pip install --no-deps -e .`). Runs live in runs/lab/
 in the checkout (ignored by git, kept between calls on a warm machine): a call that hits its budget
 records the rest as `skipped`, and the next call resumes exactly there. seed-generate and
@@ -67,6 +69,8 @@ PARTS = {
     "peers-vllm-generate": ("engine-vs-peers", "engine-vs-peers"),
     "peers-rest": ("engine-vs-peers", "engine-vs-peers"),
     "steering": ("steering", "steering"),
+    "conformer-pipeline": ("conformer-pipeline", "conformer-pipeline"),
+    "conformer-soak": ("conformer-soak", "conformer-soak"),
 }
 # Cells of a part that shares its preset with other parts (inferlab bench --only).
 PART_FILTERS = {
@@ -78,6 +82,8 @@ REPORT_BASELINES = {"seed-generate": ["--baseline", "attn_implementation=eager"]
 _ONE_THREAD = ["--set", "cpu_threads=1"]
 _TINY_TEXT = ["--set", "min_tokens=8", "--set", "max_tokens=100", "--set", "dtype=float32", "--set", "min_duration_s=0.1",
               "--set", "max_duration_s=0.3", *_ONE_THREAD]
+_TINY_CONFORMERS = ["--set", "num_molecules=3", "--set", "num_conformers=2", "--set", "min_heavy_atoms=6",
+                    "--set", "max_heavy_atoms=12", "--set", "dtype=float32", "--set", "max_slots=4", *_ONE_THREAD]
 # CPU smoke: the same presets, shrunk so the whole pipeline runs here in minutes.
 SMOKE_ARGS = {
     "seed-attention": ["--set", "batch_size=2", "--set", "q_len=32", "--set", "kv_len=32", "--set", "min_duration_s=0.05",
@@ -107,6 +113,9 @@ SMOKE_ARGS = {
                  "prompt_max_tokens=12", "--set", "new_tokens=6", "--set", "batch_size=4", "--set", "steer_layer=0",
                  "--set", "collect_layers=0:-1", "--set", "dtype=float32", "--set", "check_prompts=2",
                  "--set", "warmup_tokens=2", *_ONE_THREAD],
+    # tiny-qwen3 has 512 positions: molecules of 6-12 heavy atoms fit
+    "conformer-pipeline": ["--model", "tiny-qwen3", *_TINY_CONFORMERS, "--set", "batch_size=6", "--set", "slots=4"],
+    "conformer-soak": ["--model", "tiny-qwen3", *_TINY_CONFORMERS],
 }
 
 
@@ -118,7 +127,7 @@ def _gpu_slug(run_dir: Path) -> str:
     return (match.group(1) if match else name).lower().replace(" ", "-")[:20]
 
 
-def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]) -> None:
+def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str], only: list[str] = ()) -> None:
     preset, run_name = PARTS[part]
     remaining = deadline - time.monotonic()
     if remaining < 30:
@@ -128,6 +137,7 @@ def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]
             "--limit-seconds", str(int(remaining)), "--no-report"]
     argv += PART_FILTERS.get(part, [])
     argv += SMOKE_ARGS[preset] if smoke else []
+    argv += [arg for value in only for arg in ("--only", value)]
     print(f"\n=== {part}: inferlab {' '.join(argv)}", flush=True)
     code = inferlab(argv)
     log.append(f"{part}: inferlab bench exited {code}")
@@ -255,6 +265,8 @@ def main() -> int:
     parser.add_argument("--runs", default=str(REPO / "runs" / "lab"), help="where the run directories live")
     parser.add_argument("--cpu-smoke", action="store_true", help="shrink every preset to run on a CPU (tiny model/shapes)")
     parser.add_argument("--estimate", action="store_true", help="print the estimated minutes per part and exit")
+    parser.add_argument("--only", action="append", default=[], metavar="KNOB=V1,V2",
+                        help="passed to every part's `inferlab bench --only` (e.g. scenario=constrained)")
     args = parser.parse_args()
     print("\n".join(estimates(args.parts)), flush=True)
     if args.estimate:
@@ -269,7 +281,7 @@ def main() -> int:
     log: list[str] = []
     for part in args.parts:
         try:
-            run_part(part, runs, deadline, args.cpu_smoke, log)
+            run_part(part, runs, deadline, args.cpu_smoke, log, args.only)
         except Exception:
             traceback.print_exc()
             log.append(f"{part}: raised (traceback above)")

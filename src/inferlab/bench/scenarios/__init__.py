@@ -15,6 +15,7 @@ BUILTIN_MODULES = [
     "inferlab.bench.scenarios.classify",
     "inferlab.bench.scenarios.hidden_states",
     "inferlab.bench.scenarios.constrained",
+    "inferlab.bench.scenarios.conformer_pipeline",
     "inferlab.bench.scenarios.batching",
     "inferlab.bench.scenarios.steering",
 ]

@@ -49,6 +49,18 @@ class ConformerResultWriter:
         self._sdf.write(mol, input_id, canonical_smiles, conformer_index, self.profile)
         self._row(input_id, canonical_smiles, conformer_index, "ok", None, extra)
 
+    def write_ok_record(
+        self,
+        input_id: str,
+        canonical_smiles: str,
+        conformer_index: int,
+        record: str,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Like write_ok, with the SDF record already formatted (sdf.format_record, e.g. in a worker)."""
+        self._sdf.append(record)
+        self._row(input_id, canonical_smiles, conformer_index, "ok", None, extra)
+
     def write_error(
         self,
         input_id: str,
