@@ -1,8 +1,8 @@
 """Reference implementations of the small fused operations of the forward, in plain torch.
 
 They follow transformers' arithmetic step by step (RMSNorm in fp32 then cast, weight multiplied in the
-model dtype; rope with cos/sin cast to the model dtype), so on CPU in fp32 our forward matches
-transformers to rounding. The Triton kernels in engine/kernels/ implement the same signatures fused into
+model dtype, or for Gemma (`unit_offset`) multiplied by (1 + w) in fp32 and cast once; rope with cos/sin
+cast to the model dtype), so on CPU in fp32 our forward matches transformers to rounding. The Triton kernels in engine/kernels/ implement the same signatures fused into
 one launch each and are tested against these functions.
 """
 
@@ -12,33 +12,58 @@ import torch
 import torch.nn.functional as F
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """x [tokens, dim] -> [tokens, dim]: weight * (x / rms(x)), the normalisation done in fp32."""
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, unit_offset: bool = False) -> torch.Tensor:
+    """x [tokens, dim] -> [tokens, dim]: weight * (x / rms(x)), the normalisation done in fp32.
+    unit_offset (Gemma): (x / rms(x)) * (1 + weight) all in fp32, then cast (transformers' GemmaRMSNorm)."""
     xf = x.float()
     normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    if unit_offset:
+        return (normed * (1.0 + weight.float())).to(x.dtype)
     return weight * normed.to(x.dtype)
 
 
 def embed_rms_norm(
-    tokens: torch.Tensor, embed: torch.Tensor, weight: torch.Tensor, eps: float
+    tokens: torch.Tensor,
+    embed: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    scale: float | None = None,  # Gemma: sqrt(hidden) already rounded to the model dtype
+    unit_offset: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(x), x) for x = embed[tokens] [tokens, dim]: the first layer's input and the residual stream."""
+    """(rms_norm(x), x) for x = embed[tokens] (* scale) [tokens, dim]: the first layer's input and the residual
+    stream. The product is rounded once, as transformers' bf16 x bf16 embedding scale is."""
     x = F.embedding(tokens, embed)
-    return rms_norm(x, weight, eps), x
+    if scale is not None:
+        x = x * scale
+    return rms_norm(x, weight, eps, unit_offset), x
 
 
 def add_rms_norm(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    unit_offset: bool = False,
+    x_norm: torch.Tensor | None = None,  # Gemma 2/3: x (a sublayer's output) is normed by this first
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(residual + x), residual + x): the residual add and the next norm in one call."""
+    """(rms_norm(residual + x), residual + x): the residual add and the next norm in one call; with x_norm,
+    x is replaced by rms_norm(x, x_norm) first (the post-attention / post-feedforward norm)."""
+    if x_norm is not None:
+        x = rms_norm(x, x_norm, eps, unit_offset)
     summed = residual + x  # [tokens, dim], model dtype as in transformers
-    return rms_norm(summed, weight, eps), summed
+    return rms_norm(summed, weight, eps, unit_offset), summed
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """gate_up [tokens, 2 * inter] (gate rows first) -> silu(gate) * up [tokens, inter]."""
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+def gelu_tanh_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [tokens, 2 * inter] (gate rows first) -> gelu_tanh(gate) * up [tokens, inter] (Gemma's GeGLU)."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.gelu(gate, approximate="tanh") * up
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -59,6 +84,7 @@ def rope_qkv(
     slots: torch.Tensor,  # [tokens] int64: the cache slot each token's K/V goes to
     num_heads: int,
     return_kv: bool = True,  # prefill needs k and v back; decode reads them from the cache
+    qk_norm_offset: bool = False,  # Gemma 3: the q/k norms scale by (1 + w) (rms_norm's unit_offset)
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Split qkv, apply the optional q/k RMSNorm and rope, write K/V at (slot, position); return q, k, v.
 
@@ -72,8 +98,8 @@ def rope_qkv(
     k = k.reshape(tokens, kv_heads, head_dim)
     v = v.reshape(tokens, kv_heads, head_dim)
     if q_norm is not None:
-        q = rms_norm(q, q_norm, eps)
-        k = rms_norm(k, k_norm, eps)
+        q = rms_norm(q, q_norm, eps, qk_norm_offset)
+        k = rms_norm(k, k_norm, eps, qk_norm_offset)
     c = cos[positions].to(qkv.dtype)[:, None, :]  # [tokens, 1, head_dim]
     s = sin[positions].to(qkv.dtype)[:, None, :]
     q = q * c + _rotate_half(q) * s
