@@ -1,6 +1,6 @@
-"""Compile the engine's round-2 Triton kernels for a CUDA target ahead of time, on any machine (no GPU).
+"""Compile the engine's Triton kernels for a CUDA target ahead of time, on any machine (no GPU).
 
-    PYTHONPATH=src python scripts/gpu/triton_aot_check.py [--arch 90]
+    PYTHONPATH=src python scripts/gpu/triton_aot_check.py [--arch 90] [--only gemma,geglu]
     # against another Triton than the installed one (e.g. the GPU machine's 3.6):
     pip download triton==3.6.0 --no-deps -d /tmp/w && pip install --no-deps --target /tmp/t36 /tmp/w/*.whl
     PYTHONPATH=/tmp/t36:src python scripts/gpu/triton_aot_check.py
@@ -35,6 +35,7 @@ from inferlab.engine.kernels import (  # noqa: E402
     triton_filter,
     triton_gemm,
     triton_norm,
+    triton_rope,
     triton_sampling,
     triton_step,
     triton_top_p,
@@ -49,25 +50,58 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
     aligned = ["X", "W", "OUT", "PART", "N", "K", "stride_xm", "stride_wn", "stride_om"]
     for block_m, block_k in ((16, 256), (16, 128), (64, 128)):
         for block_n in (16, 32, 64):
-            for mode in ("plain", "swiglu", "gated"):
-                c = dict(PARTIALS=mode == "swiglu", SWIGLU=mode == "swiglu", GATED=mode == "gated", IEEE=False,
-                         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)  # fmt: skip
+            for mode in ("plain", "swiglu", "gated", "geglu gated", "geglu down"):
+                swiglu, gated = mode in ("swiglu", "geglu down"), mode in ("gated", "geglu gated")
+                c = dict(PARTIALS=swiglu, SWIGLU=swiglu, GATED=gated, IEEE=False, BLOCK_M=block_m, BLOCK_N=block_n,
+                         BLOCK_K=block_k, GELU_TANH=mode.startswith("geglu"))  # fmt: skip
                 name = f"skinny gemm m{block_m} n{block_n} k{block_k} {mode}"
                 out.append((name, triton_gemm._skinny_kernel, gemm, c, aligned, dict(num_warps=4, num_stages=4)))
     att = {n: "*bf16" for n in "QKV K_CACHE V_CACHE OUT".split()}
     att.update(POS="*i64", SLOT="*i64", COS="*fp32", SIN="*fp32", QNORM="*bf16", KNORM="*bf16", O_PART="*fp32",
-               LSE_PART="*fp32", COUNTER="*i32", scale="fp32", eps="fp32", splits="i32")  # fmt: skip
+               LSE_PART="*fp32", COUNTER="*i32", scale="fp32", eps="fp32", splits="i32", window="i32",
+               softcap="fp32")  # fmt: skip
     att.update({n: "i32" for n in "stride_t stride_cos stride_ks stride_kh stride_kn stride_ob stride_oh stride_pb "
                 "stride_ph stride_ps stride_lb stride_lh".split()})  # fmt: skip
+    att_aligned = ["QKV", "K_CACHE", "V_CACHE", "OUT", "stride_t", "stride_ks", "stride_kh", "stride_kn"]
     for heads, kv_heads, head_dim, qk_norm in ((16, 8, 64, False), (16, 8, 128, True)):
         for block_n, warps, stages in ((64, 4, 3), (128, 4, 2), (32, 8, 4)):
             c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_H=16, HEAD_DIM=head_dim,
                      HALF_BLOCK=max(16, head_dim // 2), BLOCK_D=head_dim, BLOCK_N=block_n, QK_NORM=qk_norm,
-                     IEEE=False)  # fmt: skip
+                     IEEE=False, SOFTCAP=False, NORM_OFFSET=False)  # fmt: skip
             out.append((f"rope attention d{head_dim} n{block_n} w{warps} s{stages}",
-                        triton_attention._rope_attention_kernel, att, c,
-                        ["QKV", "K_CACHE", "V_CACHE", "OUT", "stride_t", "stride_ks", "stride_kh", "stride_kn"],
+                        triton_attention._rope_attention_kernel, att, c, att_aligned,
                         dict(num_warps=warps, num_stages=stages)))  # fmt: skip
+    # Gemma: gemma-2b (8 heads on 1 kv head, d256), Gemma 2 2B (8 on 4, d256, soft-cap), Gemma 3 1B (4 on 1, d256,
+    # (1 + w) q/k norms); the engine's choice for d256 (triton_attention.WIDE_HEAD_CONFIG) and two neighbours
+    wide = triton_attention.WIDE_HEAD_CONFIG
+    for name, heads, kv_heads, softcap, qk_norm in (("gemma-2b", 8, 1, False, False), ("gemma2-2b", 8, 4, True, False),
+                                                    ("gemma3-1b", 4, 1, False, True)):  # fmt: skip
+        for block_n, warps, stages in ((wide.block_n, wide.num_warps, wide.num_stages), (64, 8, 2), (32, 4, 2)):
+            c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_H=16, HEAD_DIM=256,
+                     HALF_BLOCK=128, BLOCK_D=256, BLOCK_N=block_n, QK_NORM=qk_norm, IEEE=False, SOFTCAP=softcap,
+                     NORM_OFFSET=qk_norm)  # fmt: skip
+            out.append((f"rope attention {name} d256 n{block_n} w{warps} s{stages}",
+                        triton_attention._rope_attention_kernel, att, c, att_aligned,
+                        dict(num_warps=warps, num_stages=stages)))  # fmt: skip
+    rope = {n: "*bf16" for n in "QKV QNORM KNORM Q_OUT K_OUT V_OUT K_CACHE V_CACHE".split()}
+    rope.update(POS="*i64", SLOT="*i64", COS="*fp32", SIN="*fp32", eps="fp32")
+    rope.update({n: "i32" for n in "stride_t stride_cos stride_qo_t stride_qo_h stride_ko_t stride_ko_h stride_cs "
+                 "stride_ch stride_cn".split()})  # fmt: skip
+    for heads, head_dim, qk_norm, offset in ((16, 64, False, False), (16, 128, True, False), (4, 256, True, True)):
+        c = dict(NUM_HEADS=heads, HEAD_DIM=head_dim, HALF_BLOCK=head_dim // 2, QK_NORM=qk_norm, RETURN_KV=True,
+                 NORM_OFFSET=offset)  # fmt: skip
+        out.append((f"prefill rope + KV write d{head_dim} qk_norm={qk_norm} offset={offset}", triton_rope._rope_qkv_kernel,
+                    rope, c, ["QKV", "stride_t"], {}))  # fmt: skip
+    norm = dict(X="*bf16", R="*bf16", W="*bf16", WX="*bf16", OUT="*bf16", RES_OUT="*bf16", stride_x="i32",
+                stride_r="i32", stride_o="i32", stride_ro="i32", dim="i32", eps="fp32")  # fmt: skip
+    for residual, norm_x, offset in ((False, False, False), (True, False, False), (True, True, True), (False, False, True)):
+        c = dict(HAS_RESIDUAL=residual, NORM_X=norm_x, UNIT_OFFSET=offset, BLOCK=2048)
+        out.append((f"rms norm residual={residual} norm_x={norm_x} (1+w)={offset}", triton_norm._rms_norm_kernel, norm,
+                    c, [], {}))  # fmt: skip
+    for gelu in (False, True):
+        out.append((f"gated activation product gelu_tanh={gelu}", triton_norm._act_mul_kernel,
+                    dict(GU="*bf16", OUT="*bf16", stride_gu="i32", stride_o="i32", inter="i32"),
+                    dict(GELU_TANH=gelu, BLOCK=1024), [], {}))  # fmt: skip
     f = {n: "*fp32" for n in "LOGITS PMAX HIST PREFIX ACC TARGET HIST_K PREFIX_K ACC_K TEMP TOP_K TOP_P".split()}
     f.update(LOGITS="*bf16", PREFIX="*i32", PREFIX_K="*i32", TOP_K="*i64", stride="i32", vocab="i32", span="i32",
              rows="i32", chunks="i32", level="i32")  # fmt: skip
@@ -105,9 +139,11 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
                     dict(CHUNKS=32, BLOCK_C=32, FIRST=first, LAST=last), [], {}))  # fmt: skip
     out.append(("race pick", triton_sampling._pick_kernel,
                 dict(BEST_VAL="*fp32", BEST_IDX="*i32", OUT="*i64"), dict(CHUNKS=32, BLOCK_C=32), [], {}))  # fmt: skip
-    out.append(("embedding + rms norm", triton_norm._embed_rms_norm_kernel,
-                dict(TOK="*i64", E="*bf16", W="*bf16", OUT="*bf16", X="*bf16", stride_e="i32", stride_o="i32",
-                     stride_x="i32", dim="i32", eps="fp32"), dict(BLOCK=1024), [], {}))  # fmt: skip
+    for gemma in (False, True):
+        out.append((f"embedding + rms norm{' (Gemma: scaled, 1 + w)' if gemma else ''}", triton_norm._embed_rms_norm_kernel,
+                    dict(TOK="*i64", E="*bf16", W="*bf16", OUT="*bf16", X="*bf16", stride_e="i32", stride_o="i32",
+                         stride_x="i32", dim="i32", eps="fp32", scale="fp32"),
+                    dict(HAS_SCALE=gemma, UNIT_OFFSET=gemma, BLOCK=2048 if gemma else 1024), [], {}))  # fmt: skip
     out.append(("stop mask (bf16 logits)", triton_step._mask_stops_kernel,
                 dict(LOGITS="*bf16", N_OUT="*i64", MIN_NEW="*i64", N_STOP="*i64", STOP="*i64", stride_l="i32"),
                 dict(STOPS=8, BLOCK_S=8), [], {}))  # fmt: skip
@@ -149,13 +185,17 @@ def ptxas_report(ptx: str, arch: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability x 10 (90: H100/H200)")
+    parser.add_argument("--only", default="", help="comma-separated substrings: compile only kernels whose name has one")
     args = parser.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     failures = 0
-    for name, kernel, signature, constexprs, aligned, options in kernels():
+    wanted = [w for w in args.only.split(",") if w]
+    selected = [k for k in kernels() if not wanted or any(w in k[0] for w in wanted)]
+    for name, kernel, signature, constexprs, aligned, options in selected:
         full = dict(signature) | {k: "constexpr" for k in constexprs}
-        names = list(full)
-        attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+        assert set(full) == set(kernel.arg_names), (name, set(full) ^ set(kernel.arg_names))
+        # hints by the kernel's own argument positions (the signature dicts are not in argument order)
+        attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
         try:
             compiled = triton.compile(ASTSource(kernel, full, constexprs, attrs), target=target, options=options)
         except Exception as e:  # the compiler's message is the finding
@@ -164,7 +204,7 @@ def main() -> int:
             continue
         shared = getattr(compiled.metadata, "shared", "?")
         print(f"ok   {name}: {ptxas_report(compiled.asm['ptx'], args.arch)}, shared {shared} B")
-    print(f"{failures} of {len(kernels())} kernels failed to compile for sm_{args.arch}")
+    print(f"{failures} of {len(selected)} kernels failed to compile for sm_{args.arch}")
     return 1 if failures else 0
 
 

@@ -1,9 +1,10 @@
 """Scalar math shared by the Triton kernels (fp32 in, fp32 out): tanh, the tanh-approximated GELU, SiLU.
 
-tanh is written with exp (1 - 2 / (e^2x + 1)) rather than a libdevice call, so the same code runs in the
-Triton interpreter (the CPU tests) and on every Triton version; it saturates exactly to +-1 (e^2x -> inf
-gives 1, -> 0 gives -1) and its absolute error is a few fp32 ulps, which is all its two users need: GELU
-adds it to 1, and the soft-caps multiply it by the cap (transformers computes both in the model dtype).
+tanh is written with exp ((1 - e) / (1 + e), e = exp(-2|x|), sign restored) rather than a libdevice call, so
+the same code runs in the Triton interpreter (the CPU tests) and on every Triton version; it never
+overflows, saturates exactly to +-1, and its absolute error is a few fp32 ulps, which is all its two users
+need: GELU adds it to 1, and the soft-caps multiply it by the cap (transformers computes both in the model
+dtype).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import triton.language as tl
 
 @triton.jit
 def tanh(x):
-    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x >= 0, t, -t)
 
 
 @triton.jit
