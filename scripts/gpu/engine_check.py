@@ -24,8 +24,11 @@ wrapped: a failure prints its traceback and the run goes on; results are written
                      unconstrained at equal output lengths (target >= 0.9x), all outputs valid
   batching           continuous vs static batching, output lengths drawn from 200-1000
   profile            per-kernel time of one decode step (torch.profiler, top 15) at batch 16 and 256
+  hf_gemma           hf_logits for the Gemma family: gemma-2b, tiny-gemma2, tiny-gemma3 (windows shorter than
+                     the prompts, soft-caps, q/k norms), then gemma-2b speed at batch 64, 150 new tokens
 Writes <out>/<part>.json and <out>/summary.json, and prints a summary table at the end. Random checkpoints
-(llama-380m, qwen3-0.6b, tiny, tiny-qwen3) are built once into --cache (default /tmp/inferlab-engine-check).
+(llama-380m, qwen3-0.6b, gemma-2b, the tiny presets) are built once into --cache (default
+/tmp/inferlab-engine-check).
 """
 
 from __future__ import annotations
@@ -168,6 +171,7 @@ PARTS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "constrained_speed": constrained.part_constrained_speed,
     "batching": speed.part_batching,
     "profile": profile.part_profile,
+    "hf_gemma": hf.part_hf_gemma,  # last: a full run reaches it only with budget left (it builds gemma-2b)
 }
 
 
