@@ -219,6 +219,34 @@ def _requests(n: int, new_tokens: int, vocab: int, seed: int = 0, **sampling):
     ]
 
 
+def graph_vs_eager(ctx, part: str, preset: str) -> dict[str, Any]:
+    """16 requests (greedy, top-p, min-p, plain sampling) on a graph engine and an eager one: identical tokens."""
+    from inferlab.engine import Engine, EngineConfig
+
+    path = ctx.checkpoint(preset)
+    tokens, res = {}, {}
+    for graphs in (True, False):
+        # cuBLAS in both: the GEMM plan is timed per engine and may differ between two engines (other
+        # rounding, other tokens); what is compared here is graph replay against eager steps
+        engine = Engine(EngineConfig(model=path, max_slots=8, max_seq_len=192, cuda_graphs=graphs, gemm="cublas"))
+        batch = (
+            _requests(4, 64, engine.spec.vocab_size, temperature=0.0)
+            + _requests(4, 64, engine.spec.vocab_size, seed=1, temperature=1.0, top_p=0.9)
+            + _requests(4, 64, engine.spec.vocab_size, seed=2, temperature=0.8, min_p=0.1)
+            + _requests(4, 64, engine.spec.vocab_size, seed=3, temperature=1.0)
+        )
+        tokens[graphs] = [r.token_ids for r in engine.generate(batch)]
+        if graphs:
+            res[f"{preset}_capture_s"] = engine.stats.capture_s
+        del engine
+        ctx.free()
+    mismatched = sum(a != b for a, b in zip(tokens[True], tokens[False]))
+    res[f"{preset}_mismatched_requests"] = mismatched
+    verdict = "ok" if mismatched == 0 else "FAIL"
+    ctx.row(part, f"{preset}: requests differing, graph vs eager (of 16)", mismatched, verdict)
+    return res
+
+
 def part_graphs(ctx) -> dict[str, Any]:
     """Graph replay vs eager steps on two engines with the same GEMMs (cuBLAS); then whether two engines that
     tune their GEMM plan choose the same one (if not, their tokens may differ by rounding)."""
@@ -229,31 +257,7 @@ def part_graphs(ctx) -> dict[str, Any]:
         return {"skipped": "needs CUDA"}
     res = {}
     for preset in ["tiny", "llama-380m"]:
-        path = ctx.checkpoint(preset)
-        tokens = {}
-        for graphs in (True, False):
-            # cuBLAS in both: the GEMM plan is timed per engine and may differ between two engines (other
-            # rounding, other tokens); what is compared here is graph replay against eager steps
-            engine = Engine(EngineConfig(model=path, max_slots=8, max_seq_len=192, cuda_graphs=graphs, gemm="cublas"))
-            batch = (
-                _requests(4, 64, engine.spec.vocab_size, temperature=0.0)
-                + _requests(4, 64, engine.spec.vocab_size, seed=1, temperature=1.0, top_p=0.9)
-                + _requests(4, 64, engine.spec.vocab_size, seed=2, temperature=0.8, min_p=0.1)
-                + _requests(4, 64, engine.spec.vocab_size, seed=3, temperature=1.0)
-            )
-            tokens[graphs] = [r.token_ids for r in engine.generate(batch)]
-            if graphs:
-                res[f"{preset}_capture_s"] = engine.stats.capture_s
-            del engine
-            ctx.free()
-        mismatched = sum(a != b for a, b in zip(tokens[True], tokens[False]))
-        res[f"{preset}_mismatched_requests"] = mismatched
-        ctx.row(
-            "graphs",
-            f"{preset}: requests differing, graph vs eager (of 16)",
-            mismatched,
-            "ok" if mismatched == 0 else "FAIL",
-        )
+        res |= graph_vs_eager(ctx, "graphs", preset)
     plans = []
     for _ in range(2):
         engine = Engine(EngineConfig(model=ctx.checkpoint("llama-380m"), max_slots=64, max_seq_len=192))

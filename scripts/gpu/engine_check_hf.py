@@ -11,9 +11,10 @@ once and by a wide gap).
 hf_logits: tiny and llama-380m (tiny only with --quick).
 hf_gemma: the Gemma family (models/gemma.py). On the GPU: gemma-2b (the issue's shape: MQA, head_dim 256,
 GeGLU, vocab 256k), then tiny-gemma2 and tiny-gemma3 (windows 8 / 12 shorter than the 48-token prompts,
-soft-caps, q/k norms, two ropes: the bf16 Triton kernels of Gemma 2/3 against transformers), then a speed
-cell on gemma-2b (batch 64, 48-token prompts, exactly 150 new tokens, greedy and top-p 0.9; CUDA graphs,
-the engine's own start-up). With --quick: tiny-gemma, tiny-gemma2, tiny-gemma3 and a tiny speed cell.
+soft-caps, q/k norms, two ropes: the bf16 Triton kernels of Gemma 2/3 against transformers), then their
+graph replay against eager steps (identical tokens), then a speed cell on gemma-2b (batch 64, 48-token
+prompts, exactly 150 new tokens, greedy and top-p 0.9; CUDA graphs, the engine's own start-up). With
+--quick (CPU): tiny-gemma, tiny-gemma2, tiny-gemma3 and a tiny speed cell.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from engine_check_correctness import PROMPT_LEN, _err, _requests, hf_dtype
+from engine_check_correctness import PROMPT_LEN, _err, _requests, graph_vs_eager, hf_dtype
 
 
 def _check_preset(ctx, part: str, preset: str) -> dict[str, Any]:
@@ -129,6 +130,15 @@ def part_hf_gemma(ctx) -> dict[str, Any]:
             res[preset] = {"error": traceback.format_exc()}
             ctx.row("hf_gemma", f"{preset}: ERROR", res[preset]["error"].strip().splitlines()[-1][:90], "FAIL")
             ctx.free()
+    if ctx.cuda:  # windows, soft-caps and q/k norms inside captured decode steps: graph replay == eager
+        for preset in ("tiny-gemma2", "tiny-gemma3"):
+            try:
+                res[f"{preset}_graphs"] = graph_vs_eager(ctx, "hf_gemma", preset)
+            except Exception:
+                res[f"{preset}_graphs"] = {"error": traceback.format_exc()}
+                ctx.row("hf_gemma", f"{preset} graphs: ERROR", res[f"{preset}_graphs"]["error"].strip().splitlines()[-1][:90],
+                        "FAIL")  # fmt: skip
+                ctx.free()
     preset, batch, new_tokens = ("tiny-gemma2", 4, 24) if ctx.quick else ("gemma-2b", 64, 150)
     if ctx.elapsed() > ctx.budget_s:
         ctx.row("hf_gemma", f"{preset} speed: skipped", f"{ctx.elapsed():.0f} s used of {ctx.budget_s:.0f} s")
