@@ -9,7 +9,7 @@ Tolerances (stated here, reported with every number):
   16- and 32-bit keys): the same kept set as the sort-based reference on >= 99% of rows (the masses are
   summed in another order).
 - graphs: identical tokens (replay runs the very same kernels as the eager step).
-(hf_logits, against transformers: engine_check_hf.py.)
+(hf_logits, against transformers: engine_check_hf.py; the kernels' Gemma variants: engine_check_gemma_kernels.py.)
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def part_kernels(ctx) -> dict[str, Any]:
+    from engine_check_gemma_kernels import gemma_kernel_cases
+
     from inferlab.engine import step, torch_ops
     from inferlab.engine.attention import decode_rope_attention_torch
     from inferlab.engine.kernels import (
@@ -139,6 +141,7 @@ def part_kernels(ctx) -> dict[str, Any]:
                     ref = ((torch_ops.silu_mul(x) if swiglu else x).float() @ weight.float().T).to(dtype)
                     for config in (SkinnyConfig(32, 128 if rows <= 32 else 64, 1), SkinnyConfig(64, 64, 4)):
                         note("skinny_gemm", dtype, _rel(skinny_linear(x, weight, config, swiglu=swiglu), ref))
+    gemma_kernel_cases(ctx, randn, note, dtypes, attention_dtypes, g)  # the Gemma flags of the same kernels
     vocab = 128256 if not ctx.quick else 5000
     base = randn(64, vocab) * 3
     temp = torch.rand(64, generator=g, device=dev) + 0.5

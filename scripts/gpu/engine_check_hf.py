@@ -35,9 +35,9 @@ def _check_preset(ctx, part: str, preset: str) -> dict[str, Any]:
     path = ctx.checkpoint(preset)
     hf32 = AutoModelForCausalLM.from_pretrained(path, **hf_dtype(torch.float32)).to(ctx.device).eval()
     hf16 = AutoModelForCausalLM.from_pretrained(path, **hf_dtype(torch.bfloat16)).to(ctx.device).eval()
-    engine = Engine(
-        EngineConfig(model=path, dtype="bfloat16", device=str(ctx.device), max_slots=4, max_seq_len=192, cuda_graphs=False)
-    )
+    config = EngineConfig(model=path, dtype="bfloat16", device=str(ctx.device), max_slots=4, max_seq_len=192,
+                          cuda_graphs=False)  # fmt: skip
+    engine = Engine(config)
     model, cache = engine.runner.model, engine.runner.cache
     requests = _requests(4, 64, engine.spec.vocab_size)
     ours_err, hf_err, scale, top1 = 0.0, 0.0, 0.0, []
@@ -135,9 +135,9 @@ def part_hf_gemma(ctx) -> dict[str, Any]:
             try:
                 res[f"{preset}_graphs"] = graph_vs_eager(ctx, "hf_gemma", preset)
             except Exception:
-                res[f"{preset}_graphs"] = {"error": traceback.format_exc()}
-                ctx.row("hf_gemma", f"{preset} graphs: ERROR", res[f"{preset}_graphs"]["error"].strip().splitlines()[-1][:90],
-                        "FAIL")  # fmt: skip
+                error = traceback.format_exc()
+                res[f"{preset}_graphs"] = {"error": error}
+                ctx.row("hf_gemma", f"{preset} graphs: ERROR", error.strip().splitlines()[-1][:90], "FAIL")
                 ctx.free()
     preset, batch, new_tokens = ("tiny-gemma2", 4, 24) if ctx.quick else ("gemma-2b", 64, 150)
     if ctx.elapsed() > ctx.budget_s:

@@ -90,11 +90,13 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
     for heads, head_dim, qk_norm, offset in ((16, 64, False, False), (16, 128, True, False), (4, 256, True, True)):
         c = dict(NUM_HEADS=heads, HEAD_DIM=head_dim, HALF_BLOCK=head_dim // 2, QK_NORM=qk_norm, RETURN_KV=True,
                  NORM_OFFSET=offset)  # fmt: skip
-        out.append((f"prefill rope + KV write d{head_dim} qk_norm={qk_norm} offset={offset}", triton_rope._rope_qkv_kernel,
+        out.append((f"prefill rope + KV write d{head_dim} qk_norm={qk_norm} offset={offset}",
+                    triton_rope._rope_qkv_kernel,
                     rope, c, ["QKV", "stride_t"], {}))  # fmt: skip
     norm = dict(X="*bf16", R="*bf16", W="*bf16", WX="*bf16", OUT="*bf16", RES_OUT="*bf16", stride_x="i32",
                 stride_r="i32", stride_o="i32", stride_ro="i32", dim="i32", eps="fp32")  # fmt: skip
-    for residual, norm_x, offset in ((False, False, False), (True, False, False), (True, True, True), (False, False, True)):
+    for residual, norm_x, offset in ((False, False, False), (True, False, False), (True, True, True),
+                                     (False, False, True)):  # fmt: skip
         c = dict(HAS_RESIDUAL=residual, NORM_X=norm_x, UNIT_OFFSET=offset, BLOCK=2048)
         out.append((f"rms norm residual={residual} norm_x={norm_x} (1+w)={offset}", triton_norm._rms_norm_kernel, norm,
                     c, [], {}))  # fmt: skip
@@ -140,7 +142,8 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
     out.append(("race pick", triton_sampling._pick_kernel,
                 dict(BEST_VAL="*fp32", BEST_IDX="*i32", OUT="*i64"), dict(CHUNKS=32, BLOCK_C=32), [], {}))  # fmt: skip
     for gemma in (False, True):
-        out.append((f"embedding + rms norm{' (Gemma: scaled, 1 + w)' if gemma else ''}", triton_norm._embed_rms_norm_kernel,
+        out.append((f"embedding + rms norm{' (Gemma: scaled, 1 + w)' if gemma else ''}",
+                    triton_norm._embed_rms_norm_kernel,
                     dict(TOK="*i64", E="*bf16", W="*bf16", OUT="*bf16", X="*bf16", stride_e="i32", stride_o="i32",
                          stride_x="i32", dim="i32", eps="fp32", scale="fp32"),
                     dict(HAS_SCALE=gemma, UNIT_OFFSET=gemma, BLOCK=2048 if gemma else 1024), [], {}))  # fmt: skip
@@ -185,7 +188,7 @@ def ptxas_report(ptx: str, arch: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability x 10 (90: H100/H200)")
-    parser.add_argument("--only", default="", help="comma-separated substrings: compile only kernels whose name has one")
+    parser.add_argument("--only", default="", help="comma-separated substrings: only kernels whose name has one")
     args = parser.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     failures = 0

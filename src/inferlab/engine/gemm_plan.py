@@ -10,9 +10,9 @@ between calls, timed apart and subtracted), over the real weights of successive 
 only where it wins by more than MARGIN (so the choice does not flip on noise). The MLP is timed as one
 unit: cuBLAS gate_up + silu_mul + cuBLAS down, against the Triton gate_up with the SwiGLU product in its
 epilogue ("gated", no silu_mul launch) and against the Triton down with it in its prologue (Gemma: the same
-with the tanh GELU, `activation="gelu_tanh"`; the kind names keep saying "swiglu"). Prefill (hundreds of rows) and the LM head
-(128k+ rows of weight, where cuBLAS streams at full speed) stay on cuBLAS. The choices are fixed for the
-engine's life and reported in engine.stats.gemm_choices.
+with the tanh GELU, `activation="gelu_tanh"`; the kind names keep saying "swiglu"). Prefill (hundreds of
+rows) and the LM head (128k+ rows of weight, where cuBLAS streams at full speed) stay on cuBLAS. The choices
+are fixed for the engine's life and reported in engine.stats.gemm_choices.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 They follow transformers' arithmetic step by step (RMSNorm in fp32 then cast, weight multiplied in the
 model dtype, or for Gemma (`unit_offset`) multiplied by (1 + w) in fp32 and cast once; rope with cos/sin
-cast to the model dtype), so on CPU in fp32 our forward matches transformers to rounding. The Triton kernels in engine/kernels/ implement the same signatures fused into
-one launch each and are tested against these functions.
+cast to the model dtype), so on CPU in fp32 our forward matches transformers to rounding. The Triton
+kernels in engine/kernels/ implement the same signatures fused into one launch each and are tested
+against these functions.
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ class GemmaModel:
         self.rotary = rotary  # spec.rope: every layer of Gemma 1/2, Gemma 3's global layers
         self.local_rotary = rotary  # Gemma 3's sliding layers have their own base
         if spec.local_rope is not None:
-            self.local_rotary = RotaryTables.build(spec.local_rope, spec.head_dim, rotary.cos.shape[0], rotary.cos.device)
+            positions, device = rotary.cos.shape[0], rotary.cos.device
+            self.local_rotary = RotaryTables.build(spec.local_rope, spec.head_dim, positions, device)
         self.scale = spec.attention_scale
         # transformers multiplies by the scale as a tensor of the model dtype: sqrt(2048) = 45.25 in bf16
         self.embed_scale = torch.tensor(spec.embedding_scale, dtype=weights.embed.dtype).item()

@@ -31,7 +31,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma2": dict(max_position_embeddings=8192, rope_theta=10000.0, sliding_window=4096, query_pre_attn_scalar=256,
                    attn_logit_softcapping=50.0, final_logit_softcapping=30.0, pattern=2),  # fmt: skip
     "gemma3_text": dict(max_position_embeddings=131072, sliding_window=4096, query_pre_attn_scalar=256,
-                        final_logit_softcapping=None, pattern=6, global_theta=1_000_000.0, local_theta=10_000.0),  # fmt: skip
+                        final_logit_softcapping=None, pattern=6, global_theta=1e6, local_theta=1e4),  # fmt: skip
 }
 
 
@@ -39,7 +39,9 @@ def gemma_fields(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
     """ModelSpec keyword arguments for a Gemma-family config (they override config.py's Llama reading)."""
     d = _DEFAULTS[model_type]
     if cfg.get("attention_bias"):
-        raise UnsupportedError(f"attention_bias=true on {model_type} is not supported by the inferlab engine; use --backend hf")
+        raise UnsupportedError(
+            f"attention_bias=true on {model_type} is not supported by the inferlab engine; use --backend hf"
+        )
     if cfg.get("use_bidirectional_attention"):
         raise UnsupportedError("use_bidirectional_attention=true (an encoder-style Gemma) is not supported by the "
                                "inferlab engine; use --backend hf")  # fmt: skip
@@ -97,7 +99,9 @@ def _layer_types(cfg: dict[str, Any], layers: int, default_pattern: int) -> list
         raise UnsupportedError(f"layer_types {unknown} are not supported by the inferlab engine (only {SLIDING}, "
                                f"{GLOBAL}); use --backend hf")  # fmt: skip
     if len(types) != layers:
-        raise ConfigError(f"config.json lists {len(types)} layer_types for num_hidden_layers={layers}; it is inconsistent")
+        raise ConfigError(
+            f"config.json lists {len(types)} layer_types for num_hidden_layers={layers}; it is inconsistent"
+        )
     return list(types)
 
 

@@ -57,7 +57,8 @@ def test_gemma2_both_layouts_and_transformers_agree(tmp_path):
     assert (a.attn_logit_softcap, a.final_logit_softcap, a.query_pre_attn_scalar) == (50.0, 30.0, 256)
     assert a.attention_scale == 256**-0.5 and a.post_norms and a.norm_unit_offset and not a.qk_norm
     assert a.activation == "gelu_tanh" and a.embedding_scale == 8.0 and a.tie_word_embeddings
-    nulls = read_model_spec(_write(tmp_path / "nulls", dict(v4, attn_logit_softcapping=None, final_logit_softcapping=None)))
+    nulls = dict(v4, attn_logit_softcapping=None, final_logit_softcapping=None)
+    nulls = read_model_spec(_write(tmp_path / "nulls", nulls))
     assert nulls.attn_logit_softcap is None and nulls.final_logit_softcap is None
 
 
@@ -83,7 +84,8 @@ def test_gemma3_both_layouts_and_transformers_agree(tmp_path):
     assert default.layer_windows == (16,) * 5 + (0,)
     assert (default.rope.theta, default.local_rope.theta) == (1e6, 1e4)
     # transformers' Gemma 3 attention never applies attn_logit_softcapping: neither do we
-    assert read_model_spec(_write(tmp_path / "cap", dict(GEMMA3, attn_logit_softcapping=50.0))).attn_logit_softcap is None
+    capped = read_model_spec(_write(tmp_path / "cap", dict(GEMMA3, attn_logit_softcapping=50.0)))
+    assert capped.attn_logit_softcap is None
 
 
 def test_gemma3_rotary_tables_match_transformers_per_layer_type(tmp_path):
