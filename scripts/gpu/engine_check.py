@@ -27,8 +27,11 @@ wrapped: a failure prints its traceback and the run goes on; results are written
   fp8_kv             the FP8 KV cache vs the bf16 cache on qwen3-0.6b: logit error and top-1 agreement over
                      200 teacher-forced steps, the attention kernel per config, tok/s at batch 256 (600 new,
                      29-token prompts), constrained conformers' validity (engine_check_fp8.py; ~3 min)
+  hf_gemma           hf_logits for the Gemma family: gemma-2b, tiny-gemma2, tiny-gemma3 (windows shorter than
+                     the prompts, soft-caps, q/k norms), then gemma-2b speed at batch 64, 150 new tokens
 Writes <out>/<part>.json and <out>/summary.json, and prints a summary table at the end. Random checkpoints
-(llama-380m, qwen3-0.6b, tiny, tiny-qwen3) are built once into --cache (default /tmp/inferlab-engine-check).
+(llama-380m, qwen3-0.6b, gemma-2b, the tiny presets) are built once into --cache (default
+/tmp/inferlab-engine-check).
 """
 
 from __future__ import annotations
@@ -173,6 +176,7 @@ PARTS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "batching": speed.part_batching,
     "profile": profile.part_profile,
     "fp8_kv": fp8.part_fp8_kv,
+    "hf_gemma": hf.part_hf_gemma,  # last: a full run reaches it only with budget left (it builds gemma-2b)
 }
 
 
