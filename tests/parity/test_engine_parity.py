@@ -7,17 +7,15 @@ exactly where transformers stops. Prefill and decode logits must match transform
 
 The Gemma presets have sliding windows (8, 12) shorter than the longer prompts and than prompt + output,
 so both the windowed prefill and the windowed decode are held to transformers; their norm weights are
-randomised here (transformers initialises Gemma's (1 + w) norms at w = 0, which would hide how w enters).
+randomised (tests/parity/conftest.py: transformers initialises Gemma's (1 + w) norms at w = 0, which would
+hide how w enters).
 """
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 import transformers
-from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 from inferlab.engine import Engine, EngineConfig
@@ -55,27 +53,13 @@ def _hf_greedy(hf, prompt: list[int], new_tokens: int, eos: list[int] | None) ->
     return out[0, len(prompt) :].tolist()
 
 
-def _with_random_norms(path, dst):
-    """A copy of the checkpoint at `path` whose RMSNorm weights are random (N(0, 0.3))."""
-    shutil.copytree(path, dst)
-    tensors = load_file(str(dst / "model.safetensors"))
-    g = torch.Generator().manual_seed(1)
-    for key in sorted(tensors):
-        if key.endswith("norm.weight"):
-            tensors[key] = torch.randn(tensors[key].shape, generator=g) * 0.3
-    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
-    return dst
-
-
 @pytest.fixture(scope="module")
-def models(tiny_checkpoint, tmp_path_factory):
+def models(parity_checkpoint):
     cache = {}
 
     def get(preset: str):
         if preset not in cache:
-            path = tiny_checkpoint(preset)
-            if preset.startswith("tiny-gemma"):
-                path = _with_random_norms(path, tmp_path_factory.mktemp("norms") / preset)
+            path = parity_checkpoint(preset)
             engine = Engine(EngineConfig(model=path, max_slots=2, max_seq_len=64, decode_steps_per_sync=4))
             hf = AutoModelForCausalLM.from_pretrained(path, **hf_dtype(torch.float32)).eval()
             cache[preset] = (engine, hf)

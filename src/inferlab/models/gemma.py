@@ -13,7 +13,9 @@ that feeds it):
 with mlp(h) = (gelu_tanh(h @ Wg) * (h @ Wu)) @ Wd, norm(x) = x / rms(x) * (1 + w) in fp32, the embeddings
 times sqrt(hidden) rounded to the model dtype first (as transformers does), q . k scaled by
 query_pre_attn_scalar ** -0.5 (Gemma 2/3), Gemma 2's scores soft-capped, Gemma 3's q and k normed per
-head, and the logits soft-capped when `final_logit_softcapping` is set.
+head, and the logits soft-capped when `final_logit_softcapping` is set. The last add of layer i (norm +
+add + next norm, one fused op) is where the residual stream after layer i exists: with `taps`
+(engine/taps.py) it also adds each steered row's vector there and collects it, as in llama.py.
 
 Per layer i, `spec.window(i)` is its sliding window (0: global) and `spec.rope_of(i)` its rope (Gemma 3:
 the local base on sliding layers). Windows are real in both paths: prefill attends through
@@ -35,6 +37,7 @@ from inferlab.engine.attention import prefill_attention
 from inferlab.engine.gemm_plan import GemmPlan
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
+from inferlab.engine.taps import LayerTaps
 from inferlab.models.config import ModelSpec
 from inferlab.models.rope import RotaryTables
 from inferlab.models.weights import LayerWeights, ModelWeights
@@ -63,7 +66,12 @@ class GemmaModel:
     def _tables(self, layer: int) -> RotaryTables:
         return self.local_rotary if self.spec.window(layer) else self.rotary
 
-    def _layers(self, tokens: torch.Tensor, attend: Attend) -> torch.Tensor:  # [T] -> [T, hidden], final-normed
+    def _layers(
+        self,
+        tokens: torch.Tensor,  # [T] int64
+        attend: Attend,
+        taps: LayerTaps | None = None,  # steering / collection on the residual after each layer
+    ) -> torch.Tensor:  # [T, hidden]: the final-normed hidden state
         spec, w, ops, gemm = self.spec, self.weights, self.ops, self.gemm
         eps = spec.rms_norm_eps
         h, x = ops.embed_rms_norm(tokens, w.embed, w.layers[0].input_norm, eps, self.embed_scale, True)
@@ -76,9 +84,12 @@ class GemmaModel:
                 h, x = ops.add_rms_norm(a, x, layer.post_norm, eps, True)
             m = gemm.mlp(h, layer.gate_up, layer.down)  # [T, hidden]
             next_norm = w.layers[i + 1].input_norm if i + 1 < len(w.layers) else w.final_norm
-            h, x = ops.add_rms_norm(m, x, next_norm, eps, True, x_norm=layer.post_mlp_norm)
-            # x [T, hidden] is now the residual stream after layer i (transformers' hidden_states[i + 1]) and h
-            # its next norm. Steering (contracts item 6) adds its vector to x here, then h = rms_norm(x, next_norm).
+            # x [T, hidden] becomes the residual stream after layer i (transformers' hidden_states[i + 1], the
+            # decoder layer's output) and h its next norm; with taps it is also steered and collected there
+            if taps is None:
+                h, x = ops.add_rms_norm(m, x, next_norm, eps, True, x_norm=layer.post_mlp_norm)
+            else:
+                h, x = taps.after_layer(i, m, x, next_norm, eps, True, x_norm=layer.post_mlp_norm)
         return h
 
     def _logits(self, h_last: torch.Tensor) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab], model dtype
@@ -94,6 +105,7 @@ class GemmaModel:
         lengths: torch.Tensor,  # [batch] int64: real prompt lengths (>= 1)
         slots: torch.Tensor,  # [batch] int64: each prompt's cache slot
         cache: KVCache,
+        taps: LayerTaps | None = None,
     ) -> torch.Tensor:  # [batch, vocab] logits (model dtype) at each prompt's last real position
         batch, padded = tokens.shape
         spec = self.spec
@@ -114,7 +126,7 @@ class GemmaModel:
             out = prefill_attention(qb, kb, vb, self.scale, spec.window(i), spec.attn_logit_softcap)
             return out.transpose(1, 2).reshape(batch * padded, heads * head_dim)
 
-        h = self._layers(tokens.reshape(-1), attend)
+        h = self._layers(tokens.reshape(-1), attend, taps)
         last = h.view(batch, padded, -1)[torch.arange(batch, device=h.device), lengths - 1]  # [batch, hidden]
         return self._logits(last)
 
@@ -125,6 +137,7 @@ class GemmaModel:
         slots: torch.Tensor,  # [rows] int64
         cache: KVCache,
         max_len_hint: int | None = None,  # host bound of positions + 1 (used by the torch attention only)
+        taps: LayerTaps | None = None,
     ) -> torch.Tensor:  # [rows, vocab] model dtype
         rows = tokens.shape[0]
         spec = self.spec
@@ -138,4 +151,4 @@ class GemmaModel:
             )  # fmt: skip
             return out.reshape(rows, spec.num_heads * spec.head_dim)
 
-        return self._logits(self._layers(tokens, attend))
+        return self._logits(self._layers(tokens, attend, taps))
