@@ -69,12 +69,15 @@ def test_norms_and_swiglu(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("row_map", [False, True])
-def test_add_steer_rms_norm(dtype, row_map):
-    """Steered rows get scale * vector (rounded to the model dtype) added to the sum; -1 rows nothing."""
+@pytest.mark.parametrize("gemma", [False, True])
+def test_add_steer_rms_norm(dtype, row_map, gemma):
+    """Steered rows get scale * vector (rounded to the model dtype) added to the sum; -1 rows nothing. gemma:
+    (1 + w) norms and x post-normed before the add (Gemma 2/3's residual update), then the steer."""
     g = torch.Generator().manual_seed(2)
     tokens, rows, dim, layers = 7, 4, 96, 3
     x, r = torch.randn(tokens, dim, generator=g).to(dtype), torch.randn(tokens, dim, generator=g).to(dtype)
     w = torch.randn(dim, generator=g).to(dtype)
+    variant = dict(unit_offset=True, x_norm=(torch.randn(dim, generator=g) * 0.3).to(dtype)) if gemma else {}
     vectors = torch.randn(5, dim, generator=g).to(dtype)
     index = torch.tensor([[2, -1, 0], [-1, -1, -1], [4, 1, -1], [0, 3, 3]], dtype=torch.int32)  # [rows, layers]
     scale = torch.randn(rows, layers, generator=g)
@@ -83,11 +86,13 @@ def test_add_steer_rms_norm(dtype, row_map):
         slot, sc = (index[:, layer], scale[:, layer]) if row_map else (
             index[:, layer].repeat(2)[:tokens], scale[:, layer].repeat(2)[:tokens])  # decode: token t is row t
         steer = SteerLayer(vectors, slot, sc, token_rows)
-        for ours, ref in zip(triton_norm.add_steer_rms_norm(x, r, w, 1e-6, steer),
-                             torch_ops.add_steer_rms_norm(x, r, w, 1e-6, steer)):
+        for ours, ref in zip(triton_norm.add_steer_rms_norm(x, r, w, 1e-6, steer, **variant),
+                             torch_ops.add_steer_rms_norm(x, r, w, 1e-6, steer, **variant)):
             torch.testing.assert_close(ours, ref, **TOL[dtype])
     plain = SteerLayer(vectors, torch.full((tokens,), -1, dtype=torch.int32), torch.ones(tokens), None)
-    torch.testing.assert_close(triton_norm.add_steer_rms_norm(x, r, w, 1e-6, plain)[1], (x + r), **TOL[dtype])
+    for ours, ref in zip(triton_norm.add_steer_rms_norm(x, r, w, 1e-6, plain, **variant),
+                         torch_ops.add_rms_norm(x, r, w, 1e-6, **variant)):  # unsteered rows: the plain add + norm
+        torch.testing.assert_close(ours, ref, **TOL[dtype])
 
 
 @pytest.mark.parametrize("row_map", [False, True])
@@ -228,8 +233,8 @@ def test_decode_rope_attention_follows_each_rows_length(qk_norm, heads, kv_heads
     assert torch.equal(again[0], ours[0])
 
 
-@pytest.mark.parametrize("qk_norm", [False, True])
-def test_rope_qkv_writes_the_reference_fp8_cache(qk_norm):
+@pytest.mark.parametrize("qk_norm,offset", [(False, False), (True, False), (True, True)])  # offset: Gemma 3
+def test_rope_qkv_writes_the_reference_fp8_cache(qk_norm, offset):
     """An fp8 cache: the same e4m3 bytes and scales as torch_ops.rope_qkv (kv_quant's rounding), and q, k, v
     returned unquantized for prefill attention."""
     g = torch.Generator().manual_seed(1)
@@ -241,8 +246,10 @@ def test_rope_qkv_writes_the_reference_fp8_cache(qk_norm):
     caches = [torch.zeros(4, kv_heads, 48, head_dim, dtype=torch.float8_e4m3fn) for _ in range(4)]
     scales = [torch.zeros(4, kv_heads, 48) for _ in range(4)]
     args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
-    ours = triton_rope.rope_qkv(*args, caches[0], caches[1], slots, heads, k_scale=scales[0], v_scale=scales[1])
-    ref = torch_ops.rope_qkv(*args, caches[2], caches[3], slots, heads, k_scale=scales[2], v_scale=scales[3])
+    ours = triton_rope.rope_qkv(*args, caches[0], caches[1], slots, heads, k_scale=scales[0], v_scale=scales[1],
+                                qk_norm_offset=offset)  # fmt: skip
+    ref = torch_ops.rope_qkv(*args, caches[2], caches[3], slots, heads, k_scale=scales[2], v_scale=scales[3],
+                             qk_norm_offset=offset)  # fmt: skip
     for a, b in zip(ours, ref):
         torch.testing.assert_close(a, b, **TOL[torch.float32])
     for i in (0, 1):
@@ -251,12 +258,14 @@ def test_rope_qkv_writes_the_reference_fp8_cache(qk_norm):
     assert scales[0].count_nonzero() == 5 * kv_heads  # one scale per token and kv head
 
 
-@pytest.mark.parametrize("qk_norm,splits,heads,kv_heads,head_dim", [(False, 1, 4, 2, 16), (True, 3, 6, 2, 40)])
-def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads, head_dim):
+@pytest.mark.parametrize("qk_norm,splits,heads,kv_heads,head_dim,gemma", [
+    (False, 1, 4, 2, 16, False), (True, 3, 6, 2, 40, False), (True, 3, 4, 1, 256, True)])  # fmt: skip
+def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads, head_dim, gemma):
     """fp32 queries over an fp8 cache: the kernel folds the scales into scores and probabilities, the
     reference dequantizes; the new position is written as the reference writes it (same bytes) and
     attended to as stored; nothing past a row's position is read (NaN codes and scales there). head_dim
-    40 leaves masked lanes in every block, which must not enter a scale."""
+    40 leaves masked lanes in every block, which must not enter a scale. gemma: MQA at head_dim 256, a
+    window of 40 (row 2 at position 199 reads nothing before 160), soft-capped scores, (1 + w) q/k norms."""
     g = torch.Generator().manual_seed(2)
     tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 256, torch.device("cpu"))
     stored = [kv_quant.quantize(torch.randn(5, kv_heads, 200, head_dim, generator=g)) for _ in range(2)]
@@ -268,15 +277,17 @@ def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads,
     args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
     counters = torch.zeros(5 * kv_heads, dtype=torch.int32)
     config, scale = triton_attention.AttentionConfig(block_n=32), head_dim**-0.5
+    variant = dict(window=40, softcap=0.5, qk_norm_offset=True) if gemma else {}
 
     def run():
         return triton_attention.decode_rope_attention(
             *args, *caches, slots, heads, scale, counters, config=config, splits=splits, k_scale=scales[0],
-            v_scale=scales[1],
+            v_scale=scales[1], **variant,
         )  # fmt: skip
 
     ours = run()
-    ref = decode_rope_attention_torch(*args, *ref_caches, slots, heads, scale, k_scale=ref_scales[0], v_scale=ref_scales[1])
+    ref = decode_rope_attention_torch(*args, *ref_caches, slots, heads, scale, k_scale=ref_scales[0],
+                                      v_scale=ref_scales[1], **variant)  # fmt: skip
     torch.testing.assert_close(ours, ref, **TOL[torch.float32])
     for i in (0, 1):
         assert torch.equal(caches[i].view(torch.uint8), ref_caches[i].view(torch.uint8))
@@ -284,18 +295,24 @@ def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads,
     assert not counters.any()
     caches[0].view(torch.uint8)[3, :, 1:] = 0x7F  # e4m3fn NaN
     scales[1][3, :, 1:] = float("nan")
-    assert torch.equal(run()[0], ours[0])
+    if gemma:  # before row 2's window
+        caches[1].view(torch.uint8)[4, :, :160] = 0x7F
+        scales[0][4, :, :160] = float("nan")
+    again = run()
+    assert torch.equal(again[0], ours[0]) and torch.equal(again[2], ours[2])
 
 
-def test_engine_with_an_fp8_cache_on_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
+@pytest.mark.parametrize("preset", ["tiny", "tiny-gemma2"])
+def test_engine_with_an_fp8_cache_on_triton_kernels_matches_the_torch_kernels(tiny_checkpoint, preset):
+    """The wiring: the engine hands its cache's scales to the Triton prefill write and decode kernel (Gemma 2:
+    rows of 4 + 6 positions outgrow the sliding layers' window of 8; soft-caps)."""
     from inferlab.engine import Engine, EngineConfig
     from inferlab.types import Request, SamplingParams
 
-    """The wiring: the engine hands its cache's scales to the Triton prefill write and decode kernel."""
-    requests = [Request(id="greedy", prompt_ids=(5, 9, 100, 7), sampling=SamplingParams(temperature=0, max_new_tokens=4))]
+    requests = [Request(id="greedy", prompt_ids=(5, 9, 100, 7), sampling=SamplingParams(temperature=0, max_new_tokens=6))]
     outputs = {}
     for kernels in ("torch", "triton"):
-        engine = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=2, max_seq_len=64, kernels=kernels,
+        engine = Engine(EngineConfig(model=tiny_checkpoint(preset), max_slots=2, max_seq_len=64, kernels=kernels,
                                      kv_dtype="fp8"))  # fmt: skip
         outputs[kernels] = [r.token_ids for r in engine.generate(requests)]
     assert outputs["triton"] == outputs["torch"]
@@ -460,12 +477,13 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
     assert outputs["triton"] == outputs["torch"]
 
 
-def test_engine_steering_and_collection_on_triton_kernels_match_the_torch_kernels(tiny_checkpoint):
+@pytest.mark.parametrize("preset", ["tiny", "tiny-gemma2"])  # Gemma 2: (1 + w) norms, the post-norm before the steer
+def test_engine_steering_and_collection_on_triton_kernels_match_the_torch_kernels(tiny_checkpoint, preset):
     """The fused add + steer + norm and the collect kernel inside a whole engine (prefill and decode)."""
     from inferlab.engine import Engine, EngineConfig
     from inferlab.types import Collect, Request, SamplingParams, Steer
 
-    path = tiny_checkpoint("tiny")
+    path = tiny_checkpoint(preset)
     vector = torch.randn(64, generator=torch.Generator().manual_seed(0))
     greedy = SamplingParams(temperature=0, max_new_tokens=4)
     requests = [  # a steered and an unsteered row in one batch
