@@ -1,10 +1,11 @@
 """engine_check part kernels, the Gemma variants: each Triton kernel's Gemma flags against its torch reference
 (same tolerances as the other kernels: relative max error, fp32 <= 1e-5, bf16 <= 2^-6).
 
-(1 + w) norms, the post-norm add, the scaled embedding, the GeGLU product and both GeGLU GEMM forms, and the
-decode attention at the Gemma shapes: gemma-2b (8 query heads on 1 kv head, head_dim 256), a Gemma 2 layer
-(8 on 4, window 300 of 1100 positions, soft-cap 50) and a Gemma 3 layer (4 on 1, window 512, (1 + w) q/k
-norms). --quick: small shapes (the Triton interpreter; attention in fp32 only).
+(1 + w) norms, the post-norm add (plain and steered), the scaled embedding, the GeGLU product and both GeGLU
+GEMM forms, and the decode attention at the Gemma shapes: gemma-2b (8 query heads on 1 kv head, head_dim
+256), a Gemma 2 layer (8 on 4, window 300 of 1100 positions, soft-cap 50) and a Gemma 3 layer (4 on 1,
+window 512, (1 + w) q/k norms). --quick: small shapes (the Triton interpreter; attention in fp32 only).
+The same attention shapes over an fp8 cache: engine_check_fp8_gemma.py (part fp8_kv, its own tolerance).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ def gemma_kernel_cases(ctx, randn: Callable, note: Callable, dtypes, attention_d
     from inferlab.engine.attention import decode_rope_attention_torch
     from inferlab.engine.kernels import triton_attention, triton_norm
     from inferlab.engine.kernels.triton_gemm import SkinnyConfig, skinny_linear
+    from inferlab.engine.steering import SteerLayer
     from inferlab.models.config import RopeSpec
     from inferlab.models.rope import RotaryTables
 
@@ -33,6 +35,13 @@ def gemma_kernel_cases(ctx, randn: Callable, note: Callable, dtypes, attention_d
         ours = triton_norm.add_rms_norm(x, r, w, 1e-6, True, x_norm=wx)
         ref = torch_ops.add_rms_norm(x, r, w, 1e-6, True, x_norm=wx)
         note("gemma post-norm add_rms_norm", dtype, max(_rel(a, b) for a, b in zip(ours, ref)))
+        # steering on Gemma 2/3's residual update: half the rows steered, decode (row = token) and prefill maps
+        slot = torch.where(torch.arange(64, device=dev) % 2 == 0, torch.arange(64, device=dev) % 5, -1).int()
+        for token_rows in (None, torch.arange(64, device=dev).flip(0)):
+            steer = SteerLayer(randn(5, hidden, dtype=dtype), slot, randn(64), token_rows)
+            ours = triton_norm.add_steer_rms_norm(x, r, w, 1e-6, steer, True, wx)
+            ref = torch_ops.add_steer_rms_norm(x, r, w, 1e-6, steer, True, wx)
+            note("gemma post-norm add_steer_rms_norm", dtype, max(_rel(a, b) for a, b in zip(ours, ref)))
         embed, tokens = randn(1000, hidden, dtype=dtype), torch.randint(0, 1000, (48,), generator=g, device=dev)
         scale = torch.tensor(hidden**0.5, dtype=dtype).item()
         ours = triton_norm.embed_rms_norm(tokens, embed, w, 1e-6, scale, True)
