@@ -29,8 +29,11 @@ wrapped: a failure prints its traceback and the run goes on; results are written
                      29-token prompts), constrained conformers' validity (engine_check_fp8.py; ~3 min)
   close              8 qwen3-0.6b engines made and closed in turn (and dropped with del, and with a stream
                      abandoned): each one's budget and memory_reserved before / with / after (~2 min)
+  hf_gemma           hf_logits for the Gemma family: gemma-2b, tiny-gemma2, tiny-gemma3 (windows shorter than
+                     the prompts, soft-caps, q/k norms), then gemma-2b speed at batch 64, 150 new tokens
 Writes <out>/<part>.json and <out>/summary.json, and prints a summary table at the end. Random checkpoints
-(llama-380m, qwen3-0.6b, tiny, tiny-qwen3) are built once into --cache (default /tmp/inferlab-engine-check).
+(llama-380m, qwen3-0.6b, gemma-2b, the tiny presets) are built once into --cache (default
+/tmp/inferlab-engine-check).
 """
 
 from __future__ import annotations
@@ -177,6 +180,7 @@ PARTS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "profile": profile.part_profile,
     "fp8_kv": fp8.part_fp8_kv,
     "close": close.part_close,
+    "hf_gemma": hf.part_hf_gemma,  # last: a full run reaches it only with budget left (it builds gemma-2b)
 }
 
 

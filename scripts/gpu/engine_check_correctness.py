@@ -9,7 +9,7 @@ Tolerances (stated here, reported with every number):
   16- and 32-bit keys): the same kept set as the sort-based reference on >= 99% of rows (the masses are
   summed in another order).
 - graphs: identical tokens (replay runs the very same kernels as the eager step).
-(hf_logits, against transformers: engine_check_hf.py.)
+(hf_logits, against transformers: engine_check_hf.py; the kernels' Gemma variants: engine_check_gemma_kernels.py.)
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def part_kernels(ctx) -> dict[str, Any]:
+    from engine_check_gemma_kernels import gemma_kernel_cases
+
     from inferlab.engine import step, torch_ops
     from inferlab.engine.attention import decode_rope_attention_torch
     from inferlab.engine.collection import CollectLayer
@@ -158,6 +160,7 @@ def part_kernels(ctx) -> dict[str, Any]:
                     ref = ((torch_ops.silu_mul(x) if swiglu else x).float() @ weight.float().T).to(dtype)
                     for config in (SkinnyConfig(32, 128 if rows <= 32 else 64, 1), SkinnyConfig(64, 64, 4)):
                         note("skinny_gemm", dtype, _rel(skinny_linear(x, weight, config, swiglu=swiglu), ref))
+    gemma_kernel_cases(ctx, randn, note, dtypes, attention_dtypes, g)  # the Gemma flags of the same kernels
     vocab = 128256 if not ctx.quick else 5000
     base = randn(64, vocab) * 3
     temp = torch.rand(64, generator=g, device=dev) + 0.5
@@ -238,6 +241,34 @@ def _requests(n: int, new_tokens: int, vocab: int, seed: int = 0, **sampling):
     ]
 
 
+def graph_vs_eager(ctx, part: str, preset: str) -> dict[str, Any]:
+    """16 requests (greedy, top-p, min-p, plain sampling) on a graph engine and an eager one: identical tokens."""
+    from inferlab.engine import Engine, EngineConfig
+
+    path = ctx.checkpoint(preset)
+    tokens, res = {}, {}
+    for graphs in (True, False):
+        # cuBLAS in both: the GEMM plan is timed per engine and may differ between two engines (other
+        # rounding, other tokens); what is compared here is graph replay against eager steps
+        engine = Engine(EngineConfig(model=path, max_slots=8, max_seq_len=192, cuda_graphs=graphs, gemm="cublas"))
+        batch = (
+            _requests(4, 64, engine.spec.vocab_size, temperature=0.0)
+            + _requests(4, 64, engine.spec.vocab_size, seed=1, temperature=1.0, top_p=0.9)
+            + _requests(4, 64, engine.spec.vocab_size, seed=2, temperature=0.8, min_p=0.1)
+            + _requests(4, 64, engine.spec.vocab_size, seed=3, temperature=1.0)
+        )
+        tokens[graphs] = [r.token_ids for r in engine.generate(batch)]
+        if graphs:
+            res[f"{preset}_capture_s"] = engine.stats.capture_s
+        engine.close()
+        ctx.free()
+    mismatched = sum(a != b for a, b in zip(tokens[True], tokens[False]))
+    res[f"{preset}_mismatched_requests"] = mismatched
+    verdict = "ok" if mismatched == 0 else "FAIL"
+    ctx.row(part, f"{preset}: requests differing, graph vs eager (of 16)", mismatched, verdict)
+    return res
+
+
 def part_graphs(ctx) -> dict[str, Any]:
     """Graph replay vs eager steps on two engines with the same GEMMs (cuBLAS); then whether two engines that
     tune their GEMM plan choose the same one (if not, their tokens may differ by rounding)."""
@@ -248,31 +279,7 @@ def part_graphs(ctx) -> dict[str, Any]:
         return {"skipped": "needs CUDA"}
     res = {}
     for preset in ["tiny", "llama-380m"]:
-        path = ctx.checkpoint(preset)
-        tokens = {}
-        for graphs in (True, False):
-            # cuBLAS in both: the GEMM plan is timed per engine and may differ between two engines (other
-            # rounding, other tokens); what is compared here is graph replay against eager steps
-            engine = Engine(EngineConfig(model=path, max_slots=8, max_seq_len=192, cuda_graphs=graphs, gemm="cublas"))
-            batch = (
-                _requests(4, 64, engine.spec.vocab_size, temperature=0.0)
-                + _requests(4, 64, engine.spec.vocab_size, seed=1, temperature=1.0, top_p=0.9)
-                + _requests(4, 64, engine.spec.vocab_size, seed=2, temperature=0.8, min_p=0.1)
-                + _requests(4, 64, engine.spec.vocab_size, seed=3, temperature=1.0)
-            )
-            tokens[graphs] = [r.token_ids for r in engine.generate(batch)]
-            if graphs:
-                res[f"{preset}_capture_s"] = engine.stats.capture_s
-            engine.close()
-            ctx.free()
-        mismatched = sum(a != b for a, b in zip(tokens[True], tokens[False]))
-        res[f"{preset}_mismatched_requests"] = mismatched
-        ctx.row(
-            "graphs",
-            f"{preset}: requests differing, graph vs eager (of 16)",
-            mismatched,
-            "ok" if mismatched == 0 else "FAIL",
-        )
+        res |= graph_vs_eager(ctx, "graphs", preset)
     plans = []
     for _ in range(2):
         engine = Engine(EngineConfig(model=ctx.checkpoint("llama-380m"), max_slots=64, max_seq_len=192))

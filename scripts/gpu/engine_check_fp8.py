@@ -1,5 +1,5 @@
 """engine_check part `fp8_kv`: the FP8 KV cache (EngineConfig.kv_dtype="fp8") against the model-dtype cache
-on qwen3-0.6b-shaped random weights (tiny-qwen3 with --quick), in four steps, each apart (a failure is
+on qwen3-0.6b-shaped random weights (tiny-qwen3 with --quick), in five steps, each apart (a failure is
 recorded and the next step runs; a step not started within the part's budget is skipped):
 
   accuracy     teacher-forced: the bf16-cache engine's greedy tokens fed to bf16, fp8 and fp32 engines (16
@@ -11,6 +11,8 @@ recorded and the next step runs; a step not started within the part's budget is 
                cache (default config) vs fp8 cache over a few configs, each timed in a CUDA graph over 8
                layers' caches: us per layer, GB/s of K/V (+ scales) read (--quick on CPU: tiny shapes
                through the Triton interpreter, fp32, timed by the wall clock: a plumbing check only).
+  gemma        the fp8 kernel at Gemma shapes (head_dim 256, windows, soft-cap, (1 + w) q/k norms) against the
+               reference, and tiny-gemma2 / tiny-gemma3 teacher-forced as in accuracy (engine_check_fp8_gemma.py)
   speed        batch 256, 29-token prompts, exactly 600 new tokens, T=1 (the conformer job's top-p 1.0): tok/s,
                ms/step, decode GB/s of the bf16-cache and the fp8 engine (graphs, gemm=cublas for both: the
                same GEMMs, start-up without the GEMM timing; max_seq_len 1400 for both); if the kernel step
@@ -19,7 +21,7 @@ recorded and the next step runs; a step not started within the part's budget is 
   constrained  qwen3-chem conformers of NCI molecules (<= 30 heavy atoms; 96 x 3 = 288 requests: T=1 top-p
                1.0, top-k 50 + top-p 0.9, greedy) on the fp8 engine of the speed step: every output must pass
                the template check and decode to its molecule (100%); constrained tok/s.
-About 3 minutes on an H100 (three or four engine start-ups dominate).
+About 3.5 minutes on an H100 (the engine start-ups dominate).
 """
 
 from __future__ import annotations
@@ -271,6 +273,8 @@ def step_constrained(ctx, preset: str, engines: dict) -> dict[str, Any]:
 
 
 def part_fp8_kv(ctx) -> dict[str, Any]:
+    from engine_check_fp8_gemma import step_gemma  # beside this file
+
     preset = "tiny-qwen3" if ctx.quick else "qwen3-0.6b"
     deadline = ctx.elapsed() + PART_BUDGET_S
     threads = torch.get_num_threads()
@@ -279,6 +283,7 @@ def part_fp8_kv(ctx) -> dict[str, Any]:
     res: dict[str, Any] = {}
     engines: dict[str, Any] = {}
     steps = [("accuracy", lambda: step_accuracy(ctx, preset)), ("kernel", lambda: step_kernel(ctx)),
+             ("gemma", lambda: step_gemma(ctx)),
              ("speed", lambda: step_speed(ctx, preset, engines, _better_config(res))),
              ("constrained", lambda: step_constrained(ctx, preset, engines))]  # fmt: skip
     for name, step in steps:

@@ -109,7 +109,8 @@ SMOKE_ARGS = {
                         "--set", "max_duration_s=0.3", "--set", "num_molecules=2", "--set", "num_conformers=2",
                         "--set", "max_requests=4", "--set", "slots=2", "--set", "min_heavy_atoms=0",
                         "--set", "max_heavy_atoms=0", "--set", "warmup_steps=2", *_ONE_THREAD],
-    "steering": ["--model", "tiny", "--set", "num_prompts=8", "--set", "prompt_min_tokens=4", "--set",
+    # tiny-gemma: the preset's family (gemma-2b is a Gemma 1), through the engine's Gemma forward and its taps
+    "steering": ["--model", "tiny-gemma", "--set", "num_prompts=8", "--set", "prompt_min_tokens=4", "--set",
                  "prompt_max_tokens=12", "--set", "new_tokens=6", "--set", "batch_size=4", "--set", "steer_layer=0",
                  "--set", "collect_layers=0:-1", "--set", "dtype=float32", "--set", "check_prompts=2",
                  "--set", "warmup_tokens=2", *_ONE_THREAD],

@@ -1,5 +1,6 @@
 """Steering and collected activations against transformers + forward hooks on tiny random checkpoints
-(CPU, fp32), parametrised by preset (Gemma presets join once the engine implements them).
+(CPU, fp32), parametrised by preset: the Llama family (tiny, tiny-qwen3) and the Gemma family (tiny-gemma,
+tiny-gemma2 and tiny-gemma3: (1 + w) norms, post-norms, windows shorter than the sequences, soft-caps).
 
 Steering: each request's greedy tokens equal `transformers.generate` on that prompt alone with a forward
 hook on `model.model.layers[L]` adding `scale * vector` to the layer's output, for several layers and
@@ -20,7 +21,7 @@ from inferlab.engine import Engine, EngineConfig, SteeringVectors
 from inferlab.types import Collect, Request, SamplingParams, Steer
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
-PRESETS = ["tiny", "tiny-qwen3"]
+PRESETS = ["tiny", "tiny-qwen3", "tiny-gemma", "tiny-gemma2", "tiny-gemma3"]
 NEW_TOKENS = 10
 ACT_ATOL = 1e-4
 
@@ -32,12 +33,12 @@ def _hf_dtype_kwargs() -> dict:
 
 
 @pytest.fixture(scope="module")
-def models(tiny_checkpoint):
+def models(parity_checkpoint):
     cache = {}
 
     def get(preset: str):
         if preset not in cache:
-            path = tiny_checkpoint(preset)
+            path = parity_checkpoint(preset)  # Gemma presets: random (1 + w) norm weights
             engine = Engine(EngineConfig(model=path, max_slots=2, max_seq_len=64, decode_steps_per_sync=3))
             hf = AutoModelForCausalLM.from_pretrained(path, **_hf_dtype_kwargs()).eval()
             cache[preset] = (engine, hf)

@@ -24,6 +24,12 @@ def test_large_shapes_match_the_issue():
     assert c.tie_word_embeddings and rope["rope_theta"] == 500000.0
     q = get_preset("qwen3-0.6b").make_config()
     assert (q.hidden_size, q.num_hidden_layers, q.head_dim, q.intermediate_size, q.vocab_size) == (1024, 28, 128, 3072, 151936)
+    g = get_preset("gemma-2b").make_config()  # google/gemma-2b's config.json
+    assert (g.hidden_size, g.num_hidden_layers, g.num_attention_heads, g.num_key_value_heads) == (2048, 18, 8, 1)
+    assert (g.head_dim, g.intermediate_size, g.vocab_size, g.max_position_embeddings) == (256, 16384, 256000, 8192)
+    assert g.hidden_act == "gelu_pytorch_tanh" and g.tie_word_embeddings and g.rms_norm_eps == 1e-6
+    rope = getattr(g, "rope_parameters", None) or {"rope_theta": g.rope_theta}
+    assert rope["rope_theta"] == 10000.0
 
 
 def test_unknown_preset_is_refused_with_the_choices():

@@ -19,7 +19,7 @@
   its activations against transformers on 4 prompts; transformers + forward hooks (sdpa, bf16, dynamic
   cache: hooks need no compilation there) at batch 64 and 256 on the first 512 prompts (cut to keep the
   preset in one 9-minute device call; a rate over 512 prompts of the same length distribution compares),
-  plain and steer+collect. Until the engine implements Gemma its cells are `unavailable` rows.
+  plain and steer+collect.
 """
 
 from __future__ import annotations

@@ -14,6 +14,12 @@ scale, in fp32); the Triton kernel folds the scales into the scores and the prob
 Prefill runs causal SDPA over prompts right-padded to the batch maximum: with right padding the causal mask
 alone keeps every real token from seeing a pad, so no attention mask is needed (which keeps SDPA on its
 fastest kernels).
+
+Gemma 2/3 add two things both paths implement: a per-layer sliding window (a query at position p sees
+positions max(0, p + 1 - window) .. p; 0 = no window) and soft-capped scores (scores -> cap * tanh(scores /
+cap) before the mask and the softmax, Gemma 2). SDPA has no soft-cap, so such prefills run
+`windowed_attention`: blocks of queries against only the keys their window reaches, scores and softmax in
+fp32, so its cost and memory follow the window (and a bounded block), not the prompt length squared.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ def decode_attention_torch(
     lengths: torch.Tensor,  # [rows] int64: valid positions per row (>= 1), the current token included
     scale: float,
     max_len_hint: int | None = None,  # upper bound of `lengths` known on the host (None: whole cache)
+    window: int = 0,  # positions a query sees, itself included (0: all)
+    softcap: float | None = None,  # scores -> softcap * tanh(scores / softcap)
     k_scale: torch.Tensor | None = None,  # [slots, kv_heads, max_len] fp32 when the cache is fp8
     v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [rows, heads, head_dim], q's dtype
@@ -46,7 +54,12 @@ def decode_attention_torch(
         v = v * v_scale[slots, :, :span, None]
     qg = q.float().view(rows, kv_heads, group, head_dim)  # the query heads that share one kv head
     scores = torch.einsum("bkgd,bksd->bkgs", qg, k) * scale  # [rows, kv_heads, group, span]
-    live = torch.arange(span, device=q.device)[None, :] < lengths[:, None]  # [rows, span]
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    at = torch.arange(span, device=q.device)[None, :]
+    live = at < lengths[:, None]  # [rows, span]
+    if window:
+        live &= at >= lengths[:, None] - window
     scores = scores.masked_fill(~live[:, None, None, :], float("-inf"))
     probs = scores.softmax(dim=-1)
     out = torch.einsum("bkgs,bksd->bkgd", probs, v)  # [rows, kv_heads, group, head_dim]
@@ -68,6 +81,10 @@ def decode_rope_attention_torch(
     scale: float,
     counters: torch.Tensor | None = None,  # unused here (the Triton kernel's merge counters)
     max_len_hint: int | None = None,
+    *,
+    window: int = 0,  # this layer's sliding window (0: none)
+    softcap: float | None = None,  # Gemma 2's attention logit soft-cap
+    qk_norm_offset: bool = False,  # Gemma 3: q/k norms scale by (1 + w)
     k_scale: torch.Tensor | None = None,  # [slots, kv_heads, max_len] fp32 when the cache is fp8
     v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [rows, heads, head_dim]
@@ -76,10 +93,10 @@ def decode_rope_attention_torch(
     position is attended to as the cache holds it (quantized), like every later step will see it."""
     q, _, _ = torch_ops.rope_qkv(
         qkv, positions, cos, sin, q_norm, k_norm, eps, k_cache, v_cache, slots, num_heads, return_kv=False,
-        k_scale=k_scale, v_scale=v_scale,
+        k_scale=k_scale, v_scale=v_scale, qk_norm_offset=qk_norm_offset,
     )  # fmt: skip
     return decode_attention_torch(
-        q, k_cache, v_cache, slots, positions + 1, scale, max_len_hint, k_scale=k_scale, v_scale=v_scale
+        q, k_cache, v_cache, slots, positions + 1, scale, max_len_hint, window, softcap, k_scale, v_scale
     )
 
 
@@ -88,6 +105,8 @@ def prefill_attention(
     k: torch.Tensor,  # [batch, kv_heads, padded_len, head_dim]
     v: torch.Tensor,  # [batch, kv_heads, padded_len, head_dim]
     scale: float,
+    window: int = 0,  # positions a query sees, itself included (0: all earlier ones)
+    softcap: float | None = None,  # scores -> softcap * tanh(scores / softcap)
 ) -> torch.Tensor:  # [batch, heads, padded_len, head_dim]
     """Causal self-attention over right-padded prompts (pads come last, so nothing real attends to them)."""
     group = q.shape[1] // k.shape[1]
@@ -96,4 +115,42 @@ def prefill_attention(
         # is not accepted by all of them on torch 2.5).
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
+    if (window and window < q.shape[2]) or softcap is not None:
+        return windowed_attention(q, k, v, scale, window, softcap)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+
+
+EAGER_SCORE_ELEMENTS = 2**24  # fp32 scores per block of windowed_attention (64 MB; a few such temporaries)
+
+
+def windowed_attention(
+    q: torch.Tensor,  # [batch, heads, length, head_dim]
+    k: torch.Tensor,  # [batch, heads, length, head_dim] (K/V already expanded to the query heads)
+    v: torch.Tensor,
+    scale: float,
+    window: int,  # 0: causal over everything before
+    softcap: float | None,
+) -> torch.Tensor:  # [batch, heads, length, head_dim], q's dtype
+    """Causal attention with a sliding window and/or soft-capped scores, as transformers' eager path computes
+    it (scores * scale, soft-cap, mask, softmax in fp32), by blocks of queries: each block [s, e) reads only
+    keys [max(0, s + 1 - window), e), so work and memory follow the window instead of length^2."""
+    batch, heads, length, head_dim = q.shape
+    span_of = (lambda rows: rows + window - 1) if window else (lambda rows: length)
+    rows = max(1, min(length, window or length))
+    while rows > 1 and batch * heads * rows * min(length, span_of(rows)) > EAGER_SCORE_ELEMENTS:
+        rows //= 2
+    out = torch.empty_like(q)
+    for start in range(0, length, rows):
+        end = min(start + rows, length)
+        lo = max(0, start + 1 - window) if window else 0
+        scores = torch.einsum("bhqd,bhkd->bhqk", q[:, :, start:end].float(), k[:, :, lo:end].float()) * scale
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
+        qpos = torch.arange(start, end, device=q.device)[:, None]
+        kpos = torch.arange(lo, end, device=q.device)[None, :]
+        visible = kpos <= qpos
+        if window:
+            visible &= kpos > qpos - window
+        probs = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1)  # [batch, heads, rows, span]
+        out[:, :, start:end] = torch.einsum("bhqk,bhkd->bhqd", probs, v[:, :, lo:end].float()).to(q.dtype)
+    return out

@@ -189,7 +189,9 @@ class Engine:
     def _tune_gemms(self) -> None:
         """Choose cuBLAS or the skinny Triton GEMM per projection and decode bucket (engine/gemm_plan.py)."""
         model = self.runner.model
-        model.gemm, self.gemm_timings = tune_gemm_plan(model.weights, self.runner.sizes, self.ops.silu_mul, self.device)
+        model.gemm, self.gemm_timings = tune_gemm_plan(
+            model.weights, self.runner.sizes, model.gemm.act_mul, self.device, model.gemm.activation
+        )
         self.stats.gemm_choices = model.gemm.describe(self.runner.sizes)
 
     # ---- generation ---------------------------------------------------------------------------------

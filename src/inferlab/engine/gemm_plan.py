@@ -9,9 +9,10 @@ times cuBLAS and a few tiles of the Triton kernel inside a CUDA graph, each call
 between calls, timed apart and subtracted), over the real weights of successive layers, and keeps Triton
 only where it wins by more than MARGIN (so the choice does not flip on noise). The MLP is timed as one
 unit: cuBLAS gate_up + silu_mul + cuBLAS down, against the Triton gate_up with the SwiGLU product in its
-epilogue ("gated", no silu_mul launch) and against the Triton down with it in its prologue. Prefill (hundreds of rows) and the LM head
-(128k+ rows of weight, where cuBLAS streams at full speed) stay on cuBLAS. The choices are fixed for the
-engine's life and reported in engine.stats.gemm_choices.
+epilogue ("gated", no silu_mul launch) and against the Triton down with it in its prologue (Gemma: the same
+with the tanh GELU, `activation="gelu_tanh"`; the kind names keep saying "swiglu"). Prefill (hundreds of
+rows) and the LM head (128k+ rows of weight, where cuBLAS streams at full speed) stay on cuBLAS. The choices
+are fixed for the engine's life and reported in engine.stats.gemm_choices.
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ class MlpChoice:
 class GemmPlan:
     """(projection, rows) -> the Triton config (MlpChoice for "mlp") to use; absent: cuBLAS."""
 
-    silu_mul: Callable  # ops.silu_mul, for the all-cuBLAS MLP
+    act_mul: Callable  # ops.silu_mul (or ops.gelu_tanh_mul for Gemma), for the all-cuBLAS MLP
     choices: dict = field(default_factory=dict)  # {(name, rows): SkinnyConfig | MlpChoice}
     counters: torch.Tensor | None = None  # the split-K tile counters every Triton launch shares (zero between)
+    activation: str = "silu"  # what act_mul computes, fused by the Triton MLP forms: "silu" or "gelu_tanh"
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, name: str) -> torch.Tensor:
         config = self.choices.get((name, x.shape[0])) if bias is None else None
@@ -59,15 +61,18 @@ class GemmPlan:
         return skinny_linear(x, w, config, counters=self.counters)
 
     def mlp(self, h: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
-        """(silu(h @ gate^T) * (h @ up^T)) @ w_down^T for h [T, hidden] -> [T, hidden]."""
+        """(act(h @ gate^T) * (h @ up^T)) @ w_down^T for h [T, hidden] -> [T, hidden]."""
         choice = self.choices.get(("mlp", h.shape[0]))
         if choice is None:
-            return F.linear(self.silu_mul(F.linear(h, w_gate_up)), w_down)
+            return F.linear(self.act_mul(F.linear(h, w_gate_up)), w_down)
         from inferlab.engine.kernels.triton_gemm import skinny_linear
 
+        act, counters = self.activation, self.counters
         if choice.kind == "gated":
-            return F.linear(skinny_linear(h, w_gate_up, choice.config, counters=self.counters, gated=True), w_down)
-        return skinny_linear(F.linear(h, w_gate_up), w_down, choice.config, swiglu=True, counters=self.counters)
+            return F.linear(skinny_linear(h, w_gate_up, choice.config, counters=counters, gated=True, activation=act),
+                            w_down)  # fmt: skip
+        return skinny_linear(F.linear(h, w_gate_up), w_down, choice.config, swiglu=True, counters=counters,
+                             activation=act)  # fmt: skip
 
     def describe(self, buckets: list[int]) -> dict[str, str]:
         return {
@@ -93,14 +98,14 @@ def candidate_configs(n: int, k: int, rows: int, sm_count: int) -> list:
     return configs
 
 
-def tune_gemm_plan(weights, buckets: list[int], silu_mul: Callable, device: torch.device) -> tuple[GemmPlan, dict]:
+def tune_gemm_plan(
+    weights, buckets: list[int], act_mul: Callable, device: torch.device, activation: str = "silu"
+) -> tuple[GemmPlan, dict]:
     """Time cuBLAS against the Triton candidates for each projection and bucket <= MAX_ROWS; returns the plan
-    and the timings {"name@rows": {impl: us}}."""
-    from inferlab.engine.kernels.triton_gemm import skinny_linear
-
+    and the timings {"name@rows": {impl: us}}. act_mul / activation: the MLP's gate product (GemmPlan)."""
     from inferlab.engine.kernels.triton_gemm import tile_counters
 
-    plan = GemmPlan(silu_mul)
+    plan = GemmPlan(act_mul, activation=activation)
     layers = weights.layers
     widest = max(layers[0].qkv.shape[0], layers[0].o.shape[0], layers[0].gate_up.shape[0])
     plan.counters = tile_counters(widest, 16, device)  # 16: candidate_configs' narrowest tile
@@ -129,7 +134,7 @@ def _options(name: str, layers, rows: int, dtype, device, sm_count: int, plan: G
     """{label: (fn(layer index), the choice it stands for)} for one projection at one bucket; "cublas" first."""
     from inferlab.engine.kernels.triton_gemm import skinny_linear
 
-    silu_mul, counters = plan.silu_mul, plan.counters
+    act_mul, act, counters = plan.act_mul, plan.activation, plan.counters
     if name != "mlp":
         mats = [layer.qkv if name == "qkv" else layer.o for layer in layers]
         n, k = mats[0].shape
@@ -141,18 +146,22 @@ def _options(name: str, layers, rows: int, dtype, device, sm_count: int, plan: G
     gate_up, down = [layer.gate_up for layer in layers], [layer.down for layer in layers]
     inter, hidden = gate_up[0].shape[0] // 2, gate_up[0].shape[1]
     h = torch.randn(rows, hidden, device=device).to(dtype)
-    options = {"cublas": (lambda i: F.linear(silu_mul(F.linear(h, gate_up[i])), down[i]), None)}
+    options = {"cublas": (lambda i: F.linear(act_mul(F.linear(h, gate_up[i])), down[i]), None)}
     for c in candidate_configs(inter, hidden, rows, sm_count):
         if c.split_k == 1:
             choice = MlpChoice("gated", c)
             options[str(choice)] = (
-                lambda i, c=c: F.linear(skinny_linear(h, gate_up[i], c, counters=counters, gated=True), down[i]),
+                lambda i, c=c: F.linear(
+                    skinny_linear(h, gate_up[i], c, counters=counters, gated=True, activation=act), down[i]
+                ),
                 choice,
             )
     for c in candidate_configs(hidden, inter, rows, sm_count):
         choice = MlpChoice("swiglu_down", c)
         options[str(choice)] = (
-            lambda i, c=c: skinny_linear(F.linear(h, gate_up[i]), down[i], c, swiglu=True, counters=counters),
+            lambda i, c=c: skinny_linear(
+                F.linear(h, gate_up[i]), down[i], c, swiglu=True, counters=counters, activation=act
+            ),
             choice,
         )
     return options

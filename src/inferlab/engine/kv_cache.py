@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from inferlab.engine.attention import EAGER_SCORE_ELEMENTS
 from inferlab.engine.kv_quant import SCALE_DTYPE, is_fp8
 from inferlab.errors import CapacityError
 from inferlab.models.config import ModelSpec
@@ -116,7 +117,11 @@ class MemoryModel:
         elem = torch.empty((), dtype=self.dtype).element_size()
         tokens = max(self.max_prefill_tokens, max_len)
         per_token = elem * (6 * s.hidden_size + 4 * (s.q_size + 2 * s.kv_size) + 2 * s.q_size + 6 * s.intermediate_size)
-        return int(1.25 * tokens * per_token)
+        eager = 0
+        if any(s.layer_windows) or s.attn_logit_softcap is not None:  # attention.windowed_attention's blocks:
+            # fp32 scores, their soft-cap and softmax temporaries (<= EAGER_SCORE_ELEMENTS each), fp32 K/V/q copies
+            eager = 4 * 4 * EAGER_SCORE_ELEMENTS + 4 * 3 * tokens * s.num_heads * s.head_dim
+        return int(1.25 * tokens * per_token) + eager
 
     def total(self, slots: int, max_len: int) -> int:
         # + the int64 output row and a constraint program's ops ([2, max_len] int64) per slot

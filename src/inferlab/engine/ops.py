@@ -26,12 +26,13 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Ops:
     name: str
-    rms_norm: Callable  # (x [T, D], w [D], eps) -> [T, D]
-    embed_rms_norm: Callable  # (tokens [T], embed [V, D], w [D], eps) -> (normed, x = embed[tokens])
-    add_rms_norm: Callable  # (x, residual, w, eps) -> (normed, residual + x)
-    add_steer_rms_norm: Callable  # (x, residual, w, eps, SteerLayer) -> (normed, steered residual + x)
+    rms_norm: Callable  # (x [T, D], w [D], eps, unit_offset=False) -> [T, D]
+    embed_rms_norm: Callable  # (tokens [T], embed [V, D], w [D], eps, scale=None, unit_offset=False) -> (normed, x)
+    add_rms_norm: Callable  # (x, residual, w, eps, unit_offset=False, x_norm=None) -> (normed, residual + x)
+    add_steer_rms_norm: Callable  # (x, residual, w, eps, SteerLayer, unit_offset, x_norm) -> add_rms_norm's, steered
     collect_rows: Callable  # (x [n, D], CollectLayer) -> None: see torch_ops.collect_rows
     silu_mul: Callable  # (gate_up [T, 2I]) -> [T, I]
+    gelu_tanh_mul: Callable  # (gate_up [T, 2I]) -> [T, I] (Gemma's GeGLU)
     rope_qkv: Callable  # see torch_ops.rope_qkv
     decode_rope_attention: Callable  # see attention.decode_rope_attention_torch
     filter_threshold: Callable  # see sampler.filter_threshold
@@ -55,6 +56,7 @@ def _torch_ops() -> Ops:
         add_steer_rms_norm=torch_ops.add_steer_rms_norm,
         collect_rows=torch_ops.collect_rows,
         silu_mul=torch_ops.silu_mul,
+        gelu_tanh_mul=torch_ops.gelu_tanh_mul,
         rope_qkv=torch_ops.rope_qkv,
         decode_rope_attention=decode_rope_attention_torch,
         filter_threshold=filter_threshold,
@@ -89,6 +91,7 @@ def _triton_ops() -> Ops:
         add_steer_rms_norm=triton_norm.add_steer_rms_norm,
         collect_rows=triton_collect.collect_rows,
         silu_mul=triton_norm.silu_mul,
+        gelu_tanh_mul=triton_norm.gelu_tanh_mul,
         rope_qkv=triton_rope.rope_qkv,
         decode_rope_attention=triton_attention.decode_rope_attention,
         filter_threshold=triton_filter.filter_threshold,

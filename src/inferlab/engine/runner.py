@@ -37,7 +37,7 @@ class ModelRunner:
         self.rows = rows
         self.ops = ops
         self.constraints = None  # a ConstraintRuntime once the engine met a constrained request
-        self.taps = RowTaps(ops, rows, model.spec.num_layers, model)  # steering and collection, made on first use
+        self.taps = RowTaps(ops, rows, model.spec.num_layers)  # steering and collection, made on first use
         self.device = cache.k.device
         self.num_rows = rows.tokens.shape[0]
         self.sizes = bucket_sizes(self.num_rows)
@@ -49,8 +49,7 @@ class ModelRunner:
         variant = Variant(*variant)
         r = self.rows
         taps = self.taps.for_decode(b, variant.steered, variant.collecting)
-        extra = {"taps": taps} if taps is not None else {}  # a forward without a steering point runs plain
-        logits = self.model.decode(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint, **extra)  # [b, V]
+        logits = self.model.decode(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint, taps=taps)  # [b, V]
         hooks = self.constraints if variant.constrained else NO_CONSTRAINTS
         finish_step(logits, r.view(b), hooks, self.ops, variant.level)
 
@@ -166,8 +165,7 @@ class ModelRunner:
                                 staged[:, longest + 1].contiguous())
         steered = any(item.steering for item in items)
         taps = self.taps.for_prefill(idx, lengths, longest, steered, any(item.collect is not None for item in items))
-        extra = {"taps": taps} if taps is not None else {}
-        logits = self.model.prefill(tokens, lengths, self.rows.slots[idx], self.cache, **extra)  # [admitted, V]
+        logits = self.model.prefill(tokens, lengths, self.rows.slots[idx], self.cache, taps=taps)  # [admitted, V]
         part = self.rows.gather(idx)
         level = max(item.filter_level for item in items)
         constrained = any(item.constraint is not None for item in items)

@@ -1,7 +1,8 @@
 """Start-up decisions taken before anything is allocated: device, dtype, memory budget, the memory plan.
 
 Everything that can refuse a configuration runs here, before the weights are read: an unsupported
-architecture or rope type, a sliding window shorter than max_seq_len, max_seq_len beyond the model's
+architecture or rope type, a sliding window shorter than max_seq_len in a forward that does not implement
+windows (the Llama family; Gemma 2/3 implement theirs per layer), max_seq_len beyond the model's
 positions, an FP8 KV cache on a GPU without FP8, and a slots x length plan that does not fit the budget
 (CapacityError with the largest feasible values).
 """
@@ -92,7 +93,7 @@ def check_length_limits(spec: ModelSpec, max_seq_len: int) -> None:
             f"max_seq_len={max_seq_len} exceeds the model's max_position_embeddings={spec.max_position_embeddings}; "
             f"use max_seq_len <= {spec.max_position_embeddings}"
         )
-    if spec.sliding_window is not None and max_seq_len > spec.sliding_window:
+    if spec.sliding_window is not None and not spec.layer_windows and max_seq_len > spec.sliding_window:
         raise UnsupportedError(
             f"this {spec.architecture} uses sliding-window attention (window {spec.sliding_window}) which the "
             f"inferlab engine does not implement; use max_seq_len <= {spec.sliding_window} (exact then) "
@@ -115,7 +116,7 @@ def make_plan(
         kv_dtype=kv_dtype,
     )
     default_len = config.default_max_seq_len
-    if spec.sliding_window is not None:
+    if spec.sliding_window is not None and not spec.layer_windows:  # a window the forward does not implement
         default_len = min(default_len, spec.sliding_window)
     plan = plan_memory(
         model, memory_budget(config, device), config.max_slots, config.max_seq_len, config.slot_cap, default_len

@@ -69,9 +69,6 @@ class EngineTaps:
 
     def check(self, request: Request, sampling: SamplingParams) -> Checked | str:
         """The request's checked steering entries and collection, or why they cannot run."""
-        if not self.row_taps.supported:
-            return (f"the engine's {self.spec.architecture} forward has no steering / collection point yet; "
-                    "run this request with --backend hf (transformers + forward hooks)")
         steering = request.steering if request.steering is not None else ()
         entries = resolve_steering(steering, self.named, self.spec.num_layers, self.spec.hidden_size, self.dtype,
                                    self.max_steered_layers)

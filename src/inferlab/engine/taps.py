@@ -2,7 +2,8 @@
 collection ("taps" on the residual stream), and the runner's per-row side of them.
 
 `LayerTaps` is built per forward call (per decode graph at capture, per prefill batch) over static buffers;
-the model calls `after_layer(i, delta, residual, weight, eps)` where it would call `ops.add_rms_norm`:
+the model calls `after_layer(i, delta, residual, weight, eps[, unit_offset, x_norm])` where it would call
+`ops.add_rms_norm` (models/llama.py, models/gemma.py: the same norm variant arguments):
     h, x = add_steer_rms_norm(delta, residual, next_norm)   # x: the residual after layer i, steered
     collect_rows(x (prefill: each prompt's last position), layer i's buffers)   # collected layers only
 `RowTaps` holds the runner's optional SteeringTable and ActivationBuffers (None until the engine meets a
@@ -13,7 +14,6 @@ Not here: the intake checks and when tables are made (tap_support.py), the kerne
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Sequence
 
 import torch
@@ -36,25 +36,26 @@ class LayerTaps:
         self.collect = collect
         self.last_tokens = last_tokens
 
-    def after_layer(self, i: int, delta: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                    eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """(norm of the new residual, the new residual) after layer i: residual + delta (+ steering)."""
+    def after_layer(self, i: int, delta: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                    unit_offset: bool = False,
+                    x_norm: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm of the new residual, the new residual) after layer i: residual + delta (+ steering).
+        unit_offset, x_norm: the forward's norm variant (Gemma: (1 + w) norms; Gemma 2/3: delta is normed by
+        x_norm before the add), as ops.add_rms_norm takes them."""
         if self.steer is not None:
-            h, x = self.ops.add_steer_rms_norm(delta, residual, weight, eps, self.steer[i])
+            h, x = self.ops.add_steer_rms_norm(delta, residual, weight, eps, self.steer[i], unit_offset, x_norm)
         else:
-            h, x = self.ops.add_rms_norm(delta, residual, weight, eps)
+            h, x = self.ops.add_rms_norm(delta, residual, weight, eps, unit_offset, x_norm)
         if self.collect is not None and self.collect[i] is not None:
             self.ops.collect_rows(x if self.last_tokens is None else x[self.last_tokens], self.collect[i])
         return h, x
 
 
 class RowTaps:
-    def __init__(self, ops: Any, rows: RowState, num_layers: int, model: Any) -> None:
+    def __init__(self, ops: Any, rows: RowState, num_layers: int) -> None:
         self.ops = ops
         self.rows = rows
         self.num_layers = num_layers
-        # the model's forward takes `taps` (its per-layer steering point): models/llama.py does
-        self.supported = all("taps" in inspect.signature(f).parameters for f in (model.prefill, model.decode))
         self.steering: SteeringTable | None = None
         self.collection: ActivationBuffers | None = None
 

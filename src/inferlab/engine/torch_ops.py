@@ -1,9 +1,10 @@
 """Reference implementations of the small fused operations of the forward, in plain torch.
 
 They follow transformers' arithmetic step by step (RMSNorm in fp32 then cast, weight multiplied in the
-model dtype; rope with cos/sin cast to the model dtype), so on CPU in fp32 our forward matches
-transformers to rounding. The Triton kernels in engine/kernels/ implement the same signatures fused into
-one launch each and are tested against these functions.
+model dtype, or for Gemma (`unit_offset`) multiplied by (1 + w) in fp32 and cast once; rope with cos/sin
+cast to the model dtype), so on CPU in fp32 our forward matches transformers to rounding. The Triton
+kernels in engine/kernels/ implement the same signatures fused into one launch each and are tested
+against these functions.
 """
 
 from __future__ import annotations
@@ -14,35 +15,63 @@ import torch.nn.functional as F
 from inferlab.engine import kv_quant
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """x [tokens, dim] -> [tokens, dim]: weight * (x / rms(x)), the normalisation done in fp32."""
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, unit_offset: bool = False) -> torch.Tensor:
+    """x [tokens, dim] -> [tokens, dim]: weight * (x / rms(x)), the normalisation done in fp32.
+    unit_offset (Gemma): (x / rms(x)) * (1 + weight) all in fp32, then cast (transformers' GemmaRMSNorm)."""
     xf = x.float()
     normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    if unit_offset:
+        return (normed * (1.0 + weight.float())).to(x.dtype)
     return weight * normed.to(x.dtype)
 
 
 def embed_rms_norm(
-    tokens: torch.Tensor, embed: torch.Tensor, weight: torch.Tensor, eps: float
+    tokens: torch.Tensor,
+    embed: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    scale: float | None = None,  # Gemma: sqrt(hidden) already rounded to the model dtype
+    unit_offset: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(x), x) for x = embed[tokens] [tokens, dim]: the first layer's input and the residual stream."""
+    """(rms_norm(x), x) for x = embed[tokens] (* scale) [tokens, dim]: the first layer's input and the residual
+    stream. The product is rounded once, as transformers' bf16 x bf16 embedding scale is."""
     x = F.embedding(tokens, embed)
-    return rms_norm(x, weight, eps), x
+    if scale is not None:
+        x = x * scale
+    return rms_norm(x, weight, eps, unit_offset), x
 
 
 def add_rms_norm(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    unit_offset: bool = False,
+    x_norm: torch.Tensor | None = None,  # Gemma 2/3: x (a sublayer's output) is normed by this first
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(residual + x), residual + x): the residual add and the next norm in one call."""
+    """(rms_norm(residual + x), residual + x): the residual add and the next norm in one call; with x_norm,
+    x is replaced by rms_norm(x, x_norm) first (the post-attention / post-feedforward norm)."""
+    if x_norm is not None:
+        x = rms_norm(x, x_norm, eps, unit_offset)
     summed = residual + x  # [tokens, dim], model dtype as in transformers
-    return rms_norm(summed, weight, eps), summed
+    return rms_norm(summed, weight, eps, unit_offset), summed
 
 
 def add_steer_rms_norm(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, steer
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    steer,
+    unit_offset: bool = False,
+    x_norm: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """add_rms_norm with steering: summed = residual + x, plus scale * vector on the tokens of steered rows
-    (steer: engine.steering.SteerLayer), rounded as a transformers forward hook computes
-    `output + scale * vector` in the model dtype; then the norm of the steered sum. Returns (normed, summed)."""
+    """add_rms_norm with steering: summed = residual + x (x normed by x_norm first, Gemma 2/3), plus scale *
+    vector on the tokens of steered rows (steer: engine.steering.SteerLayer), rounded as a transformers forward
+    hook computes `output + scale * vector` in the model dtype; then the norm of the steered sum (the (1 + w)
+    kind with unit_offset). Returns (normed, summed)."""
+    if x_norm is not None:
+        x = rms_norm(x, x_norm, eps, unit_offset)
     summed = residual + x  # [tokens, dim]
     slot, scale = steer.slot, steer.scale  # [rows]
     if steer.token_rows is not None:
@@ -50,7 +79,7 @@ def add_steer_rms_norm(
     vectors = steer.vectors[slot.clamp(min=0).long()]  # [tokens, dim]
     added = (vectors.float() * scale[:, None]).to(summed.dtype)
     summed = torch.where((slot >= 0)[:, None], summed + added, summed)
-    return rms_norm(summed, weight, eps), summed
+    return rms_norm(summed, weight, eps, unit_offset), summed
 
 
 def collect_rows(x: torch.Tensor, layer) -> None:
@@ -80,6 +109,12 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def gelu_tanh_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [tokens, 2 * inter] (gate rows first) -> gelu_tanh(gate) * up [tokens, inter] (Gemma's GeGLU)."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.gelu(gate, approximate="tanh") * up
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -100,6 +135,7 @@ def rope_qkv(
     return_kv: bool = True,  # prefill needs k and v back; decode reads them from the cache
     k_scale: torch.Tensor | None = None,  # [slots, kv_heads, max_len] fp32: the cache is fp8 (kv_quant.py)
     v_scale: torch.Tensor | None = None,
+    qk_norm_offset: bool = False,  # Gemma 3: the q/k norms scale by (1 + w) (rms_norm's unit_offset)
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Split qkv, apply the optional q/k RMSNorm and rope, write K/V at (slot, position); return q, k, v.
 
@@ -114,8 +150,8 @@ def rope_qkv(
     k = k.reshape(tokens, kv_heads, head_dim)
     v = v.reshape(tokens, kv_heads, head_dim)
     if q_norm is not None:
-        q = rms_norm(q, q_norm, eps)
-        k = rms_norm(k, k_norm, eps)
+        q = rms_norm(q, q_norm, eps, qk_norm_offset)
+        k = rms_norm(k, k_norm, eps, qk_norm_offset)
     c = cos[positions].to(qkv.dtype)[:, None, :]  # [tokens, 1, head_dim]
     s = sin[positions].to(qkv.dtype)[:, None, :]
     q = q * c + _rotate_half(q) * s

@@ -3,7 +3,7 @@
 Every key and shape the spec implies is checked before a byte is copied: missing keys, unexpected keys and
 wrong shapes are reported together in one InputError. q/k/v and gate/up are fused here (see weights.py).
 Reads a single `model.safetensors`, a sharded checkpoint (`model.safetensors.index.json`) or any set of
-`*.safetensors` files. It does not know about architectures (registry.py) or the forward (llama.py).
+`*.safetensors` files. It does not know about architectures (registry.py) or the forwards (llama.py, gemma.py).
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ def expected_shapes(spec: ModelSpec) -> tuple[dict[str, tuple[int, ...]], set[st
             shapes[p + "self_attn.o_proj.bias"] = (h,)
         if spec.qk_norm:
             shapes |= {p + "self_attn.q_norm.weight": (spec.head_dim,), p + "self_attn.k_norm.weight": (spec.head_dim,)}
+        if spec.post_norms:
+            shapes |= {p + "pre_feedforward_layernorm.weight": (h,), p + "post_feedforward_layernorm.weight": (h,)}
     optional = {"lm_head.weight"} if spec.tie_word_embeddings else set()
     return shapes, optional
 
@@ -132,6 +134,8 @@ def load_weights(model_dir: str | Path, spec: ModelSpec, dtype: torch.dtype, dev
                     post_norm=put(p + "post_attention_layernorm.weight"),
                     gate_up=put(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
                     down=put(p + "mlp.down_proj.weight"),
+                    pre_mlp_norm=put(p + "pre_feedforward_layernorm.weight") if spec.post_norms else None,
+                    post_mlp_norm=put(p + "post_feedforward_layernorm.weight") if spec.post_norms else None,
                 )
             )
         embed = put("model.embed_tokens.weight")

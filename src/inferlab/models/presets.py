@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from transformers import (
+    Gemma2Config,
+    Gemma3TextConfig,
     GemmaConfig,
     LlamaConfig,
     MistralConfig,
@@ -73,6 +75,36 @@ def _qwen3_tiny() -> PretrainedConfig:
     c = _tiny_common()
     c["vocab_size"] = 151936  # room for the qwen3-chem tokenizer (used by conformer tests and the demo)
     return Qwen3Config(**c, head_dim=32, tie_word_embeddings=True, use_sliding_window=False)
+
+
+def _gemma_tiny_common(**overrides) -> dict:
+    # head_dim 32 != hidden / heads; initializer_range as _tiny_common; Gemma's norms are (1 + w) with w = 0
+    return dict(_tiny_common(), head_dim=32, **overrides)
+
+
+def _gemma_tiny() -> PretrainedConfig:
+    return GemmaConfig(**_gemma_tiny_common(num_key_value_heads=1), rope_theta=10000.0)  # MQA, as gemma-2b
+
+
+def _gemma2_tiny() -> PretrainedConfig:
+    # GQA; 3 layers: sliding, global, sliding (the even/odd rule); a window of 8 < the test prompts and outputs;
+    # caps near the tiny model's own score / logit magnitudes, so tanh bends them; query scalar != head_dim
+    return Gemma2Config(
+        **_gemma_tiny_common(num_hidden_layers=3), sliding_window=8, attn_logit_softcapping=2.0,
+        final_logit_softcapping=5.0, query_pre_attn_scalar=24, rope_theta=10000.0,
+    )  # fmt: skip
+
+
+def _gemma3_tiny() -> PretrainedConfig:
+    # GQA; 6 layers = 5 sliding : 1 global (sliding_window_pattern 6); window 12; two rope bases, the global
+    # one linearly scaled (as Gemma 3 4B+); no soft-caps (as released)
+    return Gemma3TextConfig(
+        **_gemma_tiny_common(num_hidden_layers=6), sliding_window=12, query_pre_attn_scalar=24,
+        rope_parameters={
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+        },
+    )  # fmt: skip
 
 
 def _qwen2_cls_tiny() -> PretrainedConfig:
@@ -157,6 +189,9 @@ PRESETS: dict[str, Preset] = {
         Preset("tiny-mistral", "tiny Mistral", "causal-lm", _mistral_tiny),
         Preset("tiny-qwen2", "tiny Qwen2 (qkv bias)", "causal-lm", _qwen2_tiny),
         Preset("tiny-qwen3", "tiny Qwen3 (q/k norm), qwen3-chem sized vocab", "causal-lm", _qwen3_tiny, "qwen3-chem"),
+        Preset("tiny-gemma", "tiny Gemma (GeGLU, MQA, head_dim 32)", "causal-lm", _gemma_tiny),
+        Preset("tiny-gemma2", "tiny Gemma 2 (soft-caps, window 8, alternating)", "causal-lm", _gemma2_tiny),
+        Preset("tiny-gemma3", "tiny Gemma 3 text (q/k norm, 5 local : 1 global)", "causal-lm", _gemma3_tiny),
         Preset("tiny-qwen2-cls", "tiny Qwen2 sequence classifier (3 labels)", "sequence-classification", _qwen2_cls_tiny),
         Preset("llama-380m", "Llama-3.2-380M shape of the seeds (16 layers, hidden 1024)", "causal-lm", _llama_380m),
         Preset("qwen3-0.6b", "Qwen3-0.6B shape (28 layers, head_dim 128, q/k norm)", "causal-lm", _qwen3_06b, "qwen3-chem"),

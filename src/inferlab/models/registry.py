@@ -23,13 +23,18 @@ class Implementation:
 
 
 _LLAMA = Implementation("inferlab.models.llama", "LlamaModel")
+_GEMMA = Implementation("inferlab.models.gemma", "GemmaModel")
 
-# One compact forward serves the whole family; ModelSpec carries the differences (bias, q/k norm, ...).
+# One compact forward per family; ModelSpec carries the differences within it (bias, q/k norm, post-norms,
+# soft-caps, windows, ...). Gemma 3 means the text model (model_type gemma3_text), not the multimodal one.
 ARCHITECTURES: dict[str, Implementation] = {
     "LlamaForCausalLM": _LLAMA,
     "MistralForCausalLM": _LLAMA,
     "Qwen2ForCausalLM": _LLAMA,
     "Qwen3ForCausalLM": _LLAMA,
+    "GemmaForCausalLM": _GEMMA,
+    "Gemma2ForCausalLM": _GEMMA,
+    "Gemma3ForCausalLM": _GEMMA,
 }
 
 

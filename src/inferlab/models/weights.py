@@ -1,4 +1,4 @@
-"""The engine's weight layout for the Llama family: what models/loader.py produces and models/llama.py reads.
+"""The engine's weight layout: what models/loader.py produces and models/llama.py / gemma.py read.
 
 Fused at load: q/k/v become one [q_size + 2 * kv_size, hidden] matrix and gate/up one [2 * intermediate,
 hidden] matrix, so a layer runs four matmuls instead of seven. Plain containers, no behaviour.
@@ -20,9 +20,12 @@ class LayerWeights:
     k_norm: torch.Tensor | None  # [head_dim] (Qwen3)
     o: torch.Tensor  # [hidden, q_size]
     o_bias: torch.Tensor | None  # [hidden]
-    post_norm: torch.Tensor  # [hidden]
+    post_norm: torch.Tensor  # [hidden]: post_attention_layernorm (Llama, Gemma: the MLP's input norm; Gemma 2/3:
+    #                          the attention output's norm before the residual add)
     gate_up: torch.Tensor  # [2 * intermediate, hidden]: rows gate, then up
     down: torch.Tensor  # [hidden, intermediate]
+    pre_mlp_norm: torch.Tensor | None = None  # [hidden] Gemma 2/3: pre_feedforward_layernorm (the MLP's input)
+    post_mlp_norm: torch.Tensor | None = None  # [hidden] Gemma 2/3: post_feedforward_layernorm (the MLP's output)
 
 
 @dataclass

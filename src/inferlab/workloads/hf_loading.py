@@ -147,10 +147,11 @@ def ensure_pad_token(tokenizer, model) -> int:
     return pad_id
 
 
-def from_pretrained_for_inference(auto_class, model_dir: str | Path, dtype: torch.dtype, attn: str,
+def from_pretrained_for_inference(auto_class, model_dir: str | Path, dtype: torch.dtype, attn: str | None,
                                   device: torch.device):
-    """`auto_class.from_pretrained` in `dtype` (with this transformers' keyword for it) and attention `attn`,
-    moved to `device`, in eval mode. The caller checks first that `attn` can run here."""
+    """`auto_class.from_pretrained` in `dtype` (with this transformers' keyword for it) and attention `attn`
+    (None: transformers' default for the model), moved to `device`, in eval mode. The caller checks first
+    that `attn` can run here."""
     model = auto_class.from_pretrained(str(model_dir), **{_DTYPE_KWARG: dtype}, attn_implementation=attn)
     return model.to(device).eval()
 

@@ -1,5 +1,6 @@
 """Scenario `steering` in-process on CPU: both backends, every mode, exact token counts, the engine's
-activation check against transformers, plan-time refusals, and the preset's shape and budget."""
+activation check against transformers (a Llama and a Gemma 2 checkpoint), plan-time refusals, and the
+preset's shape and budget."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ TINY = {"num_prompts": 5, "prompt_min_tokens": 3, "prompt_max_tokens": 9, "new_t
         "check_prompts": 2}
 
 
-@pytest.mark.parametrize("backend", ["inferlab", "hf"])
-def test_every_mode_is_timed_and_tokens_counted_exactly(run_cell, tiny_checkpoint, backend):
-    path = tiny_checkpoint()
+@pytest.mark.parametrize("backend,preset", [("inferlab", "tiny"), ("hf", "tiny"), ("inferlab", "tiny-gemma2")])
+def test_every_mode_is_timed_and_tokens_counted_exactly(run_cell, tiny_checkpoint, backend, preset):
+    path = tiny_checkpoint(preset)
     _, out = run_cell({"sweep": [{"scenario": "steering", "model": str(path), "backend": backend, "set": TINY}]}, path)
     assert out.status == "ok", out.message
     m = out.metrics

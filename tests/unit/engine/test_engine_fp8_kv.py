@@ -1,6 +1,6 @@
 """The FP8 KV cache (EngineConfig.kv_dtype="fp8") on CPU: the e4m3 rounding, the engine against the same
-engine with the model-dtype cache on tiny random checkpoints, constrained conformers, the memory plan,
-the refusal on GPUs without FP8. The Triton kernels' fp8 path is checked in triton_interpreter_cases.py."""
+engine with the model-dtype cache on tiny random checkpoints (Llama and Gemma 2/3: windows, soft-caps,
+(1 + w) q/k norms), constrained conformers, the memory plan, the refusal on GPUs without FP8. The Triton kernels' fp8 path is checked in triton_interpreter_cases.py."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def _teacher_forced_logits(engines: dict, steps: int, rows: int = 4, prompt_len:
     return {kv: torch.stack(values).float() for kv, values in logits.items()}
 
 
-@pytest.mark.parametrize("preset", ["tiny", "tiny-qwen2"])
+@pytest.mark.parametrize("preset", ["tiny", "tiny-qwen2", "tiny-gemma2", "tiny-gemma3"])
 def test_fp8_engine_logits_stay_close_to_the_model_dtype_cache(preset, tiny_checkpoint):
     """Tolerance: e4m3 keeps 3 mantissa bits, so every cached element is off by up to 2^-4 of itself (its
     head's largest exactly kept); through attention and two layers that measured max |diff| <= 4.5% and
@@ -117,10 +117,11 @@ def test_fp8_engine_logits_stay_close_to_the_model_dtype_cache(preset, tiny_chec
     assert top1 >= 0.85  # measured 0.96-0.97; a near-tie may flip, equality is not the claim
 
 
-def test_fp8_engine_generates_mostly_the_same_greedy_tokens_and_counts_its_bytes(tiny_checkpoint):
+@pytest.mark.parametrize("preset", ["tiny", "tiny-gemma2"])  # Gemma 2: windows 8 < the rows, soft-caps
+def test_fp8_engine_generates_mostly_the_same_greedy_tokens_and_counts_its_bytes(preset, tiny_checkpoint):
     from inferlab.types import Request, SamplingParams
 
-    path = tiny_checkpoint("tiny")
+    path = tiny_checkpoint(preset)
     requests = [
         Request(id=f"r{i}", prompt_ids=tuple(range(7 + i, 30 + 3 * i)), sampling=SamplingParams(temperature=0, max_new_tokens=24, ignore_eos=True))
         for i in range(6)
@@ -134,7 +135,8 @@ def test_fp8_engine_generates_mostly_the_same_greedy_tokens_and_counts_its_bytes
     assert all(n >= 1 for n in prefix)  # the first token comes from the (unquantized) prefill
     assert sum(prefix) >= 0.5 * 24 * len(requests)  # measured 117 of 144: random tiny models have near-ties
     auto, fp8 = engines["auto"].stats, engines["fp8"].stats
-    assert fp8.kv_cache_bytes * 64 == auto.kv_cache_bytes * 20  # per head and position: 16 x 4 B -> 16 x 1 + 4 B
+    head_dim = engines["fp8"].spec.head_dim
+    assert fp8.kv_cache_bytes * 4 * head_dim == auto.kv_cache_bytes * (head_dim + 4)  # fp32 -> e4m3 + an fp32 scale
     assert fp8.decode_steps == auto.decode_steps and 0 < fp8.decode_bytes < auto.decode_bytes
 
 

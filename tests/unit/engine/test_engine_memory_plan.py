@@ -78,3 +78,25 @@ def test_engine_refuses_before_loading_anything(tiny_checkpoint):
         Engine(EngineConfig(max_slots=64, **small))
     engine = Engine(EngineConfig(**small))
     assert 1 <= engine.plan.slots < 64 and engine.stats.max_slots == engine.plan.slots
+
+
+def test_a_gemma2_plan_with_an_fp8_cache_counts_the_scales_and_the_windowed_prefill(tmp_path):
+    """Both terms at once: e4m3 + an fp32 scale per head and position, and the eager windowed prefill's
+    blocks (Gemma 2 has windows and soft-caps, so its prefill runs attention.windowed_attention)."""
+    from dataclasses import replace
+
+    from inferlab.engine.attention import EAGER_SCORE_ELEMENTS
+
+    config = get_preset("tiny-gemma2").make_config()
+    config.architectures = ["Gemma2ForCausalLM"]
+    config.save_pretrained(tmp_path)
+    spec = read_model_spec(tmp_path)
+    assert any(spec.layer_windows) and spec.attn_logit_softcap is not None
+    fp8 = MemoryModel(spec=spec, dtype=torch.bfloat16, weight_bytes=0, max_prefill_tokens=4096, reserve_bytes=0,
+                      kv_dtype=torch.float8_e4m3fn)  # fmt: skip
+    assert fp8.kv_per_token == 2 * spec.num_layers * spec.num_kv_heads * (spec.head_dim + 4)
+    sdpa_spec = replace(spec, layer_windows=(0,) * spec.num_layers, attn_logit_softcap=None)  # SDPA's prefill
+    sdpa = replace(fp8, spec=sdpa_spec)
+    eager = 4 * 4 * EAGER_SCORE_ELEMENTS + 4 * 3 * 4096 * spec.num_heads * spec.head_dim
+    assert fp8.prefill_activation_bytes(512) - sdpa.prefill_activation_bytes(512) == eager
+    assert fp8.total(8, 512) - sdpa.total(8, 512) == eager

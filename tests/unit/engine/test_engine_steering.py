@@ -3,6 +3,7 @@ the device table's sharing and eviction, the variants the decode chunks run, com
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -12,6 +13,7 @@ from safetensors.torch import save_file
 from inferlab.engine import Engine, EngineConfig, SteeringVectors
 from inferlab.engine.steering import SteeringTable, resolve_steering
 from inferlab.errors import ConfigError, InputError
+from inferlab.models.registry import ARCHITECTURES
 from inferlab.types import Collect, Request, SamplingParams, Steer
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
@@ -135,10 +137,9 @@ def test_compaction_moves_steering_and_collection_with_the_row(tiny_checkpoint):
         torch.testing.assert_close(crowded.activations[layer], alone.activations[layer], atol=1e-4, rtol=0)
 
 
-def test_a_forward_without_a_steering_point_refuses_steering_and_runs_the_rest(tiny_checkpoint, monkeypatch):
-    engine = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=2, max_seq_len=48))
-    assert engine.runner.taps.supported  # models/llama.py takes taps
-    monkeypatch.setattr(engine.runner.taps, "supported", False)
-    steered, plain = engine.generate([_req("s", [Steer(0, torch.ones(HIDDEN), 1.0)]), _req("p")])
-    assert "has no steering / collection point yet" in steered.error and "--backend hf" in steered.error
-    assert plain.ok and len(plain.token_ids) == GREEDY.max_new_tokens
+def test_every_engine_forward_has_the_steering_point():
+    """Each model class the registry names takes `taps` in prefill and decode (the runner always passes it)."""
+    for implementation in set(ARCHITECTURES.values()):
+        model_class = implementation.load()
+        for entry in (model_class.prefill, model_class.decode):
+            assert "taps" in inspect.signature(entry).parameters, (implementation.cls, entry.__name__)

@@ -92,3 +92,19 @@ def test_overrides_are_type_checked_per_line(tmp_path):
     summary = run_text_generation(src, out, lambda: backend, SamplingParams())
     assert summary.errors == 1 and "max_new_tokens=2.5 must be an integer" in _read(out)[0]["error"]
     assert [r.sampling.seed for r in received] == [7]
+
+
+def test_gemma_preset_from_init_to_generate_on_the_engine(tmp_path, capsys):
+    """`inferlab model init --preset tiny-gemma2` (built-in tokenizer) then `inferlab generate`: text prompts
+    longer than its window of 8, run by the engine (not the transformers fallback)."""
+    model = tmp_path / "gemma2"
+    assert main(["model", "init", "--preset", "tiny-gemma2", "--out", str(model), "--dtype", "float32"]) == 0
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text('{"id": "a", "prompt": "A prompt well past the sliding window of eight tokens"}\n'
+                   '{"id": "b", "prompt": "Short", "temperature": 0.7, "seed": 3}\n')  # fmt: skip
+    argv = ["generate", "--model", str(model), "--input", str(src), "--output", str(out), "--max-new-tokens", "12",
+            "--max-slots", "2", "--max-seq-len", "96", "--backend", "inferlab"]  # fmt: skip
+    assert main(argv) == 0
+    rows = {r["id"]: r for r in _read(out)}
+    assert all(r["finish_reason"] == "length" and r["output_tokens"] == 12 and not r["error"] for r in rows.values())
+    assert rows["a"]["prompt_tokens"] > 8

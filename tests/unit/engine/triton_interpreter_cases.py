@@ -69,12 +69,15 @@ def test_norms_and_swiglu(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("row_map", [False, True])
-def test_add_steer_rms_norm(dtype, row_map):
-    """Steered rows get scale * vector (rounded to the model dtype) added to the sum; -1 rows nothing."""
+@pytest.mark.parametrize("gemma", [False, True])
+def test_add_steer_rms_norm(dtype, row_map, gemma):
+    """Steered rows get scale * vector (rounded to the model dtype) added to the sum; -1 rows nothing. gemma:
+    (1 + w) norms and x post-normed before the add (Gemma 2/3's residual update), then the steer."""
     g = torch.Generator().manual_seed(2)
     tokens, rows, dim, layers = 7, 4, 96, 3
     x, r = torch.randn(tokens, dim, generator=g).to(dtype), torch.randn(tokens, dim, generator=g).to(dtype)
     w = torch.randn(dim, generator=g).to(dtype)
+    variant = dict(unit_offset=True, x_norm=(torch.randn(dim, generator=g) * 0.3).to(dtype)) if gemma else {}
     vectors = torch.randn(5, dim, generator=g).to(dtype)
     index = torch.tensor([[2, -1, 0], [-1, -1, -1], [4, 1, -1], [0, 3, 3]], dtype=torch.int32)  # [rows, layers]
     scale = torch.randn(rows, layers, generator=g)
@@ -83,11 +86,13 @@ def test_add_steer_rms_norm(dtype, row_map):
         slot, sc = (index[:, layer], scale[:, layer]) if row_map else (
             index[:, layer].repeat(2)[:tokens], scale[:, layer].repeat(2)[:tokens])  # decode: token t is row t
         steer = SteerLayer(vectors, slot, sc, token_rows)
-        for ours, ref in zip(triton_norm.add_steer_rms_norm(x, r, w, 1e-6, steer),
-                             torch_ops.add_steer_rms_norm(x, r, w, 1e-6, steer)):
+        for ours, ref in zip(triton_norm.add_steer_rms_norm(x, r, w, 1e-6, steer, **variant),
+                             torch_ops.add_steer_rms_norm(x, r, w, 1e-6, steer, **variant)):
             torch.testing.assert_close(ours, ref, **TOL[dtype])
     plain = SteerLayer(vectors, torch.full((tokens,), -1, dtype=torch.int32), torch.ones(tokens), None)
-    torch.testing.assert_close(triton_norm.add_steer_rms_norm(x, r, w, 1e-6, plain)[1], (x + r), **TOL[dtype])
+    for ours, ref in zip(triton_norm.add_steer_rms_norm(x, r, w, 1e-6, plain, **variant),
+                         torch_ops.add_rms_norm(x, r, w, 1e-6, **variant)):  # unsteered rows: the plain add + norm
+        torch.testing.assert_close(ours, ref, **TOL[dtype])
 
 
 @pytest.mark.parametrize("row_map", [False, True])
@@ -115,6 +120,31 @@ def test_collect_rows_kernel(row_map, with_all):
         assert torch.equal(ours.all, ref.all)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gemma_norm_variants_and_geglu(dtype):
+    """(1 + w) norms, the sublayer output's own norm before the residual add (Gemma 2/3), the scaled embedding
+    (the scale already in the model dtype, as transformers multiplies), the tanh GELU product."""
+    g = torch.Generator().manual_seed(6)
+    x, r = torch.randn(5, 96, generator=g).to(dtype), torch.randn(5, 96, generator=g).to(dtype)
+    w, wx = (torch.randn(96, generator=g) * 0.3).to(dtype), (torch.randn(96, generator=g) * 0.3).to(dtype)
+    torch.testing.assert_close(
+        triton_norm.rms_norm(x, w, 1e-6, True), torch_ops.rms_norm(x, w, 1e-6, True), **TOL[dtype]
+    )
+    for ours, ref in zip(
+        triton_norm.add_rms_norm(x, r, w, 1e-6, True, x_norm=wx), torch_ops.add_rms_norm(x, r, w, 1e-6, True, x_norm=wx)
+    ):
+        torch.testing.assert_close(ours, ref, **TOL[dtype])
+    scale = torch.tensor(96**0.5, dtype=dtype).item()
+    embed, tokens = torch.randn(50, 96, generator=g).to(dtype), torch.tensor([3, 49, 0, 3])
+    for ours, ref in zip(
+        triton_norm.embed_rms_norm(tokens, embed, w, 1e-6, scale, True),
+        torch_ops.embed_rms_norm(tokens, embed, w, 1e-6, scale, True),
+    ):
+        torch.testing.assert_close(ours, ref, **TOL[dtype])
+    gu = (torch.randn(5, 160, generator=g) * 3).to(dtype)  # past the tanh's saturation on both sides
+    torch.testing.assert_close(triton_norm.gelu_tanh_mul(gu), torch_ops.gelu_tanh_mul(gu), **TOL[dtype])
+
+
 @pytest.mark.parametrize("swiglu", [False, True])
 @pytest.mark.parametrize("rows", [1, 5, 16, 24, 64])
 def test_skinny_gemm_equals_the_matmul(rows, swiglu):
@@ -131,25 +161,30 @@ def test_skinny_gemm_equals_the_matmul(rows, swiglu):
         )
 
 
-@pytest.mark.parametrize("kind", ["gated", "swiglu_down"])
-@pytest.mark.parametrize("rows", [3, 16])
-def test_gemm_plan_mlp_choices_equal_the_torch_mlp(kind, rows):
-    """The plan's Triton MLP variants (SwiGLU product in the gate_up epilogue, or in the down prologue)
-    against gate_up -> silu_mul -> down in torch; fp32, ragged sizes, split-K on the down side."""
+@pytest.mark.parametrize(
+    "kind,rows,activation",
+    [("gated", 3, "silu"), ("gated", 16, "silu"), ("swiglu_down", 3, "silu"), ("swiglu_down", 16, "silu"),
+     ("gated", 3, "gelu_tanh"), ("swiglu_down", 16, "gelu_tanh")],
+)  # fmt: skip
+def test_gemm_plan_mlp_choices_equal_the_torch_mlp(kind, rows, activation):
+    """The plan's Triton MLP variants (the gated product in the gate_up epilogue, or in the down prologue;
+    SwiGLU or Gemma's GeGLU) against gate_up -> act_mul -> down in torch; fp32, ragged sizes, split-K on
+    the down side."""
     g = torch.Generator().manual_seed(rows)
     hidden, inter = 72, 100
     gate_up, down = torch.randn(2 * inter, hidden, generator=g), torch.randn(hidden, inter, generator=g)
     h = torch.randn(rows, hidden, generator=g)
     config = triton_gemm.SkinnyConfig(16, 32, 1 if kind == "gated" else 3)
-    plan = GemmPlan(torch_ops.silu_mul, {("mlp", rows): MlpChoice(kind, config)}, torch.zeros(16, dtype=torch.int32))
-    expected = torch_ops.silu_mul(h @ gate_up.T) @ down.T
+    act_mul = torch_ops.silu_mul if activation == "silu" else torch_ops.gelu_tanh_mul
+    plan = GemmPlan(act_mul, {("mlp", rows): MlpChoice(kind, config)}, torch.zeros(16, dtype=torch.int32), activation)
+    expected = act_mul(h @ gate_up.T) @ down.T
     torch.testing.assert_close(plan.mlp(h, gate_up, down), expected, atol=1e-3, rtol=1e-4)
     assert not plan.counters.any()
 
 
-@pytest.mark.parametrize("qk_norm", [False, True])
+@pytest.mark.parametrize("qk_norm,offset", [(False, False), (True, False), (True, True)])  # offset: Gemma 3
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [(4, 2, 16), (6, 2, 40)])
-def test_rope_qkv_and_cache_write(qk_norm, heads, kv_heads, head_dim):
+def test_rope_qkv_and_cache_write(qk_norm, offset, heads, kv_heads, head_dim):
     g = torch.Generator().manual_seed(1)
     tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 64, torch.device("cpu"))
     tokens = 5
@@ -159,8 +194,8 @@ def test_rope_qkv_and_cache_write(qk_norm, heads, kv_heads, head_dim):
     k_norm = torch.randn(head_dim, generator=g) if qk_norm else None
     caches = [torch.zeros(4, kv_heads, 48, head_dim) for _ in range(4)]
     args = (qkv, positions, tables.cos, tables.sin, q_norm, k_norm, 1e-6)
-    q, k, v = triton_rope.rope_qkv(*args, caches[0], caches[1], slots, heads, return_kv=True)
-    rq, rk, rv = torch_ops.rope_qkv(*args, caches[2], caches[3], slots, heads)
+    q, k, v = triton_rope.rope_qkv(*args, caches[0], caches[1], slots, heads, return_kv=True, qk_norm_offset=offset)
+    rq, rk, rv = torch_ops.rope_qkv(*args, caches[2], caches[3], slots, heads, qk_norm_offset=offset)
     for ours, ref in [(q, rq), (k, rk), (v, rv), (caches[0], caches[2]), (caches[1], caches[3])]:
         torch.testing.assert_close(ours, ref, **TOL[torch.float32])
 
@@ -198,8 +233,8 @@ def test_decode_rope_attention_follows_each_rows_length(qk_norm, heads, kv_heads
     assert torch.equal(again[0], ours[0])
 
 
-@pytest.mark.parametrize("qk_norm", [False, True])
-def test_rope_qkv_writes_the_reference_fp8_cache(qk_norm):
+@pytest.mark.parametrize("qk_norm,offset", [(False, False), (True, False), (True, True)])  # offset: Gemma 3
+def test_rope_qkv_writes_the_reference_fp8_cache(qk_norm, offset):
     """An fp8 cache: the same e4m3 bytes and scales as torch_ops.rope_qkv (kv_quant's rounding), and q, k, v
     returned unquantized for prefill attention."""
     g = torch.Generator().manual_seed(1)
@@ -211,8 +246,10 @@ def test_rope_qkv_writes_the_reference_fp8_cache(qk_norm):
     caches = [torch.zeros(4, kv_heads, 48, head_dim, dtype=torch.float8_e4m3fn) for _ in range(4)]
     scales = [torch.zeros(4, kv_heads, 48) for _ in range(4)]
     args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
-    ours = triton_rope.rope_qkv(*args, caches[0], caches[1], slots, heads, k_scale=scales[0], v_scale=scales[1])
-    ref = torch_ops.rope_qkv(*args, caches[2], caches[3], slots, heads, k_scale=scales[2], v_scale=scales[3])
+    ours = triton_rope.rope_qkv(*args, caches[0], caches[1], slots, heads, k_scale=scales[0], v_scale=scales[1],
+                                qk_norm_offset=offset)  # fmt: skip
+    ref = torch_ops.rope_qkv(*args, caches[2], caches[3], slots, heads, k_scale=scales[2], v_scale=scales[3],
+                             qk_norm_offset=offset)  # fmt: skip
     for a, b in zip(ours, ref):
         torch.testing.assert_close(a, b, **TOL[torch.float32])
     for i in (0, 1):
@@ -221,12 +258,14 @@ def test_rope_qkv_writes_the_reference_fp8_cache(qk_norm):
     assert scales[0].count_nonzero() == 5 * kv_heads  # one scale per token and kv head
 
 
-@pytest.mark.parametrize("qk_norm,splits,heads,kv_heads,head_dim", [(False, 1, 4, 2, 16), (True, 3, 6, 2, 40)])
-def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads, head_dim):
+@pytest.mark.parametrize("qk_norm,splits,heads,kv_heads,head_dim,gemma", [
+    (False, 1, 4, 2, 16, False), (True, 3, 6, 2, 40, False), (True, 3, 4, 1, 256, True)])  # fmt: skip
+def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads, head_dim, gemma):
     """fp32 queries over an fp8 cache: the kernel folds the scales into scores and probabilities, the
     reference dequantizes; the new position is written as the reference writes it (same bytes) and
     attended to as stored; nothing past a row's position is read (NaN codes and scales there). head_dim
-    40 leaves masked lanes in every block, which must not enter a scale."""
+    40 leaves masked lanes in every block, which must not enter a scale. gemma: MQA at head_dim 256, a
+    window of 40 (row 2 at position 199 reads nothing before 160), soft-capped scores, (1 + w) q/k norms."""
     g = torch.Generator().manual_seed(2)
     tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 256, torch.device("cpu"))
     stored = [kv_quant.quantize(torch.randn(5, kv_heads, 200, head_dim, generator=g)) for _ in range(2)]
@@ -238,15 +277,17 @@ def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads,
     args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
     counters = torch.zeros(5 * kv_heads, dtype=torch.int32)
     config, scale = triton_attention.AttentionConfig(block_n=32), head_dim**-0.5
+    variant = dict(window=40, softcap=0.5, qk_norm_offset=True) if gemma else {}
 
     def run():
         return triton_attention.decode_rope_attention(
             *args, *caches, slots, heads, scale, counters, config=config, splits=splits, k_scale=scales[0],
-            v_scale=scales[1],
+            v_scale=scales[1], **variant,
         )  # fmt: skip
 
     ours = run()
-    ref = decode_rope_attention_torch(*args, *ref_caches, slots, heads, scale, k_scale=ref_scales[0], v_scale=ref_scales[1])
+    ref = decode_rope_attention_torch(*args, *ref_caches, slots, heads, scale, k_scale=ref_scales[0],
+                                      v_scale=ref_scales[1], **variant)  # fmt: skip
     torch.testing.assert_close(ours, ref, **TOL[torch.float32])
     for i in (0, 1):
         assert torch.equal(caches[i].view(torch.uint8), ref_caches[i].view(torch.uint8))
@@ -254,21 +295,61 @@ def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads,
     assert not counters.any()
     caches[0].view(torch.uint8)[3, :, 1:] = 0x7F  # e4m3fn NaN
     scales[1][3, :, 1:] = float("nan")
-    assert torch.equal(run()[0], ours[0])
+    if gemma:  # before row 2's window
+        caches[1].view(torch.uint8)[4, :, :160] = 0x7F
+        scales[0][4, :, :160] = float("nan")
+    again = run()
+    assert torch.equal(again[0], ours[0]) and torch.equal(again[2], ours[2])
 
 
-def test_engine_with_an_fp8_cache_on_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
+@pytest.mark.parametrize("preset", ["tiny", "tiny-gemma2"])
+def test_engine_with_an_fp8_cache_on_triton_kernels_matches_the_torch_kernels(tiny_checkpoint, preset):
+    """The wiring: the engine hands its cache's scales to the Triton prefill write and decode kernel (Gemma 2:
+    rows of 4 + 6 positions outgrow the sliding layers' window of 8; soft-caps)."""
     from inferlab.engine import Engine, EngineConfig
     from inferlab.types import Request, SamplingParams
 
-    """The wiring: the engine hands its cache's scales to the Triton prefill write and decode kernel."""
-    requests = [Request(id="greedy", prompt_ids=(5, 9, 100, 7), sampling=SamplingParams(temperature=0, max_new_tokens=4))]
+    requests = [Request(id="greedy", prompt_ids=(5, 9, 100, 7), sampling=SamplingParams(temperature=0, max_new_tokens=6))]
     outputs = {}
     for kernels in ("torch", "triton"):
-        engine = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=2, max_seq_len=64, kernels=kernels,
+        engine = Engine(EngineConfig(model=tiny_checkpoint(preset), max_slots=2, max_seq_len=64, kernels=kernels,
                                      kv_dtype="fp8"))  # fmt: skip
         outputs[kernels] = [r.token_ids for r in engine.generate(requests)]
     assert outputs["triton"] == outputs["torch"]
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_decode_attention_with_a_window_a_softcap_and_gemma_qk_norms(splits):
+    """Gemma's kernel variants (fp32): a sliding window (rows before, inside and past it; nothing before the
+    window read), soft-capped scores, (1 + w) q/k norms, MQA (every query head on one kv head)."""
+    g = torch.Generator().manual_seed(7)
+    heads, kv_heads, head_dim, window = 4, 1, 32, 40
+    tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 256, torch.device("cpu"))
+    caches = [torch.randn(5, kv_heads, 200, head_dim, generator=g) for _ in range(2)]
+    ref_caches = [c.clone() for c in caches]
+    qkv = torch.randn(4, (heads + 2 * kv_heads) * head_dim, generator=g) * 2
+    slots, positions = torch.tensor([3, 0, 4, 1]), torch.tensor([0, 39, 199, 64])
+    norms = [torch.randn(head_dim, generator=g) * 0.3 for _ in range(2)]
+    args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
+    counters = torch.zeros(5 * kv_heads, dtype=torch.int32)
+    gemma = dict(window=window, softcap=2.0, qk_norm_offset=True)
+    config = triton_attention.AttentionConfig(block_n=16)
+    ours = triton_attention.decode_rope_attention(
+        *args, *caches, slots, heads, 0.2, counters, config=config, splits=splits, **gemma
+    )
+    ref = decode_rope_attention_torch(*args, *ref_caches, slots, heads, 0.2, **gemma)
+    torch.testing.assert_close(ours, ref, **TOL[torch.float32])
+    for cache, ref_cache in zip(caches, ref_caches):
+        torch.testing.assert_close(cache, ref_cache, **TOL[torch.float32])
+    assert not counters.any()
+    for cache in caches:  # row 2 (slot 4, position 199) sees positions 160..199 only
+        cache[4, :, :160] = float("nan")
+    again = triton_attention.decode_rope_attention(
+        *args, *caches, slots, heads, 0.2, counters, config=config, splits=splits, **gemma
+    )
+    assert torch.equal(again[2], ours[2])
+    unwindowed = decode_rope_attention_torch(*args, *ref_caches, slots, heads, 0.2, softcap=2.0, qk_norm_offset=True)
+    assert not torch.allclose(unwindowed[2], ref[2])  # the window changed what row 2 attends to
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -396,12 +477,13 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
     assert outputs["triton"] == outputs["torch"]
 
 
-def test_engine_steering_and_collection_on_triton_kernels_match_the_torch_kernels(tiny_checkpoint):
+@pytest.mark.parametrize("preset", ["tiny", "tiny-gemma2"])  # Gemma 2: (1 + w) norms, the post-norm before the steer
+def test_engine_steering_and_collection_on_triton_kernels_match_the_torch_kernels(tiny_checkpoint, preset):
     """The fused add + steer + norm and the collect kernel inside a whole engine (prefill and decode)."""
     from inferlab.engine import Engine, EngineConfig
     from inferlab.types import Collect, Request, SamplingParams, Steer
 
-    path = tiny_checkpoint("tiny")
+    path = tiny_checkpoint(preset)
     vector = torch.randn(64, generator=torch.Generator().manual_seed(0))
     greedy = SamplingParams(temperature=0, max_new_tokens=4)
     requests = [  # a steered and an unsteered row in one batch
@@ -440,3 +522,26 @@ def test_rejection_top_p_kernels_draw_the_reference_tokens(dtype):
     for rounds in (1, 3):
         ours = triton_top_p.top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, rounds, block=1024)
         assert torch.equal(ours, top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, rounds))
+
+
+@pytest.mark.parametrize("preset", ["tiny-gemma2", "tiny-gemma3"])
+def test_gemma_forward_on_triton_kernels_matches_the_torch_kernels(tiny_checkpoint, preset):
+    """The Gemma forward wired to the Triton kernels (windows 8 / 12 shorter than the sequence, soft-caps,
+    post-norms, (1 + w) q/k norms, the two ropes; then the gated GeGLU GEMM) gives the torch kernels' logits."""
+    from inferlab.engine import Engine, EngineConfig
+
+    path = tiny_checkpoint(preset)
+    prompt = torch.arange(5, 19)[None, :]  # 14 tokens, then 3 decode steps at positions 14-16
+    logits = {}
+    for kernels in ("torch", "triton"):
+        engine = Engine(EngineConfig(model=path, max_slots=1, max_seq_len=24, kernels=kernels))
+        model, cache, slot = engine.runner.model, engine.runner.cache, torch.tensor([0])
+        steps = [model.prefill(prompt, torch.tensor([14]), slot, cache)]
+        for position in (14, 15, 16):
+            if kernels == "triton" and position == 16:  # the last step through the gated GeGLU GEMM
+                model.gemm.counters = torch.zeros(64, dtype=torch.int32)
+                model.gemm.choices = {("mlp", 1): MlpChoice("gated", triton_gemm.SkinnyConfig(32, 64, 1))}
+            token = torch.tensor([int(steps[-1].argmax())])
+            steps.append(model.decode(token, torch.tensor([position]), slot, cache, max_len_hint=position + 1))
+        logits[kernels] = torch.cat(steps)
+    torch.testing.assert_close(logits["triton"], logits["torch"], atol=1e-4, rtol=0)

@@ -120,7 +120,9 @@ def check_activations(backend: Any, model_dir: Any, prompts: list[list[int]], sp
     from inferlab.workloads.hf_steering import HFTaps
 
     out = backend.run(prompts, "steer+collect", pool="all")
-    hf = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype, "sdpa", device)
+    # transformers' default attention for the model: sdpa where it has it, eager where it has not (Gemma 2's
+    # soft-capped scores)
+    hf = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype, None, device)
     taps = HFTaps(hf)
     entry = SteerEntry(spec.layer, vector, spec.scale, b"")
     rel, cos = [], []

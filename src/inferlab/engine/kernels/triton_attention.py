@@ -4,8 +4,10 @@ in one launch per layer, with each row's cost following its real length.
 Grid (rows, kv_heads, splits). Each program:
   1. reads the query heads of its kv head from qkv, applies the optional per-head RMSNorm (Qwen3) and rope
      in registers, rounded to the model dtype as engine/kernels/triton_rope.py rounds them (no q tensor);
-  2. runs an online softmax over its share of the row's cached positions [0, pos) (the share is
-     length / splits in whole BLOCK_N tiles, so a short row does little work however long the cache is),
+  2. runs an online softmax over its share of the row's cached positions [lo, pos) (lo = 0, or with a
+     sliding window (Gemma 2/3, a runtime argument per layer) max(0, pos + 1 - window); the share is
+     (pos + 1 - lo) / splits in whole BLOCK_N tiles, so the work follows the real length or the window,
+     never the cache length; Gemma 2's soft-cap on the scores is the SOFTCAP flag),
      for all query heads of the kv head at once (GQA: the group shares each K/V load); the halves of the
      head dimension are dotted separately, which is what lets the rotated query stay in two registers;
   3. the program whose share holds the new position `pos` rotates the new key, writes key and value into
@@ -34,6 +36,7 @@ import triton
 import triton.language as tl
 
 from inferlab.engine.kernels.triton_fp8 import e4m3_scale, to_e4m3
+from inferlab.engine.kernels.triton_math import tanh
 
 
 @dataclass(frozen=True)
@@ -48,15 +51,13 @@ class AttentionConfig:
     programs_per_sm: int = 1  # splits are added until rows x kv_heads x splits reaches this many per SM
 
 
-# With an fp8 cache: the bf16 defaults until the device says otherwise (engine_check.py --parts fp8_kv times
-# a few configs; compiled for sm_90 this kernel takes ~250 registers at head_dim 128 vs ~180 in bf16).
-FP8_ATTENTION_CONFIG = AttentionConfig()
-
-
 @triton.jit
-def _rotated_head(SRC, NORM, c, s, d, dmask, eps, HEAD_DIM: tl.constexpr, QK_NORM: tl.constexpr, DTYPE):
+def _rotated_head(
+    SRC, NORM, c, s, d, dmask, eps, HEAD_DIM: tl.constexpr, QK_NORM: tl.constexpr, NORM_OFFSET: tl.constexpr, DTYPE
+):
     """One head's [.., half] halves from qkv (SRC points at the head; d broadcasts over leading dims), with
-    the optional RMSNorm, rotated; rounded to DTYPE as the rope kernel rounds them."""
+    the optional RMSNorm (Qwen3; Gemma 3's (1 + w) form with NORM_OFFSET), rotated; rounded to DTYPE as the
+    rope kernel rounds them."""
     half = HEAD_DIM // 2
     x1 = tl.load(SRC + d, mask=dmask, other=0.0).to(tl.float32)
     x2 = tl.load(SRC + half + d, mask=dmask, other=0.0).to(tl.float32)
@@ -65,9 +66,22 @@ def _rotated_head(SRC, NORM, c, s, d, dmask, eps, HEAD_DIM: tl.constexpr, QK_NOR
         w2 = tl.load(NORM + half + d, mask=dmask, other=0.0).to(tl.float32)
         r = tl.rsqrt((tl.sum(x1 * x1, axis=-1) + tl.sum(x2 * x2, axis=-1)) / HEAD_DIM + eps)
         r = tl.expand_dims(r, -1)
-        x1 = ((x1 * r).to(DTYPE).to(tl.float32) * w1).to(DTYPE).to(tl.float32)
-        x2 = ((x2 * r).to(DTYPE).to(tl.float32) * w2).to(DTYPE).to(tl.float32)
+        if NORM_OFFSET:
+            x1 = (x1 * r * (1.0 + w1)).to(DTYPE).to(tl.float32)
+            x2 = (x2 * r * (1.0 + w2)).to(DTYPE).to(tl.float32)
+        else:
+            x1 = ((x1 * r).to(DTYPE).to(tl.float32) * w1).to(DTYPE).to(tl.float32)
+            x2 = ((x2 * r).to(DTYPE).to(tl.float32) * w2).to(DTYPE).to(tl.float32)
     return (x1 * c - x2 * s).to(DTYPE), (x2 * c + x1 * s).to(DTYPE)
+
+
+@triton.jit
+def _scores(sc, scale, softcap, SOFTCAP: tl.constexpr):
+    """q . k -> the score the softmax sees: times scale, then Gemma 2's cap * tanh(score / cap)."""
+    sc = sc * scale
+    if SOFTCAP:
+        sc = softcap * tanh(sc / softcap)
+    return sc
 
 
 @triton.jit
@@ -76,9 +90,10 @@ def _rope_attention_kernel(
     stride_t, stride_cos, stride_ks, stride_kh, stride_kn, stride_ob, stride_oh,
     stride_pb, stride_ph, stride_ps, stride_lb, stride_lh,
     scale, eps, splits,  # splits is a runtime value: one compiled kernel serves every bucket
+    window, softcap,  # window: positions a query sees, itself included (0: all; runtime, per layer)
     NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, BLOCK_H: tl.constexpr,
     HEAD_DIM: tl.constexpr, HALF_BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    QK_NORM: tl.constexpr, IEEE: tl.constexpr,
+    QK_NORM: tl.constexpr, IEEE: tl.constexpr, SOFTCAP: tl.constexpr, NORM_OFFSET: tl.constexpr,
     K_SCALE, V_SCALE, stride_ss, stride_sh,  # KV_FP8: [slots, kv_heads, max_len] fp32 scales (else unused)
     KV_FP8: tl.constexpr,
 ):  # fmt: skip
@@ -86,10 +101,11 @@ def _rope_attention_kernel(
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     dtype = QKV.dtype.element_ty
-    pos = tl.load(POS + row)  # the new token's position; the row attends to [0, pos]
+    pos = tl.load(POS + row)  # the new token's position; the row attends to [lo, pos]
     slot = tl.load(SLOT + row)
-    chunk = tl.cdiv(tl.cdiv(pos + 1, splits), BLOCK_N) * BLOCK_N  # whole tiles: no ragged tile mid-row
-    start = split * chunk
+    lo = tl.where(window > 0, tl.maximum(pos + 1 - window, 0), 0)  # a sliding window's first position
+    chunk = tl.cdiv(tl.cdiv(pos + 1 - lo, splits), BLOCK_N) * BLOCK_N  # whole tiles: no ragged tile mid-row
+    start = lo + split * chunk
     end = tl.minimum(start + chunk, pos + 1)
     half = HEAD_DIM // 2
 
@@ -104,7 +120,9 @@ def _rope_attention_kernel(
     s = tl.load(SIN + pos * stride_cos + d, mask=dmask, other=0.0)
     qmask = hmask[:, None] & dmask[None, :]
     q_src = QKV + row * stride_t + heads[:, None] * HEAD_DIM
-    q1, q2 = _rotated_head(q_src, QNORM, c[None, :], s[None, :], d[None, :], qmask, eps, HEAD_DIM, QK_NORM, dtype)
+    q1, q2 = _rotated_head(
+        q_src, QNORM, c[None, :], s[None, :], d[None, :], qmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, dtype
+    )
 
     kv_base = slot * stride_ks + kv_head * stride_kh
     scale_base = slot * stride_ss + kv_head * stride_sh  # KV_FP8: this (slot, kv head)'s scales, position stride 1
@@ -128,7 +146,7 @@ def _rope_attention_kernel(
             sc = tl.dot(q1, tl.trans(k1)) + tl.dot(q2, tl.trans(k2))
         if KV_FP8:
             sc = sc * tl.load(K_SCALE + scale_base + n, mask=nmask, other=0.0)[None, :]
-        sc = tl.where(nmask[None, :], sc * scale, float("-inf"))  # [BLOCK_H, BLOCK_N]
+        sc = tl.where(nmask[None, :], _scores(sc, scale, softcap, SOFTCAP), float("-inf"))  # [BLOCK_H, BLOCK_N]
         m_new = tl.maximum(m, tl.max(sc, axis=1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(sc - m_new[:, None])
@@ -150,7 +168,7 @@ def _rope_attention_kernel(
         m = m_new
     if (pos >= start) & (pos < end):  # this share holds the new token: cache it and fold it in
         k_src = QKV + row * stride_t + (NUM_HEADS + kv_head) * HEAD_DIM
-        k1, k2 = _rotated_head(k_src, KNORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, dtype)
+        k1, k2 = _rotated_head(k_src, KNORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, dtype)
         v_new = tl.load(QKV + row * stride_t + (NUM_HEADS + NUM_KV_HEADS + kv_head) * HEAD_DIM + dv, mask=dvmask)
         cache_at = kv_base + pos * stride_kn
         if KV_FP8:  # quantize where written; fold in the rounded values the cache now holds
@@ -167,7 +185,8 @@ def _rope_attention_kernel(
             tl.store(K_SCALE + scale_base + pos, k_scale)
             tl.store(V_SCALE + scale_base + pos, v_scale)
             sc_new = tl.sum(q1.to(tl.float32) * k1q[None, :], axis=1)
-            sc_new = (sc_new + tl.sum(q2.to(tl.float32) * k2q[None, :], axis=1)) * k_scale * scale  # [BLOCK_H]
+            sc_new = (sc_new + tl.sum(q2.to(tl.float32) * k2q[None, :], axis=1)) * k_scale
+            sc_new = _scores(sc_new, scale, softcap, SOFTCAP)  # [BLOCK_H]
             m_new = tl.maximum(m, sc_new)
             alpha = tl.exp(m - m_new)
             p_new = tl.exp(sc_new - m_new)
@@ -182,7 +201,8 @@ def _rope_attention_kernel(
             tl.store(K_CACHE + cache_at + half + d, k2, mask=dmask)
             tl.store(V_CACHE + cache_at + dv, v_new, mask=dvmask)
             sc_new = tl.sum(q1.to(tl.float32) * k1.to(tl.float32)[None, :], axis=1)
-            sc_new = (sc_new + tl.sum(q2.to(tl.float32) * k2.to(tl.float32)[None, :], axis=1)) * scale  # [BLOCK_H]
+            sc_new = sc_new + tl.sum(q2.to(tl.float32) * k2.to(tl.float32)[None, :], axis=1)
+            sc_new = _scores(sc_new, scale, softcap, SOFTCAP)  # [BLOCK_H]
             m_new = tl.maximum(m, sc_new)
             alpha = tl.exp(m - m_new)
             p_new = tl.exp(sc_new - m_new)
@@ -226,6 +246,23 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
 
 
+# head_dim 256 (Gemma): the K/V tiles and the [BLOCK_H, 256] accumulator are twice head_dim 128's; a
+# 32-position tile with 8 warps keeps them in registers for sm_90 (scripts/gpu/triton_aot_check.py reports
+# ptxas's registers and spills). Unmeasured on a GPU: scripts/gpu/kernel_sweep.py can sweep it.
+WIDE_HEAD_CONFIG = AttentionConfig(block_n=32, num_warps=8, num_stages=2)
+
+# With an fp8 cache: the bf16 defaults until the device says otherwise (engine_check.py --parts fp8_kv times
+# a few configs; compiled for sm_90 this kernel takes ~250 registers at head_dim 128 vs ~180 in bf16).
+FP8_ATTENTION_CONFIG = AttentionConfig()
+FP8_WIDE_HEAD_CONFIG = WIDE_HEAD_CONFIG  # head_dim 256 with an fp8 cache: unmeasured, as WIDE_HEAD_CONFIG
+
+
+def default_config(head_dim: int, fp8: bool = False) -> AttentionConfig:
+    if head_dim <= 128:
+        return FP8_ATTENTION_CONFIG if fp8 else AttentionConfig()
+    return FP8_WIDE_HEAD_CONFIG if fp8 else WIDE_HEAD_CONFIG
+
+
 def choose_splits(rows: int, kv_heads: int, max_len: int, target_programs: int, block_n: int) -> int:
     """Enough splits that rows x kv_heads x splits reaches the target, never more than the cache has tiles."""
     want = triton.cdiv(target_programs, max(1, rows * kv_heads))
@@ -247,8 +284,12 @@ def decode_rope_attention(
     scale: float,
     counters: torch.Tensor,  # [>= rows * kv_heads] int32, zero between launches (KVCache.merge_counters)
     max_len_hint: int | None = None,  # unused: the kernel reads the positions on the device
-    config: AttentionConfig | None = None,  # None: AttentionConfig() (fp8 cache: FP8_ATTENTION_CONFIG)
+    config: AttentionConfig | None = None,  # None: default_config(head_dim, fp8)
     splits: int | None = None,  # None: from config.programs_per_sm (choose_splits)
+    *,
+    window: int = 0,  # this layer's sliding window: a row scans [max(0, pos + 1 - window), pos] (0: [0, pos])
+    softcap: float | None = None,  # Gemma 2: scores -> softcap * tanh(scores / softcap)
+    qk_norm_offset: bool = False,  # Gemma 3: q/k norms scale by (1 + w)
     k_scale: torch.Tensor | None = None,  # [slots, kv_heads, max_len] fp32: the cache is fp8 (engine/kv_quant.py)
     v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [rows, heads, head_dim] in qkv's dtype
@@ -259,11 +300,13 @@ def decode_rope_attention(
     if fp8:
         assert k_cache.dtype == torch.float8_e4m3fn and k_scale.stride() == v_scale.stride() and k_scale.stride(-1) == 1
     assert counters.numel() >= rows * kv_heads and counters.dtype == torch.int32
+    assert window >= 0 and (softcap is None or softcap > 0)
     group = num_heads // kv_heads
-    config = config or (FP8_ATTENTION_CONFIG if fp8 else AttentionConfig())
+    config = config or default_config(head_dim, fp8)
     if splits is None:
         target = config.programs_per_sm * _sm_count(qkv.device)
-        splits = choose_splits(rows, kv_heads, max_len, target, config.block_n)
+        span = min(max_len, window) if window else max_len  # the most positions one row scans
+        splits = choose_splits(rows, kv_heads, span, target, config.block_n)
     out = torch.empty((rows, num_heads, head_dim), dtype=qkv.dtype, device=qkv.device)
     if splits == 1:
         o_part, lse_part = out.view(rows, num_heads, 1, head_dim), out  # unused
@@ -277,11 +320,11 @@ def decode_rope_attention(
         qkv.stride(0), cos.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         out.stride(0), out.stride(1), o_part.stride(0), o_part.stride(1), o_part.stride(2),
         lse_part.stride(0), lse_part.stride(1),
-        scale, eps, splits,
+        scale, eps, splits, window, 1.0 if softcap is None else softcap,
         NUM_HEADS=num_heads, NUM_KV_HEADS=kv_heads, GROUP=group, BLOCK_H=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim, HALF_BLOCK=max(16, triton.next_power_of_2(head_dim // 2)),
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_N=config.block_n,
-        QK_NORM=qk_norm, IEEE=qkv.dtype == torch.float32,
+        QK_NORM=qk_norm, IEEE=qkv.dtype == torch.float32, SOFTCAP=softcap is not None, NORM_OFFSET=qk_norm_offset,
         K_SCALE=k_scale if fp8 else cos, V_SCALE=v_scale if fp8 else cos,
         stride_ss=k_scale.stride(0) if fp8 else 0, stride_sh=k_scale.stride(1) if fp8 else 0, KV_FP8=fp8,
         num_warps=config.num_warps, num_stages=config.num_stages,

@@ -11,8 +11,10 @@ SWIGLU the A operand is silu(gate) * up rounded to the model dtype, exactly what
 writes, so the fused product equals silu_mul followed by a GEMM up to the order of accumulation, and the
 silu_mul launch (and its [M, I] round trip) disappears. With GATED (the gate_up projection, one split) each
 program streams the matching gate and up rows and writes silu(gate) * up, rounded as gate_up + silu_mul
-round it: the [M, 2I] intermediate and the silu_mul launch disappear on that side instead. Which projection uses this kernel at which batch
-size, and with which tile, is decided at start-up by timing against cuBLAS (engine/gemm_plan.py).
+round it: the [M, 2I] intermediate and the silu_mul launch disappear on that side instead. Both fused
+forms take Gemma's GeGLU instead (the tanh GELU for silu) with the GELU_TANH flag (activation="gelu_tanh").
+Which projection uses this kernel at which batch size, and with which tile, is decided at start-up by
+timing against cuBLAS (engine/gemm_plan.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
+from inferlab.engine.kernels.triton_math import gate_activation
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ class SkinnyConfig:
 def _skinny_kernel(
     X, W, OUT, PART, COUNTER, M, N, K, stride_xm, stride_wn, stride_om, k_blocks,
     PARTIALS: tl.constexpr, SWIGLU: tl.constexpr, GATED: tl.constexpr, IEEE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GELU_TANH: tl.constexpr,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -57,10 +61,10 @@ def _skinny_kernel(
         rk = k0 + tl.arange(0, BLOCK_K)
         k_ok = rk < K
         a_mask = m_ok[:, None] & k_ok[None, :]
-        if SWIGLU:  # x is gate_up [M, 2K]: A = silu(gate) * up, rounded as triton_norm.silu_mul rounds it
+        if SWIGLU:  # x is gate_up [M, 2K]: A = act(gate) * up, rounded as triton_norm's act product rounds it
             gate = tl.load(X + rm[:, None] * stride_xm + rk[None, :], mask=a_mask, other=0.0).to(tl.float32)
             up = tl.load(X + rm[:, None] * stride_xm + K + rk[None, :], mask=a_mask, other=0.0).to(tl.float32)
-            a = (gate / (1.0 + tl.exp(-gate)) * up).to(W.dtype.element_ty)
+            a = (gate_activation(gate, GELU_TANH) * up).to(W.dtype.element_ty)
         else:
             a = tl.load(X + rm[:, None] * stride_xm + rk[None, :], mask=a_mask, other=0.0)
         b_ptr = W + rn[:, None] * stride_wn + rk[None, :]
@@ -78,7 +82,7 @@ def _skinny_kernel(
                 acc_up += tl.dot(a, tl.trans(b_up))
     if GATED:  # round gate and up to the model dtype first, as the unfused gate_up GEMM + silu_mul do
         gate = acc.to(OUT.dtype.element_ty).to(tl.float32)
-        acc = gate / (1.0 + tl.exp(-gate)) * acc_up.to(OUT.dtype.element_ty).to(tl.float32)
+        acc = gate_activation(gate, GELU_TANH) * acc_up.to(OUT.dtype.element_ty).to(tl.float32)
     mask = m_ok[:, None] & n_ok[None, :]
     out_ptr = OUT + rm[:, None] * stride_om + rn[None, :]
     if not PARTIALS:
@@ -109,12 +113,14 @@ def skinny_linear(
     swiglu: bool = False,
     counters: torch.Tensor | None = None,  # >= tile_counters(N, block_n); None: allocated (a memset)
     gated: bool = False,  # w is gate_up [2I, K]: returns silu(x @ gate^T) * (x @ up^T), [M, I]
+    activation: str = "silu",  # the gate activation of swiglu / gated: "silu" or "gelu_tanh" (Gemma's GeGLU)
 ) -> torch.Tensor:  # [M, N] in w's dtype (N = I when gated)
     m = x.shape[0]
     n, k = w.shape
     assert m <= 64 and w.stride(1) == 1 and x.stride(-1) == 1
     assert x.shape[1] == (2 * k if swiglu else k), (x.shape, w.shape, swiglu)
     assert not (gated and (swiglu or config.split_k > 1)), "gated: one split, plain input"
+    assert activation in ("silu", "gelu_tanh"), activation
     n = n // 2 if gated else n
     tiles = triton.cdiv(n, config.block_n)
     if counters is None:
@@ -127,6 +133,7 @@ def skinny_linear(
         x, w, out, part, counters, m, n, k, x.stride(0), w.stride(0), out.stride(0), k_blocks,
         PARTIALS=config.split_k > 1, SWIGLU=swiglu, GATED=gated, IEEE=w.dtype == torch.float32,
         BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+        GELU_TANH=activation == "gelu_tanh",
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     return out

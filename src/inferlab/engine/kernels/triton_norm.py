@@ -1,4 +1,7 @@
-"""Triton kernels: RMSNorm, residual add (+ steering) + RMSNorm, embedding gather + RMSNorm, the SwiGLU product.
+"""Triton kernels: RMSNorm, residual add (+ steering) + RMSNorm, embedding gather + RMSNorm, and the gated
+activation product (SwiGLU, or Gemma's GeGLU). Gemma's variants are constexpr flags: (1 + w) norms
+(UNIT_OFFSET), the sublayer output's own norm before the residual add (NORM_X, Gemma 2/3), the embedding
+scale (HAS_SCALE); steering (STEER, engine/steering.py) composes with all of them.
 
 Each replaces several eager kernels (pow, mean, rsqrt, casts, multiplies) with one launch, which matters
 in the decode step where a batch row is a few kilobytes and launch count dominates. The arithmetic
@@ -12,36 +15,38 @@ import torch
 import triton
 import triton.language as tl
 
+from inferlab.engine.kernels.triton_math import gate_activation
+
+
+@triton.jit
+def _normed(x, W, offs, mask, dim, eps, UNIT_OFFSET: tl.constexpr, DTYPE):
+    """x [BLOCK] fp32 (zeros past dim) -> its RMSNorm in DTYPE, rounded as torch_ops.rms_norm rounds it."""
+    var = tl.sum(x * x, axis=0) / dim
+    w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
+    if UNIT_OFFSET:  # Gemma: (x / rms) * (1 + w) in fp32, rounded once
+        return (x * tl.rsqrt(var + eps) * (1.0 + w)).to(DTYPE)
+    else:  # Llama: x / rms rounded to the model dtype, then times w
+        return ((x * tl.rsqrt(var + eps)).to(DTYPE).to(tl.float32) * w).to(DTYPE)
+
 
 @triton.jit
 def _rms_norm_kernel(
-    X,
-    R,
-    W,
-    OUT,
-    RES_OUT,
-    VEC,
-    SLOT,
-    SCALE,
-    TOKEN_ROWS,
-    stride_x,
-    stride_r,
-    stride_o,
-    stride_ro,
-    stride_v,
-    stride_slot,
-    stride_scale,
-    dim,
-    eps,
+    X, R, W, WX, OUT, RES_OUT, VEC, SLOT, SCALE, TOKEN_ROWS,
+    stride_x, stride_r, stride_o, stride_ro, stride_v, stride_slot, stride_scale, dim, eps,
     HAS_RESIDUAL: tl.constexpr,
+    NORM_X: tl.constexpr,  # Gemma 2/3: x is normed by WX before the add
+    UNIT_OFFSET: tl.constexpr,  # Gemma: (1 + w) norms
     STEER: tl.constexpr,  # add scale * VEC[slot] of the token's row to the sum (engine/steering.py)
     HAS_ROW_MAP: tl.constexpr,  # the token's row is TOKEN_ROWS[token] (prefill), else the token index (decode)
     BLOCK: tl.constexpr,
-):
+):  # fmt: skip
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < dim
+    dtype = OUT.dtype.element_ty
     x = tl.load(X + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
+    if NORM_X:  # Gemma 2/3: the sublayer's output passes its own post-norm before the residual add
+        x = _normed(x, WX, offs, mask, dim, eps, UNIT_OFFSET, dtype).to(tl.float32)
     if HAS_RESIDUAL:
         r = tl.load(R + row * stride_r + offs, mask=mask, other=0.0).to(tl.float32)
         summed = (x + r).to(RES_OUT.dtype.element_ty)  # rounded to the model dtype, as in eager torch
@@ -58,19 +63,26 @@ def _rms_norm_kernel(
             summed = (summed.to(tl.float32) + added.to(tl.float32)).to(RES_OUT.dtype.element_ty)
         tl.store(RES_OUT + row * stride_ro + offs, summed, mask=mask)
         x = summed.to(tl.float32)
-    var = tl.sum(x * x, axis=0) / dim
-    normed = (x * tl.rsqrt(var + eps)).to(OUT.dtype.element_ty).to(tl.float32)
-    w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(OUT + row * stride_o + offs, (normed * w).to(OUT.dtype.element_ty), mask=mask)
+    tl.store(OUT + row * stride_o + offs, _normed(x, W, offs, mask, dim, eps, UNIT_OFFSET, dtype), mask=mask)
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _launch(x2: torch.Tensor, r2: torch.Tensor | None, weight: torch.Tensor, out: torch.Tensor,
-            summed: torch.Tensor, eps: float, steer=None) -> None:
-    """One program per token row of x2 [tokens, dim]; r2 None: plain norm; steer: an engine.steering.SteerLayer."""
+def _launch(
+    x2: torch.Tensor,
+    r2: torch.Tensor | None,
+    weight: torch.Tensor,
+    out: torch.Tensor,
+    summed: torch.Tensor,
+    eps: float,
+    steer=None,
+    unit_offset: bool = False,
+    x_norm: torch.Tensor | None = None,
+) -> None:
+    """One program per token row of x2 [tokens, dim]; r2 None: plain norm; steer: an engine.steering.SteerLayer;
+    unit_offset / x_norm: Gemma's (1 + w) norms and post-norm of x (see torch_ops.add_rms_norm)."""
     dim = x2.shape[-1]
     vec = slot = scale = token_rows = x2  # unused pointers when not steering
     strides = (0, 0, 0)
@@ -80,89 +92,120 @@ def _launch(x2: torch.Tensor, r2: torch.Tensor | None, weight: torch.Tensor, out
         strides = (vec.stride(0), slot.stride(0), scale.stride(0))
     r = r2 if r2 is not None else x2
     _rms_norm_kernel[(x2.shape[0],)](
-        x2, r, weight, out, summed, vec, slot, scale, token_rows,
+        x2, r, weight, weight if x_norm is None else x_norm, out, summed, vec, slot, scale, token_rows,
         x2.stride(0), r.stride(0), out.stride(0), summed.stride(0), *strides, dim, eps,
-        HAS_RESIDUAL=r2 is not None, STEER=steer is not None,
+        HAS_RESIDUAL=r2 is not None, NORM_X=x_norm is not None, UNIT_OFFSET=unit_offset, STEER=steer is not None,
         HAS_ROW_MAP=steer is not None and steer.token_rows is not None, BLOCK=triton.next_power_of_2(dim),
     )  # fmt: skip
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, unit_offset: bool = False) -> torch.Tensor:
     """x [tokens, dim] -> [tokens, dim]; see torch_ops.rms_norm."""
     shape = x.shape
     x2 = _rows(x.reshape(-1, shape[-1]))
     out = torch.empty_like(x2)
-    _launch(x2, None, weight, out, out, eps)
+    _launch(x2, None, weight, out, out, eps, unit_offset=unit_offset)
     return out.view(shape)
 
 
 def add_rms_norm(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    unit_offset: bool = False,
+    x_norm: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(residual + x), residual + x) for x, residual [tokens, dim]; one launch."""
+    """(rms_norm(residual + x), residual + x) for x, residual [tokens, dim]; with x_norm, x is normed by it
+    first (Gemma 2/3's post-norms); one launch. See torch_ops.add_rms_norm."""
     x2, r2 = _rows(x), _rows(residual)
     out, summed = torch.empty_like(x2), torch.empty_like(x2)
-    _launch(x2, r2, weight, out, summed, eps)
+    _launch(x2, r2, weight, out, summed, eps, unit_offset=unit_offset, x_norm=x_norm)
     return out, summed
 
 
 def add_steer_rms_norm(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, steer
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    steer,
+    unit_offset: bool = False,
+    x_norm: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """add_rms_norm with each steered row's scale * vector added to the sum; see torch_ops.add_steer_rms_norm.
     One launch; a row without steering at this layer costs one index load."""
     x2, r2 = _rows(x), _rows(residual)
     out, summed = torch.empty_like(x2), torch.empty_like(x2)
-    _launch(x2, r2, weight, out, summed, eps, steer)
+    _launch(x2, r2, weight, out, summed, eps, steer, unit_offset, x_norm)
     return out, summed
 
 
 @triton.jit
-def _embed_rms_norm_kernel(TOK, E, W, OUT, X, stride_e, stride_o, stride_x, dim, eps, BLOCK: tl.constexpr):
+def _embed_rms_norm_kernel(
+    TOK, E, W, OUT, X, stride_e, stride_o, stride_x, dim, eps, scale,
+    HAS_SCALE: tl.constexpr, UNIT_OFFSET: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < dim
     token = tl.load(TOK + row)
     x = tl.load(E + token * stride_e + offs, mask=mask, other=0.0)
+    if HAS_SCALE:  # Gemma: times sqrt(hidden) (already in the model dtype), rounded once like torch's product
+        x = (x.to(tl.float32) * scale).to(X.dtype.element_ty)
     tl.store(X + row * stride_x + offs, x, mask=mask)
-    xf = x.to(tl.float32)
-    var = tl.sum(xf * xf, axis=0) / dim
-    normed = (xf * tl.rsqrt(var + eps)).to(OUT.dtype.element_ty).to(tl.float32)
-    w = tl.load(W + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(OUT + row * stride_o + offs, (normed * w).to(OUT.dtype.element_ty), mask=mask)
+    normed = _normed(x.to(tl.float32), W, offs, mask, dim, eps, UNIT_OFFSET, OUT.dtype.element_ty)
+    tl.store(OUT + row * stride_o + offs, normed, mask=mask)
 
 
 def embed_rms_norm(
-    tokens: torch.Tensor, embed: torch.Tensor, weight: torch.Tensor, eps: float
+    tokens: torch.Tensor,
+    embed: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    scale: float | None = None,
+    unit_offset: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(x), x) for x = embed[tokens]: the embedding gather and the first norm in one launch."""
+    """(rms_norm(x), x) for x = embed[tokens] (* scale): the embedding gather and the first norm in one launch."""
     n, dim = tokens.shape[0], embed.shape[1]
     assert embed.stride(1) == 1
     out = torch.empty((n, dim), dtype=embed.dtype, device=embed.device)
     x = torch.empty_like(out)
     _embed_rms_norm_kernel[(n,)](
         tokens, embed, weight, out, x, embed.stride(0), out.stride(0), x.stride(0), dim, eps,
-        BLOCK=triton.next_power_of_2(dim),
+        1.0 if scale is None else scale,
+        HAS_SCALE=scale is not None, UNIT_OFFSET=unit_offset, BLOCK=triton.next_power_of_2(dim),
     )  # fmt: skip
     return out, x
 
 
 @triton.jit
-def _silu_mul_kernel(GU, OUT, stride_gu, stride_o, inter, BLOCK: tl.constexpr):
+def _act_mul_kernel(GU, OUT, stride_gu, stride_o, inter, GELU_TANH: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < inter
     gate = tl.load(GU + row * stride_gu + offs, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(GU + row * stride_gu + inter + offs, mask=mask, other=0.0).to(tl.float32)
-    silu = gate / (1.0 + tl.exp(-gate))
-    tl.store(OUT + row * stride_o + offs, (silu * up).to(OUT.dtype.element_ty), mask=mask)
+    act = gate_activation(gate, GELU_TANH)
+    tl.store(OUT + row * stride_o + offs, (act * up).to(OUT.dtype.element_ty), mask=mask)
 
 
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """gate_up [tokens, 2 * inter] -> silu(gate) * up [tokens, inter]; one launch."""
+def _act_mul(gate_up: torch.Tensor, gelu_tanh: bool) -> torch.Tensor:
     gu = _rows(gate_up)
     tokens, inter = gu.shape[0], gu.shape[1] // 2
     out = torch.empty((tokens, inter), dtype=gu.dtype, device=gu.device)
     block = min(1024, triton.next_power_of_2(inter))
-    _silu_mul_kernel[(tokens, triton.cdiv(inter, block))](gu, out, gu.stride(0), out.stride(0), inter, BLOCK=block)
+    _act_mul_kernel[(tokens, triton.cdiv(inter, block))](
+        gu, out, gu.stride(0), out.stride(0), inter, GELU_TANH=gelu_tanh, BLOCK=block
+    )
     return out
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [tokens, 2 * inter] -> silu(gate) * up [tokens, inter]; one launch."""
+    return _act_mul(gate_up, gelu_tanh=False)
+
+
+def gelu_tanh_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [tokens, 2 * inter] -> gelu_tanh(gate) * up [tokens, inter] (Gemma's GeGLU); one launch."""
+    return _act_mul(gate_up, gelu_tanh=True)

@@ -1,4 +1,5 @@
-"""Triton kernel: split fused qkv, optional per-head q/k RMSNorm (Qwen3), rope, and the KV-cache write.
+"""Triton kernel: split fused qkv, optional per-head q/k RMSNorm (Qwen3; Gemma 3's (1 + w) form), rope, and
+the KV-cache write.
 
 One program per (token, head) over the q heads and then the kv heads: a q head is rotated into the q
 output; a kv head rotates its k half-vectors, and writes k and v straight into the cache at the token's
@@ -51,6 +52,7 @@ def _rope_qkv_kernel(
     QK_NORM: tl.constexpr,
     RETURN_KV: tl.constexpr,
     KV_FP8: tl.constexpr,
+    NORM_OFFSET: tl.constexpr,  # Gemma 3: the q/k norms scale by (1 + w) in fp32, rounded once
 ):
     t = tl.program_id(0)
     head = tl.program_id(1)  # [0, H) are q heads, [H, H + K) kv heads
@@ -72,10 +74,14 @@ def _rope_qkv_kernel(
             w1 = tl.load(KNORM + d, mask=dmask, other=0.0).to(tl.float32)
             w2 = tl.load(KNORM + half + d, mask=dmask, other=0.0).to(tl.float32)
         r = tl.rsqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / HEAD_DIM + eps)
-        x1 = (x1 * r).to(Q_OUT.dtype.element_ty).to(tl.float32) * w1
-        x2 = (x2 * r).to(Q_OUT.dtype.element_ty).to(tl.float32) * w2
-        x1 = x1.to(Q_OUT.dtype.element_ty).to(tl.float32)  # transformers rounds the normed head here
-        x2 = x2.to(Q_OUT.dtype.element_ty).to(tl.float32)
+        if NORM_OFFSET:
+            x1 = (x1 * r * (1.0 + w1)).to(Q_OUT.dtype.element_ty).to(tl.float32)
+            x2 = (x2 * r * (1.0 + w2)).to(Q_OUT.dtype.element_ty).to(tl.float32)
+        else:
+            x1 = (x1 * r).to(Q_OUT.dtype.element_ty).to(tl.float32) * w1
+            x2 = (x2 * r).to(Q_OUT.dtype.element_ty).to(tl.float32) * w2
+            x1 = x1.to(Q_OUT.dtype.element_ty).to(tl.float32)  # transformers rounds the normed head here
+            x2 = x2.to(Q_OUT.dtype.element_ty).to(tl.float32)
     o1 = (x1 * c - x2 * s).to(Q_OUT.dtype.element_ty)
     o2 = (x2 * c + x1 * s).to(Q_OUT.dtype.element_ty)
     if is_q:
@@ -129,6 +135,7 @@ def rope_qkv(
     return_kv: bool = True,  # prefill needs k and v back; decode reads them from the cache
     k_scale: torch.Tensor | None = None,  # [slots, kv_heads, max_len] fp32 with an fp8 cache (else None)
     v_scale: torch.Tensor | None = None,
+    qk_norm_offset: bool = False,  # Gemma 3's (1 + w) q/k norms
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """q [tokens, heads, head_dim] (+ k, v [tokens, kv_heads, head_dim] when return_kv); see torch_ops."""
     assert qkv.stride(-1) == 1 and k_cache.stride(-1) == 1 and v_cache.stride() == k_cache.stride()
@@ -175,5 +182,6 @@ def rope_qkv(
         QK_NORM=qk_norm,
         RETURN_KV=return_kv,
         KV_FP8=fp8,
+        NORM_OFFSET=qk_norm_offset,
     )
     return q, (k if return_kv else None), (v if return_kv else None)
