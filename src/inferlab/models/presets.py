@@ -147,6 +147,26 @@ def _qwen3_06b() -> PretrainedConfig:
     )
 
 
+def _qwen3_chem_mini() -> PretrainedConfig:
+    """qwen3-0.6b's vocabulary, head_dim and q/k norm in 4 narrow layers: the constraint sees the same
+    tokenizer, programs and logits width, for soaks where the model only supplies random logits."""
+    return Qwen3Config(
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=128,
+        vocab_size=151936,
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        use_sliding_window=False,
+        eos_token_id=151643,
+    )
+
+
 def _gemma_2b() -> PretrainedConfig:
     return GemmaConfig(
         hidden_size=2048,
@@ -195,6 +215,8 @@ PRESETS: dict[str, Preset] = {
         Preset("tiny-qwen2-cls", "tiny Qwen2 sequence classifier (3 labels)", "sequence-classification", _qwen2_cls_tiny),
         Preset("llama-380m", "Llama-3.2-380M shape of the seeds (16 layers, hidden 1024)", "causal-lm", _llama_380m),
         Preset("qwen3-0.6b", "Qwen3-0.6B shape (28 layers, head_dim 128, q/k norm)", "causal-lm", _qwen3_06b, "qwen3-chem"),
+        Preset("qwen3-chem-mini", "qwen3-0.6b's vocabulary and heads in 4 layers of hidden 256 (constraint soaks)",
+               "causal-lm", _qwen3_chem_mini, "qwen3-chem"),
         Preset("gemma-2b", "Gemma-2B shape (18 layers, hidden 2048, MQA)", "causal-lm", _gemma_2b),
         Preset("qwen2-cls", "Qwen2-0.5B shape with a 2-label classification head", "sequence-classification", _qwen2_cls),
     ]

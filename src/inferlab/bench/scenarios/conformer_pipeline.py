@@ -71,14 +71,16 @@ def validate(cell: Cell) -> None:
 def estimate_s(cell: Cell, accelerator: bool) -> float:
     """Rough seconds. GPU: ~10 s for the cell and its molecule selection, per run ~8 s of CLI start and
     ~20 s of engine start-up (less with a start-up cache) plus the tokens at ~38k tok/s (drug-sized
-    molecules, ~27 heavy atoms, ~24 tokens each); the independent check ~2 ms per conformer. CPU (tiny
-    models): ~250 tokens/s."""
+    molecules, ~27 heavy atoms, ~24 tokens each; qwen3-chem-mini, 4 narrow layers, ~10x that, where judging
+    by two processes at ~2 ms per conformer sets the pace); the independent check ~2 ms per conformer. CPU
+    (tiny models): ~250 tokens/s."""
     c = cell.config
     atoms = 27 if c["min_heavy_atoms"] >= 20 else 12
     tokens = c["num_molecules"] * c["num_conformers"] * atoms * TOKENS_PER_HEAVY_ATOM * (1 + 0.5 * bool(c["stereo_retries"]))
-    rate, start = (GPU_TOKENS_PER_S, 28.0) if accelerator else (250.0, 15.0)
-    check = 0.002 * c["num_molecules"] * c["num_conformers"] if c["verify_sdf"] else 0.0
-    return 10.0 + c["runs"] * (start + tokens / rate) + check
+    conformers = c["num_molecules"] * c["num_conformers"]
+    rate, start = (GPU_TOKENS_PER_S * (10 if cell.model == "qwen3-chem-mini" else 1), 28.0) if accelerator else (250.0, 15.0)
+    check = 0.002 * conformers if c["verify_sdf"] else 0.0
+    return 10.0 + c["runs"] * (start + max(tokens / rate, conformers * 0.001)) + check
 
 
 def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
