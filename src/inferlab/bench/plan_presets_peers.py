@@ -3,9 +3,10 @@ the issue's cases, and beside vLLM's structured outputs and HF + xgrammar on the
 system in one run directory (scripts/gpu/peers_sweep.sh runs it in three device calls: lab_sweep.py parts
 peers-engine-hf, peers-vllm-generate, peers-rest).
 
-Unconstrained (generate): llama-380m at batch 16 and 256 (48-token prompts, exactly 1000 new tokens) and
-qwen3-0.6b at batch 256 (29-token prompts, 600 new), each at top-p 0.9 and 1.0 (T = 1, top-k off), for
-`inferlab`, `vllm` and `hf-continuous`. One batch of prompts per call (num_prompts = batch_size), timed
+Unconstrained (generate), the issue's five cases: llama-380m at batch 16 (top-p 0.9) and 256 (top-p 0.9
+and 1.0; 48-token prompts, exactly 1000 new tokens) and qwen3-0.6b at batch 256 (29-token prompts, 600
+new; top-p 0.9 and 1.0), T = 1, top-k off, for `inferlab` and `vllm`; `hf-continuous` on llama-380m b256
+top-p 0.9 and qwen3-0.6b b256 top-p 1.0 (its cells are the preset's slowest). One batch of prompts per call (num_prompts = batch_size), timed
 for >= 3 s and cut at 6 s (at least one call); start-up (vLLM's compile and graph capture, our engine's
 capture) is load_s / first_call_s, apart. hf-continuous warms up over the full length (warmup_steps=0):
 its CUDA graphs are captured per padded KV size as the KV grows, so a short warm-up would leave captures
@@ -30,21 +31,30 @@ from __future__ import annotations
 from typing import Any
 
 _TIMING = {"warmup": 1, "min_repeats": 1, "min_duration_s": 3.0, "max_duration_s": 6.0}
-_SAMPLING = {"dtype": "bfloat16", "do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": [0.9, 1.0]}
-_LLAMA_CASES = [{"prompt_tokens": 48, "new_tokens": 1000, "batch_size": b, "num_prompts": b} for b in (16, 256)]
-_QWEN_CASES = [{"prompt_tokens": 29, "new_tokens": 600, "batch_size": 256, "num_prompts": 256}]
-_BACKEND_SET = {"inferlab": {}, "vllm": {}, "hf-continuous": {"warmup_steps": 0}}
+_SAMPLING = {"dtype": "bfloat16", "do_sample": True, "temperature": 1.0, "top_k": 0}
+_LLAMA = {"prompt_tokens": 48, "new_tokens": 1000}
+_QWEN = {"prompt_tokens": 29, "new_tokens": 600}
+# the issue's five cases: (model, shape, batch, top-p)
+_CASES = [("llama-380m", _LLAMA, 16, 0.9), ("llama-380m", _LLAMA, 256, 0.9), ("llama-380m", _LLAMA, 256, 1.0),
+          ("qwen3-0.6b", _QWEN, 256, 0.9), ("qwen3-0.6b", _QWEN, 256, 1.0)]
+# transformers' continuous batching on two of them (its cells are the slowest of the preset: see Estimates)
+_HF_CONTINUOUS_CASES = [_CASES[1], _CASES[4]]
 
 _CONFORMERS = {"num_molecules": 400, "num_conformers": 8, "min_heavy_atoms": 20, "max_heavy_atoms": 50,
-               "profile": "v3-fixed4", "sampling": "top-p", "dtype": "bfloat16", "warmup": 1, "min_repeats": 1}
+               "assign_stereo": True, "profile": "v3-fixed4", "sampling": "top-p", "dtype": "bfloat16", "warmup": 1,
+               "min_repeats": 1}  # the conformer-pipeline preset's molecules
 _ALL_REQUESTS = {"max_requests": 0, "batch_size": 3200}
 
 
 def _generate_sweeps() -> list[dict[str, Any]]:
-    return [{"scenario": "generate", "model": model, "backend": backend,
-             "set": {**_SAMPLING, **_TIMING, **case, **extra}}
-            for backend, extra in _BACKEND_SET.items()
-            for model, cases in (("llama-380m", _LLAMA_CASES), ("qwen3-0.6b", _QWEN_CASES)) for case in cases]
+    def sweep(backend: str, case: tuple, extra: dict[str, Any]) -> dict[str, Any]:
+        model, shape, batch, top_p = case
+        return {"scenario": "generate", "model": model, "backend": backend,
+                "set": {**_SAMPLING, **_TIMING, **shape, "batch_size": batch, "num_prompts": batch, "top_p": top_p,
+                        **extra}}
+
+    return ([sweep(backend, case, {}) for backend in ("inferlab", "vllm") for case in _CASES]
+            + [sweep("hf-continuous", case, {"warmup_steps": 0}) for case in _HF_CONTINUOUS_CASES])
 
 
 ENGINE_VS_PEERS: dict[str, Any] = {

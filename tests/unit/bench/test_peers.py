@@ -88,13 +88,14 @@ def test_hf_xgrammar_makes_only_valid_conformers(tiny_checkpoint, run_cell):
 def test_the_preset_asks_every_system_for_the_same_work():
     cells = build_plan(get_plan_preset("engine-vs-peers")).cells
     generate = [c for c in cells if c.scenario == "generate"]
-    assert {c.backend for c in generate} == {"inferlab", "vllm", "hf-continuous"} and len(generate) == 18
+    assert {c.backend for c in generate} == {"inferlab", "vllm", "hf-continuous"} and len(generate) == 12
     same = ("batch_size", "num_prompts", "prompt_tokens", "new_tokens", "do_sample", "temperature", "top_p", "top_k",
             "seed", "dtype")
     by_case: dict[tuple, set[str]] = {}
     for c in generate:
         by_case.setdefault((c.model, *(c.config[k] for k in same)), set()).add(c.backend)
-    assert len(by_case) == 6 and all(b == {"inferlab", "vllm", "hf-continuous"} for b in by_case.values())
+    assert len(by_case) == 5 and all({"inferlab", "vllm"} <= b for b in by_case.values())
+    assert sum("hf-continuous" in b for b in by_case.values()) == 2
     conformers = [c for c in cells if c.scenario == "constrained"]
     assert sorted((c.backend, c.config.get("structured_outputs")) for c in conformers) == [
         ("hf-xgrammar", None), ("inferlab", None), ("vllm", "guidance"), ("vllm", "xgrammar")]
