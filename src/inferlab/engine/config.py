@@ -2,7 +2,8 @@
 
 Values left as None or "auto" are resolved at start-up (engine/engine.py): the device, the dtype (the
 checkpoint's, bf16 for fp32 checkpoints on CUDA), slots and max length (from the memory plan), CUDA graphs
-(on for CUDA) and kernels (Triton on CUDA). A bad value raises ConfigError naming the field and the fix.
+(on for CUDA), kernels (Triton on CUDA) and the start-up cache's folder (engine/startup_cache.py). A bad
+value raises ConfigError naming the field and the fix.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ class EngineConfig:
     max_stop_ids: int = 8  # EOS ids + per-request stop ids per row
     seed: int = 0  # requests without a seed get one derived from (seed, request id)
     decode_text: bool = True  # fill Result.text with the tokenizer (off: token ids only)
+    share_prompts: bool = True  # rows admitted together with equal prompts: one prefill, the K/V copied
+    queue_ahead: int | None = None  # requests pulled ahead of free rows (lazy intake); None: max(min_admission, slots // 8)
+    startup_cache: bool = True  # keep start-up measurements (the GEMM plan) on disk and reuse them
+    cache_dir: str | Path | None = None  # the start-up cache's folder; None: $INFERLAB_CACHE_DIR or ~/.cache/inferlab
 
     def __post_init__(self) -> None:
         if not str(self.model):
@@ -64,5 +69,7 @@ class EngineConfig:
         for name in ("slot_cap", "default_max_seq_len", "max_prefill_tokens", "decode_steps_per_sync", "max_stop_ids"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.queue_ahead is not None and self.queue_ahead < 0:
+            raise ConfigError(f"queue_ahead={self.queue_ahead} must be >= 0 (or None for the default)")
         if self.reserve_bytes < 0:
             raise ConfigError(f"reserve_bytes={self.reserve_bytes} must be >= 0")

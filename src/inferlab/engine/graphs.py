@@ -3,19 +3,21 @@
 Buckets grow geometrically (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, ...: at most 1.5x padding) up to the
 engine's row count, which is always a bucket. A variant is (sampler filter level, constrained): the host
 picks one per decode chunk from the live requests, so a batch never pays for a filter or a constraint
-none of its rows uses. The unconstrained variants are captured at start-up; the constrained ones when
-the engine meets its first constrained request (`capture` adds variants to the same pool). All graphs
-share one memory pool and each capture call goes largest bucket first, so the pool is sized by the largest
-and the others reuse it. Every tensor a graph reads is a static buffer (RowState, KV cache, weights,
-constraint state) that the host fills between replays; nothing is allocated when a graph replays.
-Capture runs eager warm-up steps over rows [0, bucket): call it only while every row is idle.
+none of its rows uses. A graph is captured when its (bucket, variant) is first needed (`ensure`, from the
+runner at a sync point), so a job captures only what it uses: the engine captures the largest bucket of
+each unconstrained filter level at start-up (which sizes the shared pool and compiles the kernels) and
+the rest lazily. A lazy capture waits for the device (once per graph, ~10-30 ms), runs one eager warm-up
+step inside the runner's `preserved_rows` (rows may be live: their state is put back afterwards), then
+captures without running anything. All graphs share one memory pool; every tensor a graph reads is a
+static buffer (RowState, KV cache, weights, constraint state) that the host fills between replays; nothing
+is allocated when a graph replays.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from typing import Callable, ContextManager
 
 import torch
 
@@ -43,46 +45,49 @@ def bucket_for(rows: int, sizes: list[int]) -> int:
 
 
 class DecodeGraphs:
-    def __init__(self, step: StepFn, sizes: list[int]) -> None:
+    """Graphs of the decode step, captured one (bucket, variant) at a time when first needed."""
+
+    def __init__(self, step: StepFn, sizes: list[int], preserved: Callable[[], ContextManager]) -> None:
         self.step = step
         self.sizes = sizes
+        self.preserved = preserved  # a context in which steps leave the rows' state unchanged (runner.py)
         self.graphs: dict[tuple[int, Variant], torch.cuda.CUDAGraph] = {}
-        self.warmup_s = 0.0  # first calls of the step (includes Triton compilation)
-        self.capture_s = 0.0
+        self.warmup_s = 0.0  # the eager steps before each capture (Triton compilation when the disk cache is cold)
+        self.capture_s = 0.0  # capture alone
         self._pool = None
+        self._stream: torch.cuda.Stream | None = None  # the capture stream (its cuBLAS workspace persists)
 
-    def capture(self, variants: list[Variant]) -> None:
-        """Capture every bucket of each variant (variants already captured are skipped)."""
+    def ensure(self, size: int, variant: Variant) -> None:
+        if (size, variant) not in self.graphs:
+            self.capture(size, variant)
+
+    def capture(self, size: int, variant: Variant) -> None:
+        """Capture one graph. Waits for the device; rows may be live (see the module docstring)."""
         if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        side = torch.cuda.Stream()
-        for variant in variants:
-            for size in sorted(self.sizes, reverse=True):
-                if (size, variant) in self.graphs:
-                    continue
-                t0 = time.perf_counter()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):  # warm-up off the capture stream (cuBLAS handles, autotune)
-                    for _ in range(2):
-                        self.step(size, variant)
-                torch.cuda.current_stream().wait_stream(side)
-                torch.cuda.synchronize()
-                t1 = time.perf_counter()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self._pool):
-                    self.step(size, variant)
-                torch.cuda.synchronize()
-                self.graphs[(size, variant)] = graph
-                self.warmup_s += t1 - t0
-                self.capture_s += time.perf_counter() - t1
-        log.info(
-            "%d decode graphs (buckets %s, variants %s) captured in %.2f s (+ %.2f s warm-up)",
-            len(self.graphs),
-            self.sizes,
-            variants,
-            self.capture_s,
-            self.warmup_s,
-        )
+            self._pool, self._stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
+        current, side = torch.cuda.current_stream(), self._stream
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with self.preserved():
+            side.wait_stream(current)
+            with torch.cuda.stream(side):  # warm-up off the capture: Triton JIT, cuBLAS workspace of this stream
+                self.step(size, variant)
+            current.wait_stream(side)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        graph = torch.cuda.CUDAGraph()
+        # torch.cuda.graph would also empty the allocator's cache; capture_begin/end alone keep it warm
+        with torch.cuda.stream(side):
+            graph.capture_begin(pool=self._pool)
+            try:
+                self.step(size, variant)
+            finally:
+                graph.capture_end()
+        self.graphs[(size, variant)] = graph
+        self.warmup_s += t1 - t0
+        self.capture_s += time.perf_counter() - t1
+        log.debug("decode graph (bucket %d, variant %s) captured in %.3f s (+ %.3f s warm-up)", size, variant,
+                  time.perf_counter() - t1, t1 - t0)
 
     def replay(self, size: int, variant: Variant) -> None:
         self.graphs[(size, variant)].replay()

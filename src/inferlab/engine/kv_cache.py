@@ -1,7 +1,9 @@
 """The static KV cache and the memory plan that sizes it.
 
 KVCache holds K and V as [layers, slots, kv_heads, max_len, head_dim], allocated once; a row of the batch
-writes into its own slot at its own position, so no cache memory is ever allocated after start-up.
+writes into its own slot at its own position, so no cache memory is ever allocated after start-up. Rows
+that share a prompt get its K/V by `copy_prefix` (one device copy from the slot that was prefilled, no
+host sync): everything that moves K/V between slots goes through this class.
 
 MemoryModel prices a configuration (slots x max_len) in bytes: weights, the KV cache, each slot's output
 buffer, the per-row workspace of the decode graphs (logits, sampler sort buffers) and of the eager prefill,
@@ -23,21 +25,44 @@ from inferlab.models.config import ModelSpec
 GIB = 1024**3
 
 
+COPY_CHUNK = 16  # slot pairs per torch copy (bounds its [layers, pairs, kv_heads, length, head_dim] temporary)
+
+
 @dataclass
 class KVCache:
     k: torch.Tensor  # [layers, slots, kv_heads, max_len, head_dim]
     v: torch.Tensor  # [layers, slots, kv_heads, max_len, head_dim]
     merge_counters: torch.Tensor  # [slots * kv_heads] int32 zeros: the fused decode attention's split merge
+    kernels: str = "torch"  # "triton": copy_prefix in one Triton launch (kernels/triton_kv_copy.py)
 
     @classmethod
-    def allocate(cls, spec: ModelSpec, slots: int, max_len: int, dtype: torch.dtype, device: torch.device) -> "KVCache":
+    def allocate(cls, spec: ModelSpec, slots: int, max_len: int, dtype: torch.dtype, device: torch.device,
+                 kernels: str = "torch") -> "KVCache":
         shape = (spec.num_layers, slots, spec.num_kv_heads, max_len, spec.head_dim)
         # zeros, not empty: a row reads only positions it wrote, but NaN garbage must never meet a 0 weight
         return cls(
             k=torch.zeros(shape, dtype=dtype, device=device),
             v=torch.zeros(shape, dtype=dtype, device=device),
             merge_counters=torch.zeros(slots * spec.num_kv_heads, dtype=torch.int32, device=device),
+            kernels=kernels,
         )
+
+    def copy_prefix(self, src_slots: torch.Tensor, dst_slots: torch.Tensor, length: int) -> None:
+        """K and V of positions [0, length) of slot src_slots[i] into slot dst_slots[i], every layer.
+        src_slots, dst_slots: [pairs] int64 device tensors (destinations distinct and never a source);
+        length: a host int. Positions a destination holds beyond its own prompt may receive the source's
+        garbage: harmless, a row writes every position past its prompt before it reads it."""
+        if src_slots.shape[0] == 0:
+            return
+        if self.kernels == "triton":
+            from inferlab.engine.kernels.triton_kv_copy import copy_prefix
+
+            copy_prefix(self.k, self.v, src_slots, dst_slots, length)
+            return
+        for start in range(0, src_slots.shape[0], COPY_CHUNK):
+            src, dst = src_slots[start : start + COPY_CHUNK], dst_slots[start : start + COPY_CHUNK]
+            for cache in (self.k, self.v):
+                cache[:, dst, :, :length] = cache[:, src, :, :length]
 
     @property
     def slots(self) -> int:

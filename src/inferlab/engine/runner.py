@@ -1,15 +1,27 @@
 """The device side of the loop: admit rows, prefill them, run decode steps (graph replays or eager), release.
 
 ModelRunner owns the model, the KV cache, the per-row state and the decode graphs. It knows rows, not
-requests: the engine (engine.py) decides which request goes to which row (scheduler.py) and turns rows
-back into Results. Host-side input preparation (padding prompts, building per-row parameter tensors)
+requests: the engine (engine.py, loop.py) decides which request goes to which row (scheduler.py) and turns
+rows back into Results. Host-side input preparation (padding prompts, building per-row parameter tensors)
 happens here, apart from the device calls, and only between decode chunks.
+
+Shared prompts: the rows of one prefill batch whose prompts are equal are prefilled once (one lane per
+distinct prompt); the other rows get the prompt's K/V by a device copy from the lane's slot
+(KVCache.copy_prefix) and sample their own first token (their own seed) from the lane's logits.
+
+Decode graphs are captured when a (bucket, variant) is first needed (graphs.py), possibly while requests
+are live: the capture's warm-up step runs inside `preserved_rows`, which saves the rows' state and puts
+it back, so no row advances. Its K/V writes are harmless: it writes each row's current position with the
+values the next real step writes there again, and the position after it, which a row always writes
+before it reads.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from typing import Iterator, Sequence
 
 import torch
 
@@ -19,7 +31,6 @@ from inferlab.engine.intake import Prepared
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
 from inferlab.engine.rows import RowState
-from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.step import finish_step
 from inferlab.engine.transfer import tensor_on, to_device
 from inferlab.models.llama import LlamaModel
@@ -28,12 +39,19 @@ from inferlab.types import Request, SamplingParams, Timings
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class PrefillDone:
+    lanes: int  # distinct prompts run through the model
+    tokens: int  # their prompt tokens
+
+
 class ModelRunner:
-    def __init__(self, model: LlamaModel, cache: KVCache, rows: RowState, ops: Ops) -> None:
+    def __init__(self, model: LlamaModel, cache: KVCache, rows: RowState, ops: Ops, share_prompts: bool = True) -> None:
         self.model = model
         self.cache = cache
         self.rows = rows
         self.ops = ops
+        self.share_prompts = share_prompts
         self.constraints = None  # a ConstraintRuntime once the engine met a constrained request
         self.device = cache.k.device
         self.num_rows = rows.tokens.shape[0]
@@ -49,29 +67,41 @@ class ModelRunner:
         hooks = self.constraints if constrained else NO_CONSTRAINTS
         finish_step(logits, r.view(b), hooks, self.ops, level)
 
-    def capture_graphs(self) -> DecodeGraphs:
-        """The unconstrained graphs of every bucket and filter level (start-up, every row idle)."""
-        self.graphs = DecodeGraphs(lambda b, variant: self.decode_step(b, variant, None), self.sizes)
-        self.graphs.capture([(level, False) for level in FILTER_LEVELS])
+    def use_graphs(self) -> DecodeGraphs:
+        """Replay decode steps from CUDA graphs, each captured when first needed (graphs.py)."""
+        self.graphs = DecodeGraphs(lambda b, variant: self.decode_step(b, variant, None), self.sizes,
+                                   self.preserved_rows)
         return self.graphs
 
     def attach_constraints(self, runtime) -> None:
-        """Enable constrained steps (a ConstraintRuntime sized for every row); with graphs, capture the
-        constrained variants now. Call while every row is idle (the capture runs warm-up steps)."""
+        """Enable constrained steps (a ConstraintRuntime sized for every row); their graph variants are
+        captured when first needed, like the others."""
         self.constraints = runtime
-        if self.graphs is not None:
-            with torch.inference_mode():
-                self.graphs.capture([(level, True) for level in FILTER_LEVELS])
 
     def decode(self, b: int, variant: Variant, steps: int, len_hint: int | None) -> None:
         """`steps` decode steps over rows [0, b) with `variant` = (filter level, constrained); len_hint bounds
         positions + 1 at the first step (used by the eager torch attention only)."""
+        if self.graphs is not None and steps > 0:
+            self.graphs.ensure(b, variant)
         for i in range(steps):
             if self.graphs is not None:
                 self.graphs.replay(b, variant)
             else:
                 hint = None if len_hint is None or not self.ops.needs_len_hint else len_hint + i
                 self.decode_step(b, variant, hint)
+
+    @contextmanager
+    def preserved_rows(self) -> Iterator[None]:
+        """Whatever decode steps run inside leave every row's state (and constraint state) as it was."""
+        state = [getattr(self.rows, f.name) for f in fields(self.rows)]
+        if self.constraints is not None:
+            state += [self.constraints.ptr, self.constraints.state]
+        saved = [t.clone() for t in state]
+        try:
+            yield
+        finally:
+            for t, copy in zip(state, saved):
+                t.copy_(copy)
 
     # ---- admission and prefill (host inputs staged through pinned memory: transfer.py) ----------------
     def admit(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> None:
@@ -114,36 +144,66 @@ class ModelRunner:
             },
         )
 
-    def prefill(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> None:
-        """Run the admitted prompts (right-padded) and sample each row's first token."""
-        longest = max(item.prompt_len for item in items)
-        host = torch.zeros((len(items), longest + 2), dtype=torch.int64)  # [n, tokens | length | row id]
+    def prefill(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> PrefillDone:
+        """Run the admitted rows' distinct prompts (right-padded), give the rows that repeat a prompt its K/V
+        (copy_prefix from the slot of the row that ran it), and sample every row's first token."""
+        n = len(items)
+        lane_of: dict = {}  # prompt key -> lane
+        leaders: list[int] = []  # lane -> position in items of the row whose slot the prompt is run into
+        lanes: list[int] = []  # position in items -> lane
         for i, item in enumerate(items):
-            host[i, : item.prompt_len] = torch.tensor(item.prompt_ids)
-            host[i, longest:] = torch.tensor([item.prompt_len, row_ids[i]])
+            lane = lane_of.setdefault(item.prompt_key if self.share_prompts else i, len(leaders))
+            if lane == len(leaders):
+                leaders.append(i)
+            lanes.append(lane)
+        followers = [i for i in range(n) if leaders[lanes[i]] != i]
+        u, m = len(leaders), len(followers)
+        longest = max(items[i].prompt_len for i in leaders)
+        # one staged block: [lane tokens u x longest | lane lengths u | lane rows u | rows n | lanes n |
+        #                    follower rows m | their lanes' rows m]
+        host = torch.zeros(u * longest + 2 * u + 2 * n + 2 * m, dtype=torch.int64)
+        for j, i in enumerate(leaders):
+            host[j * longest : j * longest + items[i].prompt_len] = torch.tensor(items[i].prompt_ids)
+        at = u * longest
+        columns = [[items[i].prompt_len for i in leaders], [row_ids[i] for i in leaders], list(row_ids), lanes,
+                   [row_ids[i] for i in followers], [row_ids[leaders[lanes[i]]] for i in followers]]
+        for values in columns:
+            host[at : at + len(values)] = torch.tensor(values, dtype=torch.int64)
+            at += len(values)
         staged = to_device(host, self.device)
-        # columns of one staged block; made unit-stride because kernels index [n] inputs by lane
-        tokens, lengths, idx = (staged[:, :longest].contiguous(), staged[:, longest].contiguous(),
-                                staged[:, longest + 1].contiguous())
-        logits = self.model.prefill(tokens, lengths, self.rows.slots[idx], self.cache)  # [admitted, V]
+        tokens = staged[: u * longest].view(u, longest)
+        parts = torch.split(staged[u * longest :], [u, u, n, n, m, m])
+        lengths, lane_rows, idx, lane_idx, follower_rows, source_rows = parts
+        logits = self.model.prefill(tokens, lengths, self.rows.slots[lane_rows], self.cache)  # [u, V]
+        if m:
+            length = max(items[i].prompt_len for i in followers)
+            self.cache.copy_prefix(self.rows.slots[source_rows], self.rows.slots[follower_rows], length)
+            logits = logits.index_select(0, lane_idx)  # [n, V]: each row samples from its lane's logits
         part = self.rows.gather(idx)
         level = max(item.filter_level for item in items)
         constrained = any(item.constraint is not None for item in items)
         finish_step(logits, part, self.constraints if constrained else NO_CONSTRAINTS, self.ops, level, row_ids=idx)
         self.rows.scatter_(idx, part)
+        return PrefillDone(lanes=u, tokens=sum(items[i].prompt_len for i in leaders))
 
     def warm_prefill(self, max_seq_len: int, max_prefill_tokens: int) -> None:
         """Prefill at the most tokens and at the most rows one batch may have (both bounds), with every
-        sampler filter on: the largest buffers a prefill allocates, allocated at start-up."""
+        sampler filter on: the largest buffers a prefill allocates, allocated at start-up; then two rows
+        sharing a prompt (the K/V copy's first launch)."""
         longest = max_seq_len - 1  # a prompt leaves room for at least one new token
         widest = min(self.num_rows, max_prefill_tokens)
+        vocab = self.model.spec.vocab_size
         sampling = SamplingParams(temperature=1.0, top_k=5, top_p=0.5, min_p=0.01, max_new_tokens=1)
-        for batch, length in {(1, longest), (widest, max_prefill_tokens // widest)}:
-            length = max(1, min(length, longest))
-            items = [
-                Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)), [0] * length, sampling, 0, [], 0, Timings())
+        shapes = [(batch, max(1, min(length, longest))) for batch, length in
+                  {(1, longest), (widest, max_prefill_tokens // widest)}] + [(2, 1)]
+        for batch, length in shapes:
+            shared = (batch, length) == (2, 1)
+            items = [  # distinct prompts (two first tokens), so every row is a prefill lane, but the last pair
+                Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)),
+                         ([0] if shared else [i % vocab, i // vocab % vocab] + [0] * (length - 2))[:length],
+                         sampling, 0, [], 0, Timings())
                 for i in range(batch)
-            ]
+            ]  # fmt: skip
             self.admit(range(batch), items)
             self.prefill(range(batch), items)
 
