@@ -1,0 +1,69 @@
+"""Shared prompts: rows admitted together with equal prompts are prefilled once and get the prompt's K/V by
+KVCache.copy_prefix; their tokens equal those of each request run alone (greedy and seeded)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inferlab.engine import Engine, EngineConfig
+from inferlab.engine.kv_cache import KVCache
+from inferlab.types import Request, SamplingParams
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint):
+    return Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=8, max_seq_len=64, decode_steps_per_sync=4))
+
+
+def _req(rid, prompt, **sampling):
+    return Request(id=rid, prompt_ids=tuple(prompt), sampling=SamplingParams(**sampling))
+
+
+def test_rows_with_one_prompt_equal_each_run_alone(engine):
+    prompt, other = [5, 17, 9, 33, 2, 8, 40], [7, 7, 1]
+    requests = [_req(f"k{k}", prompt, temperature=1.0, top_p=0.9, seed=100 + k, max_new_tokens=12) for k in range(5)]
+    requests += [_req("greedy-a", prompt, temperature=0, max_new_tokens=9),
+                 _req("other", other, temperature=0.8, seed=3, max_new_tokens=7),
+                 _req("greedy-b", prompt, temperature=0, max_new_tokens=9)]  # fmt: skip
+    before = engine.stats.as_dict()
+    together = engine.generate(requests)
+    after = engine.stats.as_dict()
+    assert after["shared_prompt_rows"] - before["shared_prompt_rows"] == 6  # 7 rows of one prompt: 1 prefill
+    assert after["prefill_lanes"] - before["prefill_lanes"] == 2
+    assert after["prefill_tokens"] - before["prefill_tokens"] == len(prompt) + len(other)
+    assert after["prompt_tokens"] - before["prompt_tokens"] == 7 * len(prompt) + len(other)
+    alone = [engine.generate([r])[0] for r in requests]
+    assert [r.token_ids for r in together] == [r.token_ids for r in alone]
+    sampled = {tuple(r.token_ids) for r in together[:5]}
+    assert len(sampled) > 1  # each row drew with its own seed from the shared logits
+    assert together[5].token_ids == together[7].token_ids
+
+
+def test_sharing_off_gives_the_same_tokens(tiny_checkpoint, engine):
+    off = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=8, max_seq_len=64, decode_steps_per_sync=4,
+                              share_prompts=False))
+    requests = [_req(f"k{k}", [3, 1, 4, 1, 5], temperature=1.0, seed=k, max_new_tokens=10) for k in range(6)]
+    assert [r.token_ids for r in off.generate(requests)] == [r.token_ids for r in engine.generate(requests)]
+    assert off.stats.shared_prompt_rows == 0 and off.stats.prefill_lanes == 6
+
+
+def test_more_rows_than_slots_share_within_each_admission(engine):
+    prompt = [11, 12, 13, 14]
+    requests = [_req(f"r{i}", prompt, temperature=1.0, seed=i, max_new_tokens=3 + i % 5) for i in range(20)]
+    results = engine.generate(requests)
+    alone = [engine.generate([r])[0].token_ids for r in requests]
+    assert [r.token_ids for r in results] == alone
+
+
+def test_copy_prefix_copies_only_the_prefix_of_the_pairs():
+    g = torch.Generator().manual_seed(0)
+    shape = (3, 6, 2, 10, 4)  # [layers, slots, kv_heads, max_len, head_dim]
+    cache = KVCache(torch.randn(shape, generator=g), torch.randn(shape, generator=g), torch.zeros(12, dtype=torch.int32))
+    k0, v0 = cache.k.clone(), cache.v.clone()
+    cache.copy_prefix(torch.tensor([1, 1, 4]), torch.tensor([0, 3, 5]), 7)
+    for src, dst in ((1, 0), (1, 3), (4, 5)):
+        assert torch.equal(cache.k[:, dst, :, :7], k0[:, src, :, :7]) and torch.equal(cache.v[:, dst, :, :7], v0[:, src, :, :7])
+        assert torch.equal(cache.k[:, dst, :, 7:], k0[:, dst, :, 7:])  # past the prefix: untouched
+    for slot in (1, 2, 4):
+        assert torch.equal(cache.k[:, slot], k0[:, slot]) and torch.equal(cache.v[:, slot], v0[:, slot])
