@@ -136,13 +136,18 @@ class Engine:
                     self._gemm_plan()
                 t1 = time.perf_counter()
                 if self.device.type == "cuda":
-                    self.runner.warm_prefill(self.plan.max_seq_len, self.max_prefill_tokens)
-                    self._sync_device()
+                    self.runner.warm_prefill()  # eager, before any capture: the prefill attention is chosen
                 if use_graphs:
-                    graphs = self.runner.use_graphs()
+                    self.runner.use_graphs(self.max_prefill_tokens)
+                if self.device.type == "cuda":
+                    self.runner.warm_prefill(self.plan.max_seq_len, self.max_prefill_tokens)
+                if use_graphs:
+                    graphs = self.runner.graphs
                     for level in FILTER_LEVELS:  # the largest bucket sizes the graphs' shared pool
                         graphs.ensure(self.runner.sizes[-1], (level, False))
-                    self.stats.capture_s, self.stats.graphs = graphs.capture_s, len(graphs.graphs)
+                    self.stats.capture_s = graphs.capturer.capture_s
+                    self.stats.graphs = len(graphs.graphs)
+                    self.stats.prefill_graphs = len(self.runner.prefill_graphs.graphs)
                 self._sync_device()
                 self.stats.warmup_s = time.perf_counter() - t1 - self.stats.capture_s
                 self.stats.gemm_tune_s = t1 - t0
@@ -154,7 +159,8 @@ class Engine:
             ) from None
         self.runner.release(range(self.plan.slots))
         graphs = self.runner.graphs
-        self._startup_graphs = (len(graphs.graphs), graphs.capture_s + graphs.warmup_s) if graphs else (0, 0.0)
+        capturer = graphs.capturer if graphs is not None else None
+        self._startup_captures = (capturer.count, capturer.capture_s + capturer.warmup_s) if capturer else (0, 0.0)
         if self.device.type == "cuda":
             self.stats.peak_memory_bytes = torch.cuda.max_memory_allocated(self.device)
 
@@ -180,10 +186,12 @@ class Engine:
         """Figures that change after start-up: graphs captured lazily, the constraint set-up, peak memory."""
         stats, graphs = self.stats, self.runner.graphs
         if graphs is not None:
-            count, seconds = self._startup_graphs
+            count, seconds = self._startup_captures
+            capturer = graphs.capturer
             stats.graphs = len(graphs.graphs)
-            stats.lazy_graphs = len(graphs.graphs) - count
-            stats.lazy_capture_s = graphs.capture_s + graphs.warmup_s - seconds
+            stats.prefill_graphs = len(self.runner.prefill_graphs.graphs)
+            stats.lazy_graphs = capturer.count - count
+            stats.lazy_capture_s = capturer.capture_s + capturer.warmup_s - seconds
         stats.constraint_setup_s = self.constraints.setup_s
         if self.device.type == "cuda":
             stats.peak_memory_bytes = max(stats.peak_memory_bytes, torch.cuda.max_memory_allocated(self.device))

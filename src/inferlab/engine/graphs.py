@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, ContextManager
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager
 
 import torch
 
@@ -44,18 +46,56 @@ def bucket_for(rows: int, sizes: list[int]) -> int:
     raise ValueError(f"{rows} rows exceed the largest bucket {sizes[-1]}")
 
 
+@dataclass
+class Capturer:
+    """What every graph of an engine shares: one memory pool (graphs replay one at a time on one stream, so
+    each reuses the others' temporaries) and one capture stream (its cuBLAS workspace persists), plus the
+    time spent. `capture` waits for the device, runs `fn` once eagerly off the capture (Triton JIT, cuBLAS
+    workspace), then captures it without running it."""
+
+    pool: Any = None
+    stream: Any = None
+    warmup_s: float = 0.0  # the eager runs before each capture (Triton compilation when its disk cache is cold)
+    capture_s: float = 0.0  # capture alone
+    count: int = 0
+
+    def capture(self, fn: Callable[[], Any], around_warmup: Callable[[], ContextManager] | None = None):
+        if self.pool is None:
+            self.pool, self.stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
+        current, side = torch.cuda.current_stream(), self.stream
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with around_warmup() if around_warmup is not None else nullcontext():
+            side.wait_stream(current)
+            with torch.cuda.stream(side):
+                fn()
+            current.wait_stream(side)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        graph = torch.cuda.CUDAGraph()
+        # torch.cuda.graph would also empty the allocator's cache; capture_begin/end alone keep it warm
+        with torch.cuda.stream(side):
+            graph.capture_begin(pool=self.pool)
+            try:
+                fn()
+            finally:
+                graph.capture_end()
+        self.warmup_s += t1 - t0
+        self.capture_s += time.perf_counter() - t1
+        self.count += 1
+        return graph
+
+
 class DecodeGraphs:
     """Graphs of the decode step, captured one (bucket, variant) at a time when first needed."""
 
-    def __init__(self, step: StepFn, sizes: list[int], preserved: Callable[[], ContextManager]) -> None:
+    def __init__(self, step: StepFn, sizes: list[int], preserved: Callable[[], ContextManager],
+                 capturer: Capturer) -> None:
         self.step = step
         self.sizes = sizes
         self.preserved = preserved  # a context in which steps leave the rows' state unchanged (runner.py)
+        self.capturer = capturer
         self.graphs: dict[tuple[int, Variant], torch.cuda.CUDAGraph] = {}
-        self.warmup_s = 0.0  # the eager steps before each capture (Triton compilation when the disk cache is cold)
-        self.capture_s = 0.0  # capture alone
-        self._pool = None
-        self._stream: torch.cuda.Stream | None = None  # the capture stream (its cuBLAS workspace persists)
 
     def ensure(self, size: int, variant: Variant) -> None:
         if (size, variant) not in self.graphs:
@@ -63,31 +103,9 @@ class DecodeGraphs:
 
     def capture(self, size: int, variant: Variant) -> None:
         """Capture one graph. Waits for the device; rows may be live (see the module docstring)."""
-        if self._pool is None:
-            self._pool, self._stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
-        current, side = torch.cuda.current_stream(), self._stream
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        with self.preserved():
-            side.wait_stream(current)
-            with torch.cuda.stream(side):  # warm-up off the capture: Triton JIT, cuBLAS workspace of this stream
-                self.step(size, variant)
-            current.wait_stream(side)
-        torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        graph = torch.cuda.CUDAGraph()
-        # torch.cuda.graph would also empty the allocator's cache; capture_begin/end alone keep it warm
-        with torch.cuda.stream(side):
-            graph.capture_begin(pool=self._pool)
-            try:
-                self.step(size, variant)
-            finally:
-                graph.capture_end()
-        self.graphs[(size, variant)] = graph
-        self.warmup_s += t1 - t0
-        self.capture_s += time.perf_counter() - t1
-        log.debug("decode graph (bucket %d, variant %s) captured in %.3f s (+ %.3f s warm-up)", size, variant,
-                  time.perf_counter() - t1, t1 - t0)
+        t = time.perf_counter()
+        self.graphs[(size, variant)] = self.capturer.capture(lambda: self.step(size, variant), self.preserved)
+        log.debug("decode graph (bucket %d, variant %s) in %.3f s", size, variant, time.perf_counter() - t)
 
     def replay(self, size: int, variant: Variant) -> None:
         self.graphs[(size, variant)].replay()

@@ -25,11 +25,12 @@ from typing import Iterator, Sequence
 
 import torch
 
-from inferlab.engine.graphs import DecodeGraphs, Variant, bucket_sizes
+from inferlab.engine.graphs import Capturer, DecodeGraphs, Variant, bucket_sizes
 from inferlab.engine.hooks import NO_CONSTRAINTS
 from inferlab.engine.intake import Prepared
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
+from inferlab.engine.prefill_graphs import PrefillGraphs
 from inferlab.engine.rows import RowState
 from inferlab.engine.step import finish_step
 from inferlab.engine.transfer import tensor_on, to_device
@@ -57,6 +58,7 @@ class ModelRunner:
         self.num_rows = rows.tokens.shape[0]
         self.sizes = bucket_sizes(self.num_rows)
         self.graphs: DecodeGraphs | None = None
+        self.prefill_graphs: PrefillGraphs | None = None
 
     # ---- decode -------------------------------------------------------------------------------------
     def decode_step(self, b: int, variant: Variant, len_hint: int | None = None) -> None:
@@ -67,10 +69,15 @@ class ModelRunner:
         hooks = self.constraints if constrained else NO_CONSTRAINTS
         finish_step(logits, r.view(b), hooks, self.ops, level)
 
-    def use_graphs(self) -> DecodeGraphs:
-        """Replay decode steps from CUDA graphs, each captured when first needed (graphs.py)."""
+    def use_graphs(self, max_prefill_tokens: int) -> DecodeGraphs:
+        """Replay decode steps and the prefill forward from CUDA graphs, each captured when first needed
+        (graphs.py, prefill_graphs.py), all in one memory pool."""
+        capturer = Capturer()
         self.graphs = DecodeGraphs(lambda b, variant: self.decode_step(b, variant, None), self.sizes,
-                                   self.preserved_rows)
+                                   self.preserved_rows, capturer)
+        max_len = self.cache.max_len
+        self.prefill_graphs = PrefillGraphs(self.model, self.cache, self.rows.slots, min(self.num_rows, max_prefill_tokens),
+                                            max_len, max_prefill_tokens, capturer)
         return self.graphs
 
     def attach_constraints(self, runtime) -> None:
@@ -145,8 +152,9 @@ class ModelRunner:
         )
 
     def prefill(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> PrefillDone:
-        """Run the admitted rows' distinct prompts (right-padded), give the rows that repeat a prompt its K/V
-        (copy_prefix from the slot of the row that ran it), and sample every row's first token."""
+        """Run the admitted rows' distinct prompts (right-padded; from a graph when a bucket fits), give the
+        rows that repeat a prompt its K/V (copy_prefix from the slot of the row that ran it), and sample
+        every row's first token."""
         n = len(items)
         lane_of: dict = {}  # prompt key -> lane
         leaders: list[int] = []  # lane -> position in items of the row whose slot the prompt is run into
@@ -158,54 +166,66 @@ class ModelRunner:
             lanes.append(lane)
         followers = [i for i in range(n) if leaders[lanes[i]] != i]
         u, m = len(leaders), len(followers)
-        longest = max(items[i].prompt_len for i in leaders)
-        # one staged block: [lane tokens u x longest | lane lengths u | lane rows u | rows n | lanes n |
-        #                    follower rows m | their lanes' rows m]
-        host = torch.zeros(u * longest + 2 * u + 2 * n + 2 * m, dtype=torch.int64)
-        for j, i in enumerate(leaders):
-            host[j * longest : j * longest + items[i].prompt_len] = torch.tensor(items[i].prompt_ids)
-        at = u * longest
-        columns = [[items[i].prompt_len for i in leaders], [row_ids[i] for i in leaders], list(row_ids), lanes,
-                   [row_ids[i] for i in followers], [row_ids[leaders[lanes[i]]] for i in followers]]
+        prompts = [items[i].prompt_ids for i in leaders]
+        longest = max(len(p) for p in prompts)
+        shape = self.prefill_graphs.bucket(u, longest) if self.prefill_graphs is not None else None
+        # one staged block: [rows n | lanes n | follower rows m | their lanes' rows m], and for an eager
+        # prefill [lane lengths u | lane rows u | lane tokens u x longest]
+        columns = [list(row_ids), lanes, [row_ids[i] for i in followers], [row_ids[leaders[lanes[i]]] for i in followers]]
+        if shape is None:
+            columns += [[len(p) for p in prompts], [row_ids[i] for i in leaders]]
+        sizes = [len(c) for c in columns]
+        host = torch.zeros(sum(sizes) + (0 if shape else u * longest), dtype=torch.int64)
+        at = 0
         for values in columns:
             host[at : at + len(values)] = torch.tensor(values, dtype=torch.int64)
             at += len(values)
+        if shape is None:
+            for j, prompt in enumerate(prompts):
+                host[at + j * longest : at + j * longest + len(prompt)] = torch.tensor(prompt)
         staged = to_device(host, self.device)
-        tokens = staged[: u * longest].view(u, longest)
-        parts = torch.split(staged[u * longest :], [u, u, n, n, m, m])
-        lengths, lane_rows, idx, lane_idx, follower_rows, source_rows = parts
-        logits = self.model.prefill(tokens, lengths, self.rows.slots[lane_rows], self.cache)  # [u, V]
+        idx, lane_idx, follower_rows, source_rows, *lane_inputs = torch.split(staged[: sum(sizes)], sizes)
+        if shape is not None:
+            block = self.prefill_graphs.host_block(shape, prompts, [row_ids[i] for i in leaders])
+            logits = self.prefill_graphs.run(shape, block)[:u]  # [u, V]
+        else:
+            lengths, lane_rows = lane_inputs
+            tokens = staged[sum(sizes) :].view(u, longest)
+            logits = self.model.prefill(tokens, lengths, self.rows.slots[lane_rows], self.cache)  # [u, V]
         if m:
             length = max(items[i].prompt_len for i in followers)
             self.cache.copy_prefix(self.rows.slots[source_rows], self.rows.slots[follower_rows], length)
+        if m:
             logits = logits.index_select(0, lane_idx)  # [n, V]: each row samples from its lane's logits
         part = self.rows.gather(idx)
         level = max(item.filter_level for item in items)
         constrained = any(item.constraint is not None for item in items)
         finish_step(logits, part, self.constraints if constrained else NO_CONSTRAINTS, self.ops, level, row_ids=idx)
         self.rows.scatter_(idx, part)
-        return PrefillDone(lanes=u, tokens=sum(items[i].prompt_len for i in leaders))
+        return PrefillDone(lanes=u, tokens=sum(len(p) for p in prompts))
 
-    def warm_prefill(self, max_seq_len: int, max_prefill_tokens: int) -> None:
-        """Prefill at the most tokens and at the most rows one batch may have (both bounds), with every
-        sampler filter on: the largest buffers a prefill allocates, allocated at start-up; then two rows
-        sharing a prompt (the K/V copy's first launch)."""
+    def warm_prefill(self, max_seq_len: int | None = None, max_prefill_tokens: int | None = None) -> None:
+        """Without bounds: two rows sharing a one-token prompt (an eager prefill, before any graph capture:
+        the prefill attention's backends are chosen then; the K/V copy's first launch). With them: the most
+        tokens and the most rows one batch may have, with every sampler filter on: the largest buffers a
+        prefill allocates (in the graphs' pool once they are on), allocated at start-up."""
+        sampling = SamplingParams(temperature=1.0, top_k=5, top_p=0.5, min_p=0.01, max_new_tokens=1)
+        if max_seq_len is None or max_prefill_tokens is None:
+            self._warm([[0], [0]], sampling)
+            return
         longest = max_seq_len - 1  # a prompt leaves room for at least one new token
         widest = min(self.num_rows, max_prefill_tokens)
         vocab = self.model.spec.vocab_size
-        sampling = SamplingParams(temperature=1.0, top_k=5, top_p=0.5, min_p=0.01, max_new_tokens=1)
-        shapes = [(batch, max(1, min(length, longest))) for batch, length in
-                  {(1, longest), (widest, max_prefill_tokens // widest)}] + [(2, 1)]
-        for batch, length in shapes:
-            shared = (batch, length) == (2, 1)
-            items = [  # distinct prompts (two first tokens), so every row is a prefill lane, but the last pair
-                Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)),
-                         ([0] if shared else [i % vocab, i // vocab % vocab] + [0] * (length - 2))[:length],
-                         sampling, 0, [], 0, Timings())
-                for i in range(batch)
-            ]  # fmt: skip
-            self.admit(range(batch), items)
-            self.prefill(range(batch), items)
+        for batch, length in {(1, longest), (widest, max_prefill_tokens // widest)}:
+            length = max(1, min(length, longest))  # distinct prompts (two first tokens): every row is a lane
+            self._warm([([i % vocab, i // vocab % vocab] + [0] * (length - 2))[:length] for i in range(batch)],
+                       sampling)
+
+    def _warm(self, prompts: list[list[int]], sampling: SamplingParams) -> None:
+        items = [Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)), p, sampling, 0, [], 0, Timings())
+                 for i, p in enumerate(prompts)]
+        self.admit(range(len(items)), items)
+        self.prefill(range(len(items)), items)
 
     # ---- row lifecycle ----------------------------------------------------------------------------------
     def release(self, row_ids: Sequence[int]) -> None:

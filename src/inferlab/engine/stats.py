@@ -34,10 +34,11 @@ class EngineStats:
     gemm_plan_source: str = ""  # "cache", "timed", or "" (no plan: CPU, torch kernels, gemm="cublas")
     gemm_choices: dict = field(default_factory=dict)  # {"qkv@16": "cublas" | "triton n64 k128 split2", ...}
     startup_cache_dir: str = ""  # where start-up measurements are kept ("" when the cache is off)
-    capture_s: float = 0.0  # CUDA graph capture alone, at start-up
+    capture_s: float = 0.0  # CUDA graph capture alone, at start-up (decode and prefill graphs)
     graphs: int = 0  # decode graphs captured so far (start-up + lazily)
-    lazy_graphs: int = 0  # graphs captured during generate/stream calls, when first needed
-    lazy_capture_s: float = 0.0  # their capture, warm-up step and wait for the device
+    prefill_graphs: int = 0  # prefill graphs captured so far, one per (lanes, length) bucket used
+    lazy_graphs: int = 0  # graphs (decode or prefill) captured during generate/stream calls, when first needed
+    lazy_capture_s: float = 0.0  # their capture, eager warm-up run and wait for the device
     constraint_setup_s: float = 0.0  # grammar set and constraint runtime, at the first constrained request
     prefill_s: float = 0.0  # device clock, from admission to the last prefill kernel (host launch gaps included)
     prefill_host_s: float = 0.0  # host time spent admitting and launching prefills

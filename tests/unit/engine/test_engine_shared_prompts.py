@@ -67,3 +67,34 @@ def test_copy_prefix_copies_only_the_prefix_of_the_pairs():
         assert torch.equal(cache.k[:, dst, :, 7:], k0[:, dst, :, 7:])  # past the prefix: untouched
     for slot in (1, 2, 4):
         assert torch.equal(cache.k[:, slot], k0[:, slot]) and torch.equal(cache.v[:, slot], v0[:, slot])
+
+
+class _EagerCapturer:
+    """Stands in for graphs.Capturer on CPU: 'captures' by keeping the function, 'replays' by calling it."""
+
+    count, capture_s, warmup_s = 0, 0.0, 0.0
+
+    def capture(self, fn, around_warmup=None):
+        from types import SimpleNamespace
+
+        fn()
+        return SimpleNamespace(replay=fn)
+
+
+def test_bucketed_prefill_inputs_give_the_same_tokens(tiny_checkpoint, engine):
+    """The prefill graphs' padded static inputs (extra lanes repeating lane 0, pad positions, the static
+    logits buffer), run eagerly on CPU: the tokens of an unpadded prefill."""
+    from inferlab.engine.prefill_graphs import PrefillGraphs
+
+    padded = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=8, max_seq_len=64, decode_steps_per_sync=4,
+                                 max_prefill_tokens=128))
+    runner = padded.runner
+    runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.rows.slots, 8, runner.cache.max_len,
+                                          padded.max_prefill_tokens, _EagerCapturer())
+    requests = [_req(f"a{k}", [9, 8, 7, 6, 5], temperature=1.0, seed=k, max_new_tokens=8) for k in range(3)]
+    requests += [_req(f"b{k}", list(range(2, 2 + 3 * k + 1)), temperature=0, max_new_tokens=6) for k in range(4)]
+    requests += [_req("long", list(range(3, 60)), temperature=0, max_new_tokens=4)]  # 57 tokens: bucket 64
+    assert runner.prefill_graphs.bucket(3, 20) == (4, 32) and runner.prefill_graphs.bucket(3, 57) is None
+    ours = padded.generate(requests)
+    assert runner.prefill_graphs.graphs  # buckets were used
+    assert [r.token_ids for r in ours] == [r.token_ids for r in engine.generate(requests)]

@@ -247,10 +247,11 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
         Request(id="top-p", prompt_ids=(11,) * 9, sampling=SamplingParams(top_p=0.9, max_new_tokens=6, seed=3)),
         Request(id="min-p", prompt_ids=(300, 2), sampling=SamplingParams(min_p=0.1, max_new_tokens=6, seed=4)),
         Request(id="one-token", prompt_ids=(42,), sampling=SamplingParams(top_k=5, max_new_tokens=4, seed=5)),
-    ]
+        Request(id="shared", prompt_ids=(11,) * 9, sampling=SamplingParams(top_p=0.9, max_new_tokens=6, seed=6)),
+    ]  # "shared" repeats "top-p"'s prompt: one prefill, the K/V copied (the Triton copy on "triton")
     outputs = {}
     for kernels in ("torch", "triton"):
-        engine = Engine(EngineConfig(model=path, max_slots=4, max_seq_len=96, kernels=kernels))
+        engine = Engine(EngineConfig(model=path, max_slots=5, max_seq_len=96, kernels=kernels))
         assert engine.ops.name == kernels
         program = compile_program(template.segments, engine.tokenizer)  # the Triton mask kernel on "triton"
         constrained = Request(id="conformer", constraint=program, **conformer)
@@ -291,3 +292,18 @@ def test_rejection_top_p_kernels_draw_the_reference_tokens(dtype):
     for rounds in (1, 3):
         ours = triton_top_p.top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, rounds, block=1024)
         assert torch.equal(ours, top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, rounds))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kv_prefix_copy_kernel_equals_the_torch_copy(dtype):
+    from inferlab.engine.kernels import triton_kv_copy
+    from inferlab.engine.kv_cache import KVCache
+
+    g = torch.Generator().manual_seed(5)
+    shape = (2, 5, 2, 40, 8)  # [layers, slots, kv_heads, max_len, head_dim]: 37 x 8 elements: several blocks
+    k, v = torch.randn(shape, generator=g).to(dtype), torch.randn(shape, generator=g).to(dtype)
+    src, dst = torch.tensor([3, 3, 0]), torch.tensor([1, 4, 2])
+    ref = KVCache(k.clone(), v.clone(), torch.zeros(10, dtype=torch.int32))
+    ref.copy_prefix(src, dst, 37)
+    triton_kv_copy.copy_prefix(k, v, src, dst, 37, block=128)  # 3 blocks per (pair, layer, head)
+    assert torch.equal(k, ref.k) and torch.equal(v, ref.v)

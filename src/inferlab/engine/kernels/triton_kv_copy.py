@@ -40,14 +40,15 @@ def copy_prefix(
     src_slots: torch.Tensor,  # [pairs] int64 (device)
     dst_slots: torch.Tensor,  # [pairs] int64 (device): distinct, none of them a source
     length: int,  # positions [0, length) are copied
+    block: int = BLOCK,  # elements per program
 ) -> None:
     layers, _, kv_heads, max_len, head_dim = k.shape
     assert k.is_contiguous() and v.is_contiguous() and 0 < length <= max_len
     bits = _BITS[k.element_size()]
     kb, vb = k.view(bits), v.view(bits)
     elems = length * head_dim
-    grid = (src_slots.shape[0], layers * kv_heads, triton.cdiv(elems, BLOCK))
+    grid = (src_slots.shape[0], layers * kv_heads, triton.cdiv(elems, block))
     _copy_prefix_kernel[grid](
         kb, vb, src_slots.contiguous(), dst_slots.contiguous(), k.stride(0), k.stride(1), k.stride(2), elems,
-        KV_HEADS=kv_heads, BLOCK_SIZE=BLOCK,
+        KV_HEADS=kv_heads, BLOCK_SIZE=block,
     )  # fmt: skip
