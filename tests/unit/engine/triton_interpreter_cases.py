@@ -307,3 +307,68 @@ def test_kv_prefix_copy_kernel_equals_the_torch_copy(dtype):
     ref.copy_prefix(src, dst, 37)
     triton_kv_copy.copy_prefix(k, v, src, dst, 37, block=128)  # 3 blocks per (pair, layer, head)
     assert torch.equal(k, ref.k) and torch.equal(v, ref.v)
+
+
+def test_constrained_race_draws_the_masked_race_and_skips_forced_rows():
+    """kernels/triton_sampling.constrained_race_argmax (the mask folded into the race) against the torch
+    reference (the runtime's mask_logits, then race_argmax_torch), step by step over whole conformer
+    programs: copy and hole rows (opening and accepting states), greedy and sampled rows, an unconstrained
+    row, decode (lane = row) and prefill (lanes -> row ids)."""
+    import random
+
+    from inferlab.engine.constraints.program import compile_program
+    from inferlab.engine.constraints.runtime import ConstraintRuntime
+    from inferlab.engine.constraints.simulate import synthetic_conformer_segments
+    from inferlab.engine.constraints.token_automaton import grammar_set_for
+    from inferlab.engine.sampler import FILTER_NONE
+    from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
+
+    tokenizer = build_builtin_tokenizer()
+    grammar_set, vocab, rng = grammar_set_for(tokenizer), 2048, random.Random(7)
+    programs = [compile_program(synthetic_conformer_segments(1, "coord3-fixed4", rng), tokenizer) for _ in range(3)]
+    runtimes = {impl: ConstraintRuntime(grammar_set, 4, 256, vocab, "cpu", mask_impl=impl) for impl in ("torch", "triton")}
+    for runtime in runtimes.values():
+        for row in range(4):
+            runtime.assign(row, programs[row] if row < 3 else None)
+    ours, ref = runtimes["triton"], runtimes["torch"]
+    race = ours.fused_race(FILTER_NONE)
+    g = torch.Generator().manual_seed(3)
+    temperature = torch.tensor([1.0, 0.0, 0.7, 1.3])  # a greedy row; row 3 is unconstrained
+    seeds = torch.tensor([11, 12, 13, 2**40 + 14])
+    live, not_done = torch.ones(4, dtype=torch.bool), torch.zeros(4, dtype=torch.bool)
+    for step in range(max(p.max_new_tokens for p in programs)):
+        index = torch.full((4,), step, dtype=torch.int64)
+        logits = torch.randn(4, vocab, generator=g).to(torch.bfloat16 if step % 2 else torch.float32)
+        forced = ref.forced_rows(4)
+        expected = race_argmax_torch(ref.mask_logits(logits.float()), temperature, None, seeds, index)
+        drawn = race(logits, temperature, seeds, index, None)
+        assert torch.equal(drawn[~forced], expected[~forced]) and torch.all(drawn[forced] == 0), step
+        lanes = torch.tensor([2, 0])
+        sub = race(logits[[2, 0]], temperature[[2, 0]], seeds[[2, 0]], index[:2], lanes)
+        keep = ~forced[[2, 0]]
+        assert torch.equal(sub[keep], expected[[2, 0]][keep]), step
+        ref.emit(expected, live, not_done)
+        ours.emit(expected, live, not_done)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_skipped_rows_leave_the_other_rows_draws_unchanged(dtype):
+    """Rows whose token a constraint forces skip the draw (top-p by rejection, the race after a threshold):
+    every other row draws what it would have drawn, Triton == torch."""
+    g = torch.Generator().manual_seed(9)
+    rows, vocab = 8, 3000
+    logits = (torch.randn(rows, vocab, generator=g) * 2).to(dtype)
+    temperature = torch.rand(rows, generator=g) + 0.5
+    seeds, index = torch.randint(0, 2**62, (rows,), generator=g), torch.randint(0, 1000, (rows,), generator=g)
+    top_p = torch.full((rows,), 0.8)
+    min_p = torch.zeros(rows)
+    skip = torch.tensor([True, False, False, True, False, True, False, False])
+    full = top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index)
+    skipped = top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, skip=skip)
+    assert torch.equal(skipped[~skip], full[~skip]) and torch.all(skipped[skip] == 0)
+    ours = triton_top_p.top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, block=1024,
+                                           skip=skip.to(torch.int8))
+    assert torch.equal(ours, skipped)
+    tau = filter_threshold(logits.float(), temperature, torch.full((rows,), 50), top_p, min_p, FILTER_TOP_K)
+    race = triton_sampling.race_argmax(logits, temperature, tau, seeds, index, 0, skip, block=1024)
+    assert torch.equal(race, race_argmax_torch(logits, temperature, tau, seeds, index, 0, skip))
