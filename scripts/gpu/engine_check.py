@@ -5,7 +5,8 @@
     python scripts/gpu/engine_check.py --device cpu --quick --out /tmp/engine-check   # CPU smoke run
 
 Parts, in order: the cheap and the micro-benchmarks first, so a late failure loses nothing (each part is
-wrapped: a failure prints its traceback and the run goes on; results are written as each part ends):
+wrapped: a failure prints its traceback and the run goes on; results are written as each part ends; the
+last three run only when named in --parts):
   env                versions, GPU, measured device-to-device copy bandwidth
   kernels            every Triton kernel vs its torch reference (fp32 and bf16; on CPU through the
                      interpreter): norms, rope, attention, skinny GEMM (+ SwiGLU), race, thresholds, step
@@ -24,6 +25,13 @@ wrapped: a failure prints its traceback and the run goes on; results are written
                      unconstrained at equal output lengths (target >= 0.9x), all outputs valid
   batching           continuous vs static batching, output lengths drawn from 200-1000
   profile            per-kernel time of one decode step (torch.profiler, top 15) at batch 16 and 256
+  startup            (issue 11) two engines in two fresh processes sharing a start-up cache: the second's
+                     Engine() <= 5 s, every phase, the GEMM plan read from the cache (engine_check_startup.py)
+  prefill            (issue 11) the conformer job (400 NCI molecules of 20-50 atoms x 8, qwen3-0.6b, 256
+                     rows), two calls: prefill share of the call's wall time (<= 3%), device vs host ms per
+                     prefill batch, shared prompts, whether each prefill overlapped (engine_check_job.py)
+  constraint_cost    (issue 11) 200 of those molecules x 8: constrained vs unconstrained at equal lengths,
+                     both warm (>= 0.95x), every output valid (engine_check_job.py)
 Writes <out>/<part>.json and <out>/summary.json, and prints a summary table at the end. Random checkpoints
 (llama-380m, qwen3-0.6b, tiny, tiny-qwen3) are built once into --cache (default /tmp/inferlab-engine-check).
 """
@@ -50,9 +58,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_check_constrained as constrained  # noqa: E402
 import engine_check_correctness as correctness  # noqa: E402
 import engine_check_hf as hf  # noqa: E402
+import engine_check_job as job  # noqa: E402
 import engine_check_micro as micro  # noqa: E402
 import engine_check_profile as profile  # noqa: E402
 import engine_check_speed as speed  # noqa: E402
+import engine_check_startup as startup  # noqa: E402
 
 
 @dataclass
@@ -168,7 +178,11 @@ PARTS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "constrained_speed": constrained.part_constrained_speed,
     "batching": speed.part_batching,
     "profile": profile.part_profile,
+    "startup": startup.part_startup,
+    "prefill": job.part_prefill,
+    "constraint_cost": job.part_constraint_cost,
 }
+ISSUE_11_PARTS = ("startup", "prefill", "constraint_cost")  # minutes each on an H100: asked for by name
 
 
 def main() -> int:
@@ -177,7 +191,9 @@ def main() -> int:
     parser.add_argument("--cache", default="/tmp/inferlab-engine-check", help="folder for the random checkpoints")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true", help="tiny shapes (for a CPU smoke run)")
-    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated subset of: " + ", ".join(PARTS))
+    parser.add_argument("--parts", default=",".join(p for p in PARTS if p not in ISSUE_11_PARTS),
+                        help="comma-separated subset of: " + ", ".join(PARTS) + " (default: all but "
+                        + ", ".join(ISSUE_11_PARTS) + ")")
     parser.add_argument("--budget-s", type=float, default=450.0, help="parts that have not started by then are skipped")
     args = parser.parse_args()
     ctx = Ctx(
