@@ -116,3 +116,42 @@ def test_steps_inside_preserved_rows_change_nothing(engine, monkeypatch):
 
     monkeypatch.setattr(runner, "decode", decode_after_a_preserved_step)
     assert [r.token_ids for r in engine.generate(requests)] == plain
+
+
+class _EagerCapturer:
+    """graphs.Capturer without CUDA: the warm-up run inside `around_warmup` as a lazy capture does it, then
+    a 'graph' whose replay runs the step eagerly."""
+
+    def __init__(self) -> None:
+        self.count, self.capture_s, self.warmup_s = 0, 0.0, 0.0
+
+    def capture(self, fn, around_warmup=None):
+        from contextlib import nullcontext
+        from types import SimpleNamespace
+
+        with around_warmup() if around_warmup is not None else nullcontext():
+            fn()
+        self.count += 1
+        return SimpleNamespace(replay=fn)
+
+
+def test_graphs_captured_lazily_under_live_rows_give_the_eager_tokens(tiny_checkpoint, engine):
+    """The runner's graph path on CPU (decode graphs per bucket and variant captured at first need, while
+    rows are live, with the warm-up inside preserved_rows; prefill graphs per bucket), with a capturer that
+    replays eagerly: the tokens of the plain eager engine, every (bucket, variant) captured once."""
+    from inferlab.engine.graphs import DecodeGraphs
+    from inferlab.engine.prefill_graphs import PrefillGraphs
+
+    graphed = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=SLOTS, max_seq_len=48,
+                                  decode_steps_per_sync=2, queue_ahead=AHEAD, min_admission=1))
+    runner, capturer = graphed.runner, _EagerCapturer()
+    runner.graphs = DecodeGraphs(lambda b, variant: runner.decode_step(b, variant, None), runner.sizes,
+                                 runner.preserved_rows, capturer)
+    runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.rows.slots, SLOTS, runner.cache.max_len,
+                                          graphed.max_prefill_tokens, capturer)
+    requests = [_req(i, new=3 + (5 * i) % 11, top_p=0.9 if i % 3 else 1.0) for i in range(11)]
+    requests += [Request(id="greedy", prompt_ids=(4, 4), sampling=SamplingParams(temperature=0, max_new_tokens=9))]
+    assert [r.token_ids for r in graphed.generate(requests)] == [r.token_ids for r in engine.generate(requests)]
+    keys = list(runner.graphs.graphs)
+    assert len(keys) == len(set(keys)) >= 2 and runner.prefill_graphs.graphs  # buckets 4 and 2 at least
+    assert capturer.count == len(keys) + len(runner.prefill_graphs.graphs)
