@@ -3,9 +3,9 @@
     engine = Engine(EngineConfig(model="path/to/checkpoint"))
     results = engine.generate([Request(id="a", prompt="Hello", sampling=SamplingParams(max_new_tokens=32))])
 
-Start-up (in order, each phase timed in `engine.stats`): the CUDA context (`device_init_s`), the memory plan
-(refuse what cannot fit), weights (`load_s`) while the tokenizer loads in a thread (`tokenizer_s`, the
-import of transformers included), the KV cache and row state (`allocate_s`), the GEMM plan (read from the
+Start-up (in order, each phase timed in `engine.stats`; the tokenizer loads in a thread from the start,
+`tokenizer_s`, the import of transformers included): the CUDA context (`device_init_s`), the memory plan
+(refuse what cannot fit), weights (`load_s`), the KV cache and row state (`allocate_s`), the GEMM plan (read from the
 start-up cache, startup_cache.py, or timed and stored: `gemm_plan_source`), the prefill warmed at its
 largest shapes, and the largest decode graph of each unconstrained filter level captured; the other graphs
 are captured when first needed. `startup_s` is the wall time of all of it. The loop of a generate/stream
@@ -54,6 +54,21 @@ class Engine:
     def __init__(self, config: EngineConfig) -> None:
         started = time.perf_counter()
         self.config = config
+        # the tokenizer (and the import of transformers, ~1-3 s in a fresh process) is host work: a thread
+        # loads it while this one creates the CUDA context, plans memory and loads the weights
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferlab-tokenizer")
+        tokenizer_job = pool.submit(_timed, load_tokenizer, config.model)
+        try:
+            self._load(config, tokenizer_job)
+        finally:
+            pool.shutdown(wait=False)  # on an error, the thread finishes on its own
+        self._warm_up(self.stats.cuda_graphs)
+        self.stats.startup_s = time.perf_counter() - started
+        log.info("engine ready in %.1f s (%s)", self.stats.startup_s, self.stats.startup_phases())
+
+    # ---- start-up ---------------------------------------------------------------------------------------
+    def _load(self, config: EngineConfig, tokenizer_job) -> None:
+        """Device, plan, weights, cache and rows, the tokenizer joined; fills self.stats."""
         self.device = resolve_device(config.device)
         device_init_s = 0.0
         if self.device.type == "cuda":
@@ -73,22 +88,18 @@ class Engine:
         self.kv_bytes_per_token = kv_bytes_per_token(self.spec, self.dtype)
         self.ops = select_ops(config.kernels, self.device)
         self.startup_cache = StartupCache.at(config.startup_cache, config.cache_dir)
-
-        # the tokenizer (and the import of transformers) is host work: it overlaps the weights' load
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferlab-tokenizer") as pool:
-            tokenizer_job = pool.submit(_timed, load_tokenizer, config.model)
-            weights, load_s = _timed(load_weights, config.model, self.spec, self.dtype, self.device)
-            t = time.perf_counter()
-            rotary = RotaryTables.build(self.spec.rope, self.spec.head_dim, self.plan.max_seq_len, self.device)
-            model = implementation.load()(self.spec, weights, self.ops, rotary)
-            slots, max_len = self.plan.slots, self.plan.max_seq_len
-            cache = KVCache.allocate(self.spec, slots, max_len, self.dtype, self.device, self.ops.name)
-            rows = RowState.allocate(slots, config.max_stop_ids, max_len, self.device)
-            self.runner = ModelRunner(model, cache, rows, self.ops, config.share_prompts)
-            self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync + 1, self.device)
-            self._sync_device()
-            allocate_s = time.perf_counter() - t
-            self.tokenizer, tokenizer_s = tokenizer_job.result()
+        weights, load_s = _timed(load_weights, config.model, self.spec, self.dtype, self.device)
+        t = time.perf_counter()
+        rotary = RotaryTables.build(self.spec.rope, self.spec.head_dim, self.plan.max_seq_len, self.device)
+        model = implementation.load()(self.spec, weights, self.ops, rotary)
+        slots, max_len = self.plan.slots, self.plan.max_seq_len
+        cache = KVCache.allocate(self.spec, slots, max_len, self.dtype, self.device, self.ops.name)
+        rows = RowState.allocate(slots, config.max_stop_ids, max_len, self.device)
+        self.runner = ModelRunner(model, cache, rows, self.ops, config.share_prompts)
+        self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync + 1, self.device)
+        self._sync_device()
+        allocate_s = time.perf_counter() - t
+        self.tokenizer, tokenizer_s = tokenizer_job.result()
         self.gemm_timings: dict = {}  # start-up timings of cuBLAS vs the Triton GEMM, {"qkv@16": {impl: us}}
         # programs are at most as long as their output (holes apart): max_seq_len ops per row
         self.constraints = EngineConstraints(
@@ -117,11 +128,7 @@ class Engine:
             allocate_s=allocate_s,
             startup_cache_dir=str(self.startup_cache.root or ""),
         )
-        self._warm_up(use_graphs)
-        self.stats.startup_s = time.perf_counter() - started
-        log.info("engine ready in %.1f s (%s)", self.stats.startup_s, self.stats.startup_phases())
 
-    # ---- start-up ---------------------------------------------------------------------------------------
     def _sync_device(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
