@@ -120,7 +120,8 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
     out.append(("constraint mask step (bf16)", step_kernels._mask_step_kernel, mask,
                 dict(HAS_ROWS=False, HOLE_KIND=2, COPY_KIND=1, BLOCK_SIZE=1024), [], {}))  # fmt: skip
     fused = (dict(LOGITS="*bf16", stride_l="i32", vocab="i32", TEMP="*fp32", SEEDS="*i64", INDEX="*i64",
-                  BEST_VAL="*fp32", BEST_IDX="*i32") | rt | dict(TOKEN_CLASS="*i32", ALLOWED="*i8", num_classes="i32"))
+                  BEST_VAL="*fp32", BEST_IDX="*i32") | rt | dict(TOKEN_CLASS="*i32", ALLOWED="*i8", num_classes="i32",
+                                                                CHUNK_ALLOWED="*i8"))
     for has_rows in (False, True):
         c = dict(CHUNKS=38, BLOCK=4096, HAS_ROWS=has_rows, HOLE_KIND=2, COPY_KIND=1)
         out.append((f"constrained race rows={has_rows}", triton_sampling._constrained_race_kernel, fused, c,

@@ -331,7 +331,20 @@ def test_constrained_race_draws_the_masked_race_and_skips_forced_rows():
         for row in range(4):
             runtime.assign(row, programs[row] if row < 3 else None)
     ours, ref = runtimes["triton"], runtimes["torch"]
-    race = ours.fused_race(FILTER_NONE)
+    race = ours.fused_race(FILTER_NONE)  # the runtime's: 4096-token chunks, one for this vocabulary
+    # and 256-token chunks, most of which a coordinate state has no move into (the chunk table's skip)
+    from inferlab.engine.constraints.program import COPY, HOLE
+    from inferlab.engine.constraints.runtime import chunks_with_moves
+
+    view = triton_sampling.ConstraintView(
+        ours.active, ours.ptr, ours.last_op, ours.op_kind, ours.op_arg, ours.state, ours.accepting,
+        ours.token_class_i32, ours.allowed_by_class, chunks_with_moves(ours.transitions, ours.token_class, 256),
+        COPY, HOLE)  # fmt: skip
+    assert 0 < int(view.chunk_allowed.sum()) < view.chunk_allowed.numel()
+
+    def small_chunks(logits, temperature, seeds, index, lanes):
+        return triton_sampling.constrained_race_argmax(logits, temperature, seeds, index, view, lanes, block=256)
+
     g = torch.Generator().manual_seed(3)
     temperature = torch.tensor([1.0, 0.0, 0.7, 1.3])  # a greedy row; row 3 is unconstrained
     seeds = torch.tensor([11, 12, 13, 2**40 + 14])
@@ -341,12 +354,13 @@ def test_constrained_race_draws_the_masked_race_and_skips_forced_rows():
         logits = torch.randn(4, vocab, generator=g).to(torch.bfloat16 if step % 2 else torch.float32)
         forced = ref.forced_rows(4)
         expected = race_argmax_torch(ref.mask_logits(logits.float()), temperature, None, seeds, index)
-        drawn = race(logits, temperature, seeds, index, None)
-        assert torch.equal(drawn[~forced], expected[~forced]) and torch.all(drawn[forced] == 0), step
-        lanes = torch.tensor([2, 0])
-        sub = race(logits[[2, 0]], temperature[[2, 0]], seeds[[2, 0]], index[:2], lanes)
-        keep = ~forced[[2, 0]]
-        assert torch.equal(sub[keep], expected[[2, 0]][keep]), step
+        for fused in (race, small_chunks):
+            drawn = fused(logits, temperature, seeds, index, None)
+            assert torch.equal(drawn[~forced], expected[~forced]) and torch.all(drawn[forced] == 0), step
+            lanes = torch.tensor([2, 0])
+            sub = fused(logits[[2, 0]], temperature[[2, 0]], seeds[[2, 0]], index[:2], lanes)
+            keep = ~forced[[2, 0]]
+            assert torch.equal(sub[keep], expected[[2, 0]][keep]), step
         ref.emit(expected, live, not_done)
         ours.emit(expected, live, not_done)
 

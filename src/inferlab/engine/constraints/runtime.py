@@ -41,6 +41,19 @@ from inferlab.engine.transfer import tensor_on, to_device
 from inferlab.errors import CapacityError, ConfigError, InputError, UnsupportedError
 
 MASK_IMPLS = ("auto", "torch", "triton")
+RACE_BLOCK = 4096  # token ids per program of the constrained race (kernels/triton_sampling.py)
+
+
+def chunks_with_moves(transitions: torch.Tensor, token_class: torch.Tensor, block: int = RACE_BLOCK) -> torch.Tensor:
+    """[S, ceil(V / block)] int8: 1 where state s has a move for some token of vocabulary chunk c (the
+    constrained race skips the other chunks of a hole row without reading their token classes)."""
+    states, vocab = transitions.shape[0], token_class.shape[0]
+    chunks = -(-vocab // block)
+    out = torch.zeros(states, chunks, dtype=torch.int8)
+    for c in range(chunks):  # [S, block] at a time: the whole [S, V] table would be ~13 MB for Qwen
+        moves = transitions[:, token_class[c * block : (c + 1) * block]] != DEAD_STATE
+        out[:, c] = moves.any(dim=1).to(torch.int8)
+    return out
 
 
 class ConstraintRuntime:
@@ -88,6 +101,7 @@ class ConstraintRuntime:
         else:
             self.token_class_i32 = self.token_class.to(torch.int32)  # [V] int32
             self.allowed_by_class = (self.transitions != DEAD_STATE).to(torch.int8)  # [S, C] int8
+            self.chunk_allowed = chunks_with_moves(grammar_set.transitions, token_class).to(device)  # [S, V / 4096]
 
         self.ops = torch.zeros(2, max_rows, max_program_len, dtype=torch.int64, device=device)
         self.op_kind = self.ops[0]  # [R, Lmax] COPY / HOLE (view)

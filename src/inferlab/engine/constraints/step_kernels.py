@@ -148,9 +148,11 @@ def constrained_race(
     from inferlab.engine.kernels.triton_sampling import ConstraintView, constrained_race_argmax
 
     rt = runtime
+    from inferlab.engine.constraints.runtime import RACE_BLOCK
+
     view = ConstraintView(rt.active, rt.ptr, rt.last_op, rt.op_kind, rt.op_arg, rt.state, rt.accepting,
-                          rt.token_class_i32, rt.allowed_by_class, COPY, HOLE)
-    return constrained_race_argmax(logits, temperature, seeds, token_index, view, rows)
+                          rt.token_class_i32, rt.allowed_by_class, rt.chunk_allowed, COPY, HOLE)
+    return constrained_race_argmax(logits, temperature, seeds, token_index, view, rows, block=RACE_BLOCK)
 
 
 def emit_step(

@@ -16,7 +16,8 @@ applied in registers, from the state the mask kernel reads (constraints/step_ker
 row is in a copy op returns at once (its token is forced); a hole row's program looks up which of its
 chunk's tokens the automaton state allows (token class -> allowed-by-class table, plus the exit token in an
 accepting state) and returns at once when none is (most chunks: a coordinate hole allows a few hundred
-digit tokens of a 152k vocabulary), else races over the allowed ones, reading only their logits;
+digit tokens of a 152k vocabulary; a per-state table of the chunks holding any move lets it return before
+reading a token class), else races over the allowed ones, reading only their logits;
 unconstrained rows race as usual. The tokens are those of the mask kernel followed by race_argmax (the
 same arithmetic on the same kept logits, the same noise), without the mask's write pass over [B, V], its
 launch, and the race's reads and hashes of every chunk a row cannot emit from.
@@ -104,7 +105,7 @@ def _race_kernel(
 @triton.jit
 def _constrained_race_kernel(
     LOGITS, stride_l, vocab, TEMP, SEEDS, INDEX, BEST_VAL, BEST_IDX, ROWS, ACTIVE, PTR, LAST, KIND, ARG, op_stride,
-    STATE, ACCEPTING, TOKEN_CLASS, ALLOWED, num_classes,
+    STATE, ACCEPTING, TOKEN_CLASS, ALLOWED, num_classes, CHUNK_ALLOWED,
     CHUNKS: tl.constexpr, BLOCK: tl.constexpr, HAS_ROWS: tl.constexpr, HOLE_KIND: tl.constexpr,
     COPY_KIND: tl.constexpr,
 ):  # fmt: skip
@@ -125,10 +126,14 @@ def _constrained_race_kernel(
         state = tl.load(STATE + r)
         exit_token = tl.load(ARG + r * op_stride + tl.minimum(ptr + 1, tl.load(LAST + r)))
         exit_token = tl.where(tl.load(ACCEPTING + state) != 0, exit_token, -1)
-        cls = tl.load(TOKEN_CLASS + ids, mask=keep, other=0)
-        allowed = tl.load(ALLOWED + state * num_classes + cls, mask=keep, other=0) != 0
-        keep = keep & (allowed | (ids == exit_token))
-        nothing = tl.max(keep.to(tl.int32), axis=0) == 0  # no token of this chunk may come next
+        has_exit = (exit_token >= 0) & (exit_token >= chunk * BLOCK) & (exit_token < chunk * BLOCK + BLOCK)
+        if (tl.load(CHUNK_ALLOWED + state * CHUNKS + chunk) != 0) | has_exit:
+            cls = tl.load(TOKEN_CLASS + ids, mask=keep, other=0)
+            allowed = tl.load(ALLOWED + state * num_classes + cls, mask=keep, other=0) != 0
+            keep = keep & (allowed | (ids == exit_token))
+            nothing = tl.max(keep.to(tl.int32), axis=0) == 0  # no token of this chunk may come next
+        else:
+            nothing = active  # (true here) no move of the state into this chunk, and the exit token lies elsewhere
     if nothing:
         tl.store(BEST_VAL + out, float("-inf"))
         tl.store(BEST_IDX + out, 0)
@@ -190,6 +195,7 @@ class ConstraintView(NamedTuple):
     accepting: torch.Tensor  # [S] bool
     token_class: torch.Tensor  # [V] int32
     allowed_by_class: torch.Tensor  # [S, C] int8
+    chunk_allowed: torch.Tensor  # [S, ceil(V / block)] int8: the state has a move into that chunk
     copy_kind: int
     hole_kind: int
 
@@ -208,6 +214,7 @@ def constrained_race_argmax(
     assert logits.stride(-1) == 1
     rows = rows.contiguous() if rows is not None else None
     chunks = triton.cdiv(vocab, block)
+    assert view.chunk_allowed.shape[1] == chunks, "chunk_allowed was built for another block or vocabulary"
     best_val = torch.empty((lanes, chunks), dtype=torch.float32, device=logits.device)
     best_idx = torch.empty((lanes, chunks), dtype=torch.int32, device=logits.device)
     tokens = torch.empty(lanes, dtype=torch.int64, device=logits.device)
@@ -215,7 +222,7 @@ def constrained_race_argmax(
         logits, logits.stride(0), vocab, temperature, seeds, token_index, best_val, best_idx,
         rows if rows is not None else view.ptr, view.active, view.ptr, view.last_op, view.op_kind, view.op_arg,
         view.op_kind.stride(0), view.state, view.accepting, view.token_class, view.allowed_by_class,
-        view.allowed_by_class.shape[1],
+        view.allowed_by_class.shape[1], view.chunk_allowed,
         CHUNKS=chunks, BLOCK=block, HAS_ROWS=rows is not None, HOLE_KIND=view.hole_kind, COPY_KIND=view.copy_kind,
         num_warps=num_warps,
     )  # fmt: skip
