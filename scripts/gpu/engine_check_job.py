@@ -236,7 +236,8 @@ def part_prefill(ctx) -> dict[str, Any]:
         s = cell["stats"]
         verdict = "ok" if cell["prefill_share_of_wall"] <= 0.03 else "FAIL > 3%"
         ctx.row("prefill", f"{label}: prefill_s / wall ({s['prefill_batches']} batches)",
-                f"{s['prefill_s']:.2f} s / {cell['wall_s']:.1f} s", f"{verdict} ({100 * cell['prefill_share_of_wall']:.1f}%)")
+                f"{s['prefill_s']:.2f} s / {cell['wall_s']:.1f} s",
+                f"{verdict} ({100 * cell['prefill_share_of_wall']:.1f}%)")
         ctx.row("prefill", f"{label}: per batch device | host ms",
                 f"{cell['prefill_device_ms_per_batch']:.2f} | {cell['prefill_host_ms_per_batch']:.2f}",
                 f"{s['prefill_lanes']} prompts prefilled for {s['prefill_lanes'] + s['shared_prompt_rows']} rows")

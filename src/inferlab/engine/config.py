@@ -43,7 +43,8 @@ class EngineConfig:
     seed: int = 0  # requests without a seed get one derived from (seed, request id)
     decode_text: bool = True  # fill Result.text with the tokenizer (off: token ids only)
     share_prompts: bool = True  # rows admitted together with equal prompts: one prefill, the K/V copied
-    queue_ahead: int | None = None  # requests pulled ahead of free rows (lazy intake); None: max(min_admission, slots // 8)
+    queue_ahead: int | None = None  # requests pulled ahead of free rows (lazy intake); None: max(min_admission,
+    # slots // 8)
     startup_cache: bool = True  # keep start-up measurements (the GEMM plan) on disk and reuse them
     cache_dir: str | Path | None = None  # the start-up cache's folder; None: $INFERLAB_CACHE_DIR or ~/.cache/inferlab
 

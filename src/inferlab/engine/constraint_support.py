@@ -5,8 +5,9 @@ Building it costs the GrammarSet of the engine's tokenizer (~0.7 s for Qwen's 15
 caches it per tokenizer object, so workloads that compile programs with engine.tokenizer share it) and the
 per-row device state; the constrained graph variants are captured when first needed (graphs.py), so the
 first constrained request may arrive while rows are live. An engine that never sees a constraint pays
-none of it, and unconstrained batches keep replaying graphs without the constraint. A failure to build (no tokenizer, a vocabulary smaller than the tokenizer, ...) is kept and
-returned as the reason for every constrained request, which then becomes an error Result.
+none of it, and unconstrained batches keep replaying graphs without the constraint. A failure to build
+(no tokenizer, a vocabulary smaller than the tokenizer, ...) is kept and returned as the reason for every
+constrained request, which then becomes an error Result.
 Not here: the runtime itself (constraints/runtime.py), the step (step.py), admission (runner.py).
 """
 

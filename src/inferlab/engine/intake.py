@@ -188,8 +188,8 @@ _END = object()
 
 class RequestSource:
     """The caller's requests, pulled lazily: `pull(n)` takes up to n more from the iterable and returns them
-    as (index in the iterable, Prepared or error Result). The iterable may be a generator that blocks or yields more requests
-    after results came back; the engine pulls only at sync points (engine/loop.py)."""
+    as (index in the iterable, Prepared or error Result). The iterable may be a generator that blocks or
+    yields more requests after results came back; the engine pulls only at sync points (engine/loop.py)."""
 
     def __init__(self, requests: Iterable[Request], prepare_one: Callable[[int, Request], "Prepared | Result"]) -> None:
         self._requests: Iterator[Request] = iter(requests)

@@ -69,16 +69,15 @@ class ModelRunner:
         hooks = self.constraints if constrained else NO_CONSTRAINTS
         finish_step(logits, r.view(b), hooks, self.ops, level)
 
-    def use_graphs(self, max_prefill_tokens: int) -> DecodeGraphs:
+    def use_graphs(self, max_prefill_tokens: int) -> None:
         """Replay decode steps and the prefill forward from CUDA graphs, each captured when first needed
         (graphs.py, prefill_graphs.py), all in one memory pool."""
         capturer = Capturer()
         self.graphs = DecodeGraphs(lambda b, variant: self.decode_step(b, variant, None), self.sizes,
                                    self.preserved_rows, capturer)
-        max_len = self.cache.max_len
-        self.prefill_graphs = PrefillGraphs(self.model, self.cache, self.rows.slots, min(self.num_rows, max_prefill_tokens),
-                                            max_len, max_prefill_tokens, capturer)
-        return self.graphs
+        lanes = min(self.num_rows, max_prefill_tokens)
+        self.prefill_graphs = PrefillGraphs(self.model, self.cache, self.rows.slots, lanes, self.cache.max_len,
+                                            max_prefill_tokens, capturer)
 
     def attach_constraints(self, runtime) -> None:
         """Enable constrained steps (a ConstraintRuntime sized for every row); their graph variants are
@@ -171,7 +170,8 @@ class ModelRunner:
         shape = self.prefill_graphs.bucket(u, longest) if self.prefill_graphs is not None else None
         # one staged block: [rows n | lanes n | follower rows m | their lanes' rows m], and for an eager
         # prefill [lane lengths u | lane rows u | lane tokens u x longest]
-        columns = [list(row_ids), lanes, [row_ids[i] for i in followers], [row_ids[leaders[lanes[i]]] for i in followers]]
+        sources = [row_ids[leaders[lanes[i]]] for i in followers]
+        columns = [list(row_ids), lanes, [row_ids[i] for i in followers], sources]
         if shape is None:
             columns += [[len(p) for p in prompts], [row_ids[i] for i in leaders]]
         sizes = [len(c) for c in columns]

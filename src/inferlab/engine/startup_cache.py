@@ -79,7 +79,8 @@ class StartupCache:
             log.warning("start-up cache: ignoring the unreadable entry %s (%s); it will be measured again", path, e)
             return None
         if _canonical(stored_key) != _canonical(key):
-            log.warning("start-up cache: ignoring the stale entry %s (its key differs); it will be measured again", path)
+            log.warning("start-up cache: ignoring the stale entry %s (its key differs); it will be measured again",
+                        path)
             return None
         return value
 

@@ -64,9 +64,10 @@ class EngineStats:
 
     def startup_phases(self) -> str:
         """One line of the start-up phases, for logs."""
-        return (f"CUDA init {self.device_init_s:.1f} s, weights {self.load_s:.1f} s, tokenizer {self.tokenizer_s:.1f} s "
-                f"(beside the weights), allocation {self.allocate_s:.1f} s, GEMM plan {self.gemm_tune_s:.1f} s"
-                f"{f' ({self.gemm_plan_source})' if self.gemm_plan_source else ''}, warm-up {self.warmup_s:.1f} s, "
+        source = f" ({self.gemm_plan_source})" if self.gemm_plan_source else ""
+        return (f"CUDA init {self.device_init_s:.1f} s, weights {self.load_s:.1f} s, "
+                f"tokenizer {self.tokenizer_s:.1f} s (in a thread), allocation {self.allocate_s:.1f} s, "
+                f"GEMM plan {self.gemm_tune_s:.1f} s{source}, warm-up {self.warmup_s:.1f} s, "
                 f"{self.graphs} graphs {self.capture_s:.1f} s")
 
     @property

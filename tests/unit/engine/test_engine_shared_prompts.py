@@ -59,11 +59,13 @@ def test_more_rows_than_slots_share_within_each_admission(engine):
 def test_copy_prefix_copies_only_the_prefix_of_the_pairs():
     g = torch.Generator().manual_seed(0)
     shape = (3, 6, 2, 10, 4)  # [layers, slots, kv_heads, max_len, head_dim]
-    cache = KVCache(torch.randn(shape, generator=g), torch.randn(shape, generator=g), torch.zeros(12, dtype=torch.int32))
+    k, v = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+    cache = KVCache(k, v, torch.zeros(12, dtype=torch.int32))
     k0, v0 = cache.k.clone(), cache.v.clone()
     cache.copy_prefix(torch.tensor([1, 1, 4]), torch.tensor([0, 3, 5]), 7)
     for src, dst in ((1, 0), (1, 3), (4, 5)):
-        assert torch.equal(cache.k[:, dst, :, :7], k0[:, src, :, :7]) and torch.equal(cache.v[:, dst, :, :7], v0[:, src, :, :7])
+        assert torch.equal(cache.k[:, dst, :, :7], k0[:, src, :, :7])
+        assert torch.equal(cache.v[:, dst, :, :7], v0[:, src, :, :7])
         assert torch.equal(cache.k[:, dst, :, 7:], k0[:, dst, :, 7:])  # past the prefix: untouched
     for slot in (1, 2, 4):
         assert torch.equal(cache.k[:, slot], k0[:, slot]) and torch.equal(cache.v[:, slot], v0[:, slot])

@@ -326,7 +326,8 @@ def test_constrained_race_draws_the_masked_race_and_skips_forced_rows():
     tokenizer = build_builtin_tokenizer()
     grammar_set, vocab, rng = grammar_set_for(tokenizer), 2048, random.Random(7)
     programs = [compile_program(synthetic_conformer_segments(1, "coord3-fixed4", rng), tokenizer) for _ in range(3)]
-    runtimes = {impl: ConstraintRuntime(grammar_set, 4, 256, vocab, "cpu", mask_impl=impl) for impl in ("torch", "triton")}
+    runtimes = {impl: ConstraintRuntime(grammar_set, 4, 256, vocab, "cpu", mask_impl=impl)
+                for impl in ("torch", "triton")}
     for runtime in runtimes.values():
         for row in range(4):
             runtime.assign(row, programs[row] if row < 3 else None)
@@ -349,18 +350,18 @@ def test_constrained_race_draws_the_masked_race_and_skips_forced_rows():
     temperature = torch.tensor([1.0, 0.0, 0.7, 1.3])  # a greedy row; row 3 is unconstrained
     seeds = torch.tensor([11, 12, 13, 2**40 + 14])
     live, not_done = torch.ones(4, dtype=torch.bool), torch.zeros(4, dtype=torch.bool)
-    for step in range(max(p.max_new_tokens for p in programs)):
-        index = torch.full((4,), step, dtype=torch.int64)
-        logits = torch.randn(4, vocab, generator=g).to(torch.bfloat16 if step % 2 else torch.float32)
+    for n in range(max(p.max_new_tokens for p in programs)):
+        index = torch.full((4,), n, dtype=torch.int64)
+        logits = torch.randn(4, vocab, generator=g).to(torch.bfloat16 if n % 2 else torch.float32)
         forced = ref.forced_rows(4)
         expected = race_argmax_torch(ref.mask_logits(logits.float()), temperature, None, seeds, index)
         for fused in (race, small_chunks):
             drawn = fused(logits, temperature, seeds, index, None)
-            assert torch.equal(drawn[~forced], expected[~forced]) and torch.all(drawn[forced] == 0), step
+            assert torch.equal(drawn[~forced], expected[~forced]) and torch.all(drawn[forced] == 0), n
             lanes = torch.tensor([2, 0])
             sub = fused(logits[[2, 0]], temperature[[2, 0]], seeds[[2, 0]], index[:2], lanes)
             keep = ~forced[[2, 0]]
-            assert torch.equal(sub[keep], expected[[2, 0]][keep]), step
+            assert torch.equal(sub[keep], expected[[2, 0]][keep]), n
         ref.emit(expected, live, not_done)
         ours.emit(expected, live, not_done)
 
