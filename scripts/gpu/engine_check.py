@@ -25,6 +25,11 @@ last three run only when named in --parts):
                      unconstrained at equal output lengths (target >= 0.9x), all outputs valid
   batching           continuous vs static batching, output lengths drawn from 200-1000
   profile            per-kernel time of one decode step (torch.profiler, top 15) at batch 16 and 256
+  fp8_kv             the FP8 KV cache vs the bf16 cache on qwen3-0.6b: logit error and top-1 agreement over
+                     200 teacher-forced steps, the attention kernel per config, tok/s at batch 256 (600 new,
+                     29-token prompts), constrained conformers' validity (engine_check_fp8.py; ~3 min)
+  close              8 qwen3-0.6b engines made and closed in turn (and dropped with del, and with a stream
+                     abandoned): each one's budget and memory_reserved before / with / after (~2 min)
   startup            (issue 11) two engines in two fresh processes sharing a start-up cache: the second's
                      Engine() <= 5 s, every phase, the GEMM plan read from the cache (engine_check_startup.py)
   prefill            (issue 11) the conformer job (400 NCI molecules of 20-50 atoms x 8, qwen3-0.6b, 256
@@ -55,8 +60,10 @@ from typing import Any, Callable  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine_check_close as close  # noqa: E402
 import engine_check_constrained as constrained  # noqa: E402
 import engine_check_correctness as correctness  # noqa: E402
+import engine_check_fp8 as fp8  # noqa: E402
 import engine_check_hf as hf  # noqa: E402
 import engine_check_job as job  # noqa: E402
 import engine_check_micro as micro  # noqa: E402
@@ -178,6 +185,8 @@ PARTS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "constrained_speed": constrained.part_constrained_speed,
     "batching": speed.part_batching,
     "profile": profile.part_profile,
+    "fp8_kv": fp8.part_fp8_kv,
+    "close": close.part_close,
     "startup": startup.part_startup,
     "prefill": job.part_prefill,
     "constraint_cost": job.part_constraint_cost,

@@ -149,7 +149,7 @@ def part_constrained(ctx) -> dict[str, Any]:
                 f"{len(cases) - len(problems)}, {free_equal}",
                 "ok" if ok else f"FAIL {list(problems.values())[:1]}",
             )
-            del engine
+            engine.close()
             ctx.free()
         if len(tokens) == 2:
             same = tokens[True] == tokens[False]
@@ -219,6 +219,6 @@ def part_constrained_speed(ctx) -> dict[str, Any]:
         "constraint set-up s | template+compile ms/molecule",
         f"{res['constraint_setup_s']:.1f} | {res['template_compile_ms_per_molecule']:.1f}",
     )
-    del engine
+    engine.close()
     ctx.free()
     return res

@@ -41,8 +41,10 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def part_kernels(ctx) -> dict[str, Any]:
     from inferlab.engine import step, torch_ops
     from inferlab.engine.attention import decode_rope_attention_torch
+    from inferlab.engine.collection import CollectLayer
     from inferlab.engine.kernels import (
         triton_attention,
+        triton_collect,
         triton_filter,
         triton_norm,
         triton_rope,
@@ -51,6 +53,7 @@ def part_kernels(ctx) -> dict[str, Any]:
     )
     from inferlab.engine.kernels.triton_gemm import SkinnyConfig, skinny_linear
     from inferlab.engine.rows import RowState
+    from inferlab.engine.steering import SteerLayer
     from inferlab.engine.sampler import (
         FILTER_MIN_P,
         FILTER_TOP_K,
@@ -83,6 +86,22 @@ def part_kernels(ctx) -> dict[str, Any]:
         a, s = triton_norm.add_rms_norm(x, r, w, 1e-5)
         ra, rs = torch_ops.add_rms_norm(x, r, w, 1e-5)
         note("add_rms_norm", dtype, max(_rel(a, ra), _rel(s, rs)))
+        # steering: half the rows steered (slots into a 5-vector table), decode (row = token) and prefill maps
+        slot = torch.where(torch.arange(64, device=dev) % 2 == 0, torch.arange(64, device=dev) % 5, -1).int()
+        for token_rows in (None, torch.arange(64, device=dev).flip(0)):
+            steer = SteerLayer(randn(5, hidden, dtype=dtype), slot, randn(64), token_rows)
+            a, s = triton_norm.add_steer_rms_norm(x, r, w, 1e-5, steer)
+            ra, rs = torch_ops.add_steer_rms_norm(x, r, w, 1e-5, steer)
+            note("add_steer_rms_norm", dtype, max(_rel(a, ra), _rel(s, rs)))
+        flags = torch.arange(64, device=dev)  # every mode, live / idle / finished, n_out inside and past the cap
+        for rows in (None, torch.arange(0, 64, 2, device=dev)):
+            n = 64 if rows is None else 32
+            ours, ref = (CollectLayer(torch.zeros(64, hidden, device=dev),
+                                      torch.zeros(64, 3, hidden, dtype=dtype, device=dev), (flags % 4).int(),
+                                      flags % 7 != 0, flags % 5 == 0, (flags // 2) % 5, rows) for _ in range(2))
+            triton_collect.collect_rows(x[:n], ours)
+            torch_ops.collect_rows(x[:n], ref)
+            note("collect_rows", dtype, max(_rel(ours.acc, ref.acc), _rel(ours.all, ref.all)))
         gu = randn(64, 2 * hidden, dtype=dtype)
         note("silu_mul", dtype, _rel(triton_norm.silu_mul(gu), torch_ops.silu_mul(gu)))
         rope_shapes = [(16, 8, 64, False), (16, 8, 128, True), (32, 8, 128, False)]
@@ -244,7 +263,7 @@ def part_graphs(ctx) -> dict[str, Any]:
             tokens[graphs] = [r.token_ids for r in engine.generate(batch)]
             if graphs:
                 res[f"{preset}_capture_s"] = engine.stats.capture_s
-            del engine
+            engine.close()
             ctx.free()
         mismatched = sum(a != b for a, b in zip(tokens[True], tokens[False]))
         res[f"{preset}_mismatched_requests"] = mismatched
@@ -258,7 +277,7 @@ def part_graphs(ctx) -> dict[str, Any]:
     for _ in range(2):
         engine = Engine(EngineConfig(model=ctx.checkpoint("llama-380m"), max_slots=64, max_seq_len=192))
         plans.append(engine.stats.gemm_choices)
-        del engine
+        engine.close()
         ctx.free()
     same = sum(plans[0][key] == plans[1].get(key) for key in plans[0])
     res["gemm_plans"] = plans

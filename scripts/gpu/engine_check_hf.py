@@ -92,6 +92,7 @@ def part_hf_logits(ctx) -> dict[str, Any]:
             f"{preset}: greedy tokens equal to hf bf16 before divergence (of 64)",
             " ".join(str(m) for m in matched),
         )
+        engine.close()
         del hf32, hf16, engine, model, cache
         ctx.free()
     return res

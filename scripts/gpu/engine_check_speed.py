@@ -128,7 +128,7 @@ def part_speed(ctx) -> dict[str, Any]:
             if target is not None:
                 verdict += f"; target <= {target} ms: " + ("ok" if cell["ms_per_step"] <= target else "MISSED")
             ctx.row("speed", f"{preset} B={batch} {mode} tok/s", cell["tok_per_s"], verdict)
-    del engine
+    engine.close()
     ctx.free()
     if ctx.cuda:  # A/B: the same cell with cuBLAS for every projection (EngineConfig.gemm="cublas")
         batch = min(batches)
@@ -140,7 +140,7 @@ def part_speed(ctx) -> dict[str, Any]:
         ctx.row(
             "speed", f"{preset} B={batch} top_p0.9_t1 gemm=cublas tok/s", cell["tok_per_s"], _speed_verdict(ctx, cell)
         )
-        del engine
+        engine.close()
         ctx.free()
     preset = "tiny-qwen3" if ctx.quick else "qwen3-0.6b"
     batch = 4 if ctx.quick else 256
@@ -151,6 +151,7 @@ def part_speed(ctx) -> dict[str, Any]:
     cell = timed(ctx, engine, _requests(batch, new_tokens, engine.spec.vocab_size, **sampling))
     res[f"{preset} B={batch} top_p0.9_t1"] = cell
     ctx.row("speed", f"{preset} B={batch} top_p0.9_t1 tok/s", cell["tok_per_s"], _speed_verdict(ctx, cell))
+    engine.close()
     return res
 
 
@@ -179,7 +180,7 @@ def part_batching(ctx) -> dict[str, Any]:
             f"{cell['decode_steps']} steps, busy {100 * cell['row_utilisation']:.0f}%, prefill "
             f"{cell['prefill_s']:.2f} s in {cell['prefill_batches']}, wall {cell['wall_s']:.2f} s",
         )
-    del engine
+    engine.close()
     ctx.free()
     gain = res["continuous"]["tok_per_s"] / res["static"]["tok_per_s"]
     res["continuous_over_static"] = gain

@@ -4,11 +4,17 @@
     python scripts/gpu/lab_sweep.py --out $OUT --parts static-cache
     python scripts/gpu/lab_sweep.py --out $OUT --parts classify hidden
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-baseline
+    python scripts/gpu/lab_sweep.py --out $OUT --parts steering                      # ~6.5 min, gemma-2b
+    python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-pipeline --only scenario=conformer-pipeline
+    python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-soak --only temperature=1.0
     python scripts/gpu/lab_sweep.py --estimate                                       # minutes per part, runs nothing
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
-classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline.
+classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline, and each
+of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak, steering = the preset of that name;
+engine-vs-peers in three parts (peers-engine-hf, peers-vllm-generate, peers-rest).
+`--only KNOB=V` is passed to every part (a preset split into calls of < 9 minutes).
 Installs nothing (the project is installed with `pip install --no-deps -e .`). Runs live in runs/lab/
 in the checkout (ignored by git, kept between calls on a warm machine): a call that hits its budget
 records the rest as `skipped`, and the next call resumes exactly there. seed-generate and
@@ -56,12 +62,28 @@ PARTS = {
     "conformer-baseline": ("conformer-baseline", "conformer-baseline"),
     "engine-vs-hf": ("engine-vs-hf", "engine-vs-hf"),
     "conformer-engine": ("conformer-engine", "conformer-baseline"),  # beside the baseline: one report
+    # engine-vs-peers in three device calls (scripts/gpu/peers_sweep.sh): cells that need no vLLM, then vLLM's
+    # generate cells once the bundle is installed, then the rest (vLLM's structured outputs, HF + xgrammar,
+    # anything an earlier call's budget left)
+    "peers-engine-hf": ("engine-vs-peers", "engine-vs-peers"),
+    "peers-vllm-generate": ("engine-vs-peers", "engine-vs-peers"),
+    "peers-rest": ("engine-vs-peers", "engine-vs-peers"),
+    "steering": ("steering", "steering"),
+    "conformer-pipeline": ("conformer-pipeline", "conformer-pipeline"),
+    "conformer-soak": ("conformer-soak", "conformer-soak"),
+}
+# Cells of a part that shares its preset with other parts (inferlab bench --only).
+PART_FILTERS = {
+    "peers-engine-hf": ["--only", "backend=inferlab,hf-continuous"],
+    "peers-vllm-generate": ["--only", "backend=vllm", "--only", "scenario=generate"],
 }
 # The report's speedup baseline per run directory (default: the first configuration of each workload).
 REPORT_BASELINES = {"seed-generate": ["--baseline", "attn_implementation=eager"]}
 _ONE_THREAD = ["--set", "cpu_threads=1"]
 _TINY_TEXT = ["--set", "min_tokens=8", "--set", "max_tokens=100", "--set", "dtype=float32", "--set", "min_duration_s=0.1",
               "--set", "max_duration_s=0.3", *_ONE_THREAD]
+_TINY_CONFORMERS = ["--set", "num_molecules=3", "--set", "num_conformers=2", "--set", "min_heavy_atoms=6",
+                    "--set", "max_heavy_atoms=12", "--set", "dtype=float32", "--set", "max_slots=4", *_ONE_THREAD]
 # CPU smoke: the same presets, shrunk so the whole pipeline runs here in minutes.
 SMOKE_ARGS = {
     "seed-attention": ["--set", "batch_size=2", "--set", "q_len=32", "--set", "kv_len=32", "--set", "min_duration_s=0.05",
@@ -80,6 +102,20 @@ SMOKE_ARGS = {
                      "--set", "min_duration_s=0.1", "--set", "max_duration_s=0.3", *_ONE_THREAD],
     "conformer-engine": ["--model", "tiny-qwen3", "--set", "num_molecules=2", "--set", "batch_size=4",
                          "--set", "slots=4", "--set", "dtype=float32", *_ONE_THREAD],
+    # tiny-qwen3 for every model (the conformer cells need the qwen3-chem tokenizer); vLLM cells are
+    # `unavailable` rows here without vLLM
+    "engine-vs-peers": ["--model", "tiny-qwen3", "--set", "dtype=float32", "--set", "new_tokens=4", "--set", "batch_size=2",
+                        "--set", "num_prompts=2", "--set", "prompt_tokens=8", "--set", "min_duration_s=0.1",
+                        "--set", "max_duration_s=0.3", "--set", "num_molecules=2", "--set", "num_conformers=2",
+                        "--set", "max_requests=4", "--set", "slots=2", "--set", "min_heavy_atoms=0",
+                        "--set", "max_heavy_atoms=0", "--set", "warmup_steps=2", *_ONE_THREAD],
+    "steering": ["--model", "tiny", "--set", "num_prompts=8", "--set", "prompt_min_tokens=4", "--set",
+                 "prompt_max_tokens=12", "--set", "new_tokens=6", "--set", "batch_size=4", "--set", "steer_layer=0",
+                 "--set", "collect_layers=0:-1", "--set", "dtype=float32", "--set", "check_prompts=2",
+                 "--set", "warmup_tokens=2", *_ONE_THREAD],
+    # tiny-qwen3 has 512 positions: molecules of 6-12 heavy atoms fit
+    "conformer-pipeline": ["--model", "tiny-qwen3", *_TINY_CONFORMERS, "--set", "batch_size=6", "--set", "slots=4"],
+    "conformer-soak": ["--model", "tiny-qwen3", *_TINY_CONFORMERS],
 }
 
 
@@ -91,7 +127,7 @@ def _gpu_slug(run_dir: Path) -> str:
     return (match.group(1) if match else name).lower().replace(" ", "-")[:20]
 
 
-def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]) -> None:
+def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str], only: list[str] = ()) -> None:
     preset, run_name = PARTS[part]
     remaining = deadline - time.monotonic()
     if remaining < 30:
@@ -99,7 +135,9 @@ def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]
         return
     argv = ["bench", "--preset", preset, "--run-dir", str(runs / run_name), "--model-cache", str(runs / "cache"),
             "--limit-seconds", str(int(remaining)), "--no-report"]
+    argv += PART_FILTERS.get(part, [])
     argv += SMOKE_ARGS[preset] if smoke else []
+    argv += [arg for value in only for arg in ("--only", value)]
     print(f"\n=== {part}: inferlab {' '.join(argv)}", flush=True)
     code = inferlab(argv)
     log.append(f"{part}: inferlab bench exited {code}")
@@ -141,12 +179,29 @@ def _summarise(run_dir: Path, report: Path, stem: str) -> list[str]:
     for r in rows:
         if r["status"] not in ("ok", "skipped"):
             lines.append(f"   {r['status']:<11} {r.get('backend')} {_short_config(r)}: {r['message'][:160]}")
+        elif r["status"] == "ok" and r.get("scenario") == "steering":
+            lines.append("   " + _steering_line(r))
     text = report.read_text() if report.is_file() else ""
     if "## Do the seeds' findings hold?" in text:
         section = text.split("## Do the seeds' findings hold?", 1)[1].split("\n## ", 1)[0]
         lines += ["Do the seeds' findings hold?", section.strip()]
     lines += ["Recommendations:", format_text(recommend(rows))]
     return lines
+
+
+def _steering_line(row: dict) -> str:
+    """One steering row: the headline, the engine's step costs per mode, its activation check."""
+    m = row.get("metrics", {})
+
+    def share(key: str) -> str:
+        return f"{m[key] * 100:+.1f}%" if m.get(key) is not None else "-"
+
+    check = m.get("activation_check") or {}
+    checked = f", activations vs HF max rel err {check['max_rel_error']:.3g} ({'ok' if check['match'] else 'FAILED'})" \
+        if check else ""
+    return (f"{row.get('backend')} batch {row.get('batch_size')}: {m.get('output_tokens_per_s', 0):,.0f} tok/s "
+            f"({m.get('headline_mode')}); step cost steer {share('steering_cost')}, collect "
+            f"{share('collection_cost')}, both {share('steer_collect_cost')}{checked}")
 
 
 def _short_config(row: dict) -> str:
@@ -165,13 +220,20 @@ def estimates(parts: list[str]) -> list[str]:
     seen: set[str] = set()
     lines, total = [], 0.0
     for part in parts:
-        cells = [c for c in build_plan(get_plan_preset(PARTS[part][0])).cells if c.key not in seen]
+        only = _only_filters(PART_FILTERS.get(part, []))
+        cells = [c for c in build_plan(get_plan_preset(PARTS[part][0]), only=only).cells if c.key not in seen]
         seen.update(c.key for c in cells)
         typical, worst = estimate_seconds(cells, accelerator=True)
         total += typical
         lines.append(f"  {part:<20} {len(cells):>3} cells  ~{typical / 60:4.1f} min (at most {worst / 60:.0f} if every "
                      "cell hit its timeout)")
     return ["estimated minutes on one H100/H200:", *lines, f"  {'total':<20}      ~{total / 60:4.1f} min"]
+
+
+def _only_filters(argv: list[str]) -> dict[str, list[str]]:
+    """["--only", "backend=a,b", ...] -> {"backend": ["a", "b"]} (build_plan's `only`)."""
+    pairs = [argv[i + 1].split("=", 1) for i in range(0, len(argv), 2)]
+    return {name: values.split(",") for name, values in pairs}
 
 
 def availability() -> list[str]:
@@ -182,7 +244,9 @@ def availability() -> list[str]:
     from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
 
     notes = []
-    for module, cells in (("torchao", "classify int8/fp8"), ("flash_attn", "flash-attn / flash_attention_2")):
+    for module, cells in (("torchao", "classify int8/fp8"), ("flash_attn", "flash-attn / flash_attention_2"),
+                          ("vllm", "vllm (engine-vs-peers)"), ("xgrammar", "hf-xgrammar (engine-vs-peers)"),
+                          ("flashinfer", "vLLM's FlashInfer sampler")):
         found = importlib.util.find_spec(module) is not None
         notes.append(f"  {module}: {'found' if found else 'NOT installed'} ({cells} cells"
                      + ("" if found else " will be `unavailable` rows") + ")")
@@ -201,6 +265,8 @@ def main() -> int:
     parser.add_argument("--runs", default=str(REPO / "runs" / "lab"), help="where the run directories live")
     parser.add_argument("--cpu-smoke", action="store_true", help="shrink every preset to run on a CPU (tiny model/shapes)")
     parser.add_argument("--estimate", action="store_true", help="print the estimated minutes per part and exit")
+    parser.add_argument("--only", action="append", default=[], metavar="KNOB=V1,V2",
+                        help="passed to every part's `inferlab bench --only` (e.g. scenario=constrained)")
     args = parser.parse_args()
     print("\n".join(estimates(args.parts)), flush=True)
     if args.estimate:
@@ -215,7 +281,7 @@ def main() -> int:
     log: list[str] = []
     for part in args.parts:
         try:
-            run_part(part, runs, deadline, args.cpu_smoke, log)
+            run_part(part, runs, deadline, args.cpu_smoke, log, args.only)
         except Exception:
             traceback.print_exc()
             log.append(f"{part}: raised (traceback above)")

@@ -1,14 +1,15 @@
-"""Compile the engine's round-2 Triton kernels for a CUDA target ahead of time, on any machine (no GPU).
+"""Compile the engine's Triton kernels for a CUDA target ahead of time, on any machine (no GPU).
 
-    PYTHONPATH=src python scripts/gpu/triton_aot_check.py [--arch 90]
+    PYTHONPATH=src python scripts/gpu/triton_aot_check.py [--arch 90] [--match attention,rope]
     # against another Triton than the installed one (e.g. the GPU machine's 3.6):
     pip download triton==3.6.0 --no-deps -d /tmp/w && pip install --no-deps --target /tmp/t36 /tmp/w/*.whl
     PYTHONPATH=/tmp/t36:src python scripts/gpu/triton_aot_check.py
 
 The Triton interpreter (what the CPU tests run) checks the arithmetic but not the compiler: type rules,
 loop-carried types, register pressure. This script runs Triton's real NVIDIA pipeline (TTIR -> TTGIR ->
-LLVM -> PTX -> cubin, with the ptxas shipped in the triton wheel) on the bf16 shapes the engine launches,
-with the divisibility hints the JIT derives for 16-aligned sizes, and prints per kernel: OK or the
+LLVM -> PTX -> cubin, with the ptxas shipped in the triton wheel) on the bf16 shapes the engine launches
+(and the fp8 KV cache's variants of the rope write and the decode attention: fp8e4nv needs sm_89+, so
+check them with --arch 90), with the divisibility hints the JIT derives for 16-aligned sizes, and prints per kernel: OK or the
 compiler error, registers, spilled bytes and shared memory (from ptxas -v where a ptxas that reads the
 PTX version is found). Run it before spending GPU time on a kernel change.
 """
@@ -32,10 +33,12 @@ from triton.compiler import ASTSource  # noqa: E402
 from inferlab.engine.constraints import step_kernels  # noqa: E402
 from inferlab.engine.kernels import (  # noqa: E402
     triton_attention,
+    triton_collect,
     triton_filter,
     triton_gemm,
     triton_kv_copy,
     triton_norm,
+    triton_rope,
     triton_sampling,
     triton_step,
     triton_top_p,
@@ -55,20 +58,34 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
                          BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)  # fmt: skip
                 name = f"skinny gemm m{block_m} n{block_n} k{block_k} {mode}"
                 out.append((name, triton_gemm._skinny_kernel, gemm, c, aligned, dict(num_warps=4, num_stages=4)))
-    att = {n: "*bf16" for n in "QKV K_CACHE V_CACHE OUT".split()}
-    att.update(POS="*i64", SLOT="*i64", COS="*fp32", SIN="*fp32", QNORM="*bf16", KNORM="*bf16", O_PART="*fp32",
-               LSE_PART="*fp32", COUNTER="*i32", scale="fp32", eps="fp32", splits="i32")  # fmt: skip
-    att.update({n: "i32" for n in "stride_t stride_cos stride_ks stride_kh stride_kn stride_ob stride_oh stride_pb "
-                "stride_ph stride_ps stride_lb stride_lh".split()})  # fmt: skip
-    for heads, kv_heads, head_dim, qk_norm in ((16, 8, 64, False), (16, 8, 128, True)):
-        for block_n, warps, stages in ((64, 4, 3), (128, 4, 2), (32, 8, 4)):
-            c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_H=16, HEAD_DIM=head_dim,
-                     HALF_BLOCK=max(16, head_dim // 2), BLOCK_D=head_dim, BLOCK_N=block_n, QK_NORM=qk_norm,
-                     IEEE=False)  # fmt: skip
-            out.append((f"rope attention d{head_dim} n{block_n} w{warps} s{stages}",
-                        triton_attention._rope_attention_kernel, att, c,
-                        ["QKV", "K_CACHE", "V_CACHE", "OUT", "stride_t", "stride_ks", "stride_kh", "stride_kn"],
-                        dict(num_warps=warps, num_stages=stages)))  # fmt: skip
+    for kv in ("bf16", "fp8e4nv"):  # the model-dtype cache and the fp8 KV cache (KV_FP8, with fp32 scales)
+        att = {n: "*bf16" for n in "QKV K_CACHE V_CACHE OUT".split()}
+        att.update(K_CACHE=f"*{kv}", V_CACHE=f"*{kv}", POS="*i64", SLOT="*i64", COS="*fp32", SIN="*fp32",
+                   QNORM="*bf16", KNORM="*bf16", O_PART="*fp32", LSE_PART="*fp32", COUNTER="*i32", K_SCALE="*fp32",
+                   V_SCALE="*fp32", scale="fp32", eps="fp32", splits="i32")  # fmt: skip
+        att.update({n: "i32" for n in "stride_t stride_cos stride_ks stride_kh stride_kn stride_ob stride_oh stride_pb "
+                    "stride_ph stride_ps stride_lb stride_lh stride_ss stride_sh".split()})  # fmt: skip
+        configs = ((64, 4, 3), (128, 4, 2), (32, 8, 4)) if kv == "bf16" else ((64, 4, 3), (128, 4, 2))
+        for heads, kv_heads, head_dim, qk_norm in ((16, 8, 64, False), (16, 8, 128, True)):
+            for block_n, warps, stages in configs:
+                c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_H=16,
+                         HEAD_DIM=head_dim, HALF_BLOCK=max(16, head_dim // 2), BLOCK_D=head_dim, BLOCK_N=block_n,
+                         QK_NORM=qk_norm, IEEE=False, KV_FP8=kv != "bf16")  # fmt: skip
+                out.append((f"rope attention {kv} cache d{head_dim} n{block_n} w{warps} s{stages}",
+                            triton_attention._rope_attention_kernel, att, c,
+                            ["QKV", "K_CACHE", "V_CACHE", "OUT", "stride_t", "stride_ks", "stride_kh", "stride_kn",
+                             "stride_ss", "stride_sh"],
+                            dict(num_warps=warps, num_stages=stages)))  # fmt: skip
+        rope = dict(QKV="*bf16", POS="*i64", SLOT="*i64", COS="*fp32", SIN="*fp32", QNORM="*bf16", KNORM="*bf16",
+                    Q_OUT="*bf16", K_OUT="*bf16", V_OUT="*bf16", K_CACHE=f"*{kv}", V_CACHE=f"*{kv}", K_SCALE="*fp32",
+                    V_SCALE="*fp32", eps="fp32")  # fmt: skip
+        rope.update({n: "i32" for n in "stride_t stride_cos stride_qo_t stride_qo_h stride_ko_t stride_ko_h stride_cs "
+                     "stride_ch stride_cn stride_ss stride_sh".split()})  # fmt: skip
+        for head_dim, qk_norm in ((64, False), (128, True)):
+            c = dict(NUM_HEADS=16, HEAD_DIM=head_dim, HALF_BLOCK=head_dim // 2, QK_NORM=qk_norm, RETURN_KV=True,
+                     KV_FP8=kv != "bf16")  # fmt: skip
+            out.append((f"rope + kv write {kv} cache d{head_dim}", triton_rope._rope_qkv_kernel, rope, c,
+                        ["QKV", "K_CACHE", "V_CACHE", "stride_t", "stride_cs", "stride_ch", "stride_cn"], {}))
     f = {n: "*fp32" for n in "LOGITS PMAX HIST PREFIX ACC TARGET HIST_K PREFIX_K ACC_K TEMP TOP_K TOP_P".split()}
     f.update(LOGITS="*bf16", PREFIX="*i32", PREFIX_K="*i32", TOP_K="*i64", stride="i32", vocab="i32", span="i32",
              rows="i32", chunks="i32", level="i32")  # fmt: skip
@@ -107,6 +124,19 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
                     dict(CHUNKS=32, BLOCK_C=32, FIRST=first, LAST=last), [], {}))  # fmt: skip
     out.append(("race pick", triton_sampling._pick_kernel,
                 dict(BEST_VAL="*fp32", BEST_IDX="*i32", OUT="*i64"), dict(CHUNKS=32, BLOCK_C=32), [], {}))  # fmt: skip
+    norm = dict(X="*bf16", R="*bf16", W="*bf16", OUT="*bf16", RES_OUT="*bf16", VEC="*bf16", SLOT="*i32", SCALE="*fp32",
+                TOKEN_ROWS="*i64", stride_x="i32", stride_r="i32", stride_o="i32", stride_ro="i32", stride_v="i32",
+                stride_slot="i32", stride_scale="i32", dim="i32", eps="fp32")  # fmt: skip
+    for residual, steer, row_map in ((True, False, False), (True, True, False), (True, True, True), (False, False, False)):
+        c = dict(HAS_RESIDUAL=residual, STEER=steer, HAS_ROW_MAP=row_map, BLOCK=2048)
+        name = f"{'add + ' if residual else ''}{'steer + ' if steer else ''}rms norm{' (prefill rows)' if row_map else ''}"
+        out.append((name, triton_norm._rms_norm_kernel, norm, c, [], {}))
+    collect = dict(X="*bf16", ROWS="*i64", ACTIVE="*i1", FINISHED="*i1", N_OUT="*i64", MODE="*i32", ACC="*fp32",
+                   ALL="*bf16", stride_x="i32", stride_acc="i32", stride_all_row="i32", stride_all_col="i32", cap="i32",
+                   dim="i32")  # fmt: skip
+    for has_rows, has_all in ((False, False), (False, True), (True, True)):
+        c = dict(HAS_ROWS=has_rows, HAS_ALL=has_all, LAST=1, MEAN=2, EVERY=3, BLOCK=2048)
+        out.append((f"collect rows={has_rows} all={has_all}", triton_collect._collect_kernel, collect, c, [], {}))
     out.append(("embedding + rms norm", triton_norm._embed_rms_norm_kernel,
                 dict(TOK="*i64", E="*bf16", W="*bf16", OUT="*bf16", X="*bf16", stride_e="i32", stride_o="i32",
                      stride_x="i32", dim="i32", eps="fp32"), dict(BLOCK=1024), [], {}))  # fmt: skip
@@ -162,13 +192,15 @@ def ptxas_report(ptx: str, arch: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability x 10 (90: H100/H200)")
+    parser.add_argument("--match", default="", help="comma-separated words: only kernels whose name has one")
     args = parser.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     failures = 0
-    for name, kernel, signature, constexprs, aligned, options in kernels():
+    words = [w for w in args.match.split(",") if w]
+    chosen = [k for k in kernels() if not words or any(w in k[0] for w in words)]
+    for name, kernel, signature, constexprs, aligned, options in chosen:
         full = dict(signature) | {k: "constexpr" for k in constexprs}
-        names = list(full)
-        attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+        attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}  # the kernel's arg order
         try:
             compiled = triton.compile(ASTSource(kernel, full, constexprs, attrs), target=target, options=options)
         except Exception as e:  # the compiler's message is the finding
@@ -177,7 +209,7 @@ def main() -> int:
             continue
         shared = getattr(compiled.metadata, "shared", "?")
         print(f"ok   {name}: {ptxas_report(compiled.asm['ptx'], args.arch)}, shared {shared} B")
-    print(f"{failures} of {len(kernels())} kernels failed to compile for sm_{args.arch}")
+    print(f"{failures} of {len(chosen)} kernels failed to compile for sm_{args.arch}")
     return 1 if failures else 0
 
 

@@ -4,16 +4,18 @@ The public API is what this module exports; everything else is internal and may 
 """
 
 from inferlab.errors import CapacityError, ConfigError, InferlabError, InputError, UnsupportedError
-from inferlab.types import Request, Result, SamplingParams, Timings
+from inferlab.types import Collect, Request, Result, SamplingParams, Steer, Timings
 
 __all__ = [
     "CapacityError",
+    "Collect",
     "ConfigError",
     "InferlabError",
     "InputError",
     "Request",
     "Result",
     "SamplingParams",
+    "Steer",
     "Timings",
     "UnsupportedError",
 ]

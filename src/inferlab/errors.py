@@ -20,3 +20,7 @@ class UnsupportedError(InferlabError):
 
 class CapacityError(InferlabError):
     """The configuration cannot fit the device (slots x length over free memory)."""
+
+
+class EngineClosedError(InferlabError):
+    """A call on an Engine after its close() (or after its `with` block ended)."""

@@ -48,13 +48,20 @@ def read_jsonl_records(path: str | Path, id_field: str = "id") -> Iterator[Input
 
 
 class ResumableJsonlWriter:
-    """Append-only JSONL output keyed by `id_field`; `done` holds the ids already written by earlier runs."""
+    """Append-only JSONL output keyed by `id_field`; `done` holds the ids already written by earlier runs.
+    `kind_fields`: fields every row of this output has; an existing file whose first row lacks one holds
+    another job's rows (say `conformers generate`'s out.jsonl given to `generate`) and is refused, never
+    resumed into."""
 
-    def __init__(self, path: str | Path, id_field: str = "id", fsync: bool = False) -> None:
+    def __init__(self, path: str | Path, id_field: str = "id", fsync: bool = False,
+                 kind_fields: tuple[str, ...] = ()) -> None:
         self.path = Path(path)
         self.id_field = id_field
         self.fsync = fsync
+        self.kind_fields = kind_fields
         self.done: set[str] = set()
+        if self.path.is_dir():
+            raise InputError(f"output {self.path} is a folder; give a file path for the JSONL output")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             self._load_and_repair()
@@ -70,12 +77,22 @@ class ResumableJsonlWriter:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 break
+            if good_end == 0:
+                self._check_kind(row)
             if isinstance(row, dict) and self.id_field in row:
                 self.done.add(str(row[self.id_field]))
             good_end += len(line)
         if good_end < len(raw):
             with self.path.open("r+b") as f:
                 f.truncate(good_end)
+
+    def _check_kind(self, first_row: Any) -> None:
+        missing = [f for f in self.kind_fields if not isinstance(first_row, dict) or f not in first_row]
+        if missing:
+            raise InputError(
+                f"{self.path} already holds rows of another kind (its first row has no {', '.join(missing)}): "
+                "resuming would mix two jobs in one file; write the output to a new file"
+            )
 
     def write(self, row: dict[str, Any]) -> None:
         self._file.write(json.dumps(row, ensure_ascii=False) + "\n")

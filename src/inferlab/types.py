@@ -48,12 +48,56 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+POOLS = ("last", "mean", "all")
+
+
+@dataclass(frozen=True)
+class Steer:
+    """Add `scale * vector` to the residual stream after decoder layer `layer` (0-based; negative counts from
+    the end), at every position of the prompt and of the output: what a forward hook on transformers'
+    `model.model.layers[layer]` adding it to the layer's output does. `vector` is the values (a 1-D tensor,
+    array or list of hidden-size floats) or the name of an entry of a SteeringVectors set registered with
+    the engine (`Engine.add_steering_vectors`). The vector and the scale are checked at intake (length,
+    finite values); a bad one makes the request an error Result."""
+
+    layer: int
+    vector: Any
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Collect:
+    """Hidden states to collect while generating: the residual stream after each decoder layer in `layers`
+    (0-based, negative from the end; after any steering at that layer; transformers' `hidden_states[l + 1]`
+    for every layer but the last, whose `hidden_states` entry is final-normed), taken at the step that
+    produced each generated token (the prompt's last position for the first token, then each fed-back
+    token's position). `pool`: "last" (the step that produced the last token), "mean" (over every
+    generated token) or "all" (one vector per generated token, the first `max_tokens` of them).
+    Result.activations then holds {layer: fp32 tensor}: [hidden] for last and mean, [tokens, hidden] for all.
+    """
+
+    layers: tuple[int, ...]
+    pool: str = "mean"
+    max_tokens: int | None = None  # "all" only: keep the first this many tokens (None: every generated token)
+
+    def __post_init__(self) -> None:
+        if not self.layers or not all(isinstance(x, int) and not isinstance(x, bool) for x in self.layers):
+            raise ConfigError(f"Collect.layers={self.layers!r} must be a non-empty tuple of layer numbers")
+        if len(set(self.layers)) != len(self.layers):
+            raise ConfigError(f"Collect.layers={self.layers!r} names a layer twice; list each layer once")
+        if self.pool not in POOLS:
+            raise ConfigError(f"Collect.pool={self.pool!r} is not one of {', '.join(POOLS)}")
+        if self.max_tokens is not None and (self.pool != "all" or self.max_tokens < 1):
+            raise ConfigError(f"Collect.max_tokens={self.max_tokens} applies to pool='all' only and must be >= 1")
+
+
 @dataclass(frozen=True)
 class Request:
     """One generation job. Give `prompt_ids` (already tokenised) or `prompt` (text, tokenised by the engine).
 
     `constraint` is an optional compiled constraint program (inferlab.engine.constraints) that the engine
-    enforces on the GPU; None means unconstrained.
+    enforces on the GPU; None means unconstrained. `steering` adds vectors to the residual stream (Steer,
+    or (layer, vector, scale) tuples); `collect` asks for hidden states of the generated tokens.
     """
 
     id: str
@@ -62,6 +106,8 @@ class Request:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     constraint: Any = None
     metadata: dict[str, Any] = field(default_factory=dict)  # carried through to the Result untouched
+    steering: tuple[Any, ...] = ()  # Steer(layer, vector, scale) or (layer, vector, scale) entries
+    collect: Collect | None = None
 
     def __post_init__(self) -> None:
         if (self.prompt_ids is None) == (self.prompt is None):
@@ -89,6 +135,8 @@ class Result:
     timings: Timings = field(default_factory=Timings)
     error: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Request.collect's hidden states: {layer: fp32 tensor}, [hidden] (last, mean) or [tokens, hidden] (all)
+    activations: dict[int, Any] | None = None
 
     @property
     def ok(self) -> bool:

@@ -53,6 +53,43 @@ def test_decode_rope_attention_kernel_matches_reference_in_bf16():
             assert not counters.any()
 
 
+def test_fp8_cache_kernels_match_the_reference_in_bf16():
+    """The fp8 rope write (prefill) and decode kernel on the GPU: the rope write stores the reference's e4m3
+    bytes and scales up to rope rounding; the decode output is within bf16 noise of the dequantizing
+    reference, over splits; positions past a row's own are never read."""
+    from inferlab.engine import torch_ops
+    from inferlab.engine.attention import decode_rope_attention_torch
+    from inferlab.engine.kernels.triton_attention import decode_rope_attention
+    from inferlab.engine.kernels.triton_rope import rope_qkv
+    from inferlab.engine.kv_quant import dequantize, quantize
+    from inferlab.models.config import RopeSpec
+    from inferlab.models.rope import RotaryTables
+
+    g = torch.Generator(device=CUDA).manual_seed(3)
+    rows, kv_heads, head_dim, max_len, heads = 40, 8, 128, 700, 16
+    tables = RotaryTables.build(RopeSpec(theta=1000000.0), head_dim, max_len, torch.device(CUDA))
+    qkv = torch.randn(rows, (heads + 2 * kv_heads) * head_dim, generator=g, device=CUDA).bfloat16()
+    norms = [torch.randn(head_dim, generator=g, device=CUDA).bfloat16() for _ in range(2)]
+    slots = torch.randperm(rows + 3, generator=g, device=CUDA)[:rows]
+    positions = torch.randint(0, max_len, (rows,), generator=g, device=CUDA)
+    args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
+    raw = [torch.randn(rows + 3, kv_heads, max_len, head_dim, generator=g, device=CUDA).bfloat16() for _ in range(2)]
+    stored = [quantize(x) for x in raw]
+    ours = [t.clone() for pair in stored for t in pair]  # k8, k_scale, v8, v_scale
+    ref = [t.clone() for pair in stored for t in pair]
+    rope_qkv(*args, ours[0], ours[2], slots, heads, return_kv=False, k_scale=ours[1], v_scale=ours[3])
+    torch_ops.rope_qkv(*args, ref[0], ref[2], slots, heads, return_kv=False, k_scale=ref[1], v_scale=ref[3])
+    for (q8, scale), (r8, rscale) in ((ours[0:2], ref[0:2]), (ours[2:4], ref[2:4])):
+        assert _rel(dequantize(q8, scale), dequantize(r8, rscale)) < 2**-4  # one e4m3 step where rope rounding differs
+    counters = torch.zeros((rows + 3) * kv_heads, dtype=torch.int32, device=CUDA)
+    want = decode_rope_attention_torch(*args, ref[0], ref[2], slots, heads, head_dim**-0.5, k_scale=ref[1],
+                                       v_scale=ref[3])  # fmt: skip
+    for splits in (None, 1, 5):
+        got = decode_rope_attention(*args, ours[0], ours[2], slots, heads, head_dim**-0.5, counters, splits=splits,
+                                    k_scale=ours[1], v_scale=ours[3])  # fmt: skip
+        assert _rel(got, want) < 2**-6 and not counters.any()
+
+
 def test_radix_thresholds_match_the_sort_at_full_vocabulary():
     from inferlab.engine.kernels.triton_filter import filter_threshold as radix
     from inferlab.engine.sampler import FILTER_TOP_K, FILTER_TOP_P, filter_threshold, float_key
@@ -182,3 +219,29 @@ def test_constrained_conformers_on_the_device(tmp_path):
         assert result.finish_reason == "eos", result.error
         template.check(result.text, profile)
         assert decode_generation(result.text, profile).canonical_smiles == canonical_smiles(smiles)
+
+
+def test_steered_and_collecting_graphs_equal_eager_with_a_capture_between_chunks(llama):
+    """Steered / collecting variants captured on first use, here while a just-admitted row is live (one slot
+    per request wave), give the eager engine's tokens and activations."""
+    import dataclasses
+
+    from inferlab.engine import Engine, EngineConfig
+    from inferlab.types import Collect, Steer
+
+    vector = torch.randn(1024, generator=torch.Generator().manual_seed(5))
+    plain = _requests(128256)[:4]
+    taps = [dict(), dict(steering=(Steer(6, vector, 4.0),)), dict(collect=Collect((3, -1), "mean")),
+            dict(steering=(Steer(-1, vector, -2.0),), collect=Collect((6,), "all"))]
+    requests = [dataclasses.replace(r, **t) for r, t in zip(plain, taps)]
+    outputs = []
+    for graphs in (True, False):
+        engine = Engine(EngineConfig(model=llama, max_slots=2, max_seq_len=256, cuda_graphs=graphs, gemm="cublas"))
+        outputs.append(engine.generate(requests))
+        del engine
+        torch.cuda.empty_cache()
+    for ours, eager in zip(*outputs):
+        assert ours.ok and ours.token_ids == eager.token_ids, ours.id
+        assert (ours.activations is None) == (eager.activations is None)
+        for layer, value in (ours.activations or {}).items():
+            assert _rel(value, eager.activations[layer]) < 1e-3, (ours.id, layer)

@@ -1,3 +1,6 @@
+import pytest
+
+from inferlab.errors import InputError
 from inferlab.jsonl_io import ResumableJsonlWriter, read_jsonl_records
 
 
@@ -28,3 +31,19 @@ def test_writer_resumes_and_drops_a_torn_line(tmp_path):
         '{"id": "b", "v": 2}',
         '{"id": "c", "v": 3}',
     ]
+
+
+def test_a_file_of_another_jobs_rows_is_refused_not_resumed_into(tmp_path):
+    """README's two usage lines once shared out.jsonl: `conformers generate --output out.sdf` writes its rows
+    there, and `generate --output out.jsonl` then appended text rows to them."""
+    p = tmp_path / "out.jsonl"
+    p.write_text('{"id": "ethanol#0", "conformer_index": 0, "status": "ok"}\n')
+    with pytest.raises(InputError, match="already holds rows of another kind .*no finish_reason.*new file"):
+        ResumableJsonlWriter(p, kind_fields=("finish_reason",))
+    assert p.read_text() == '{"id": "ethanol#0", "conformer_index": 0, "status": "ok"}\n'  # untouched
+    ResumableJsonlWriter(p, kind_fields=("conformer_index",)).close()  # its own kind resumes
+
+
+def test_a_folder_is_not_an_output_file(tmp_path):
+    with pytest.raises(InputError, match="is a folder"):
+        ResumableJsonlWriter(tmp_path)

@@ -44,7 +44,8 @@ class Knob:
             allowed = ", ".join(_show(c) for c in self.choices)
             raise ConfigError(f"knob {self.name}={_show(value)} is not allowed; choose one of: {allowed}")
         if self.minimum is not None and converted < self.minimum:
-            raise ConfigError(f"knob {self.name}={_show(value)} is below its minimum {_show(self.minimum)}")
+            raise ConfigError(f"knob {self.name}={_show(value)} is below its minimum {_show(self.minimum)}; "
+                              f"e.g. --set {self.name}={_show(self.minimum)}")
         return converted
 
     def _convert(self, value: Any) -> Any:

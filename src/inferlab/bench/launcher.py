@@ -92,8 +92,9 @@ def estimate_seconds(cells: list[Cell] | tuple[Cell, ...], accelerator: bool | N
 
 
 def precheck_reason(cell: Cell) -> str | None:
-    """Why `cell` certainly cannot run here (scenario's or backend's parent-side check), or None."""
-    reason = get_scenario(cell.scenario).precheck(cell)
+    """Why `cell` certainly cannot run here (a missing tokenizer, the scenario's or backend's parent-side
+    check), or None."""
+    reason = model_refs.missing_tokenizer(cell) or get_scenario(cell.scenario).precheck(cell)
     if reason is None and cell.backend is not None:
         reason = get_backend(cell.backend, cell.scenario).precheck(cell)
     return reason

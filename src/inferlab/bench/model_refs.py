@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 PRESET_SEED = 0
 PRESET_DTYPE = "bfloat16"  # stored dtype; each cell casts to its own `dtype` knob at load
+# A cell's tokenizer knob when its preset wants the qwen3-chem tokenizer and this machine has none: the plan
+# still builds (the other cells run) and the cell becomes an `unavailable` row saying where to put it.
+MISSING_QWEN3_CHEM = "qwen3-chem (not found)"
 
 
 def preset_names() -> list[str]:
@@ -69,7 +72,7 @@ def model_task(model: str) -> str:
 
 
 def default_tokenizer_for(model: str) -> str:
-    """The tokenizer folder a preset wants ('' = the built-in one); raises ConfigError if it is missing."""
+    """The tokenizer folder a preset wants ('' = the built-in one; MISSING_QWEN3_CHEM when it is not here)."""
     if not is_preset(model):
         return ""
     from inferlab.models.presets import get_preset
@@ -81,8 +84,22 @@ def default_tokenizer_for(model: str) -> str:
 
     try:
         return str(qwen3_chem_tokenizer_dir())
+    except InputError:
+        return MISSING_QWEN3_CHEM
+
+
+def missing_tokenizer(cell) -> str | None:
+    """Why `cell` cannot run: its preset's qwen3-chem tokenizer is not on this machine (else None)."""
+    if cell.config.get("tokenizer") != MISSING_QWEN3_CHEM:
+        return None
+    from inferlab.errors import InputError
+    from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
+
+    try:
+        qwen3_chem_tokenizer_dir()
     except InputError as e:
-        raise ConfigError(f"preset {model!r} needs the qwen3-chem tokenizer: {e}; or set the knob tokenizer=DIR") from None
+        return f"preset {cell.model!r} needs the qwen3-chem tokenizer: {e}; or set the knob tokenizer=DIR"
+    return "the qwen3-chem tokenizer appeared after the plan was built; run the command again"
 
 
 def preset_cache_dir(cache_root: Path, preset: str, tokenizer: str) -> Path:

@@ -11,6 +11,15 @@
   constrained with top-p 1.0 at T = 1 and greedy, and unconstrained at the constrained pass's output
   lengths (the step's cost of the constraint). Run it into conformer-baseline's run directory so the
   report shows the engine and the seeds' HF baseline side by side.
+- steering (~6.5 min with the gemma-2b checkpoint built once): seed 003's job on the gemma-2b shape:
+  1,000 prompts of 400-1,200 tokens (the seed's prompts averaged 847, at most 1,205), 150 new tokens,
+  sampling at T = 1, a steering vector after layer 6 and the mean hidden states of layers 6 and 17
+  collected; the engine at batch 64 and 256, each cell timing plain / steer / collect / steer+collect
+  passes over all 1,000 prompts (the steering cost is its steered vs plain decode step) and checking
+  its activations against transformers on 4 prompts; transformers + forward hooks (sdpa, bf16, dynamic
+  cache: hooks need no compilation there) at batch 64 and 256 on the first 512 prompts (cut to keep the
+  preset in one 9-minute device call; a rate over 512 prompts of the same length distribution compares),
+  plain and steer+collect. Until the engine implements Gemma its cells are `unavailable` rows.
 """
 
 from __future__ import annotations
@@ -51,6 +60,24 @@ ENGINE_VS_HF: dict[str, Any] = {
 
 _CONFORMERS = {"num_molecules": 1000, "num_conformers": 2, "max_requests": 0, "profile": "v3-fixed4",
                "dtype": "bfloat16", "batch_size": 2000, "slots": 256}
+
+_STEERING = {"num_prompts": 1000, "prompt_min_tokens": 400, "prompt_max_tokens": 1200, "new_tokens": 150,
+             "dtype": "bfloat16", "do_sample": True, "temperature": 1.0, "top_p": 1.0, "steer_layer": 6,
+             "steer_scale": 8.0, "collect_layers": "6:-1", "collect_pool": "mean", "min_repeats": 1}
+
+STEERING: dict[str, Any] = {
+    "name": "steering",
+    "description": "seed 003's steering job on gemma-2b (1,000 prompts, 150 new tokens, a steering vector, mean "
+                   "hidden states): the engine per mode at batch 64 / 256 vs transformers + forward hooks",
+    "timeout_s": 300,
+    "sweep": [
+        {"scenario": "steering", "model": "gemma-2b", "backend": "inferlab",
+         "set": {**_STEERING, "batch_size": [64, 256]}},
+        {"scenario": "steering", "model": "gemma-2b", "backend": "hf",
+         "set": {**_STEERING, "batch_size": [64, 256], "num_prompts": 512, "modes": "plain:steer+collect",
+                 "check_prompts": 0, "attn_implementation": "sdpa", "kv_cache": "dynamic"}},
+    ],
+}
 
 CONFORMER_ENGINE: dict[str, Any] = {
     "name": "conformer-engine",

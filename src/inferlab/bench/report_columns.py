@@ -57,6 +57,16 @@ def _gbps(row: dict[str, Any], ctx: TableContext) -> str:
     return num(m["achieved_gb_per_s"]) + (f" ({pct(frac)})" if frac is not None else "")
 
 
+def _share(value: Any) -> str:
+    """A cost as a signed share of the plain step, one decimal: +1.3%."""
+    return "-" if value is None else f"{value * 100:+.1f}%"
+
+
+def _mode(row: dict[str, Any], mode: str, name: str) -> Any:
+    """A figure of one mode of a steering row (None when the row has no such mode)."""
+    return ((row.get("metrics", {}).get("modes") or {}).get(mode) or {}).get(name)
+
+
 # Columns per scenario; a scenario without an entry gets DEFAULT_COLUMNS.
 COLUMNS: dict[str, list[tuple[str, Cell]]] = {
     "generate": [
@@ -117,10 +127,42 @@ COLUMNS: dict[str, list[tuple[str, Cell]]] = {
         ("speedup", _speedup),
         ("valid", _metric("valid_fraction", pct)),
         ("graph match", _metric("graph_match_fraction", pct)),
+        ("stereo", _metric("stereo_agreement", pct)),
         ("measured on", _metric("measured_on", str)),
         ("first call s", _metric("first_call_s", sig)),
         ("prepare s", _metric("prepare_s", sig)),
         ("peak GB", _metric("peak_memory_gb", sig)),
+        ("status", _status),
+    ],
+    "steering": [
+        ("configuration", _label),
+        ("batch", _batch),
+        ("tok/s (headline mode)", _metric("output_tokens_per_s", num)),
+        ("speedup", _speedup),
+        ("plain tok/s", lambda r, c: num(_mode(r, "plain", "output_tokens_per_s"))),
+        ("step ms plain", lambda r, c: sig(_mode(r, "plain", "step_ms"))),
+        ("steering cost", _metric("steering_cost", _share)),
+        ("collection cost", _metric("collection_cost", _share)),
+        ("both", _metric("steer_collect_cost", _share)),
+        ("activations vs HF (max rel err)", lambda r, c: sig((r.get("metrics", {}).get("activation_check") or {})
+                                                                 .get("max_rel_error"))),
+        ("peak GB", _metric("peak_memory_gb", sig)),
+        ("status", _status),
+    ],
+    "conformer-pipeline": [
+        ("configuration", _label),
+        ("end-to-end tok/s", _metric("output_tokens_per_s", num)),
+        ("rerun tok/s", _metric("rerun_output_tokens_per_s", num)),
+        ("molecules/s", _metric("molecules_per_s", sig)),
+        ("generation tok/s", _metric("generation_output_tokens_per_s", num)),
+        ("start s", _metric("engine_start_s", sig)),
+        ("rerun start s", _metric("rerun_engine_start_s", sig)),
+        ("prefill", _metric("prefill_share", lambda v: "-" if v is None else f"{v * 100:.1f}%")),
+        ("engine waited s", _metric("consumer_s", sig)),
+        ("valid", _metric("valid_fraction", pct)),
+        ("graph match", _metric("graph_match_fraction", pct)),
+        ("stereo", _metric("stereo_agreement", pct)),
+        ("invalid (read back)", _metric("invalid_total", str)),
         ("status", _status),
     ],
 }

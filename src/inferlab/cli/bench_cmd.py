@@ -89,6 +89,7 @@ def _bench(args: argparse.Namespace) -> int:
     from inferlab.bench.launcher import LaunchOptions, estimate_seconds, launch, pending_cells
     from inferlab.bench.plan import build_plan, load_toml, plan_from_flags
     from inferlab.bench.plan_presets import get_plan_preset
+    from inferlab.cli.paths import output_folder
 
     sets = parse_assignments(args.set, "--set")
     only = parse_assignments(args.only, "--only")
@@ -104,7 +105,7 @@ def _bench(args: argparse.Namespace) -> int:
     plan = build_plan(data, overrides, only, models=_split(args.model) if not args.scenario else None)
     if args.timeout is not None:
         plan = dataclasses.replace(plan, cells=tuple(dataclasses.replace(c, timeout_s=args.timeout) for c in plan.cells))
-    run_dir = Path(args.run_dir or Path("runs") / plan.name)
+    run_dir = output_folder("--run-dir", args.run_dir or Path("runs") / plan.name)
     pending, done = pending_cells(plan, run_dir, args.rerun_failed)
     typical, worst = estimate_seconds(pending)
     limit = args.limit_seconds if args.limit_seconds is not None else plan.limit_seconds
@@ -137,7 +138,10 @@ def _headline_text(row: dict) -> str:
     from inferlab.bench.results import headline
 
     value = headline(row)
-    return "" if value is None else f"{sig(value, 4)} {row.get('headline_metric', '')}"
+    if value is None:  # a row without a figure says why (the full message is in the row and the report)
+        message = " ".join(str(row.get("message") or "").split())
+        return message if len(message) <= 90 else message[:87] + "..."
+    return f"{sig(value, 4)} {row.get('headline_metric', '')}"
 
 
 def _short_label(row: dict) -> str:

@@ -31,7 +31,7 @@ def _run(args: argparse.Namespace) -> int:
         max_batch_tokens,
         print_summary,
         progress_bar,
-        require_input,
+        require_paths,
     )
     from inferlab.workloads.classify import ClassifyOptions, classify_file, load_classifier
 
@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
         max_batch_tokens=max_batch_tokens(args),
         text_field=args.text_field,
     )
-    require_input(args.input)
+    require_paths(args, (".jsonl",), "JSONL predictions")
     if wants_scale_out(args):  # --gpus/--launcher: shards on several workers (inferlab.scale)
         from inferlab.cli.scale_args import run_scaled_command
         from inferlab.scale.workloads.classify import classify_params

@@ -55,8 +55,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _evaluate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from inferlab.cli.paths import input_file, output_file
     from inferlab.workloads.conformers.evaluate import EvaluationConfig, evaluate_files, summary_table
 
+    input_file("--generated", args.generated, (".sdf",), "an SDF of generated conformers")
+    input_file("--reference", args.reference, (".sdf",), "an SDF of reference conformers (conformers reference)")
+    if args.output:
+        output_file("--output", args.output, (".json",), "the report as JSON",
+                    {"--generated": args.generated, "--reference": args.reference})
     config = EvaluationConfig(threshold=args.threshold, workers=args.workers)
     with tqdm(desc="molecules", unit="mol", dynamic_ncols=True) as bar:
 
@@ -82,8 +88,11 @@ def _reference(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from inferlab.workloads.conformers.inputs import read_molecule_inputs
+    from inferlab.cli.paths import input_file, output_file
     from inferlab.workloads.conformers.reference import ReferenceConfig, write_reference_sdf
 
+    input_file("--input", args.input, None, "a molecule file (.smi, .csv or .tsv)")
+    output_file("--output", args.output, (".sdf",), "an SDF of conformers", {"--input": args.input})
     config = ReferenceConfig(num_confs=args.num_confs, seed=args.seed, optimize=args.optimize)
     inputs = read_molecule_inputs(args.input, args.smiles_column, args.id_column)
     print(f"reading {inputs.description}: {len(inputs.records)} records, {len(inputs.errors)} unusable")

@@ -35,7 +35,14 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     g.add_argument("--workers", type=int, default=None,
                    help="processes building templates and constraints ahead of the GPU (default min(8, cores); "
                         "0: in this process)")
-    g.add_argument("--wave-requests", type=int, default=None, help="requests per engine call (default: automatic)")
+    g.add_argument("--judge-workers", type=int, default=None,
+                   help="processes checking finished conformers (strict and plain decoding, stereo, SDF records) off "
+                        "the engine's path (default 2; small jobs and 0: in this process)")
+    g.add_argument("--stereo-retries", type=int, default=0, metavar="N",
+                   help="generate a conformer again, up to N times, while its coordinates contradict the input's "
+                        "specified stereo (default 0: keep it, marked stereo_ok=false)")
+    g.add_argument("--summary-json", default=None, metavar="PATH",
+                   help="also write the closing summary's figures (and the engine's) as JSON to PATH")
     g.add_argument("--smiles-column", default=None, help="CSV column holding SMILES (default: detected)")
     g.add_argument("--id-column", default=None, help="CSV column holding ids (default: detected)")
     e = p.add_argument_group("engine")
@@ -45,6 +52,8 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     e.add_argument("--gpu-memory-fraction", type=float, default=0.9)
     e.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
     e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    e.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
+                   help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA capability >= 8.9)")
     add_scale_args(p)
     add_config_arg(p, "conformers")  # inferlab tune's max_slots
 
@@ -58,7 +67,8 @@ def pipeline_config_from(args: argparse.Namespace):
         sampling=ConformerSampling(args.sampling, args.temperature, args.top_p),
         seed=args.seed,
         workers=args.workers,
-        wave_requests=args.wave_requests,
+        judge_workers=args.judge_workers,
+        stereo_retries=args.stereo_retries,
         smiles_column=args.smiles_column,
         id_column=args.id_column,
     )
@@ -71,6 +81,7 @@ def engine_options_from(args: argparse.Namespace) -> dict[str, Any]:
         "max_slots": args.max_slots,
         "max_seq_len": args.max_seq_len,
         "gpu_memory_fraction": args.gpu_memory_fraction,
+        "kv_dtype": args.kv_dtype,
     }
 
 
@@ -82,6 +93,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if missing:
         raise ConfigError(f"conformer generation needs {', '.join(missing)} "
                           "(or an action: inferlab conformers generate|evaluate|reference --help)")
+    check_paths(args)
     config = pipeline_config_from(args)
     if wants_scale_out(args):  # --gpus/--launcher: molecules sharded over workers (inferlab.scale)
         from inferlab.cli.scale_args import run_scaled_command
@@ -89,6 +101,14 @@ def run_generate(args: argparse.Namespace) -> int:
 
         return run_scaled_command(args, "conformers", pipeline_params(args.model, config, engine_options_from(args)))
     return _run_here(args, config)
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    from inferlab.cli.paths import input_file, output_file
+
+    input_file("--input", args.input, None, "a molecule file (.smi, .csv or .tsv)")  # the reader checks the kind
+    output_file("--output", args.output, (".sdf",), "an SDF of conformers (and its .jsonl rows beside it)",
+                {"--input": args.input})
 
 
 def _run_here(args: argparse.Namespace, config) -> int:
@@ -125,7 +145,18 @@ def _run_here(args: argparse.Namespace, config) -> int:
         if bar is not None:
             bar.close()
     print_summary(summary, args.output)
+    if args.summary_json:
+        write_summary_json(summary, args.summary_json)
     return 0
+
+
+def write_summary_json(summary, path: str) -> None:
+    import json
+    from pathlib import Path
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(summary.as_dict(), indent=1, default=str) + "\n")
 
 
 def print_summary(summary, output: str) -> None:
@@ -140,11 +171,20 @@ def print_summary(summary, output: str) -> None:
         print(f"validity: {s['conformers_generated'] - s['conformers_rejected']} of {s['conformers_generated']} "
               f"generated conformers are valid ({100 * valid:.1f}%); the plain decoder gives the input's graph for "
               f"{s['graph_matches']}")
+    if s["stereo_checked"] or s["stereo_retries"]:
+        retried = (f"; {s['stereo_retries']} attempts generated again ({s['retry_output_tokens']:,} tokens)"
+                   if s["stereo_retries"] else "")
+        print(f"stereo: {s['stereo_matches']} of {s['stereo_checked']} conformers with specified stereo match their "
+              f"input{retried}")
+    elif s["conformers_ok"]:
+        print("stereo: no input molecule specifies stereo (tetrahedral centres or double bonds)")
     print(f"tokens: {s['output_tokens']:,} generated in {s['wall_s']:.1f} s: {_rate(s['output_tokens_per_s'])} tok/s, "
           f"{_rate(s['conformers_per_s'], 2)} conformers/s, {_rate(s['molecules_per_s'], 2)} molecules/s "
           f"(inside the engine: {_rate(s['generate_output_tokens_per_s'])} tok/s)")
-    print(f"time: engine start {s['engine_start_s']:.1f} s, generation {s['generate_s']:.1f} s, decode+write "
-          f"{s['decode_s']:.1f} s; templates {s['template_cpu_s']:.1f} s of CPU in the pool, "
+    judges = {0: "this process", 1: "1 process"}.get(s["judge_workers"], f"{s['judge_workers']} processes")
+    print(f"time: engine start {s['engine_start_s']:.1f} s, generation {s['generate_s']:.1f} s, engine waiting for "
+          f"the pipeline {s['consumer_s']:.1f} s, other {s['other_s']:.1f} s; judging {s['decode_s']:.1f} s of CPU in {judges}, writing "
+          f"{s['write_s']:.1f} s; templates {s['template_cpu_s']:.1f} s of CPU in the pool, "
           f"{s['template_wait_s']:.1f} s waited for")
     print(f"wrote {output} and {default_jsonl_path(output)}")
 

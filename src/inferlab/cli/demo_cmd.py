@@ -8,15 +8,21 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="conformers of a few molecules with a tiny random model: validity and speed")
+    p = sub.add_parser(
+        "demo", help="conformers of a few molecules with a tiny random model: validity and speed",
+        description="3D conformers of small molecules from RDKit's NCI set with a tiny random-weight Qwen3-shaped "
+        "model, through the engine with the conformer constraint on: every output is a valid conformer of its "
+        "molecule although the weights are random. Prints validity, speed and where the SDF and JSONL are. "
+        "About a minute on a CPU; uses the GPU when there is one. Nothing is downloaded.",
+    )
     p.add_argument("--work-dir", default=None, help="where the checkpoint and outputs go (default ~/.cache/inferlab/demo)")
-    p.add_argument("--num-molecules", type=int, default=8)
-    p.add_argument("--num-conformers", type=int, default=2, metavar="K")
-    p.add_argument("--max-atoms", type=int, default=10, help="largest molecules taken (heavy atoms)")
+    p.add_argument("--num-molecules", type=int, default=8, help="molecules taken from RDKit's NCI set (default 8)")
+    p.add_argument("--num-conformers", type=int, default=2, metavar="K", help="conformers per molecule (default 2)")
+    p.add_argument("--max-atoms", type=int, default=10, help="largest molecules taken (heavy atoms, default 10)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
     p.add_argument("--sampling", default="top-p", choices=["greedy", "top-p"])
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=1.0, help="top-p sampling's temperature (default 1.0)")
+    p.add_argument("--seed", type=int, default=0, help="the seed each conformer's own seed derives from")
     p.set_defaults(func=_demo)
 
 
@@ -25,12 +31,13 @@ def _demo(args: argparse.Namespace) -> int:
 
     from tqdm.contrib.logging import logging_redirect_tqdm
 
+    from inferlab.cli.paths import output_folder
     from inferlab.cli.token_rate_bar import TokenRateBar
     from inferlab.workloads.conformers.pipeline_config import ConformerSampling
     from inferlab.workloads.conformers.pipeline_demo import DemoConfig, default_work_dir, run_demo
 
     config = DemoConfig(
-        work_dir=Path(args.work_dir) if args.work_dir else default_work_dir(),
+        work_dir=output_folder("--work-dir", args.work_dir) if args.work_dir else default_work_dir(),
         num_molecules=args.num_molecules,
         num_conformers=args.num_conformers,
         max_atoms=args.max_atoms,
@@ -62,8 +69,11 @@ def _demo(args: argparse.Namespace) -> int:
           f"{generated / max(s.generate_s, 1e-9):.2f} conformers/s "
           f"(whole run {s.wall_s:.1f} s incl. engine start {s.engine_start_s:.1f} s)")
     print(f"files: {run.output} (conformers), {run.rows} (one row per conformer), {run.input} (molecules)")
-    print(f"next: inferlab conformers evaluate --generated {run.output} --reference REF.sdf; your own model: "
-          f"inferlab conformers generate --model DIR --input mols.smi --num-conformers K --output out.sdf")
+    reference = Path(run.output).with_name("reference.sdf")
+    print(f"next: RMSD coverage against RDKit's ETKDG conformers: inferlab conformers reference --input {run.input} "
+          f"--output {reference} && inferlab conformers evaluate --generated {run.output} --reference {reference}")
+    print("your own model: inferlab conformers generate --model DIR --input mols.smi --num-conformers K "
+          "--output out.sdf")
     return 0 if generated and s.conformers_rejected == 0 else 1
 
 

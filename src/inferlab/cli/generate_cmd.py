@@ -1,5 +1,6 @@
 """`inferlab generate`: prompts JSONL -> completions JSONL with our engine, or transformers for
-architectures the engine does not implement (workloads/text.py); `--gpus` shards it over workers."""
+architectures the engine does not implement (workloads/text.py); `--gpus` shards it over workers.
+Steering vectors and hidden states collected while generating: workloads/text_taps.py."""
 
 from __future__ import annotations
 
@@ -37,19 +38,65 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument(
         "--gemm", default="auto", choices=["auto", "cublas"], help="decode projections: auto = time cuBLAS vs Triton"
     )
+    e.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
+                   help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA capability >= 8.9)")
+    t = p.add_argument_group("steering and hidden states (both backends; docs/workloads.md)")
+    t.add_argument("--steer", metavar="FILE", help="safetensors file of steering vectors, one tensor per name: "
+                   "[hidden] or [layers, hidden]; every line is steered unless it says otherwise")
+    t.add_argument("--steer-layer", type=int, default=None, help="decoder layer whose output gets scale x vector "
+                   "(0-based, negative from the end); a line may set \"steer_layer\"")
+    t.add_argument("--steer-scale", type=float, default=1.0, help="a line may set \"steer_scale\"")
+    t.add_argument("--steer-vector", default=None, help="entry of --steer FILE (needed when it has several); a line "
+                   "may set \"steer_vector\" (null: that line unsteered)")
+    t.add_argument("--collect-layers", type=int, nargs="+", default=None, metavar="L",
+                   help="decoder layers whose residual stream (after steering) is collected for the generated tokens")
+    t.add_argument("--collect-pool", default="mean", choices=["last", "mean", "all"],
+                   help="over the generated tokens: the last one's state, the mean, or all "
+                        "(up to --collect-max-tokens)")
+    t.add_argument("--collect-max-tokens", type=int, default=None, help="with --collect-pool all: keep the first N")
+    t.add_argument("--collect-output", metavar="FILE", default=None,
+                   help="activations .safetensors (resumable with the JSONL: a rerun skips ids done in both)")
+    t.add_argument("--collect-dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="dtype of the saved activations")
     add_scale_args(p)
     add_config_arg(p, "generate")  # inferlab tune's max_slots
     p.set_defaults(func=_generate)
 
 
+def _taps(args: argparse.Namespace, defaults):
+    """(SteerSettings | None, CollectSettings | None, run settings) from the flags; ConfigError on misuse."""
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from inferlab.errors import ConfigError
+    from inferlab.workloads.text_taps import CollectSettings, SteerSettings, model_shape
+
+    if args.steer is None and (args.steer_layer is not None or args.steer_vector is not None):
+        raise ConfigError("--steer-layer / --steer-vector need --steer FILE (the vectors)")
+    if (args.collect_layers is None) != (args.collect_output is None):
+        raise ConfigError("--collect-layers and --collect-output go together: which layers, and where to write them")
+    steer = collect = None
+    if args.steer is not None:
+        steer = SteerSettings.load(args.steer, args.steer_layer, args.steer_scale, args.steer_vector)
+    if args.collect_layers is not None:
+        num_layers, hidden = model_shape(args.model)
+        collect = CollectSettings(Path(args.collect_output), tuple(args.collect_layers), num_layers, hidden,
+                                  args.collect_pool, args.collect_max_tokens, args.collect_dtype)
+    run_settings = {"model": str(Path(args.model).resolve()), "sampling": asdict(defaults), "seed": args.seed,
+                    "dtype": args.dtype}
+    return steer, collect, run_settings
+
+
 def _generate(args: argparse.Namespace) -> int:
     import time
 
+    from inferlab.cli.hf_workload_args import require_paths
     from inferlab.cli.token_rate_bar import TokenRateBar
     from inferlab.types import SamplingParams
     from inferlab.workloads.text import open_backend, run_text_generation
 
     apply_tuned_config(args)
+    require_paths(args, (".jsonl",), "JSONL completions")
     defaults = SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,
@@ -69,9 +116,16 @@ def _generate(args: argparse.Namespace) -> int:
         batching=args.batching,
         kernels=args.kernels,
         gemm=args.gemm,
+        kv_dtype=args.kv_dtype,
     )
+    steer, collect, run_settings = _taps(args, defaults)
     if wants_scale_out(args):  # --gpus/--launcher: prompts sharded over workers by estimated tokens
         from inferlab.cli.scale_args import run_scaled_command
+        from inferlab.errors import ConfigError
+
+        if steer is not None or collect is not None:
+            raise ConfigError("--steer and --collect-* do not run with --gpus / --launcher yet; run one inferlab "
+                              "generate per GPU on a part of the input (CUDA_VISIBLE_DEVICES) instead")
         from inferlab.scale.workloads.generate import generate_params
 
         engine_options = {k: v for k, v in options.items() if k != "device"}  # each worker has its own device
@@ -81,8 +135,8 @@ def _generate(args: argparse.Namespace) -> int:
     progress = TokenRateBar("row", smoothing=0.1)
     try:
         summary = run_text_generation(
-            args.input, args.output, lambda: open_backend(args.backend, args.model, options), defaults, progress.start,
-            progress.row,
+            args.input, args.output, lambda: open_backend(args.backend, args.model, options, steer and steer.vectors),
+            defaults, progress.start, progress.row, steer, collect, run_settings,
         )
     finally:
         progress.close()
@@ -91,4 +145,7 @@ def _generate(args: argparse.Namespace) -> int:
         f"wrote {summary.written} rows to {args.output} ({summary.errors} errors, {summary.skipped} already done), "
         f"{summary.output_tokens:,} tokens in {elapsed:.1f} s ({summary.output_tokens / max(elapsed, 1e-9):,.0f} tok/s)"
     )
+    if collect is not None:
+        print(f"wrote activations of {summary.activation_rows} rows to {collect.output} "
+              f"(layers {list(collect.resolved_layers)}, pool {collect.pool})")
     return 0

@@ -43,12 +43,12 @@ def max_batch_tokens(args: argparse.Namespace) -> int | None:
     return args.max_batch_tokens or None
 
 
-def require_input(path: str | Path) -> None:
-    """Fail before the model loads when the input file is missing."""
-    from inferlab.errors import InputError
+def require_paths(args, output_kinds: tuple[str, ...], output_what: str) -> None:
+    """Fail before the model loads on a missing or mistyped --input, or an --output that cannot be written."""
+    from inferlab.cli.paths import JSONL_KINDS, input_file, output_file
 
-    if not Path(path).is_file():
-        raise InputError(f"--input {path} does not exist; pass a JSONL file")
+    input_file("--input", args.input, JSONL_KINDS, "a JSONL file, one object per line")
+    output_file("--output", args.output, output_kinds, output_what, {"--input": args.input})
 
 
 def count_lines(path: str | Path) -> int | None:

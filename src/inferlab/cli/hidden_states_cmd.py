@@ -35,7 +35,7 @@ def _run(args: argparse.Namespace) -> int:
         max_batch_tokens,
         print_summary,
         progress_bar,
-        require_input,
+        require_paths,
     )
     from inferlab.workloads.hidden_states import HiddenStatesOptions, collect_hidden_states, load_base_model
 
@@ -50,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
         shard_rows=args.shard_rows,
         save_dtype=args.save_dtype,
     )
-    require_input(args.input)
+    require_paths(args, (".safetensors",), "a safetensors file of pooled hidden states")
     if wants_scale_out(args):  # --gpus/--launcher: shards on several workers (inferlab.scale)
         from inferlab.cli.scale_args import run_scaled_command
         from inferlab.scale.workloads.hidden_states import hidden_states_params

@@ -11,7 +11,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     init = msub.add_parser("init", help="write a random-weight HuggingFace checkpoint of a preset shape")
     init.add_argument("--preset", required=True, help="preset name (see `inferlab model presets`)")
-    init.add_argument("--out", required=True, help="output directory (must be new or empty)")
+    init.add_argument("--out", "--output", dest="out", required=True, help="output directory (must be new or empty)")
     init.add_argument("--seed", type=int, default=0)
     init.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
     init.add_argument("--tokenizer", default=None, help="a HuggingFace tokenizer folder (default: built-in BPE)")
@@ -22,8 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _init(args: argparse.Namespace) -> int:
+    from inferlab.cli.paths import output_folder
     from inferlab.models.checkpoint_init import init_checkpoint
 
+    output_folder("--out", args.out)
     out = init_checkpoint(args.preset, args.out, seed=args.seed, dtype=args.dtype, tokenizer_dir=args.tokenizer)
     print(f"wrote {out}")
     return 0

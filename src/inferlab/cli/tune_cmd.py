@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sample", required=True,
                    help="inputs in the workload's format: prompts JSONL (generate), texts JSONL (classify), "
                         ".smi/.csv molecules (conformers)")
-    p.add_argument("--out", default="tuned.json", help="the JSON to write (default tuned.json)")
+    p.add_argument("--out", "--output", dest="out", default="tuned.json", help="the JSON to write (default tuned.json)")
     p.add_argument("--sample-rows", type=int, default=None,
                    help="rows of the sample each candidate runs (default: generate 256, classify 512, conformers 32)")
     p.add_argument("--sizes", type=_sizes, default=None, metavar="N,N,...",
@@ -45,6 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="generate/conformers: the engine's dtype; classify: try only this one (auto: the device's)")
     p.add_argument("--backend", default="auto", choices=["auto", "inferlab", "hf"], help="generate's backend")
+    p.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
+                   help="generate/conformers: the engine's KV cache, auto (the model dtype) or fp8 (e4m3 + scales)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generate: tokens per prompt (a line may override)")
     p.add_argument("--num-conformers", type=int, default=2, metavar="K", help="conformers: K per molecule")
     p.add_argument("--profile", default=DEFAULT_PROFILE, choices=list(PROFILES), help="conformers: the text format")
@@ -56,12 +58,18 @@ def _tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
+    from inferlab.cli.paths import output_file, output_folder
     from inferlab.workloads.tune.sweep import TuneSettings, run_sweep
     from inferlab.workloads.tune.tuned_file import write_tuned_config
 
+    output_file("--out", args.out, (".json",), "the tuned settings as JSON (read back by --config)",
+                {"--sample": args.sample})
+    if args.work_dir:
+        output_folder("--work-dir", args.work_dir)
     settings = TuneSettings(
         workload=args.workload, model=args.model, sample=args.sample, sample_rows=args.sample_rows, sizes=args.sizes,
-        device=args.device, dtype=args.dtype, backend=args.backend, max_new_tokens=args.max_new_tokens,
+        device=args.device, dtype=args.dtype, kv_dtype=args.kv_dtype, backend=args.backend,
+        max_new_tokens=args.max_new_tokens,
         num_conformers=args.num_conformers, profile=args.profile, min_seconds=args.min_seconds,
         work_dir=args.work_dir,
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Engine", "EngineConfig", "EngineStats"]
+__all__ = ["Engine", "EngineConfig", "EngineStats", "SteeringVectors"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,6 +19,10 @@ def __getattr__(name: str) -> Any:
         from inferlab.engine.config import EngineConfig
 
         return EngineConfig
+    if name == "SteeringVectors":
+        from inferlab.engine.steering_vectors import SteeringVectors
+
+        return SteeringVectors
     if name == "EngineStats":
         from inferlab.engine.stats import EngineStats
 

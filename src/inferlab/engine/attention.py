@@ -8,6 +8,8 @@ reference in tests. The torch version bounds the
 work by `max_len_hint` (the host's upper bound of the live lengths) when it is given, so on CPU the cost
 follows the live length; inside a CUDA graph no host value may change between replays, so there it reads
 the whole preallocated length with a mask (correct, but slower: that is why the Triton kernel exists).
+With an FP8 cache (engine/kv_quant.py) the reference dequantizes what it reads (value x its position's
+scale, in fp32); the Triton kernel folds the scales into the scores and the probabilities instead.
 
 Prefill runs causal SDPA over prompts right-padded to the batch maximum: with right padding the causal mask
 alone keeps every real token from seeing a pad, so no attention mask is needed (which keeps SDPA on its
@@ -41,6 +43,8 @@ def decode_attention_torch(
     lengths: torch.Tensor,  # [rows] int64: valid positions per row (>= 1), the current token included
     scale: float,
     max_len_hint: int | None = None,  # upper bound of `lengths` known on the host (None: whole cache)
+    k_scale: torch.Tensor | None = None,  # [slots, kv_heads, max_len] fp32 when the cache is fp8
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [rows, heads, head_dim], q's dtype
     rows, heads, head_dim = q.shape
     kv_heads = k_cache.shape[1]
@@ -48,6 +52,9 @@ def decode_attention_torch(
     span = k_cache.shape[2] if max_len_hint is None else min(max_len_hint, k_cache.shape[2])
     k = k_cache[slots, :, :span].float()  # [rows, kv_heads, span, head_dim]
     v = v_cache[slots, :, :span].float()
+    if k_scale is not None:
+        k = k * k_scale[slots, :, :span, None]
+        v = v * v_scale[slots, :, :span, None]
     qg = q.float().view(rows, kv_heads, group, head_dim)  # the query heads that share one kv head
     scores = torch.einsum("bkgd,bksd->bkgs", qg, k) * scale  # [rows, kv_heads, group, span]
     live = torch.arange(span, device=q.device)[None, :] < lengths[:, None]  # [rows, span]
@@ -72,13 +79,19 @@ def decode_rope_attention_torch(
     scale: float,
     counters: torch.Tensor | None = None,  # unused here (the Triton kernel's merge counters)
     max_len_hint: int | None = None,
+    k_scale: torch.Tensor | None = None,  # [slots, kv_heads, max_len] fp32 when the cache is fp8
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [rows, heads, head_dim]
     """The decode step's attention from the qkv projection: rope (and q/k norm), cache write, attention.
-    The reference of the fused Triton kernel (kernels/triton_attention.py)."""
+    The reference of the fused Triton kernel (kernels/triton_attention.py). With an fp8 cache the new
+    position is attended to as the cache holds it (quantized), like every later step will see it."""
     q, _, _ = torch_ops.rope_qkv(
-        qkv, positions, cos, sin, q_norm, k_norm, eps, k_cache, v_cache, slots, num_heads, return_kv=False
+        qkv, positions, cos, sin, q_norm, k_norm, eps, k_cache, v_cache, slots, num_heads, return_kv=False,
+        k_scale=k_scale, v_scale=v_scale,
+    )  # fmt: skip
+    return decode_attention_torch(
+        q, k_cache, v_cache, slots, positions + 1, scale, max_len_hint, k_scale=k_scale, v_scale=v_scale
     )
-    return decode_attention_torch(q, k_cache, v_cache, slots, positions + 1, scale, max_len_hint)
 
 
 def prefill_attention(

@@ -17,6 +17,7 @@ DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 BATCHING_MODES = ("continuous", "static")
 KERNEL_SETS = ("auto", "torch", "triton")
 GEMM_CHOICES = ("auto", "cublas")
+KV_DTYPE_NAMES = ("auto", "fp8")
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,13 @@ class EngineConfig:
     cuda_graphs: bool | None = None  # None: on for CUDA
     kernels: str = "auto"  # "torch", "triton" or "auto" (triton on CUDA)
     gemm: str = "auto"  # decode projections: "auto" (time cuBLAS vs the Triton skinny GEMM at start-up) or "cublas"
+    kv_dtype: str = "auto"  # KV cache: "auto" (the model dtype) or "fp8" (e4m3 + per-position scales; CUDA >= 8.9)
     decode_steps_per_sync: int = 16  # decode steps between host reads of the finished flags
     batching: str = "continuous"  # or "static": admit a full batch, wait until all of it finished
     min_admission: int | None = None  # continuous: free rows a refill prefill waits for; None: max(1, slots // 16)
     compact_rows: bool = True  # move live rows down when the batch drains so the tail runs a smaller graph
     max_stop_ids: int = 8  # EOS ids + per-request stop ids per row
+    max_steered_layers: int = 8  # steering entries (layers) per request; the steering table holds rows x this
     seed: int = 0  # requests without a seed get one derived from (seed, request id)
     decode_text: bool = True  # fill Result.text with the tokenizer (off: token ids only)
     share_prompts: bool = True  # rows admitted together with equal prompts: one prefill, the K/V copied
@@ -59,15 +62,21 @@ class EngineConfig:
             raise ConfigError(f"kernels={self.kernels!r} is not one of {', '.join(KERNEL_SETS)}")
         if self.gemm not in GEMM_CHOICES:
             raise ConfigError(f"gemm={self.gemm!r} is not one of {', '.join(GEMM_CHOICES)}")
+        if self.kv_dtype not in KV_DTYPE_NAMES:
+            raise ConfigError(
+                f"kv_dtype={self.kv_dtype!r} is not one of {', '.join(KV_DTYPE_NAMES)} (auto: the cache in the model "
+                "dtype; fp8: float8 e4m3 with per-position scales, half the KV bytes)"
+            )
         if not 0.0 < self.gpu_memory_fraction <= 1.0:
             raise ConfigError(f"gpu_memory_fraction={self.gpu_memory_fraction} must be in (0, 1], e.g. 0.9")
         for name in ("max_slots", "max_seq_len", "memory_budget_bytes", "min_admission"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ConfigError(f"{name}={value} must be >= 1 (or None to derive it)")
+                raise ConfigError(f"{name}={value} must be >= 1 (or left unset to derive it)")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise ConfigError(f"max_seq_len={self.max_seq_len} must be >= 2 (one prompt token + one new token)")
-        for name in ("slot_cap", "default_max_seq_len", "max_prefill_tokens", "decode_steps_per_sync", "max_stop_ids"):
+        for name in ("slot_cap", "default_max_seq_len", "max_prefill_tokens", "decode_steps_per_sync", "max_stop_ids",
+                     "max_steered_layers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
         if self.queue_ahead is not None and self.queue_ahead < 0:

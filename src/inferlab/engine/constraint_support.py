@@ -64,6 +64,12 @@ class EngineConstraints:
             return str(e)
         return None
 
+    def close(self) -> None:
+        """Drop the runtime (its device tables and per-row state), the tokenizer and the runner's hook
+        (Engine.close); a later check refuses with the reason."""
+        self.runtime = self.tokenizer = self.attach = None
+        self.failure = "the engine is closed"
+
     def _ensure_runtime(self):
         if self.runtime is not None or self.failure is not None:
             return self.runtime

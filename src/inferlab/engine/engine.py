@@ -5,11 +5,15 @@
 
 Start-up (in order, each phase timed in `engine.stats`; the tokenizer loads in a thread from the start,
 `tokenizer_s`, the import of transformers included): the CUDA context (`device_init_s`), the memory plan
-(refuse what cannot fit), weights (`load_s`), the KV cache and row state (`allocate_s`), the GEMM plan (read from the
-start-up cache, startup_cache.py, or timed and stored: `gemm_plan_source`), the prefill warmed at its
-largest shapes, and the largest decode graph of each unconstrained filter level captured; the other graphs
-are captured when first needed. `startup_s` is the wall time of all of it. The loop of a generate/stream
+(refuse what cannot fit), weights (`load_s`), the KV cache and row state (`allocate_s`), the GEMM plan
+(read from the start-up cache, startup_cache.py, or timed and stored: `gemm_plan_source`), the prefill
+warmed at its largest shapes, and the largest decode graph of each plain filter level captured; the other
+graphs are captured when first needed. `startup_s` is the wall time of all of it. The loop of a generate/stream
 call is loop.py's. Bad requests become error Results, never exceptions.
+
+Lifetime: `engine.close()`, or `with Engine(config) as engine:`, gives the weights, KV cache, graphs and
+workspaces back at once (engine/lifetime.py); a closed engine refuses calls with EngineClosedError. An
+engine dropped without close is freed by reference counting alone (no reference cycle holds it).
 """
 
 from __future__ import annotations
@@ -26,15 +30,18 @@ from inferlab.engine.constraint_support import EngineConstraints
 from inferlab.engine.gemm_plan import plan_from_json, plan_key, plan_to_json, tune_gemm_plan
 from inferlab.engine.intake import Prepared, prepare
 from inferlab.engine.kv_cache import KVCache, kv_bytes_per_token
+from inferlab.engine.lifetime import RELEASED, closed_error, release_cached_memory
 from inferlab.engine.loop import GenerationLoop
 from inferlab.engine.ops import select_ops
 from inferlab.engine.rows import RowState
 from inferlab.engine.runner import ModelRunner
 from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.snapshots import SnapshotBuffers
-from inferlab.engine.startup import make_plan, resolve_device, resolve_dtype
+from inferlab.engine.startup import make_plan, resolve_device, resolve_dtype, resolve_kv_dtype
 from inferlab.engine.startup_cache import StartupCache
 from inferlab.engine.stats import EngineStats
+from inferlab.engine.steering_vectors import SteeringVectors
+from inferlab.engine.tap_support import EngineTaps
 from inferlab.errors import CapacityError, ConfigError
 from inferlab.models.config import read_model_spec
 from inferlab.models.loader import load_tokenizer, load_weights
@@ -53,6 +60,7 @@ def _timed(fn, *args) -> tuple[Any, float]:
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
         started = time.perf_counter()
+        self._closed = False
         self.config = config
         # the tokenizer (and the import of transformers, ~1-3 s in a fresh process) is host work: a thread
         # loads it while this one creates the CUDA context, plans memory and loads the weights
@@ -62,7 +70,11 @@ class Engine:
             self._load(config, tokenizer_job)
         finally:
             pool.shutdown(wait=False)  # on an error, the thread finishes on its own
-        self._warm_up(self.stats.cuda_graphs)
+        try:
+            self._warm_up(self.stats.cuda_graphs)
+        except BaseException:
+            self.close()  # a failed start-up gives its memory back now, though its traceback holds this frame
+            raise
         self.stats.startup_s = time.perf_counter() - started
         log.info("engine ready in %.1f s (%s)", self.stats.startup_s, self.stats.startup_phases())
 
@@ -80,12 +92,13 @@ class Engine:
         self.spec = read_model_spec(config.model)
         implementation = implementation_for(self.spec.architecture)
         self.dtype = resolve_dtype(config.dtype, self.spec, self.device)
+        self.kv_dtype = resolve_kv_dtype(config.kv_dtype, self.dtype, self.device)  # the cache's element type
         use_graphs = self.device.type == "cuda" if config.cuda_graphs is None else config.cuda_graphs
         if use_graphs and self.device.type != "cuda":
             raise ConfigError("cuda_graphs=True needs a CUDA device; set cuda_graphs=None or False on CPU")
-        self.plan = make_plan(config, self.spec, self.dtype, self.device)
+        self.plan = make_plan(config, self.spec, self.dtype, self.device, self.kv_dtype)
         self.max_prefill_tokens = max(config.max_prefill_tokens, self.plan.max_seq_len)
-        self.kv_bytes_per_token = kv_bytes_per_token(self.spec, self.dtype)
+        self.kv_bytes_per_token = kv_bytes_per_token(self.spec, self.kv_dtype)  # fp8: with its scales
         self.ops = select_ops(config.kernels, self.device)
         self.startup_cache = StartupCache.at(config.startup_cache, config.cache_dir)
         weights, load_s = _timed(load_weights, config.model, self.spec, self.dtype, self.device)
@@ -93,7 +106,7 @@ class Engine:
         rotary = RotaryTables.build(self.spec.rope, self.spec.head_dim, self.plan.max_seq_len, self.device)
         model = implementation.load()(self.spec, weights, self.ops, rotary)
         slots, max_len = self.plan.slots, self.plan.max_seq_len
-        cache = KVCache.allocate(self.spec, slots, max_len, self.dtype, self.device, self.ops.name)
+        cache = KVCache.allocate(self.spec, slots, max_len, self.kv_dtype, self.device, self.ops.name)
         rows = RowState.allocate(slots, config.max_stop_ids, max_len, self.device)
         self.runner = ModelRunner(model, cache, rows, self.ops, config.share_prompts)
         self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync + 1, self.device)
@@ -111,15 +124,18 @@ class Engine:
             "triton" if self.ops.name == "triton" else "torch",
             self.runner.attach_constraints,
         )
+        self.taps = EngineTaps(self.spec, self.dtype, self.device, slots, config.max_steered_layers, self.runner.taps,
+                               self.runner.drop_graphs)
         self.stats = EngineStats(
             device=str(self.device),
             dtype=str(self.dtype).removeprefix("torch."),
+            kv_dtype=str(self.kv_dtype).removeprefix("torch."),
             kernels=self.ops.name,
             cuda_graphs=use_graphs,
             max_slots=slots,
             max_seq_len=max_len,
             weight_bytes=weights.nbytes(),
-            kv_cache_bytes=2 * cache.k.numel() * cache.k.element_size(),
+            kv_cache_bytes=cache.nbytes,
             planned_bytes=self.plan.total_bytes,
             budget_bytes=self.plan.budget_bytes,
             device_init_s=device_init_s,
@@ -128,6 +144,44 @@ class Engine:
             allocate_s=allocate_s,
             startup_cache_dir=str(self.startup_cache.root or ""),
         )
+        del weights, rotary, model, cache, rows  # from here on only `self` holds them, and close() drops them
+
+    # ---- lifetime (engine/lifetime.py) ----------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the KV cache, the decode and prefill graphs and their pool, the workspaces, the constraint
+        runtime and the weights, and empty PyTorch's caches. Idempotent; afterwards generate/stream raise
+        EngineClosedError, while config, plan and stats stay readable."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._sync_device()  # nothing in flight may still use the buffers freed below
+        except RuntimeError as e:  # a device fault: release what we can all the same
+            log.warning("closing the engine after a device error: %s", e)
+        if "runner" in self.__dict__:  # a start-up that failed before the runner existed has nothing to free
+            self.runner.close()
+            self.constraints.close()
+        for name in RELEASED:
+            self.__dict__.pop(name, None)
+        release_cached_memory(self.device)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> "Engine":
+        if self._closed:
+            raise closed_error("with")
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __getattr__(self, name: str):
+        """Reached only for attributes that are not set: after close, the released ones."""
+        if name in RELEASED and self.__dict__.get("_closed"):
+            raise closed_error(f"engine.{name}")
+        raise AttributeError(f"'Engine' object has no attribute {name!r}")
 
     def _sync_device(self) -> None:
         if self.device.type == "cuda":
@@ -200,13 +254,20 @@ class Engine:
             stats.lazy_graphs = capturer.count - count
             stats.lazy_capture_s = capturer.capture_s + capturer.warmup_s - seconds
         stats.constraint_setup_s = self.constraints.setup_s
+        stats.taps_setup_s = self.taps.setup_s
         if self.device.type == "cuda":
             stats.peak_memory_bytes = max(stats.peak_memory_bytes, torch.cuda.max_memory_allocated(self.device))
 
     # ---- generation ---------------------------------------------------------------------------------
+    def add_steering_vectors(self, vectors: SteeringVectors) -> None:
+        """Register a named set (SteeringVectors.load(path)): requests then name its entries,
+        `Steer(layer, vector="name", scale)`. Each vector reaches the device when a request using it is
+        admitted and stays there while in use (engine/steering.py)."""
+        self.taps.add_vectors(vectors)
+
     def generate(self, requests: Iterable[Request]) -> list[Result]:
         """Results in the order of `requests` (errors included, as finish_reason "error")."""
-        results: dict[int, Result] = dict(GenerationLoop(self, requests).run())
+        results: dict[int, Result] = dict(self._run(requests))
         return [results[i] for i in range(len(results))]
 
     def stream(self, requests: Iterable[Request]) -> Iterator[Result]:
@@ -214,8 +275,13 @@ class Engine:
         as free rows and a short queue need it (loop.py): it may be a generator of any length, and it may
         yield more requests after results came back. A slow iterable stalls the engine (stats.intake_s).
         One generate/stream at a time."""
-        for _, result in GenerationLoop(self, requests).run():
+        for _, result in self._run(requests):
             yield result
+
+    def _run(self, requests: Iterable[Request]) -> Iterator[tuple[int, Result]]:
+        if self._closed:
+            raise closed_error("generate/stream")
+        return GenerationLoop(self, requests).run()
 
     def _prepare_request(self, index: int, request: Request) -> Prepared | Result:
         """Intake of one request pulled from the caller's iterable (intake.prepare with this engine's limits)."""
@@ -230,4 +296,5 @@ class Engine:
             self.config.seed,
             time.perf_counter(),
             self.constraints.check,
+            self.taps.check,
         )

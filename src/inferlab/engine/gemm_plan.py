@@ -174,6 +174,7 @@ def tune_gemm_plan(weights, buckets: list[int], silu_mul: Callable, device: torc
     timings: dict[str, dict[str, float]] = {}
     sm_count = torch.cuda.get_device_properties(device).multi_processor_count
     flush = torch.empty(96 * 1024**2 // 4, dtype=torch.float32, device=device)  # 96 MB: > the L2 of an H100/H200
+    side = torch.cuda.Stream()  # one warm-up stream for every timing: each new stream gets its own cuBLAS workspace
     dtype = layers[0].qkv.dtype
     baseline_us = _graph_us(None, len(layers), flush)  # the flushes alone
     for rows in [b for b in buckets if b <= MAX_ROWS]:
@@ -181,7 +182,7 @@ def tune_gemm_plan(weights, buckets: list[int], silu_mul: Callable, device: torc
             if name == "qkv" and layers[0].qkv_bias is not None:
                 continue  # a bias (Qwen2): cuBLAS's fused epilogue
             options = _options(name, layers, rows, dtype, device, sm_count, plan)
-            cell = {label: _time_us(fn, len(layers), flush, baseline_us) for label, (fn, _) in options.items()}
+            cell = {label: _time_us(fn, len(layers), flush, baseline_us, side) for label, (fn, _) in options.items()}
             timings[f"{name}@{rows}"] = cell
             best = min((label for label in cell if label != "cublas"), key=cell.get)
             if cell[best] < MARGIN * cell["cublas"]:
@@ -224,10 +225,11 @@ def _options(name: str, layers, rows: int, dtype, device, sm_count: int, plan: G
     return options
 
 
-def _time_us(fn: Callable[[int], torch.Tensor], layers: int, flush: torch.Tensor, baseline_us: float) -> float:
+def _time_us(fn: Callable[[int], torch.Tensor], layers: int, flush: torch.Tensor, baseline_us: float,
+             side: torch.cuda.Stream) -> float:
     """Device time of one call of fn(layer), the L2 flushed before each call, in a CUDA graph (no host
-    overhead): (graph of flush + call for every layer - the flushes' own time) per call."""
-    side = torch.cuda.Stream()  # compile and warm up outside the capture, off the capture stream (cuBLAS)
+    overhead): (graph of flush + call for every layer - the flushes' own time) per call. `side`: where fn is
+    compiled and warmed up, outside the capture and off the capture stream (cuBLAS)."""
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for i in range(layers):

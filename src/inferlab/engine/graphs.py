@@ -1,16 +1,22 @@
 """CUDA graphs of the decode step, one per (batch bucket, step variant), captured once.
 
 Buckets grow geometrically (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, ...: at most 1.5x padding) up to the
-engine's row count, which is always a bucket. A variant is (sampler filter level, constrained): the host
-picks one per decode chunk from the live requests, so a batch never pays for a filter or a constraint
-none of its rows uses. A graph is captured when its (bucket, variant) is first needed (`ensure`, from the
-runner at a sync point), so a job captures only what it uses: the engine captures the largest bucket of
-each unconstrained filter level at start-up (which sizes the shared pool and compiles the kernels) and
-the rest lazily. A lazy capture waits for the device (once per graph, ~10-30 ms), runs one eager warm-up
-step inside the runner's `preserved_rows` (rows may be live: their state is put back afterwards), then
-captures without running anything. All graphs share one memory pool; every tensor a graph reads is a
-static buffer (RowState, KV cache, weights, constraint state) that the host fills between replays; nothing
-is allocated when a graph replays.
+engine's row count, which is always a bucket. A variant is (sampler filter level, constrained, steered,
+collecting): the host picks one per decode chunk from the live requests, so a batch never pays for a
+filter, a constraint, steering or collection none of its rows uses. A graph is captured when its (bucket,
+variant) is first needed (`ensure`, from the runner at a sync point), so a job captures only what it
+uses: the engine captures the largest bucket of each plain filter level at start-up (which sizes the
+shared pool and compiles the kernels) and the rest lazily. A lazy capture waits for the device (once per
+graph, ~10-30 ms), runs one eager warm-up step inside the runner's `preserved_rows` (rows may be live:
+they are marked inactive for the step and their state is put back afterwards), then captures without
+running anything. `drop` forgets variants whose buffers were replaced (tap_support.py grows collection
+buffers). All graphs share one memory pool (`Capturer`, with the prefill graphs); every tensor a graph
+reads is a static buffer (RowState, KV cache, weights, constraint and tap state) that the host fills
+between replays; nothing is allocated when a graph replays.
+
+DecodeGraphs keeps no reference to the step it captures (the runner passes it to each `ensure` call): a
+stored step would be a bound method of the runner that owns these graphs, a reference cycle that keeps
+the KV cache alive after its engine is dropped. `close` destroys the graphs; `Capturer.close` the pool.
 """
 
 from __future__ import annotations
@@ -19,13 +25,20 @@ import logging
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, NamedTuple
 
 import torch
 
 log = logging.getLogger(__name__)
 
-Variant = tuple[int, bool]  # (sampler filter level, constrained)
+
+class Variant(NamedTuple):
+    level: int  # sampler filter level (sampler.FILTER_*)
+    constrained: bool = False  # constraint mask and emit (hooks.ConstraintHooks)
+    steered: bool = False  # the fused add + steer + norm after every layer (engine/steering.py)
+    collecting: bool = False  # hidden states folded into the rows' collection buffers (engine/collection.py)
+
+
 StepFn = Callable[[int, Variant], None]  # step(bucket, variant): one decode step over rows [0, bucket)
 
 
@@ -85,27 +98,39 @@ class Capturer:
         self.count += 1
         return graph
 
+    def close(self) -> None:
+        """Drop the pool and the capture stream (after every graph of the pool was reset)."""
+        self.pool = self.stream = None
+
 
 class DecodeGraphs:
     """Graphs of the decode step, captured one (bucket, variant) at a time when first needed."""
 
-    def __init__(self, step: StepFn, sizes: list[int], preserved: Callable[[], ContextManager],
-                 capturer: Capturer) -> None:
-        self.step = step
+    def __init__(self, sizes: list[int], capturer: Capturer) -> None:
         self.sizes = sizes
-        self.preserved = preserved  # a context in which steps leave the rows' state unchanged (runner.py)
         self.capturer = capturer
         self.graphs: dict[tuple[int, Variant], torch.cuda.CUDAGraph] = {}
 
-    def ensure(self, size: int, variant: Variant) -> None:
-        if (size, variant) not in self.graphs:
-            self.capture(size, variant)
-
-    def capture(self, size: int, variant: Variant) -> None:
-        """Capture one graph. Waits for the device; rows may be live (see the module docstring)."""
+    def ensure(self, size: int, variant: Variant, step: StepFn, preserved: Callable[[], ContextManager]) -> None:
+        """Capture (size, variant) with `step` unless it exists. Waits for the device; rows may be live: the
+        warm-up step runs inside `preserved` (the runner's preserved_rows)."""
+        if (size, variant) in self.graphs:
+            return
         t = time.perf_counter()
-        self.graphs[(size, variant)] = self.capturer.capture(lambda: self.step(size, variant), self.preserved)
-        log.debug("decode graph (bucket %d, variant %s) in %.3f s", size, variant, time.perf_counter() - t)
+        self.graphs[(size, variant)] = self.capturer.capture(lambda: step(size, variant), preserved)
+        log.debug("decode graph (bucket %d, %s) in %.3f s", size, variant, time.perf_counter() - t)
+
+    def drop(self, predicate: Callable[[Variant], bool]) -> None:
+        """Forget the graphs of matching variants (their memory returns to the pool; recapture on next use)."""
+        for key in [k for k in self.graphs if predicate(k[1])]:
+            del self.graphs[key]
 
     def replay(self, size: int, variant: Variant) -> None:
         self.graphs[(size, variant)].replay()
+
+    def close(self) -> None:
+        """Destroy every graph (the caller closes the Capturer's pool, frees the static buffers the graphs
+        read, and empties the allocator's cache)."""
+        for graph in self.graphs.values():
+            graph.reset()
+        self.graphs.clear()

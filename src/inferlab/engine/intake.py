@@ -3,7 +3,8 @@ built from a finished row.
 
 A bad request never raises: `prepare` returns either a Prepared request or a Result with finish_reason
 "error" and a message naming the numbers and the fix (empty prompt, prompt + max_new_tokens over
-max_seq_len, token ids outside the vocabulary, too many stop ids, a constraint the engine cannot run).
+max_seq_len, token ids outside the vocabulary, too many stop ids, a constraint the engine cannot run,
+steering entries or a collection the engine cannot run: engine/tap_support.py checks those).
 
 A constrained request (Request.constraint = a ConstraintProgram) is sized by its program: the program's
 max_new_tokens replaces SamplingParams.max_new_tokens (it is the exact bound of the output, EOS
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from inferlab.engine.sampler import filter_level
+from inferlab.engine.tap_support import wants_taps
 from inferlab.types import Request, Result, SamplingParams, Timings
 
 SEED_MASK = (1 << 63) - 1
@@ -39,6 +41,8 @@ class Prepared:
     n_eos: int
     timings: Timings
     constraint: Any = None  # the ConstraintProgram of a constrained request, checked against the engine
+    steering: list = field(default_factory=list)  # steering.SteerEntry per steered layer (checked)
+    collect: Any = None  # collection.CollectPlan, or None
     # host bookkeeping while it runs: the row it occupies, its tokens as snapshots deliver them
     row: int | None = None
     tokens: list[int] = field(default_factory=list)
@@ -49,8 +53,11 @@ class Prepared:
         return len(self.prompt_ids)
 
     @property
-    def prompt_key(self) -> tuple[int, ...]:
-        """Requests admitted together with equal keys share one prefill (their prompts are equal)."""
+    def prompt_key(self) -> tuple[int, ...] | None:
+        """Requests admitted together with equal keys share one prefill (their prompts are equal); None for
+        a request that steers (its prompt's K/V are its own) or collects (it reads its own prompt pass)."""
+        if self.steering or self.collect is not None:
+            return None
         return tuple(self.prompt_ids)
 
     @property
@@ -88,8 +95,10 @@ def prepare(
     engine_seed: int,
     now: float,
     check_constraint: Callable[[Any], str | None] = lambda program: "this engine runs no constraints",
+    check_taps: Callable[[Request, SamplingParams], Any] = lambda request, s: "this engine runs no steering",
 ) -> Prepared | Result:
-    """`check_constraint(program)` returns None when the engine can run the program, else why not."""
+    """`check_constraint(program)` returns None when the engine can run the program, else why not;
+    `check_taps(request, sampling)` returns (steering entries, collect plan) or why they cannot run."""
     timings = Timings(submitted_s=now)
     s = request.sampling
     if request.constraint is not None:
@@ -161,9 +170,15 @@ def prepare(
             n,
             timings,
         )
+    steering, collect = [], None
+    if wants_taps(request):
+        checked = check_taps(request, s)
+        if isinstance(checked, str):
+            return error_result(request, checked, n, timings)
+        steering, collect = checked
     seed = (s.seed & SEED_MASK) if s.seed is not None else derive_seed(engine_seed, request.id)
     n_eos = 0 if s.ignore_eos else len(eos_ids)
-    return Prepared(index, request, prompt_ids, s, seed, stops, n_eos, timings, request.constraint)
+    return Prepared(index, request, prompt_ids, s, seed, stops, n_eos, timings, request.constraint, steering, collect)
 
 
 def finished_result(item: Prepared, token_ids: list[int], reason: str, tokenizer, decode_text: bool) -> Result:

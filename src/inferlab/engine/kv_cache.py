@@ -1,9 +1,12 @@
 """The static KV cache and the memory plan that sizes it.
 
 KVCache holds K and V as [layers, slots, kv_heads, max_len, head_dim], allocated once; a row of the batch
-writes into its own slot at its own position, so no cache memory is ever allocated after start-up. Rows
-that share a prompt get its K/V by `copy_prefix` (one device copy from the slot that was prefilled, no
-host sync): everything that moves K/V between slots goes through this class.
+writes into its own slot at its own position, so no cache memory is ever allocated after start-up. Its
+element type is the model dtype, or float8_e4m3fn (`EngineConfig.kv_dtype="fp8"`) with one fp32 scale per
+(layer, slot, kv head, position) for K and for V beside it (`k_scale`, `v_scale`; engine/kv_quant.py).
+Every per-position tensor is a field here, so whatever copies or moves a slot's K/V copies them all: rows
+that share a prompt get its K/V (and scales) by `copy_prefix`, one device copy from the slot that was
+prefilled, no host sync.
 
 MemoryModel prices a configuration (slots x max_len) in bytes: weights, the KV cache, each slot's output
 buffer, the per-row workspace of the decode graphs (logits, sampler sort buffers) and of the eager prefill,
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from inferlab.engine.kv_quant import SCALE_DTYPE, is_fp8
 from inferlab.errors import CapacityError
 from inferlab.models.config import ModelSpec
 
@@ -30,39 +34,70 @@ COPY_CHUNK = 16  # slot pairs per torch copy (bounds its [layers, pairs, kv_head
 
 @dataclass
 class KVCache:
-    k: torch.Tensor  # [layers, slots, kv_heads, max_len, head_dim]
+    k: torch.Tensor  # [layers, slots, kv_heads, max_len, head_dim], model dtype or float8_e4m3fn
     v: torch.Tensor  # [layers, slots, kv_heads, max_len, head_dim]
     merge_counters: torch.Tensor  # [slots * kv_heads] int32 zeros: the fused decode attention's split merge
-    kernels: str = "torch"  # "triton": copy_prefix in one Triton launch (kernels/triton_kv_copy.py)
+    k_scale: torch.Tensor | None = None  # [layers, slots, kv_heads, max_len] fp32 when k is fp8, else None
+    v_scale: torch.Tensor | None = None
+    kernels: str = "torch"  # "triton": copy_prefix in one Triton launch per tensor pair (kernels/triton_kv_copy.py)
 
     @classmethod
     def allocate(cls, spec: ModelSpec, slots: int, max_len: int, dtype: torch.dtype, device: torch.device,
                  kernels: str = "torch") -> "KVCache":
+        """`dtype`: the cache's element type (the model dtype, or float8_e4m3fn: then with scales)."""
         shape = (spec.num_layers, slots, spec.num_kv_heads, max_len, spec.head_dim)
         # zeros, not empty: a row reads only positions it wrote, but NaN garbage must never meet a 0 weight
+        scales = dict(
+            k_scale=torch.zeros(shape[:-1], dtype=SCALE_DTYPE, device=device),
+            v_scale=torch.zeros(shape[:-1], dtype=SCALE_DTYPE, device=device),
+        ) if is_fp8(dtype) else {}  # fmt: skip
+        def zeros() -> torch.Tensor:  # fp8 as zero bytes viewed as e4m3 (0x00 is +0.0): no fp8 fill kernel needed
+            if is_fp8(dtype):
+                return torch.zeros(shape, dtype=torch.uint8, device=device).view(dtype)
+            return torch.zeros(shape, dtype=dtype, device=device)
+
         return cls(
-            k=torch.zeros(shape, dtype=dtype, device=device),
-            v=torch.zeros(shape, dtype=dtype, device=device),
+            k=zeros(),
+            v=zeros(),
             merge_counters=torch.zeros(slots * spec.num_kv_heads, dtype=torch.int32, device=device),
             kernels=kernels,
+            **scales,
         )
 
     def copy_prefix(self, src_slots: torch.Tensor, dst_slots: torch.Tensor, length: int) -> None:
-        """K and V of positions [0, length) of slot src_slots[i] into slot dst_slots[i], every layer.
-        src_slots, dst_slots: [pairs] int64 device tensors (destinations distinct and never a source);
-        length: a host int. Positions a destination holds beyond its own prompt may receive the source's
-        garbage: harmless, a row writes every position past its prompt before it reads it."""
+        """K and V (and their fp8 scales) of positions [0, length) of slot src_slots[i] into slot dst_slots[i],
+        every layer. src_slots, dst_slots: [pairs] int64 device tensors (destinations distinct and never a
+        source); length: a host int. Positions a destination holds beyond its own prompt may receive the
+        source's garbage: harmless, a row writes every position past its prompt before it reads it."""
         if src_slots.shape[0] == 0:
             return
+        pairs = [(self.k, self.v)]
+        if self.k_scale is not None:  # [layers, slots, kv_heads, max_len]: copied as runs of one element
+            pairs.append((self.k_scale.unsqueeze(-1), self.v_scale.unsqueeze(-1)))
         if self.kernels == "triton":
             from inferlab.engine.kernels.triton_kv_copy import copy_prefix
 
-            copy_prefix(self.k, self.v, src_slots, dst_slots, length)
+            for k, v in pairs:
+                copy_prefix(k, v, src_slots, dst_slots, length)
             return
+        bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32}  # a bit copy: no fp8 indexing kernels needed
+        tensors = [t.view(bits[t.element_size()]) for pair in pairs for t in pair]
         for start in range(0, src_slots.shape[0], COPY_CHUNK):
             src, dst = src_slots[start : start + COPY_CHUNK], dst_slots[start : start + COPY_CHUNK]
-            for cache in (self.k, self.v):
+            for cache in tensors:
                 cache[:, dst, :, :length] = cache[:, src, :, :length]
+
+    def scales(self, layer: int) -> dict[str, torch.Tensor | None]:
+        """The keyword arguments the attention ops take for `layer`'s scales (None with a model-dtype cache)."""
+        if self.k_scale is None:
+            return dict(k_scale=None, v_scale=None)
+        return dict(k_scale=self.k_scale[layer], v_scale=self.v_scale[layer])
+
+    @property
+    def nbytes(self) -> int:
+        """K, V and their scales (the merge counters apart)."""
+        tensors = [self.k, self.v] + [t for t in (self.k_scale, self.v_scale) if t is not None]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     @property
     def slots(self) -> int:
@@ -74,8 +109,11 @@ class KVCache:
 
 
 def kv_bytes_per_token(spec: ModelSpec, dtype: torch.dtype) -> int:
-    """K and V of one position across all layers."""
-    return 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * torch.empty((), dtype=dtype).element_size()
+    """K and V of one position across all layers, in the cache's element type `dtype` (fp8: + the scales)."""
+    per_head = spec.head_dim * torch.empty((), dtype=dtype).element_size()
+    if is_fp8(dtype):
+        per_head += torch.empty((), dtype=SCALE_DTYPE).element_size()
+    return 2 * spec.num_layers * spec.num_kv_heads * per_head
 
 
 @dataclass(frozen=True)
@@ -87,10 +125,11 @@ class MemoryModel:
     weight_bytes: int
     max_prefill_tokens: int  # the padded-token bound of one prefill batch (raised to max_len when smaller)
     reserve_bytes: int  # fixed slack: library workspaces, allocator fragmentation
+    kv_dtype: torch.dtype | None = None  # the cache's element type; None: the model dtype
 
     @property
     def kv_per_token(self) -> int:
-        return kv_bytes_per_token(self.spec, self.dtype)
+        return kv_bytes_per_token(self.spec, self.kv_dtype or self.dtype)
 
     def per_row_workspace(self) -> int:
         """Decode step + sampler buffers of one row, counted twice: decode graph pool and eager prefill."""

@@ -18,6 +18,8 @@ results came back (retries), and its errors come back as error Results as it is 
 waits for the generator whenever it pulls: a generator slower than the device stalls it (the time is
 `stats.intake_s`; `stats.intake_blocking_s` is the part spent before a launch, while the device may
 have been idle). The batch is compacted only once the iterable is exhausted, so it never drains early.
+A request that collects hidden states gets its Result one sync point after retirement: its rows' buffers
+are copied to the host behind the running chunk meanwhile (collection.AwaitingResults).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 import torch
 
-from inferlab.engine.graphs import bucket_for
+from inferlab.engine.collection import AwaitingResults
+from inferlab.engine.graphs import Variant, bucket_for
 from inferlab.engine.intake import Prepared, RequestSource, finished_result
 from inferlab.engine.rows import REASON_NAMES
 from inferlab.engine.scheduler import Scheduler
@@ -54,8 +57,7 @@ class _RowBook:
 
 class GenerationLoop:
     def __init__(self, engine: "Engine", requests: Iterable[Request]) -> None:
-        self.engine = engine
-        self.runner = engine.runner
+        self.engine = engine  # the runner is always reached through it: close() must be able to drop it
         self.stats = engine.stats
         config = engine.config
         slots = engine.plan.slots
@@ -70,6 +72,11 @@ class GenerationLoop:
         self.book = _RowBook([0] * slots, [0] * slots)
         self.pending: Snapshot | None = None  # the snapshot of the chunk in flight, read at the next sync point
         self._fresh: Snapshot | None = None  # the snapshot just launched (becomes `pending` once collected)
+        self.awaiting = AwaitingResults()  # collecting Results, their activations in flight
+
+    @property
+    def runner(self):
+        return self.engine.runner
 
     # ---- the call ---------------------------------------------------------------------------------------
     def run(self) -> Iterator[Indexed]:
@@ -87,6 +94,7 @@ class GenerationLoop:
             yield from self._collect(steps)
             if steps > 0:  # the device has a chunk to run: pull ahead now rather than before the next launch
                 yield from self._pull(self.queue_ahead - len(self.scheduler.waiting), blocking=False)
+        yield from self.awaiting.deliver()
         self.engine._sync_device()
         self.clock.resolve()
         stats = self.stats
@@ -182,10 +190,10 @@ class GenerationLoop:
         steps = max(0, min(self.engine.config.decode_steps_per_sync, remaining))
         if steps == 0:
             return 0
-        level = max(item.filter_level for item in items)
-        constrained = any(item.constraint is not None for item in items)
+        variant = Variant(max(item.filter_level for item in items), any(item.constraint is not None for item in items),
+                          any(item.steering for item in items), any(item.collect is not None for item in items))
         t = self.clock.start()
-        self.runner.decode(b, (level, constrained), steps, max(book.last_len[r] for r in live))
+        self.runner.decode(b, variant, steps, max(book.last_len[r] for r in live))
         self.clock.stop("decode", t)
         # bytes read: all weights per step, and each row's KV up to its length (1 for idle rows)
         lengths = sum(book.last_len[r] for r in live) + (b - len(live))
@@ -204,7 +212,8 @@ class GenerationLoop:
         self.stats.syncs += 1
         self.clock.resolve()  # fold the finished phase events now: a long run must not hoard them
         engine = self.engine
-        results, released = [], []
+        results, released = self.awaiting.deliver(), []
+        collected: list[tuple[int, Result, Prepared]] = []
         for row, item in snapshot.holders:
             if item.retired:  # retired from an earlier snapshot; its row may hold someone else now
                 continue
@@ -219,7 +228,12 @@ class GenerationLoop:
                 result = finished_result(
                     item, item.tokens, REASON_NAMES[reason], engine.tokenizer, engine.config.decode_text
                 )
-                results.append((item.index, result))
+                if item.collect is not None:
+                    collected.append((item.index, result, item))
+                else:
+                    results.append((item.index, result))
+        if collected:  # copied behind the running chunk, delivered at the next read
+            self.awaiting.add(self.runner.taps.collection, collected)
         if released:
             self.runner.release(released)
         return results

@@ -29,6 +29,8 @@ class Ops:
     rms_norm: Callable  # (x [T, D], w [D], eps) -> [T, D]
     embed_rms_norm: Callable  # (tokens [T], embed [V, D], w [D], eps) -> (normed, x = embed[tokens])
     add_rms_norm: Callable  # (x, residual, w, eps) -> (normed, residual + x)
+    add_steer_rms_norm: Callable  # (x, residual, w, eps, SteerLayer) -> (normed, steered residual + x)
+    collect_rows: Callable  # (x [n, D], CollectLayer) -> None: see torch_ops.collect_rows
     silu_mul: Callable  # (gate_up [T, 2I]) -> [T, I]
     rope_qkv: Callable  # see torch_ops.rope_qkv
     decode_rope_attention: Callable  # see attention.decode_rope_attention_torch
@@ -50,6 +52,8 @@ def _torch_ops() -> Ops:
         rms_norm=torch_ops.rms_norm,
         embed_rms_norm=torch_ops.embed_rms_norm,
         add_rms_norm=torch_ops.add_rms_norm,
+        add_steer_rms_norm=torch_ops.add_steer_rms_norm,
+        collect_rows=torch_ops.collect_rows,
         silu_mul=torch_ops.silu_mul,
         rope_qkv=torch_ops.rope_qkv,
         decode_rope_attention=decode_rope_attention_torch,
@@ -68,6 +72,7 @@ def _triton_ops() -> Ops:
         raise UnsupportedError("kernels='triton' needs the triton package; install it or use kernels='torch'")
     from inferlab.engine.kernels import (
         triton_attention,
+        triton_collect,
         triton_filter,
         triton_norm,
         triton_rope,
@@ -81,6 +86,8 @@ def _triton_ops() -> Ops:
         rms_norm=triton_norm.rms_norm,
         embed_rms_norm=triton_norm.embed_rms_norm,
         add_rms_norm=triton_norm.add_rms_norm,
+        add_steer_rms_norm=triton_norm.add_steer_rms_norm,
+        collect_rows=triton_collect.collect_rows,
         silu_mul=triton_norm.silu_mul,
         rope_qkv=triton_rope.rope_qkv,
         decode_rope_attention=triton_attention.decode_rope_attention,

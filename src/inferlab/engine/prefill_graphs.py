@@ -83,6 +83,13 @@ class PrefillGraphs:
             graph.replay()
         return self.logits[: shape[0]]
 
+    def close(self) -> None:
+        """Destroy the graphs and drop the static buffers (Engine.close; the Capturer drops the pool)."""
+        for graph in self.graphs.values():
+            graph.reset()
+        self.graphs.clear()
+        self.inputs = self.logits = self.model = self.cache = self.row_slots = None
+
     def _forward(self, shape: tuple[int, int]) -> None:
         lb, tb = shape
         m = self.max_lanes

@@ -1,8 +1,9 @@
 """The device side of the loop: admit rows, prefill them, run decode steps (graph replays or eager), release.
 
-ModelRunner owns the model, the KV cache, the per-row state and the decode graphs. It knows rows, not
-requests: the engine (engine.py, loop.py) decides which request goes to which row (scheduler.py) and turns
-rows back into Results. Host-side input preparation (padding prompts, building per-row parameter tensors)
+ModelRunner owns the model, the KV cache, the per-row state (with its steering and collection tables,
+taps.py) and the decode and prefill graphs. It knows rows, not requests: the engine (engine.py, loop.py)
+decides which request goes to which row (scheduler.py) and turns rows back into Results. Host-side input
+preparation (padding prompts, building per-row parameter tensors)
 happens here, apart from the device calls, and only between decode chunks.
 
 Shared prompts: the rows of one prefill batch whose prompts are equal are prefilled once (one lane per
@@ -33,6 +34,7 @@ from inferlab.engine.ops import Ops
 from inferlab.engine.prefill_graphs import PrefillGraphs
 from inferlab.engine.rows import RowState
 from inferlab.engine.step import finish_step
+from inferlab.engine.taps import RowTaps
 from inferlab.engine.transfer import tensor_on, to_device
 from inferlab.models.llama import LlamaModel
 from inferlab.types import Request, SamplingParams, Timings
@@ -54,6 +56,7 @@ class ModelRunner:
         self.ops = ops
         self.share_prompts = share_prompts
         self.constraints = None  # a ConstraintRuntime once the engine met a constrained request
+        self.taps = RowTaps(ops, rows, model.spec.num_layers, model)  # steering and collection, made on first use
         self.device = cache.k.device
         self.num_rows = rows.tokens.shape[0]
         self.sizes = bucket_sizes(self.num_rows)
@@ -63,32 +66,43 @@ class ModelRunner:
     # ---- decode -------------------------------------------------------------------------------------
     def decode_step(self, b: int, variant: Variant, len_hint: int | None = None) -> None:
         """One eager decode step over rows [0, b) (what each graph captured; also used to profile)."""
-        level, constrained = variant
+        variant = Variant(*variant)
         r = self.rows
-        logits = self.model.decode(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint)  # [b, V]
-        hooks = self.constraints if constrained else NO_CONSTRAINTS
-        finish_step(logits, r.view(b), hooks, self.ops, level)
+        taps = self.taps.for_decode(b, variant.steered, variant.collecting)
+        extra = {"taps": taps} if taps is not None else {}  # a forward without a steering point runs plain
+        logits = self.model.decode(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint, **extra)  # [b, V]
+        hooks = self.constraints if variant.constrained else NO_CONSTRAINTS
+        finish_step(logits, r.view(b), hooks, self.ops, variant.level)
 
     def use_graphs(self, max_prefill_tokens: int) -> None:
         """Replay decode steps and the prefill forward from CUDA graphs, each captured when first needed
         (graphs.py, prefill_graphs.py), all in one memory pool."""
         capturer = Capturer()
-        self.graphs = DecodeGraphs(lambda b, variant: self.decode_step(b, variant, None), self.sizes,
-                                   self.preserved_rows, capturer)
+        self.graphs = DecodeGraphs(self.sizes, capturer)
         lanes = min(self.num_rows, max_prefill_tokens)
         self.prefill_graphs = PrefillGraphs(self.model, self.cache, self.rows.slots, lanes, self.cache.max_len,
                                             max_prefill_tokens, capturer)
+
+    def _graph_step(self, b: int, variant: Variant) -> None:
+        self.decode_step(b, variant, None)  # no host length hint: a graph replays with any lengths
 
     def attach_constraints(self, runtime) -> None:
         """Enable constrained steps (a ConstraintRuntime sized for every row); their graph variants are
         captured when first needed, like the others."""
         self.constraints = runtime
 
+    def drop_graphs(self, predicate) -> None:
+        """Forget captured variants whose buffers were replaced (tap_support.py grows collection buffers)."""
+        if self.graphs is not None:
+            self.graphs.drop(predicate)
+
     def decode(self, b: int, variant: Variant, steps: int, len_hint: int | None) -> None:
-        """`steps` decode steps over rows [0, b) with `variant` = (filter level, constrained); len_hint bounds
-        positions + 1 at the first step (used by the eager torch attention only)."""
+        """`steps` decode steps over rows [0, b) with `variant` (graphs.Variant); len_hint bounds positions + 1
+        at the first step (used by the eager torch attention only). A (bucket, variant) without a graph yet
+        is captured first, live rows or not (preserved_rows)."""
+        variant = Variant(*variant)
         if self.graphs is not None and steps > 0:
-            self.graphs.ensure(b, variant)
+            self.graphs.ensure(b, variant, self._graph_step, self.preserved_rows)
         for i in range(steps):
             if self.graphs is not None:
                 self.graphs.replay(b, variant)
@@ -98,11 +112,15 @@ class ModelRunner:
 
     @contextmanager
     def preserved_rows(self) -> Iterator[None]:
-        """Whatever decode steps run inside leave every row's state (and constraint state) as it was."""
+        """Whatever decode steps run inside leave every row's state as it was: the rows are marked inactive
+        (no row advances or finishes, no constraint or collection state moves, the token a step writes at
+        out[row, n_out] is overwritten by the row's next real step), and the row state and constraint state
+        are saved before and put back after, whatever a step wrote."""
         state = [getattr(self.rows, f.name) for f in fields(self.rows)]
         if self.constraints is not None:
             state += [self.constraints.ptr, self.constraints.state]
         saved = [t.clone() for t in state]
+        self.rows.active.zero_()
         try:
             yield
         finally:
@@ -121,6 +139,7 @@ class ModelRunner:
             self.constraints.assign_rows(list(row_ids), [item.constraint for item in items])
         else:
             assert all(item.constraint is None for item in items), "constrained request without a runtime"
+        self.taps.admit(row_ids, items)
 
         def col(values, dtype):
             return torch.tensor(values, dtype=dtype)
@@ -155,11 +174,14 @@ class ModelRunner:
         rows that repeat a prompt its K/V (copy_prefix from the slot of the row that ran it), and sample
         every row's first token."""
         n = len(items)
+        steered = any(item.steering for item in items)
+        collecting = any(item.collect is not None for item in items)
         lane_of: dict = {}  # prompt key -> lane
         leaders: list[int] = []  # lane -> position in items of the row whose slot the prompt is run into
         lanes: list[int] = []  # position in items -> lane
         for i, item in enumerate(items):
-            lane = lane_of.setdefault(item.prompt_key if self.share_prompts else i, len(leaders))
+            key = item.prompt_key if self.share_prompts else None  # None: its own lane (e.g. a steered row)
+            lane = lane_of.setdefault(key if key is not None else ("row", i), len(leaders))
             if lane == len(leaders):
                 leaders.append(i)
             lanes.append(lane)
@@ -167,7 +189,8 @@ class ModelRunner:
         u, m = len(leaders), len(followers)
         prompts = [items[i].prompt_ids for i in leaders]
         longest = max(len(p) for p in prompts)
-        shape = self.prefill_graphs.bucket(u, longest) if self.prefill_graphs is not None else None
+        graphed = self.prefill_graphs is not None and not (steered or collecting)  # graphs run the plain forward
+        shape = self.prefill_graphs.bucket(u, longest) if graphed else None
         # one staged block: [rows n | lanes n | follower rows m | their lanes' rows m], and for an eager
         # prefill [lane lengths u | lane rows u | lane tokens u x longest]
         sources = [row_ids[leaders[lanes[i]]] for i in followers]
@@ -191,11 +214,12 @@ class ModelRunner:
         else:
             lengths, lane_rows = lane_inputs
             tokens = staged[sum(sizes) :].view(u, longest)
-            logits = self.model.prefill(tokens, lengths, self.rows.slots[lane_rows], self.cache)  # [u, V]
+            taps = self.taps.for_prefill(lane_rows, lengths, longest, steered, collecting)
+            extra = {"taps": taps} if taps is not None else {}
+            logits = self.model.prefill(tokens, lengths, self.rows.slots[lane_rows], self.cache, **extra)  # [u, V]
         if m:
             length = max(items[i].prompt_len for i in followers)
             self.cache.copy_prefix(self.rows.slots[source_rows], self.rows.slots[follower_rows], length)
-        if m:
             logits = logits.index_select(0, lane_idx)  # [n, V]: each row samples from its lane's logits
         part = self.rows.gather(idx)
         level = max(item.filter_level for item in items)
@@ -235,6 +259,16 @@ class ModelRunner:
         self.rows.positions[idx] = 0
         if self.constraints is not None:
             self.constraints.release_rows(idx)
+        self.taps.release(row_ids)
+
+    def close(self) -> None:
+        """Drop every device buffer the runner owns (Engine.close): the graphs and their pool first (they
+        address the buffers), then the constraint state, the rows, the KV cache and the model's weights."""
+        if self.graphs is not None:
+            self.graphs.close()
+            self.prefill_graphs.close()
+            self.graphs.capturer.close()
+        self.graphs = self.prefill_graphs = self.constraints = self.cache = self.rows = self.model = None
 
     def move(self, moves: Sequence[tuple[int, int]]) -> None:
         pairs = tensor_on([list(m) for m in moves], torch.int64, self.device)  # [m, 2] (src, dst)
@@ -242,3 +276,4 @@ class ModelRunner:
         self.rows.move_(src, dst)
         if self.constraints is not None:
             self.constraints.move_rows(src, dst)
+        self.taps.move(src, dst, moves)

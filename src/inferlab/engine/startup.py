@@ -2,8 +2,8 @@
 
 Everything that can refuse a configuration runs here, before the weights are read: an unsupported
 architecture or rope type, a sliding window shorter than max_seq_len, max_seq_len beyond the model's
-positions, and a slots x length plan that does not fit the budget (CapacityError with the largest
-feasible values).
+positions, an FP8 KV cache on a GPU without FP8, and a slots x length plan that does not fit the budget
+(CapacityError with the largest feasible values).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 
 from inferlab.engine.config import EngineConfig
 from inferlab.engine.kv_cache import MemoryModel, MemoryPlan, plan_memory
+from inferlab.engine.kv_quant import FP8_KV_DTYPE
 from inferlab.errors import ConfigError, UnsupportedError
 from inferlab.models.config import ModelSpec
 from inferlab.models.loader import expected_shapes
@@ -49,6 +50,25 @@ def resolve_dtype(name: str, spec: ModelSpec, device: torch.device) -> torch.dty
     return torch.bfloat16
 
 
+FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper onwards have e4m3 conversions (Triton's fp8e4nv)
+
+
+def resolve_kv_dtype(name: str, dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The KV cache's element type: "auto" = the model dtype; "fp8" = float8_e4m3fn (with per-position
+    scales), refused on a CUDA device without FP8. On CPU fp8 runs the torch reference path."""
+    if name == "auto":
+        return dtype
+    if device.type == "cuda":
+        capability = torch.cuda.get_device_capability(device)
+        if tuple(capability) < FP8_MIN_CAPABILITY:
+            raise UnsupportedError(
+                f"kv_dtype='fp8' needs a GPU with FP8 (CUDA compute capability >= 8.9: Ada, Hopper or newer); "
+                f"{torch.cuda.get_device_name(device)} has compute capability {capability[0]}.{capability[1]}. "
+                "Use --kv-dtype auto (kv_dtype='auto': the cache in the model dtype)"
+            )
+    return FP8_KV_DTYPE
+
+
 def memory_budget(config: EngineConfig, device: torch.device) -> int:
     """Bytes the engine may use: the override, else a fraction of the free device (or host) memory."""
     if config.memory_budget_bytes is not None:
@@ -80,7 +100,10 @@ def check_length_limits(spec: ModelSpec, max_seq_len: int) -> None:
         )
 
 
-def make_plan(config: EngineConfig, spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> MemoryPlan:
+def make_plan(
+    config: EngineConfig, spec: ModelSpec, dtype: torch.dtype, device: torch.device, kv_dtype: torch.dtype | None = None
+) -> MemoryPlan:
+    """`kv_dtype`: the cache's element type (resolve_kv_dtype); None: the model dtype."""
     if config.max_seq_len is not None:
         check_length_limits(spec, config.max_seq_len)
     model = MemoryModel(
@@ -89,6 +112,7 @@ def make_plan(config: EngineConfig, spec: ModelSpec, dtype: torch.dtype, device:
         weight_bytes=weight_bytes(spec, dtype),
         max_prefill_tokens=config.max_prefill_tokens,
         reserve_bytes=config.reserve_bytes,
+        kv_dtype=kv_dtype,
     )
     default_len = config.default_max_seq_len
     if spec.sliding_window is not None:
@@ -98,9 +122,10 @@ def make_plan(config: EngineConfig, spec: ModelSpec, dtype: torch.dtype, device:
     )
     check_length_limits(spec, plan.max_seq_len)
     log.info(
-        "memory plan: %d slots x %d tokens, %.2f GiB of %.2f GiB budget",
+        "memory plan: %d slots x %d tokens (KV %s), %.2f GiB of %.2f GiB budget",
         plan.slots,
         plan.max_seq_len,
+        str(model.kv_dtype or dtype).removeprefix("torch."),
         plan.total_bytes / 1024**3,
         plan.budget_bytes / 1024**3,
     )

@@ -16,12 +16,13 @@ import torch
 class EngineStats:
     device: str = ""
     dtype: str = ""
+    kv_dtype: str = ""  # the KV cache's element type: the model dtype, or "float8_e4m3fn" (with fp32 scales)
     kernels: str = ""
     cuda_graphs: bool = False
     max_slots: int = 0
     max_seq_len: int = 0
     weight_bytes: int = 0
-    kv_cache_bytes: int = 0
+    kv_cache_bytes: int = 0  # K, V and (fp8) their scales
     planned_bytes: int = 0  # the memory plan's estimate of everything
     budget_bytes: int = 0
     startup_s: float = 0.0  # wall time of Engine(...): every phase below, and what is not attributed to one
@@ -40,6 +41,7 @@ class EngineStats:
     lazy_graphs: int = 0  # graphs (decode or prefill) captured during generate/stream calls, when first needed
     lazy_capture_s: float = 0.0  # their capture, eager warm-up run and wait for the device
     constraint_setup_s: float = 0.0  # grammar set and constraint runtime, at the first constrained request
+    taps_setup_s: float = 0.0  # steering table and collection buffers, when first needed (captures: lazy_capture_s)
     prefill_s: float = 0.0  # device clock, from admission to the last prefill kernel (host launch gaps included)
     prefill_host_s: float = 0.0  # host time spent admitting and launching prefills
     prefill_batches: int = 0
@@ -50,7 +52,8 @@ class EngineStats:
     decode_s: float = 0.0
     decode_steps: int = 0  # graph replays / eager steps
     row_steps: int = 0  # sum over steps of the bucket size (rows computed, live or not)
-    decode_bytes: int = 0  # HBM bytes the decode steps read: weights each step + each row's live KV (estimate)
+    decode_bytes: int = 0  # HBM bytes the decode steps read: weights each step + each row's live KV and its
+    # scales (estimate)
     generated_tokens: int = 0  # tokens returned in Results
     syncs: int = 0  # host reads of the finished flags
     row_moves: int = 0  # compaction moves (a request moved to a lower row)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from inferlab.engine import kv_quant
+
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x [tokens, dim] -> [tokens, dim]: weight * (x / rms(x)), the normalisation done in fp32."""
@@ -33,6 +35,43 @@ def add_rms_norm(
     """(rms_norm(residual + x), residual + x): the residual add and the next norm in one call."""
     summed = residual + x  # [tokens, dim], model dtype as in transformers
     return rms_norm(summed, weight, eps), summed
+
+
+def add_steer_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, steer
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """add_rms_norm with steering: summed = residual + x, plus scale * vector on the tokens of steered rows
+    (steer: engine.steering.SteerLayer), rounded as a transformers forward hook computes
+    `output + scale * vector` in the model dtype; then the norm of the steered sum. Returns (normed, summed)."""
+    summed = residual + x  # [tokens, dim]
+    slot, scale = steer.slot, steer.scale  # [rows]
+    if steer.token_rows is not None:
+        slot, scale = slot[steer.token_rows], scale[steer.token_rows]  # [tokens]
+    vectors = steer.vectors[slot.clamp(min=0).long()]  # [tokens, dim]
+    added = (vectors.float() * scale[:, None]).to(summed.dtype)
+    summed = torch.where((slot >= 0)[:, None], summed + added, summed)
+    return rms_norm(summed, weight, eps), summed
+
+
+def collect_rows(x: torch.Tensor, layer) -> None:
+    """Fold x [n, dim] (vector i belongs to row layer.rows[i], or row i) into the rows' collection buffers
+    (layer: engine.collection.CollectLayer), live rows only: "last" stores x, "mean" adds it to the fp32 sum
+    (restarted at n_out = 0), "all" writes it at column n_out while n_out < cap."""
+    from inferlab.engine.collection import MODE_ALL, MODE_LAST, MODE_MEAN
+
+    rows = layer.rows if layer.rows is not None else torch.arange(x.shape[0], device=x.device)
+    live = layer.active[rows] & ~layer.finished[rows]
+    mode, n_out = layer.mode[rows], layer.n_out[rows]
+    pooled = live & ((mode == MODE_LAST) | (mode == MODE_MEAN))
+    keep_sum = pooled & (mode == MODE_MEAN) & (n_out > 0)
+    old = layer.acc[rows]
+    new = torch.where(keep_sum[:, None], old, 0.0) + x.float()
+    layer.acc[rows] = torch.where(pooled[:, None], new, old)
+    if layer.all is not None:
+        cap = layer.all.shape[1]
+        col = n_out.clamp(max=cap - 1)
+        keep = live & (mode == MODE_ALL) & (n_out < cap)
+        layer.all[rows, col] = torch.where(keep[:, None], x.to(layer.all.dtype), layer.all[rows, col])
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
@@ -59,10 +98,13 @@ def rope_qkv(
     slots: torch.Tensor,  # [tokens] int64: the cache slot each token's K/V goes to
     num_heads: int,
     return_kv: bool = True,  # prefill needs k and v back; decode reads them from the cache
+    k_scale: torch.Tensor | None = None,  # [slots, kv_heads, max_len] fp32: the cache is fp8 (kv_quant.py)
+    v_scale: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Split qkv, apply the optional q/k RMSNorm and rope, write K/V at (slot, position); return q, k, v.
 
     q [tokens, heads, head_dim], k and v [tokens, kv_heads, head_dim] (None unless return_kv), in qkv's dtype.
+    With scales, K/V are stored as e4m3 + one scale per (slot, kv head, position); k and v returned unquantized.
     """
     tokens = qkv.shape[0]
     head_dim = cos.shape[-1]
@@ -78,6 +120,12 @@ def rope_qkv(
     s = sin[positions].to(qkv.dtype)[:, None, :]
     q = q * c + _rotate_half(q) * s
     k = k * c + _rotate_half(k) * s
-    k_cache[slots, :, positions] = k  # advanced indices on dims 0 and 2: one [kv_heads, head_dim] per token
-    v_cache[slots, :, positions] = v
+    if k_scale is None:
+        k_cache[slots, :, positions] = k  # advanced indices on dims 0 and 2: one [kv_heads, head_dim] per token
+        v_cache[slots, :, positions] = v
+    else:
+        for values, cache, scales in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+            stored, scale = kv_quant.quantize(values)  # [tokens, kv_heads, head_dim] fp8, [tokens, kv_heads]
+            cache[slots, :, positions] = stored
+            scales[slots, :, positions] = scale
     return (q, k, v) if return_kv else (q, None, None)

@@ -130,8 +130,12 @@ def read_model_spec(model_dir: str | Path) -> ModelSpec:
     """Parse `model_dir`/config.json (+ generation_config.json when present) into a ModelSpec."""
     root = Path(model_dir)
     config_path = root / "config.json"
+    if not root.is_dir():
+        raise InputError(f"model folder {root} does not exist; pass a local HuggingFace checkpoint folder as --model "
+                         "(or make one: inferlab model init --preset tiny --out DIR)")
     if not config_path.exists():
-        raise InputError(f"{root} has no config.json; pass a HuggingFace checkpoint folder as --model")
+        raise InputError(f"{root} has no config.json, so it is not a HuggingFace checkpoint folder; pass one as "
+                         "--model (or make one: inferlab model init --preset tiny --out DIR)")
     cfg = _read_json(config_path)
     architectures = cfg.get("architectures") or []
     if not architectures:

@@ -3,10 +3,13 @@
 One layer, as in transformers, with the residual add fused into the next norm:
     h = norm(x); q, k, v = rope(split(h @ Wqkv)); cache[slot, pos] = k, v; a = attn(q, cache) @ Wo
     h, x = norm(x + a); m = (silu(h @ Wg) * (h @ Wu)) @ Wd; h, x = norm_next(x + m)
+The last line is where the residual stream after layer i (transformers' decoder layer output) exists: with
+`taps` (engine/taps.py) it also adds each steered row's vector there and collects it (one fused op).
 Two entry points share the layer code and differ only in attention (rope and the cache write included):
 `prefill` (right-padded prompts: the rope kernel, then causal SDPA) and `decode` (one token per row: one
-fused rope + attention op over each row's cache slot). Both return the
-logits of the last position only, in the model dtype (the sampler's ops decide whether to upcast). The
+fused rope + attention op over each row's cache slot). With an fp8 KV cache both write K/V quantized with
+their scales (KVCache.scales); prefill attends over the prompt's unquantized K/V, decode reads the cache.
+Both return the logits of the last position only, in the model dtype (the sampler's ops decide whether to upcast). The
 small fused operations come from an `Ops` set (engine/ops.py), so the same code runs plain torch on CPU and
 Triton kernels on CUDA; the projections go through a GemmPlan (cuBLAS, or the skinny Triton GEMM where the
 engine measured it faster: engine/gemm_plan.py). Sampling is not here (engine/sampler.py).
@@ -23,6 +26,7 @@ from inferlab.engine.attention import PrefillAttention
 from inferlab.engine.gemm_plan import GemmPlan
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
+from inferlab.engine.taps import LayerTaps
 from inferlab.models.config import ModelSpec
 from inferlab.models.rope import RotaryTables
 from inferlab.models.weights import LayerWeights, ModelWeights
@@ -46,6 +50,7 @@ class LlamaModel:
         self,
         tokens: torch.Tensor,  # [T] int64
         attend: Attend,
+        taps: LayerTaps | None = None,  # steering / collection on the residual after each layer
     ) -> torch.Tensor:  # [T, hidden]: the final-normed hidden state
         spec, w, ops = self.spec, self.weights, self.ops
         eps = spec.rms_norm_eps
@@ -57,7 +62,10 @@ class LlamaModel:
             h, x = ops.add_rms_norm(a, x, layer.post_norm, eps)
             m = gemm.mlp(h, layer.gate_up, layer.down)  # [T, hidden]
             next_norm = w.layers[i + 1].input_norm if i + 1 < len(w.layers) else w.final_norm
-            h, x = ops.add_rms_norm(m, x, next_norm, eps)
+            if taps is None:
+                h, x = ops.add_rms_norm(m, x, next_norm, eps)
+            else:  # x = the residual after layer i, steered and collected
+                h, x = taps.after_layer(i, m, x, next_norm, eps)
         return h
 
     def _logits(self, h_last: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -72,6 +80,7 @@ class LlamaModel:
         lengths: torch.Tensor,  # [batch] int64: real prompt lengths (>= 1)
         slots: torch.Tensor,  # [batch] int64: each prompt's cache slot
         cache: KVCache,
+        taps: LayerTaps | None = None,
         out: torch.Tensor | None = None,  # [batch, vocab] model dtype: where to write the logits
     ) -> torch.Tensor:  # [batch, vocab] logits (model dtype) at each prompt's last real position
         batch, padded = tokens.shape
@@ -83,14 +92,16 @@ class LlamaModel:
             q, k, v = self.ops.rope_qkv(
                 qkv, positions, self.rotary.cos, self.rotary.sin, layer.q_norm, layer.k_norm,
                 self.spec.rms_norm_eps, cache.k[i], cache.v[i], token_slots, heads, return_kv=True,
+                **cache.scales(i),
             )  # fmt: skip
+            # prefill attends over the prompt's unquantized K/V (an fp8 cache holds them quantized for decode)
             qb = q.view(batch, padded, heads, head_dim).transpose(1, 2)  # [batch, H, padded, D]
             kb = k.view(batch, padded, kv_heads, head_dim).transpose(1, 2)
             vb = v.view(batch, padded, kv_heads, head_dim).transpose(1, 2)
             out = self.prefill_attention(qb, kb, vb, self.scale)  # [batch, H, padded, D]
             return out.transpose(1, 2).reshape(batch * padded, heads * head_dim)
 
-        h = self._layers(tokens.reshape(-1), attend)
+        h = self._layers(tokens.reshape(-1), attend, taps)
         last = h.view(batch, padded, -1)[torch.arange(batch, device=h.device), lengths - 1]  # [batch, hidden]
         return self._logits(last, out)
 
@@ -101,6 +112,7 @@ class LlamaModel:
         slots: torch.Tensor,  # [rows] int64
         cache: KVCache,
         max_len_hint: int | None = None,  # host bound of positions + 1 (used by the torch attention only)
+        taps: LayerTaps | None = None,
     ) -> torch.Tensor:  # [rows, vocab] model dtype
         rows = tokens.shape[0]
         spec = self.spec
@@ -109,7 +121,8 @@ class LlamaModel:
             out = self.ops.decode_rope_attention(
                 qkv, positions, self.rotary.cos, self.rotary.sin, layer.q_norm, layer.k_norm, spec.rms_norm_eps,
                 cache.k[i], cache.v[i], slots, spec.num_heads, self.scale, cache.merge_counters, max_len_hint,
+                **cache.scales(i),
             )  # fmt: skip
             return out.reshape(rows, spec.num_heads * spec.head_dim)
 
-        return self._logits(self._layers(tokens, attend))
+        return self._logits(self._layers(tokens, attend, taps))

@@ -1,4 +1,4 @@
-"""Resumable on-disk store of pooled activations: shards as chunks finish, one assembled file at the end.
+"""Resumable on-disk store of activations: shards as chunks finish, one assembled file at the end.
 
 Layout for `--output acts.safetensors`:
   acts.safetensors.d/run.json                 the settings the shards were made with (checked on resume)
@@ -7,8 +7,14 @@ Layout for `--output acts.safetensors`:
   acts.safetensors                            tensors layer_<i> [n, hidden] in input order; metadata: ids (JSON
                                               list, same order), layers, pool, model, failed count
 
+Ragged rows (one vector per generated token, `inferlab generate --collect-pool all`): a shard's layer_<i>
+holds its rows' vectors one after another ([sum of lengths, hidden]) and each index line says where its
+row starts and how many vectors it has; the assembled file then holds layer_<i> [total, hidden] and
+`offsets` [n + 1] int64 (row k is layer_<i>[offsets[k]:offsets[k + 1]]).
+
 An id is done once its index line exists; the index line is written after its shard is renamed into place,
-so a crash leaves at worst an orphan shard (ignored; its rows are recomputed). Owns only files: no model.
+so a crash leaves at worst an orphan shard (ignored; its rows are recomputed). An id written twice (a
+workload that recomputes a row) counts by its last line. Owns only files: no model.
 """
 
 from __future__ import annotations
@@ -65,8 +71,10 @@ class ActivationStore:
     def write_error(self, record: dict[str, Any]) -> None:
         self.index.write(record)
 
-    def write_shard(self, ids: list[str], tokens: list[int], tensors: dict[int, torch.Tensor]) -> str:
-        """Write one shard (tensors {layer: [len(ids), hidden]}) and then its index lines."""
+    def write_shard(self, ids: list[str], tokens: list[int], tensors: dict[int, torch.Tensor],
+                    lengths: list[int] | None = None) -> str:
+        """Write one shard and then its index lines: tensors {layer: [len(ids), hidden]}, or with `lengths`
+        (ragged rows) {layer: [sum(lengths), hidden]}, row k's vectors following row k - 1's."""
         if not ids:
             return ""
         name = f"shard-{self._next_shard:05d}.safetensors"
@@ -74,8 +82,13 @@ class ActivationStore:
         tmp = self.dir / (name + ".tmp")
         save_file({layer_key(k): v.contiguous() for k, v in tensors.items()}, str(tmp))
         os.replace(tmp, self.dir / name)
+        start = 0
         for row, (row_id, n_tokens) in enumerate(zip(ids, tokens)):
-            self.index.write({"id": row_id, "status": "ok", "shard": name, "row": row, "tokens": n_tokens})
+            entry = {"id": row_id, "status": "ok", "shard": name, "row": row, "tokens": n_tokens}
+            if lengths is not None:
+                entry.update(start=start, length=lengths[row])
+                start += lengths[row]
+            self.index.write(entry)
         return name
 
     def close(self) -> None:
@@ -86,7 +99,7 @@ class ActivationStore:
         with (self.dir / "index.jsonl").open(encoding="utf-8") as f:
             for line in f:
                 row = json.loads(line)
-                rows.setdefault(str(row["id"]), row)
+                rows[str(row["id"])] = row  # the last line of an id wins (it was recomputed)
         return rows
 
     def assemble(self, ids_in_order: list[str], layers: tuple[int, ...], hidden_size: int, dtype: torch.dtype) -> int:
@@ -94,17 +107,22 @@ class ActivationStore:
         index = self._read_index()
         ok_ids = [i for i in ids_in_order if index.get(i, {}).get("status") == "ok"]
         failed = sum(1 for i in ids_in_order if index.get(i, {}).get("status") == "error")
-        out = {layer: torch.empty((len(ok_ids), hidden_size), dtype=dtype) for layer in layers}
-        by_shard: dict[str, tuple[list[int], list[int]]] = {}  # shard -> (output positions, shard rows)
+        ragged = any("length" in index[i] for i in ok_ids)
+        lengths = [int(index[i]["length"]) if ragged else 1 for i in ok_ids]
+        offsets = torch.zeros(len(ok_ids) + 1, dtype=torch.int64)
+        offsets[1:] = torch.tensor(lengths, dtype=torch.int64).cumsum(0)
+        out = {layer: torch.empty((int(offsets[-1]), hidden_size), dtype=dtype) for layer in layers}
+        by_shard: dict[str, tuple[list[int], list[int]]] = {}  # shard -> (output rows, shard rows)
         for position, row_id in enumerate(ok_ids):
             entry = index[row_id]
-            positions, shard_rows = by_shard.setdefault(entry["shard"], ([], []))
-            positions.append(position)
-            shard_rows.append(int(entry["row"]))
-        for shard, (positions, shard_rows) in by_shard.items():
+            first = int(entry["start"]) if ragged else int(entry["row"])
+            targets, sources = by_shard.setdefault(entry["shard"], ([], []))
+            targets += range(int(offsets[position]), int(offsets[position + 1]))
+            sources += range(first, first + lengths[position])
+        for shard, (targets, sources) in by_shard.items():
             with safe_open(str(self.dir / shard), framework="pt") as f:
                 for layer in layers:
-                    out[layer][positions] = f.get_tensor(layer_key(layer))[shard_rows].to(dtype)
+                    out[layer][targets] = f.get_tensor(layer_key(layer))[sources].to(dtype)
         metadata = {
             "ids": json.dumps(ok_ids, ensure_ascii=False),
             "layers": json.dumps(list(layers)),
@@ -113,7 +131,10 @@ class ActivationStore:
             "failed": str(failed),
             "index": str(self.dir / "index.jsonl"),
         }
+        tensors = {layer_key(k): v for k, v in out.items()}
+        if ragged:
+            tensors["offsets"] = offsets
         tmp = self.output_path.with_name(self.output_path.name + ".tmp")
-        save_file({layer_key(k): v for k, v in out.items()}, str(tmp), metadata=metadata)
+        save_file(tensors, str(tmp), metadata=metadata)
         os.replace(tmp, self.output_path)
         return len(ok_ids)

@@ -34,7 +34,7 @@ class BatchLimits:
 
     def __post_init__(self) -> None:
         if self.max_rows < 1:
-            raise ConfigError(f"batch size {self.max_rows} must be >= 1")
+            raise ConfigError(f"batch_size={self.max_rows} must be >= 1")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ConfigError(f"max batch tokens {self.max_tokens} must be >= 1, or None for no token budget")
 

@@ -26,6 +26,7 @@ from inferlab.workloads.batching import BatchLimits, pad_batch, reorder_jsonl
 from inferlab.workloads.hf_loading import (
     LoadedModel,
     ModelLoadConfig,
+    check_model_dir,
     load_hf_model,
     model_max_positions,
     resolve_max_length,
@@ -186,7 +187,26 @@ def load_classifier(load_config: ModelLoadConfig) -> Classifier:
     """Load a sequence classifier (AutoModelForSequenceClassification) with its tokenizer and pad token."""
     from transformers import AutoModelForSequenceClassification
 
+    _require_classification_head(load_config.model_dir)
     return Classifier(load_hf_model(load_config, AutoModelForSequenceClassification))
+
+
+def _require_classification_head(model_dir: str | Path) -> None:
+    """Refuse a checkpoint without a classification head: transformers would give it a random one (and
+    random labels) with only a warning."""
+    import json
+
+    path = check_model_dir(model_dir)
+    try:
+        architectures = json.loads((path / "config.json").read_text()).get("architectures") or []
+    except (OSError, ValueError):
+        return  # transformers reports an unreadable config itself
+    if architectures and not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+        raise InputError(
+            f"{path} is a {architectures[0]} checkpoint, without a sequence-classification head: classify would "
+            "get a randomly initialised one. Pass a ...ForSequenceClassification checkpoint as --model (a test "
+            "one: inferlab model init --preset tiny-qwen2-cls --out DIR)"
+        )
 
 
 def classify_file(
@@ -199,7 +219,7 @@ def classify_file(
     """`inferlab classify`: classify a JSONL file into `output_path` (resuming it), then restore input order."""
     if not Path(input_path).exists():
         raise InputError(f"input file {input_path} does not exist")
-    with ResumableJsonlWriter(output_path) as writer:
+    with ResumableJsonlWriter(output_path, kind_fields=("status",)) as writer:
         if writer.done:
             log.info("resuming: %d ids already in %s", len(writer.done), output_path)
         report, ids_in_order = classify_records(classifier, read_jsonl_records(input_path), writer, options, progress)

@@ -12,6 +12,11 @@ prompt + new tokens per row (default: the model's positions); seed -> the seed o
 (generate draws from torch's global generator, seeded per batch: a sampled row depends on its batch-mates,
 greedy rows do not). The engine's other knobs (kernels, graphs, batching mode, memory fraction) do not
 apply and are ignored. Constrained requests are refused (constraints run inside the engine only).
+
+Steering and collection (Request.steering, Request.collect) run through forward hooks (hf_steering.py)
+with the engine's semantics and checks: a batch may mix steered and unsteered rows (per-row deltas), and
+Result.activations holds the same pooled hidden states. Named vectors come from the SteeringVectors set
+the factory is given.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from inferlab.engine.collection import CollectPlan, resolve_collect
+from inferlab.engine.steering import SteerEntry, resolve_steering
+from inferlab.engine.steering_vectors import SteeringVectors
+from inferlab.engine.tap_support import wants_taps
 from inferlab.errors import ConfigError
 from inferlab.types import Request, Result, SamplingParams, Timings
 from inferlab.workloads.batching import BatchLimits
@@ -32,13 +41,15 @@ from inferlab.workloads.hf_loading import (
     load_hf_model,
     model_max_positions,
 )
+from inferlab.workloads.hf_steering import HFTaps
 from inferlab.workloads.hf_text import Generated, HFTextGenerator
-from inferlab.workloads.oom import BackoffRunner
+from inferlab.workloads.oom import BackoffRunner, free_device_memory
 from inferlab.workloads.rows import TextRow, plan_row_batches
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_ROWS = 32
+MAX_STEERED_LAYERS = 64  # per request; the hooks have no table to size
 MAX_BATCH_TOKENS = 262144  # rows x (longest prompt + new tokens) of one batch, as hf_text's default
 
 
@@ -54,25 +65,41 @@ class HFBackendSettings:
                                  options.get("seed", 0))
 
 
-def hf_backend(model_dir: str, options: dict[str, Any]):
+def hf_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None):
     """BACKENDS["hf"]: load `model_dir` with AutoModelForCausalLM; options are the engine's (see above)."""
     from transformers import AutoModelForCausalLM
 
     load = ModelLoadConfig(str(model_dir), dtype=options.get("dtype", "auto"), device=options.get("device", "auto"))
-    return HFTextBackend(load_hf_model(load, AutoModelForCausalLM), HFBackendSettings.from_engine_options(options))
+    return HFTextBackend(load_hf_model(load, AutoModelForCausalLM), HFBackendSettings.from_engine_options(options),
+                         steering)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    ids: list[int]
+    steering: list[SteerEntry]
+    collect: CollectPlan | None
 
 
 class HFTextBackend:
-    def __init__(self, loaded: LoadedModel, settings: HFBackendSettings) -> None:
+    def __init__(self, loaded: LoadedModel, settings: HFBackendSettings,
+                 steering: SteeringVectors | None = None) -> None:
         self.loaded = loaded
         self.settings = settings
         self.context = settings.max_seq_len or model_max_positions(loaded.model)
         if self.context is None:
             raise ConfigError("the model config has no max_position_embeddings; pass --max-seq-len")
         self.vocab_size = loaded.model.get_input_embeddings().num_embeddings
+        self.taps = HFTaps(loaded.model)
+        self.named = {name: steering for name in steering.names} if steering is not None else {}
+
+    def close(self) -> None:
+        """Drop the model (the text workload closes its backend when a run ends)."""
+        self.loaded = None
+        free_device_memory()
 
     def __call__(self, requests: list[Request]) -> Iterator[Result]:
-        groups: dict[SamplingParams, list[tuple[TextRow, Request]]] = {}
+        groups: dict[SamplingParams, list[tuple[TextRow, Request, _Checked]]] = {}
         for position, request in enumerate(requests):
             checked = self._check(request)
             if isinstance(checked, Result):
@@ -81,13 +108,13 @@ class HFTextBackend:
             sampling = request.sampling
             if sampling.seed is None:  # one seed per group, so rows without their own seed can share batches
                 sampling = dataclasses.replace(sampling, seed=self.settings.seed)
-            row = TextRow(position, request.id, checked, len(checked))
-            groups.setdefault(sampling, []).append((row, request))
+            row = TextRow(position, request.id, checked.ids, len(checked.ids))
+            groups.setdefault(sampling, []).append((row, request, checked))
         for sampling, items in groups.items():
             yield from self._generate(sampling, items)
 
-    def _check(self, request: Request) -> list[int] | Result:
-        """The request's prompt ids, or an error Result naming the problem."""
+    def _check(self, request: Request) -> _Checked | Result:
+        """The request's prompt ids, steering and collection, or an error Result naming the problem."""
         if request.constraint is not None:
             return _error(request, "constrained requests run on the inferlab engine only, not on --backend hf")
         if request.prompt_ids is not None:
@@ -107,32 +134,52 @@ class HFTextBackend:
             return _error(request, f"prompt of {len(ids)} tokens + max_new_tokens={request.sampling.max_new_tokens} "
                                    f"= {need} exceeds the {self.context} positions of this model; shorten the "
                                    "prompt or lower max_new_tokens", len(ids))
-        return ids
+        steering, collect = [], None
+        if wants_taps(request):
+            taps = self.taps
+            steering = resolve_steering(request.steering or (), self.named, taps.num_layers, taps.hidden_size,
+                                        taps.dtype, MAX_STEERED_LAYERS)
+            if isinstance(steering, str):
+                return _error(request, steering, len(ids))
+            if request.collect is not None:
+                collect = resolve_collect(request.collect, taps.num_layers, request.sampling.max_new_tokens)
+                if isinstance(collect, str):
+                    return _error(request, collect, len(ids))
+        return _Checked(ids, steering, collect)
 
-    def _generate(self, sampling: SamplingParams, items: list[tuple[TextRow, Request]]) -> Iterator[Result]:
+    def _generate(self, sampling: SamplingParams, items: list[tuple[TextRow, Request, _Checked]]) -> Iterator[Result]:
         generator = HFTextGenerator(self.loaded, sampling)
-        by_id = {row.id: request for row, request in items}
+        by_id = {row.id: (request, checked) for row, request, checked in items}
         finished: list[Result] = []
 
-        def on_done(rows: list[TextRow], results: list[Generated], seconds: float) -> None:
+        def on_done(rows: list[TextRow], results: list[tuple[Generated, dict | None]], seconds: float) -> None:
             now = time.perf_counter()
-            for row, generated, text in zip(rows, results, generator.decode(results)):
-                request = by_id[row.id]
+            texts = generator.decode([generated for generated, _ in results])
+            for row, (generated, activations), text in zip(rows, results, texts):
+                request = by_id[row.id][0]
                 finished.append(Result(row.id, generated.token_ids, text, generated.finish_reason, len(row.token_ids),
-                                       Timings(finished_s=now), metadata=request.metadata))
+                                       Timings(finished_s=now), metadata=request.metadata, activations=activations))
 
         def on_oom_row(row: TextRow, message: str) -> None:
-            finished.append(_error(by_id[row.id], message, len(row.token_ids)))
+            finished.append(_error(by_id[row.id][0], message, len(row.token_ids)))
+
+        def run_batch(rows: list[TextRow]) -> list[tuple[Generated, dict | None]]:
+            checked = [by_id[r.id][1] for r in rows]
+            layers = sorted({layer for c in checked if c.collect is not None for layer in c.collect.layers})
+            with self.taps.attached([c.steering for c in checked], layers) as recording:
+                generated = generator.generate([r.token_ids for r in rows])
+            activations = recording.pooled([len(g.token_ids) for g in generated], [c.collect for c in checked])
+            return list(zip(generated, activations))
 
         new = sampling.max_new_tokens
-        runner: BackoffRunner[TextRow, Generated] = BackoffRunner(
-            run_batch=lambda rows: generator.generate([r.token_ids for r in rows]),
+        runner: BackoffRunner[TextRow, tuple[Generated, dict | None]] = BackoffRunner(
+            run_batch=run_batch,
             cost=lambda rows: len(rows) * (max(len(r.token_ids) for r in rows) + new),
             on_done=on_done,
             on_oom_row=on_oom_row,
         )
         limits = BatchLimits(self.settings.batch_rows, MAX_BATCH_TOKENS)
-        for batch in plan_row_batches([row for row, _ in items], limits, extra_tokens=new):
+        for batch in plan_row_batches([row for row, _, _ in items], limits, extra_tokens=new):
             runner.run([batch])
             yield from finished
             finished.clear()

@@ -7,10 +7,16 @@ stop_token_ids, ignore_eos); other keys are ignored. Output lines: {"id", "text"
 on the same output skips the ids already written. Bad JSON, a missing or duplicated id, bad overrides,
 empty and over-long prompts become error rows; the run goes on.
 
-The generation itself is a *backend*: a function from a list of Requests to an iterator of Results as
-they finish. BACKENDS maps names to backend factories; "inferlab" is our engine, "hf" is transformers'
-generate for any causal LM (hf_text_backend.py); "auto" picks the engine and falls back to "hf" (logged)
-for an architecture the engine's registry does not list or any UnsupportedError at engine start-up.
+The generation itself is a *backend*: a callable from a list of Requests to an iterator of Results as
+they finish, with a `close()` that gives its model's memory back. BACKENDS maps names to backend
+factories; "inferlab" is our engine, "hf" is transformers' generate for any causal LM (hf_text_backend.py);
+"auto" picks the engine and falls back to "hf" (logged) for an architecture the engine's registry does not
+list or any UnsupportedError at engine start-up. run_text_generation closes the backend it opened when the
+run ends (`borrowed(backend)` keeps one open across runs: its owner closes it).
+
+Steering (`--steer FILE` and per-line "steer_layer" / "steer_scale" / "steer_vector") and hidden states
+collected while generating (`--collect-layers ... --collect-output acts.safetensors`, resumable alongside
+the JSONL) are text_taps.py's; both backends run them.
 """
 
 from __future__ import annotations
@@ -18,18 +24,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from inferlab.engine.steering_vectors import SteeringVectors
 from inferlab.errors import ConfigError, UnsupportedError
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
-from inferlab.types import Request, Result, SamplingParams
+from inferlab.types import Collect, Request, Result, SamplingParams
+from inferlab.workloads.text_taps import ActivationSink, CollectSettings, SteerSettings, line_steering
 
 log = logging.getLogger(__name__)
 
 Backend = Callable[[list[Request]], Iterator[Result]]
-BackendFactory = Callable[[str, dict[str, Any]], Backend]  # (model_dir, engine options) -> backend
+# (model_dir, engine options, named steering vectors or None) -> backend
+BackendFactory = Callable[[str, dict[str, Any], SteeringVectors | None], Backend]
 
 
 def _is_int(v: Any) -> bool:
@@ -50,19 +59,52 @@ OVERRIDE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def engine_backend(model_dir: str, options: dict[str, Any]) -> Backend:
+class EngineTextBackend:
+    """BACKENDS["inferlab"]: the engine's stream; close() ends the engine's life (Engine.close)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def __call__(self, requests: list[Request]) -> Iterator[Result]:
+        return self.engine.stream(requests)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def engine_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> Backend:
     """Our engine: options are EngineConfig fields (max_slots, max_seq_len, device, dtype, ...)."""
     from inferlab.engine import Engine, EngineConfig
 
     engine = Engine(EngineConfig(model=model_dir, **options))
-    return engine.stream
+    if steering is not None:
+        engine.add_steering_vectors(steering)
+    return EngineTextBackend(engine)
 
 
-def hf_backend(model_dir: str, options: dict[str, Any]) -> Backend:
+def close_backend(backend: Backend) -> None:
+    """Give the backend's model memory back (its close(), where it has one)."""
+    close = getattr(backend, "close", None)
+    if close is not None:
+        close()
+
+
+def borrowed(backend: Backend) -> Backend:
+    """`backend` without its close(): for run_text_generation runs that share one backend its owner closes."""
+    return lambda requests: backend(requests)
+
+
+def hf_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> Backend:
     """transformers' generate for any causal LM (workloads/hf_text_backend.py); options as the engine's."""
     from inferlab.workloads.hf_text_backend import hf_backend as build
 
-    return build(model_dir, options)
+    if options.get("kv_dtype", "auto") != "auto":
+        raise ConfigError(
+            f"kv_dtype={options['kv_dtype']!r} (--kv-dtype) is a setting of the inferlab engine's KV cache; the hf "
+            "backend keeps transformers' own cache: use --backend inferlab, or --kv-dtype auto"
+        )
+
+    return build(model_dir, options, steering)
 
 
 BACKENDS: dict[str, BackendFactory] = {"inferlab": engine_backend, "hf": hf_backend}
@@ -84,24 +126,33 @@ def engine_architecture_problem(model_dir: str) -> str | None:
     return None
 
 
-def open_backend(name: str, model_dir: str, options: dict[str, Any]) -> Backend:
+def open_backend(name: str, model_dir: str, options: dict[str, Any],
+                 steering: SteeringVectors | None = None) -> Backend:
     """Build the named backend; "auto" = inferlab, or "hf" when the engine does not support the model (its
-    architecture, or any other UnsupportedError the engine raises at start-up)."""
+    architecture, or any other UnsupportedError the engine raises at start-up). An fp8 KV cache
+    (kv_dtype="fp8") exists only in the engine: then the engine's refusal stands, with no fallback."""
     if name == "auto":
         problem = engine_architecture_problem(model_dir)
+        engine_only = options.get("kv_dtype", "auto") != "auto"
+        if problem is not None and engine_only:
+            raise UnsupportedError(f"{problem}; kv_dtype={options['kv_dtype']!r} needs the inferlab engine: use "
+                                   "--kv-dtype auto to run this model on the hf backend")
         if problem is None:
             try:
-                return BACKENDS["inferlab"](model_dir, options)
+                return BACKENDS["inferlab"](model_dir, options, steering)
             except UnsupportedError as e:
+                if engine_only:
+                    raise
                 problem = str(e)
         log.warning("%s; falling back to the transformers backend (--backend hf)", problem)
-        return BACKENDS["hf"](model_dir, options)
+        return BACKENDS["hf"](model_dir, options, steering)
     if name not in BACKENDS:
         raise ConfigError(f"backend {name!r} is not available; choose one of auto, {', '.join(BACKENDS)}")
-    return BACKENDS[name](model_dir, options)
+    return BACKENDS[name](model_dir, options, steering)
 
 
-def build_request(record: InputRecord, defaults: SamplingParams) -> Request | str:
+def build_request(record: InputRecord, defaults: SamplingParams, steer: SteerSettings | None = None,
+                  collect: Collect | None = None) -> Request | str:
     """A Request from one input line, or the message of why the line is unusable."""
     if record.error is not None:
         return record.error
@@ -120,14 +171,18 @@ def build_request(record: InputRecord, defaults: SamplingParams) -> Request | st
         sampling = dataclasses.replace(defaults, **overrides)
     except ConfigError as e:
         return f"line {record.line_no}: {e}"
+    steering = line_steering(data, record.line_no, steer)
+    if isinstance(steering, str):
+        return steering
+    taps = dict(steering=steering, collect=collect)
     if has_text:
         if not isinstance(data["prompt"], str):
             return f"line {record.line_no}: 'prompt' must be a string"
-        return Request(id=record.id, prompt=data["prompt"], sampling=sampling)
+        return Request(id=record.id, prompt=data["prompt"], sampling=sampling, **taps)
     ids = data["prompt_ids"]
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         return f"line {record.line_no}: 'prompt_ids' must be a list of integers"
-    return Request(id=record.id, prompt_ids=tuple(ids), sampling=sampling)
+    return Request(id=record.id, prompt_ids=tuple(ids), sampling=sampling, **taps)
 
 
 def result_row(result: Result) -> dict[str, Any]:
@@ -160,27 +215,33 @@ class TextJobSummary:
     errors: int = 0
     skipped: int = 0  # ids already in the output from an earlier run
     output_tokens: int = 0
+    activation_rows: int = 0  # rows in the assembled activations file (with collection)
+    ids_in_order: list[str] = field(default_factory=list, repr=False)  # every row id of the input, in order
 
 
 def plan_requests(
-    records: Iterable[InputRecord], done: set[str], defaults: SamplingParams, summary: TextJobSummary
+    records: Iterable[InputRecord], done: set[str], defaults: SamplingParams, summary: TextJobSummary,
+    steer: SteerSettings | None = None, collect: Collect | None = None,
 ) -> tuple[list[Request], list[dict[str, Any]]]:
-    """Split input lines into requests to run and error rows to write; skip ids already done."""
+    """Split input lines into requests to run and error rows to write; skip ids already done. Every row id
+    goes to summary.ids_in_order (done ones too)."""
     requests, errors, seen = [], [], set()
     for record in records:
+        if record.id in seen:
+            row_id = f"line-{record.line_no}"
+            summary.ids_in_order.append(row_id)
+            if row_id in done:
+                summary.skipped += 1
+            else:
+                errors.append(error_row(
+                    row_id, f"line {record.line_no}: id {record.id!r} repeats an earlier line; ids must be unique"))
+            continue
+        seen.add(record.id)
+        summary.ids_in_order.append(record.id)
         if record.id in done:
             summary.skipped += 1
             continue
-        if record.id in seen:
-            errors.append(
-                error_row(
-                    f"line-{record.line_no}",
-                    f"line {record.line_no}: id {record.id!r} repeats an earlier line; ids must be unique",
-                )
-            )
-            continue
-        seen.add(record.id)
-        built = build_request(record, defaults)
+        built = build_request(record, defaults, steer, collect)
         if isinstance(built, str):
             errors.append(error_row(record.id, built))
         else:
@@ -191,18 +252,18 @@ def plan_requests(
 def run_text_generation(
     input_path: str | Path,
     output_path: str | Path,
-    open_backend: Callable[[], Backend],  # called only when there is something to generate
+    open_backend: Callable[[], Backend],  # called only when there is something to generate; closed at the end
     defaults: SamplingParams,
     on_start: Callable[[int], None] | None = None,  # called with the number of requests to run
     on_row: Callable[[dict[str, Any]], None] | None = None,  # called after each row is written
+    steer: SteerSettings | None = None,
+    collect: CollectSettings | None = None,
+    run_settings: dict[str, Any] | None = None,  # what the activations depend on (model, sampling): checked on resume
 ) -> TextJobSummary:
     summary = TextJobSummary()
-    with ResumableJsonlWriter(output_path) as writer:
-        requests, errors = plan_requests(read_jsonl_records(input_path), set(writer.done), defaults, summary)
-        if on_start is not None:
-            on_start(len(requests) + len(errors))
+    with ResumableJsonlWriter(output_path, kind_fields=("finish_reason",)) as writer:
 
-        def emit(row: dict[str, Any]) -> None:
+        def write(row: dict[str, Any]) -> None:
             writer.write(row)
             summary.written += 1
             summary.errors += row["error"] is not None
@@ -210,9 +271,34 @@ def run_text_generation(
             if on_row is not None:
                 on_row(row)
 
-        for row in errors:
-            emit(row)
-        if requests:
-            for result in open_backend()(requests):
-                emit(result_row(result))
+        sink = None
+        done = set(writer.done)
+        if collect is not None:
+            settings = {**(run_settings or {}), "steering": steer.describe() if steer is not None else None}
+            sink = ActivationSink.open(collect, settings, write)
+            done &= sink.done_ids  # both files must have the row; others are recomputed
+        requests, errors = plan_requests(read_jsonl_records(input_path), done, defaults, summary, steer,
+                                         collect.request_collect() if collect is not None else None)
+        if on_start is not None:
+            on_start(len(requests) + len(errors))
+
+        def emit(row: dict[str, Any], result: Result | None = None) -> None:
+            if sink is not None:
+                sink.add(result, row)  # activations first, then the JSONL row
+            else:
+                write(row)
+
+        try:
+            for row in errors:
+                emit(row)
+            if requests:
+                backend = open_backend()
+                try:
+                    for result in backend(requests):
+                        emit(result_row(result), result)
+                finally:
+                    close_backend(backend)
+        finally:
+            if sink is not None:
+                summary.activation_rows = sink.close(summary.ids_in_order)
     return summary

@@ -9,8 +9,8 @@ from rdkit.Chem import AllChem
 from transformers import AutoTokenizer
 
 from inferlab.bench.plan import build_plan
-from inferlab.bench.scenarios.constrained_inputs import (build_requests, load_molecules, nci_molecules_path,
-                                                         plan_batches)
+from inferlab.bench.scenarios.constrained_inputs import (MoleculeSelection, build_requests, load_molecules,
+                                                         nci_molecules_path, plan_batches)
 from inferlab.bench.scenarios.constrained_run import _check_outputs
 from inferlab.engine.constraints.program import compile_program
 from inferlab.errors import ConfigError, InputError
@@ -77,6 +77,28 @@ def test_validity_is_the_templates_strict_check(chem_tokenizer):
     assert len(result["invalid_examples"]) == 1 and requests[0].smiles in result["invalid_examples"][0]
 
 
+def test_validity_reports_the_stereo_of_the_coordinates(chem_tokenizer):
+    """Stereo assigned to drug-sized NCI molecules; ETKDG conformers of the input isomer match it, their
+    mirror images (the same text skeleton, mirrored coordinates) do not."""
+    found = load_molecules(nci_molecules_path(), 20, PROFILE, chem_tokenizer, 4096, MoleculeSelection(20, 50, True))
+    requests = [r for r in build_requests(found, 1) if "@" in r.smiles][:2]
+    assert len(requests) == 2
+    eos = chem_tokenizer.eos_token_id
+    for mirror, expected in ((1, 1.0), (-1, 0.0)):
+        outputs = []
+        for r in requests:
+            mol = Chem.AddHs(Chem.MolFromSmiles(r.smiles))
+            assert AllChem.EmbedMolecule(mol, randomSeed=1) == 0
+            for i in range(mol.GetNumAtoms()):
+                p = mol.GetConformer().GetAtomPosition(i)
+                mol.GetConformer().SetAtomPosition(i, (mirror * p.x, p.y, p.z))
+            text = encode_conformer(mol, PROFILE).generation_text(PROFILE)
+            outputs.append(chem_tokenizer(text, add_special_tokens=False)["input_ids"] + [eos])
+        result = _check_outputs(requests, outputs, frozenset([eos]), chem_tokenizer, PROFILE)
+        assert result["valid_fraction"] == 1.0 and result["stereo_checked"] == 2
+        assert result["stereo_agreement"] == expected
+
+
 def test_the_hf_baseline_runs_and_every_row_ends_after_its_skeleton(tiny_checkpoint, run_cell, chem_tokenizer):
     path = tiny_checkpoint("tiny-qwen3")
     data = {"sweep": [{"scenario": "constrained", "model": str(path), "backend": "hf",
@@ -139,5 +161,18 @@ def test_a_qwen3_preset_is_built_with_the_qwen3_chem_tokenizer_and_hf_is_the_con
     cell = build_plan({"sweep": [{"scenario": "constrained", "model": "tiny-qwen3", "backend": "hf", "set": TINY}]}).cells[0]
     assert cell.config["tokenizer"] == str(qwen3_chem_dir) and cell.config["compile"] is False
     assert get_backend("hf", "constrained") is not get_backend("hf", "generate")
-    with pytest.raises(ConfigError, match="unknown backend 'vllm' for scenario constrained; choose one of: hf"):
-        get_backend("vllm", "constrained")
+    with pytest.raises(ConfigError, match="unknown backend 'hf-continuous' for scenario constrained; choose one of: "
+                                          "hf, hf-xgrammar, inferlab, vllm"):
+        get_backend("hf-continuous", "constrained")
+
+
+def test_drug_sized_molecules_are_kept_by_their_heavy_atoms(chem_tokenizer):
+    found = load_molecules(nci_molecules_path(), 5, PROFILE, chem_tokenizer, 2048, MoleculeSelection(20, 50))
+    sizes = [Chem.MolFromSmiles(m.smiles).GetNumHeavyAtoms() for m in found.molecules]
+    assert all(20 <= n <= 50 for n in sizes) and found.skipped_by_size > 0
+    everything = load_molecules(nci_molecules_path(), 5, PROFILE, chem_tokenizer, 2048)
+    assert everything.skipped_by_size == 0 and min(Chem.MolFromSmiles(m.smiles).GetNumHeavyAtoms()
+                                                   for m in everything.molecules) < 20
+    with pytest.raises(ConfigError, match="max_heavy_atoms=20 is below min_heavy_atoms=30"):
+        build_plan({"sweep": [{"scenario": "constrained", "model": "tiny-qwen3", "backend": "hf",
+                               "set": {**TINY, "min_heavy_atoms": 30, "max_heavy_atoms": 20}}]})

@@ -134,8 +134,8 @@ def test_refusals_that_are_not_about_one_value(tmp_path):
         build_plan({"sweep": [{"scenario": "generate", "model": str(missing), "backend": "hf"}]})
     with pytest.raises(ConfigError, match=r"unknown scenario 'generation'; choose one of"):
         build_plan({"sweep": [{"scenario": "generation"}]})
-    with pytest.raises(ConfigError, match=r"unknown backend 'vllm'"):
-        build_plan({"sweep": [{"scenario": "generate", "model": "tiny", "backend": "vllm"}]})
+    with pytest.raises(ConfigError, match=r"unknown backend 'sglang'"):
+        build_plan({"sweep": [{"scenario": "generate", "model": "tiny", "backend": "sglang"}]})
     with pytest.raises(ConfigError, match=r"no backend"):
         build_plan({"sweep": [{"scenario": "generate", "model": "tiny"}]})
     with pytest.raises(ConfigError, match=r"takes no model"):
@@ -183,3 +183,26 @@ def test_knob_coercion_rules():
 def test_the_example_plan_in_benchmarks_parses():
     plan = build_plan(load_toml(REPO / "benchmarks" / "plans" / "example.toml"))
     assert plan.cells
+
+
+def test_without_the_qwen3_chem_tokenizer_quick_runs_and_its_cell_is_unavailable(monkeypatch):
+    """A fresh clone has no ../shared/tokenizers: `inferlab bench --preset quick` must still run every other
+    cell, the constrained one becoming an `unavailable` row that says where the tokenizer goes."""
+    from inferlab.bench import model_refs
+    from inferlab.bench.launcher import precheck_reason
+    from inferlab.errors import InputError
+    from inferlab.models import shared_assets
+
+    def nowhere():
+        raise InputError("the qwen3-chem tokenizer was not found (looked in: X); set $INFERLAB_QWEN3_CHEM_TOKENIZER")
+
+    monkeypatch.setattr(shared_assets, "qwen3_chem_tokenizer_dir", nowhere)
+    plan = build_plan(get_plan_preset("quick"))
+    needs = [c for c in plan.cells if c.model == "tiny-qwen3"]
+    assert needs and all(c.config["tokenizer"] == model_refs.MISSING_QWEN3_CHEM for c in needs)
+    assert precheck_reason(needs[0]) == (
+        "preset 'tiny-qwen3' needs the qwen3-chem tokenizer: the qwen3-chem tokenizer was not found (looked in: X); "
+        "set $INFERLAB_QWEN3_CHEM_TOKENIZER; or set the knob tokenizer=DIR"
+    )
+    others = [c for c in plan.cells if c.model != "tiny-qwen3"]
+    assert others and all(model_refs.missing_tokenizer(c) is None for c in others)

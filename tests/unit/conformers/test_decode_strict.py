@@ -36,9 +36,9 @@ def test_good_text_decodes():
         ("x" + GOOD, "unexpected text"),
         (GOOD.replace("[C]<-1.5000", "[C]<<-1.5000"), "no complete"),
         ("", "no atoms"),
-        ("[C]<1.0000,2.0000,3.0000>(", "not valid SMILES syntax"),  # unclosed branch
-        ("[C]<1.0000,2.0000,3.0000>1", "not valid SMILES syntax"),  # unclosed ring
-        ("=[O]<0.0000,0.0000,0.0000>".join(["[C]<0.0000,0.0000,0.0000>", "", ""]), "not a valid molecule"),  # C=O=O
+        ("[C]<1.0000,2.0000,3.0000>(", "cannot be parsed: syntax error near character 2"),  # unclosed branch
+        ("[C]<1.0000,2.0000,3.0000>1", "cannot be parsed: unclosed ring"),  # unclosed ring
+        ("=[O]<0.0000,0.0000,0.0000>".join(["[C]<0.0000,0.0000,0.0000>", "", ""]), "not a valid molecule: Explicit valence for atom # 1 O"),  # C=O=O
     ],
 )
 def test_malformed_bodies_are_errors(body, reason):

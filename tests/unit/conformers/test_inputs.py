@@ -32,7 +32,7 @@ def test_smi_file(tmp_path):
         (9, "line-9", "CCC", False),
     ]
     errors = {r.id: r.error for r in inputs.errors}
-    assert "not valid SMILES syntax" in errors["broken"]
+    assert "cannot be parsed: unclosed ring" in errors["broken"]
     assert "valence" in errors["pentavalent"]
     repeat = [r for r in inputs.records if r.line_no == 9][0]
     assert "id 'ethanol' repeats line 2" in repeat.error and repeat.given_id == "ethanol" == repeat.key

@@ -1,8 +1,8 @@
 """The conformer pipeline end to end on CPU (tiny random checkpoint, built-in Llama-3-style tokenizer):
 every conformer written is the input's molecule, checked here independently of the pipeline by reading
 the SDF back with RDKit; bad inputs, a repeated id and a molecule too long for the rows become error rows
-while the rest goes on; a run cut short resumes with every row exactly once; the process pool gives the
-same rows as in-process preparation; the CLI (both spellings) writes the same files."""
+while the rest goes on; a run cut short resumes with every row exactly once; the process pools (preparation,
+judging) give the same rows as in-process work; the CLI (both spellings) writes the same files."""
 
 from __future__ import annotations
 
@@ -57,18 +57,20 @@ def stable(rows):
 
 
 def test_every_written_conformer_is_the_input_molecule(tmp_path, model):
-    inp = write_input(tmp_path / "in.smi", ["C1CC broken", "CCO ethanol", "C[N+](C)(C)(C)C pentavalent"])
+    inp = write_input(tmp_path / "in.smi", ["C1CC broken", "CCO ethanol", "C[N+](C)(C)(C)C pentavalent",
+                                            "C[NH2]->[Cu] dative"])
     out = tmp_path / "out.sdf"
     summary = generate_conformers(model, inp, out, PipelineConfig(num_conformers=3, seed=1), ENGINE)
 
     rows = rows_of(out)
-    assert len(rows) == len(stable(rows)) == 8 * 3
+    assert len(rows) == len(stable(rows)) == 9 * 3
     ok = [r for r in rows if r["status"] == "ok"]
     assert len(ok) == len(MOLECULES) * 3 == summary.conformers_ok
     assert summary.valid_fraction == 1.0 and summary.conformers_generated == 15 and summary.graph_matches == 15
     errors = {r["input_id"]: r["error"] for r in rows if r["status"] == "error"}
-    assert "not valid SMILES syntax" in errors["broken"] and "valence" in errors["pentavalent"]
+    assert "cannot be parsed: unclosed ring" in errors["broken"] and "valence" in errors["pentavalent"]
     assert "id 'ethanol' repeats line 1" in errors["line-7"]
+    assert "dative bond" in errors["dative"]  # reaches the preparation pool, which cannot template it
     for row in ok:
         assert row["finish_reason"] == "eos" and row["graph_match"] is True and row["output_tokens"] > 0
         assert row["smiles"] == MOLECULES[row["input_id"]]
@@ -148,13 +150,17 @@ def test_a_run_cut_short_resumes_with_every_row_once(tmp_path, model):
     assert stable(rows) == stable(rows_of(tmp_path / "whole.sdf"))  # the same rows as an uninterrupted run
 
 
-def test_the_process_pool_gives_the_same_rows_as_in_process(tmp_path, model):
+def test_the_process_pools_give_the_same_rows_as_in_process(tmp_path, model):
     inp = write_input(tmp_path / "in.smi", ["C1CC broken"])
     base = dict(num_conformers=2, seed=4)
-    generate_conformers(model, inp, tmp_path / "inline.sdf", PipelineConfig(workers=0, **base), ENGINE)
-    summary = generate_conformers(model, inp, tmp_path / "pool.sdf", PipelineConfig(workers=1, **base), ENGINE)
+    generate_conformers(model, inp, tmp_path / "inline.sdf", PipelineConfig(workers=0, judge_workers=0, **base), ENGINE)
+    summary = generate_conformers(model, inp, tmp_path / "pool.sdf", PipelineConfig(workers=1, judge_workers=1, **base),
+                                  ENGINE)
     assert stable(rows_of(tmp_path / "pool.sdf")) == stable(rows_of(tmp_path / "inline.sdf"))
-    assert summary.template_cpu_s > 0
+    assert (tmp_path / "pool.sdf").read_text() != "" and summary.judge_workers == 1
+    assert {r.prop("row_id"): Chem.MolToMolBlock(r.mol) for r in read_sdf(tmp_path / "pool.sdf")} == {
+        r.prop("row_id"): Chem.MolToMolBlock(r.mol) for r in read_sdf(tmp_path / "inline.sdf")}
+    assert summary.template_cpu_s > 0 and summary.decode_s > 0
 
 
 def test_bad_settings_are_refused():

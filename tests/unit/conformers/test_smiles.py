@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from conformer_molecules import EDGE_CASE_SMILES, nci_smiles
 from rdkit import Chem
@@ -67,16 +71,56 @@ def test_nci_molecules_tokenise_consistently():
 @pytest.mark.parametrize(
     "smiles, message",
     [
-        ("C1CC", "not valid SMILES syntax"),
-        ("C(C)(C)(C)(C)C", "valence"),
+        ("C1CC", "SMILES 'C1CC' cannot be parsed: unclosed ring$"),  # RDKit's own reason
+        ("C(C", "cannot be parsed: extra open parentheses near character 2$"),
+        ("CC)", "cannot be parsed: extra close parentheses near character 3$"),
+        ("C(C)(C)(C)(C)C", "is not a valid molecule: Explicit valence for atom # 0 C, 5, is greater than permitted"),
         ("", "empty SMILES"),
         ("   ", "empty SMILES"),
-        ("c1cccc1", "not a valid molecule"),
+        ("c1cccc1", "is not a valid molecule: Can't kekulize mol. Unkekulized atoms: 0 1 2 3 4$"),
     ],
 )
-def test_invalid_smiles_name_the_problem(smiles, message):
+def test_invalid_smiles_name_the_problem_in_rdkits_words(smiles, message):
     with pytest.raises(InputError, match=message):
         canonicalize_smiles(smiles)
+
+
+def test_rdkit_prints_nothing_while_we_parse(capfd):
+    for smiles in ("C1CC", "C(C", "c1cccc1", "C(C)(C)(C)(C)C"):
+        with pytest.raises(InputError):
+            canonicalize_smiles(smiles)
+    captured = capfd.readouterr()  # file descriptors: RDKit writes from C++
+    assert captured.err == "" and captured.out == ""
+
+
+def test_older_rdkit_builds_without_capture_error_log_give_the_same_reasons():
+    """RDKit < 2026.03 has no rdBase.CaptureErrorLog: the reason then comes through Python's `rdkit` logger
+    (a child process: that route is process-wide). Nothing is printed inside a capture; outside, RDKit's
+    messages still reach the terminal."""
+    code = """
+import sys
+from rdkit import Chem, rdBase
+if hasattr(rdBase, "CaptureErrorLog"):
+    del rdBase.CaptureErrorLog
+from inferlab.errors import InputError
+from inferlab.workloads.conformers.smiles import canonicalize_smiles
+for smiles in ("C1CC", "C(C", "c1cccc1"):
+    try:
+        canonicalize_smiles(smiles)
+    except InputError as e:
+        print(e)
+sys.stdout.flush()
+Chem.MolFromSmiles("C1CC")  # outside a capture: printed as before
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "SMILES 'C1CC' cannot be parsed: unclosed ring",
+        "SMILES 'C(C' cannot be parsed: extra open parentheses near character 2",
+        "SMILES 'c1cccc1' is not a valid molecule: Can't kekulize mol. Unkekulized atoms: 0 1 2 3 4",
+    ]
+    assert done.stderr.count("unclosed ring") == 1  # only the parse outside a capture
 
 
 def test_dative_bonds_are_refused_clearly():

@@ -145,8 +145,7 @@ def test_graphs_captured_lazily_under_live_rows_give_the_eager_tokens(tiny_check
     graphed = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=SLOTS, max_seq_len=48,
                                   decode_steps_per_sync=2, queue_ahead=AHEAD, min_admission=1))
     runner, capturer = graphed.runner, _EagerCapturer()
-    runner.graphs = DecodeGraphs(lambda b, variant: runner.decode_step(b, variant, None), runner.sizes,
-                                 runner.preserved_rows, capturer)
+    runner.graphs = DecodeGraphs(runner.sizes, capturer)
     runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.rows.slots, SLOTS, runner.cache.max_len,
                                           graphed.max_prefill_tokens, capturer)
     requests = [_req(i, new=3 + (5 * i) % 11, top_p=0.9 if i % 3 else 1.0) for i in range(11)]

@@ -100,3 +100,27 @@ def test_bucketed_prefill_inputs_give_the_same_tokens(tiny_checkpoint, engine):
     ours = padded.generate(requests)
     assert runner.prefill_graphs.graphs  # buckets were used
     assert [r.token_ids for r in ours] == [r.token_ids for r in engine.generate(requests)]
+
+
+def test_copy_prefix_copies_fp8_values_and_their_scales():
+    g = torch.Generator().manual_seed(1)
+    shape = (2, 4, 2, 9, 8)
+    k = torch.randn(shape, generator=g).to(torch.float8_e4m3fn)
+    v = torch.randn(shape, generator=g).to(torch.float8_e4m3fn)
+    cache = KVCache(k, v, torch.zeros(8, dtype=torch.int32), torch.rand(shape[:-1], generator=g),
+                    torch.rand(shape[:-1], generator=g))
+    before = {name: getattr(cache, name).clone() for name in ("k", "v", "k_scale", "v_scale")}
+    cache.copy_prefix(torch.tensor([2]), torch.tensor([0]), 5)
+    for name, old in before.items():
+        new = getattr(cache, name)
+        assert torch.equal(new[:, 0, :, :5].view(torch.uint8) if new.element_size() == 1 else new[:, 0, :, :5],
+                           old[:, 2, :, :5].view(torch.uint8) if old.element_size() == 1 else old[:, 2, :, :5]), name
+        assert torch.equal(new[:, 1:].float(), old[:, 1:].float()), name  # other slots untouched
+
+
+def test_fp8_engine_rows_with_one_prompt_equal_each_run_alone(tiny_checkpoint):
+    fp8 = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=4, max_seq_len=48, kv_dtype="fp8"))
+    requests = [_req(f"k{k}", [5, 17, 9, 33], temperature=1.0, seed=k, max_new_tokens=8) for k in range(4)]
+    together = fp8.generate(requests)
+    assert fp8.stats.shared_prompt_rows == 3
+    assert [r.token_ids for r in together] == [fp8.generate([r])[0].token_ids for r in requests]

@@ -4,7 +4,8 @@ Not collected directly: TRITON_INTERPRET must be set before triton is first impo
 imports it), so test_engine_triton_interpreter.py runs this file in a child pytest with the variable set.
 fp32 results must agree to float rounding. In bf16 the interpreter truncates where a GPU rounds to
 nearest, so bf16 checks allow two bf16 ulps, and its bf16 tl.dot returns garbage, so attention is checked
-in fp32 here; scripts/gpu/engine_check.py and tests/gpu repeat every check in bf16 on CUDA.
+in fp32 here (an fp8 cache too: its values are exact in fp32, and the kernels round to the e4m3 grid
+themselves, since the interpreter's own fp32 -> fp8 cast loses carries); scripts/gpu/engine_check.py and tests/gpu repeat every check in bf16 on CUDA.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import os
 import pytest
 import torch
 
-from inferlab.engine import step, torch_ops
+from inferlab.engine import kv_quant, step, torch_ops
 from inferlab.engine.attention import decode_rope_attention_torch
 from inferlab.engine.gemm_plan import PROJECTIONS, GemmPlan, MlpChoice
+from inferlab.engine.collection import CollectLayer
 from inferlab.engine.kernels import (
     triton_attention,
+    triton_collect,
     triton_filter,
     triton_gemm,
     triton_norm,
@@ -28,6 +31,7 @@ from inferlab.engine.kernels import (
     triton_top_p,
 )
 from inferlab.engine.rows import RowState
+from inferlab.engine.steering import SteerLayer
 from inferlab.engine.sampler import (
     FILTER_MIN_P,
     FILTER_TOP_K,
@@ -61,6 +65,54 @@ def test_norms_and_swiglu(dtype):
         triton_norm.embed_rms_norm(tokens, embed, w, 1e-6), torch_ops.embed_rms_norm(tokens, embed, w, 1e-6)
     ):
         torch.testing.assert_close(ours, ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("row_map", [False, True])
+def test_add_steer_rms_norm(dtype, row_map):
+    """Steered rows get scale * vector (rounded to the model dtype) added to the sum; -1 rows nothing."""
+    g = torch.Generator().manual_seed(2)
+    tokens, rows, dim, layers = 7, 4, 96, 3
+    x, r = torch.randn(tokens, dim, generator=g).to(dtype), torch.randn(tokens, dim, generator=g).to(dtype)
+    w = torch.randn(dim, generator=g).to(dtype)
+    vectors = torch.randn(5, dim, generator=g).to(dtype)
+    index = torch.tensor([[2, -1, 0], [-1, -1, -1], [4, 1, -1], [0, 3, 3]], dtype=torch.int32)  # [rows, layers]
+    scale = torch.randn(rows, layers, generator=g)
+    token_rows = torch.tensor([0, 0, 1, 2, 2, 3, 1]) if row_map else None
+    for layer in range(layers):
+        slot, sc = (index[:, layer], scale[:, layer]) if row_map else (
+            index[:, layer].repeat(2)[:tokens], scale[:, layer].repeat(2)[:tokens])  # decode: token t is row t
+        steer = SteerLayer(vectors, slot, sc, token_rows)
+        for ours, ref in zip(triton_norm.add_steer_rms_norm(x, r, w, 1e-6, steer),
+                             torch_ops.add_steer_rms_norm(x, r, w, 1e-6, steer)):
+            torch.testing.assert_close(ours, ref, **TOL[dtype])
+    plain = SteerLayer(vectors, torch.full((tokens,), -1, dtype=torch.int32), torch.ones(tokens), None)
+    torch.testing.assert_close(triton_norm.add_steer_rms_norm(x, r, w, 1e-6, plain)[1], (x + r), **TOL[dtype])
+
+
+@pytest.mark.parametrize("row_map", [False, True])
+@pytest.mark.parametrize("with_all", [False, True])
+def test_collect_rows_kernel(row_map, with_all):
+    """Every mode x live / idle / finished x n_out at 0, inside and past the cap, against the torch reference."""
+    g = torch.Generator().manual_seed(5)
+    rows, dim, cap = 12, 80, 3
+    state = _random_rows(rows, 2, 8, g)
+    state.n_out[:] = torch.randint(0, 5, (rows,), generator=g)
+    mode = torch.randint(0, 4, (rows,), generator=g, dtype=torch.int32)
+    lanes = torch.tensor([3, 0, 7, 11, 5, 9]) if row_map else None
+    x = torch.randn(len(lanes) if row_map else rows, dim, generator=g).to(torch.bfloat16)
+
+    def buffers():
+        acc = torch.randn(rows, 2, dim, generator=torch.Generator().manual_seed(1))[:, 1]  # a strided slot view
+        every = torch.randn(rows, 2, cap, dim, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)[:, 0]
+        return CollectLayer(acc, every if with_all else None, mode, state.active, state.finished, state.n_out, lanes)
+
+    ours, ref = buffers(), buffers()
+    triton_collect.collect_rows(x, ours)
+    torch_ops.collect_rows(x, ref)
+    assert torch.equal(ours.acc, ref.acc)
+    if with_all:
+        assert torch.equal(ours.all, ref.all)
 
 
 @pytest.mark.parametrize("swiglu", [False, True])
@@ -144,6 +196,79 @@ def test_decode_rope_attention_follows_each_rows_length(qk_norm, heads, kv_heads
         *args, *caches, slots, heads, scale, counters, config=config, splits=splits
     )
     assert torch.equal(again[0], ours[0])
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_rope_qkv_writes_the_reference_fp8_cache(qk_norm):
+    """An fp8 cache: the same e4m3 bytes and scales as torch_ops.rope_qkv (kv_quant's rounding), and q, k, v
+    returned unquantized for prefill attention."""
+    g = torch.Generator().manual_seed(1)
+    heads, kv_heads, head_dim = 4, 2, 16
+    tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 64, torch.device("cpu"))
+    qkv = torch.randn(5, (heads + 2 * kv_heads) * head_dim, generator=g)
+    positions, slots = torch.tensor([0, 3, 7, 7, 40]), torch.tensor([1, 0, 2, 1, 3])
+    norms = [torch.randn(head_dim, generator=g) if qk_norm else None for _ in range(2)]
+    caches = [torch.zeros(4, kv_heads, 48, head_dim, dtype=torch.float8_e4m3fn) for _ in range(4)]
+    scales = [torch.zeros(4, kv_heads, 48) for _ in range(4)]
+    args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
+    ours = triton_rope.rope_qkv(*args, caches[0], caches[1], slots, heads, k_scale=scales[0], v_scale=scales[1])
+    ref = torch_ops.rope_qkv(*args, caches[2], caches[3], slots, heads, k_scale=scales[2], v_scale=scales[3])
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, **TOL[torch.float32])
+    for i in (0, 1):
+        assert torch.equal(caches[i].view(torch.uint8), caches[i + 2].view(torch.uint8))
+        torch.testing.assert_close(scales[i], scales[i + 2], **TOL[torch.float32])
+    assert scales[0].count_nonzero() == 5 * kv_heads  # one scale per token and kv head
+
+
+@pytest.mark.parametrize("qk_norm,splits,heads,kv_heads,head_dim", [(False, 1, 4, 2, 16), (True, 3, 6, 2, 40)])
+def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads, head_dim):
+    """fp32 queries over an fp8 cache: the kernel folds the scales into scores and probabilities, the
+    reference dequantizes; the new position is written as the reference writes it (same bytes) and
+    attended to as stored; nothing past a row's position is read (NaN codes and scales there). head_dim
+    40 leaves masked lanes in every block, which must not enter a scale."""
+    g = torch.Generator().manual_seed(2)
+    tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 256, torch.device("cpu"))
+    stored = [kv_quant.quantize(torch.randn(5, kv_heads, 200, head_dim, generator=g)) for _ in range(2)]
+    caches, scales = [q.clone() for q, _ in stored], [s.clone() for _, s in stored]
+    ref_caches, ref_scales = [q.clone() for q, _ in stored], [s.clone() for _, s in stored]
+    qkv = torch.randn(4, (heads + 2 * kv_heads) * head_dim, generator=g)
+    slots, positions = torch.tensor([3, 0, 4, 1]), torch.tensor([0, 16, 199, 64])
+    norms = [torch.randn(head_dim, generator=g) if qk_norm else None for _ in range(2)]
+    args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
+    counters = torch.zeros(5 * kv_heads, dtype=torch.int32)
+    config, scale = triton_attention.AttentionConfig(block_n=32), head_dim**-0.5
+
+    def run():
+        return triton_attention.decode_rope_attention(
+            *args, *caches, slots, heads, scale, counters, config=config, splits=splits, k_scale=scales[0],
+            v_scale=scales[1],
+        )  # fmt: skip
+
+    ours = run()
+    ref = decode_rope_attention_torch(*args, *ref_caches, slots, heads, scale, k_scale=ref_scales[0], v_scale=ref_scales[1])
+    torch.testing.assert_close(ours, ref, **TOL[torch.float32])
+    for i in (0, 1):
+        assert torch.equal(caches[i].view(torch.uint8), ref_caches[i].view(torch.uint8))
+        torch.testing.assert_close(scales[i], ref_scales[i], **TOL[torch.float32])
+    assert not counters.any()
+    caches[0].view(torch.uint8)[3, :, 1:] = 0x7F  # e4m3fn NaN
+    scales[1][3, :, 1:] = float("nan")
+    assert torch.equal(run()[0], ours[0])
+
+
+def test_engine_with_an_fp8_cache_on_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
+    from inferlab.engine import Engine, EngineConfig
+    from inferlab.types import Request, SamplingParams
+
+    """The wiring: the engine hands its cache's scales to the Triton prefill write and decode kernel."""
+    requests = [Request(id="greedy", prompt_ids=(5, 9, 100, 7), sampling=SamplingParams(temperature=0, max_new_tokens=4))]
+    outputs = {}
+    for kernels in ("torch", "triton"):
+        engine = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=2, max_seq_len=64, kernels=kernels,
+                                     kv_dtype="fp8"))  # fmt: skip
+        outputs[kernels] = [r.token_ids for r in engine.generate(requests)]
+    assert outputs["triton"] == outputs["torch"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -270,6 +395,30 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
         assert engine.constraints.runtime.mask_impl == kernels
         outputs[kernels].append(engine.generate(requests[-1:])[0].token_ids)  # a 1-token prefill batch
     assert outputs["triton"] == outputs["torch"]
+
+
+def test_engine_steering_and_collection_on_triton_kernels_match_the_torch_kernels(tiny_checkpoint):
+    """The fused add + steer + norm and the collect kernel inside a whole engine (prefill and decode)."""
+    from inferlab.engine import Engine, EngineConfig
+    from inferlab.types import Collect, Request, SamplingParams, Steer
+
+    path = tiny_checkpoint("tiny")
+    vector = torch.randn(64, generator=torch.Generator().manual_seed(0))
+    greedy = SamplingParams(temperature=0, max_new_tokens=4)
+    requests = [  # a steered and an unsteered row in one batch
+        Request(id="s", prompt_ids=(5, 9, 100), sampling=greedy,
+                steering=(Steer(0, vector, 0.8), Steer(-1, vector, -0.5)), collect=Collect((0, 1), "mean")),
+        Request(id="plain", prompt_ids=(7, 8), sampling=greedy, collect=Collect((1,), "all")),
+    ]
+    outputs = {}
+    for kernels in ("torch", "triton"):
+        engine = Engine(EngineConfig(model=path, max_slots=2, max_seq_len=32, kernels=kernels))
+        outputs[kernels] = engine.generate(requests)
+    for ours, ref in zip(outputs["triton"], outputs["torch"]):
+        assert ours.token_ids == ref.token_ids
+        assert list(ours.activations) == list(ref.activations)
+        for layer, value in ours.activations.items():
+            torch.testing.assert_close(value, ref.activations[layer], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -51,7 +51,7 @@ def test_plan_batches_pads_each_batch_to_its_own_longest_not_the_global_longest(
 
 
 def test_batch_limits_validate():
-    with pytest.raises(ConfigError, match="batch size 0"):
+    with pytest.raises(ConfigError, match="batch_size=0"):
         BatchLimits(0)
     with pytest.raises(ConfigError, match="max batch tokens"):
         BatchLimits(4, 0)

@@ -125,7 +125,7 @@ def test_simulated_oom_backs_off_and_writes_every_row_once(tmp_path, classifier,
 
 
 def test_options_are_validated(classifier, tmp_path):
-    with pytest.raises(ConfigError, match="batch size 0"):
+    with pytest.raises(ConfigError, match="batch_size=0"):
         ClassifyOptions(batch_size=0)
     inp = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "text": "x"}])
     with pytest.raises(ConfigError, match="over the model's 512 positions"):

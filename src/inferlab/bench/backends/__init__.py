@@ -6,6 +6,7 @@ BUILTIN_MODULES; out-of-tree ones call register_backend from a plugin file (see 
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from inferlab.bench.backends.base import BackendSpec, GenerateBackend, GenerateSpec
 from inferlab.errors import ConfigError
@@ -15,6 +16,13 @@ BUILTIN_MODULES = [
     "inferlab.bench.backends.hf_constrained",
     "inferlab.bench.backends.inferlab_generate",
     "inferlab.bench.backends.inferlab_constrained",
+    # peers: imported only inside their cells (vLLM, xgrammar); `unavailable` rows where they are missing
+    "inferlab.bench.backends.hf_continuous",
+    "inferlab.bench.backends.hf_xgrammar_constrained",
+    "inferlab.bench.backends.vllm_generate",
+    "inferlab.bench.backends.vllm_constrained",
+    "inferlab.bench.backends.hf_steering",
+    "inferlab.bench.backends.inferlab_steering",
 ]
 
 BACKENDS: dict[tuple[str, str], BackendSpec] = {}  # (scenario, name) -> spec
@@ -29,6 +37,12 @@ def backends_for(scenario: str) -> dict[str, BackendSpec]:
     return {name: spec for (owner, name), spec in BACKENDS.items() if owner == scenario}
 
 
+def backend_estimate_s(cell: Any, accelerator: bool) -> float | None:
+    """The cell's backend's own estimate (BackendSpec.estimate_s), or None to use the scenario's."""
+    spec = BACKENDS.get((cell.scenario, cell.backend)) if cell.backend else None
+    return spec.estimate_s(cell, accelerator) if spec is not None and spec.estimate_s is not None else None
+
+
 def get_backend(name: str, scenario: str = "generate") -> BackendSpec:
     try:
         return BACKENDS[(scenario, name)]
@@ -40,5 +54,5 @@ def get_backend(name: str, scenario: str = "generate") -> BackendSpec:
 for _module in BUILTIN_MODULES:
     register_backend(importlib.import_module(_module).BACKEND)
 
-__all__ = ["BACKENDS", "BackendSpec", "GenerateBackend", "GenerateSpec", "backends_for", "get_backend",
-           "register_backend"]
+__all__ = ["BACKENDS", "BackendSpec", "GenerateBackend", "GenerateSpec", "backend_estimate_s", "backends_for",
+           "get_backend", "register_backend"]

@@ -52,6 +52,19 @@ class GenerateBackend(Protocol):
         `warnings` list, if present, goes to the row's warnings instead."""
         ...
 
+    # Optional, on any backend of any scenario:
+    #   kernels_visible: bool = True   False when the model runs in another process (vLLM's engine core):
+    #                                  the cell's kernel profile would see nothing, so it is skipped
+    #   close() -> None                ends what the backend started (a peer's engine process) once the
+    #                                  figures are taken; called through close_backend
+
+
+def close_backend(backend: Any) -> None:
+    """Call the backend's optional close() (see GenerateBackend)."""
+    close = getattr(backend, "close", None)
+    if close is not None:
+        close()
+
 
 def _no_checks(cell: Cell) -> None:
     return None
@@ -77,6 +90,9 @@ class BackendSpec:
     # Parent side, no torch: the reason this cell certainly cannot run here (e.g. a package that is not
     # installed), or None. The launcher then records `unavailable` without starting a process.
     precheck: Callable[[Cell], str | None] = _nothing_missing
+    # Rough seconds of a cell (cell, accelerator present) when the scenario's own model does not fit this
+    # backend (a peer's start-up, an engine's step time); None = the scenario's estimate. Used to plan budgets.
+    estimate_s: Callable[[Cell, bool], float] | None = None
 
     @property
     def knob_map(self) -> dict[str, Knob]:

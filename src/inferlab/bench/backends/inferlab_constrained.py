@@ -7,7 +7,8 @@
   refilled continuously when the batch has more requests than rows;
 - constraint=off: the same requests without the constraint, each asked for exactly the number of tokens a
   constrained pass over the same requests produced (that pass runs in prepare, untimed), so the two
-  cells compare the step's cost at equal output lengths (its outputs are not conformers: validity ~0).
+  cells compare the step's cost at equal output lengths (its outputs are not conformers: validity ~0);
+- kv_dtype=fp8: the engine's FP8 KV cache (the row's engine stats name it: engine.kv_dtype).
 A warm-up call (stop_after_steps given) generates the batch's first `slots` requests in full: a
 constrained request's length is its program's, so there is no shorter call with the same shapes.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from inferlab.bench.backends import estimates
 from inferlab.bench.backends.base import BackendSpec
 from inferlab.bench.backends.constrained_base import ConformerRequest, ConstrainedSpec
 from inferlab.bench.knobs import Knob
@@ -26,6 +28,8 @@ KNOBS = (
     Knob("constraint", str, "on", "on: the GPU constraint; off: unconstrained at the constrained pass's lengths",
          choices=("on", "off")),
     Knob("decode_steps_per_sync", int, 16, "decode steps between host reads of the finished flags", minimum=1),
+    Knob("kv_dtype", str, "auto", "KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales; CUDA >= 8.9)",
+         choices=("auto", "fp8")),
 )
 
 
@@ -69,7 +73,7 @@ class InferlabConstrainedBackend:
         self.engine = Engine(EngineConfig(
             model=str(self.model_dir), device=str(self.device), dtype=self.dtype_name, max_slots=self.slots,
             max_seq_len=longest, seed=self.spec.seed, decode_steps_per_sync=self.config["decode_steps_per_sync"],
-            cuda_graphs=self.device.type == "cuda", decode_text=False,
+            cuda_graphs=self.device.type == "cuda", kv_dtype=self.config["kv_dtype"], decode_text=False,
         ))
         if self.config["constraint"] == "off":
             results = self.engine.generate(self._requests(requests, constrained=True))
@@ -100,6 +104,11 @@ class InferlabConstrainedBackend:
         results = self.engine.generate(self._requests(requests, constrained=self.config["constraint"] == "on"))
         return [list(r.token_ids) for r in results]
 
+    def close(self) -> None:
+        """End the engine's life (Engine.close): the scenario calls it after its last use."""
+        if self.engine is not None:
+            self.engine.close()
+
     def extra_metrics(self) -> dict[str, Any]:
         stats = self.engine.stats.as_dict()
         extra: dict[str, Any] = {"engine": stats, "slots": self.slots, "graph_capture_s": stats.get("capture_s"),
@@ -116,4 +125,5 @@ BACKEND = BackendSpec(
     knobs=KNOBS,
     create=lambda config, spec: InferlabConstrainedBackend(config, spec),
     scenario="constrained",
+    estimate_s=estimates.inferlab_constrained,
 )

@@ -5,7 +5,8 @@ the KV cache is exactly what the comparison needs. Building the engine (weights,
 CUDA-graph capture) happens in `load`, which the scenario times apart; each `generate` call is one
 `Engine.generate` over the batch, every row asked for exactly `new_tokens` tokens (min == max, EOS
 ignored), like every other backend. The engine's own figures (capture time, decode steps, its bandwidth
-estimate) go to the row through `extra_metrics`.
+estimate, its KV dtype) go to the row through `extra_metrics`; knob `kv_dtype=fp8` runs the FP8 KV cache, and
+the scenario then counts its bytes (`kv_bytes_per_position`) in the achieved bandwidth.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from inferlab.bench.backends import estimates
 from inferlab.bench.backends.base import BackendSpec, GenerateSpec
 from inferlab.bench.knobs import Knob
 
@@ -22,6 +24,8 @@ KNOBS = (
     Knob("gemm", str, "auto", "decode projections: auto (timed choice of cuBLAS or our skinny Triton GEMM) or cublas",
          choices=("auto", "cublas")),
     Knob("decode_steps_per_sync", int, 16, "decode steps between host reads of the finished flags", minimum=1),
+    Knob("kv_dtype", str, "auto", "KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales; CUDA >= 8.9)",
+         choices=("auto", "fp8")),
 )
 
 
@@ -44,7 +48,7 @@ class InferlabGenerateBackend:
             model=str(model_dir), device=str(device), dtype=dtype_name, max_slots=c["batch_size"],
             max_seq_len=c["prompt_tokens"] + self.spec.new_tokens, seed=self.spec.seed,
             cuda_graphs=c["cuda_graphs"] if device.type == "cuda" else False, kernels=c["kernels"], gemm=c["gemm"],
-            decode_steps_per_sync=c["decode_steps_per_sync"], decode_text=False,
+            decode_steps_per_sync=c["decode_steps_per_sync"], kv_dtype=c["kv_dtype"], decode_text=False,
         ))
         self.eos_token_ids = frozenset(self.engine.spec.eos_token_ids)
 
@@ -62,6 +66,16 @@ class InferlabGenerateBackend:
                     for i, row in enumerate(prompt_ids.tolist())]
         return [list(r.token_ids) for r in self.engine.generate(requests)]
 
+    def kv_bytes_per_position(self) -> int:
+        """The KV bytes one position costs in this engine's cache (fp8: values + scales), for the scenario's
+        bandwidth figure, which otherwise prices K/V at the model dtype."""
+        return self.engine.kv_bytes_per_token
+
+    def close(self) -> None:
+        """End the engine's life (Engine.close): the scenario calls it after its last use."""
+        if self.engine is not None:
+            self.engine.close()
+
     def extra_metrics(self) -> dict[str, Any]:
         stats = self.engine.stats.as_dict()
         return {"engine": stats, "graph_capture_s": stats.get("capture_s"),
@@ -73,4 +87,5 @@ BACKEND = BackendSpec(
     description="the inferlab engine: static KV cache, CUDA-graph decode, sampling on the device",
     knobs=KNOBS,
     create=lambda config, spec: InferlabGenerateBackend(config, spec),
+    estimate_s=estimates.inferlab_generate,
 )

@@ -15,7 +15,9 @@ BUILTIN_MODULES = [
     "inferlab.bench.scenarios.classify",
     "inferlab.bench.scenarios.hidden_states",
     "inferlab.bench.scenarios.constrained",
+    "inferlab.bench.scenarios.conformer_pipeline",
     "inferlab.bench.scenarios.batching",
+    "inferlab.bench.scenarios.steering",
 ]
 
 SCENARIOS: dict[str, Scenario] = {}

@@ -90,7 +90,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
                                                 min_new_tokens=n, ignore_eos=True))
                 for i, n in enumerate(lengths_)]
 
-    with torch.no_grad():
+    with engine, torch.no_grad():  # the engine's life ends with the measurement
         with timed(sync) as first:
             engine.generate(requests("warm", [8] * min(c["batch_size"], c["num_requests"])))
         calls = iter(range(10**9))

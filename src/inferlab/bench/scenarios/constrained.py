@@ -29,6 +29,14 @@ SAMPLINGS = {  # name -> (do_sample, temperature, top_p, top_k)
     "top-p": (True, 1.0, 1.0, 0),  # the seeds' production setting: T = 1, top-p 1.0 (pure sampling)
 }
 
+SELECTION_KNOBS = (  # shared with the conformer-pipeline scenario: the same molecules for both
+    Knob("min_heavy_atoms", int, 0, "only molecules with at least this many heavy atoms (drug-sized: 20)", minimum=0),
+    Knob("max_heavy_atoms", int, 0, "only molecules with at most this many heavy atoms (0 = no bound; drug-sized: 50)",
+         minimum=0),
+    Knob("assign_stereo", bool, False, "give unspecified stereocentres and double bonds a configuration (RDKit's first "
+         "enumerated isomer), so stereo agreement is measured; NCI's SMILES specify none"),
+)
+
 KNOBS = (
     Knob("num_molecules", int, 1000, "the first N molecules of the file that fit the context", minimum=1),
     Knob("context", int, 2048, "positions a request may use (prompt + longest output), capped by the model's; "
@@ -42,6 +50,7 @@ KNOBS = (
          choices=("v3-fixed4", "v3-stripped", "v2-fixed4", "v2-stripped")),
     Knob("sort_by_length", bool, True, "batch requests of similar length, longest first (the seeds' PR #11)"),
     Knob("molecules_file", str, "", "a .smi/.csv of molecules ('' = RDKit's NCI first_5K.smi)"),
+    *SELECTION_KNOBS,
     Knob("dtype", str, "bfloat16", "weights and activations", choices=("bfloat16", "float16", "float32")),
     Knob("tokenizer", str, "", "tokenizer folder for building a preset model ('' = the preset's own)"),
     Knob("warmup_steps", int, 16, "decode steps of each warm-up call (every shape kept); 0 = full length",
@@ -55,8 +64,21 @@ def measured_requests(c: dict[str, Any]) -> int:
     return min(c["max_requests"], total) if c["max_requests"] else total
 
 
+def molecule_selection(c: dict[str, Any]):
+    from inferlab.bench.scenarios.constrained_inputs import MoleculeSelection
+
+    return MoleculeSelection(c["min_heavy_atoms"], c["max_heavy_atoms"], c["assign_stereo"])
+
+
+def validate_selection(c: dict[str, Any]) -> None:
+    if c["max_heavy_atoms"] and c["max_heavy_atoms"] < c["min_heavy_atoms"]:
+        raise ConfigError(f"max_heavy_atoms={c['max_heavy_atoms']} is below min_heavy_atoms={c['min_heavy_atoms']}; "
+                          "raise it, or set 0 for no upper bound")
+
+
 def validate(cell: Cell) -> None:
     c = cell.config
+    validate_selection(c)
     measured = measured_requests(c)
     if measured % c["batch_size"]:
         raise ConfigError(
@@ -65,6 +87,9 @@ def validate(cell: Cell) -> None:
             "timed loop; set max_requests to a multiple of batch_size")
     if c["warmup"] < 1:
         raise ConfigError("warmup=0: the first call carries compile and lazy initialisation; use warmup >= 1")
+    if c["max_heavy_atoms"] and c["min_heavy_atoms"] > c["max_heavy_atoms"]:
+        raise ConfigError(f"min_heavy_atoms={c['min_heavy_atoms']} > max_heavy_atoms={c['max_heavy_atoms']}: no "
+                          "molecule can be kept; swap them, or set max_heavy_atoms=0 (no upper bound)")
     assert cell.model is not None
     if c["tokenizer"] and not model_refs.is_preset(cell.model):
         raise ConfigError(f"tokenizer={c['tokenizer']} only applies when model is a preset to build; remove the knob")
@@ -73,12 +98,23 @@ def validate(cell: Cell) -> None:
 
 
 def estimate_s(cell: Cell, accelerator: bool) -> float:
-    """Rough seconds. GPU: ~12 s process, load and molecule set-up, a compile guess for static caches
-    (~35 s for the Qwen3-0.6B shape), then the HF baseline's decode steps: a length-sorted batch runs as
-    long as its longest row, ~520 steps for 32 NCI molecules and more for larger batches (x1.35 per
-    doubling), at ~12 ms + 0.06 ms per row per step (BENCHMARKING.md: ~1,800 tok/s at batch 32 dynamic,
-    ~10,000 at 256). CPU (tiny models): ~4 ms + 0.3 ms per row per step."""
+    """Rough seconds. GPU, HF baseline: ~12 s process, load and molecule set-up, a compile guess for static
+    caches (~35 s for the Qwen3-0.6B shape), then the decode steps: a length-sorted batch runs as long as
+    its longest row, ~520 steps for 32 NCI molecules and more for larger batches (x1.35 per doubling), at
+    ~12 ms + 0.06 ms per row per step (BENCHMARKING.md: ~1,800 tok/s at batch 32 dynamic, ~10,000 at 256).
+    GPU, the engine: ~45 s of process, molecules, engine start-up and warm-up, then the tokens (~24 per
+    heavy atom; ~27 atoms for drug-sized selections, ~16 for NCI at large) at ~38k tok/s, one pass more
+    for constraint=off (its untimed constrained pass). CPU (tiny models): ~4 ms + 0.3 ms per row per step."""
+    from inferlab.bench.backends import backend_estimate_s
+
+    own = backend_estimate_s(cell, accelerator)
+    if own is not None:
+        return own
     c = cell.config
+    if accelerator and cell.backend == "inferlab":
+        atoms = 27 if c["min_heavy_atoms"] >= 20 else 16
+        passes = c["min_repeats"] + (c.get("constraint") == "off")
+        return 45.0 + passes * measured_requests(c) * atoms * 24 / 38_000
     batches = measured_requests(c) // c["batch_size"]
     rows = c["batch_size"]
     steps = 520 * (1 + 0.35 * max(0.0, math.log2(rows / 32)))
@@ -111,5 +147,6 @@ SCENARIO = Scenario(
     uses_model=True,
     default_timeout_s=600.0,
     # batch size and cache are serving choices: the baseline's best of them is what is compared
-    workload_knobs=("num_molecules", "num_conformers", "max_requests", "sampling", "profile", "molecules_file"),
+    workload_knobs=("num_molecules", "num_conformers", "max_requests", "sampling", "profile", "molecules_file",
+                    "min_heavy_atoms", "max_heavy_atoms", "assign_stereo"),
 )

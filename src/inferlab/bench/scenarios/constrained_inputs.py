@@ -1,7 +1,14 @@
-"""The `constrained` scenario's inputs, the same for every backend: molecules (the first N of a molecule
-file, RDKit's NCI first_5K.smi by default, that parse and fit the model's context), their conformer
+"""The `constrained` scenario's inputs, the same for every backend (and for the `conformer-pipeline`
+scenario, which hands the same molecules to the CLI): molecules (the first N of a molecule file, RDKit's
+NCI first_5K.smi by default, that parse, pass the selection and fit the model's context), their conformer
 templates and tokenised prompts, the requests (K conformers per molecule, molecule after molecule), the
 measured prefix of them, and the batches.
+
+Selection (`MoleculeSelection`): heavy atoms within [min, max] (drug-sized: 20-50), and optionally
+stereo assigned where the file leaves it open: NCI's SMILES specify none, so without it a stereo
+agreement figure has nothing to compare. `assign_stereo` gives each unspecified tetrahedral centre and
+double bond a configuration (RDKit's EnumerateStereoisomers, the first isomer, deterministic); the
+molecular graphs stay the file's.
 
 "Fits the context": prompt tokens + an upper bound of the output tokens <= the model's positions. The
 bound needs no compiled constraint: every copy token holds at least one character of the template's
@@ -29,8 +36,20 @@ def nci_molecules_path() -> Path:
 
 
 @dataclass(frozen=True)
+class MoleculeSelection:
+    min_heavy_atoms: int = 0
+    max_heavy_atoms: int = 0  # 0: no upper bound
+    assign_stereo: bool = False  # give unspecified stereocentres and double bonds a configuration
+
+    def describe(self) -> str:
+        atoms = f"{self.min_heavy_atoms}-{self.max_heavy_atoms or 'any'} heavy atoms"
+        return atoms + (", stereo assigned where unspecified" if self.assign_stereo else "")
+
+
+@dataclass(frozen=True)
 class Molecule:
-    smiles: str
+    id: str  # the file's id for the line
+    smiles: str  # as read (with stereo assigned when the selection asks)
     template: ConformerTemplate
     prompt_ids: tuple[int, ...]
     max_output_tokens: int  # upper bound of the generated tokens, EOS included
@@ -42,11 +61,14 @@ class MoleculeSet:
     source: str
     skipped_unreadable: int  # lines that did not parse or cannot be templated (e.g. dative bonds)
     skipped_too_long: int  # parsed, but prompt + output bound exceed the model's positions
+    skipped_by_size: int = 0  # parsed, but outside the selection's heavy-atom range
+    selection: MoleculeSelection = MoleculeSelection()
 
 
-def load_molecules(path: Path, count: int, profile: FormatProfile, tokenizer, max_positions: int) -> MoleculeSet:
-    """The first `count` molecules of `path` that can be templated and fit `max_positions`; InputError
-    when the file holds fewer."""
+def load_molecules(path: Path, count: int, profile: FormatProfile, tokenizer, max_positions: int,
+                   selection: MoleculeSelection = MoleculeSelection()) -> MoleculeSet:
+    """The first `count` molecules of `path` that pass `selection`, can be templated and fit
+    `max_positions`; InputError when the file holds fewer."""
     from inferlab.engine.constraints.token_automaton import grammar_set_for
     from inferlab.workloads.conformers.inputs import read_molecule_inputs
 
@@ -54,15 +76,19 @@ def load_molecules(path: Path, count: int, profile: FormatProfile, tokenizer, ma
     hole_tokens = grammar_set_for(tokenizer, (grammar,)).grammars[grammar].max_tokens
     inputs = read_molecule_inputs(path)
     molecules: list[Molecule] = []
-    unreadable = too_long = 0
+    unreadable = too_long = by_size = 0
     for record in inputs.records:
         if len(molecules) == count:
             break
         if not record.ok or record.smiles is None:
             unreadable += 1
             continue
+        smiles = _selected(record.smiles, selection)
+        if smiles is None:
+            by_size += 1
+            continue
         try:
-            template = build_template(record.smiles, profile)
+            template = build_template(smiles, profile)
         except InferlabError:
             unreadable += 1
             continue
@@ -71,12 +97,41 @@ def load_molecules(path: Path, count: int, profile: FormatProfile, tokenizer, ma
         if len(prompt_ids) + bound > max_positions:
             too_long += 1
             continue
-        molecules.append(Molecule(record.smiles, template, prompt_ids, bound))
+        molecules.append(Molecule(record.id, smiles, template, prompt_ids, bound))
     if len(molecules) < count:
-        raise InputError(f"only {len(molecules)} molecules of {path} can be templated and fit the model's "
-                         f"{max_positions} positions ({unreadable} unreadable, {too_long} too long); "
-                         f"lower num_molecules to at most {len(molecules)}")
-    return MoleculeSet(tuple(molecules), str(path), unreadable, too_long)
+        raise InputError(f"only {len(molecules)} molecules of {path} pass the selection ({selection.describe()}), "
+                         f"can be templated and fit the model's {max_positions} positions ({unreadable} unreadable, "
+                         f"{by_size} outside the size range, {too_long} too long); lower num_molecules to at most "
+                         f"{len(molecules)}")
+    return MoleculeSet(tuple(molecules), str(path), unreadable, too_long, by_size, selection)
+
+
+def _selected(smiles: str, selection: MoleculeSelection) -> str | None:
+    """`smiles` (stereo assigned if asked) when its heavy atoms are in range, else None. Unparsable SMILES
+    pass through: the template says why they cannot be used."""
+    from rdkit import Chem, rdBase
+
+    if not selection.min_heavy_atoms and not selection.max_heavy_atoms and not selection.assign_stereo:
+        return smiles
+    blocker = rdBase.BlockLogs()
+    mol = Chem.MolFromSmiles(smiles)
+    del blocker
+    if mol is None:
+        return smiles
+    heavy = mol.GetNumHeavyAtoms()
+    if heavy < selection.min_heavy_atoms or (selection.max_heavy_atoms and heavy > selection.max_heavy_atoms):
+        return None
+    return with_assigned_stereo(mol) if selection.assign_stereo else smiles
+
+
+def with_assigned_stereo(mol) -> str:
+    """SMILES of `mol` with every unspecified stereocentre and stereo double bond given a configuration:
+    the first isomer RDKit's EnumerateStereoisomers gives (deterministic). Unchanged when there is none."""
+    from rdkit import Chem
+    from rdkit.Chem.EnumerateStereoisomers import EnumerateStereoisomers, StereoEnumerationOptions
+
+    options = StereoEnumerationOptions(onlyUnassigned=True, maxIsomers=1, unique=True)
+    return Chem.MolToSmiles(next(iter(EnumerateStereoisomers(mol, options=options)), mol))
 
 
 def build_requests(molecules: MoleculeSet, num_conformers: int) -> list[ConformerRequest]:
@@ -97,6 +152,13 @@ def plan_batches(requests: list[ConformerRequest], bounds: list[int], batch_size
     if sort_by_length:
         order.sort(key=lambda i: -bounds[requests[i].molecule_index])
     return [[requests[i] for i in order[s:s + batch_size]] for s in range(0, len(order), batch_size)]
+
+
+def write_smi(molecules: MoleculeSet, path: Path) -> Path:
+    """The molecules as a .smi file (`SMILES id` per line), e.g. the input of a CLI run."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{m.smiles} {m.id}\n" for m in molecules.molecules))
+    return path
 
 
 def molecule_file(knob: str) -> Path:

@@ -19,11 +19,15 @@ def _check_outputs(requests: list, outputs: list[list[int]], eos: frozenset[int]
     """Validity of each output, decoded up to its first EOS, read twice: strictly by the template's check
     (`valid_fraction`), and by the plain decoder that knows nothing of the input, whose RDKit molecule must
     have the input's canonical SMILES, stereo included, with one block per atom (`graph_match_fraction`).
-    Keeps the first texts (cut to 300 characters) and the first reasons for the reader."""
+    Valid outputs of inputs with specified stereo also say whether their coordinates have it
+    (`stereo_agreement`, workloads/conformers/stereo.py). Keeps the first texts (cut to 300 characters)
+    and the first reasons for the reader."""
     from inferlab.errors import InferlabError
     from inferlab.workloads.conformers.decode import decode_generation
+    from inferlab.workloads.conformers.pipeline_judge import stereo_fields
 
     valid, graph_matches, ended, reasons, samples = 0, 0, 0, [], []
+    stereo_checked = stereo_matches = 0
     for request, ids in zip(requests, outputs):
         end = next((i for i, t in enumerate(ids) if t in eos), None)
         ended += end is not None
@@ -31,8 +35,11 @@ def _check_outputs(requests: list, outputs: list[list[int]], eos: frozenset[int]
         if len(samples) < 2:
             samples.append(text[:300])
         try:
-            request.template.check(text, profile)
+            mol = request.template.check(text, profile).mol
             valid += 1
+            stereo = stereo_fields(mol)["stereo_ok"]
+            stereo_checked += stereo is not None
+            stereo_matches += stereo is True
         except InferlabError as e:
             if len(reasons) < 3:
                 reasons.append(f"{request.smiles}: {e}")
@@ -43,6 +50,8 @@ def _check_outputs(requests: list, outputs: list[list[int]], eos: frozenset[int]
     n = len(requests)
     return {"valid_fraction": valid / n, "valid_rows": valid, "checked_rows": n, "graph_match_fraction": graph_matches / n,
             "graph_match_rows": graph_matches, "ended_with_eos_fraction": ended / n,
+            "stereo_checked": stereo_checked, "stereo_matches": stereo_matches,
+            "stereo_agreement": stereo_matches / stereo_checked if stereo_checked else None,
             "invalid_examples": reasons, "sample_outputs": samples}
 
 
@@ -51,10 +60,11 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
     from transformers import AutoTokenizer
 
     from inferlab.bench.backends import get_backend
+    from inferlab.bench.backends.base import close_backend
     from inferlab.bench.backends.constrained_base import ConstrainedSpec
     from inferlab.bench.compile_watch import compiled_graphs
     from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
-    from inferlab.bench.scenarios.constrained import measured_requests
+    from inferlab.bench.scenarios.constrained import measured_requests, molecule_selection
     from inferlab.bench.scenarios.constrained_inputs import build_requests, load_molecules, molecule_file, plan_batches
     from inferlab.bench.scenarios.generate_traffic import count_generated
     from inferlab.bench.timing import device_synchronizer, measure, timed, warm_up
@@ -68,7 +78,7 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
     tokenizer = AutoTokenizer.from_pretrained(str(ctx.model_path))
     with timed(sync) as setup:
         molecules = load_molecules(molecule_file(c["molecules_file"]), c["num_molecules"], profile, tokenizer,
-                                   min(c["context"], _max_positions(ctx.model_path)))
+                                   min(c["context"], _max_positions(ctx.model_path)), molecule_selection(c))
         requests = build_requests(molecules, c["num_conformers"])
     measured = requests[:measured_requests(c)]
     bounds = [m.max_output_tokens for m in molecules.molecules]
@@ -141,9 +151,12 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
         "molecules_skipped_too_long": molecules.skipped_too_long,
         "molecules_skipped_unreadable": molecules.skipped_unreadable,
         "molecules_source": molecules.source,
+        "molecules_selection": molecules.selection.describe(),
+        "molecules_skipped_by_size": molecules.skipped_by_size,
         "device": str(device),
         **validity,
         **peak_memory(device),
     }
     ctx.add_backend_metrics(metrics, backend)
+    close_backend(backend)
     return metrics

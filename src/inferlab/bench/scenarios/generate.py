@@ -22,6 +22,7 @@ The scenario owns the protocol; backends only load and run batches:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -93,6 +94,11 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
     the timed calls: passes over all prompts, cut at `max_duration_s`. The GPU step model is fitted to
     BENCHMARKING.md's H200 table for the Llama-380M shape (dynamic ~9 ms, static ~3 ms, +0.055 ms per
     row; the Python processor ~+0.04 ms per row); other models and devices differ."""
+    from inferlab.bench.backends import backend_estimate_s
+
+    own = backend_estimate_s(cell, accelerator)
+    if own is not None:
+        return own
     c = cell.config
     rows = c["batch_size"]
     if accelerator:
@@ -103,6 +109,12 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
         fixed = 6.0
     if c.get("processor") == "python":
         step_ms += 0.04 * rows
+    return planned_seconds(c, step_ms, fixed)
+
+
+def planned_seconds(c: dict, step_ms: float, fixed_s: float) -> float:
+    """A cell's seconds from its decode step time and its fixed costs (start, load, compile): warm-up calls,
+    the warm repeat of a short one, then the timed calls (passes, cut at max_duration_s, at least one)."""
     call_s = c["new_tokens"] * step_ms / 1000
     short = _short_warmup_steps(c)
     warm_steps = short or c["new_tokens"]
@@ -111,7 +123,7 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
     timed_s = max(timed_calls * call_s, c["min_duration_s"])
     if c["max_duration_s"]:
         timed_s = min(timed_s, max(call_s, math.ceil(c["max_duration_s"] / call_s) * call_s))
-    return fixed + warm_calls * warm_steps * step_ms / 1000 + timed_s
+    return fixed_s + warm_calls * warm_steps * step_ms / 1000 + timed_s
 
 
 def _short_warmup_steps(c: dict) -> int | None:
@@ -151,6 +163,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     import torch
 
     from inferlab.bench.backends import GenerateSpec, get_backend
+    from inferlab.bench.backends.base import close_backend
     from inferlab.bench.compile_watch import compiled_graphs
     from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
     from inferlab.bench.scenarios.generate_traffic import ModelTraffic, count_generated
@@ -169,6 +182,8 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     prompts = make_prompts(ctx.model_path, c["num_prompts"], c["prompt_tokens"], c["seed"]).to(device)
     batches = list(torch.split(prompts, c["batch_size"]))  # each [batch_size, prompt_tokens]
     traffic = ModelTraffic.from_checkpoint(ctx.model_path, c["dtype"])
+    if hasattr(backend, "kv_bytes_per_position"):  # a cache stored otherwise than in the model dtype (fp8 KV)
+        traffic = dataclasses.replace(traffic, kv_bytes_per_position=float(backend.kv_bytes_per_position()))
     warm_steps = _short_warmup_steps(c)  # None: full length
 
     with torch.no_grad():
@@ -236,6 +251,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     }
     ctx.add_backend_metrics(metrics, backend)
     metrics.update(_after_measuring(cell, ctx, backend, batches[0], device, metrics))
+    close_backend(backend)
     return metrics
 
 
@@ -249,7 +265,7 @@ def _after_measuring(cell: Cell, ctx: CellContext, backend: Any, batch: Any, dev
     from inferlab.bench.profiling import observe_attention
 
     extra: dict[str, Any] = {"attention_kernel_observed": None, "attention_kernels_profile": None}
-    if cell.config["profile_kernels"]:
+    if cell.config["profile_kernels"] and getattr(backend, "kernels_visible", True):
         ctx.save_partial(metrics, "the kernel profile")
         try:
             with torch.no_grad():

@@ -13,6 +13,11 @@ Grid (rows, kv_heads, splits). Each program:
   4. with one split it writes the output; otherwise it writes a partial output and its log-sum-exp, and
      the last of the row's splits to finish (an atomic counter per (row, kv head), reset by that program
      for the next launch) merges them in a fixed order: deterministic, and no second launch.
+With an FP8 cache (KV_FP8: e4m3 values + one fp32 scale per (slot, kv head, position), engine/kv_quant.py)
+the tiles are read as fp8 and never dequantized: K's scales multiply the tile's scores (q . k8 x k_scale[n])
+and V's the probabilities before their dot (p x v_scale[n]) @ v8 (bf16 operands: fp8 values are exact in
+bf16, and bf16 keeps p x v_scale clear of fp16's underflow); the new position is quantized where it is
+written (kernels/triton_fp8.py) and folded in from those rounded values, exactly as later steps will read it.
 The grid depends only on the batch bucket, never on lengths, so the launch is CUDA-graph capturable. The
 decode step therefore runs neither the rope kernel nor a merge kernel (each ~2 us per layer at 16 rows on
 an H200, where the step is bound by such fixed costs). Same result as engine/attention.py's
@@ -28,6 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
+from inferlab.engine.kernels.triton_fp8 import e4m3_scale, to_e4m3
+
 
 @dataclass(frozen=True)
 class AttentionConfig:
@@ -39,6 +46,11 @@ class AttentionConfig:
     num_warps: int = 4
     num_stages: int = 3
     programs_per_sm: int = 1  # splits are added until rows x kv_heads x splits reaches this many per SM
+
+
+# With an fp8 cache: the bf16 defaults until the device says otherwise (engine_check.py --parts fp8_kv times
+# a few configs; compiled for sm_90 this kernel takes ~250 registers at head_dim 128 vs ~180 in bf16).
+FP8_ATTENTION_CONFIG = AttentionConfig()
 
 
 @triton.jit
@@ -67,6 +79,8 @@ def _rope_attention_kernel(
     NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, BLOCK_H: tl.constexpr,
     HEAD_DIM: tl.constexpr, HALF_BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     QK_NORM: tl.constexpr, IEEE: tl.constexpr,
+    K_SCALE, V_SCALE, stride_ss, stride_sh,  # KV_FP8: [slots, kv_heads, max_len] fp32 scales (else unused)
+    KV_FP8: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -93,6 +107,7 @@ def _rope_attention_kernel(
     q1, q2 = _rotated_head(q_src, QNORM, c[None, :], s[None, :], d[None, :], qmask, eps, HEAD_DIM, QK_NORM, dtype)
 
     kv_base = slot * stride_ks + kv_head * stride_kh
+    scale_base = slot * stride_ss + kv_head * stride_sh  # KV_FP8: this (slot, kv head)'s scales, position stride 1
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
     denom = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
@@ -104,37 +119,76 @@ def _rope_attention_kernel(
         kmask = nmask[:, None] & dmask[None, :]
         k1 = tl.load(k_ptr, mask=kmask, other=0.0)  # [BLOCK_N, HALF_BLOCK]
         k2 = tl.load(k_ptr + half, mask=kmask, other=0.0)
+        if KV_FP8:  # e4m3 -> q's dtype is exact; the scales come after the dot
+            k1 = k1.to(dtype)
+            k2 = k2.to(dtype)
         if IEEE:
             sc = tl.dot(q1, tl.trans(k1), input_precision="ieee") + tl.dot(q2, tl.trans(k2), input_precision="ieee")
         else:
             sc = tl.dot(q1, tl.trans(k1)) + tl.dot(q2, tl.trans(k2))
+        if KV_FP8:
+            sc = sc * tl.load(K_SCALE + scale_base + n, mask=nmask, other=0.0)[None, :]
         sc = tl.where(nmask[None, :], sc * scale, float("-inf"))  # [BLOCK_H, BLOCK_N]
         m_new = tl.maximum(m, tl.max(sc, axis=1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(sc - m_new[:, None])
         denom = denom * alpha + tl.sum(p, axis=1)
-        v = tl.load(V_CACHE + kv_base + n[:, None] * stride_kn + dv[None, :], mask=nmask[:, None] & dvmask[None, :])
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        if KV_FP8:
+            v = tl.load(V_CACHE + kv_base + n[:, None] * stride_kn + dv[None, :], mask=nmask[:, None] & dvmask[None, :],
+                        other=0.0)  # fmt: skip
+            pv = p * tl.load(V_SCALE + scale_base + n, mask=nmask, other=0.0)[None, :]  # [BLOCK_H, BLOCK_N]
+            if IEEE:
+                acc = acc * alpha[:, None] + tl.dot(pv, v.to(tl.float32), input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(pv.to(tl.bfloat16), v.to(tl.bfloat16))
         else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            v = tl.load(V_CACHE + kv_base + n[:, None] * stride_kn + dv[None, :], mask=nmask[:, None] & dvmask[None, :])
+            if IEEE:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m = m_new
     if (pos >= start) & (pos < end):  # this share holds the new token: cache it and fold it in
         k_src = QKV + row * stride_t + (NUM_HEADS + kv_head) * HEAD_DIM
         k1, k2 = _rotated_head(k_src, KNORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, dtype)
         v_new = tl.load(QKV + row * stride_t + (NUM_HEADS + NUM_KV_HEADS + kv_head) * HEAD_DIM + dv, mask=dvmask)
         cache_at = kv_base + pos * stride_kn
-        tl.store(K_CACHE + cache_at + d, k1, mask=dmask)
-        tl.store(K_CACHE + cache_at + half + d, k2, mask=dmask)
-        tl.store(V_CACHE + cache_at + dv, v_new, mask=dvmask)
-        sc_new = tl.sum(q1.to(tl.float32) * k1.to(tl.float32)[None, :], axis=1)
-        sc_new = (sc_new + tl.sum(q2.to(tl.float32) * k2.to(tl.float32)[None, :], axis=1)) * scale  # [BLOCK_H]
-        m_new = tl.maximum(m, sc_new)
-        alpha = tl.exp(m - m_new)
-        p_new = tl.exp(sc_new - m_new)
-        denom = denom * alpha + p_new
-        p_rounded = p_new.to(dtype).to(tl.float32)  # as the tile path rounds p for its dot
-        acc = acc * alpha[:, None] + p_rounded[:, None] * v_new.to(tl.float32)[None, :]
+        if KV_FP8:  # quantize where written; fold in the rounded values the cache now holds
+            cache_ty = K_CACHE.dtype.element_ty
+            k_scale = e4m3_scale(k1.to(tl.float32), k2.to(tl.float32))
+            v_f = tl.where(dvmask, v_new.to(tl.float32), 0.0)  # lanes past head_dim must not enter the scale
+            v_scale = e4m3_scale(v_f, tl.zeros([BLOCK_D], tl.float32))
+            k1q = to_e4m3(k1.to(tl.float32), k_scale)  # fp32 on the e4m3 grid
+            k2q = to_e4m3(k2.to(tl.float32), k_scale)
+            vq = to_e4m3(v_f, v_scale)
+            tl.store(K_CACHE + cache_at + d, k1q.to(cache_ty), mask=dmask)
+            tl.store(K_CACHE + cache_at + half + d, k2q.to(cache_ty), mask=dmask)
+            tl.store(V_CACHE + cache_at + dv, vq.to(cache_ty), mask=dvmask)
+            tl.store(K_SCALE + scale_base + pos, k_scale)
+            tl.store(V_SCALE + scale_base + pos, v_scale)
+            sc_new = tl.sum(q1.to(tl.float32) * k1q[None, :], axis=1)
+            sc_new = (sc_new + tl.sum(q2.to(tl.float32) * k2q[None, :], axis=1)) * k_scale * scale  # [BLOCK_H]
+            m_new = tl.maximum(m, sc_new)
+            alpha = tl.exp(m - m_new)
+            p_new = tl.exp(sc_new - m_new)
+            denom = denom * alpha + p_new
+            if IEEE:
+                pv_new = p_new * v_scale
+            else:
+                pv_new = (p_new * v_scale).to(tl.bfloat16).to(tl.float32)  # as the tile path rounds p x v_scale
+            acc = acc * alpha[:, None] + pv_new[:, None] * vq[None, :]
+        else:
+            tl.store(K_CACHE + cache_at + d, k1, mask=dmask)
+            tl.store(K_CACHE + cache_at + half + d, k2, mask=dmask)
+            tl.store(V_CACHE + cache_at + dv, v_new, mask=dvmask)
+            sc_new = tl.sum(q1.to(tl.float32) * k1.to(tl.float32)[None, :], axis=1)
+            sc_new = (sc_new + tl.sum(q2.to(tl.float32) * k2.to(tl.float32)[None, :], axis=1)) * scale  # [BLOCK_H]
+            m_new = tl.maximum(m, sc_new)
+            alpha = tl.exp(m - m_new)
+            p_new = tl.exp(sc_new - m_new)
+            denom = denom * alpha + p_new
+            p_rounded = p_new.to(dtype).to(tl.float32)  # as the tile path rounds p for its dot
+            acc = acc * alpha[:, None] + p_rounded[:, None] * v_new.to(tl.float32)[None, :]
         m = m_new
     empty = denom == 0.0  # a share with no positions (a short row): contributes nothing to the merge
     out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, denom)[:, None])
@@ -193,15 +247,20 @@ def decode_rope_attention(
     scale: float,
     counters: torch.Tensor,  # [>= rows * kv_heads] int32, zero between launches (KVCache.merge_counters)
     max_len_hint: int | None = None,  # unused: the kernel reads the positions on the device
-    config: AttentionConfig | None = None,  # None: AttentionConfig()
+    config: AttentionConfig | None = None,  # None: AttentionConfig() (fp8 cache: FP8_ATTENTION_CONFIG)
     splits: int | None = None,  # None: from config.programs_per_sm (choose_splits)
+    k_scale: torch.Tensor | None = None,  # [slots, kv_heads, max_len] fp32: the cache is fp8 (engine/kv_quant.py)
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [rows, heads, head_dim] in qkv's dtype
     rows = qkv.shape[0]
     kv_heads, max_len, head_dim = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
     assert qkv.stride(-1) == 1 and k_cache.stride(-1) == 1 and k_cache.stride() == v_cache.stride()
+    fp8 = k_scale is not None
+    if fp8:
+        assert k_cache.dtype == torch.float8_e4m3fn and k_scale.stride() == v_scale.stride() and k_scale.stride(-1) == 1
     assert counters.numel() >= rows * kv_heads and counters.dtype == torch.int32
     group = num_heads // kv_heads
-    config = config or AttentionConfig()
+    config = config or (FP8_ATTENTION_CONFIG if fp8 else AttentionConfig())
     if splits is None:
         target = config.programs_per_sm * _sm_count(qkv.device)
         splits = choose_splits(rows, kv_heads, max_len, target, config.block_n)
@@ -223,6 +282,8 @@ def decode_rope_attention(
         HEAD_DIM=head_dim, HALF_BLOCK=max(16, triton.next_power_of_2(head_dim // 2)),
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_N=config.block_n,
         QK_NORM=qk_norm, IEEE=qkv.dtype == torch.float32,
+        K_SCALE=k_scale if fp8 else cos, V_SCALE=v_scale if fp8 else cos,
+        stride_ss=k_scale.stride(0) if fp8 else 0, stride_sh=k_scale.stride(1) if fp8 else 0, KV_FP8=fp8,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     return out

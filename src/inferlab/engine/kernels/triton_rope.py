@@ -3,6 +3,8 @@
 One program per (token, head) over the q heads and then the kv heads: a q head is rotated into the q
 output; a kv head rotates its k half-vectors, and writes k and v straight into the cache at the token's
 (slot, position) - in the decode step this single launch replaces about fifteen eager kernels per layer.
+With an FP8 cache (KV_FP8) the kv head stores k and v as e4m3 with one fp32 scale each per position
+(kernels/triton_fp8.py); the k and v it returns for prefill attention stay unquantized.
 Same signature and arithmetic as engine/torch_ops.rope_qkv (which is the test reference).
 """
 
@@ -11,6 +13,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from inferlab.engine.kernels.triton_fp8 import e4m3_scale, to_e4m3
 
 
 @triton.jit
@@ -27,6 +31,8 @@ def _rope_qkv_kernel(
     V_OUT,
     K_CACHE,
     V_CACHE,
+    K_SCALE,
+    V_SCALE,
     stride_t,
     stride_cos,
     stride_qo_t,
@@ -36,12 +42,15 @@ def _rope_qkv_kernel(
     stride_cs,
     stride_ch,
     stride_cn,
+    stride_ss,
+    stride_sh,
     eps,
     NUM_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HALF_BLOCK: tl.constexpr,
     QK_NORM: tl.constexpr,
     RETURN_KV: tl.constexpr,
+    KV_FP8: tl.constexpr,
 ):
     t = tl.program_id(0)
     head = tl.program_id(1)  # [0, H) are q heads, [H, H + K) kv heads
@@ -77,13 +86,25 @@ def _rope_qkv_kernel(
         kv_head = head - NUM_HEADS
         slot = tl.load(SLOT + t)
         cache_off = slot * stride_cs + kv_head * stride_ch + pos * stride_cn
-        tl.store(K_CACHE + cache_off + d, o1, mask=dmask)
-        tl.store(K_CACHE + cache_off + half + d, o2, mask=dmask)
         v_src = QKV + t * stride_t + (head + tl.num_programs(1) - NUM_HEADS) * HEAD_DIM
         v1 = tl.load(v_src + d, mask=dmask, other=0.0)
         v2 = tl.load(v_src + half + d, mask=dmask, other=0.0)
-        tl.store(V_CACHE + cache_off + d, v1, mask=dmask)
-        tl.store(V_CACHE + cache_off + half + d, v2, mask=dmask)
+        if KV_FP8:  # e4m3 values + one fp32 scale per (slot, kv head, position) for K and for V
+            cache_ty = K_CACHE.dtype.element_ty
+            k_scale = e4m3_scale(o1.to(tl.float32), o2.to(tl.float32))
+            v_scale = e4m3_scale(v1.to(tl.float32), v2.to(tl.float32))
+            tl.store(K_CACHE + cache_off + d, to_e4m3(o1.to(tl.float32), k_scale).to(cache_ty), mask=dmask)
+            tl.store(K_CACHE + cache_off + half + d, to_e4m3(o2.to(tl.float32), k_scale).to(cache_ty), mask=dmask)
+            tl.store(V_CACHE + cache_off + d, to_e4m3(v1.to(tl.float32), v_scale).to(cache_ty), mask=dmask)
+            tl.store(V_CACHE + cache_off + half + d, to_e4m3(v2.to(tl.float32), v_scale).to(cache_ty), mask=dmask)
+            scale_off = slot * stride_ss + kv_head * stride_sh + pos
+            tl.store(K_SCALE + scale_off, k_scale)
+            tl.store(V_SCALE + scale_off, v_scale)
+        else:
+            tl.store(K_CACHE + cache_off + d, o1, mask=dmask)
+            tl.store(K_CACHE + cache_off + half + d, o2, mask=dmask)
+            tl.store(V_CACHE + cache_off + d, v1, mask=dmask)
+            tl.store(V_CACHE + cache_off + half + d, v2, mask=dmask)
         if RETURN_KV:
             k_dst = K_OUT + t * stride_ko_t + kv_head * stride_ko_h
             tl.store(k_dst + d, o1, mask=dmask)
@@ -106,9 +127,14 @@ def rope_qkv(
     slots: torch.Tensor,  # [tokens] int64
     num_heads: int,
     return_kv: bool = True,  # prefill needs k and v back; decode reads them from the cache
+    k_scale: torch.Tensor | None = None,  # [slots, kv_heads, max_len] fp32 with an fp8 cache (else None)
+    v_scale: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """q [tokens, heads, head_dim] (+ k, v [tokens, kv_heads, head_dim] when return_kv); see torch_ops."""
     assert qkv.stride(-1) == 1 and k_cache.stride(-1) == 1 and v_cache.stride() == k_cache.stride()
+    fp8 = k_scale is not None
+    if fp8:
+        assert k_cache.dtype == torch.float8_e4m3fn and k_scale.stride() == v_scale.stride() and k_scale.stride(-1) == 1
     tokens = qkv.shape[0]
     head_dim = cos.shape[-1]
     kv_heads = k_cache.shape[1]
@@ -129,6 +155,8 @@ def rope_qkv(
         v,
         k_cache,
         v_cache,
+        k_scale if fp8 else cos,
+        v_scale if fp8 else cos,
         qkv.stride(0),
         cos.stride(0),
         q.stride(0),
@@ -138,11 +166,14 @@ def rope_qkv(
         k_cache.stride(0),
         k_cache.stride(1),
         k_cache.stride(2),
+        k_scale.stride(0) if fp8 else 0,
+        k_scale.stride(1) if fp8 else 0,
         eps,
         NUM_HEADS=num_heads,
         HEAD_DIM=head_dim,
         HALF_BLOCK=triton.next_power_of_2(head_dim // 2),
         QK_NORM=qk_norm,
         RETURN_KV=return_kv,
+        KV_FP8=fp8,
     )
     return q, (k if return_kv else None), (v if return_kv else None)

@@ -20,9 +20,9 @@ from inferlab.scale.params import from_params, to_params
 from inferlab.scale.workloads.conformers import conformer_adapter
 from inferlab.workloads.conformers.pipeline_config import PipelineConfig
 
-# Settings whose change changes the rows: a rerun with other values is refused (slots, waves, workers and
+# Settings whose change changes the rows: a rerun with other values is refused (slots, workers, judges and
 # memory only change the speed; a request's tokens depend on its seed, not on its batch).
-RESULT_SETTINGS = ("num_conformers", "profile", "sampling", "seed", "smiles_column", "id_column")
+RESULT_SETTINGS = ("num_conformers", "profile", "sampling", "seed", "stereo_retries", "smiles_column", "id_column")
 
 
 def pipeline_params(model: str | Path, config: PipelineConfig, engine_options: Mapping[str, Any]) -> dict[str, Any]:

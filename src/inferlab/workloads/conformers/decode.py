@@ -15,12 +15,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rdkit import Chem, rdBase
+from rdkit import Chem
 from rdkit.Geometry import Point3D
 
 from inferlab.errors import InputError
 from inferlab.workloads.conformers.descriptors import smiles_atom_text
 from inferlab.workloads.conformers.profiles import FormatProfile
+from inferlab.workloads.conformers.rdkit_messages import rdkit_log
 from inferlab.workloads.conformers.smiles import canonicalize_mol
 
 # One unit of the body: an atom with its block (groups 1, 2) or one structure token (group 3).
@@ -109,23 +110,17 @@ def _unexpected(body: str, pos: int) -> str:
 def _parse_rebuilt(smiles: str, num_blocks: int) -> Chem.Mol:
     params = Chem.SmilesParserParams()
     params.removeHs = False  # every written atom has a block, explicit [H] and [2H] included
-    blocker = rdBase.BlockLogs()
-    try:
-        params.sanitize = False
+    params.sanitize = False
+    with rdkit_log() as log:  # RDKit prints its reasons; ours carry them instead
         raw = Chem.MolFromSmiles(smiles, params)
-        if raw is None:
-            raise InputError(f"the rebuilt SMILES {smiles!r} is not valid SMILES syntax")
-        if raw.GetNumAtoms() != num_blocks:
-            raise InputError(f"the rebuilt SMILES {smiles!r} has {raw.GetNumAtoms()} atoms but {num_blocks} blocks")
-        params.sanitize = True
+    if raw is None:
+        raise InputError(f"the rebuilt SMILES {smiles!r} cannot be parsed: {log.reason() or 'RDKit gave no reason'}")
+    if raw.GetNumAtoms() != num_blocks:
+        raise InputError(f"the rebuilt SMILES {smiles!r} has {raw.GetNumAtoms()} atoms but {num_blocks} blocks")
+    params.sanitize = True
+    with rdkit_log() as log:
         mol = Chem.MolFromSmiles(smiles, params)
-        if mol is None:
-            try:
-                Chem.SanitizeMol(raw)
-                reason = "RDKit rejected it"
-            except Exception as e:  # RDKit's sanitisation exceptions carry the reason
-                reason = str(e)
-            raise InputError(f"the rebuilt SMILES {smiles!r} is not a valid molecule: {reason}")
-    finally:
-        del blocker
+    if mol is None:
+        raise InputError(f"the rebuilt SMILES {smiles!r} is not a valid molecule: "
+                         f"{log.reason() or 'RDKit gave no reason'}")
     return mol

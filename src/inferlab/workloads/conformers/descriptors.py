@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rdkit import Chem
+if TYPE_CHECKING:  # only annotations: the profile registry (CLI choices) loads without RDKit
+    from rdkit import Chem
 
 # Atoms SMILES may write without brackets (plus the aromatic forms); `*` is the dummy atom.
 ORGANIC_SUBSET = frozenset({"B", "C", "N", "O", "P", "S", "F", "Cl", "Br", "I", "b", "c", "n", "o", "p", "s", "*"})

@@ -26,7 +26,8 @@ def default_jsonl_path(sdf_path: str | Path) -> Path:
 class ConformerResultWriter:
     def __init__(self, sdf_path: str | Path, jsonl_path: str | Path | None = None, profile: str = "") -> None:
         self.profile = profile
-        self._rows = ResumableJsonlWriter(jsonl_path or default_jsonl_path(sdf_path), id_field="id")
+        self._rows = ResumableJsonlWriter(jsonl_path or default_jsonl_path(sdf_path), id_field="id",
+                                          kind_fields=("conformer_index",))
         self._sdf = ConformerSdfWriter(sdf_path, keep_row_ids=self._rows.done)
 
     @property
@@ -46,6 +47,18 @@ class ConformerResultWriter:
         extra: dict[str, Any] | None = None,
     ) -> None:
         self._sdf.write(mol, input_id, canonical_smiles, conformer_index, self.profile)
+        self._row(input_id, canonical_smiles, conformer_index, "ok", None, extra)
+
+    def write_ok_record(
+        self,
+        input_id: str,
+        canonical_smiles: str,
+        conformer_index: int,
+        record: str,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Like write_ok, with the SDF record already formatted (sdf.format_record, e.g. in a worker)."""
+        self._sdf.append(record)
         self._row(input_id, canonical_smiles, conformer_index, "ok", None, extra)
 
     def write_error(

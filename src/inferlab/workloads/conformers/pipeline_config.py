@@ -17,9 +17,10 @@ from inferlab.workloads.conformers.profiles import DEFAULT_PROFILE, get_profile
 
 SAMPLING_MODES = ("greedy", "top-p")
 MAX_DEFAULT_WORKERS = 8  # template + compile processes when not told: ~25 ms per molecule each keeps a GPU fed
-INLINE_BELOW_MOLECULES = 64  # automatic worker count: fewer molecules are prepared in this process
-MIN_WAVE_REQUESTS = 1024
-WAVE_SLOTS = 16  # a wave holds at least this many batches' worth of requests (see PipelineConfig.wave_requests)
+INLINE_BELOW_MOLECULES = 64  # automatic worker counts: smaller jobs prepare and judge in this process
+DEFAULT_JUDGE_WORKERS = 2  # judging costs ~2 ms of CPU per drug-sized conformer; the engine makes ~60-200/s
+MIN_LOOKAHEAD_REQUESTS = 1024
+LOOKAHEAD_SLOTS = 4  # molecules prepared ahead: at least this many batches' worth of requests
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class ConformerSampling:
             self.params()  # SamplingParams validates temperature and top_p with its own messages
             if self.temperature == 0:
                 raise ConfigError("temperature 0 is greedy decoding; use --sampling greedy")
+        elif (self.temperature, self.top_p) != (1.0, 1.0):
+            raise ConfigError(f"--sampling greedy takes the argmax: temperature={self.temperature} and "
+                              f"top_p={self.top_p} would be ignored; drop them or use --sampling top-p")
 
     def params(self) -> SamplingParams:
         """The engine's sampling parameters (the constraint program sets the lengths)."""
@@ -63,12 +67,16 @@ class PipelineConfig:
     sampling: ConformerSampling = field(default_factory=ConformerSampling)
     seed: int = 0  # the engine seed: conformer `<id>#<k>` samples with a seed derived from (seed, its row id)
     workers: int | None = None  # template/compile processes; None: min(8, cores), in-process below 64 molecules
-    # Requests handed to one Engine.stream call. The engine takes a call's requests before it decodes, so
-    # the pipeline feeds it in waves while the pool prepares the next; each wave ends with a drain (rows
-    # finishing with no replacement). None: max(1024, 16 x the engine's slots): drains cost a few percent.
-    wave_requests: int | None = None
-    lookahead_waves: float = 2.0  # molecules prepared ahead of the wave being built, in waves
-    cpu_cores: int | None = None  # cores the automatic worker count may use (None: this process's; scale-out
+    # Processes judging finished conformers (strict check, plain decoding, stereo, SDF record) off the
+    # engine's path; None: 2 (at most the cores), in-process below 64 molecules; 0: in this process.
+    judge_workers: int | None = None
+    # A conformer whose coordinates contradict the input's specified stereo is generated again, with a new
+    # seed, up to this many times; the row records its attempts.
+    stereo_retries: int = 0
+    # Molecules the pool prepares ahead of the requests handed to the engine, in requests' worth;
+    # None: max(1024, 4 x the engine's slots).
+    lookahead_requests: int | None = None
+    cpu_cores: int | None = None  # cores the automatic worker counts may use (None: this process's; scale-out
     # workers get their share of the host)
     smiles_column: str | None = None  # .csv/.tsv inputs; None: detected
     id_column: str | None = None
@@ -80,12 +88,18 @@ class PipelineConfig:
         get_profile(self.profile)  # ConfigError naming the known profiles
         if self.workers is not None and self.workers < 0:
             raise ConfigError(f"workers={self.workers} must be >= 0 (0: prepare molecules in this process)")
-        if self.wave_requests is not None and self.wave_requests < 1:
-            raise ConfigError(f"wave_requests={self.wave_requests} must be >= 1 (or None for the default)")
+        if self.judge_workers is not None and self.judge_workers < 0:
+            raise ConfigError(f"judge_workers={self.judge_workers} (--judge-workers) must be >= 0 "
+                              "(0: judge in this process)")
+        if not isinstance(self.stereo_retries, int) or self.stereo_retries < 0:
+            raise ConfigError(f"stereo_retries={self.stereo_retries!r} (--stereo-retries) must be an integer >= 0")
+        if self.stereo_retries and self.sampling.mode == "greedy":
+            raise ConfigError("stereo retries with greedy decoding would draw the same conformer every attempt; "
+                              "use --sampling top-p, or --stereo-retries 0")
+        if self.lookahead_requests is not None and self.lookahead_requests < 1:
+            raise ConfigError(f"lookahead_requests={self.lookahead_requests} must be >= 1 (or None for the default)")
         if self.cpu_cores is not None and self.cpu_cores < 1:
             raise ConfigError(f"cpu_cores={self.cpu_cores} must be >= 1 (or None)")
-        if self.lookahead_waves <= 0:
-            raise ConfigError(f"lookahead_waves={self.lookahead_waves} must be > 0")
 
     def pool_workers(self, molecules: int) -> int:
         """Processes for `molecules` to prepare: a pool costs seconds to start (each process imports torch and
@@ -94,11 +108,15 @@ class PipelineConfig:
             return self.workers
         return default_workers(self.cpu_cores) if molecules >= INLINE_BELOW_MOLECULES else 0
 
-    def wave_size(self, engine_slots: int | None) -> int:
-        """Requests per wave; before the engine exists (slots None), the smallest default."""
-        if self.wave_requests is not None:
-            return self.wave_requests
-        return max(MIN_WAVE_REQUESTS, WAVE_SLOTS * (engine_slots or 0))
+    def judge_pool_workers(self, molecules: int) -> int:
+        """Processes judging finished conformers; a small job judges in this process."""
+        if self.judge_workers is not None:
+            return self.judge_workers
+        if molecules < INLINE_BELOW_MOLECULES:
+            return 0
+        return min(DEFAULT_JUDGE_WORKERS, default_workers(self.cpu_cores))
 
-    def lookahead_molecules(self, wave_size: int) -> int:
-        return max(1, math.ceil(self.lookahead_waves * wave_size / self.num_conformers))
+    def lookahead_molecules(self, engine_slots: int | None) -> int:
+        """Molecules to keep prepared ahead; before the engine exists (slots None), the smallest default."""
+        requests = self.lookahead_requests or max(MIN_LOOKAHEAD_REQUESTS, LOOKAHEAD_SLOTS * (engine_slots or 0))
+        return max(1, math.ceil(requests / self.num_conformers))

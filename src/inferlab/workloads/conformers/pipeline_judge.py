@@ -1,6 +1,6 @@
-"""A finished generation -> a conformer or an error, and the fields of its JSONL row.
+"""A finished generation -> a conformer or an error, the fields of its JSONL row and its SDF record.
 
-Two independent readings of every output:
+Three readings of every output, all on the CPU, in the judge pool (pipeline_judge_pool.py):
 - strict, by the molecule's template (`ConformerTemplate.check`): every block fullmatches the profile's
   grammar and every descriptor and structure token is the template's, so the RDKit molecule is the
   input's own, block k at atom k. This decides `status` ok/error; only ok conformers go to the SDF.
@@ -9,63 +9,109 @@ Two independent readings of every output:
   gives back the input's molecular graph (stereo included) with one block per atom. It can disagree with
   the strict reading only where the format is ambiguous (docs/conformers.md: a bracket atom whose text
   equals a wrapped bare atom, e.g. a radical `[O]`).
+- stereo (stereo.py): whether the coordinates have the tetrahedral and double-bond stereo the input
+  specifies (`stereo_ok` true/false, null when it specifies none). A contradicting conformer with
+  attempts left is marked `retry` (the pipeline generates it again); otherwise it is written as is.
 
-Decoding costs well under a millisecond per conformer, so it runs inline while the engine decodes the
-next chunk. Not here: writing (output.py), generation (pipeline.py).
+Together ~1.5-2 ms of CPU per conformer of 20-50 heavy atoms, all under the GIL (RDKit does not release
+it here; scripts/conformers_judge_cost.py measures both), which is why they run in worker processes. Everything here is plain data in and out (no torch,
+no engine objects), so a task pickles cheaply. Not here: writing (output.py), generation (pipeline.py).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from rdkit import Chem
 
 from inferlab.errors import InferlabError
-from inferlab.types import Result
 from inferlab.workloads.conformers.decode import decode_generation
-from inferlab.workloads.conformers.pipeline_prepare import PreparedMolecule
-from inferlab.workloads.conformers.profiles import FormatProfile
+from inferlab.workloads.conformers.profiles import get_profile
+from inferlab.workloads.conformers.sdf import format_record
+from inferlab.workloads.conformers.stereo import stereo_agreement
+from inferlab.workloads.conformers.template import ConformerTemplate
 
 
-@dataclass(frozen=True, eq=False)
-class Judgement:
-    mol: Chem.Mol | None  # the conformer (heavy atoms in canonical SMILES order), None on error
-    error: str | None
+@dataclass(frozen=True)
+class JudgeTask:
+    """One finished generation (attempt `attempt` of row `<input_id>#<conformer_index>`)."""
+
+    input_id: str
+    conformer_index: int
+    attempt: int  # 0 for the first generation of the row, n for its n-th retry
+    may_retry: bool  # attempts are left: a conformer contradicting the input's stereo is generated again
+    template: ConformerTemplate
+    profile: str
+    text: str | None  # the generation, EOS left out; None when the engine refused the request
+    finish_reason: str
+    engine_error: str | None
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    error: str | None  # why the output is not a valid conformer of the input; None when it is
     fields: dict[str, Any]  # the row's extra fields
+    sdf_record: str | None  # the SDF record of a valid conformer that is final (not to be retried)
+    retry: bool  # generate this row again: its geometry contradicts the input's stereo and attempts are left
+    seconds: float  # CPU time of the judgement (in the worker)
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
 
-def judge(result: Result, molecule: PreparedMolecule, profile: FormatProfile) -> Judgement:
+def judge(task: JudgeTask) -> Verdict:
+    start = time.perf_counter()
+    template = task.template
     fields: dict[str, Any] = {
-        "canonical_smiles": molecule.template.canonical_smiles,
-        "num_atoms": molecule.template.num_atoms,
-        "prompt_tokens": result.prompt_tokens,
-        "output_tokens": len(result.token_ids),
-        "finish_reason": result.finish_reason,
+        "canonical_smiles": template.canonical_smiles,
+        "num_atoms": template.num_atoms,
+        "prompt_tokens": task.prompt_tokens,
+        "output_tokens": task.output_tokens,
+        "finish_reason": task.finish_reason,
         "graph_match": None,
+        "stereo_ok": None,
     }
-    if not result.ok:
-        return Judgement(None, f"the engine refused the request: {result.error}", fields)
-    if result.finish_reason != "eos":
-        return Judgement(None, f"the generation ended by {result.finish_reason!r}, not at the program's EOS", fields)
-    fields["graph_match"] = _plain_decoding_matches(result.text, molecule, profile)
+
+    def verdict(error: str | None, record: str | None = None, retry: bool = False) -> Verdict:
+        return Verdict(error, fields, record, retry, time.perf_counter() - start)
+
+    if task.engine_error is not None:
+        return verdict(f"the engine refused the request: {task.engine_error}")
+    if task.finish_reason != "eos" or task.text is None:
+        return verdict(f"the generation ended by {task.finish_reason!r}, not at the program's EOS")
+    profile = get_profile(task.profile)
+    fields["graph_match"] = _plain_decoding_matches(task.text, template, profile)
     try:
-        decoded = molecule.template.check(result.text, profile)
+        mol = template.check(task.text, profile).mol
     except InferlabError as e:
-        return Judgement(None, f"the output is not a valid conformer of the input: {e}", fields)
-    return Judgement(decoded.mol, None, fields)
+        return verdict(f"the output is not a valid conformer of the input: {e}")
+    fields.update(stereo_fields(mol))
+    if fields["stereo_ok"] is False and task.may_retry:
+        return verdict(None, retry=True)
+    return verdict(None, format_record(mol, task.input_id, template.canonical_smiles, task.conformer_index,
+                                       template.profile))
 
 
-def _plain_decoding_matches(text: str, molecule: PreparedMolecule, profile: FormatProfile) -> bool:
+def _plain_decoding_matches(text: str, template: ConformerTemplate, profile) -> bool:
     try:
         decoded = decode_generation(text, profile)
     except InferlabError:
         return False
-    return (
-        decoded.canonical_smiles == molecule.template.canonical_smiles
-        and decoded.mol.GetNumAtoms() == molecule.template.num_atoms
-    )
+    return decoded.canonical_smiles == template.canonical_smiles and decoded.mol.GetNumAtoms() == template.num_atoms
+
+
+def stereo_fields(mol: Chem.Mol) -> dict[str, Any]:
+    """The stereo fields of a row, for a molecule from `ConformerTemplate.check`: it carries the input's
+    stereo (its tags come from the template's canonical SMILES) and the conformer's coordinates, numbered
+    alike (block k = atom k)."""
+    reference = Chem.Mol(mol)
+    reference.RemoveAllConformers()
+    try:
+        return stereo_agreement(reference, mol).fields()
+    except Exception as e:  # RDKit's perception failing on an odd geometry must not lose a valid conformer
+        return {"stereo_ok": None, "stereo_error": f"{type(e).__name__}: {e}"}

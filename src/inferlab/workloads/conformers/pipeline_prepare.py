@@ -73,7 +73,9 @@ def _load_state(model_dir: str, profile_name: str) -> _PreparerState:
 
     tokenizer = load_tokenizer(model_dir)
     if tokenizer is None:
-        raise InputError(f"{model_dir} has no tokenizer files; conformer prompts and constraints need the tokenizer")
+        raise InputError(f"{model_dir} has no tokenizer files; conformer prompts and constraints need the tokenizer: "
+                         "copy the checkpoint's tokenizer files into it (for a random model: inferlab model init "
+                         "--tokenizer DIR)")
     return _PreparerState(tokenizer, grammar_set_for(tokenizer), profile_name)
 
 

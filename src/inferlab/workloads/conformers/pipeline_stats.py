@@ -3,15 +3,23 @@ are written; `as_dict` is what the CLI prints and the scale-out workers report.
 
 Times: `wall_s` is the whole call. `engine_start_s` is the engine's construction (weights, memory plan,
 GEMM tuning, graph capture). `generate_s` is the time spent inside Engine.stream (decoding, and the
-host work the engine overlaps with it). `template_wait_s` is how long the pipeline waited for the pool
-(molecules not prepared in time: 0 when preparation keeps ahead). `template_cpu_s` is the pool's own
-work (templates, tokenisation, compilation) summed over its processes, mostly hidden behind the engine.
-`decode_s` is the strict and plain decoding plus writing, done between the engine's chunks.
+host work the engine overlaps with it, including pulling requests from the feed). `consumer_s` is the
+time the engine waited for the pipeline: from a result handed out to the next one asked for (handing
+the result to the judge pool and writing the verdicts that are ready; a GPU chunk launched before the
+hand-out runs meanwhile, so it idles only where this exceeds a chunk). `judge_wait_s` is the part of it
+spent waiting for a full judge window. `drain_s`: waiting for the last verdicts after each engine call.
+`template_wait_s` is how long the feed waited for the preparation pool (0 when it keeps ahead),
+`template_cpu_s` the pool's own work (templates, tokenisation, compilation) summed over its processes.
+`decode_s` is the judges' CPU time (strict and plain decoding, stereo, SDF records) summed over their
+processes, `write_s` the writing of rows in this process.
+`other_s` is the rest of `wall_s`: reading inputs, the resume plan, preparation done in this process
+before the engine (small jobs), starting and stopping the pools.
+`engine` holds the engine's own figures (EngineStats: start-up phases, prefill and decode device time).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -25,6 +33,10 @@ class PipelineSummary:
     conformers_rejected: int = 0  # of those, outputs that are not a valid conformer of the input
     conformers_skipped: int = 0  # rows written by earlier runs
     graph_matches: int = 0  # ok rows whose plain decoding gave the input's graph
+    stereo_checked: int = 0  # ok rows whose input specifies stereo (tetrahedral centres or double bonds)
+    stereo_matches: int = 0  # of those, rows whose coordinates have the input's stereo
+    stereo_retries: int = 0  # attempts generated again because their geometry contradicted the input
+    retry_output_tokens: int = 0  # output tokens of those retries (also in output_tokens)
     prompt_tokens: int = 0
     output_tokens: int = 0
     device: str | None = None  # the engine's, e.g. "cuda:0" or "cpu"
@@ -36,7 +48,13 @@ class PipelineSummary:
     template_wait_s: float = 0.0
     template_cpu_s: float = 0.0
     decode_s: float = 0.0
-    waves: int = 0
+    write_s: float = 0.0
+    consumer_s: float = 0.0
+    judge_wait_s: float = 0.0
+    drain_s: float = 0.0
+    stream_calls: int = 0  # Engine.stream calls: 1, plus one per round of retries given after the feed ended
+    judge_workers: int = 0
+    engine: dict[str, Any] = field(default_factory=dict)  # EngineStats.as_dict() without the GEMM choices
 
     @property
     def conformers_written(self) -> int:
@@ -47,6 +65,17 @@ class PipelineSummary:
         """Valid conformers among the engine's outputs (inputs that never ran are not counted)."""
         generated = self.conformers_generated
         return (generated - self.conformers_rejected) / generated if generated else None
+
+    @property
+    def stereo_agreement(self) -> float | None:
+        """Ok rows with specified stereo whose coordinates match it (None when no input specifies stereo)."""
+        return self.stereo_matches / self.stereo_checked if self.stereo_checked else None
+
+    @property
+    def prefill_share(self) -> float | None:
+        """The engine's prefill device time over its prefill + decode time."""
+        busy = self.engine.get("prefill_s", 0.0) + self.engine.get("decode_s", 0.0)
+        return self.engine.get("prefill_s", 0.0) / busy if busy > 0 else None
 
     def rate(self, amount: float, seconds: float) -> float | None:
         return amount / seconds if seconds > 0 else None
@@ -62,6 +91,11 @@ class PipelineSummary:
             "conformers_rejected": self.conformers_rejected,
             "valid_fraction": self.valid_fraction,
             "graph_matches": self.graph_matches,
+            "stereo_checked": self.stereo_checked,
+            "stereo_matches": self.stereo_matches,
+            "stereo_agreement": self.stereo_agreement,
+            "stereo_retries": self.stereo_retries,
+            "retry_output_tokens": self.retry_output_tokens,
             "prompt_tokens": self.prompt_tokens,
             "output_tokens": self.output_tokens,
             "output_tokens_per_s": self.rate(self.output_tokens, self.wall_s),
@@ -71,11 +105,19 @@ class PipelineSummary:
             "device": self.device,
             "max_seq_len": self.max_seq_len,
             "slots": self.slots,
-            "waves": self.waves,
+            "stream_calls": self.stream_calls,
+            "judge_workers": self.judge_workers,
+            "prefill_share": self.prefill_share,
             "wall_s": round(self.wall_s, 3),
             "engine_start_s": round(self.engine_start_s, 3),
             "generate_s": round(self.generate_s, 3),
             "template_wait_s": round(self.template_wait_s, 3),
             "template_cpu_s": round(self.template_cpu_s, 3),
             "decode_s": round(self.decode_s, 3),
+            "write_s": round(self.write_s, 3),
+            "consumer_s": round(self.consumer_s, 3),
+            "judge_wait_s": round(self.judge_wait_s, 3),
+            "drain_s": round(self.drain_s, 3),
+            "other_s": round(self.wall_s - self.engine_start_s - self.generate_s - self.consumer_s - self.drain_s, 3),
+            "engine": self.engine,
         }

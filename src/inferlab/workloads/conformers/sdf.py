@@ -2,9 +2,10 @@
 
 Each record carries `input_id`, `canonical_smiles` (the key evaluation matches molecules by),
 `conformer_index`, `profile` and `row_id` (`<input_id>#<conformer_index>`, the id of the matching JSONL
-row). A record is formatted in memory by RDKit's SDWriter and appended in one write, then flushed, so a
-crash loses at most the record being written; reopening drops such a torn tail and, when told which rows
-are done, any record whose JSONL row never made it.
+row). A record is formatted in memory by RDKit's SDWriter (`format_record`, which the conformer pipeline
+calls in its judge processes) and appended in one write, then flushed, so a crash loses at most the
+record being written; reopening drops such a torn tail and, when told which rows are done, any record
+whose JSONL row never made it.
 
 Not here: the JSONL side and resume bookkeeping (output.py).
 """
@@ -17,7 +18,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdkit import Chem, rdBase
+from rdkit import Chem
+
+from inferlab.workloads.conformers.rdkit_messages import rdkit_log
 
 RECORD_END = "$$$$\n"
 PROPERTIES = ("input_id", "canonical_smiles", "conformer_index", "profile", "row_id")
@@ -46,17 +49,11 @@ class ConformerSdfWriter:
         profile: str = "",
         conf_id: int = -1,
     ) -> None:
-        mol = Chem.Mol(mol)  # properties are set on a copy; the caller's molecule is left alone
-        mol.SetProp("_Name", input_id)
-        values = (input_id, canonical_smiles, str(conformer_index), profile, row_id(input_id, conformer_index))
-        for name, value in zip(PROPERTIES, values):
-            mol.SetProp(name, value)
-        buffer = io.StringIO()
-        writer = Chem.SDWriter(buffer)
-        writer.SetProps(list(PROPERTIES))
-        writer.write(mol, confId=conf_id)
-        writer.close()
-        self._file.write(buffer.getvalue())
+        self.append(format_record(mol, input_id, canonical_smiles, conformer_index, profile, conf_id))
+
+    def append(self, record: str) -> None:
+        """Append one record made by `format_record` (e.g. in a worker process) and flush it."""
+        self._file.write(record)
         self._file.flush()
 
     def close(self) -> None:
@@ -67,6 +64,28 @@ class ConformerSdfWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def format_record(
+    mol: Chem.Mol,
+    input_id: str,
+    canonical_smiles: str,
+    conformer_index: int,
+    profile: str = "",
+    conf_id: int = -1,
+) -> str:
+    """One SDF record (ending with `$$$$`) of `mol`'s conformer with our properties; `mol` is left alone."""
+    mol = Chem.Mol(mol)  # properties are set on a copy
+    mol.SetProp("_Name", input_id)
+    values = (input_id, canonical_smiles, str(conformer_index), profile, row_id(input_id, conformer_index))
+    for name, value in zip(PROPERTIES, values):
+        mol.SetProp(name, value)
+    buffer = io.StringIO()
+    writer = Chem.SDWriter(buffer)
+    writer.SetProps(list(PROPERTIES))
+    writer.write(mol, confId=conf_id)
+    writer.close()
+    return buffer.getvalue()
 
 
 def _repair(path: Path, keep_row_ids: set[str] | None) -> None:
@@ -104,14 +123,15 @@ class SdfRecord:
 
 def read_sdf(path: str | Path, remove_hs: bool = False) -> Iterator[SdfRecord]:
     """Every record of an SDF file; an unreadable record is an SdfRecord with `error`, never an exception."""
-    blocker = rdBase.BlockLogs()
-    try:
+    with rdkit_log():
         supplier = Chem.SDMolSupplier(str(path), sanitize=True, removeHs=remove_hs)
-        for index in range(len(supplier)):
+        count = len(supplier)
+    for index in range(count):
+        with rdkit_log() as log:  # RDKit prints why a record fails; the record's error carries it instead
             mol = supplier[index]
-            if mol is None:
-                yield SdfRecord(index, None, f"record {index} of {path} could not be read by RDKit")
-            else:
-                yield SdfRecord(index, mol)
-    finally:
-        del blocker
+        if mol is None:
+            why = log.reason()
+            yield SdfRecord(index, None, f"record {index} of {path} could not be read by RDKit"
+                                         + (f": {why}" if why else ""))
+        else:
+            yield SdfRecord(index, mol)

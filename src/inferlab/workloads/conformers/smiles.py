@@ -15,9 +15,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rdkit import Chem, rdBase
+from rdkit import Chem
 
 from inferlab.errors import InputError, UnsupportedError
+from inferlab.workloads.conformers.rdkit_messages import rdkit_log
 
 _STRUCTURE_TOKEN = re.compile(r"%\(\d+\)|%\d\d|[-=#:/\\$~().]|\d")
 _TWO_LETTER_BARE = ("Cl", "Br")
@@ -50,31 +51,33 @@ class CanonicalMolecule:
 
 
 def parse_smiles(smiles: str) -> Chem.Mol:
-    """RDKit molecule of a user SMILES, sanitised; InputError says whether the syntax or the chemistry failed."""
+    """RDKit molecule of a user SMILES, sanitised; InputError with RDKit's own reason (rdkit_messages.py):
+    "SMILES 'C1CC' cannot be parsed: unclosed ring", "... is not a valid molecule: Explicit valence ..."."""
     text = smiles.strip() if isinstance(smiles, str) else ""
     if not text:
         raise InputError("empty SMILES; give one molecule per line")
-    blocker = rdBase.BlockLogs()  # RDKit prints parse errors itself; ours carry the reason instead
-    try:
+    with rdkit_log() as log:
         mol = Chem.MolFromSmiles(text)  # parse, sanitise and assign stereo, as every canonical form was made
-        if mol is None:
-            raise InputError(f"SMILES {text!r} is {_failure_reason(text)}")
-    finally:
-        del blocker
+    if mol is None:
+        raise InputError(f"SMILES {text!r} {_failure(text, log.reason())}")
     if mol.GetNumAtoms() == 0:
         raise InputError(f"SMILES {text!r} has no atoms")
     return mol
 
 
-def _failure_reason(text: str) -> str:
-    raw = Chem.MolFromSmiles(text, sanitize=False)
+def _failure(text: str, logged: str | None) -> str:
+    """Whether the syntax or the chemistry failed, in RDKit's words."""
+    with rdkit_log():
+        raw = Chem.MolFromSmiles(text, sanitize=False)
     if raw is None:
-        return "not valid SMILES syntax"
+        return f"cannot be parsed: {logged or 'RDKit gave no reason'}"
+    if logged:
+        return f"is not a valid molecule: {logged}"
     try:
         Chem.SanitizeMol(raw)
     except Exception as e:  # RDKit raises several sanitisation exception types; the message is the reason
-        return f"not a valid molecule: {e}"
-    return "not a valid molecule"
+        return f"is not a valid molecule: {e}"
+    return "is not a valid molecule (RDKit gave no reason)"
 
 
 def canonicalize_smiles(smiles: str) -> CanonicalMolecule:

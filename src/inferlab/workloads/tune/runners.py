@@ -40,6 +40,7 @@ class TuneJob:
     num_conformers: int = 2
     profile: str = DEFAULT_PROFILE
     min_seconds: float = 2.0  # timed passes over the sample until this many seconds
+    kv_dtype: str = "auto"  # generate, conformers: the engine's KV cache ("auto" or "fp8")
 
 
 MAX_PASSES = 100
@@ -89,26 +90,26 @@ class GenerateRunner:
 
     def measure(self, candidate: dict[str, Any], index: int) -> dict[str, Any]:
         from inferlab.types import SamplingParams
-        from inferlab.workloads.text import open_backend, run_text_generation
+        from inferlab.workloads.text import borrowed, close_backend, open_backend, run_text_generation
 
         job = self.job
         defaults = SamplingParams(max_new_tokens=job.max_new_tokens)
-        options = {"device": job.device, "dtype": job.dtype, "max_slots": candidate["max_slots"]}
+        options = {"device": job.device, "dtype": job.dtype, "kv_dtype": job.kv_dtype, "max_slots": candidate["max_slots"]}
         _reset_peak(job.device)
         started = time.perf_counter()
-        held = {"backend": open_backend(job.backend, job.model, options)}  # dropped before the next candidate
+        backend = open_backend(job.backend, job.model, options)  # closed before the next candidate
         start_s = time.perf_counter() - started
         try:
-            run_text_generation(job.warmup, job.scratch / f"warmup-{index}.jsonl", lambda: held["backend"], defaults)
+            run_text_generation(job.warmup, job.scratch / f"warmup-{index}.jsonl", lambda: borrowed(backend), defaults)
 
             def run_once(n: int) -> dict[str, int]:
                 out = job.scratch / f"run-{index}-{n}.jsonl"
-                summary = run_text_generation(job.sample, out, lambda: held["backend"], defaults)
+                summary = run_text_generation(job.sample, out, lambda: borrowed(backend), defaults)
                 return {"rows": summary.written, "error_rows": summary.errors, "output_tokens": summary.output_tokens}
 
             passes, seconds, totals = timed_passes(run_once, job.min_seconds)
         finally:
-            held.clear()
+            close_backend(backend)
             peak = _peak_gb(job.device)
             _release()
         return {"passes": passes, **totals, "seconds": round(seconds, 4),
@@ -177,7 +178,7 @@ class ConformersRunner:
 
         job = self.job
         config = PipelineConfig(num_conformers=job.num_conformers, profile=job.profile)
-        options = {"device": job.device, "dtype": job.dtype, "max_slots": candidate["max_slots"]}
+        options = {"device": job.device, "dtype": job.dtype, "kv_dtype": job.kv_dtype, "max_slots": candidate["max_slots"]}
         _reset_peak(job.device)
         passes, seconds, start_s, totals = 0, 0.0, 0.0, {}
         try:  # each pass starts its own engine (the pipeline owns it): only the time after the start counts

@@ -38,6 +38,7 @@ class TuneSettings:
     device: str = "auto"
     dtype: str = "auto"  # generate/conformers: the engine's; classify: "auto" tries the device's dtypes
     backend: str = "auto"
+    kv_dtype: str = "auto"  # generate/conformers: the engine's KV cache ("auto" or "fp8")
     max_new_tokens: int = 64
     num_conformers: int = 2
     profile: str = DEFAULT_PROFILE
@@ -52,6 +53,10 @@ class TuneSettings:
             raise ConfigError("max_new_tokens and num_conformers must be >= 1")
         if self.min_seconds < 0:
             raise ConfigError(f"min_seconds={self.min_seconds} must be >= 0")
+        if self.kv_dtype not in ("auto", "fp8"):
+            raise ConfigError(f"kv_dtype={self.kv_dtype!r} is not one of auto, fp8")
+        if self.kv_dtype != "auto" and self.workload == "classify":
+            raise ConfigError("kv_dtype is an engine setting of generate and conformers; classify has no KV cache")
 
 
 def cut_sample(source: Path, destination: Path, rows: int) -> int:
@@ -95,7 +100,7 @@ def _sweep(settings: TuneSettings, scratch: Path, on_plan, on_candidate) -> Tune
         on_plan(candidates)
     job = TuneJob(settings.model, scratch / f"sample{suffix}", scratch / f"warmup{suffix}", scratch, settings.device,
                   settings.dtype, settings.backend, settings.max_new_tokens, settings.num_conformers, settings.profile,
-                  settings.min_seconds)
+                  settings.min_seconds, kv_dtype=settings.kv_dtype)
     runner = RUNNERS[settings.workload](job)
     measured: list[dict[str, Any]] = []
     try:
@@ -120,20 +125,30 @@ def _measure(runner, candidate: dict[str, Any], index: int) -> dict[str, Any] | 
         return f"{type(e).__name__}: {e}"
 
 
+def _why_no_figure(measured: dict[str, Any], metric: str) -> str:
+    if "error" in measured:
+        return measured["error"]
+    figures = measured.get("figures") or {}
+    if figures.get("error_rows"):
+        return (f"{figures['error_rows']} rows of the sample were error rows: is --sample in the workload's input "
+                "format? Run the workload on it (its output rows say why)")
+    return f"no {metric}"
+
+
 def _choose(settings: TuneSettings, metric: str, measured: list[dict[str, Any]], rows: int, kind: str) -> TunedConfig:
     from inferlab.bench.environment import capture_environment
 
     ranked = sorted((m for m in measured if (m.get("figures") or {}).get(metric)),
                     key=lambda m: m["figures"][metric], reverse=True)
     if not ranked:
-        problems = "; ".join(f"{m['settings']}: {m.get('error', 'no ' + metric)}" for m in measured)
+        problems = "; ".join(f"{m['settings']}: {_why_no_figure(m, metric)}" for m in measured)
         raise CapacityError(f"no candidate produced {metric} ({problems}); check the sample and the model")
     best = ranked[0]["figures"][metric]
     margin = best / ranked[1]["figures"][metric] - 1.0 if len(ranked) > 1 else None
     environment = {**capture_environment(), "device_kind": kind, "device": settings.device}
     sample = {"path": str(Path(settings.sample).resolve()), "rows": rows, "max_new_tokens": settings.max_new_tokens,
               "num_conformers": settings.num_conformers, "profile": settings.profile, "backend": settings.backend,
-              "dtype": settings.dtype, "min_seconds": settings.min_seconds}
+              "dtype": settings.dtype, "kv_dtype": settings.kv_dtype, "min_seconds": settings.min_seconds}
     return TunedConfig(workload=settings.workload, model=str(Path(settings.model).resolve()), metric=metric,
                        recommended=dict(ranked[0]["settings"]), candidates=measured,
                        runner_up_margin=None if margin is None else round(margin, 4), sample=sample,

@@ -1,0 +1,168 @@
+"""Backend `vllm` of the `constrained` scenario: conformers through vLLM's structured outputs, the way a
+vLLM user constrains them today: one regex per request, built from the conformer template's segments
+(workloads/conformers/template_regex.py), `StructuredOutputsParams(regex=...)`, and the structured-outputs
+backend chosen by the knob `structured_outputs` (xgrammar | guidance). The scenario checks every output
+strictly (`template.check`), as for every other backend.
+
+- load: `LLM(...)` with the tokenizer (grammars are compiled against its vocabulary), `max_num_seqs` =
+  `slots` rows (0 = batch_size; the engine's rows are refilled the same way), `max_model_len` = the
+  scenario's context; vLLM's prefix caching on (its default: the K conformers of a molecule share their
+  prompt, as our engine shares it). Start-up is `load_s`.
+- prepare: one 1-token request per distinct template, so each regex is compiled once (vLLM's xgrammar
+  backend keeps compiled grammars in its cache) before anything is timed, as our engine compiles each
+  template's program in `prepare`; then the prefix cache is emptied so no timed prompt was prefilled here.
+- generate: one `LLM.generate` over the batch (vLLM refills its `max_num_seqs` rows as requests finish),
+  each row sampled as the scenario says, ended by EOS when its regex is complete. A regex constrains text,
+  not tokens: copy runs may be tokenised differently from our engine's forced canonical tokens (with random
+  weights, into shorter tokens), which `mean_output_tokens` shows; molecules/s is what a user gets.
+  A warm-up call (stop_after_steps) runs the batch's first `slots` requests for that many tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from inferlab.bench.backends import estimates, vllm_support
+from inferlab.bench.backends.base import BackendSpec
+from inferlab.bench.backends.constrained_base import ConformerRequest, ConstrainedSpec
+from inferlab.bench.knobs import Knob
+
+KNOBS = (
+    *vllm_support.COMMON_KNOBS,
+    Knob("structured_outputs", str, "xgrammar", "vLLM's structured-outputs backend for the template regex",
+         choices=("xgrammar", "guidance")),
+    Knob("slots", int, 256, "vLLM's max_num_seqs (rows decoding at once; finished rows are refilled)", minimum=1),
+    Knob("prefix_caching", bool, True, "vLLM's automatic prefix caching (its default; the K conformers of a "
+         "molecule share their prompt)"),
+)
+
+
+class VLLMConstrainedBackend:
+    kernels_visible = False
+
+    def __init__(self, config: dict[str, Any], spec: ConstrainedSpec) -> None:
+        self.config = config
+        self.spec = spec
+        self.llm: Any = None
+        self.environment: dict[str, Any] = {}
+        self.eos_token_ids: frozenset[int] = frozenset()
+        self.regexes: dict[int, str] = {}  # request index -> its template's regex
+        self.max_model_len = 0
+        self.distinct_regexes = 0
+        self.validation_s_per_request: float | None = None
+
+    def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
+        import json
+
+        from transformers import AutoTokenizer
+
+        self.environment = vllm_support.prepare_environment()
+        vllm = vllm_support.import_vllm()
+        c = self.config
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.eos_token_ids = frozenset([tokenizer.eos_token_id])
+        config = json.loads((model_dir / "config.json").read_text())
+        positions = config.get("text_config", config)["max_position_embeddings"]
+        self.max_model_len = min(c["context"], positions)
+        self.llm = vllm.LLM(
+            model=str(model_dir), max_num_seqs=c["slots"], max_model_len=self.max_model_len,
+            enable_prefix_caching=c["prefix_caching"],
+            structured_outputs_config={"backend": c["structured_outputs"]},
+            **vllm_support.engine_arguments(c, device, dtype),
+        )
+
+    def prepare(self, requests: list[ConformerRequest]) -> None:
+        from inferlab.workloads.conformers.template_regex import template_regex
+
+        by_smiles: dict[str, str] = {}
+        first_of_each: list[ConformerRequest] = []
+        for r in requests:
+            if r.smiles not in by_smiles:
+                by_smiles[r.smiles] = template_regex(r.template.segments)
+                first_of_each.append(r)
+            self.regexes[r.index] = by_smiles[r.smiles]
+        self.distinct_regexes = len(by_smiles)
+        self.validation_s_per_request = _validation_seconds(self.config["structured_outputs"], list(by_smiles.values()))
+        self._run(first_of_each, max_tokens=1)  # compiles every grammar once, untimed
+        if self.config["prefix_caching"]:
+            self.llm.reset_prefix_cache()
+
+    def _run(self, requests: list[ConformerRequest], max_tokens: int | None = None) -> list[list[int]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import StructuredOutputsParams
+
+        s = self.spec
+        prompts, params = [], []
+        for r in requests:
+            prompts.append(TokensPrompt(prompt_token_ids=list(r.prompt_ids)))
+            params.append(SamplingParams(
+                n=1, temperature=s.temperature if s.do_sample else 0.0, top_p=s.top_p if s.do_sample else 1.0,
+                top_k=s.top_k if s.do_sample else 0, max_tokens=max_tokens or self.max_model_len - len(r.prompt_ids),
+                structured_outputs=StructuredOutputsParams(regex=self.regexes[r.index]), detokenize=False,
+            ))
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [self._with_eos(o.outputs[0]) for o in outputs]
+
+    def _with_eos(self, completion: Any) -> list[int]:
+        """The row's ids up to and including EOS, whether or not vLLM kept the stop token in token_ids."""
+        ids = list(completion.token_ids)
+        ended = completion.finish_reason == "stop"
+        if ended and not (ids and ids[-1] in self.eos_token_ids):
+            ids.append(min(self.eos_token_ids))
+        return ids
+
+    def generate(self, requests: list[ConformerRequest], stop_after_steps: int | None = None) -> list[list[int]]:
+        if stop_after_steps is not None:
+            out = self._run(requests[: self.config["slots"]], max_tokens=stop_after_steps)
+            if self.config["prefix_caching"]:
+                self.llm.reset_prefix_cache()  # no timed prompt may have been prefilled by a warm-up
+            return out
+        return self._run(requests)
+
+    def extra_metrics(self) -> dict[str, Any]:
+        return {**vllm_support.engine_facts(self.llm, self.environment),
+                "structured_outputs_backend": self.config["structured_outputs"],
+                "distinct_regexes": self.distinct_regexes, "slots": self.config["slots"],
+                # vLLM validates every request's regex on the host as it is added (inside the timed call; it
+                # overlaps decoding once the first rows run): its mean cost, timed on this cell's regexes
+                "regex_validation_s_per_request": self.validation_s_per_request}
+
+    def close(self) -> None:
+        vllm_support.shutdown(self.llm)
+        self.llm = None
+
+
+def _validation_seconds(backend: str, regexes: list[str]) -> float | None:
+    """Mean seconds of vLLM's own per-request validation of a regex (what LLM.generate runs for each request
+    before it reaches the engine), or None where vLLM's internals differ from 0.26's."""
+    import time
+
+    try:
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        if backend == "xgrammar":
+            from vllm.v1.structured_output.backend_xgrammar import validate_xgrammar_grammar as validate
+        else:
+            from vllm.v1.structured_output.backend_guidance import validate_guidance_grammar as validate
+        sample = regexes[:16]
+        start = time.perf_counter()
+        for regex in sample:
+            validate(SamplingParams(structured_outputs=StructuredOutputsParams(regex=regex)))
+        return (time.perf_counter() - start) / len(sample)
+    except Exception:  # noqa: BLE001 - a diagnosis, never a reason to fail the cell
+        return None
+
+
+BACKEND = BackendSpec(
+    name="vllm",
+    description="vLLM's structured outputs (a peer): the conformer template as one regex per request, "
+                "xgrammar or guidance",
+    knobs=KNOBS,
+    create=lambda config, spec: VLLMConstrainedBackend(config, spec),
+    scenario="constrained",
+    precheck=vllm_support.precheck,
+    estimate_s=estimates.vllm_constrained,
+)

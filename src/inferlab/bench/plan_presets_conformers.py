@@ -1,0 +1,75 @@
+"""Named plans for the conformer job as users run it (estimates on one H100; `inferlab bench --list`):
+
+- conformer-pipeline (~10-12 min: run it as two device calls, below): drug-sized molecules (the first
+  400 NCI first_5K molecules with 20-50 heavy atoms, stereo assigned where NCI leaves it open so stereo
+  agreement is measured), K = 8 (3,200 conformers, ~2.1M tokens), qwen3-0.6b random weights with the
+  qwen3-chem tokenizer, top-p 1.0 at T = 1:
+  (a) `inferlab conformers generate` end to end (scenario conformer-pipeline, a subprocess timed by its
+      wall clock, `--max-slots 256` as the engine-alone cells), twice per cell (the second run into a
+      fresh output shows the start-up cache), with the bf16 and the fp8 KV cache (--kv-dtype fp8;
+      without the fp8 cache in the build that cell is an `unavailable` row);
+  (b) the engine alone on the same molecules (scenario constrained, backend inferlab, 256 rows, all
+      3,200 requests in one call): constrained, and unconstrained at the constrained pass's lengths;
+  (c) the engine alone constrained with the fp8 KV cache, when the backend has the `kv_dtype` knob.
+  Split into device calls of < 9 minutes with `--only`:
+      inferlab bench --preset conformer-pipeline --only scenario=conformer-pipeline   # ~6 min
+      inferlab bench --preset conformer-pipeline --only scenario=constrained          # ~6 min
+  (both into the same run directory: a rerun skips finished cells).
+- conformer-soak (~8 min; two calls with `--only temperature=1.0` / `--only temperature=1.5`): the
+  constraint under load, 20,000 constrained conformers of drug-sized molecules (all 1,250 NCI first_5K
+  molecules with 20-50 heavy atoms, K = 8) at top-p 1.0, half at T = 1 and half at T = 1.5 (a hotter
+  model tries harder to break out), through the CLI; each cell reads its SDF and JSONL back
+  independently: `invalid_total` (strict-invalid rows, unreadable records, graph mismatches, missing
+  rows or records) must be 0; stereo agreement is reported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_DRUG_SIZED = {"min_heavy_atoms": 20, "max_heavy_atoms": 50, "assign_stereo": True, "profile": "v3-fixed4",
+               "dtype": "bfloat16"}
+_JOB = {**_DRUG_SIZED, "num_molecules": 400, "num_conformers": 8}
+_CLI = {"scenario": "conformer-pipeline", "model": "qwen3-0.6b"}
+_ENGINE = {"scenario": "constrained", "model": "qwen3-0.6b", "backend": "inferlab"}
+# all 3,200 requests in one Engine.generate call on 256 rows (refilled continuously), one timed pass
+_ENGINE_SET = {**_JOB, "sampling": "top-p", "max_requests": 0, "batch_size": 3200, "slots": 256, "min_repeats": 1}
+
+
+def _engine_has_kv_dtype() -> bool:
+    """The fp8 KV cache's knob (EngineConfig.kv_dtype) exists in this build's engine backend."""
+    from inferlab.bench.backends import get_backend
+
+    return any(knob.name == "kv_dtype" for knob in get_backend("inferlab", "constrained").knobs)
+
+
+def _engine_sweeps() -> list[dict[str, Any]]:
+    sweeps: list[dict[str, Any]] = [{**_ENGINE, "set": {**_ENGINE_SET, "constraint": ["on", "off"]}}]
+    if _engine_has_kv_dtype():
+        sweeps.append({**_ENGINE, "set": {**_ENGINE_SET, "constraint": "on", "kv_dtype": "fp8"}})
+    return sweeps
+
+
+CONFORMER_PIPELINE: dict[str, Any] = {
+    "name": "conformer-pipeline",
+    "description": "400 drug-sized NCI molecules x 8 on qwen3-0.6b: the CLI end to end (bf16 and fp8 KV, two runs "
+                   "each for the start-up cache) beside the engine alone, constrained and unconstrained",
+    "timeout_s": 540,
+    "sweep": [
+        # 256 rows as the engine-alone cells, so the two differ by the pipeline around the engine only
+        {**_CLI, "set": {**_JOB, "temperature": 1.0, "top_p": 1.0, "runs": 2, "max_slots": 256,
+                         "kv_dtype": ["auto", "fp8"]}},
+        *_engine_sweeps(),
+    ],
+}
+
+CONFORMER_SOAK: dict[str, Any] = {
+    "name": "conformer-soak",
+    "description": "20,000 constrained conformers (1,250 drug-sized NCI molecules x 8, at T=1 and T=1.5) through the "
+                   "CLI, every output read back independently: invalid_total must be 0",
+    "timeout_s": 540,
+    "sweep": [
+        {**_CLI, "set": {**_DRUG_SIZED, "num_molecules": 1250, "num_conformers": 8, "temperature": [1.0, 1.5],
+                         "top_p": 1.0, "runs": 1, "verify_sdf": True}},
+    ],
+}

@@ -1,0 +1,39 @@
+"""The end of an Engine's life: what close() releases, what a closed engine answers, and the allocator calls
+that hand the freed memory back to the device.
+
+An Engine owns its device memory through a tree with no reference cycles (engine -> runner -> model
+weights, KV cache, rows, decode graphs and their pool; engine -> constraint support -> runtime; engine ->
+snapshot buffers), so dropping the last reference frees it at once, without the garbage collector;
+`Engine.close()` frees it even while references to the engine remain (a notebook variable, an abandoned
+stream) and then empties PyTorch's caches, so `torch.cuda.memory_reserved()` and the next engine's budget
+see the memory again. After close, the attributes below raise EngineClosedError; configuration and
+statistics (config, spec, plan, stats, device, dtype) stay readable.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from inferlab.errors import EngineClosedError
+
+RELEASED = ("runner", "constraints", "taps", "tokenizer", "_snapshots")  # Engine attributes close() drops
+
+
+def closed_error(what: str) -> EngineClosedError:
+    return EngineClosedError(
+        f"{what} on a closed Engine: close() (or the end of its `with Engine(...)` block) released its weights, "
+        "KV cache and graphs; make a new Engine(EngineConfig(...)) to generate again, or make the calls "
+        "inside the `with` block"
+    )
+
+
+def release_cached_memory(device: torch.device) -> None:
+    """Return the memory PyTorch's allocators cache to the device (CUDA) and the OS (pinned host buffers).
+    Other live engines are unaffected: only unused cached blocks are released."""
+    if device.type != "cuda":
+        return
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    host_empty_cache = getattr(torch._C, "_host_emptyCache", None)  # pinned staging and snapshot buffers
+    if host_empty_cache is not None:
+        host_empty_cache()

@@ -1,0 +1,107 @@
+"""What the forward does after each decoder layer besides the plain residual add + norm: steering and
+collection ("taps" on the residual stream), and the runner's per-row side of them.
+
+`LayerTaps` is built per forward call (per decode graph at capture, per prefill batch) over static buffers;
+the model calls `after_layer(i, delta, residual, weight, eps)` where it would call `ops.add_rms_norm`:
+    h, x = add_steer_rms_norm(delta, residual, next_norm)   # x: the residual after layer i, steered
+    collect_rows(x (prefill: each prompt's last position), layer i's buffers)   # collected layers only
+`RowTaps` holds the runner's optional SteeringTable and ActivationBuffers (None until the engine meets a
+request that needs them: engine/tap_support.py) and keeps them in step with the rows: admission writes
+each admitted row's entries, retirement drops its vector references, compaction moves them.
+Not here: the intake checks and when tables are made (tap_support.py), the kernels (ops).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Sequence
+
+import torch
+
+from inferlab.engine.collection import ActivationBuffers, CollectLayer
+from inferlab.engine.rows import RowState
+from inferlab.engine.steering import SteeringTable, SteerLayer
+
+
+class LayerTaps:
+    def __init__(
+        self,
+        ops: Any,
+        steer: list[SteerLayer] | None,  # per layer, or None: no steering in this forward
+        collect: list[CollectLayer | None] | None,  # per layer (None where not collected), or None
+        last_tokens: torch.Tensor | None = None,  # [n] prefill: the flat index of each prompt's last token
+    ) -> None:
+        self.ops = ops
+        self.steer = steer
+        self.collect = collect
+        self.last_tokens = last_tokens
+
+    def after_layer(self, i: int, delta: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                    eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm of the new residual, the new residual) after layer i: residual + delta (+ steering)."""
+        if self.steer is not None:
+            h, x = self.ops.add_steer_rms_norm(delta, residual, weight, eps, self.steer[i])
+        else:
+            h, x = self.ops.add_rms_norm(delta, residual, weight, eps)
+        if self.collect is not None and self.collect[i] is not None:
+            self.ops.collect_rows(x if self.last_tokens is None else x[self.last_tokens], self.collect[i])
+        return h, x
+
+
+class RowTaps:
+    def __init__(self, ops: Any, rows: RowState, num_layers: int, model: Any) -> None:
+        self.ops = ops
+        self.rows = rows
+        self.num_layers = num_layers
+        # the model's forward takes `taps` (its per-layer steering point): models/llama.py does
+        self.supported = all("taps" in inspect.signature(f).parameters for f in (model.prefill, model.decode))
+        self.steering: SteeringTable | None = None
+        self.collection: ActivationBuffers | None = None
+
+    def for_decode(self, b: int, steered: bool, collecting: bool) -> LayerTaps | None:
+        """Taps over rows [0, b) (what a decode graph of that variant captures), or None for neither."""
+        if not (steered or collecting):
+            return None
+        r = self.rows
+        steer = [self.steering.layer(i, b) for i in range(self.num_layers)] if steered else None
+        collect = None
+        if collecting:
+            collect = [self.collection.layer(i, r.active, r.finished, r.n_out, b=b) for i in range(self.num_layers)]
+        return LayerTaps(self.ops, steer, collect)
+
+    def for_prefill(self, row_ids: torch.Tensor, lengths: torch.Tensor, padded: int, steered: bool,
+                    collecting: bool) -> LayerTaps | None:
+        """Taps over a prefill batch: row_ids, lengths [n] (device), prompts right-padded to `padded`."""
+        if not (steered or collecting):
+            return None
+        steer = collect = last = None
+        if steered:
+            token_rows = row_ids.repeat_interleave(padded)  # [n * padded]
+            steer = [self.steering.layer(i, token_rows=token_rows) for i in range(self.num_layers)]
+        if collecting:
+            r = self.rows
+            collect = [self.collection.layer(i, r.active, r.finished, r.n_out, rows=row_ids)
+                       for i in range(self.num_layers)]
+            last = torch.arange(len(row_ids), device=row_ids.device) * padded + lengths - 1
+        return LayerTaps(self.ops, steer, collect, last)
+
+    def admit(self, row_ids: Sequence[int], items: Sequence[Any]) -> None:
+        """Admitted rows' steering entries and collection modes (items: intake.Prepared)."""
+        if self.steering is not None:
+            self.steering.assign(row_ids, [item.steering for item in items])
+        else:
+            assert not any(item.steering for item in items), "steered request without a steering table"
+        if self.collection is not None:
+            self.collection.assign(row_ids, [item.collect for item in items])
+        else:
+            assert all(item.collect is None for item in items), "collecting request without buffers"
+
+    def release(self, row_ids: Sequence[int]) -> None:
+        if self.steering is not None:
+            self.steering.release(row_ids)
+
+    def move(self, src: torch.Tensor, dst: torch.Tensor, pairs: Sequence[tuple[int, int]]) -> None:
+        if self.steering is not None:
+            self.steering.move(src, dst, pairs)
+        if self.collection is not None:
+            self.collection.move(src, dst)

@@ -1,0 +1,125 @@
+"""The engine's results -> the job's rows, with as little as possible on the engine's path.
+
+`ResultCollector.take(result)` is all the consumer loop does per result: it builds a plain JudgeTask and
+hands it to the judge pool (pipeline_judge_pool.py), then writes whatever verdicts are ready, oldest
+first, so rows are written in the order the engine finished them. A verdict becomes:
+- an ok row: its SDF record (made in the worker) appended and flushed, then its JSONL row;
+- an error row (the engine refused the request, or the output is not a valid conformer);
+- a retry (its geometry contradicts the input's stereo and attempts are left): the next attempt goes
+  back into the RequestFeed, the row is written when its last attempt is judged.
+At most `window` results are in the pool: a full window waits for the oldest (backpressure: memory stays
+bounded, and a pool that cannot keep up slows the engine rather than hoarding results). `drain()` waits
+for everything. All writing happens here, in the calling thread, so the writer needs no locks; a crash
+loses only rows not written yet, and a rerun generates them again.
+
+Not here: judging (pipeline_judge.py), the requests (pipeline_feed.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from inferlab.types import Result
+from inferlab.workloads.conformers.output import ConformerResultWriter
+from inferlab.workloads.conformers.pipeline_feed import RequestFeed
+from inferlab.workloads.conformers.pipeline_judge import JudgeTask, Verdict
+from inferlab.workloads.conformers.pipeline_judge_pool import JudgePool
+from inferlab.workloads.conformers.pipeline_plan import MoleculeJob
+from inferlab.workloads.conformers.pipeline_stats import PipelineSummary
+
+RowCallback = Callable[[dict[str, Any]], None]
+
+
+class RowWriter:
+    """Writes rows through the ConformerResultWriter, keeps the summary's counts and tells `on_row`
+    ({"id", "input_id", "conformer_index", "status", "generated", "output_tokens"}) after each; `generated`
+    is False for rows of molecules that never reached the engine, `output_tokens` counts every attempt."""
+
+    def __init__(self, writer: ConformerResultWriter, summary: PipelineSummary, on_row: RowCallback | None) -> None:
+        self.writer, self.summary, self.on_row = writer, summary, on_row
+
+    def error(self, job: MoleculeJob, message: str, indices=None, fields: dict | None = None) -> None:
+        for k in job.todo if indices is None else indices:
+            self.writer.write_error(job.record.id, job.record.smiles, k, message, fields)
+            self.summary.conformers_error += 1
+            self._tell(job, k, "error", fields)
+
+    def ok(self, job: MoleculeJob, k: int, canonical: str, record: str, fields: dict) -> None:
+        # the row's `smiles` is the input's, as in error rows (the writer would put the canonical form there)
+        self.writer.write_ok_record(job.record.id, canonical, k, record, {"smiles": job.record.smiles, **fields})
+        self.summary.conformers_ok += 1
+        self._tell(job, k, "ok", fields)
+
+    def _tell(self, job: MoleculeJob, k: int, status: str, fields: dict | None) -> None:
+        if self.on_row is not None:
+            fields = fields or {}
+            self.on_row({"id": f"{job.record.id}#{k}", "input_id": job.record.id, "conformer_index": k,
+                         "status": status, "generated": "finish_reason" in fields,
+                         "output_tokens": fields.get("generated_tokens", 0)})
+
+
+class ResultCollector:
+    def __init__(self, judges: JudgePool, feed: RequestFeed, rows: RowWriter, summary: PipelineSummary,
+                 profile: str, stereo_retries: int, window: int) -> None:
+        self.judges, self.feed, self.rows, self.summary = judges, feed, rows, summary
+        self.profile, self.stereo_retries, self.window = profile, stereo_retries, window
+        self._pending: deque[tuple[dict[str, Any], Future[Verdict]]] = deque()
+        self.wait_s = 0.0  # time take() waited for a full window (counted in the consumer's time)
+        self.write_s = 0.0
+
+    def take(self, result: Result) -> None:
+        meta = result.metadata
+        s = self.summary
+        s.prompt_tokens += result.prompt_tokens
+        s.output_tokens += len(result.token_ids)
+        s.conformers_generated += result.ok
+        s.retry_output_tokens += len(result.token_ids) if meta["attempt"] else 0
+        task = JudgeTask(input_id=meta["job"].record.id, conformer_index=meta["k"], attempt=meta["attempt"],
+                         may_retry=meta["attempt"] < self.stereo_retries, template=meta["molecule"].template,
+                         profile=self.profile, text=result.text, finish_reason=result.finish_reason,
+                         engine_error=result.error, prompt_tokens=result.prompt_tokens,
+                         output_tokens=len(result.token_ids))
+        self._pending.append((meta, self.judges.submit(task)))
+        if len(self._pending) > self.window:
+            t = time.perf_counter()
+            self._pending[0][1].result()
+            self.wait_s += time.perf_counter() - t
+        self._write_ready()
+
+    def drain(self) -> None:
+        """Wait for every verdict and write it (retries are queued in the feed)."""
+        while self._pending:
+            self._pending[0][1].result()
+            self._write_ready()
+
+    def _write_ready(self) -> None:
+        t = time.perf_counter()
+        while self._pending and self._pending[0][1].done():
+            meta, future = self._pending.popleft()
+            self._handle(meta, future.result())
+        self.write_s += time.perf_counter() - t
+
+    def _handle(self, meta: dict[str, Any], verdict: Verdict) -> None:
+        s, fields = self.summary, verdict.fields
+        s.decode_s += verdict.seconds
+        s.conformers_rejected += fields["finish_reason"] != "error" and not verdict.ok
+        if verdict.retry:
+            s.stereo_retries += 1
+            self.feed.retry(meta, fields["output_tokens"])
+            return
+        job, k = meta["job"], meta["k"]
+        fields = {**fields, "attempts": meta["attempt"] + 1,
+                  "generated_tokens": meta["earlier_tokens"] + fields["output_tokens"]}
+        if not verdict.ok:
+            self.rows.error(job, verdict.error, [k], fields)
+            return
+        s.graph_matches += bool(fields["graph_match"])
+        if fields["stereo_ok"] is not None:
+            s.stereo_checked += 1
+            s.stereo_matches += fields["stereo_ok"]
+        assert verdict.sdf_record is not None
+        self.rows.ok(job, k, meta["molecule"].template.canonical_smiles, verdict.sdf_record, fields)

@@ -1,0 +1,114 @@
+"""The requests of a conformer job, as one generator handed to `Engine.stream`.
+
+`MoleculeFeed` yields the jobs' prepared molecules in input order and keeps the preparation pool
+`lookahead` molecules ahead of what was taken. `RequestFeed.requests()` turns them into the engine's
+requests: first any row to generate again (a stereo retry, queued by the result collector), then the K
+conformers `<input id>#<k>` of the next molecule; a molecule that could not be prepared, or whose prompt
++ program bound exceeds the engine's rows, becomes error rows here and yields nothing.
+
+The engine consumes the generator lazily (pulling requests as rows free up, about one batch ahead), so
+there are no waves and no drains: the rows stay full until the last molecule. An engine that takes its
+iterable up front gets the same requests, only sooner. A generator ends when it has nothing to give at
+the moment it is asked; retries queued after that are given by the next call of `requests()` (the
+pipeline calls the engine again while `has_work`), so a row is never lost, only its retry is late.
+
+A retry's request id is `<input id>#<k>@retry<n>`: the engine derives its seed from the run's seed and
+that id, so a rerun draws the same attempts. Not here: what happens to the results (pipeline_collect.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Iterator
+from typing import Any
+
+from inferlab.types import Request, SamplingParams
+from inferlab.workloads.conformers.pipeline_plan import MoleculeJob
+from inferlab.workloads.conformers.pipeline_prepare import MoleculePreparer, PreparedMolecule
+
+
+class MoleculeFeed:
+    """The jobs' prepared molecules in input order, keeping the pool `lookahead` molecules ahead."""
+
+    def __init__(self, jobs: list[MoleculeJob], preparer: MoleculePreparer, lookahead: int) -> None:
+        self.jobs, self.preparer, self.lookahead = jobs, preparer, lookahead
+        self._submitted = 0
+        self._uses = Counter(job.record.smiles for job in jobs)
+        self.wait_s = 0.0  # waited for the pool (molecules not prepared in time)
+        self.cpu_s = 0.0  # the pool's own work on the molecules taken
+
+    def top_up(self, position: int) -> None:
+        while self._submitted < min(len(self.jobs), position + self.lookahead):
+            self.preparer.submit(self.jobs[self._submitted].record.smiles)
+            self._submitted += 1
+
+    def __iter__(self) -> Iterator[tuple[MoleculeJob, PreparedMolecule]]:
+        for position, job in enumerate(self.jobs):
+            self.top_up(position + 1)
+            t = time.perf_counter()
+            prepared = self.preparer.result(job.record.smiles)
+            self.wait_s += time.perf_counter() - t
+            self.cpu_s += prepared.seconds
+            self._uses[job.record.smiles] -= 1
+            if self._uses[job.record.smiles] == 0:
+                self.preparer.forget(job.record.smiles)
+            yield job, prepared
+
+
+def conformer_request(job: MoleculeJob, molecule: PreparedMolecule, k: int, sampling: SamplingParams,
+                      attempt: int = 0, earlier_tokens: int = 0) -> Request:
+    """Attempt `attempt` of row `<input id>#<k>`; `earlier_tokens`: output tokens of its earlier attempts."""
+    row = f"{job.record.id}#{k}"
+    return Request(id=row if attempt == 0 else f"{row}@retry{attempt}", prompt_ids=molecule.prompt_ids,
+                   sampling=sampling, constraint=molecule.program,
+                   metadata={"job": job, "molecule": molecule, "k": k, "attempt": attempt,
+                             "earlier_tokens": earlier_tokens})
+
+
+class RequestFeed:
+    def __init__(self, molecules: MoleculeFeed, max_seq_len: int, sampling: SamplingParams, rows: Any) -> None:
+        self.max_seq_len = max_seq_len
+        self.sampling = sampling
+        self.rows = rows  # pipeline_collect.RowWriter: error rows of molecules that cannot run
+        self._molecules = iter(molecules)
+        self._retries: deque[Request] = deque()
+        self._exhausted = False
+        self.molecules_run = 0
+
+    @property
+    def has_work(self) -> bool:
+        """Requests are left to give: retries queued, or molecules not taken yet."""
+        return bool(self._retries) or not self._exhausted
+
+    def retry(self, metadata: dict[str, Any], output_tokens: int) -> None:
+        """Queue the next attempt of the row a result (its `metadata`) belonged to."""
+        self._retries.append(conformer_request(metadata["job"], metadata["molecule"], metadata["k"], self.sampling,
+                                               metadata["attempt"] + 1, metadata["earlier_tokens"] + output_tokens))
+
+    def requests(self) -> Iterator[Request]:
+        while True:
+            if self._retries:
+                yield self._retries.popleft()
+                continue
+            item = next(self._molecules, None)
+            if item is None:
+                self._exhausted = True
+                return
+            job, molecule = item
+            if self._runnable(job, molecule):
+                self.molecules_run += 1
+                for k in job.todo:
+                    yield conformer_request(job, molecule, k, self.sampling)
+
+    def _runnable(self, job: MoleculeJob, molecule: PreparedMolecule) -> bool:
+        if not molecule.ok:
+            self.rows.error(job, molecule.error)
+            return False
+        if molecule.tokens_needed > self.max_seq_len:
+            self.rows.error(job, f"the prompt ({len(molecule.prompt_ids)} tokens) and the longest conformer of this "
+                                 f"molecule ({molecule.program.max_new_tokens} tokens, {molecule.template.num_atoms} "
+                                 f"atoms) need {molecule.tokens_needed} positions, over max_seq_len={self.max_seq_len}; "
+                                 f"rerun with --max-seq-len {molecule.tokens_needed} or more (memory allowing)")
+            return False
+        return True

@@ -1,0 +1,51 @@
+"""Where finished conformers are judged (pipeline_judge.judge): a pool of worker processes, or this process.
+
+The engine's stream hands back a result right after it launched the next decode chunk, so whatever the
+pipeline does before asking for the next result is time the GPU may stand idle. Judging costs ~1.5-2 ms
+of CPU per drug-sized conformer and holds the GIL throughout (RDKit's parsing, stereo perception and
+SDF writing do not release it: two threads judge no faster than one), so threads would only slow the
+engine's own host loop: judging runs in `workers` spawn processes (spawn: the parent holds CUDA state)
+that import RDKit and the conformer modules only, never torch. `workers=0` judges inline (tests, small
+jobs); a task then is judged at `submit`, and its future is already done.
+
+Not here: what to do with a verdict (pipeline_collect.py).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import Future, ProcessPoolExecutor
+
+from inferlab.workloads.conformers.pipeline_judge import JudgeTask, Verdict, judge
+
+
+def _ready() -> None:
+    """A task that only makes a worker process start (and import this module, RDKit with it)."""
+
+
+class JudgePool:
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._pool: ProcessPoolExecutor | None = None
+        if workers > 0:
+            self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            for _ in range(workers):  # start every process now (imports ~1 s), while the engine starts up
+                self._pool.submit(_ready)
+
+    def submit(self, task: JudgeTask) -> Future[Verdict]:
+        if self._pool is not None:
+            return self._pool.submit(judge, task)
+        future: Future[Verdict] = Future()
+        future.set_result(judge(task))
+        return future
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> JudgePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,122 @@
+"""The lab's conformer-pipeline scenario and its inputs: the drug-sized selection (heavy-atom range, stereo
+assigned where the file leaves it open, the file's graphs in file order), the independent read-back of
+a run's SDF and JSONL catching each kind of wrong output, and one cell end to end on CPU (the CLI in a
+subprocess on a tiny Qwen3 with the qwen3-chem tokenizer)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rdkit import Chem
+from rdkit.Chem import AllChem
+from transformers import AutoTokenizer
+
+from inferlab.bench.plan import build_plan
+from inferlab.bench.plan_presets import get_plan_preset
+from inferlab.bench.scenarios.conformer_output_check import check_outputs, graph_key
+from inferlab.bench.scenarios.constrained_inputs import MoleculeSelection, load_molecules, nci_molecules_path
+from inferlab.errors import ConfigError
+from inferlab.workloads.conformers.output import ConformerResultWriter
+from inferlab.workloads.conformers.profiles import get_profile
+from inferlab.workloads.conformers.stereo import stereo_agreement
+
+PROFILE = get_profile("v3-fixed4")
+
+
+def test_the_drug_sized_selection_keeps_the_files_graphs_with_stereo_assigned(qwen3_chem_dir):
+    tokenizer = AutoTokenizer.from_pretrained(str(qwen3_chem_dir))
+    found = load_molecules(nci_molecules_path(), 40, PROFILE, tokenizer, 2048, MoleculeSelection(20, 50, True))
+    lines = {ln.split()[1]: ln.split()[0] for ln in nci_molecules_path().read_text().splitlines() if ln.split()}
+    assert found.skipped_by_size > 0 and [int(m.id) for m in found.molecules] == sorted(int(m.id) for m in found.molecules)
+    for m in found.molecules:
+        mol = Chem.MolFromSmiles(m.smiles)
+        assert 20 <= mol.GetNumHeavyAtoms() <= 50
+        assert graph_key(mol) == graph_key(Chem.MolFromSmiles(lines[m.id]))  # the file's molecule, stereo apart
+        unspecified = [c for c in Chem.FindPotentialStereo(mol) if c.specified == Chem.StereoSpecified.Unspecified]
+        assert not unspecified
+    assert sum("@" in m.smiles for m in found.molecules) > 5  # NCI specifies no stereo; these now do
+    again = load_molecules(nci_molecules_path(), 40, PROFILE, tokenizer, 2048, MoleculeSelection(20, 50, True))
+    assert [m.smiles for m in again.molecules] == [m.smiles for m in found.molecules]
+
+
+def _embedded(smiles: str, seed: int) -> Chem.Mol:
+    mol = Chem.AddHs(Chem.MolFromSmiles(smiles))
+    assert AllChem.EmbedMolecule(mol, randomSeed=seed) == 0
+    return Chem.RemoveHs(mol)
+
+
+def _write_run(path, rows: list[tuple[str, int, Chem.Mol | None, dict]]):
+    with ConformerResultWriter(path / "out.sdf", profile="v3-fixed4") as writer:
+        for input_id, k, mol, fields in rows:
+            if mol is None:
+                writer.write_error(input_id, "?", k, "not a valid conformer", fields)
+            else:
+                writer.write_ok(input_id, Chem.MolToSmiles(mol), k, mol, fields)
+
+
+INPUTS = {"ala": "C[C@H](N)C(=O)O", "ring": "c1ccncc1"}
+
+
+def test_the_read_back_passes_a_good_run_and_catches_every_kind_of_wrong_output(tmp_path):
+    ala, ring = _embedded(INPUTS["ala"], 1), _embedded(INPUTS["ring"], 1)
+    good = tmp_path / "good"
+    _write_run(good, [("ala", 0, ala, {"stereo_ok": True}), ("ala", 1, ala, {"stereo_ok": True}),
+                      ("ring", 0, ring, {"stereo_ok": None}), ("ring", 1, ring, {"stereo_ok": None})])
+    found = check_outputs(good / "out.sdf", good / "out.jsonl", INPUTS, 2)
+    assert found["invalid_total"] == 0 and found["sdf_records"] == 4 and found["sdf_stereo_agreement"] == 1.0
+    assert found["stereo_disagreements"] == 0
+
+    mirror = Chem.Mol(ala)
+    for i in range(mirror.GetNumAtoms()):
+        p = mirror.GetConformer().GetAtomPosition(i)
+        mirror.GetConformer().SetAtomPosition(i, (-p.x, p.y, p.z))
+    bad = tmp_path / "bad"
+    _write_run(bad, [("ala", 0, mirror, {"stereo_ok": True}),  # the rows say match, the coordinates do not
+                     ("ala", 1, None, {"finish_reason": "eos"}),  # rejected by the strict check
+                     ("ring", 0, ala, {"stereo_ok": None})])  # another molecule's graph; ring#1 missing
+    found = check_outputs(bad / "out.sdf", bad / "out.jsonl", INPUTS, 2)
+    assert found["invalid_strict"] == 1 and found["graph_mismatches"] == 1 and found["molecules_without_k_rows"] == 1
+    assert found["sdf_stereo_matches"] == 0 and found["stereo_disagreements"] == 1
+    assert found["invalid_total"] == 1 + 1 + 1  # strict, graph, the missing row
+    assert stereo_agreement(Chem.MolFromSmiles(INPUTS["ala"]), mirror).ok is False
+
+
+def test_the_presets_split_and_name_their_cells():
+    cells = build_plan(get_plan_preset("conformer-pipeline")).cells
+    cli = [c for c in cells if c.scenario == "conformer-pipeline"]
+    assert sorted(c.config["kv_dtype"] for c in cli) == ["auto", "fp8"] and all(c.config["runs"] == 2 for c in cli)
+    engine = [c for c in cells if c.scenario == "constrained"]
+    assert {c.config["constraint"] for c in engine} == {"on", "off"}
+    for c in cells:
+        assert (c.config["num_molecules"], c.config["num_conformers"], c.config["min_heavy_atoms"],
+                c.config["max_heavy_atoms"], c.config["assign_stereo"]) == (400, 8, 20, 50, True)
+    soak = build_plan(get_plan_preset("conformer-soak")).cells
+    assert sorted(c.config["temperature"] for c in soak) == [1.0, 1.5]
+    assert sum(c.config["num_molecules"] * c.config["num_conformers"] for c in soak) >= 20_000
+
+
+def test_impossible_cells_are_refused():
+    base = {"scenario": "conformer-pipeline", "model": "tiny-qwen3"}
+    with pytest.raises(ConfigError, match="max_heavy_atoms"):
+        build_plan({"sweep": [{**base, "set": {"min_heavy_atoms": 20, "max_heavy_atoms": 10}}]})
+    with pytest.raises(ConfigError, match="greedy"):
+        build_plan({"sweep": [{**base, "set": {"temperature": 0.0, "stereo_retries": 1}}]})
+
+
+@pytest.mark.slow  # ~15-30 s: the CLI in a subprocess (interpreter, torch, a tiny engine)
+def test_a_cell_runs_the_cli_end_to_end(run_cell, tiny_checkpoint, tmp_path):
+    model = tiny_checkpoint("tiny-qwen3")
+    data = {"sweep": [{"scenario": "conformer-pipeline", "model": str(model),
+                       "set": {"num_molecules": 2, "num_conformers": 1, "min_heavy_atoms": 4, "max_heavy_atoms": 7,
+                               "assign_stereo": True, "dtype": "float32", "max_slots": 4, "runs": 1,
+                               "device": "cpu", "cpu_threads": 1}}]}
+    cell, outcome = run_cell(data, model)
+    assert outcome.status == "ok", outcome.message
+    m = outcome.metrics
+    assert m["rows"] == m["rows_expected"] == 2 and m["invalid_total"] == 0 and m["valid_fraction"] == 1.0
+    assert m["output_tokens"] > 0 and m["wall_s"] > m["pipeline_wall_s"] > m["engine_start_s"] > 0
+    assert m["output_tokens_per_s"] == pytest.approx(m["output_tokens"] / m["wall_s"])
+    assert "rerun_engine_start_s" not in m and m["command"].startswith("-m inferlab.cli conformers generate")
+    summary = json.loads((tmp_path / "conformer-pipeline" / cell.key / "run-1" / "summary.json").read_text())
+    assert summary["output_tokens"] == m["output_tokens"]

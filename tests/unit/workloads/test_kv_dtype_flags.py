@@ -1,0 +1,48 @@
+"""`--kv-dtype auto|fp8` on the engine workloads: generate runs the FP8 cache, conformers generate and tune
+pass it to the engine, and the text workload never falls back to the hf backend (which has no FP8 cache)
+when fp8 was asked for."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inferlab.cli import build_parser, main
+from inferlab.errors import ConfigError, UnsupportedError
+from inferlab.workloads.text import open_backend
+
+
+def test_generate_runs_with_an_fp8_cache(tiny_checkpoint, tmp_path):
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt_ids": [5 + i, 9, 100]}) + "\n" for i in range(3)))
+    out = tmp_path / "out.jsonl"
+    code = main(["generate", "--model", str(tiny_checkpoint("tiny")), "--input", str(prompts), "--output", str(out),
+                 "--device", "cpu", "--temperature", "0", "--max-new-tokens", "5", "--max-slots", "2",
+                 "--kv-dtype", "fp8"])  # fmt: skip
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert code == 0 and len(rows) == 3 and all(r["error"] is None and r["output_tokens"] >= 1 for r in rows)
+
+
+def test_fp8_is_never_silently_dropped_by_the_hf_fallback(tiny_checkpoint, tmp_path):
+    with pytest.raises(ConfigError, match="--backend inferlab, or --kv-dtype auto"):
+        open_backend("hf", str(tiny_checkpoint("tiny")), {"device": "cpu", "kv_dtype": "fp8"})
+    other = tmp_path / "gpt2"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}))
+    with pytest.raises(UnsupportedError, match="use --kv-dtype auto to run this model on the hf backend"):
+        open_backend("auto", str(other), {"device": "cpu", "kv_dtype": "fp8"})
+
+
+def test_conformers_and_tune_pass_the_kv_dtype_to_the_engine():
+    from inferlab.cli.conformers_generate import engine_options_from
+    from inferlab.workloads.tune.sweep import TuneSettings
+
+    args = build_parser().parse_args(["conformers", "generate", "--model", "m", "--input", "x.smi", "--output", "o.sdf",
+                                      "--kv-dtype", "fp8"])  # fmt: skip
+    assert engine_options_from(args)["kv_dtype"] == "fp8"
+    tune = build_parser().parse_args(["tune", "--model", "m", "--workload", "conformers", "--sample", "x.smi",
+                                      "--kv-dtype", "fp8"])  # fmt: skip
+    assert tune.kv_dtype == "fp8"
+    with pytest.raises(ConfigError, match="classify has no KV cache"):
+        TuneSettings(workload="classify", model="m", sample="s.jsonl", kv_dtype="fp8")
