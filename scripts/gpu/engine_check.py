@@ -5,7 +5,9 @@
     python scripts/gpu/engine_check.py --device cpu --quick --out /tmp/engine-check   # CPU smoke run
 
 Parts, in order: the cheap and the micro-benchmarks first, so a late failure loses nothing (each part is
-wrapped: a failure prints its traceback and the run goes on; results are written as each part ends):
+wrapped: a failure prints its traceback and the run goes on; results are written as each part ends;
+startup, prefill and constraint_cost run only when named in --parts; hf_gemma comes last, so a full run
+reaches it only with budget left):
   env                versions, GPU, measured device-to-device copy bandwidth
   kernels            every Triton kernel vs its torch reference (fp32 and bf16; on CPU through the
                      interpreter): norms, rope, attention, skinny GEMM (+ SwiGLU), race, thresholds, step
@@ -29,6 +31,13 @@ wrapped: a failure prints its traceback and the run goes on; results are written
                      29-token prompts), constrained conformers' validity (engine_check_fp8.py; ~3 min)
   close              8 qwen3-0.6b engines made and closed in turn (and dropped with del, and with a stream
                      abandoned): each one's budget and memory_reserved before / with / after (~2 min)
+  startup            (issue 11) two engines in two fresh processes sharing a start-up cache: the second's
+                     Engine() <= 5 s, every phase, the GEMM plan read from the cache (engine_check_startup.py)
+  prefill            (issue 11) the conformer job (400 NCI molecules of 20-50 atoms x 8, qwen3-0.6b, 256
+                     rows), two calls: prefill share of the call's wall time (<= 3%), device vs host ms per
+                     prefill batch, shared prompts, whether each prefill overlapped (engine_check_job.py)
+  constraint_cost    (issue 11) 200 of those molecules x 8: constrained vs unconstrained at equal lengths,
+                     both warm (>= 0.95x), every output valid (engine_check_job.py)
   hf_gemma           hf_logits for the Gemma family: gemma-2b, tiny-gemma2, tiny-gemma3 (windows shorter than
                      the prompts, soft-caps, q/k norms), then gemma-2b speed at batch 64, 150 new tokens
 Writes <out>/<part>.json and <out>/summary.json, and prints a summary table at the end. Random checkpoints
@@ -60,9 +69,11 @@ import engine_check_constrained as constrained  # noqa: E402
 import engine_check_correctness as correctness  # noqa: E402
 import engine_check_fp8 as fp8  # noqa: E402
 import engine_check_hf as hf  # noqa: E402
+import engine_check_job as job  # noqa: E402
 import engine_check_micro as micro  # noqa: E402
 import engine_check_profile as profile  # noqa: E402
 import engine_check_speed as speed  # noqa: E402
+import engine_check_startup as startup  # noqa: E402
 
 
 @dataclass
@@ -180,8 +191,12 @@ PARTS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "profile": profile.part_profile,
     "fp8_kv": fp8.part_fp8_kv,
     "close": close.part_close,
+    "startup": startup.part_startup,
+    "prefill": job.part_prefill,
+    "constraint_cost": job.part_constraint_cost,
     "hf_gemma": hf.part_hf_gemma,  # last: a full run reaches it only with budget left (it builds gemma-2b)
 }
+ISSUE_11_PARTS = ("startup", "prefill", "constraint_cost")  # minutes each on an H100: asked for by name
 
 
 def main() -> int:
@@ -190,7 +205,9 @@ def main() -> int:
     parser.add_argument("--cache", default="/tmp/inferlab-engine-check", help="folder for the random checkpoints")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true", help="tiny shapes (for a CPU smoke run)")
-    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated subset of: " + ", ".join(PARTS))
+    parser.add_argument("--parts", default=",".join(p for p in PARTS if p not in ISSUE_11_PARTS),
+                        help="comma-separated subset of: " + ", ".join(PARTS) + " (default: all but "
+                        + ", ".join(ISSUE_11_PARTS) + ")")
     parser.add_argument("--budget-s", type=float, default=450.0, help="parts that have not started by then are skipped")
     args = parser.parse_args()
     ctx = Ctx(

@@ -38,6 +38,7 @@ from inferlab.engine.kernels import (  # noqa: E402
     triton_collect,
     triton_filter,
     triton_gemm,
+    triton_kv_copy,
     triton_norm,
     triton_rope,
     triton_sampling,
@@ -145,9 +146,10 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
         c = dict(CHUNKS=32, BLOCK=4096, HAS_TAU=tau, ROUND=round_index, HAS_SKIP=skip)
         out.append((f"race tau={tau} round={round_index} skip={skip}", triton_sampling._race_kernel, race, c,
                     ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
-    out.append(("top-p start", triton_top_p._start_kernel,
-                dict(PMAX="*fp32", TEMP="*fp32", MIN_P="*fp32", PIVOT="*i32", DONE="*i8", TOKENS="*i64",
-                     pmax_chunks="i32"), dict(MAX_CHUNKS=64), [], {}))  # fmt: skip
+    for skip in (False, True):
+        out.append((f"top-p start skip={skip}", triton_top_p._start_kernel,
+                    dict(PMAX="*fp32", TEMP="*fp32", MIN_P="*fp32", PIVOT="*i32", DONE="*i8", TOKENS="*i64",
+                         SKIP="*i8", pmax_chunks="i32"), dict(MAX_CHUNKS=64, HAS_SKIP=skip), [], {}))  # fmt: skip
     out.append(("top-p mass", triton_top_p._mass_kernel,
                 dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", DRAWN="*i64", DONE="*i8", PMAX="*fp32",
                      ABOVE="*fp32", TOTAL="*fp32", stride_l="i32", vocab="i32", pmax_chunks="i32"),
@@ -177,9 +179,20 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
     rt = dict(ROWS="*i64", ACTIVE="*i1", PTR="*i64", LAST="*i64", KIND="*i64", ARG="*i64", op_stride="i32",
               STATE="*i64", ACCEPTING="*i1")  # fmt: skip
     mask = dict(LOGITS="*bf16", row_stride="i32", vocab="i32") | rt | dict(TOKEN_CLASS="*i32", ALLOWED="*i8",
-                                                                          num_classes="i32")  # fmt: skip
+                                                                          num_classes="i32", FORCED="*i8")  # fmt: skip
     out.append(("constraint mask step (bf16)", step_kernels._mask_step_kernel, mask,
-                dict(HAS_ROWS=False, HOLE_KIND=2, BLOCK_SIZE=1024), [], {}))  # fmt: skip
+                dict(HAS_ROWS=False, HOLE_KIND=2, COPY_KIND=1, BLOCK_SIZE=1024), [], {}))  # fmt: skip
+    fused = (dict(LOGITS="*bf16", stride_l="i32", vocab="i32", TEMP="*fp32", SEEDS="*i64", INDEX="*i64",
+                  BEST_VAL="*fp32", BEST_IDX="*i32") | rt | dict(TOKEN_CLASS="*i32", ALLOWED="*i8", num_classes="i32",
+                                                                CHUNK_ALLOWED="*i8"))
+    for has_rows in (False, True):
+        c = dict(CHUNKS=38, BLOCK=4096, HAS_ROWS=has_rows, HOLE_KIND=2, COPY_KIND=1)
+        out.append((f"constrained race rows={has_rows}", triton_sampling._constrained_race_kernel, fused, c,
+                    ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
+    for bits in ("*i16", "*u8"):  # bf16 and fp8 caches, copied as bits
+        out.append((f"KV prefix copy {bits}", triton_kv_copy._copy_prefix_kernel,
+                    dict(K=bits, V=bits, SRC="*i64", DST="*i64", layer_stride="i64", slot_stride="i64",
+                         head_stride="i64", elems="i32"), dict(KV_HEADS=8, BLOCK_SIZE=1024), ["K", "V"], {}))
     emit = (
         dict(SAMPLED="*i64", TOKENS="*i64", ROW_ACTIVE="*i1", ROW_FINISHED="*i1")
         | rt

@@ -2,7 +2,8 @@
 
 Values left as None or "auto" are resolved at start-up (engine/engine.py): the device, the dtype (the
 checkpoint's, bf16 for fp32 checkpoints on CUDA), slots and max length (from the memory plan), CUDA graphs
-(on for CUDA) and kernels (Triton on CUDA). A bad value raises ConfigError naming the field and the fix.
+(on for CUDA), kernels (Triton on CUDA) and the start-up cache's folder (engine/startup_cache.py). A bad
+value raises ConfigError naming the field and the fix.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class EngineConfig:
     max_steered_layers: int = 8  # steering entries (layers) per request; the steering table holds rows x this
     seed: int = 0  # requests without a seed get one derived from (seed, request id)
     decode_text: bool = True  # fill Result.text with the tokenizer (off: token ids only)
+    share_prompts: bool = True  # rows admitted together with equal prompts: one prefill, the K/V copied
+    queue_ahead: int | None = None  # requests pulled ahead of free rows (lazy intake); None: max(min_admission,
+    # slots // 8)
+    startup_cache: bool = True  # keep start-up measurements (the GEMM plan) on disk and reuse them
+    cache_dir: str | Path | None = None  # the start-up cache's folder; None: $INFERLAB_CACHE_DIR or ~/.cache/inferlab
 
     def __post_init__(self) -> None:
         if not str(self.model):
@@ -73,5 +79,7 @@ class EngineConfig:
                      "max_steered_layers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.queue_ahead is not None and self.queue_ahead < 0:
+            raise ConfigError(f"queue_ahead={self.queue_ahead} must be >= 0 (or None for the default)")
         if self.reserve_bytes < 0:
             raise ConfigError(f"reserve_bytes={self.reserve_bytes} must be >= 0")

@@ -2,11 +2,12 @@
 request arrives, and the intake check of each request's program.
 
 Building it costs the GrammarSet of the engine's tokenizer (~0.7 s for Qwen's 151k ids; grammar_set_for
-caches it per tokenizer object, so workloads that compile programs with engine.tokenizer share it), the
-per-row device state, and, with CUDA graphs, the capture of the constrained step variants; an engine that
-never sees a constraint pays none of it, and unconstrained batches keep replaying graphs without the
-constraint. A failure to build (no tokenizer, a vocabulary smaller than the tokenizer, ...) is kept and
-returned as the reason for every constrained request, which then becomes an error Result.
+caches it per tokenizer object, so workloads that compile programs with engine.tokenizer share it) and the
+per-row device state; the constrained graph variants are captured when first needed (graphs.py), so the
+first constrained request may arrive while rows are live. An engine that never sees a constraint pays
+none of it, and unconstrained batches keep replaying graphs without the constraint. A failure to build
+(no tokenizer, a vocabulary smaller than the tokenizer, ...) is kept and returned as the reason for every
+constrained request, which then becomes an error Result.
 Not here: the runtime itself (constraints/runtime.py), the step (step.py), admission (runner.py).
 """
 
@@ -32,7 +33,7 @@ class EngineConstraints:
         max_program_len: int,
         device: torch.device,
         mask_impl: str,  # "triton" or "torch", as the engine's kernels
-        attach: Callable[[Any], None],  # runner.attach_constraints: installs the runtime, captures graphs
+        attach: Callable[[Any], None],  # runner.attach_constraints: installs the runtime
     ) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
@@ -43,7 +44,7 @@ class EngineConstraints:
         self.attach = attach
         self.runtime = None
         self.failure: str | None = None
-        self.setup_s = 0.0  # grammar set + runtime + graph capture, paid once
+        self.setup_s = 0.0  # grammar set + runtime, paid once
 
     def check(self, program: Any) -> str | None:
         """None when the engine can run `program`, else the reason (for the request's error Result)."""

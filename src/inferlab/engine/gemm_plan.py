@@ -12,12 +12,16 @@ unit: cuBLAS gate_up + silu_mul + cuBLAS down, against the Triton gate_up with t
 epilogue ("gated", no silu_mul launch) and against the Triton down with it in its prologue (Gemma: the same
 with the tanh GELU, `activation="gelu_tanh"`; the kind names keep saying "swiglu"). Prefill (hundreds of
 rows) and the LM head (128k+ rows of weight, where cuBLAS streams at full speed) stay on cuBLAS. The choices
-are fixed for the engine's life and reported in engine.stats.gemm_choices.
+are fixed for the engine's life and reported in engine.stats.gemm_choices. The timing takes ~20 s on an
+H100 (qwen3-0.6b): `plan_key` / `plan_to_json` / `plan_from_json` let the engine keep a plan in its
+start-up cache (startup_cache.py) and reuse it when the GPU, the shapes, the dtype, the MLP's activation,
+the library versions and this code are the same.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -81,6 +85,76 @@ class GemmPlan:
             if rows <= MAX_ROWS
             for name in PROJECTIONS
         }
+
+
+def plan_key(weights, buckets: list[int], device: torch.device, activation: str = "silu") -> dict:
+    """Everything a timed plan depends on (the start-up cache's key); `activation`: GemmPlan.activation (the
+    Triton MLP forms fuse it, so a GeGLU model's timings are not a SwiGLU model's of the same shapes)."""
+    import triton
+
+    from inferlab.engine.kernels import triton_gemm, triton_math
+    from inferlab.engine.startup_cache import source_fingerprint
+
+    layer = weights.layers[0]
+    props = torch.cuda.get_device_properties(device)
+    return {
+        "gpu": props.name,
+        "capability": list(torch.cuda.get_device_capability(device)),
+        "sm_count": props.multi_processor_count,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": triton.__version__,
+        "code": source_fingerprint(sys.modules[__name__], triton_gemm, triton_math),  # triton_math: the activations
+        "dtype": str(layer.qkv.dtype).removeprefix("torch."),
+        "layers": len(weights.layers),
+        "shapes": {name: list(getattr(layer, name).shape) for name in ("qkv", "o", "gate_up", "down")},
+        "qkv_bias": layer.qkv_bias is not None,
+        "activation": activation,
+        "buckets": [b for b in buckets if b <= MAX_ROWS],
+    }
+
+
+def plan_to_json(plan: GemmPlan, timings: dict) -> dict:
+    """The plan's choices and timings as JSON values (plan_from_json reads them back)."""
+    from dataclasses import asdict
+
+    choices = {}
+    for (name, rows), choice in plan.choices.items():
+        if isinstance(choice, MlpChoice):
+            choices[f"{name}@{rows}"] = {"kind": choice.kind, **asdict(choice.config)}
+        else:
+            choices[f"{name}@{rows}"] = {"kind": "linear", **asdict(choice)}
+    return {"choices": choices, "timings": timings, "activation": plan.activation}
+
+
+def plan_from_json(
+    value: dict, act_mul: Callable, weights, device: torch.device, activation: str = "silu"
+) -> tuple[GemmPlan, dict]:
+    """A plan stored by plan_to_json for a model whose MLP computes `activation` (act_mul: GemmPlan's);
+    raises ValueError when the entry does not describe a valid plan for it."""
+    from inferlab.engine.kernels.triton_gemm import SkinnyConfig, tile_counters
+
+    plan = GemmPlan(act_mul, activation=activation)
+    layer = weights.layers[0]
+    widest = max(layer.qkv.shape[0], layer.o.shape[0], layer.gate_up.shape[0])
+    plan.counters = tile_counters(widest, 16, device)  # 16: candidate_configs' narrowest tile
+    try:
+        if value.get("activation", "silu") != activation:
+            raise ValueError(f"timed for activation {value.get('activation')!r}, the model's is {activation!r}")
+        for label, entry in value["choices"].items():
+            name, rows = label.split("@")
+            entry = dict(entry)
+            kind = entry.pop("kind")
+            config = SkinnyConfig(**entry)
+            if name not in PROJECTIONS or not 0 < int(rows) <= MAX_ROWS or config.block_n < 16:
+                raise ValueError(f"unknown choice {label}")
+            if (name == "mlp") != (kind in ("gated", "swiglu_down")) or kind not in ("linear", "gated", "swiglu_down"):
+                raise ValueError(f"choice {label} has kind {kind!r}")
+            plan.choices[(name, int(rows))] = MlpChoice(kind, config) if name == "mlp" else config
+        timings = dict(value["timings"])
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"not a GEMM plan ({e})") from None
+    return plan, timings
 
 
 def candidate_configs(n: int, k: int, rows: int, sm_count: int) -> list:

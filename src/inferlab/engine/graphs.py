@@ -3,25 +3,29 @@
 Buckets grow geometrically (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, ...: at most 1.5x padding) up to the
 engine's row count, which is always a bucket. A variant is (sampler filter level, constrained, steered,
 collecting): the host picks one per decode chunk from the live requests, so a batch never pays for a
-filter, a constraint, steering or collection none of its rows uses. The plain variants are captured at
-start-up; the constrained ones when the engine meets its first constrained request; steered and
-collecting ones the first time a chunk needs them (`capture` adds variants to the same pool; `drop`
-forgets variants whose buffers were replaced). All graphs
-share one memory pool and each capture call goes largest bucket first, so the pool is sized by the largest
-and the others reuse it. Every tensor a graph reads is a static buffer (RowState, KV cache, weights,
-constraint state) that the host fills between replays; nothing is allocated when a graph replays.
-Capture runs eager warm-up steps over rows [0, bucket): call it only while every row is idle.
+filter, a constraint, steering or collection none of its rows uses. A graph is captured when its (bucket,
+variant) is first needed (`ensure`, from the runner at a sync point), so a job captures only what it
+uses: the engine captures the largest bucket of each plain filter level at start-up (which sizes the
+shared pool and compiles the kernels) and the rest lazily. A lazy capture waits for the device (once per
+graph, ~10-30 ms), runs one eager warm-up step inside the runner's `preserved_rows` (rows may be live:
+they are marked inactive for the step and their state is put back afterwards), then captures without
+running anything. `drop` forgets variants whose buffers were replaced (tap_support.py grows collection
+buffers). All graphs share one memory pool (`Capturer`, with the prefill graphs); every tensor a graph
+reads is a static buffer (RowState, KV cache, weights, constraint and tap state) that the host fills
+between replays; nothing is allocated when a graph replays.
 
-DecodeGraphs keeps no reference to the step it captured (it is passed to each `capture` call): a stored
-step would be a bound method of the runner that owns these graphs, a reference cycle that keeps the KV
-cache alive after its engine is dropped. `close` destroys the graphs and their pool (Engine.close).
+DecodeGraphs keeps no reference to the step it captures (the runner passes it to each `ensure` call): a
+stored step would be a bound method of the runner that owns these graphs, a reference cycle that keeps
+the KV cache alive after its engine is dropped. `close` destroys the graphs; `Capturer.close` the pool.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, NamedTuple
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, NamedTuple
 
 import torch
 
@@ -55,51 +59,66 @@ def bucket_for(rows: int, sizes: list[int]) -> int:
     raise ValueError(f"{rows} rows exceed the largest bucket {sizes[-1]}")
 
 
+@dataclass
+class Capturer:
+    """What every graph of an engine shares: one memory pool (graphs replay one at a time on one stream, so
+    each reuses the others' temporaries) and one capture stream (its cuBLAS workspace persists), plus the
+    time spent. `capture` waits for the device, runs `fn` once eagerly off the capture (Triton JIT, cuBLAS
+    workspace), then captures it without running it."""
+
+    pool: Any = None
+    stream: Any = None
+    warmup_s: float = 0.0  # the eager runs before each capture (Triton compilation when its disk cache is cold)
+    capture_s: float = 0.0  # capture alone
+    count: int = 0
+
+    def capture(self, fn: Callable[[], Any], around_warmup: Callable[[], ContextManager] | None = None):
+        if self.pool is None:
+            self.pool, self.stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
+        current, side = torch.cuda.current_stream(), self.stream
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with around_warmup() if around_warmup is not None else nullcontext():
+            side.wait_stream(current)
+            with torch.cuda.stream(side):
+                fn()
+            current.wait_stream(side)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        graph = torch.cuda.CUDAGraph()
+        # torch.cuda.graph would also empty the allocator's cache; capture_begin/end alone keep it warm
+        with torch.cuda.stream(side):
+            graph.capture_begin(pool=self.pool)
+            try:
+                fn()
+            finally:
+                graph.capture_end()
+        self.warmup_s += t1 - t0
+        self.capture_s += time.perf_counter() - t1
+        self.count += 1
+        return graph
+
+    def close(self) -> None:
+        """Drop the pool and the capture stream (after every graph of the pool was reset)."""
+        self.pool = self.stream = None
+
+
 class DecodeGraphs:
-    def __init__(self, sizes: list[int]) -> None:
+    """Graphs of the decode step, captured one (bucket, variant) at a time when first needed."""
+
+    def __init__(self, sizes: list[int], capturer: Capturer) -> None:
         self.sizes = sizes
+        self.capturer = capturer
         self.graphs: dict[tuple[int, Variant], torch.cuda.CUDAGraph] = {}
-        self.warmup_s = 0.0  # first calls of the step (includes Triton compilation)
-        self.capture_s = 0.0
-        self._pool = None
-        self._side = None  # one warm-up stream for every capture call: each new stream gets its own cuBLAS workspace
 
-    def capture(self, step: StepFn, variants: list[Variant]) -> None:
-        """Capture every bucket of each variant with `step` (variants already captured are skipped)."""
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-            self._side = torch.cuda.Stream()
-        side = self._side
-        for variant in variants:
-            for size in sorted(self.sizes, reverse=True):
-                if (size, variant) in self.graphs:
-                    continue
-                t0 = time.perf_counter()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):  # warm-up off the capture stream (cuBLAS handles, autotune)
-                    for _ in range(2):
-                        step(size, variant)
-                torch.cuda.current_stream().wait_stream(side)
-                torch.cuda.synchronize()
-                t1 = time.perf_counter()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self._pool):
-                    step(size, variant)
-                torch.cuda.synchronize()
-                self.graphs[(size, variant)] = graph
-                self.warmup_s += t1 - t0
-                self.capture_s += time.perf_counter() - t1
-        log.info(
-            "%d decode graphs (buckets %s, variants %s) captured in %.2f s (+ %.2f s warm-up)",
-            len(self.graphs),
-            self.sizes,
-            variants,
-            self.capture_s,
-            self.warmup_s,
-        )
-
-    def has(self, variant: Variant) -> bool:
-        return all((size, variant) in self.graphs for size in self.sizes)
+    def ensure(self, size: int, variant: Variant, step: StepFn, preserved: Callable[[], ContextManager]) -> None:
+        """Capture (size, variant) with `step` unless it exists. Waits for the device; rows may be live: the
+        warm-up step runs inside `preserved` (the runner's preserved_rows)."""
+        if (size, variant) in self.graphs:
+            return
+        t = time.perf_counter()
+        self.graphs[(size, variant)] = self.capturer.capture(lambda: step(size, variant), preserved)
+        log.debug("decode graph (bucket %d, %s) in %.3f s", size, variant, time.perf_counter() - t)
 
     def drop(self, predicate: Callable[[Variant], bool]) -> None:
         """Forget the graphs of matching variants (their memory returns to the pool; recapture on next use)."""
@@ -110,9 +129,8 @@ class DecodeGraphs:
         self.graphs[(size, variant)].replay()
 
     def close(self) -> None:
-        """Destroy every graph and drop the pool, so its memory returns to the allocator (the caller frees
-        the static buffers the graphs read, and empties the allocator's cache)."""
+        """Destroy every graph (the caller closes the Capturer's pool, frees the static buffers the graphs
+        read, and empties the allocator's cache)."""
         for graph in self.graphs.values():
             graph.reset()
         self.graphs.clear()
-        self._pool = self._side = None

@@ -6,7 +6,10 @@ no data-dependent shapes. `rows` is None inside the decode step, meaning rows [0
 logits.shape[0] (the bucket); in prefill it is an int64 tensor of the admitted row ids. Where the step
 calls them:
 
-    logits -> mask_logits -> EOS/min-length mask -> sampler -> emit (choose + advance) -> record
+    logits -> mask_logits -> EOS/min-length mask -> sampler (skipping forced_rows) -> emit (choose +
+    advance) -> record
+or, when the hooks have a race with the mask folded in for the step's filter level (`fused_race`):
+    logits -> EOS/min-length mask -> fused race -> emit -> record
 
 The host-side lifecycle of the constraint state (assign at admission, move at compaction, release at
 retirement) is the runner's business (runner.py), between decode chunks.
@@ -14,14 +17,26 @@ retirement) is the runner's business (runner.py), between decode chunks.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
+
+# race(logits [B, V], temperature [B], seeds [B], token_index [B], rows) -> sampled [B] int64
+FusedRace = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
 class ConstraintHooks(Protocol):
     def mask_logits(self, logits: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         """logits [B, V] -> logits with -inf where the row's constraint forbids a token (in place)."""
+
+    def forced_rows(self, batch: int, rows: torch.Tensor | None) -> torch.Tensor | None:
+        """[B] (bool or int8): rows whose token emit will force (a copy op), so the sampler may skip their
+        draw; None: no row is forced. Valid after this step's mask_logits."""
+
+    def fused_race(self, filter_level: int) -> FusedRace | None:
+        """A race that applies the constraint itself (no mask_logits before it) for this filter level, or
+        None. It returns the same tokens as mask_logits + the sampler's race for every row emit does not
+        force."""
 
     def emit(
         self, sampled: torch.Tensor, active: torch.Tensor, finished: torch.Tensor, rows: torch.Tensor | None
@@ -35,6 +50,12 @@ class NoConstraints:
 
     def mask_logits(self, logits: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         return logits
+
+    def forced_rows(self, batch: int, rows: torch.Tensor | None) -> None:
+        return None
+
+    def fused_race(self, filter_level: int) -> None:
+        return None
 
     def emit(
         self, sampled: torch.Tensor, active: torch.Tensor, finished: torch.Tensor, rows: torch.Tensor | None

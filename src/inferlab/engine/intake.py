@@ -11,6 +11,9 @@ max_new_tokens replaces SamplingParams.max_new_tokens (it is the exact bound of 
 included), min_new_tokens is 0 (the program forces its own length) and the stop table holds only the
 program's EOS, which ends the row (ignore_eos does not apply; stop_token_ids are refused: a stop inside
 the template would cut it). Temperature, top-k, top-p, min-p and the seed apply as usual.
+
+`RequestSource` is the lazy side of intake: it pulls requests from the caller's iterable only when the
+engine asks (engine/loop.py), numbering them in the order they came.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 from inferlab.engine.sampler import filter_level
 from inferlab.engine.tap_support import wants_taps
@@ -48,6 +51,14 @@ class Prepared:
     @property
     def prompt_len(self) -> int:
         return len(self.prompt_ids)
+
+    @property
+    def prompt_key(self) -> tuple[int, ...] | None:
+        """Requests admitted together with equal keys share one prefill (their prompts are equal); None for
+        a request that steers (its prompt's K/V are its own) or collects (it reads its own prompt pass)."""
+        if self.steering or self.collect is not None:
+            return None
+        return tuple(self.prompt_ids)
 
     @property
     def filter_level(self) -> int:
@@ -185,3 +196,29 @@ def finished_result(item: Prepared, token_ids: list[int], reason: str, tokenizer
         timings=item.timings,
         metadata=item.request.metadata,
     )
+
+
+_END = object()
+
+
+class RequestSource:
+    """The caller's requests, pulled lazily: `pull(n)` takes up to n more from the iterable and returns them
+    as (index in the iterable, Prepared or error Result). The iterable may be a generator that blocks or
+    yields more requests after results came back; the engine pulls only at sync points (engine/loop.py)."""
+
+    def __init__(self, requests: Iterable[Request], prepare_one: Callable[[int, Request], "Prepared | Result"]) -> None:
+        self._requests: Iterator[Request] = iter(requests)
+        self._prepare = prepare_one
+        self.pulled = 0  # requests taken so far (the next one's index)
+        self.exhausted = False
+
+    def pull(self, n: int) -> list[tuple[int, "Prepared | Result"]]:
+        out: list[tuple[int, Prepared | Result]] = []
+        while len(out) < n and not self.exhausted:
+            request = next(self._requests, _END)
+            if request is _END:
+                self.exhausted = True
+                break
+            out.append((self.pulled, self._prepare(self.pulled, request)))
+            self.pulled += 1
+        return out

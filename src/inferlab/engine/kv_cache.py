@@ -4,7 +4,9 @@ KVCache holds K and V as [layers, slots, kv_heads, max_len, head_dim], allocated
 writes into its own slot at its own position, so no cache memory is ever allocated after start-up. Its
 element type is the model dtype, or float8_e4m3fn (`EngineConfig.kv_dtype="fp8"`) with one fp32 scale per
 (layer, slot, kv head, position) for K and for V beside it (`k_scale`, `v_scale`; engine/kv_quant.py).
-Every per-position tensor is a field here, so whatever copies or moves a slot's K/V copies them all.
+Every per-position tensor is a field here, so whatever copies or moves a slot's K/V copies them all: rows
+that share a prompt get its K/V (and scales) by `copy_prefix`, one device copy from the slot that was
+prefilled, no host sync.
 
 MemoryModel prices a configuration (slots x max_len) in bytes: weights, the KV cache, each slot's output
 buffer, the per-row workspace of the decode graphs (logits, sampler sort buffers) and of the eager prefill,
@@ -28,6 +30,9 @@ from inferlab.models.config import ModelSpec
 GIB = 1024**3
 
 
+COPY_CHUNK = 16  # slot pairs per torch copy (bounds its [layers, pairs, kv_heads, length, head_dim] temporary)
+
+
 @dataclass
 class KVCache:
     k: torch.Tensor  # [layers, slots, kv_heads, max_len, head_dim], model dtype or float8_e4m3fn
@@ -35,9 +40,11 @@ class KVCache:
     merge_counters: torch.Tensor  # [slots * kv_heads] int32 zeros: the fused decode attention's split merge
     k_scale: torch.Tensor | None = None  # [layers, slots, kv_heads, max_len] fp32 when k is fp8, else None
     v_scale: torch.Tensor | None = None
+    kernels: str = "torch"  # "triton": copy_prefix in one Triton launch per tensor pair (kernels/triton_kv_copy.py)
 
     @classmethod
-    def allocate(cls, spec: ModelSpec, slots: int, max_len: int, dtype: torch.dtype, device: torch.device) -> "KVCache":
+    def allocate(cls, spec: ModelSpec, slots: int, max_len: int, dtype: torch.dtype, device: torch.device,
+                 kernels: str = "torch") -> "KVCache":
         """`dtype`: the cache's element type (the model dtype, or float8_e4m3fn: then with scales)."""
         shape = (spec.num_layers, slots, spec.num_kv_heads, max_len, spec.head_dim)
         # zeros, not empty: a row reads only positions it wrote, but NaN garbage must never meet a 0 weight
@@ -54,8 +61,32 @@ class KVCache:
             k=zeros(),
             v=zeros(),
             merge_counters=torch.zeros(slots * spec.num_kv_heads, dtype=torch.int32, device=device),
+            kernels=kernels,
             **scales,
         )
+
+    def copy_prefix(self, src_slots: torch.Tensor, dst_slots: torch.Tensor, length: int) -> None:
+        """K and V (and their fp8 scales) of positions [0, length) of slot src_slots[i] into slot dst_slots[i],
+        every layer. src_slots, dst_slots: [pairs] int64 device tensors (destinations distinct and never a
+        source); length: a host int. Positions a destination holds beyond its own prompt may receive the
+        source's garbage: harmless, a row writes every position past its prompt before it reads it."""
+        if src_slots.shape[0] == 0:
+            return
+        pairs = [(self.k, self.v)]
+        if self.k_scale is not None:  # [layers, slots, kv_heads, max_len]: copied as runs of one element
+            pairs.append((self.k_scale.unsqueeze(-1), self.v_scale.unsqueeze(-1)))
+        if self.kernels == "triton":
+            from inferlab.engine.kernels.triton_kv_copy import copy_prefix
+
+            for k, v in pairs:
+                copy_prefix(k, v, src_slots, dst_slots, length)
+            return
+        bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32}  # a bit copy: no fp8 indexing kernels needed
+        tensors = [t.view(bits[t.element_size()]) for pair in pairs for t in pair]
+        for start in range(0, src_slots.shape[0], COPY_CHUNK):
+            src, dst = src_slots[start : start + COPY_CHUNK], dst_slots[start : start + COPY_CHUNK]
+            for cache in tensors:
+                cache[:, dst, :, :length] = cache[:, src, :, :length]
 
     def scales(self, layer: int) -> dict[str, torch.Tensor | None]:
         """The keyword arguments the attention ops take for `layer`'s scales (None with a model-dtype cache)."""

@@ -1,26 +1,38 @@
 """The device side of the loop: admit rows, prefill them, run decode steps (graph replays or eager), release.
 
 ModelRunner owns the model, the KV cache, the per-row state (with its steering and collection tables,
-taps.py) and the decode graphs. It knows rows, not
-requests: the engine (engine.py) decides which request goes to which row (scheduler.py) and turns rows
-back into Results. Host-side input preparation (padding prompts, building per-row parameter tensors)
+taps.py) and the decode and prefill graphs. It knows rows, not requests: the engine (engine.py, loop.py)
+decides which request goes to which row (scheduler.py) and turns rows back into Results. Host-side input
+preparation (padding prompts, building per-row parameter tensors)
 happens here, apart from the device calls, and only between decode chunks.
+
+Shared prompts: the rows of one prefill batch whose prompts are equal are prefilled once (one lane per
+distinct prompt); the other rows get the prompt's K/V by a device copy from the lane's slot
+(KVCache.copy_prefix) and sample their own first token (their own seed) from the lane's logits.
+
+Decode graphs are captured when a (bucket, variant) is first needed (graphs.py), possibly while requests
+are live: the capture's warm-up step runs inside `preserved_rows`, which saves the rows' state and puts
+it back, so no row advances. Its K/V writes are harmless: it writes each row's current position with the
+values the next real step writes there again, and the position after it, which a row always writes
+before it reads.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from typing import Iterator, Sequence
 
 import torch
 
-from inferlab.engine.graphs import DecodeGraphs, Variant, bucket_sizes
+from inferlab.engine.graphs import Capturer, DecodeGraphs, Variant, bucket_sizes
 from inferlab.engine.hooks import NO_CONSTRAINTS
 from inferlab.engine.intake import Prepared
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
+from inferlab.engine.prefill_graphs import PrefillGraphs
 from inferlab.engine.rows import RowState
-from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.step import finish_step
 from inferlab.engine.taps import RowTaps
 from inferlab.engine.transfer import tensor_on, to_device
@@ -30,18 +42,26 @@ from inferlab.types import Request, SamplingParams, Timings
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class PrefillDone:
+    lanes: int  # distinct prompts run through the model
+    tokens: int  # their prompt tokens
+
+
 class ModelRunner:
-    def __init__(self, model: LlamaModel, cache: KVCache, rows: RowState, ops: Ops) -> None:
+    def __init__(self, model: LlamaModel, cache: KVCache, rows: RowState, ops: Ops, share_prompts: bool = True) -> None:
         self.model = model
         self.cache = cache
         self.rows = rows
         self.ops = ops
+        self.share_prompts = share_prompts
         self.constraints = None  # a ConstraintRuntime once the engine met a constrained request
         self.taps = RowTaps(ops, rows, model.spec.num_layers)  # steering and collection, made on first use
         self.device = cache.k.device
         self.num_rows = rows.tokens.shape[0]
         self.sizes = bucket_sizes(self.num_rows)
         self.graphs: DecodeGraphs | None = None
+        self.prefill_graphs: PrefillGraphs | None = None
 
     # ---- decode -------------------------------------------------------------------------------------
     def decode_step(self, b: int, variant: Variant, len_hint: int | None = None) -> None:
@@ -53,62 +73,60 @@ class ModelRunner:
         hooks = self.constraints if variant.constrained else NO_CONSTRAINTS
         finish_step(logits, r.view(b), hooks, self.ops, variant.level)
 
-    def capture_graphs(self) -> DecodeGraphs:
-        """The plain graphs of every bucket and filter level (start-up, every row idle)."""
-        self.graphs = DecodeGraphs(self.sizes)
-        self.graphs.capture(self._graph_step, [Variant(level) for level in FILTER_LEVELS])
-        return self.graphs
+    def use_graphs(self, max_prefill_tokens: int) -> None:
+        """Replay decode steps and the prefill forward from CUDA graphs, each captured when first needed
+        (graphs.py, prefill_graphs.py), all in one memory pool."""
+        capturer = Capturer()
+        self.graphs = DecodeGraphs(self.sizes, capturer)
+        lanes = min(self.num_rows, max_prefill_tokens)
+        self.prefill_graphs = PrefillGraphs(self.model, self.cache, self.rows.slots, lanes, self.cache.max_len,
+                                            max_prefill_tokens, capturer, self.taps)
 
     def _graph_step(self, b: int, variant: Variant) -> None:
         self.decode_step(b, variant, None)  # no host length hint: a graph replays with any lengths
 
     def attach_constraints(self, runtime) -> None:
-        """Enable constrained steps (a ConstraintRuntime sized for every row); with graphs, capture the
-        constrained variants now."""
+        """Enable constrained steps (a ConstraintRuntime sized for every row); their graph variants are
+        captured when first needed, like the others."""
         self.constraints = runtime
-        if self.graphs is not None:
-            self.capture_variants([Variant(level, True) for level in FILTER_LEVELS])
-
-    def capture_variants(self, variants: list[Variant]) -> None:
-        """Capture graphs of `variants` now, also between chunks of a running batch: the warm-up steps run
-        with every row marked inactive, so no row advances or finishes (the token a step writes at
-        out[row, n_out] is overwritten by the row's next real step) and no constraint or collection state
-        moves; their K/V writes land at each row's newest position, which its next real step rewrites
-        with the same values."""
-        if self.graphs is None:
-            return
-        with torch.inference_mode():
-            active = self.rows.active.clone()
-            self.rows.active.zero_()
-            try:
-                self.graphs.capture(self._graph_step, variants)
-            finally:
-                self.rows.active.copy_(active)
-
-    def ensure_captured(self, variant: Variant) -> bool:
-        """Capture `variant` if graphs are in use and it has none yet; True when it did."""
-        if self.graphs is None or self.graphs.has(variant):
-            return False
-        self.capture_variants([variant])
-        return True
 
     def drop_graphs(self, predicate) -> None:
-        """Forget captured variants whose buffers were replaced (tap_support.py grows collection buffers)."""
-        if self.graphs is not None:
-            self.graphs.drop(predicate)
+        """Forget captured decode variants and prefill graphs whose buffers were replaced (tap_support.py grows
+        collection buffers): `predicate` reads `.steered` / `.collecting`, which Variant and PrefillKey share."""
+        for graphs in (self.graphs, self.prefill_graphs):
+            if graphs is not None:
+                graphs.drop(predicate)
 
     def decode(self, b: int, variant: Variant, steps: int, len_hint: int | None) -> None:
         """`steps` decode steps over rows [0, b) with `variant` (graphs.Variant); len_hint bounds positions + 1
-        at the first step (used by the eager torch attention only). A variant without graphs yet is captured
-        first (capture_variants)."""
+        at the first step (used by the eager torch attention only). A (bucket, variant) without a graph yet
+        is captured first, live rows or not (preserved_rows)."""
         variant = Variant(*variant)
-        self.ensure_captured(variant)
+        if self.graphs is not None and steps > 0:
+            self.graphs.ensure(b, variant, self._graph_step, self.preserved_rows)
         for i in range(steps):
             if self.graphs is not None:
                 self.graphs.replay(b, variant)
             else:
                 hint = None if len_hint is None or not self.ops.needs_len_hint else len_hint + i
                 self.decode_step(b, variant, hint)
+
+    @contextmanager
+    def preserved_rows(self) -> Iterator[None]:
+        """Whatever decode steps run inside leave every row's state as it was: the rows are marked inactive
+        (no row advances or finishes, no constraint or collection state moves, the token a step writes at
+        out[row, n_out] is overwritten by the row's next real step), and the row state and constraint state
+        are saved before and put back after, whatever a step wrote."""
+        state = [getattr(self.rows, f.name) for f in fields(self.rows)]
+        if self.constraints is not None:
+            state += [self.constraints.ptr, self.constraints.state]
+        saved = [t.clone() for t in state]
+        self.rows.active.zero_()
+        try:
+            yield
+        finally:
+            for t, copy in zip(state, saved):
+                t.copy_(copy)
 
     # ---- admission and prefill (host inputs staged through pinned memory: transfer.py) ----------------
     def admit(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> None:
@@ -152,40 +170,85 @@ class ModelRunner:
             },
         )
 
-    def prefill(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> None:
-        """Run the admitted prompts (right-padded) and sample each row's first token."""
-        longest = max(item.prompt_len for item in items)
-        host = torch.zeros((len(items), longest + 2), dtype=torch.int64)  # [n, tokens | length | row id]
-        for i, item in enumerate(items):
-            host[i, : item.prompt_len] = torch.tensor(item.prompt_ids)
-            host[i, longest:] = torch.tensor([item.prompt_len, row_ids[i]])
-        staged = to_device(host, self.device)
-        # columns of one staged block; made unit-stride because kernels index [n] inputs by lane
-        tokens, lengths, idx = (staged[:, :longest].contiguous(), staged[:, longest].contiguous(),
-                                staged[:, longest + 1].contiguous())
+    def prefill(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> PrefillDone:
+        """Run the admitted rows' distinct prompts (right-padded; from a graph when a bucket fits), give the
+        rows that repeat a prompt its K/V (copy_prefix from the slot of the row that ran it), and sample
+        every row's first token."""
+        n = len(items)
         steered = any(item.steering for item in items)
-        taps = self.taps.for_prefill(idx, lengths, longest, steered, any(item.collect is not None for item in items))
-        logits = self.model.prefill(tokens, lengths, self.rows.slots[idx], self.cache, taps=taps)  # [admitted, V]
+        collecting = any(item.collect is not None for item in items)
+        lane_of: dict = {}  # prompt key -> lane
+        leaders: list[int] = []  # lane -> position in items of the row whose slot the prompt is run into
+        lanes: list[int] = []  # position in items -> lane
+        for i, item in enumerate(items):
+            key = item.prompt_key if self.share_prompts else None  # None: its own lane (e.g. a steered row)
+            lane = lane_of.setdefault(key if key is not None else ("row", i), len(leaders))
+            if lane == len(leaders):
+                leaders.append(i)
+            lanes.append(lane)
+        followers = [i for i in range(n) if leaders[lanes[i]] != i]
+        u, m = len(leaders), len(followers)
+        prompts = [items[i].prompt_ids for i in leaders]
+        longest = max(len(p) for p in prompts)
+        shape = self.prefill_graphs.bucket(u, longest) if self.prefill_graphs is not None else None
+        # one staged block: [rows n | lanes n | follower rows m | their lanes' rows m], and for an eager
+        # prefill [lane lengths u | lane rows u | lane tokens u x longest]
+        sources = [row_ids[leaders[lanes[i]]] for i in followers]
+        columns = [list(row_ids), lanes, [row_ids[i] for i in followers], sources]
+        if shape is None:
+            columns += [[len(p) for p in prompts], [row_ids[i] for i in leaders]]
+        sizes = [len(c) for c in columns]
+        host = torch.zeros(sum(sizes) + (0 if shape else u * longest), dtype=torch.int64)
+        at = 0
+        for values in columns:
+            host[at : at + len(values)] = torch.tensor(values, dtype=torch.int64)
+            at += len(values)
+        if shape is None:
+            for j, prompt in enumerate(prompts):
+                host[at + j * longest : at + j * longest + len(prompt)] = torch.tensor(prompt)
+        staged = to_device(host, self.device)
+        idx, lane_idx, follower_rows, source_rows, *lane_inputs = torch.split(staged[: sum(sizes)], sizes)
+        if shape is not None:
+            block = self.prefill_graphs.host_block(shape, prompts, [row_ids[i] for i in leaders])
+            logits = self.prefill_graphs.run(shape, block, steered, collecting)[:u]  # [u, V], taps inside
+        else:
+            lengths, lane_rows = lane_inputs
+            tokens = staged[sum(sizes) :].view(u, longest)
+            taps = self.taps.for_prefill(lane_rows, lengths, longest, steered, collecting)
+            logits = self.model.prefill(tokens, lengths, self.rows.slots[lane_rows], self.cache, taps=taps)  # [u, V]
+        if m:
+            length = max(items[i].prompt_len for i in followers)
+            self.cache.copy_prefix(self.rows.slots[source_rows], self.rows.slots[follower_rows], length)
+            logits = logits.index_select(0, lane_idx)  # [n, V]: each row samples from its lane's logits
         part = self.rows.gather(idx)
         level = max(item.filter_level for item in items)
         constrained = any(item.constraint is not None for item in items)
         finish_step(logits, part, self.constraints if constrained else NO_CONSTRAINTS, self.ops, level, row_ids=idx)
         self.rows.scatter_(idx, part)
+        return PrefillDone(lanes=u, tokens=sum(len(p) for p in prompts))
 
-    def warm_prefill(self, max_seq_len: int, max_prefill_tokens: int) -> None:
-        """Prefill at the most tokens and at the most rows one batch may have (both bounds), with every
-        sampler filter on: the largest buffers a prefill allocates, allocated at start-up."""
+    def warm_prefill(self, max_seq_len: int | None = None, max_prefill_tokens: int | None = None) -> None:
+        """Without bounds: two rows sharing a one-token prompt (an eager prefill, before any graph capture:
+        the prefill attention's backends are chosen then; the K/V copy's first launch). With them: the most
+        tokens and the most rows one batch may have, with every sampler filter on: the largest buffers a
+        prefill allocates (in the graphs' pool once they are on), allocated at start-up."""
+        sampling = SamplingParams(temperature=1.0, top_k=5, top_p=0.5, min_p=0.01, max_new_tokens=1)
+        if max_seq_len is None or max_prefill_tokens is None:
+            self._warm([[0], [0]], sampling)
+            return
         longest = max_seq_len - 1  # a prompt leaves room for at least one new token
         widest = min(self.num_rows, max_prefill_tokens)
-        sampling = SamplingParams(temperature=1.0, top_k=5, top_p=0.5, min_p=0.01, max_new_tokens=1)
+        vocab = self.model.spec.vocab_size
         for batch, length in {(1, longest), (widest, max_prefill_tokens // widest)}:
-            length = max(1, min(length, longest))
-            items = [
-                Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)), [0] * length, sampling, 0, [], 0, Timings())
-                for i in range(batch)
-            ]
-            self.admit(range(batch), items)
-            self.prefill(range(batch), items)
+            length = max(1, min(length, longest))  # distinct prompts (two first tokens): every row is a lane
+            self._warm([([i % vocab, i // vocab % vocab] + [0] * (length - 2))[:length] for i in range(batch)],
+                       sampling)
+
+    def _warm(self, prompts: list[list[int]], sampling: SamplingParams) -> None:
+        items = [Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)), p, sampling, 0, [], 0, Timings())
+                 for i, p in enumerate(prompts)]
+        self.admit(range(len(items)), items)
+        self.prefill(range(len(items)), items)
 
     # ---- row lifecycle ----------------------------------------------------------------------------------
     def release(self, row_ids: Sequence[int]) -> None:
@@ -198,11 +261,15 @@ class ModelRunner:
         self.taps.release(row_ids)
 
     def close(self) -> None:
-        """Drop every device buffer the runner owns (Engine.close): the graphs and their pool first (they
-        address the buffers), then the constraint state, the rows, the KV cache and the model's weights."""
+        """Drop every device buffer the runner owns (Engine.close): the decode and prefill graphs and their
+        pool first (they address the buffers), then the constraint state, the steering and collection
+        tables, the rows, the KV cache and the model's weights."""
         if self.graphs is not None:
             self.graphs.close()
-        self.graphs = self.constraints = self.cache = self.rows = self.model = None
+            self.prefill_graphs.close()
+            self.graphs.capturer.close()
+        self.graphs = self.prefill_graphs = self.constraints = self.taps = None
+        self.cache = self.rows = self.model = None
 
     def move(self, moves: Sequence[tuple[int, int]]) -> None:
         pairs = tensor_on([list(m) for m in moves], torch.int64, self.device)  # [m, 2] (src, dst)

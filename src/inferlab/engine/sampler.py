@@ -107,6 +107,7 @@ def race_argmax_torch(
     seeds: torch.Tensor,  # [rows] int64 request seeds
     token_index: torch.Tensor,  # [rows] int64: which of the request's tokens is being drawn
     round_index: int = 0,  # rejection round (top_p_by_rejection): fresh noise per round
+    skip: torch.Tensor | None = None,  # [rows] bool: rows left out (token 0 comes back), as the Triton race
 ) -> torch.Tensor:  # [rows] int64
     logits = logits.float()
     greedy = temperature <= 0
@@ -115,7 +116,8 @@ def race_argmax_torch(
     race = scaled + torch.where(greedy[:, None], 0.0, noise)
     if tau is not None:
         race = torch.where(float_key(logits) >= tau[:, None], race, float("-inf"))
-    return race.argmax(dim=-1)
+    tokens = race.argmax(dim=-1)
+    return tokens if skip is None else torch.where(skip, 0, tokens)
 
 
 def mass_above_torch(
@@ -145,18 +147,20 @@ def top_p_by_rejection(
     seeds: torch.Tensor,  # [rows] int64
     token_index: torch.Tensor,  # [rows] int64
     rounds: int = TOP_P_ROUNDS,
+    skip: torch.Tensor | None = None,  # [rows] bool: rows whose token is forced anyway (token 0 comes back)
 ) -> torch.Tensor:  # [rows] int64
     """Top-p (and min-p) sampling without the threshold search, the torch reference (see the module
     docstring; kernels/triton_top_p.py is the same in fused kernels). Fixed launches, no host sync:
-    graph-capturable. Rows without top-p (greedy, top_p = 1) take round 0's race."""
+    graph-capturable. Rows without top-p (greedy, top_p = 1) take round 0's race; `skip` rows count as
+    settled from the start, so no round races or sums for them."""
     no_top_k = torch.zeros_like(token_index)
     floor = filter_threshold(logits.float(), temperature, no_top_k, top_p, min_p, FILTER_MIN_P)  # min-p key
     plain = (temperature <= 0) | (top_p >= 1)  # [rows] bool: no top-p to check, round 0's draw stands
-    done = torch.zeros_like(plain)  # [rows] bool: token chosen
+    done = torch.zeros_like(plain) if skip is None else skip.clone()  # [rows] bool: token chosen
     tokens = torch.zeros_like(token_index)
     pivot, total = floor, None
     for r in range(rounds):
-        drawn = race_argmax_torch(logits, temperature, pivot, seeds, token_index, r)
+        drawn = race_argmax_torch(logits, temperature, pivot, seeds, token_index, r, done)
         above, mass = mass_above_torch(logits, temperature, drawn, plain | done)
         total = mass if total is None else total  # the same every round: kept from round 0
         accept = ~done & (plain | (above < top_p * total))
@@ -167,7 +171,7 @@ def top_p_by_rejection(
     # the rows still open (probability <= (1 - top_p)^rounds each): the exact threshold, for them alone
     open_p = torch.where(done | plain, 1.0, top_p)
     tau = filter_threshold(logits.float(), temperature, no_top_k, open_p, min_p, FILTER_TOP_P)
-    last = race_argmax_torch(logits, temperature, tau, seeds, token_index, rounds)
+    last = race_argmax_torch(logits, temperature, tau, seeds, token_index, rounds, done)
     return torch.where(done, tokens, last)
 
 
@@ -227,8 +231,10 @@ def sample(
     token_index: torch.Tensor,  # [rows] int64
     ops,  # engine.ops.Ops: filter_threshold, race_argmax, top_p_draw (torch above, or Triton kernels)
     level: int,  # FILTER_*: at least the highest level any row needs
+    skip: torch.Tensor | None = None,  # [rows] bool: rows whose token is forced (a constraint's copy op):
+    # no race for them, token 0 comes back (the constraint's emit replaces it)
 ) -> torch.Tensor:  # [rows] int64 token ids
     if level == FILTER_TOP_P:
-        return ops.top_p_draw(logits, temperature, top_p, min_p, seeds, token_index)
+        return ops.top_p_draw(logits, temperature, top_p, min_p, seeds, token_index, skip=skip)
     tau = ops.filter_threshold(logits, temperature, top_k, top_p, min_p, level)
-    return ops.race_argmax(logits, temperature, tau, seeds, token_index)
+    return ops.race_argmax(logits, temperature, tau, seeds, token_index, 0, skip)

@@ -11,6 +11,11 @@ are filled in FIFO order and the admitted requests are grouped into prefill batc
 - static batching: admission happens only when every row is free (a whole batch in, a whole batch out),
   which is what fixed-batch generation does; kept to measure the difference.
 
+Shared prompts: with a `prompt_key`, requests admitted at one sync point whose prompts are equal form
+one group: the first is the group's prefill lane, the others ride in its prefill batch at no token cost
+(the runner prefills the prompt once and copies its K/V into their slots), so the token bound counts
+each distinct prompt once.
+
 When the batch drains (free rows below live ones), `compaction` pairs live rows above the smallest bucket
 that holds them with free rows below it, so the tail runs in a smaller CUDA graph.
 """
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Generic, Hashable, TypeVar
 
 T = TypeVar("T")
 
@@ -34,13 +39,14 @@ class Admission(Generic[T]):
 
 class Scheduler(Generic[T]):
     def __init__(self, num_rows: int, max_prefill_tokens: int, mode: str, prompt_len: Callable[[T], int],
-                 min_admission: int = 1) -> None:
+                 min_admission: int = 1, prompt_key: Callable[[T], Hashable] | None = None) -> None:
         assert mode in ("continuous", "static") and min_admission >= 1
         self.num_rows = num_rows
         self.min_admission = min(min_admission, num_rows)
         self.max_prefill_tokens = max_prefill_tokens
         self.mode = mode
         self.prompt_len = prompt_len
+        self.prompt_key = prompt_key  # None: every request is its own prefill lane
         self.waiting: deque[T] = deque()
         self.rows: list[T | None] = [None] * num_rows
 
@@ -51,6 +57,18 @@ class Scheduler(Generic[T]):
     def live_rows(self) -> list[int]:
         return [r for r, item in enumerate(self.rows) if item is not None]
 
+    @property
+    def free_rows(self) -> int:
+        return sum(item is None for item in self.rows)
+
+    def admission_due(self) -> bool:
+        """Would admissions() admit something if the queue held enough requests? (the lazy intake asks
+        this before pulling requests from the caller's iterable)"""
+        free = self.free_rows
+        if free == 0 or (self.mode == "static" and free < self.num_rows):
+            return False
+        return free >= self.min_admission or free == self.num_rows
+
     def has_work(self) -> bool:
         return bool(self.waiting) or any(item is not None for item in self.rows)
 
@@ -60,7 +78,8 @@ class Scheduler(Generic[T]):
         return item
 
     def admissions(self) -> list[Admission[T]]:
-        """Fill free rows from the queue (FIFO); group them into prefill batches within the token bound."""
+        """Fill free rows from the queue (FIFO); group them into prefill batches within the token bound
+        (padded tokens of the distinct prompts: a repeated prompt joins its first occurrence's batch)."""
         live = self.live_rows
         if self.mode == "static" and live:
             return []
@@ -68,21 +87,26 @@ class Scheduler(Generic[T]):
         if live and len(free) < min(self.min_admission, len(self.waiting)):
             return []  # too few to be worth a prefill yet; the live rows keep decoding
         batches: list[Admission[T]] = []
+        batch_of_prompt: dict[Hashable, Admission[T]] = {}  # this sync point's distinct prompts -> their batch
         current: Admission[T] = Admission([], [])
-        longest = 0
+        lanes, longest = 0, 0
         for row in free:
             if not self.waiting:
                 break
-            item = self.waiting[0]
-            length = max(longest, self.prompt_len(item))
-            if current.items and (len(current.items) + 1) * length > self.max_prefill_tokens:
-                batches.append(current)
-                current, length = Admission([], []), self.prompt_len(item)
-            self.waiting.popleft()
+            item = self.waiting.popleft()
             self.rows[row] = item
-            current.rows.append(row)
-            current.items.append(item)
-            longest = length
+            key = self.prompt_key(item) if self.prompt_key is not None else None
+            target = batch_of_prompt.get(key) if key is not None else None
+            if target is None:  # a new prefill lane
+                length = max(longest, self.prompt_len(item))
+                if current.items and (lanes + 1) * length > self.max_prefill_tokens:
+                    batches.append(current)
+                    current, lanes, length = Admission([], []), 0, self.prompt_len(item)
+                lanes, longest, target = lanes + 1, length, current
+                if key is not None:
+                    batch_of_prompt[key] = current
+            target.rows.append(row)
+            target.items.append(item)
         if current.items:
             batches.append(current)
         return batches

@@ -25,17 +25,30 @@ class EngineStats:
     kv_cache_bytes: int = 0  # K, V and (fp8) their scales
     planned_bytes: int = 0  # the memory plan's estimate of everything
     budget_bytes: int = 0
-    load_s: float = 0.0  # weights read and moved to the device
-    warmup_s: float = 0.0  # first calls of prefill and the step (Triton JIT)
-    gemm_tune_s: float = 0.0  # timing cuBLAS vs the Triton GEMM per projection and bucket (CUDA)
+    startup_s: float = 0.0  # wall time of Engine(...): every phase below, and what is not attributed to one
+    device_init_s: float = 0.0  # the CUDA context (set_device + first allocation)
+    load_s: float = 0.0  # weights read, checked, fused and moved to the device
+    tokenizer_s: float = 0.0  # the tokenizer (and the import of transformers), in a thread beside load_s
+    allocate_s: float = 0.0  # KV cache, row state, host buffers
+    warmup_s: float = 0.0  # prefill at its largest shapes and the start-up graphs' warm-up steps (Triton JIT)
+    gemm_tune_s: float = 0.0  # the GEMM plan: timing cuBLAS vs the Triton GEMM, or reading it from the cache
+    gemm_plan_source: str = ""  # "cache", "timed", or "" (no plan: CPU, torch kernels, gemm="cublas")
     gemm_choices: dict = field(default_factory=dict)  # {"qkv@16": "cublas" | "triton n64 k128 split2", ...}
-    capture_s: float = 0.0  # CUDA graph capture alone
-    graphs: int = 0
-    constraint_setup_s: float = 0.0  # grammar set, constraint runtime and its graphs, at the first constrained request
-    taps_setup_s: float = 0.0  # steering table, collection buffers and their graph variants, when first needed
-    prefill_s: float = 0.0
+    startup_cache_dir: str = ""  # where start-up measurements are kept ("" when the cache is off)
+    capture_s: float = 0.0  # CUDA graph capture alone, at start-up (decode and prefill graphs)
+    graphs: int = 0  # decode graphs captured so far (start-up + lazily)
+    prefill_graphs: int = 0  # prefill graphs captured so far, one per (lanes, length) bucket used
+    lazy_graphs: int = 0  # graphs (decode or prefill) captured during generate/stream calls, when first needed
+    lazy_capture_s: float = 0.0  # their capture, eager warm-up run and wait for the device
+    constraint_setup_s: float = 0.0  # grammar set and constraint runtime, at the first constrained request
+    taps_setup_s: float = 0.0  # steering table and collection buffers, when first needed (captures: lazy_capture_s)
+    prefill_s: float = 0.0  # device clock, from admission to the last prefill kernel (host launch gaps included)
+    prefill_host_s: float = 0.0  # host time spent admitting and launching prefills
     prefill_batches: int = 0
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # prompt tokens of the admitted requests
+    prefill_tokens: int = 0  # prompt tokens actually run through the model (each distinct prompt once per batch)
+    prefill_lanes: int = 0  # distinct prompts prefilled
+    shared_prompt_rows: int = 0  # rows that got their prompt's K/V by a copy instead of a prefill
     decode_s: float = 0.0
     decode_steps: int = 0  # graph replays / eager steps
     row_steps: int = 0  # sum over steps of the bucket size (rows computed, live or not)
@@ -45,10 +58,20 @@ class EngineStats:
     syncs: int = 0  # host reads of the finished flags
     row_moves: int = 0  # compaction moves (a request moved to a lower row)
     generate_s: float = 0.0
+    intake_s: float = 0.0  # pulling requests from the caller's iterable (their intake included)
+    intake_blocking_s: float = 0.0  # the part pulled before a launch, while the device may have had nothing queued
     peak_memory_bytes: int = 0  # torch.cuda.max_memory_allocated after start-up and after each call
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def startup_phases(self) -> str:
+        """One line of the start-up phases, for logs."""
+        source = f" ({self.gemm_plan_source})" if self.gemm_plan_source else ""
+        return (f"CUDA init {self.device_init_s:.1f} s, weights {self.load_s:.1f} s, "
+                f"tokenizer {self.tokenizer_s:.1f} s (in a thread), allocation {self.allocate_s:.1f} s, "
+                f"GEMM plan {self.gemm_tune_s:.1f} s{source}, warm-up {self.warmup_s:.1f} s, "
+                f"{self.graphs} graphs {self.capture_s:.1f} s")
 
     @property
     def decode_gb_per_s(self) -> float:

@@ -2,9 +2,11 @@
 
 `finish_step` is shared by prefill (on the gathered admitted rows) and by the decode step (on rows [0, b),
 inside the CUDA graph). It never reads a value back to the host:
-    constraint mask -> EOS/stop masked while n_out < min_new -> sample -> constraint emit (forced tokens,
-    the live rows' constraint state advanced) -> token written to out[row, n_out] -> finished flag, reason,
-    counters, next input token and position.
+    constraint mask -> EOS/stop masked while n_out < min_new -> sample (rows whose token the constraint
+    forces are skipped) -> constraint emit (forced tokens, the live rows' constraint state advanced) ->
+    token written to out[row, n_out] -> finished flag, reason, counters, next input token and position.
+When the constraint hooks have a race with the mask folded in for the step's filter level (the Triton
+runtime at filter level none), it replaces the mask and the sampler (hooks.py).
 Rows that are idle or already finished go through the same arithmetic but change nothing that is read.
 """
 
@@ -53,11 +55,17 @@ def finish_step(
     filter_level: int,  # sampler.FILTER_*: at least what the rows need
     row_ids: torch.Tensor | None = None,  # None in decode (rows [0, B)); admitted row ids in prefill
 ) -> None:
-    logits = hooks.mask_logits(ops.sampling_logits(logits), row_ids)  # fp32 (torch ops) or as is (Triton)
+    logits = ops.sampling_logits(logits)  # fp32 (torch ops) or as is (Triton)
+    race = hooks.fused_race(filter_level)
+    if race is None:
+        logits = hooks.mask_logits(logits, row_ids)
     logits = ops.mask_stops(logits, rows)
     # the token index n_out keys the noise: a request's draws are reproducible whatever its row
-    sampled = sample(
-        logits, rows.temperature, rows.top_k, rows.top_p, rows.min_p, rows.seeds, rows.n_out, ops, filter_level
-    )
+    if race is not None:
+        sampled = race(logits, rows.temperature, rows.seeds, rows.n_out, row_ids)
+    else:
+        skip = hooks.forced_rows(logits.shape[0], row_ids)
+        sampled = sample(logits, rows.temperature, rows.top_k, rows.top_p, rows.min_p, rows.seeds, rows.n_out, ops,
+                         filter_level, skip)
     tokens = hooks.emit(sampled, rows.active, rows.finished, row_ids)  # live = active & ~finished, as record's
     ops.record(tokens, rows)

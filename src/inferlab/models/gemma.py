@@ -19,8 +19,11 @@ add + next norm, one fused op) is where the residual stream after layer i exists
 
 Per layer i, `spec.window(i)` is its sliding window (0: global) and `spec.rope_of(i)` its rope (Gemma 3:
 the local base on sliding layers). Windows are real in both paths: prefill attends through
-attention.windowed_attention (keys outside the window never read), decode through the fused kernel
-starting each row's scan at max(0, pos + 1 - window). The KV cache stays full-length for every layer; a
+attention.PrefillAttention, which runs attention.windowed_attention (keys outside the window never read)
+where the window cuts into the padded prompt or the scores are soft-capped and the engine's probed SDPA
+path where plain causal attention is exact; decode through the fused kernel starting each row's scan at
+max(0, pos + 1 - window). Both prefill paths are capturable, so prefill CUDA graphs (engine/
+prefill_graphs.py) serve Gemma as they serve llama.py. The KV cache stays full-length for every layer; a
 ring buffer of `window` positions for the sliding layers would save memory (~5/6 of Gemma 3's cache) and
 is a later optimisation. With an fp8 KV cache both entry points write K/V quantized with their scales
 (KVCache.scales), as in llama.py; prefill attends over the prompt's unquantized K/V, decode reads the cache.
@@ -33,7 +36,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from inferlab.engine.attention import prefill_attention
+from inferlab.engine.attention import PrefillAttention
 from inferlab.engine.gemm_plan import GemmPlan
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
@@ -62,6 +65,8 @@ class GemmaModel:
         self.embed_scale = torch.tensor(spec.embedding_scale, dtype=weights.embed.dtype).item()
         act_mul = ops.gelu_tanh_mul if spec.activation == "gelu_tanh" else ops.silu_mul
         self.gemm = GemmPlan(act_mul, activation=spec.activation)  # cuBLAS until the engine tunes it
+        # windowed / soft-capped layers: windowed_attention; plain causal ones: SDPA chosen at the first prefill
+        self.prefill_attention = PrefillAttention(weights.embed.device)
 
     def _tables(self, layer: int) -> RotaryTables:
         return self.local_rotary if self.spec.window(layer) else self.rotary
@@ -92,11 +97,15 @@ class GemmaModel:
                 h, x = taps.after_layer(i, m, x, next_norm, eps, True, x_norm=layer.post_mlp_norm)
         return h
 
-    def _logits(self, h_last: torch.Tensor) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab], model dtype
-        logits = F.linear(h_last, self.weights.lm_head)
+    def _logits(self, h_last: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """[rows, hidden] -> [rows, vocab] in the model dtype (into `out` when given: a graph's static buffer)."""
+        if out is None:
+            logits = F.linear(h_last, self.weights.lm_head)
+        else:
+            logits = torch.matmul(h_last, self.weights.lm_head.t(), out=out)
         cap = self.spec.final_logit_softcap
-        if cap is not None:  # three ops in the model dtype, as transformers rounds them
-            logits = torch.tanh(logits / cap) * cap
+        if cap is not None:  # three ops in the model dtype, as transformers rounds them (in place: same values)
+            logits.div_(cap).tanh_().mul_(cap)
         return logits
 
     def prefill(
@@ -106,6 +115,7 @@ class GemmaModel:
         slots: torch.Tensor,  # [batch] int64: each prompt's cache slot
         cache: KVCache,
         taps: LayerTaps | None = None,
+        out: torch.Tensor | None = None,  # [batch, vocab] model dtype: where to write the logits
     ) -> torch.Tensor:  # [batch, vocab] logits (model dtype) at each prompt's last real position
         batch, padded = tokens.shape
         spec = self.spec
@@ -123,12 +133,12 @@ class GemmaModel:
             qb = q.view(batch, padded, heads, head_dim).transpose(1, 2)  # [batch, H, padded, D]
             kb = k.view(batch, padded, kv_heads, head_dim).transpose(1, 2)
             vb = v.view(batch, padded, kv_heads, head_dim).transpose(1, 2)
-            out = prefill_attention(qb, kb, vb, self.scale, spec.window(i), spec.attn_logit_softcap)
-            return out.transpose(1, 2).reshape(batch * padded, heads * head_dim)
+            a = self.prefill_attention(qb, kb, vb, self.scale, spec.window(i), spec.attn_logit_softcap)
+            return a.transpose(1, 2).reshape(batch * padded, heads * head_dim)  # a: [batch, H, padded, D]
 
         h = self._layers(tokens.reshape(-1), attend, taps)
         last = h.view(batch, padded, -1)[torch.arange(batch, device=h.device), lengths - 1]  # [batch, hidden]
-        return self._logits(last)
+        return self._logits(last, out)
 
     def decode(
         self,

@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from inferlab.engine.attention import prefill_attention
+from inferlab.engine.attention import PrefillAttention
 from inferlab.engine.gemm_plan import GemmPlan
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
@@ -44,6 +44,7 @@ class LlamaModel:
         self.rotary = rotary
         self.scale = spec.head_dim**-0.5
         self.gemm = GemmPlan(ops.silu_mul)  # cuBLAS everywhere until the engine tunes it (engine/gemm_plan.py)
+        self.prefill_attention = PrefillAttention(weights.embed.device)  # backends chosen at the first prefill
 
     def _layers(
         self,
@@ -67,8 +68,11 @@ class LlamaModel:
                 h, x = taps.after_layer(i, m, x, next_norm, eps)
         return h
 
-    def _logits(self, h_last: torch.Tensor) -> torch.Tensor:  # [rows, hidden] -> [rows, vocab], model dtype
-        return F.linear(h_last, self.weights.lm_head)
+    def _logits(self, h_last: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """[rows, hidden] -> [rows, vocab] in the model dtype (into `out` when given: a graph's static buffer)."""
+        if out is None:
+            return F.linear(h_last, self.weights.lm_head)
+        return torch.matmul(h_last, self.weights.lm_head.t(), out=out)
 
     def prefill(
         self,
@@ -77,6 +81,7 @@ class LlamaModel:
         slots: torch.Tensor,  # [batch] int64: each prompt's cache slot
         cache: KVCache,
         taps: LayerTaps | None = None,
+        out: torch.Tensor | None = None,  # [batch, vocab] model dtype: where to write the logits
     ) -> torch.Tensor:  # [batch, vocab] logits (model dtype) at each prompt's last real position
         batch, padded = tokens.shape
         heads, kv_heads, head_dim = self.spec.num_heads, self.spec.num_kv_heads, self.spec.head_dim
@@ -93,12 +98,12 @@ class LlamaModel:
             qb = q.view(batch, padded, heads, head_dim).transpose(1, 2)  # [batch, H, padded, D]
             kb = k.view(batch, padded, kv_heads, head_dim).transpose(1, 2)
             vb = v.view(batch, padded, kv_heads, head_dim).transpose(1, 2)
-            out = prefill_attention(qb, kb, vb, self.scale)  # [batch, H, padded, D]
+            out = self.prefill_attention(qb, kb, vb, self.scale)  # [batch, H, padded, D]
             return out.transpose(1, 2).reshape(batch * padded, heads * head_dim)
 
         h = self._layers(tokens.reshape(-1), attend, taps)
         last = h.view(batch, padded, -1)[torch.arange(batch, device=h.device), lengths - 1]  # [batch, hidden]
-        return self._logits(last)
+        return self._logits(last, out)
 
     def decode(
         self,

@@ -138,8 +138,10 @@ def test_compaction_moves_steering_and_collection_with_the_row(tiny_checkpoint):
 
 
 def test_every_engine_forward_has_the_steering_point():
-    """Each model class the registry names takes `taps` in prefill and decode (the runner always passes it)."""
+    """Each model class the registry names takes `taps` in prefill and decode (the runner always passes it),
+    and `out` in prefill (the prefill graphs' static logits buffer, prefill_graphs.py)."""
     for implementation in set(ARCHITECTURES.values()):
         model_class = implementation.load()
         for entry in (model_class.prefill, model_class.decode):
             assert "taps" in inspect.signature(entry).parameters, (implementation.cls, entry.__name__)
+        assert "out" in inspect.signature(model_class.prefill).parameters, implementation.cls

@@ -453,10 +453,11 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
         Request(id="top-p", prompt_ids=(11,) * 9, sampling=SamplingParams(top_p=0.9, max_new_tokens=6, seed=3)),
         Request(id="min-p", prompt_ids=(300, 2), sampling=SamplingParams(min_p=0.1, max_new_tokens=6, seed=4)),
         Request(id="one-token", prompt_ids=(42,), sampling=SamplingParams(top_k=5, max_new_tokens=4, seed=5)),
-    ]
+        Request(id="shared", prompt_ids=(11,) * 9, sampling=SamplingParams(top_p=0.9, max_new_tokens=6, seed=6)),
+    ]  # "shared" repeats "top-p"'s prompt: one prefill, the K/V copied (the Triton copy on "triton")
     outputs = {}
     for kernels in ("torch", "triton"):
-        engine = Engine(EngineConfig(model=path, max_slots=4, max_seq_len=96, kernels=kernels))
+        engine = Engine(EngineConfig(model=path, max_slots=5, max_seq_len=96, kernels=kernels))
         assert engine.ops.name == kernels
         program = compile_program(template.segments, engine.tokenizer)  # the Triton mask kernel on "triton"
         constrained = Request(id="conformer", constraint=program, **conformer)
@@ -545,3 +546,98 @@ def test_gemma_forward_on_triton_kernels_matches_the_torch_kernels(tiny_checkpoi
             steps.append(model.decode(token, torch.tensor([position]), slot, cache, max_len_hint=position + 1))
         logits[kernels] = torch.cat(steps)
     torch.testing.assert_close(logits["triton"], logits["torch"], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kv_prefix_copy_kernel_equals_the_torch_copy(dtype):
+    from inferlab.engine.kernels import triton_kv_copy
+    from inferlab.engine.kv_cache import KVCache
+
+    g = torch.Generator().manual_seed(5)
+    shape = (2, 5, 2, 40, 8)  # [layers, slots, kv_heads, max_len, head_dim]: 37 x 8 elements: several blocks
+    k, v = torch.randn(shape, generator=g).to(dtype), torch.randn(shape, generator=g).to(dtype)
+    src, dst = torch.tensor([3, 3, 0]), torch.tensor([1, 4, 2])
+    ref = KVCache(k.clone(), v.clone(), torch.zeros(10, dtype=torch.int32))
+    ref.copy_prefix(src, dst, 37)
+    triton_kv_copy.copy_prefix(k, v, src, dst, 37, block=128)  # 3 blocks per (pair, layer, head)
+    assert torch.equal(k, ref.k) and torch.equal(v, ref.v)
+
+
+def test_constrained_race_draws_the_masked_race_and_skips_forced_rows():
+    """kernels/triton_sampling.constrained_race_argmax (the mask folded into the race) against the torch
+    reference (the runtime's mask_logits, then race_argmax_torch), step by step over whole conformer
+    programs: copy and hole rows (opening and accepting states), greedy and sampled rows, an unconstrained
+    row, decode (lane = row) and prefill (lanes -> row ids)."""
+    import random
+
+    from inferlab.engine.constraints.program import compile_program
+    from inferlab.engine.constraints.runtime import ConstraintRuntime
+    from inferlab.engine.constraints.simulate import synthetic_conformer_segments
+    from inferlab.engine.constraints.token_automaton import grammar_set_for
+    from inferlab.engine.sampler import FILTER_NONE
+    from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
+
+    tokenizer = build_builtin_tokenizer()
+    grammar_set, vocab, rng = grammar_set_for(tokenizer), 2048, random.Random(7)
+    programs = [compile_program(synthetic_conformer_segments(1, "coord3-fixed4", rng), tokenizer) for _ in range(3)]
+    runtimes = {impl: ConstraintRuntime(grammar_set, 4, 256, vocab, "cpu", mask_impl=impl)
+                for impl in ("torch", "triton")}
+    for runtime in runtimes.values():
+        for row in range(4):
+            runtime.assign(row, programs[row] if row < 3 else None)
+    ours, ref = runtimes["triton"], runtimes["torch"]
+    race = ours.fused_race(FILTER_NONE)  # the runtime's: 4096-token chunks, one for this vocabulary
+    # and 256-token chunks, most of which a coordinate state has no move into (the chunk table's skip)
+    from inferlab.engine.constraints.program import COPY, HOLE
+    from inferlab.engine.constraints.runtime import chunks_with_moves
+
+    view = triton_sampling.ConstraintView(
+        ours.active, ours.ptr, ours.last_op, ours.op_kind, ours.op_arg, ours.state, ours.accepting,
+        ours.token_class_i32, ours.allowed_by_class, chunks_with_moves(ours.transitions, ours.token_class, 256),
+        COPY, HOLE)  # fmt: skip
+    assert 0 < int(view.chunk_allowed.sum()) < view.chunk_allowed.numel()
+
+    def small_chunks(logits, temperature, seeds, index, lanes):
+        return triton_sampling.constrained_race_argmax(logits, temperature, seeds, index, view, lanes, block=256)
+
+    g = torch.Generator().manual_seed(3)
+    temperature = torch.tensor([1.0, 0.0, 0.7, 1.3])  # a greedy row; row 3 is unconstrained
+    seeds = torch.tensor([11, 12, 13, 2**40 + 14])
+    live, not_done = torch.ones(4, dtype=torch.bool), torch.zeros(4, dtype=torch.bool)
+    for n in range(max(p.max_new_tokens for p in programs)):
+        index = torch.full((4,), n, dtype=torch.int64)
+        logits = torch.randn(4, vocab, generator=g).to(torch.bfloat16 if n % 2 else torch.float32)
+        forced = ref.forced_rows(4)
+        expected = race_argmax_torch(ref.mask_logits(logits.float()), temperature, None, seeds, index)
+        for fused in (race, small_chunks):
+            drawn = fused(logits, temperature, seeds, index, None)
+            assert torch.equal(drawn[~forced], expected[~forced]) and torch.all(drawn[forced] == 0), n
+            lanes = torch.tensor([2, 0])
+            sub = fused(logits[[2, 0]], temperature[[2, 0]], seeds[[2, 0]], index[:2], lanes)
+            keep = ~forced[[2, 0]]
+            assert torch.equal(sub[keep], expected[[2, 0]][keep]), n
+        ref.emit(expected, live, not_done)
+        ours.emit(expected, live, not_done)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_skipped_rows_leave_the_other_rows_draws_unchanged(dtype):
+    """Rows whose token a constraint forces skip the draw (top-p by rejection, the race after a threshold):
+    every other row draws what it would have drawn, Triton == torch."""
+    g = torch.Generator().manual_seed(9)
+    rows, vocab = 8, 3000
+    logits = (torch.randn(rows, vocab, generator=g) * 2).to(dtype)
+    temperature = torch.rand(rows, generator=g) + 0.5
+    seeds, index = torch.randint(0, 2**62, (rows,), generator=g), torch.randint(0, 1000, (rows,), generator=g)
+    top_p = torch.full((rows,), 0.8)
+    min_p = torch.zeros(rows)
+    skip = torch.tensor([True, False, False, True, False, True, False, False])
+    full = top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index)
+    skipped = top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, skip=skip)
+    assert torch.equal(skipped[~skip], full[~skip]) and torch.all(skipped[skip] == 0)
+    ours = triton_top_p.top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, block=1024,
+                                           skip=skip.to(torch.int8))
+    assert torch.equal(ours, skipped)
+    tau = filter_threshold(logits.float(), temperature, torch.full((rows,), 50), top_p, min_p, FILTER_TOP_K)
+    race = triton_sampling.race_argmax(logits, temperature, tau, seeds, index, 0, skip, block=1024)
+    assert torch.equal(race, race_argmax_torch(logits, temperature, tau, seeds, index, 0, skip))

@@ -29,17 +29,31 @@ Two implementations, chosen at construction (`mask_impl`, default "auto" = Trito
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import torch
 
 from inferlab.engine.constraints.program import COPY, HOLE, ConstraintProgram
-from inferlab.engine.constraints.step_kernels import emit_step, mask_step, triton_available
+from inferlab.engine.constraints.step_kernels import constrained_race, emit_step, mask_step, triton_available
 from inferlab.engine.constraints.token_automaton import DEAD_STATE, GrammarSet
 from inferlab.engine.transfer import tensor_on, to_device
 from inferlab.errors import CapacityError, ConfigError, InputError, UnsupportedError
 
 MASK_IMPLS = ("auto", "torch", "triton")
+RACE_BLOCK = 4096  # token ids per program of the constrained race (kernels/triton_sampling.py)
+
+
+def chunks_with_moves(transitions: torch.Tensor, token_class: torch.Tensor, block: int = RACE_BLOCK) -> torch.Tensor:
+    """[S, ceil(V / block)] int8: 1 where state s has a move for some token of vocabulary chunk c (the
+    constrained race skips the other chunks of a hole row without reading their token classes)."""
+    states, vocab = transitions.shape[0], token_class.shape[0]
+    chunks = -(-vocab // block)
+    out = torch.zeros(states, chunks, dtype=torch.int8)
+    for c in range(chunks):  # [S, block] at a time: the whole [S, V] table would be ~13 MB for Qwen
+        moves = transitions[:, token_class[c * block : (c + 1) * block]] != DEAD_STATE
+        out[:, c] = moves.any(dim=1).to(torch.int8)
+    return out
 
 
 class ConstraintRuntime:
@@ -87,6 +101,7 @@ class ConstraintRuntime:
         else:
             self.token_class_i32 = self.token_class.to(torch.int32)  # [V] int32
             self.allowed_by_class = (self.transitions != DEAD_STATE).to(torch.int8)  # [S, C] int8
+            self.chunk_allowed = chunks_with_moves(grammar_set.transitions, token_class).to(device)  # [S, V / 4096]
 
         self.ops = torch.zeros(2, max_rows, max_program_len, dtype=torch.int64, device=device)
         self.op_kind = self.ops[0]  # [R, Lmax] COPY / HOLE (view)
@@ -95,6 +110,7 @@ class ConstraintRuntime:
         self.ptr = torch.zeros(max_rows, dtype=torch.int64, device=device)  # [R] current op
         self.state = torch.zeros(max_rows, dtype=torch.int64, device=device)  # [R] automaton state in a hole
         self.active = torch.zeros(max_rows, dtype=torch.bool, device=device)  # [R] row is constrained
+        self.forced = torch.zeros(max_rows, dtype=torch.int8, device=device)  # [R] per lane: written by the mask kernel
 
     # ---- host side, between decode chunks (outside the graph) ---------------------------------------
     def check(self, program: ConstraintProgram) -> None:
@@ -176,6 +192,26 @@ class ConstraintRuntime:
         exit_token = torch.where(in_hole, next_arg, 0)[:, None]  # [B, 1]; a token id in hole rows
         forbidden.scatter_(1, exit_token, forbidden.gather(1, exit_token) & ~exit_open[:, None])
         return logits.masked_fill_(forbidden, float("-inf"))
+
+    def forced_rows(self, batch: int, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """[B]: the lanes whose row is in a copy op (its token is forced: the sampler skips its draw).
+        Triton: what this step's mask kernel wrote (int8); torch: computed (bool)."""
+        if self.mask_impl == "triton":
+            return self.forced[:batch]
+        kind, _, _, at = self._current(batch, rows)
+        return self.active[at] & (kind == COPY)
+
+    def fused_race(self, filter_level: int):
+        """The Triton race with the mask in registers (step_kernels.constrained_race) at filter level none,
+        where the engine's Triton kernels run (CUDA, or TRITON_INTERPRET=1); None otherwise, and on the torch
+        path (mask_logits + the sampler stay the reference)."""
+        from inferlab.engine.sampler import FILTER_NONE
+
+        native = self.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+        if self.mask_impl != "triton" or filter_level != FILTER_NONE or not native:
+            return None
+        return lambda logits, temperature, seeds, index, rows: constrained_race(self, logits, temperature, seeds,
+                                                                                index, rows)
 
     def emit(
         self,

@@ -1,12 +1,16 @@
-"""Triton kernels of the constrained step, reading the runtime's state directly: the hole mask, and the
-choice of forced tokens fused with the advance of every live row.
+"""Triton kernels of the constrained step, reading the runtime's state directly: the hole mask, the race
+with the mask folded in, and the choice of forced tokens fused with the advance of every live row.
 
 In torch the step costs ~40 tiny launches besides the mask itself (op lookups gathered per row, `where`s,
 the automaton step), about 80 us per step whatever the batch, which at 16 rows is a tenth of a decode
 step. Here it is two launches:
 - `mask_step`: grid (B, V / BLOCK); each program looks up its row's current op, state and exit token (a
   few scalar loads) and, for a row in a hole, stores -inf where the state has no move for the token's
-  class unless it is the open exit token (it reads no logits);
+  class unless it is the open exit token (it reads no logits); the first program of a row also writes
+  whether the row's token is forced (a copy op: `runtime.forced`), so the sampler skips its draw;
+- `constrained_race` (filter level none: temperature and greedy rows, the conformer job's setting): the
+  race with the mask in registers (kernels/triton_sampling.constrained_race_argmax): no mask pass over
+  [B, V], no draw for copy rows, and a hole row races only over the chunks holding a token it may emit;
 - `emit_step`: one lane per row: the forced copy token or the sample, then, for rows still live
   (`active & ~finished` of the engine's rows, before this token is recorded), the advance of
   runtime.advance. Same semantics as runtime.mask_logits / choose / advance (the torch reference path),
@@ -40,8 +44,8 @@ if triton is not None:
     @triton.jit
     def _mask_step_kernel(
         LOGITS, row_stride, vocab, ROWS, ACTIVE, PTR, LAST, KIND, ARG, op_stride, STATE, ACCEPTING, TOKEN_CLASS,
-        ALLOWED, num_classes,
-        HAS_ROWS: tl.constexpr, HOLE_KIND: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+        ALLOWED, num_classes, FORCED,
+        HAS_ROWS: tl.constexpr, HOLE_KIND: tl.constexpr, COPY_KIND: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     ):  # fmt: skip
         lane = tl.program_id(0)
         if HAS_ROWS:
@@ -49,7 +53,11 @@ if triton is not None:
         else:
             r = lane
         ptr = tl.load(PTR + r)
-        in_hole = (tl.load(ACTIVE + r) != 0) & (tl.load(KIND + r * op_stride + ptr) == HOLE_KIND)
+        active = tl.load(ACTIVE + r) != 0
+        kind = tl.load(KIND + r * op_stride + ptr)
+        in_hole = active & (kind == HOLE_KIND)
+        if tl.program_id(1) == 0:
+            tl.store(FORCED + lane, (active & (kind == COPY_KIND)).to(tl.int8))
         if in_hole:
             state = tl.load(STATE + r)
             exit_token = tl.load(ARG + r * op_stride + tl.minimum(ptr + 1, tl.load(LAST + r)))
@@ -121,10 +129,30 @@ def mask_step(runtime, logits: torch.Tensor, rows: torch.Tensor | None) -> torch
     _kernel("_mask_step_kernel", logits.device)[(batch, triton.cdiv(vocab, BLOCK))](
         logits, logits.stride(0), vocab, rows if rows is not None else rt.ptr, rt.active, rt.ptr, rt.last_op,
         rt.op_kind, rt.op_arg, rt.op_kind.stride(0), rt.state, rt.accepting, rt.token_class_i32,
-        rt.allowed_by_class, rt.allowed_by_class.shape[1],
-        HAS_ROWS=rows is not None, HOLE_KIND=HOLE, BLOCK_SIZE=BLOCK,
+        rt.allowed_by_class, rt.allowed_by_class.shape[1], rt.forced,
+        HAS_ROWS=rows is not None, HOLE_KIND=HOLE, COPY_KIND=COPY, BLOCK_SIZE=BLOCK,
     )  # fmt: skip
     return logits
+
+
+def constrained_race(
+    runtime,
+    logits: torch.Tensor,  # [B, V] any float dtype, unit stride, the min-length stop mask applied, no constraint mask
+    temperature: torch.Tensor,  # [B] fp32, <= 0: greedy
+    seeds: torch.Tensor,  # [B] int64
+    token_index: torch.Tensor,  # [B] int64
+    rows: torch.Tensor | None,  # lanes -> runtime rows (prefill), or None (rows 0..B-1)
+) -> torch.Tensor:  # [B] int64: the race over the constraint's allowed tokens (0 for forced rows)
+    """mask_step + the race in one (kernels/triton_sampling.constrained_race_argmax, which reads the same
+    state as mask_step). Runs where the engine's Triton kernels run (CUDA, or TRITON_INTERPRET=1)."""
+    from inferlab.engine.kernels.triton_sampling import ConstraintView, constrained_race_argmax
+
+    rt = runtime
+    from inferlab.engine.constraints.runtime import RACE_BLOCK
+
+    view = ConstraintView(rt.active, rt.ptr, rt.last_op, rt.op_kind, rt.op_arg, rt.state, rt.accepting,
+                          rt.token_class_i32, rt.allowed_by_class, rt.chunk_allowed, COPY, HOLE)
+    return constrained_race_argmax(logits, temperature, seeds, token_index, view, rows, block=RACE_BLOCK)
 
 
 def emit_step(

@@ -9,9 +9,23 @@ kernel); bf16 -> fp32 is exact, so the arithmetic and the threshold keys are tho
 Pick, one program per row: the first chunk holding the best value (first index on ties, as torch.argmax).
 No [rows, vocab] noise tensor is ever materialised. ROUND > 0 re-keys the noise (sampler.row_keys), SKIP
 rows return at once (both for the top-p rounds of triton_top_p.py).
+
+Constrained race (`constrained_race_argmax`, the constraint runtime's step at filter level none: plain
+temperature and greedy rows, the conformer job's setting): the same race with the constraint's mask
+applied in registers, from the state the mask kernel reads (constraints/step_kernels.py). A program whose
+row is in a copy op returns at once (its token is forced); a hole row's program looks up which of its
+chunk's tokens the automaton state allows (token class -> allowed-by-class table, plus the exit token in an
+accepting state) and returns at once when none is (most chunks: a coordinate hole allows a few hundred
+digit tokens of a 152k vocabulary; a per-state table of the chunks holding any move lets it return before
+reading a token class), else races over the allowed ones, reading only their logits;
+unconstrained rows race as usual. The tokens are those of the mask kernel followed by race_argmax (the
+same arithmetic on the same kept logits, the same noise), without the mask's write pass over [B, V], its
+launch, and the race's reads and hashes of every chunk a row cannot emit from.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import triton
@@ -50,6 +64,19 @@ def _round_key(key, ROUND: tl.constexpr):
 
 
 @triton.jit
+def _race_value(x, t, seed, token_index, ids, ROUND: tl.constexpr):
+    """The race of logits x [BLOCK] (fp32) of token ids `ids`, for a row at temperature t (greedy if <= 0):
+    logit / T in base 2, plus base-2 Gumbel noise of (seed, token index, id) for a sampled row."""
+    race = x * (1.4426950408889634 / tl.where(t <= 0.0, 1.0, t))  # sampler.LOG2E / T: logit / T in base 2
+    if t > 0.0:  # sampled row: add the noise
+        key = _round_key(_row_key(seed, token_index), ROUND)
+        h = _mix32(key ^ ((ids.to(tl.uint32) * 0x9E3779B9) & 0xFFFFFFFF))
+        u = ((h >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)  # sampler.UNIFORM_BITS = 23: never 0 or 1
+        race = race - tl.log2(-tl.log2(u))
+    return race
+
+
+@triton.jit
 def _race_kernel(
     LOGITS, TEMP, TAU, SEEDS, INDEX, SKIP, BEST_VAL, BEST_IDX, stride_l, vocab,
     CHUNKS: tl.constexpr, BLOCK: tl.constexpr, HAS_TAU: tl.constexpr, ROUND: tl.constexpr, HAS_SKIP: tl.constexpr,
@@ -64,14 +91,7 @@ def _race_kernel(
     ids = chunk * BLOCK + tl.arange(0, BLOCK)
     valid = ids < vocab
     x = tl.load(LOGITS + row.to(tl.int64) * stride_l + ids, mask=valid, other=float("-inf")).to(tl.float32)
-    t = tl.load(TEMP + row)
-    greedy = t <= 0.0
-    race = x * (1.4426950408889634 / tl.where(greedy, 1.0, t))  # sampler.LOG2E / T: logit / T in base 2
-    if t > 0.0:  # sampled row: add the noise
-        key = _round_key(_row_key(tl.load(SEEDS + row), tl.load(INDEX + row)), ROUND)
-        h = _mix32(key ^ ((ids.to(tl.uint32) * 0x9E3779B9) & 0xFFFFFFFF))
-        u = ((h >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)  # sampler.UNIFORM_BITS = 23: never 0 or 1
-        race = race - tl.log2(-tl.log2(u))
+    race = _race_value(x, tl.load(TEMP + row), tl.load(SEEDS + row), tl.load(INDEX + row), ids, ROUND)
     keep = valid
     if HAS_TAU:  # the threshold is an order-preserving int32 key of the raw logit (sampler.float_key)
         bits = x.to(tl.int32, bitcast=True)
@@ -80,6 +100,50 @@ def _race_kernel(
     best, where = tl.max(race, axis=0, return_indices=True, return_indices_tie_break_left=True)
     tl.store(BEST_VAL + row * CHUNKS + chunk, best)
     tl.store(BEST_IDX + row * CHUNKS + chunk, chunk * BLOCK + where)
+
+
+@triton.jit
+def _constrained_race_kernel(
+    LOGITS, stride_l, vocab, TEMP, SEEDS, INDEX, BEST_VAL, BEST_IDX, ROWS, ACTIVE, PTR, LAST, KIND, ARG, op_stride,
+    STATE, ACCEPTING, TOKEN_CLASS, ALLOWED, num_classes, CHUNK_ALLOWED,
+    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, HAS_ROWS: tl.constexpr, HOLE_KIND: tl.constexpr,
+    COPY_KIND: tl.constexpr,
+):  # fmt: skip
+    lane = tl.program_id(0)
+    chunk = tl.program_id(1)
+    out = lane * CHUNKS + chunk
+    if HAS_ROWS:
+        r = tl.load(ROWS + lane)
+    else:
+        r = lane
+    ptr = tl.load(PTR + r)
+    active = tl.load(ACTIVE + r) != 0
+    kind = tl.load(KIND + r * op_stride + ptr)
+    ids = chunk * BLOCK + tl.arange(0, BLOCK)
+    keep = ids < vocab
+    nothing = active & (kind == COPY_KIND)  # a forced token: no draw
+    if active & (kind == HOLE_KIND):
+        state = tl.load(STATE + r)
+        exit_token = tl.load(ARG + r * op_stride + tl.minimum(ptr + 1, tl.load(LAST + r)))
+        exit_token = tl.where(tl.load(ACCEPTING + state) != 0, exit_token, -1)
+        has_exit = (exit_token >= 0) & (exit_token >= chunk * BLOCK) & (exit_token < chunk * BLOCK + BLOCK)
+        if (tl.load(CHUNK_ALLOWED + state * CHUNKS + chunk) != 0) | has_exit:
+            cls = tl.load(TOKEN_CLASS + ids, mask=keep, other=0)
+            allowed = tl.load(ALLOWED + state * num_classes + cls, mask=keep, other=0) != 0
+            keep = keep & (allowed | (ids == exit_token))
+            nothing = tl.max(keep.to(tl.int32), axis=0) == 0  # no token of this chunk may come next
+        else:
+            nothing = active  # (true here) no move of the state into this chunk, and the exit token lies elsewhere
+    if nothing:
+        tl.store(BEST_VAL + out, float("-inf"))
+        tl.store(BEST_IDX + out, 0)
+    else:
+        x = tl.load(LOGITS + lane.to(tl.int64) * stride_l + ids, mask=keep, other=float("-inf")).to(tl.float32)
+        race = _race_value(x, tl.load(TEMP + lane), tl.load(SEEDS + lane), tl.load(INDEX + lane), ids, 0)
+        race = tl.where(keep, race, float("-inf"))
+        best, where = tl.max(race, axis=0, return_indices=True, return_indices_tie_break_left=True)
+        tl.store(BEST_VAL + out, best)
+        tl.store(BEST_IDX + out, chunk * BLOCK + where)
 
 
 @triton.jit
@@ -117,3 +181,50 @@ def race_argmax(
     _pick_kernel[(rows,)](best_val, best_idx, tokens, CHUNKS=chunks, BLOCK_C=max(2, triton.next_power_of_2(chunks)))
     return tokens
 
+
+
+class ConstraintView(NamedTuple):
+    """The constraint runtime's per-row state and tables, as the mask kernel reads them (constraints/runtime.py)."""
+
+    active: torch.Tensor  # [R] bool: the row is constrained
+    ptr: torch.Tensor  # [R] int64: current op
+    last_op: torch.Tensor  # [R] int64
+    op_kind: torch.Tensor  # [R, Lmax] int64 (a view with row stride)
+    op_arg: torch.Tensor  # [R, Lmax] int64
+    state: torch.Tensor  # [R] int64: automaton state in a hole
+    accepting: torch.Tensor  # [S] bool
+    token_class: torch.Tensor  # [V] int32
+    allowed_by_class: torch.Tensor  # [S, C] int8
+    chunk_allowed: torch.Tensor  # [S, ceil(V / block)] int8: the state has a move into that chunk
+    copy_kind: int
+    hole_kind: int
+
+
+def constrained_race_argmax(
+    logits: torch.Tensor,  # [lanes, vocab] bf16, fp16 or fp32, unit stride (no constraint mask applied)
+    temperature: torch.Tensor,  # [lanes] fp32, <= 0: greedy
+    seeds: torch.Tensor,  # [lanes] int64
+    token_index: torch.Tensor,  # [lanes] int64
+    view: ConstraintView,
+    rows: torch.Tensor | None = None,  # [lanes] int64 runtime rows (prefill); None: lane = row
+    block: int = 4096,
+    num_warps: int = 8,
+) -> torch.Tensor:  # [lanes] int64: race_argmax over the allowed tokens; 0 for rows in a copy op
+    lanes, vocab = logits.shape
+    assert logits.stride(-1) == 1
+    rows = rows.contiguous() if rows is not None else None
+    chunks = triton.cdiv(vocab, block)
+    assert view.chunk_allowed.shape[1] == chunks, "chunk_allowed was built for another block or vocabulary"
+    best_val = torch.empty((lanes, chunks), dtype=torch.float32, device=logits.device)
+    best_idx = torch.empty((lanes, chunks), dtype=torch.int32, device=logits.device)
+    tokens = torch.empty(lanes, dtype=torch.int64, device=logits.device)
+    _constrained_race_kernel[(lanes, chunks)](
+        logits, logits.stride(0), vocab, temperature, seeds, token_index, best_val, best_idx,
+        rows if rows is not None else view.ptr, view.active, view.ptr, view.last_op, view.op_kind, view.op_arg,
+        view.op_kind.stride(0), view.state, view.accepting, view.token_class, view.allowed_by_class,
+        view.allowed_by_class.shape[1], view.chunk_allowed,
+        CHUNKS=chunks, BLOCK=block, HAS_ROWS=rows is not None, HOLE_KIND=view.hole_kind, COPY_KIND=view.copy_kind,
+        num_warps=num_warps,
+    )  # fmt: skip
+    _pick_kernel[(lanes,)](best_val, best_idx, tokens, CHUNKS=chunks, BLOCK_C=max(2, triton.next_power_of_2(chunks)))
+    return tokens

@@ -30,8 +30,10 @@ def _row_top(PMAX, row, pmax_chunks, MAX_CHUNKS: tl.constexpr):
 
 
 @triton.jit
-def _start_kernel(PMAX, TEMP, MIN_P, PIVOT, DONE, TOKENS, pmax_chunks, MAX_CHUNKS: tl.constexpr):
-    """The min-p floor key (sampler.filter_threshold at FILTER_MIN_P), the first pivot, nothing chosen."""
+def _start_kernel(PMAX, TEMP, MIN_P, PIVOT, DONE, TOKENS, SKIP, pmax_chunks, MAX_CHUNKS: tl.constexpr,
+                  HAS_SKIP: tl.constexpr):  # fmt: skip
+    """The min-p floor key (sampler.filter_threshold at FILTER_MIN_P), the first pivot; nothing chosen but
+    the skipped rows (forced tokens), which count as settled."""
     row = tl.program_id(0)
     top = _row_top(PMAX, row, pmax_chunks, MAX_CHUNKS)
     min_p = tl.load(MIN_P + row)
@@ -40,7 +42,10 @@ def _start_kernel(PMAX, TEMP, MIN_P, PIVOT, DONE, TOKENS, pmax_chunks, MAX_CHUNK
         t = tl.load(TEMP + row)
         floor = tl.minimum(_signed_key(_ukey(top + tl.where(t > 0.0, t, 1.0) * tl.log(min_p))), _signed_key(_ukey(top)))
     tl.store(PIVOT + row, floor)
-    tl.store(DONE + row, tl.zeros([], tl.int8))
+    done = tl.zeros([], tl.int8)
+    if HAS_SKIP:
+        done = (tl.load(SKIP + row) != 0).to(tl.int8)
+    tl.store(DONE + row, done)
     tl.store(TOKENS + row, tl.zeros([], tl.int64))
 
 
@@ -115,6 +120,7 @@ def top_p_by_rejection(
     rounds: int = TOP_P_ROUNDS,
     block: int = 4096,
     num_warps: int = 8,
+    skip: torch.Tensor | None = None,  # [rows] bool / int8: rows settled from the start (token 0 comes back)
 ) -> torch.Tensor:  # [rows] int64: sampler.top_p_by_rejection's tokens
     rows, vocab = logits.shape
     assert logits.stride(-1) == 1 and rounds >= 1
@@ -128,11 +134,13 @@ def top_p_by_rejection(
     total = torch.empty((rows, chunks), dtype=torch.float32, device=dev)
     row_total = torch.empty(rows, dtype=torch.float32, device=dev)
     open_p = torch.empty(rows, dtype=torch.float32, device=dev)
-    _start_kernel[(rows,)](pmax, temperature, min_p, pivot, done, tokens, pmax.shape[1], MAX_CHUNKS=MAX_CHUNKS)
+    _start_kernel[(rows,)](pmax, temperature, min_p, pivot, done, tokens, skip if skip is not None else done,
+                           pmax.shape[1], MAX_CHUNKS=MAX_CHUNKS, HAS_SKIP=skip is not None)
     for r in range(rounds):
         drawn = triton_sampling.race_argmax(
-            logits, temperature, pivot, seeds, token_index, r, done if r else None, block=block, num_warps=num_warps
-        )
+            logits, temperature, pivot, seeds, token_index, r, done if r or skip is not None else None, block=block,
+            num_warps=num_warps,
+        )  # fmt: skip
         _mass_kernel[(rows, chunks)](
             logits, temperature, top_p, drawn, done, pmax, above, total, logits.stride(0), vocab, pmax.shape[1],
             CHUNKS=chunks, BLOCK=block, MAX_CHUNKS=MAX_CHUNKS, num_warps=num_warps,

@@ -1,0 +1,250 @@
+"""One generate/stream call: requests pulled lazily from the caller's iterable, then sync points until it is
+exhausted and every admitted request has finished. Owns the host side of the loop; the device work is the
+runner's (runner.py), which request sits in which row is the scheduler's (scheduler.py).
+
+A sync point: admit queued requests into free rows (prefill), launch up to `decode_steps_per_sync` decode
+steps and a snapshot of the rows' progress, top up the queue from the iterable, then read the *previous*
+chunk's snapshot (snapshots.py) while this chunk runs: deliver tokens, retire finished requests into
+Results (their rows refill at the next sync point), compact the batch when it drains for good.
+
+Lazy intake (the contract with callers that pass one generator for a whole job): the iterable is pulled
+only at sync points and only as far as rows and a bounded queue need it:
+- before the chunk is launched, only what an admission due now needs (free rows not covered by the
+  queue), or, when the device has nothing to do, whatever fills the free rows (at least one request);
+- after the chunk is launched (the device is busy), enough to hold `queue_ahead` requests waiting, so
+  the next sync point's refill usually needs no pull at all.
+So a generator of millions of requests is never materialised, it may yield new requests after some
+results came back (retries), and its errors come back as error Results as it is pulled. The engine
+waits for the generator whenever it pulls: a generator slower than the device stalls it (the time is
+`stats.intake_s`; `stats.intake_blocking_s` is the part spent before a launch, while the device may
+have been idle). The batch is compacted only once the iterable is exhausted, so it never drains early.
+A request that collects hidden states gets its Result one sync point after retirement: its rows' buffers
+are copied to the host behind the running chunk meanwhile (collection.AwaitingResults).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+import torch
+
+from inferlab.engine.collection import AwaitingResults
+from inferlab.engine.graphs import Variant, bucket_for
+from inferlab.engine.intake import Prepared, RequestSource, finished_result
+from inferlab.engine.rows import REASON_NAMES
+from inferlab.engine.scheduler import Scheduler
+from inferlab.engine.snapshots import HEADER, Snapshot
+from inferlab.engine.stats import PhaseClock
+from inferlab.types import Request, Result
+
+if TYPE_CHECKING:
+    from inferlab.engine.engine import Engine
+
+Indexed = tuple[int, Result]  # (the request's position in the caller's iterable, its Result)
+
+
+@dataclass
+class _RowBook:
+    """Per-row host bookkeeping: decode steps since admission, and the row's KV length at the next step
+    (exact while it runs; an upper bound once it finished unseen), which bounds the torch attention's work
+    and counts decode bytes."""
+
+    steps_done: list[int]
+    last_len: list[int]
+
+
+class GenerationLoop:
+    def __init__(self, engine: "Engine", requests: Iterable[Request]) -> None:
+        self.engine = engine  # the runner is always reached through it: close() must be able to drop it
+        self.stats = engine.stats
+        config = engine.config
+        slots = engine.plan.slots
+        min_admission = config.min_admission or max(1, slots // 16)
+        self.scheduler: Scheduler[Prepared] = Scheduler(
+            slots, engine.max_prefill_tokens, config.batching, lambda p: p.prompt_len, min_admission,
+            (lambda p: p.prompt_key) if config.share_prompts else None,
+        )  # fmt: skip
+        self.queue_ahead = config.queue_ahead if config.queue_ahead is not None else max(min_admission, slots // 8)
+        self.source = RequestSource(requests, engine._prepare_request)
+        self.clock = PhaseClock(cuda=engine.device.type == "cuda")
+        self.book = _RowBook([0] * slots, [0] * slots)
+        self.pending: Snapshot | None = None  # the snapshot of the chunk in flight, read at the next sync point
+        self._fresh: Snapshot | None = None  # the snapshot just launched (becomes `pending` once collected)
+        self.awaiting = AwaitingResults()  # collecting Results, their activations in flight
+
+    @property
+    def runner(self):
+        return self.engine.runner
+
+    # ---- the call ---------------------------------------------------------------------------------------
+    def run(self) -> Iterator[Indexed]:
+        """Sync points until the iterable is exhausted and every request has its Result. The caller's code
+        (the iterable, the consumer of the results) always runs outside inference mode."""
+        started = time.perf_counter()
+        self.runner.release(range(self.engine.plan.slots))  # rows an abandoned stream left behind
+        while True:
+            yield from self._pull(self._needed_now(), blocking=True)
+            if not self.scheduler.has_work() and self.pending is None:
+                if self.source.exhausted:
+                    break
+                continue  # everything pulled so far was refused at intake: pull again
+            steps = self._launch()
+            yield from self._collect(steps)
+            if steps > 0:  # the device has a chunk to run: pull ahead now rather than before the next launch
+                yield from self._pull(self.queue_ahead - len(self.scheduler.waiting), blocking=False)
+        yield from self.awaiting.deliver()
+        self.engine._sync_device()
+        self.clock.resolve()
+        stats = self.stats
+        stats.prefill_s += self.clock.totals.get("prefill", 0.0)
+        stats.decode_s += self.clock.totals.get("decode", 0.0)
+        stats.generate_s += time.perf_counter() - started
+        self.engine._update_late_stats()
+
+    def _needed_now(self) -> int:
+        """Requests to pull before this sync point's launch (see the module docstring)."""
+        sched = self.scheduler
+        if self.source.exhausted:
+            return 0
+        short = sched.free_rows - len(sched.waiting)
+        if not sched.live_rows and self.pending is None:  # the device has nothing to do: wait for work
+            return max(1, short)
+        return max(0, short) if sched.admission_due() else 0
+
+    def _pull(self, n: int, blocking: bool) -> list[Indexed]:
+        """Take up to n requests from the iterable: prepared ones join the queue, refused ones come back."""
+        if n <= 0 or self.source.exhausted:
+            return []
+        t = time.perf_counter()
+        refused: list[Indexed] = []
+        for index, item in self.source.pull(n):
+            if isinstance(item, Result):
+                refused.append((index, item))
+            else:
+                self.scheduler.submit(item)
+        spent = time.perf_counter() - t
+        self.stats.intake_s += spent
+        if blocking:
+            self.stats.intake_blocking_s += spent
+        return refused
+
+    # ---- one sync point ------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def _launch(self) -> int:
+        """Admit, launch a decode chunk and its snapshot; returns the chunk's steps."""
+        scheduler, steps = self.scheduler, 0
+        self._fresh = None
+        if scheduler.live_rows or scheduler.waiting:
+            self._admit()
+            steps = self._decode_chunk()
+            live = scheduler.live_rows
+            b = bucket_for(live[-1] + 1, self.runner.sizes)
+            holders = [(r, scheduler.item(r)) for r in live]
+            self._fresh = self.engine._snapshots.take(self.runner.rows, b, steps + 1, holders)
+        return steps
+
+    @torch.inference_mode()
+    def _collect(self, steps: int) -> list[Indexed]:
+        """Read the *previous* snapshot (retire, build results) while the new chunk runs; compact when the
+        batch drains for good."""
+        scheduler, fresh = self.scheduler, self._fresh
+        results: list[Indexed] = []
+        if self.pending is not None:
+            results += self._read(self.pending)
+        self.pending = fresh
+        if fresh is not None and steps == 0 and not results:  # nothing ran that the wait could overlap
+            results += self._read(fresh)
+            self.pending = None
+        if self.engine.config.compact_rows and not scheduler.waiting and self.source.exhausted:
+            self._compact()  # with more requests to come, free rows refill instead
+        return results
+
+    def _admit(self) -> None:
+        stats, book = self.stats, self.book
+        for admission in self.scheduler.admissions():
+            now = time.perf_counter()
+            for row, item in zip(admission.rows, admission.items):
+                item.timings.admitted_s, item.row = now, row
+                book.steps_done[row], book.last_len[row] = 0, item.prompt_len + 1  # at the first decode step
+            t = self.clock.start()
+            self.runner.admit(admission.rows, admission.items)
+            done = self.runner.prefill(admission.rows, admission.items)
+            self.clock.stop("prefill", t)
+            stats.prefill_host_s += time.perf_counter() - now
+            stats.prefill_batches += 1
+            stats.prompt_tokens += sum(item.prompt_len for item in admission.items)
+            stats.prefill_tokens += done.tokens
+            stats.prefill_lanes += done.lanes
+            stats.shared_prompt_rows += len(admission.items) - done.lanes
+
+    def _decode_chunk(self) -> int:
+        """Launch up to decode_steps_per_sync steps over the live rows' bucket; returns the step count."""
+        scheduler, stats, book = self.scheduler, self.stats, self.book
+        live = scheduler.live_rows
+        b = bucket_for(live[-1] + 1, self.runner.sizes)
+        items = [scheduler.item(r) for r in live]
+        # a live row needs at most max_new - 1 decode steps after its prefill token
+        remaining = max(item.sampling.max_new_tokens - 1 - book.steps_done[r] for r, item in zip(live, items))
+        steps = max(0, min(self.engine.config.decode_steps_per_sync, remaining))
+        if steps == 0:
+            return 0
+        variant = Variant(max(item.filter_level for item in items), any(item.constraint is not None for item in items),
+                          any(item.steering for item in items), any(item.collect is not None for item in items))
+        t = self.clock.start()
+        self.runner.decode(b, variant, steps, max(book.last_len[r] for r in live))
+        self.clock.stop("decode", t)
+        # bytes read: all weights per step, and each row's KV up to its length (1 for idle rows)
+        lengths = sum(book.last_len[r] for r in live) + (b - len(live))
+        kv_tokens = steps * lengths + len(live) * steps * (steps - 1) // 2
+        stats.decode_bytes += steps * stats.weight_bytes + kv_tokens * self.engine.kv_bytes_per_token
+        for r in range(b):
+            book.steps_done[r] += steps
+            book.last_len[r] += steps
+        stats.decode_steps += steps
+        stats.row_steps += steps * b
+        return steps
+
+    def _read(self, snapshot: Snapshot) -> list[Indexed]:
+        """Deliver a snapshot's tokens to their requests; retire the finished ones into Results."""
+        data = snapshot.rows()
+        self.stats.syncs += 1
+        self.clock.resolve()  # fold the finished phase events now: a long run must not hoard them
+        engine = self.engine
+        results, released = self.awaiting.deliver(), []
+        collected: list[tuple[int, Result, Prepared]] = []
+        for row, item in snapshot.holders:
+            if item.retired:  # retired from an earlier snapshot; its row may hold someone else now
+                continue
+            start, n_out, finished, reason = data[row][:HEADER]
+            item.tokens.extend(data[row][HEADER : HEADER + n_out - start])
+            if finished:
+                item.retired = True
+                item.timings.finished_s = time.perf_counter()
+                released.append(item.row)
+                self.scheduler.retire(item.row)
+                self.stats.generated_tokens += len(item.tokens)
+                result = finished_result(
+                    item, item.tokens, REASON_NAMES[reason], engine.tokenizer, engine.config.decode_text
+                )
+                if item.collect is not None:
+                    collected.append((item.index, result, item))
+                else:
+                    results.append((item.index, result))
+        if collected:  # copied behind the running chunk, delivered at the next read
+            self.awaiting.add(self.runner.taps.collection, collected)
+        if released:
+            self.runner.release(released)
+        return results
+
+    def _compact(self) -> None:
+        moves = self.scheduler.compaction(lambda n: bucket_for(n, self.runner.sizes))
+        if not moves:
+            return
+        self.runner.move(moves)
+        self.stats.row_moves += len(moves)
+        book = self.book
+        for src, dst in moves:
+            self.scheduler.item(dst).row = dst
+            book.steps_done[dst], book.last_len[dst] = book.steps_done[src], book.last_len[src]

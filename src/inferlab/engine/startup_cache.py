@@ -1,0 +1,111 @@
+"""What the engine measures at start-up, kept on disk and reused by the next start of the same job.
+
+Start-up decisions that come from timing the device (today: the GEMM plan, engine/gemm_plan.py, ~20 s of
+timing on an H100) are stored as small JSON files under a cache folder and read back by an engine whose
+key is the same. A key names everything the measurement depends on: the GPU, the model's shapes, the
+dtype, the torch / triton / CUDA versions, and a fingerprint of the source of the code that makes the
+choice (so editing that code invalidates old entries by itself). The file name is a hash of the key, and
+the file repeats the key: an entry whose stored key differs from the one asked for (stale) or that does
+not parse (corrupt, e.g. a crash mid-write on a filesystem without atomic rename) is ignored with a
+warning and replaced by the next store. Writes go to a temporary file in the same folder and are renamed
+into place (atomic on POSIX), so two engines starting at once never read half a file. A cache folder that
+cannot be written costs a warning, never the start-up.
+
+Where: `EngineConfig.cache_dir`, else `$INFERLAB_CACHE_DIR`, else `$XDG_CACHE_HOME/inferlab` (default
+`~/.cache/inferlab`); `EngineConfig.startup_cache=False` turns it off. Layout: `<root>/<kind>/<hash>.json`.
+Not here: what is measured (gemm_plan.py) or when (engine.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+CACHE_DIR_ENV = "INFERLAB_CACHE_DIR"
+FORMAT = 1  # the file layout below; a file of another format is stale
+
+
+def default_cache_dir() -> Path:
+    """$INFERLAB_CACHE_DIR, else $XDG_CACHE_HOME/inferlab, else ~/.cache/inferlab."""
+    if os.environ.get(CACHE_DIR_ENV):
+        return Path(os.environ[CACHE_DIR_ENV]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg).expanduser() / "inferlab"
+
+
+def source_fingerprint(*modules: Any) -> str:
+    """A short hash of the source files of `modules`: the version of the code that makes a decision."""
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class StartupCache:
+    root: Path | None  # None: disabled (every lookup misses, nothing is written)
+
+    @classmethod
+    def at(cls, enabled: bool, folder: str | Path | None) -> "StartupCache":
+        if not enabled:
+            return cls(None)
+        return cls(Path(folder).expanduser() if folder is not None else default_cache_dir())
+
+    def path(self, kind: str, key: dict[str, Any]) -> Path | None:
+        if self.root is None:
+            return None
+        digest = hashlib.sha256(_canonical(key).encode()).hexdigest()[:32]
+        return self.root / kind / f"{digest}.json"
+
+    def load(self, kind: str, key: dict[str, Any]) -> dict[str, Any] | None:
+        """The value stored under `key`, or None (miss, disabled, stale or corrupt: the last two logged)."""
+        path = self.path(kind, key)
+        if path is None or not path.exists():
+            return None
+        try:
+            entry = json.loads(path.read_text())
+            stored_key, value = entry["key"], entry["value"]
+            if entry.get("format") != FORMAT or not isinstance(value, dict):
+                raise ValueError(f"format {entry.get('format')!r}, expected {FORMAT}")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("start-up cache: ignoring the unreadable entry %s (%s); it will be measured again", path, e)
+            return None
+        if _canonical(stored_key) != _canonical(key):
+            log.warning("start-up cache: ignoring the stale entry %s (its key differs); it will be measured again",
+                        path)
+            return None
+        return value
+
+    def store(self, kind: str, key: dict[str, Any], value: dict[str, Any]) -> Path | None:
+        """Write the entry atomically; returns its path, or None when disabled or the folder is not writable."""
+        path = self.path(kind, key)
+        if path is None:
+            return None
+        text = json.dumps({"format": FORMAT, "key": key, "value": value}, indent=1, sort_keys=True)
+        tmp: Path | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp",
+                                             delete=False) as f:
+                tmp = Path(f.name)
+                f.write(text)
+            os.replace(tmp, path)
+        except OSError as e:
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
+            log.warning("start-up cache: could not write %s (%s); set EngineConfig.cache_dir or %s to a "
+                        "writable folder, or startup_cache=False", path, e, CACHE_DIR_ENV)
+            return None
+        return path
+
+
+def _canonical(key: dict[str, Any]) -> str:
+    return json.dumps(key, sort_keys=True, separators=(",", ":"))
