@@ -189,10 +189,11 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
         c = dict(CHUNKS=38, BLOCK=4096, HAS_ROWS=has_rows, HOLE_KIND=2, COPY_KIND=1)
         out.append((f"constrained race rows={has_rows}", triton_sampling._constrained_race_kernel, fused, c,
                     ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
-    for bits in ("*i16", "*u8"):  # bf16 and fp8 caches, copied as bits
-        out.append((f"KV prefix copy {bits}", triton_kv_copy._copy_prefix_kernel,
+    # bf16 and fp8 caches and the fp8 cache's fp32 scales, copied as bits; Gemma's MQA (one kv head)
+    for bits, kv_heads in (("*i16", 8), ("*u8", 8), ("*i32", 8), ("*i16", 1), ("*u8", 1)):
+        out.append((f"KV prefix copy {bits} kv_heads={kv_heads}", triton_kv_copy._copy_prefix_kernel,
                     dict(K=bits, V=bits, SRC="*i64", DST="*i64", layer_stride="i64", slot_stride="i64",
-                         head_stride="i64", elems="i32"), dict(KV_HEADS=8, BLOCK_SIZE=1024), ["K", "V"], {}))
+                         head_stride="i64", elems="i32"), dict(KV_HEADS=kv_heads, BLOCK_SIZE=1024), ["K", "V"], {}))
     emit = (
         dict(SAMPLED="*i64", TOKENS="*i64", ROW_ACTIVE="*i1", ROW_FINISHED="*i1")
         | rt

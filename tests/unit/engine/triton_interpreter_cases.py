@@ -563,6 +563,26 @@ def test_kv_prefix_copy_kernel_equals_the_torch_copy(dtype):
     assert torch.equal(k, ref.k) and torch.equal(v, ref.v)
 
 
+def test_kv_prefix_copy_of_an_fp8_mqa_cache_with_scales_equals_the_torch_copy():
+    """KVCache.copy_prefix on the Triton path for Gemma's shape (one kv head, head_dim 256) with an fp8 cache:
+    the e4m3 bytes and the fp32 scales (copied as int32 bits) equal the torch path's."""
+    from inferlab.engine.kv_cache import KVCache
+
+    g = torch.Generator().manual_seed(6)
+    shape = (2, 3, 1, 12, 256)  # [layers, slots, kv_heads, max_len, head_dim]
+    k, v = (torch.randn(shape, generator=g).to(torch.float8_e4m3fn) for _ in range(2))
+    ks, vs = torch.rand(shape[:-1], generator=g), torch.rand(shape[:-1], generator=g)
+    caches = {impl: KVCache(k.clone(), v.clone(), torch.zeros(3, dtype=torch.int32), ks.clone(), vs.clone(), impl)
+              for impl in ("torch", "triton")}
+    for cache in caches.values():
+        cache.copy_prefix(torch.tensor([2]), torch.tensor([0]), 9)
+    ours, ref = caches["triton"], caches["torch"]
+    for name in ("k", "v"):
+        assert torch.equal(getattr(ours, name).view(torch.uint8), getattr(ref, name).view(torch.uint8)), name
+    assert torch.equal(ours.k_scale, ref.k_scale) and torch.equal(ours.v_scale, ref.v_scale)
+    assert not torch.equal(ref.k_scale, ks)  # something was copied
+
+
 def test_constrained_race_draws_the_masked_race_and_skips_forced_rows():
     """kernels/triton_sampling.constrained_race_argmax (the mask folded into the race) against the torch
     reference (the runtime's mask_logits, then race_argmax_torch), step by step over whole conformer
