@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from inferlab.engine import Engine, EngineConfig
 from inferlab.engine.attention import needs_windowed
 from inferlab.engine.collection import CollectPlan
+from inferlab.engine.graphs import DecodeGraphs
 from inferlab.engine.prefill_graphs import PrefillGraphs, PrefillKey
 from inferlab.types import Collect, Request, SamplingParams, Steer
 
@@ -41,10 +42,14 @@ def _config(preset_path, **extra):
                         **extra)
 
 
-def _with_prefill_graphs(engine: Engine) -> _EagerCapturer:
+def _with_graphs(engine: Engine, decode: bool = False) -> _EagerCapturer:
+    """The runner's graph path (runner.use_graphs) with the eager capturer: prefill graphs, and with `decode`
+    the decode graphs too (each (bucket, variant) captured at first need, under live rows)."""
     runner, capturer = engine.runner, _EagerCapturer()
     runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.rows.slots, 4, runner.cache.max_len,
                                           engine.max_prefill_tokens, capturer, runner.taps)
+    if decode:
+        runner.graphs = DecodeGraphs(runner.sizes, capturer)
     return capturer
 
 
@@ -68,7 +73,7 @@ def test_gemma_prefill_through_prefill_graphs_gives_the_eager_tokens(tiny_checkp
     path = tiny_checkpoint(preset)
     eager = Engine(_config(path))
     graphed = Engine(_config(path))
-    capturer = _with_prefill_graphs(graphed)
+    capturer = _with_graphs(graphed)
     spec = graphed.spec
     assert any(needs_windowed(16, spec.window(i), spec.attn_logit_softcap) for i in range(spec.num_layers))
     requests = _gemma_requests(spec.vocab_size)
@@ -98,11 +103,12 @@ def _tapped_requests(hidden: int, layers: int) -> list[Request]:
 @pytest.mark.parametrize("preset", ["tiny", "tiny-gemma2"])
 def test_steered_and_collecting_prefills_replay_graphs_with_their_taps(tiny_checkpoint, preset):
     """A batch with steered / collecting rows replays a prefill graph of that kind (taps built over the
-    static lane rows and lengths): tokens and activations of the eager engine; a later request collecting
-    another layer grows the buffers and drops the collecting prefill graphs, which are captured again."""
+    static lane rows and lengths), and its decode chunks the steered / collecting decode variants, captured
+    lazily under live rows: tokens and activations of the eager engine; a later request collecting another
+    layer grows the buffers and drops the collecting graphs, prefill and decode, which are captured again."""
     path = tiny_checkpoint(preset)
     eager, graphed = Engine(_config(path)), Engine(_config(path))
-    capturer = _with_prefill_graphs(graphed)
+    capturer = _with_graphs(graphed, decode=True)
     requests = _tapped_requests(graphed.spec.hidden_size, graphed.spec.num_layers)
     ours, ref = graphed.generate(requests), eager.generate(requests)
     assert all(r.ok for r in ours)
@@ -111,8 +117,9 @@ def test_steered_and_collecting_prefills_replay_graphs_with_their_taps(tiny_chec
         assert (a.activations is None) == (b.activations is None)
         for layer, value in (a.activations or {}).items():
             torch.testing.assert_close(value, b.activations[layer], atol=1e-5, rtol=1e-5)
-    graphs = graphed.runner.prefill_graphs.graphs
+    graphs, variants = graphed.runner.prefill_graphs.graphs, graphed.runner.graphs.graphs
     assert any(key.steered for key in graphs) and any(key.collecting for key in graphs)
+    assert any(v.steered and v.collecting for _, v in variants) and any(not v.steered for _, v in variants)
     count = capturer.count
     # "all" over 8 tokens (the buffers hold 5) at layers 0 and 1 (tiny-gemma2's held 0 and 2): they grow
     grow = [Request(id="grow", prompt_ids=(7, 8, 9), sampling=SamplingParams(temperature=0.0, max_new_tokens=8),
@@ -122,9 +129,11 @@ def test_steered_and_collecting_prefills_replay_graphs_with_their_taps(tiny_chec
     for layer, value in mine.activations.items():
         torch.testing.assert_close(value, theirs.activations[layer], atol=1e-5, rtol=1e-5)
     assert graphed.runner.taps.collection.covers(CollectPlan((0, 1), "all", 8))  # grown
-    # every collecting graph captured over the old buffers is gone; the new one was captured for this batch
+    # every collecting graph captured over the old buffers is gone; the new ones were captured for this batch
     assert [key for key in graphs if key.collecting] == [PrefillKey(1, 16, False, True)]
-    assert capturer.count == count + 1
+    recaptured = [key for key in variants if key[1].collecting]
+    assert recaptured and all(size == 1 for size, _ in recaptured)  # this batch's one row
+    assert capturer.count == count + 1 + len(recaptured)
 
 
 # ---- capturability: what a CUDA-graph capture refuses, caught on CPU -------------------------------------
@@ -163,7 +172,7 @@ def test_prefill_forwards_have_no_host_sync(tiny_checkpoint, preset):
     with the taps, the logits into the static buffer), for a plain and a steered + collecting batch, with
     windows shorter than the padded length, runs without an op a capture refuses."""
     engine = Engine(_config(tiny_checkpoint(preset)))
-    capturer = _with_prefill_graphs(engine)
+    capturer = _with_graphs(engine)
     runner, graphs = engine.runner, engine.runner.prefill_graphs
     requests = _tapped_requests(engine.spec.hidden_size, engine.spec.num_layers)[:4]
     assert all(r.ok for r in engine.generate(requests))  # the tables exist and the warm prompts are real
