@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 PROMPT_LEN = 48
+GRAPH_PROMPT_LEN = 64  # graph_vs_eager: a prefill graph length bucket, so both engines pad to one shape
 
 
 def _err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -227,14 +228,14 @@ def part_kernels(ctx) -> dict[str, Any]:
     return res
 
 
-def _requests(n: int, new_tokens: int, vocab: int, seed: int = 0, **sampling):
+def _requests(n: int, new_tokens: int, vocab: int, seed: int = 0, prompt_len: int = PROMPT_LEN, **sampling):
     from inferlab.types import Request, SamplingParams
 
     g = torch.Generator().manual_seed(seed)
     return [
         Request(
             id=f"r{i}",
-            prompt_ids=tuple(torch.randint(10, min(vocab, 1000), (PROMPT_LEN,), generator=g).tolist()),
+            prompt_ids=tuple(torch.randint(10, min(vocab, 1000), (prompt_len,), generator=g).tolist()),
             sampling=SamplingParams(max_new_tokens=new_tokens, seed=1000 + i, **sampling),
         )
         for i in range(n)
@@ -243,7 +244,8 @@ def _requests(n: int, new_tokens: int, vocab: int, seed: int = 0, **sampling):
 
 def graph_vs_eager(ctx, part: str, preset: str) -> dict[str, Any]:
     """16 requests (greedy, top-p, min-p, plain sampling) on a graph engine and an eager one: identical tokens;
-    the graph engine's prefills replayed from prefill graphs (48-token prompts in the 64-length bucket)."""
+    the graph engine's prefill replayed from a prefill graph. 16 rows and 64-token prompts: one prefill of
+    16 lanes x 64 on both engines, so the GEMMs see the same shapes and any difference is the graphs'."""
     from inferlab.engine import Engine, EngineConfig
 
     path = ctx.checkpoint(preset)
@@ -251,12 +253,13 @@ def graph_vs_eager(ctx, part: str, preset: str) -> dict[str, Any]:
     for graphs in (True, False):
         # cuBLAS in both: the GEMM plan is timed per engine and may differ between two engines (other
         # rounding, other tokens); what is compared here is graph replay against eager steps
-        engine = Engine(EngineConfig(model=path, max_slots=8, max_seq_len=192, cuda_graphs=graphs, gemm="cublas"))
+        engine = Engine(EngineConfig(model=path, max_slots=16, max_seq_len=192, cuda_graphs=graphs, gemm="cublas"))
+        vocab, n = engine.spec.vocab_size, GRAPH_PROMPT_LEN
         batch = (
-            _requests(4, 64, engine.spec.vocab_size, temperature=0.0)
-            + _requests(4, 64, engine.spec.vocab_size, seed=1, temperature=1.0, top_p=0.9)
-            + _requests(4, 64, engine.spec.vocab_size, seed=2, temperature=0.8, min_p=0.1)
-            + _requests(4, 64, engine.spec.vocab_size, seed=3, temperature=1.0)
+            _requests(4, 64, vocab, prompt_len=n, temperature=0.0)
+            + _requests(4, 64, vocab, seed=1, prompt_len=n, temperature=1.0, top_p=0.9)
+            + _requests(4, 64, vocab, seed=2, prompt_len=n, temperature=0.8, min_p=0.1)
+            + _requests(4, 64, vocab, seed=3, prompt_len=n, temperature=1.0)
         )
         at_startup = engine.stats.prefill_graphs  # the warm-up's largest shapes
         tokens[graphs] = [r.token_ids for r in engine.generate(batch)]

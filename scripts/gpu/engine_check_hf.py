@@ -12,7 +12,8 @@ hf_logits: tiny and llama-380m (tiny only with --quick).
 hf_gemma: the Gemma family (models/gemma.py). On the GPU: gemma-2b (the issue's shape: MQA, head_dim 256,
 GeGLU, vocab 256k), then tiny-gemma2 and tiny-gemma3 (windows 8 / 12 shorter than the 48-token prompts,
 soft-caps, q/k norms, two ropes: the bf16 Triton kernels of Gemma 2/3 against transformers), then their
-graph replay against eager steps (identical tokens), then a speed cell on gemma-2b (batch 64, 48-token
+graph replay against eager steps (identical tokens; 64-token prompts, so the prefill graph captures the
+windowed / soft-capped attention with the windows cutting into the prompt), then a speed cell on gemma-2b (batch 64, 48-token
 prompts, exactly 150 new tokens, greedy and top-p 0.9; CUDA graphs, the engine's own start-up). With
 --quick (CPU): tiny-gemma, tiny-gemma2, tiny-gemma3 and a tiny speed cell.
 """
