@@ -28,6 +28,7 @@ import torch
 from inferlab.engine.config import EngineConfig
 from inferlab.engine.constraint_support import EngineConstraints
 from inferlab.engine.gemm_plan import plan_from_json, plan_key, plan_to_json, tune_gemm_plan
+from inferlab.engine.graphs import Variant
 from inferlab.engine.intake import Prepared, prepare
 from inferlab.engine.kv_cache import KVCache, kv_bytes_per_token
 from inferlab.engine.lifetime import RELEASED, closed_error, release_cached_memory
@@ -37,12 +38,12 @@ from inferlab.engine.rows import RowState
 from inferlab.engine.runner import ModelRunner
 from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.snapshots import SnapshotBuffers
-from inferlab.engine.startup import make_plan, resolve_device, resolve_dtype, resolve_kv_dtype
+from inferlab.engine.startup import graphs_wanted, make_plan, resolve_device, resolve_dtype, resolve_kv_dtype
 from inferlab.engine.startup_cache import StartupCache
 from inferlab.engine.stats import EngineStats
 from inferlab.engine.steering_vectors import SteeringVectors
 from inferlab.engine.tap_support import EngineTaps
-from inferlab.errors import CapacityError, ConfigError
+from inferlab.errors import CapacityError
 from inferlab.models.config import read_model_spec
 from inferlab.models.loader import load_tokenizer, load_weights
 from inferlab.models.registry import implementation_for
@@ -93,9 +94,7 @@ class Engine:
         implementation = implementation_for(self.spec.architecture)
         self.dtype = resolve_dtype(config.dtype, self.spec, self.device)
         self.kv_dtype = resolve_kv_dtype(config.kv_dtype, self.dtype, self.device)  # the cache's element type
-        use_graphs = self.device.type == "cuda" if config.cuda_graphs is None else config.cuda_graphs
-        if use_graphs and self.device.type != "cuda":
-            raise ConfigError("cuda_graphs=True needs a CUDA device; set cuda_graphs=None or False on CPU")
+        use_graphs = graphs_wanted(config.cuda_graphs, self.device)
         self.plan = make_plan(config, self.spec, self.dtype, self.device, self.kv_dtype)
         self.max_prefill_tokens = max(config.max_prefill_tokens, self.plan.max_seq_len)
         self.kv_bytes_per_token = kv_bytes_per_token(self.spec, self.kv_dtype)  # fp8: with its scales
@@ -205,7 +204,7 @@ class Engine:
                 if use_graphs:
                     graphs = self.runner.graphs
                     for level in FILTER_LEVELS:  # the largest bucket sizes the graphs' shared pool
-                        graphs.ensure(self.runner.sizes[-1], (level, False))
+                        self.runner.ensure_graph(self.runner.sizes[-1], Variant(level))
                     self.stats.capture_s = graphs.capturer.capture_s
                     self.stats.graphs = len(graphs.graphs)
                     self.stats.prefill_graphs = len(self.runner.prefill_graphs.graphs)

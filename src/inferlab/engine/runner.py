@@ -82,6 +82,10 @@ class ModelRunner:
         self.prefill_graphs = PrefillGraphs(self.model, self.cache, self.rows.slots, lanes, self.cache.max_len,
                                             max_prefill_tokens, capturer, self.taps)
 
+    def ensure_graph(self, b: int, variant: Variant) -> None:
+        """Capture the decode graph of (bucket b, variant) unless it exists (rows may be live)."""
+        self.graphs.ensure(b, Variant(*variant), self._graph_step, self.preserved_rows)
+
     def _graph_step(self, b: int, variant: Variant) -> None:
         self.decode_step(b, variant, None)  # no host length hint: a graph replays with any lengths
 
@@ -103,7 +107,7 @@ class ModelRunner:
         is captured first, live rows or not (preserved_rows)."""
         variant = Variant(*variant)
         if self.graphs is not None and steps > 0:
-            self.graphs.ensure(b, variant, self._graph_step, self.preserved_rows)
+            self.ensure_graph(b, variant)
         for i in range(steps):
             if self.graphs is not None:
                 self.graphs.replay(b, variant)

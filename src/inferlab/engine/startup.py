@@ -40,6 +40,13 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def graphs_wanted(cuda_graphs: bool | None, device: torch.device) -> bool:
+    """Decode steps and prefills replayed from CUDA graphs: by default on CUDA; refused elsewhere."""
+    if cuda_graphs and device.type != "cuda":
+        raise ConfigError("cuda_graphs=True needs a CUDA device; set cuda_graphs=None or False on CPU")
+    return device.type == "cuda" if cuda_graphs is None else cuda_graphs
+
+
 def resolve_dtype(name: str, spec: ModelSpec, device: torch.device) -> torch.dtype:
     """auto: float32 on CPU (exact and fast there); on CUDA the checkpoint's half type, else bfloat16."""
     if name != "auto":
