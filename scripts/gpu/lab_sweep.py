@@ -13,7 +13,8 @@
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
 classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline, and each
 of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak, steering = the preset of that name;
-engine-vs-peers in three parts (peers-engine-hf, peers-vllm-generate, peers-rest).
+engine-vs-peers in three parts (peers-engine-hf, peers-vllm-generate, peers-rest), and its conformer rows
+on 800 requests in a run of their own (peers-conformers).
 `--only KNOB=V` is passed to every part (a preset split into calls of < 9 minutes).
 Installs nothing (the project is installed with `pip install --no-deps -e .`). Runs live in runs/lab/
 in the checkout (ignored by git, kept between calls on a warm machine): a call that hits its budget
@@ -68,6 +69,10 @@ PARTS = {
     "peers-engine-hf": ("engine-vs-peers", "engine-vs-peers"),
     "peers-vllm-generate": ("engine-vs-peers", "engine-vs-peers"),
     "peers-rest": ("engine-vs-peers", "engine-vs-peers"),
+    # the conformer rows of engine-vs-peers on the first 100 molecules (800 requests), inferlab and vLLM's
+    # structured outputs side by side in a run of their own: vLLM + xgrammar makes ~8k tok/s here, so the
+    # preset's 3,200 requests cost ~5 min per structured-outputs backend, more than one device call holds
+    "peers-conformers": ("engine-vs-peers", "engine-vs-peers-conformers"),
     "steering": ("steering", "steering"),
     "conformer-pipeline": ("conformer-pipeline", "conformer-pipeline"),
     "conformer-soak": ("conformer-soak", "conformer-soak"),
@@ -76,6 +81,8 @@ PARTS = {
 PART_FILTERS = {
     "peers-engine-hf": ["--only", "backend=inferlab,hf-continuous"],
     "peers-vllm-generate": ["--only", "backend=vllm", "--only", "scenario=generate"],
+    "peers-conformers": ["--only", "scenario=constrained", "--only", "backend=inferlab,vllm",
+                         "--set", "max_requests=800", "--set", "batch_size=800"],
 }
 # The report's speedup baseline per run directory (default: the first configuration of each workload).
 REPORT_BASELINES = {"seed-generate": ["--baseline", "attn_implementation=eager"]}
@@ -232,8 +239,8 @@ def estimates(parts: list[str]) -> list[str]:
 
 
 def _only_filters(argv: list[str]) -> dict[str, list[str]]:
-    """["--only", "backend=a,b", ...] -> {"backend": ["a", "b"]} (build_plan's `only`)."""
-    pairs = [argv[i + 1].split("=", 1) for i in range(0, len(argv), 2)]
+    """["--only", "backend=a,b", ...] -> {"backend": ["a", "b"]} (build_plan's `only`; --set pairs ignored)."""
+    pairs = [argv[i + 1].split("=", 1) for i in range(0, len(argv), 2) if argv[i] == "--only"]
     return {name: values.split(",") for name, values in pairs}
 
 
