@@ -82,7 +82,8 @@ PART_FILTERS = {
     "peers-engine-hf": ["--only", "backend=inferlab,hf-continuous"],
     "peers-vllm-generate": ["--only", "backend=vllm", "--only", "scenario=generate"],
     "peers-conformers": ["--only", "scenario=constrained", "--only", "backend=inferlab,vllm",
-                         "--set", "max_requests=800", "--set", "batch_size=800"],
+                         "--set", "max_requests=800", "--set", "batch_size=800",
+                         "--set", "num_prompts=800"],  # num_prompts: the filtered-out generate sweeps validate too
 }
 # The report's speedup baseline per run directory (default: the first configuration of each workload).
 REPORT_BASELINES = {"seed-generate": ["--baseline", "attn_implementation=eager"]}
