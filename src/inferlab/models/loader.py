@@ -147,10 +147,10 @@ def load_weights(model_dir: str | Path, spec: ModelSpec, dtype: torch.dtype, dev
 
 def load_tokenizer(model_dir: str | Path):
     """The checkpoint's HuggingFace tokenizer, or None when the folder has none (prompt_ids still work)."""
-    from transformers import AutoTokenizer
+    from inferlab.models.tokenizer_loading import load_hf_tokenizer
 
     root = Path(model_dir)
     if not any((root / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
         log.warning("%s has no tokenizer files: text prompts and text outputs are unavailable", root)
         return None
-    return AutoTokenizer.from_pretrained(str(root))
+    return load_hf_tokenizer(root)

@@ -182,3 +182,38 @@ def test_multi_character_tokens_step_through_several_characters():
     three_dot = tok.convert_tokens_to_ids("3.")
     assert gs.accepting[_run(gs, "num", [three_dot, 0])]  # "3." + "0"
     assert _run(gs, "num", [1, 2, 3, three_dot]) == DEAD_STATE  # "1233." has three integer digits
+
+
+def test_token_texts_fast_path_equals_batch_decode_for_every_id(case):
+    from inferlab.engine.constraints.token_automaton import _python_decode, token_texts
+
+    ids = [[i] for i in range(len(case.tokenizer))]
+    assert token_texts(case.tokenizer) == _python_decode(case.tokenizer, ids)
+
+
+def test_token_texts_falls_back_when_the_backend_disagrees(llama_case, caplog):
+    from inferlab.engine.constraints.token_automaton import _python_decode, token_texts
+
+    class SkewedBackend:  # decodes id 0 differently from transformers
+        def __init__(self, inner):
+            self.inner = inner
+
+        def decode_batch(self, ids, skip_special_tokens):
+            texts = self.inner.decode_batch(ids, skip_special_tokens=skip_special_tokens)
+            return ["<skewed>", *texts[1:]]
+
+    class Wrapped:
+        def __init__(self, tok):
+            self.tok, self.backend_tokenizer = tok, SkewedBackend(tok.backend_tokenizer)
+            self.added_tokens_decoder = tok.added_tokens_decoder
+
+        def __len__(self):
+            return len(self.tok)
+
+        def batch_decode(self, *args, **kwargs):
+            return self.tok.batch_decode(*args, **kwargs)
+
+    wrapped = Wrapped(llama_case.tokenizer)
+    texts = token_texts(wrapped)
+    assert texts == _python_decode(llama_case.tokenizer, [[i] for i in range(len(wrapped))])
+    assert "decodes some ids differently" in caplog.text

@@ -53,11 +53,11 @@ class InferlabConstrainedBackend:
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
         import torch
-        from transformers import AutoTokenizer
+        from inferlab.models.tokenizer_loading import load_hf_tokenizer
 
         self.model_dir, self.device = model_dir, device
         self.dtype_name = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}[dtype]
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.tokenizer = load_hf_tokenizer(model_dir)
         self.eos_token_ids = frozenset([self.tokenizer.eos_token_id])
 
     def prepare(self, requests: list[ConformerRequest]) -> None:

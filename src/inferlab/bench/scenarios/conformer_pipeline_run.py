@@ -116,7 +116,7 @@ def figures_from_summary(s: dict[str, Any], wall: float) -> dict[str, Any]:
 
 
 def measure_pipeline(cell: Cell, ctx: CellContext) -> dict[str, Any]:
-    from transformers import AutoTokenizer
+    from inferlab.models.tokenizer_loading import load_hf_tokenizer
 
     from inferlab.bench.scenarios.conformer_output_check import check_outputs
     from inferlab.bench.scenarios.constrained import molecule_selection
@@ -128,7 +128,7 @@ def measure_pipeline(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     deadline = time.monotonic() + cell.timeout_s - 15  # leave the row time to be written
     work = ctx.run_dir / "conformer-pipeline" / cell.key
     shutil.rmtree(work, ignore_errors=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(ctx.model_path))
+    tokenizer = load_hf_tokenizer(ctx.model_path)
     molecules = load_molecules(molecule_file(c["molecules_file"]), c["num_molecules"], get_profile(c["profile"]),
                                tokenizer, min(c["context"], _max_positions(ctx.model_path)), molecule_selection(c))
     smi = write_smi(molecules, work / "molecules.smi")

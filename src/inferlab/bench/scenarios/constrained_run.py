@@ -57,7 +57,7 @@ def _check_outputs(requests: list, outputs: list[list[int]], eos: frozenset[int]
 
 def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, float, float, int]) -> dict[str, Any]:
     import torch
-    from transformers import AutoTokenizer
+    from inferlab.models.tokenizer_loading import load_hf_tokenizer
 
     from inferlab.bench.backends import get_backend
     from inferlab.bench.backends.base import close_backend
@@ -75,7 +75,7 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
     device = resolve_device(c["device"])
     sync = device_synchronizer(device)
     profile = get_profile(c["profile"])
-    tokenizer = AutoTokenizer.from_pretrained(str(ctx.model_path))
+    tokenizer = load_hf_tokenizer(ctx.model_path)
     with timed(sync) as setup:
         molecules = load_molecules(molecule_file(c["molecules_file"]), c["num_molecules"], profile, tokenizer,
                                    min(c["context"], _max_positions(ctx.model_path)), molecule_selection(c))

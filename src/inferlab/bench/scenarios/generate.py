@@ -146,9 +146,9 @@ def make_prompts(model_dir: Any, num_prompts: int, prompt_tokens: int, seed: int
     vocab = json.loads((model_dir / "config.json").read_text()).get("vocab_size")
     special: set[int] = set()
     try:
-        from transformers import AutoTokenizer
+        from inferlab.models.tokenizer_loading import load_hf_tokenizer
 
-        tok = AutoTokenizer.from_pretrained(str(model_dir))
+        tok = load_hf_tokenizer(model_dir)
         vocab = min(vocab or len(tok), len(tok))
         special = set(tok.all_special_ids)
     except (OSError, ValueError):

@@ -57,8 +57,8 @@ def read_jsonl_units(
 
 def load_tokenizer(model_dir: str):
     """The checkpoint's tokenizer, for estimating tokens on the coordinator (no weights are read)."""
-    from transformers import AutoTokenizer
+    from inferlab.models.tokenizer_loading import load_hf_tokenizer
 
     from inferlab.workloads.hf_loading import check_model_dir
 
-    return AutoTokenizer.from_pretrained(str(check_model_dir(model_dir)))
+    return load_hf_tokenizer(check_model_dir(model_dir))
