@@ -6,7 +6,9 @@ over the prefill and 8 decode steps of 4 prompts of 48 tokens (36 logit rows); t
 the engine (its normal generate path) against transformers' bf16 generate: reported as how many leading
 tokens agree per prompt, and where they first differ, how far apart the two tokens' logits are in fp32
 (a bf16 near-tie, a gap within the rounding, may legitimately flip a token; a wrong kernel diverges at
-once and by a wide gap).
+once and by a wide gap). The error is also reported apart for the prefills and the decode steps. transformers
+runs its default attention, except Gemma 2, which runs eager (hf_loading.attention_for: transformers <= 5.17
+ran SDPA by default and dropped Gemma 2's attention soft-cap); the row names the implementation used.
 
 hf_logits: tiny and llama-380m (tiny only with --quick).
 hf_gemma: the Gemma family (models/gemma.py). On the GPU: gemma-2b (the issue's shape: MQA, head_dim 256,
@@ -23,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from engine_check_correctness import PROMPT_LEN, _err, _requests, graph_vs_eager, hf_dtype
+from engine_check_correctness import PROMPT_LEN, _err, _requests, graph_vs_eager
 
 
 def _check_preset(ctx, part: str, preset: str) -> dict[str, Any]:
@@ -32,16 +34,20 @@ def _check_preset(ctx, part: str, preset: str) -> dict[str, Any]:
 
     from inferlab.engine import Engine, EngineConfig
     from inferlab.types import Request, SamplingParams
+    from inferlab.workloads.hf_loading import from_pretrained_for_inference
 
     path = ctx.checkpoint(preset)
-    hf32 = AutoModelForCausalLM.from_pretrained(path, **hf_dtype(torch.float32)).to(ctx.device).eval()
-    hf16 = AutoModelForCausalLM.from_pretrained(path, **hf_dtype(torch.bfloat16)).to(ctx.device).eval()
+    # transformers' default attention, but eager for Gemma 2 (attention_for): its SDPA default before 5.24
+    # dropped the soft-cap, so the reference itself was another model (tiny-gemma2's 0.48 "FAIL" of 2026-11-25)
+    hf32 = from_pretrained_for_inference(AutoModelForCausalLM, path, torch.float32, None, ctx.device)
+    hf16 = from_pretrained_for_inference(AutoModelForCausalLM, path, torch.bfloat16, None, ctx.device)
     config = EngineConfig(model=path, dtype="bfloat16", device=str(ctx.device), max_slots=4, max_seq_len=192,
                           cuda_graphs=False)  # fmt: skip
     engine = Engine(config)
     model, cache = engine.runner.model, engine.runner.cache
     requests = _requests(4, 64, engine.spec.vocab_size)
     ours_err, hf_err, scale, top1 = 0.0, 0.0, 0.0, []
+    phase_err = {"prefill": 0.0, "decode": 0.0}  # ours vs hf fp32: where an error comes from
     with torch.inference_mode():
         for i, request in enumerate(requests):
             seq = list(request.prompt_ids)
@@ -53,6 +59,8 @@ def _check_preset(ctx, part: str, preset: str) -> dict[str, Any]:
                 ids = torch.tensor([seq], device=ctx.device)
                 ref32, ref16 = hf32(ids).logits[0, -1].float(), hf16(ids).logits[0, -1].float()
                 ours_err = max(ours_err, _err(logits, ref32))
+                phase = "decode" if step else "prefill"
+                phase_err[phase] = max(phase_err[phase], _err(logits, ref32))
                 hf_err = max(hf_err, _err(ref16, ref32))
                 scale = max(scale, ref32.abs().max().item())
                 top1.append(int(logits.argmax()) == int(ref16.argmax()))
@@ -86,8 +94,12 @@ def _check_preset(ctx, part: str, preset: str) -> dict[str, Any]:
                 at = hf32(ids).logits[0, -1].float()
                 gaps.append(abs(at[ours[j]] - at[ref[j]]).item())
     bound = 2 * hf_err + 1e-3 * scale
+    attention = hf32.config._attn_implementation  # what the reference really ran (eager for Gemma 2)
     result = {
         "ours_bf16_vs_fp32_max_abs": ours_err,
+        "ours_prefill_vs_fp32_max_abs": phase_err["prefill"],
+        "ours_decode_vs_fp32_max_abs": phase_err["decode"],
+        "hf_attn_implementation": attention,
         "hf_bf16_vs_fp32_max_abs": hf_err,
         "max_abs_logit": scale,
         "bound": bound,
@@ -98,6 +110,8 @@ def _check_preset(ctx, part: str, preset: str) -> dict[str, Any]:
     }
     verdict = "ok" if ours_err <= bound else f"FAIL > {bound:.4f}"
     ctx.row(part, f"{preset}: max|ours-hf32| vs max|hf16-hf32|", f"{ours_err:.4f} vs {hf_err:.4f}", verdict)
+    phases = f"{phase_err['prefill']:.4f} / {phase_err['decode']:.4f}"
+    ctx.row(part, f"{preset}: max|ours-hf32| prefill / decode", phases, f"hf attention: {attention}")
     ctx.row(part, f"{preset}: top-1 agreement with hf bf16 (36 steps)", sum(top1) / len(top1))
     ctx.row(part, f"{preset}: greedy tokens equal to hf bf16 before divergence (of 64)", " ".join(map(str, matched)),
             "fp32 gaps at the divergences: " + (" ".join(f"{g:.4f}" for g in gaps) or "none"))  # fmt: skip

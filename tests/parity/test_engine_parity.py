@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-import transformers
 from transformers import AutoModelForCausalLM
 
 from inferlab.engine import Engine, EngineConfig
 from inferlab.types import Request, SamplingParams
+from inferlab.workloads.hf_loading import from_pretrained_for_inference
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")  # tiny tensors: intra-op threads only add waiting
 
@@ -28,12 +28,6 @@ PRESETS = ["tiny", "tiny-llama3-rope", "tiny-mistral", "tiny-qwen2", "tiny-qwen3
 PROMPT_LENGTHS = [3, 11, 1, 26, 7]
 NEW_TOKENS = 12
 LOGIT_ATOL = 1e-4
-
-
-def hf_dtype(dtype: torch.dtype) -> dict:
-    """from_pretrained's dtype keyword: `dtype` since transformers 4.56, `torch_dtype` before."""
-    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
-    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
 
 
 def _prompts(vocab: int, seed: int = 0) -> list[list[int]]:
@@ -61,7 +55,8 @@ def models(parity_checkpoint):
         if preset not in cache:
             path = parity_checkpoint(preset)
             engine = Engine(EngineConfig(model=path, max_slots=2, max_seq_len=64, decode_steps_per_sync=4))
-            hf = AutoModelForCausalLM.from_pretrained(path, **hf_dtype(torch.float32)).eval()
+            # transformers' default attention; eager for Gemma 2 on every version (SDPA drops its soft-cap)
+            hf = from_pretrained_for_inference(AutoModelForCausalLM, path, torch.float32, None, torch.device("cpu"))
             cache[preset] = (engine, hf)
         return cache[preset]
 

@@ -14,22 +14,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-import transformers
 from transformers import AutoModelForCausalLM
 
 from inferlab.engine import Engine, EngineConfig, SteeringVectors
 from inferlab.types import Collect, Request, SamplingParams, Steer
+from inferlab.workloads.hf_loading import from_pretrained_for_inference
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 PRESETS = ["tiny", "tiny-qwen3", "tiny-gemma", "tiny-gemma2", "tiny-gemma3"]
 NEW_TOKENS = 10
 ACT_ATOL = 1e-4
-
-
-def _hf_dtype_kwargs() -> dict:
-    """from_pretrained's dtype keyword: `dtype` since transformers 4.56, `torch_dtype` before."""
-    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
-    return {"dtype": torch.float32} if (major, minor) >= (4, 56) else {"torch_dtype": torch.float32}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +34,8 @@ def models(parity_checkpoint):
         if preset not in cache:
             path = parity_checkpoint(preset)  # Gemma presets: random (1 + w) norm weights
             engine = Engine(EngineConfig(model=path, max_slots=2, max_seq_len=64, decode_steps_per_sync=3))
-            hf = AutoModelForCausalLM.from_pretrained(path, **_hf_dtype_kwargs()).eval()
+            # transformers' default attention; eager for Gemma 2 on every version (SDPA drops its soft-cap)
+            hf = from_pretrained_for_inference(AutoModelForCausalLM, path, torch.float32, None, torch.device("cpu"))
             cache[preset] = (engine, hf)
         return cache[preset]
 

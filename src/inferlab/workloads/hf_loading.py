@@ -27,6 +27,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 # transformers 4.56 renamed from_pretrained's torch_dtype to dtype (5.x warns on the old name).
 _DTYPE_KWARG = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+# model types whose attention soft-caps its scores (cap * tanh(scores / cap)): only eager (or flash-attn's
+# softcap) computes them; Gemma 3 configs carry attn_logit_softcapping too, but its attention never applies it
+SOFTCAPPED_ATTENTION = ("gemma2",)
 
 
 @dataclass(frozen=True)
@@ -147,11 +150,31 @@ def ensure_pad_token(tokenizer, model) -> int:
     return pad_id
 
 
+def attention_for(model_dir: str | Path, attn: str | None) -> str | None:
+    """The attention implementation to load `model_dir` with: `attn`, unless the model soft-caps its attention
+    scores (SOFTCAPPED_ATTENTION), which SDPA cannot do: then None (transformers' default) means eager, and
+    sdpa is refused. transformers 5.17 and earlier let SDPA run Gemma 2 and silently drop the cap (every
+    logit off, no error: its H100 reference differed from its own fp32 eager forward by 0.48 on tiny-gemma2);
+    5.24 refuses SDPA for Gemma 2 itself."""
+    from transformers import AutoConfig
+
+    model_type = getattr(text_config_of(AutoConfig.from_pretrained(str(model_dir))), "model_type", None)
+    if model_type not in SOFTCAPPED_ATTENTION:
+        return attn
+    if attn == "sdpa":
+        raise UnsupportedError(
+            f"{model_type} soft-caps its attention scores, which sdpa cannot do (transformers before 5.24 would "
+            "silently drop the cap and compute other logits); use --attn eager (lab knob attn_implementation=eager)"
+        )
+    return attn or "eager"
+
+
 def from_pretrained_for_inference(auto_class, model_dir: str | Path, dtype: torch.dtype, attn: str | None,
                                   device: torch.device):
     """`auto_class.from_pretrained` in `dtype` (with this transformers' keyword for it) and attention `attn`
-    (None: transformers' default for the model), moved to `device`, in eval mode. The caller checks first
-    that `attn` can run here."""
+    (None: transformers' default for the model, eager for a soft-capped one: attention_for), moved to
+    `device`, in eval mode. The caller checks first that `attn` can run here."""
+    attn = attention_for(model_dir, attn)
     model = auto_class.from_pretrained(str(model_dir), **{_DTYPE_KWARG: dtype}, attn_implementation=attn)
     return model.to(device).eval()
 

@@ -120,8 +120,8 @@ def check_activations(backend: Any, model_dir: Any, prompts: list[list[int]], sp
     from inferlab.workloads.hf_steering import HFTaps
 
     out = backend.run(prompts, "steer+collect", pool="all")
-    # transformers' default attention for the model: sdpa where it has it, eager where it has not (Gemma 2's
-    # soft-capped scores)
+    # transformers' default attention for the model: sdpa where it has it, eager for Gemma 2's soft-capped
+    # scores (hf_loading.attention_for: transformers 5.17 would run SDPA and drop the cap)
     hf = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype, None, device)
     taps = HFTaps(hf)
     entry = SteerEntry(spec.layer, vector, spec.scale, b"")
