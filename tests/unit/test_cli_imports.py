@@ -70,3 +70,11 @@ raise SystemExit(main(["conformers", "reference", "--input", {str(smi)!r}, "--ou
     done = _child(code)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "`inferlab conformers` needs the rdkit package, which is not installed here: pip install rdkit" in done.stderr
+
+
+def test_the_conformer_pipeline_module_imports_no_torch():
+    """The pipeline starts its template and judge processes before this process imports torch (the engine's
+    import, ~4 s on the H100 host), so their own start-up overlaps it."""
+    done = _child("import sys, inferlab.workloads.conformers.pipeline\nprint('torch' in sys.modules)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

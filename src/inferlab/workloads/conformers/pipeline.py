@@ -80,15 +80,16 @@ def generate_conformers(
 
 def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: dict[str, Any], rows: RowWriter,
               summary: PipelineSummary) -> None:
-    from inferlab.engine import Engine, EngineConfig
-    from inferlab.models.config import read_model_spec
-
     profile = get_profile(config.profile)
     summary.judge_workers = config.judge_pool_workers(len(jobs))
     with MoleculePreparer(model, profile.name, config.pool_workers(len(jobs))) as preparer, \
             JudgePool(summary.judge_workers) as judges, ExitStack() as life:
         molecules = MoleculeFeed(jobs, preparer, lookahead=config.lookahead_molecules(None))
         molecules.top_up(0)  # the pool starts on the first molecules while the engine starts
+        # only now torch (the engine's import): the pools' processes start up while this process imports it
+        from inferlab.engine import Engine, EngineConfig
+        from inferlab.models.config import read_model_spec
+
         if options.get("max_seq_len") is None:
             options["max_seq_len"] = auto_max_seq_len(jobs, profile, read_model_spec(model).max_position_embeddings)
         t0 = time.perf_counter()

@@ -12,6 +12,9 @@ PreparedMolecule with `error`, never an exception.
 Programs travel from the workers with their op array as numpy: torch would send every tensor through its
 own shared-memory file descriptor, and thousands of live programs would exhaust the process's limit.
 
+The module imports no torch: the pipeline starts these processes before its own process imports torch (~4 s
+on the H100 host), so the workers' start-up (torch, tokenizer, GrammarSet) overlaps it.
+
 Not here: which molecules to prepare and in what order (pipeline.py), the requests.
 """
 
@@ -25,8 +28,6 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from inferlab.errors import InferlabError
 from inferlab.workloads.conformers.profiles import get_profile
@@ -81,6 +82,8 @@ def _load_state(model_dir: str, profile_name: str) -> _PreparerState:
 
 def _init_worker(model_dir: str, profile_name: str) -> None:
     global _STATE
+    import torch
+
     torch.set_num_threads(1)  # tokenisation and small tensors: threads would only fight the engine's process
     _STATE = _load_state(model_dir, profile_name)
 
@@ -146,6 +149,8 @@ class MoleculePreparer:
 
     def result(self, smiles: str) -> PreparedMolecule:
         """The prepared molecule (waits for it); call once per use: each call rebuilds the program object."""
+        import torch
+
         prepared = self.submit(smiles).result()
         return _with_ops(prepared, torch.from_numpy) if self._pool is not None else prepared
 
