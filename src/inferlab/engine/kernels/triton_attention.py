@@ -251,9 +251,12 @@ def _sm_count(device: torch.device) -> int:
 # ptxas's registers and spills). Unmeasured on a GPU: scripts/gpu/kernel_sweep.py can sweep it.
 WIDE_HEAD_CONFIG = AttentionConfig(block_n=32, num_warps=8, num_stages=2)
 
-# With an fp8 cache: the bf16 defaults until the device says otherwise (engine_check.py --parts fp8_kv times
-# a few configs; compiled for sm_90 this kernel takes ~250 registers at head_dim 128 vs ~180 in bf16).
-FP8_ATTENTION_CONFIG = AttentionConfig()
+# With an fp8 cache (~250 registers at head_dim 128 on sm_90 vs ~180 in bf16): 32-position tiles, 4 warps, 3
+# stages. engine_check --parts fp8_kv on an H100 (benchmarks/checks/2026-11-25-h100-engine-check-fp8-gemma),
+# qwen3-0.6b, 256 rows, us per layer at lengths 330 / 629: n32 w4 s3 138.2 / 218.5, the bf16 defaults (n64 w4
+# s3) 164.3 / 238.5, n128 w4 s2 145.5 / 212.3; the bf16 cache 155.4 / 248.3. Whole decode at batch 256:
+# 0.983x the bf16 cache with n32 (0.875x with the defaults): the cache's bytes are not this length's limit.
+FP8_ATTENTION_CONFIG = AttentionConfig(block_n=32, num_warps=4, num_stages=3)
 FP8_WIDE_HEAD_CONFIG = WIDE_HEAD_CONFIG  # head_dim 256 with an fp8 cache: unmeasured, as WIDE_HEAD_CONFIG
 
 
