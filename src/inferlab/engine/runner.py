@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 class PrefillDone:
     lanes: int  # distinct prompts run through the model
     tokens: int  # their prompt tokens
+    padded: int  # the tokens the forward computed: lanes x padded length (a graph's bucket, or the longest)
 
 
 class ModelRunner:
@@ -229,7 +230,8 @@ class ModelRunner:
         constrained = any(item.constraint is not None for item in items)
         finish_step(logits, part, self.constraints if constrained else NO_CONSTRAINTS, self.ops, level, row_ids=idx)
         self.rows.scatter_(idx, part)
-        return PrefillDone(lanes=u, tokens=sum(len(p) for p in prompts))
+        padded = shape[0] * shape[1] if shape is not None else u * longest
+        return PrefillDone(lanes=u, tokens=sum(len(p) for p in prompts), padded=padded)
 
     def warm_prefill(self, max_seq_len: int | None = None, max_prefill_tokens: int | None = None) -> None:
         """Without bounds: two rows sharing a one-token prompt (an eager prefill, before any graph capture:
