@@ -9,6 +9,8 @@ loop.py times them into stats.prefill_host_s):
   so use a narrow model: a tiny Gemma of 18 layers has gemma-2b's op count and almost no arithmetic);
 - the tokens the forward computed (prefill_padded_tokens) against the prompt tokens: padding is device
   work on a GPU;
+- host ms per batch outside the model's forward (admit + prefill minus the forward: what stays on the
+  host when the forward is one graph replay);
 - ATen ops per batch, split into the model's forward (one CUDA-graph replay where a bucket serves it) and
   everything around it (admission, staging, K/V copies, sampling, row bookkeeping: eager on a GPU, each
   op one kernel launch or more), counted by a dispatch mode over one batch of the job's size;
@@ -125,6 +127,29 @@ def main() -> None:
     runner.model.prefill, runner.prefill = counted_forward, counted_runner_prefill
     engine.generate(batch[: min(len(batch), 32)])
     del runner.model.prefill, runner.prefill
+    # host ms of a batch apart from the forward (admission, staging, K/V copies, sampling, bookkeeping)
+    times: list[list[float]] = []
+    real_admit = runner.admit
+
+    def timed_forward(*a, **k):
+        t = time.perf_counter()
+        out = real_prefill(*a, **k)
+        times[-1][1] += time.perf_counter() - t
+        return out
+
+    def timed_admit(rows, items):
+        times.append([time.perf_counter(), 0.0])
+        real_admit(rows, items)
+
+    def timed_runner_prefill(rows, items):
+        done = real_runner_prefill(rows, items)
+        times[-1][0] = time.perf_counter() - times[-1][0]
+        return done
+
+    runner.model.prefill, runner.prefill, runner.admit = timed_forward, timed_runner_prefill, timed_admit
+    engine.generate(batch)
+    del runner.model.prefill, runner.prefill, runner.admit
+    around_ms = 1e3 * sum(total - fwd for total, fwd in times) / max(len(times), 1)
     forward = sum(sum(c.values()) for c, _ in counts) / max(len(counts), 1)
     around = sum(sum(c.values()) for _, c in counts) / max(len(counts), 1)
     top_around = sum((c for _, c in counts), Counter()).most_common(12)
@@ -135,6 +160,7 @@ def main() -> None:
         "prompt_tokens": d["prompt_tokens"], "prefill_tokens": d["prefill_tokens"],
         "prefill_padded_tokens": d.get("prefill_padded_tokens"),
         "tokens_per_batch": round(d["prefill_tokens"] / batches),
+        "host_ms_per_batch_around_forward": round(around_ms, 2),
         "ops_per_batch_forward": round(forward), "ops_per_batch_around": round(around),
         "top_ops_around": top_around,
     }  # fmt: skip

@@ -7,7 +7,8 @@ a timed call: prefill_s (device clock) and prefill_host_s per batch, the tokens 
 (prefill_padded_tokens) against the prompt tokens, the call's wall time and tok/s, and on CUDA whether each
 prefill batch's launch kept ahead of the device (engine_check_job.PrefillOverlap), and how many rows got the
 same tokens in both orders (greedy: equal up to rounding of other batch shapes). Expected on an H100: by length pads ~1.03x
-(queue order ~1.4x) and prefill_s drops about as much. --quick: tiny-gemma, 24 prompts of 20-60 tokens, 16 slots.
+(queue order ~1.4x) and prefill_s drops about as much. Then one batch alone (host launch vs total: is a long
+prefill device-bound?) and, on CUDA with budget left, by length at twice max_prefill_tokens. --quick: tiny-gemma, 24 prompts of 20-60 tokens, 16 slots.
 """
 
 from __future__ import annotations
@@ -75,6 +76,52 @@ def part_prefill_long(ctx) -> dict[str, Any]:
             f"{res['prefill_s_ratio']:.2f}x | {b['prefill_padded_tokens'] / max(q['prefill_padded_tokens'], 1):.2f}x",
             ("ok" if b["prefill_padded_tokens"] <= q["prefill_padded_tokens"] else "FAIL") +
             f" ({res['same_token_rows']} of {n} rows with identical tokens)")  # fmt: skip
+    res["isolated"] = isolated_batch(ctx, engine, requests, max_tokens)
+    i = res["isolated"]
+    ctx.row("prefill_long", f"one batch of {i['prompts']} prompts ({i['tokens']:,} tokens): host launch | total ms",
+            f"{i['host_launch_ms']:.1f} | {i['total_ms']:.1f}", "device-bound" if i["host_launch_ms"] < 0.5 *
+            i["total_ms"] else "host-bound")  # fmt: skip
     del engine
     ctx.free()
+    if ctx.cuda and ctx.elapsed() < 0.8 * ctx.budget_s:  # larger batches: fewer, each as well padded
+        big = Engine(EngineConfig(model=ctx.checkpoint(preset), device=str(ctx.device), max_slots=slots,
+                                  max_seq_len=hi + new + 18, max_prefill_tokens=2 * max_tokens))  # fmt: skip
+        timed_call(ctx, big, requests)
+        cell, _ = timed_call(ctx, big, requests)
+        s = cell["stats"]
+        res[f"by_length_{2 * max_tokens}"] = cell
+        ctx.row("prefill_long", f"by_length, max_prefill_tokens {2 * max_tokens}: prefill_s | wall s",
+                f"{s['prefill_s']:.2f} | {cell['wall_s']:.2f}",
+                f"{s['prefill_batches']} batches, {cell['prefill_host_ms_per_batch']:.1f} ms host each")
+        del big
+        ctx.free()
     return res
+
+
+def isolated_batch(ctx, engine, requests, max_tokens: int) -> dict[str, Any]:
+    """admit + prefill of the longest prompts that fit one batch, alone on an idle device: the host's launch
+    time against the total (last of 3 repeats). Launch << total: the prefill is device-bound."""
+    import time
+
+    import torch
+
+    from inferlab.engine.intake import Prepared
+    from inferlab.types import Timings
+
+    ordered = sorted(requests, key=lambda r: -len(r.prompt_ids))
+    longest = len(ordered[0].prompt_ids)
+    picked = ordered[: max(1, min(engine.plan.slots, max_tokens // longest))]
+    items = [Prepared(i, r, list(r.prompt_ids), r.sampling, i, [], 0, Timings()) for i, r in enumerate(picked)]
+    n, runner = len(items), engine.runner
+    with torch.inference_mode():
+        for _ in range(3):
+            ctx.sync()
+            t0 = time.perf_counter()
+            runner.admit(range(n), items)
+            runner.prefill(range(n), items)
+            t1 = time.perf_counter()
+            ctx.sync()
+            t2 = time.perf_counter()
+        runner.release(range(n))
+    return {"prompts": n, "tokens": sum(len(r.prompt_ids) for r in picked), "host_launch_ms": 1e3 * (t1 - t0),
+            "total_ms": 1e3 * (t2 - t0)}  # fmt: skip
