@@ -201,3 +201,10 @@ def test_a_bucket_serves_a_batch_only_while_its_padding_is_small():
     assert PrefillGraphs.bucket(graphs, 5, 600) is None  # 8 x 1024 = 8,192 for 3,000 tokens: eager
     assert PrefillGraphs.bucket(graphs, 7, 1000) == (8, 1024)  # 8,192 for 7,000: 17% padding
     assert PrefillGraphs.bucket(graphs, 7, 1200) is None  # 8 x 1350 > max_tokens
+
+
+def test_right_padded_places_each_prompt_at_its_lane():
+    from inferlab.engine.prefill_graphs import right_padded
+
+    assert right_padded([[5, 6, 7], [8], [9, 10]], 4).tolist() == [5, 6, 7, 0, 8, 0, 0, 0, 9, 10, 0, 0]
+    assert right_padded([(1, 2)], 2).tolist() == [1, 2]
