@@ -123,7 +123,8 @@ def main() -> None:
         prof.disable()
     wall = time.perf_counter() - t0
     after = engine.stats.as_dict()
-    d = {k: after[k] - before[k] for k in after if isinstance(after[k], (int, float)) and not isinstance(after[k], bool)}
+    d = {k: after[k] - before[k] for k in after
+         if isinstance(after[k], (int, float)) and not isinstance(after[k], bool)}
     runner.model.prefill, runner.prefill = counted_forward, counted_runner_prefill
     engine.generate(batch[: min(len(batch), 32)])
     del runner.model.prefill, runner.prefill

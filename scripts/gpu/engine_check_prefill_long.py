@@ -5,10 +5,11 @@ gemma-2b (random weights), 256 slots, 512 prompts of 400-1,200 random tokens, 32
 max_seq_len 1,250, max_prefill_tokens 8,192. Per order: a warm call (graphs captured, kernels compiled), then
 a timed call: prefill_s (device clock) and prefill_host_s per batch, the tokens the forwards computed
 (prefill_padded_tokens) against the prompt tokens, the call's wall time and tok/s, and on CUDA whether each
-prefill batch's launch kept ahead of the device (engine_check_job.PrefillOverlap), and how many rows got the
-same tokens in both orders (greedy: equal up to rounding of other batch shapes). Expected on an H100: by length pads ~1.03x
-(queue order ~1.4x) and prefill_s drops about as much. Then one batch alone (host launch vs total: is a long
-prefill device-bound?) and, on CUDA with budget left, by length at twice max_prefill_tokens. --quick: tiny-gemma, 24 prompts of 20-60 tokens, 16 slots.
+prefill batch's launch kept ahead of the device (engine_check_job.PrefillOverlap), and how many rows got
+the same tokens in both orders (greedy: equal up to rounding of other batch shapes). Expected on an H100:
+by length pads ~1.03x (queue order ~1.4x) and prefill_s drops about as much. Then one batch alone (host
+launch vs total: is a long prefill device-bound?) and, on CUDA with budget left, by length at twice
+max_prefill_tokens. --quick: tiny-gemma, 24 prompts of 20-60 tokens, 16 slots.
 """
 
 from __future__ import annotations

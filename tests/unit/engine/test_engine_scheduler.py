@@ -132,7 +132,8 @@ def test_prefill_batches_respect_the_token_bound():
     for job in jobs:
         sched.submit(job)
     sizes = [len(a.items) for a in sched.admissions()]
-    assert sizes == [1, 2, 2, 2]  # longest first: the 100-token prompt alone (over the bound by itself); 2 x 30 <= 64 < 3 x 30
+    # longest first: the 100-token prompt alone (over the bound by itself), then 2 x 30 <= 64 < 3 x 30
+    assert sizes == [1, 2, 2, 2]
 
 
 def test_compaction_moves_the_tail_into_the_smallest_bucket():
