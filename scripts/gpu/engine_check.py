@@ -6,7 +6,7 @@
 
 Parts, in order: the cheap and the micro-benchmarks first, so a late failure loses nothing (each part is
 wrapped: a failure prints its traceback and the run goes on; results are written as each part ends;
-startup, prefill and constraint_cost run only when named in --parts; hf_gemma comes last, so a full run
+startup, prefill, prefill_long and constraint_cost run only when named in --parts; hf_gemma comes last, so a full run
 reaches it only with budget left):
   env                versions, GPU, measured device-to-device copy bandwidth
   kernels            every Triton kernel vs its torch reference (fp32 and bf16; on CPU through the
@@ -35,7 +35,11 @@ reaches it only with budget left):
                      Engine() <= 5 s, every phase, the GEMM plan read from the cache (engine_check_startup.py)
   prefill            (issue 11) the conformer job (400 NCI molecules of 20-50 atoms x 8, qwen3-0.6b, 256
                      rows), two calls: prefill share of the call's wall time (<= 3%), device vs host ms per
-                     prefill batch, shared prompts, whether each prefill overlapped (engine_check_job.py)
+                     prefill batch, shared prompts, whether each prefill overlapped (engine_check_job.py);
+                     then prefill_long
+  prefill_long       gemma-2b, 512 prompts of 400-1,200 tokens, 256 slots: prefill batches in queue order vs
+                     by prompt length: prefill_s and host ms per batch, padded tokens (by length ~1.03x of
+                     the prompt tokens), overlap (engine_check_prefill_long.py; ~1.5 min)
   constraint_cost    (issue 11) 200 of those molecules x 8: constrained vs unconstrained at equal lengths,
                      both warm (>= 0.95x), every output valid (engine_check_job.py)
   hf_gemma           hf_logits for the Gemma family: gemma-2b, tiny-gemma2, tiny-gemma3 (windows shorter than
@@ -71,6 +75,7 @@ import engine_check_fp8 as fp8  # noqa: E402
 import engine_check_hf as hf  # noqa: E402
 import engine_check_job as job  # noqa: E402
 import engine_check_micro as micro  # noqa: E402
+import engine_check_prefill_long as prefill_long  # noqa: E402
 import engine_check_profile as profile  # noqa: E402
 import engine_check_speed as speed  # noqa: E402
 import engine_check_startup as startup  # noqa: E402
@@ -134,6 +139,19 @@ class Ctx:
             torch.cuda.empty_cache()
 
 
+def part_prefill(ctx: Ctx) -> dict[str, Any]:
+    """The conformer job's prefill (engine_check_job.py), then long prompts by length vs in queue order
+    (engine_check_prefill_long.py; also a part of its own), each failing alone."""
+    res = job.part_prefill(ctx)
+    try:
+        res["long_prompts"] = prefill_long.part_prefill_long(ctx)
+    except Exception:
+        res["long_prompts"] = {"error": traceback.format_exc()}
+        traceback.print_exc()
+        ctx.row("prefill", "long prompts: ERROR", res["long_prompts"]["error"].strip().splitlines()[-1][:100], "FAIL")
+    return res
+
+
 def part_env(ctx: Ctx) -> dict[str, Any]:
     import transformers
 
@@ -192,11 +210,12 @@ PARTS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "fp8_kv": fp8.part_fp8_kv,
     "close": close.part_close,
     "startup": startup.part_startup,
-    "prefill": job.part_prefill,
+    "prefill": lambda ctx: part_prefill(ctx),
+    "prefill_long": prefill_long.part_prefill_long,
     "constraint_cost": job.part_constraint_cost,
     "hf_gemma": hf.part_hf_gemma,  # last: a full run reaches it only with budget left (it builds gemma-2b)
 }
-ISSUE_11_PARTS = ("startup", "prefill", "constraint_cost")  # minutes each on an H100: asked for by name
+ISSUE_11_PARTS = ("startup", "prefill", "prefill_long", "constraint_cost")  # minutes each on an H100: asked for by name
 
 
 def main() -> int:

@@ -33,6 +33,7 @@ class EngineConfig:
     slot_cap: int = 256  # upper bound of derived max_slots
     default_max_seq_len: int = 4096  # used when max_seq_len is None (capped by the model's max positions)
     max_prefill_tokens: int = 8192  # padded prompt tokens per prefill batch (raised to max_seq_len if smaller)
+    prefill_by_length: bool = True  # prefill batches of similar prompt lengths (less padding); False: queue order
     cuda_graphs: bool | None = None  # None: on for CUDA
     kernels: str = "auto"  # "torch", "triton" or "auto" (triton on CUDA)
     gemm: str = "auto"  # decode projections: "auto" (time cuBLAS vs the Triton skinny GEMM at start-up) or "cublas"

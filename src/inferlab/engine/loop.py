@@ -64,7 +64,7 @@ class GenerationLoop:
         min_admission = config.min_admission or max(1, slots // 16)
         self.scheduler: Scheduler[Prepared] = Scheduler(
             slots, engine.max_prefill_tokens, config.batching, lambda p: p.prompt_len, min_admission,
-            (lambda p: p.prompt_key) if config.share_prompts else None,
+            (lambda p: p.prompt_key) if config.share_prompts else None, config.prefill_by_length,
         )  # fmt: skip
         self.queue_ahead = config.queue_ahead if config.queue_ahead is not None else max(min_admission, slots // 8)
         self.source = RequestSource(requests, engine._prepare_request)
@@ -176,6 +176,7 @@ class GenerationLoop:
             stats.prefill_batches += 1
             stats.prompt_tokens += sum(item.prompt_len for item in admission.items)
             stats.prefill_tokens += done.tokens
+            stats.prefill_padded_tokens += done.padded
             stats.prefill_lanes += done.lanes
             stats.shared_prompt_rows += len(admission.items) - done.lanes
 

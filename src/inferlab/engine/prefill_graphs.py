@@ -6,7 +6,8 @@ idles while the host launches, and a job with a refill every few chunks loses ~1
 Replayed from a graph the forward costs one launch. Shapes are bucketed so that few graphs serve a job:
 lanes (distinct prompts) round up to a power of two, the padded length to a power of two from 16 (the
 last bucket is max_seq_len), and a bucket is used only while lanes x length <= max_prefill_tokens (the
-activation bound of the memory plan); anything else runs eagerly.
+activation bound of the memory plan) and its padding stays small (GRAPH_PAD_TOKENS, GRAPH_PAD_SHARE);
+anything else runs eagerly.
 
 Padding is harmless by construction: extra lanes repeat lane 0 (same tokens, length and slot, so they
 write the same K/V values to the same places), and a lane's pad positions write K/V past its prompt, which
@@ -28,7 +29,8 @@ by shapes, no host sync), so the same graphs serve every model the registry name
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+import itertools
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
@@ -37,6 +39,26 @@ from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.taps import RowTaps
 
 MIN_LENGTH = 16
+# A bucket pads lanes x length up to powers of two (e.g. 5 prompts of 600 tokens run as 8 x 1024: 2.7x the
+# work). A small prefill is launch-bound, so its padding is nearly free and the graph wins; a large one is
+# compute-bound (gemma-2b: ~4 GFLOP per token, ~7 ms per 1,024 tokens on an H100 against ~10 ms of eager
+# launches that a busy device hides anyway), so its padding is real device time. A bucket is used while its
+# extra tokens stay within the larger of these two bounds; beyond them the batch runs eagerly, unpadded
+# past its longest prompt.
+GRAPH_PAD_TOKENS = 1024
+GRAPH_PAD_SHARE = 0.25
+
+
+def right_padded(prompts: Sequence[Sequence[int]], width: int) -> torch.Tensor:
+    """[len(prompts) * width] int64 host tensor: prompt j at [j * width, j * width + len(prompt j)), zeros
+    after it. One scatter of the concatenated prompts: a handful of ops whatever the number of prompts (a copy
+    per prompt cost ~4 host ops each, ~500 per batch of 128 short prompts)."""
+    lengths = torch.tensor([len(p) for p in prompts], dtype=torch.int64)  # [n]
+    flat = torch.tensor(list(itertools.chain.from_iterable(prompts)), dtype=torch.int64)  # [sum of lengths]
+    shift = torch.arange(len(prompts)) * width - (lengths.cumsum(0) - lengths)  # lane start - offset in flat
+    out = torch.zeros(len(prompts) * width, dtype=torch.int64)
+    out[torch.arange(flat.numel()) + shift.repeat_interleave(lengths)] = flat
+    return out
 
 
 class PrefillKey(NamedTuple):
@@ -72,10 +94,13 @@ class PrefillGraphs:
         self.graphs: dict[PrefillKey, torch.cuda.CUDAGraph] = {}
 
     def bucket(self, lanes: int, length: int) -> tuple[int, int] | None:
-        """The graph shape serving `lanes` prompts of at most `length` tokens, or None (run eagerly)."""
+        """The graph shape serving `lanes` prompts of at most `length` tokens, or None (run eagerly): also None
+        when the bucket's padding would cost the device more than the eager launches it saves."""
         lb = next((s for s in self.lane_sizes if s >= lanes), None)
         tb = next((s for s in self.length_sizes if s >= length), None)
         if lb is None or tb is None or lb * tb > self.max_tokens:
+            return None
+        if lb * tb - lanes * length > max(GRAPH_PAD_TOKENS, GRAPH_PAD_SHARE * lanes * length):
             return None
         return lb, tb
 
@@ -83,12 +108,11 @@ class PrefillGraphs:
         """The static input block for `prompts` (token lists) run into the slots of `rows`, padded to `shape`."""
         lb, tb = shape
         m = self.max_lanes
+        lanes = [j if j < len(prompts) else 0 for j in range(lb)]  # extra lanes repeat lane 0
         block = torch.zeros(2 * m + lb * tb, dtype=torch.int64)
-        for j in range(lb):
-            i = j if j < len(prompts) else 0  # extra lanes repeat lane 0
-            block[j] = len(prompts[i])
-            block[m + j] = rows[i]
-            block[2 * m + j * tb : 2 * m + j * tb + len(prompts[i])] = torch.tensor(prompts[i])
+        block[:lb] = torch.tensor([len(prompts[i]) for i in lanes], dtype=torch.int64)
+        block[m : m + lb] = torch.tensor([rows[i] for i in lanes], dtype=torch.int64)
+        block[2 * m :] = right_padded([prompts[i] for i in lanes], tb)
         return block
 
     def run(self, shape: tuple[int, int], block: torch.Tensor, steered: bool = False,

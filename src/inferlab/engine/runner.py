@@ -31,7 +31,7 @@ from inferlab.engine.hooks import NO_CONSTRAINTS
 from inferlab.engine.intake import Prepared
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
-from inferlab.engine.prefill_graphs import PrefillGraphs
+from inferlab.engine.prefill_graphs import PrefillGraphs, right_padded
 from inferlab.engine.rows import RowState
 from inferlab.engine.step import finish_step
 from inferlab.engine.taps import RowTaps
@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 class PrefillDone:
     lanes: int  # distinct prompts run through the model
     tokens: int  # their prompt tokens
+    padded: int  # the tokens the forward computed: lanes x padded length (a graph's bucket, or the longest)
 
 
 class ModelRunner:
@@ -136,10 +137,11 @@ class ModelRunner:
     def admit(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> None:
         """Write the admitted requests' parameters (and constraint programs) into their rows."""
         n, width = len(items), self.rows.stop_ids.shape[1]
-        stop_table = torch.zeros((n, width), dtype=torch.int64)
-        for i, item in enumerate(items):
-            ids = item.stop_ids or [0]
-            stop_table[i] = torch.tensor((ids + [ids[0]] * width)[:width])  # pad by repeating entry 0
+        padded_stops = []
+        for item in items:
+            ids = list(item.stop_ids) or [0]
+            padded_stops.append((ids + [ids[0]] * width)[:width])  # pad by repeating entry 0
+        stop_table = torch.tensor(padded_stops, dtype=torch.int64).reshape(n, width)
         if self.constraints is not None:
             self.constraints.assign_rows(list(row_ids), [item.constraint for item in items])
         else:
@@ -208,8 +210,7 @@ class ModelRunner:
             host[at : at + len(values)] = torch.tensor(values, dtype=torch.int64)
             at += len(values)
         if shape is None:
-            for j, prompt in enumerate(prompts):
-                host[at + j * longest : at + j * longest + len(prompt)] = torch.tensor(prompt)
+            host[at:] = right_padded(prompts, longest)
         staged = to_device(host, self.device)
         idx, lane_idx, follower_rows, source_rows, *lane_inputs = torch.split(staged[: sum(sizes)], sizes)
         if shape is not None:
@@ -229,7 +230,8 @@ class ModelRunner:
         constrained = any(item.constraint is not None for item in items)
         finish_step(logits, part, self.constraints if constrained else NO_CONSTRAINTS, self.ops, level, row_ids=idx)
         self.rows.scatter_(idx, part)
-        return PrefillDone(lanes=u, tokens=sum(len(p) for p in prompts))
+        padded = shape[0] * shape[1] if shape is not None else u * longest
+        return PrefillDone(lanes=u, tokens=sum(len(p) for p in prompts), padded=padded)
 
     def warm_prefill(self, max_seq_len: int | None = None, max_prefill_tokens: int | None = None) -> None:
         """Without bounds: two rows sharing a one-token prompt (an eager prefill, before any graph capture:

@@ -47,6 +47,7 @@ class EngineStats:
     prefill_batches: int = 0
     prompt_tokens: int = 0  # prompt tokens of the admitted requests
     prefill_tokens: int = 0  # prompt tokens actually run through the model (each distinct prompt once per batch)
+    prefill_padded_tokens: int = 0  # tokens the prefill forwards computed, right padding and graph buckets included
     prefill_lanes: int = 0  # distinct prompts prefilled
     shared_prompt_rows: int = 0  # rows that got their prompt's K/V by a copy instead of a prefill
     decode_s: float = 0.0

@@ -134,7 +134,9 @@ def test_a_constrained_request_gives_the_same_tokens_alone_and_in_a_crowd(llama_
 
 
 def test_compaction_moves_the_constraint_state_with_the_row(tiny_checkpoint):
-    engine = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=4, max_seq_len=512, decode_steps_per_sync=2))
+    # rows in queue order (the large molecules' longer prompts would go first by length, and never move)
+    engine = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=4, max_seq_len=512, decode_steps_per_sync=2,
+                                 prefill_by_length=False))
     small, large = small_nci_molecules(3, 2), small_nci_molecules(12, 12)[-2:]
     # rows 0, 1 finish early; rows 2, 3 are still inside their templates when they move down to rows 0, 1
     molecules = [small[0], small[1], large[0], large[1]]

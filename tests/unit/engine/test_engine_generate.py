@@ -82,8 +82,8 @@ def test_static_and_continuous_batching_give_the_same_greedy_tokens(tiny_checkpo
     assert [r.token_ids for r in static.generate(requests)] == [r.token_ids for r in continuous]
     moves_before = engine.stats.row_moves
     sampled = [
-        _req(f"s{i}", [5 + i] * (2 + i), temperature=1.0, top_p=0.8, max_new_tokens=2 + 5 * i, seed=i) for i in range(6)
-    ]
+        _req(f"s{i}", [5 + i] * (7 - i), temperature=1.0, top_p=0.8, max_new_tokens=2 + 5 * i, seed=i) for i in range(6)
+    ]  # the longest outputs have the shortest prompts: prefill batches by length put them in the top rows
     together = engine.generate(sampled)
     assert engine.stats.row_moves > moves_before  # the drained tail moved down to smaller buckets
     alone = [engine.generate([r])[0].token_ids for r in requests + sampled]

@@ -189,3 +189,22 @@ def test_prefill_forwards_have_no_host_sync(tiny_checkpoint, preset):
     with pytest.raises(AssertionError, match="not capturable"), _NoHostSync():
         torch.arange(6)[torch.arange(6) > 2]  # the mode does catch a boolean mask
     assert capturer.count >= 1
+
+
+def test_a_bucket_serves_a_batch_only_while_its_padding_is_small():
+    """Small batches take their bucket whatever it pads (launch-bound); a large one whose bucket would add
+    more than max(GRAPH_PAD_TOKENS, GRAPH_PAD_SHARE of its tokens) runs eagerly (compute-bound)."""
+    from inferlab.engine.prefill_graphs import _powers_up_to
+
+    graphs = SimpleNamespace(lane_sizes=_powers_up_to(1, 256), length_sizes=_powers_up_to(16, 1350), max_tokens=8192)
+    assert PrefillGraphs.bucket(graphs, 3, 20) == (4, 32)  # 128 tokens for 60: small, the graph wins
+    assert PrefillGraphs.bucket(graphs, 5, 600) is None  # 8 x 1024 = 8,192 for 3,000 tokens: eager
+    assert PrefillGraphs.bucket(graphs, 7, 1000) == (8, 1024)  # 8,192 for 7,000: 17% padding
+    assert PrefillGraphs.bucket(graphs, 7, 1200) is None  # 8 x 1350 > max_tokens
+
+
+def test_right_padded_places_each_prompt_at_its_lane():
+    from inferlab.engine.prefill_graphs import right_padded
+
+    assert right_padded([[5, 6, 7], [8], [9, 10]], 4).tolist() == [5, 6, 7, 0, 8, 0, 0, 0, 9, 10, 0, 0]
+    assert right_padded([(1, 2)], 2).tolist() == [1, 2]

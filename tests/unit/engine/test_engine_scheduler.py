@@ -20,9 +20,9 @@ class Job:
     done_steps: int = 0
 
 
-def simulate(jobs, rows, prefill_tokens, mode, steps_per_sync=4, compact=True, min_admission=1):
+def simulate(jobs, rows, prefill_tokens, mode, steps_per_sync=4, compact=True, min_admission=1, by_length=True):
     """Drive the scheduler like the engine does; return the event log and checks of every invariant."""
-    sched = Scheduler(rows, prefill_tokens, mode, lambda j: j.prompt, min_admission)
+    sched = Scheduler(rows, prefill_tokens, mode, lambda j: j.prompt, min_admission, by_length=by_length)
     for job in jobs:
         sched.submit(job)
     sizes = bucket_sizes(rows)
@@ -50,12 +50,53 @@ def simulate(jobs, rows, prefill_tokens, mode, steps_per_sync=4, compact=True, m
     return log
 
 
+def fifo_order(log) -> list[int]:
+    """The admitted names by admission time (ties by name): range(n) when who gets in is FIFO."""
+    return [name for _, name in sorted((t, name) for t, name, _ in log["admitted"])]
+
+
 def test_every_request_finishes_once_and_fifo_admission():
     rng = random.Random(0)
     jobs = [Job(i, rng.randint(1, 40), rng.randint(1, 60)) for i in range(50)]
     log = simulate(jobs, rows=8, prefill_tokens=64, mode="continuous")
     assert sorted(name for _, name in log["finished"]) == list(range(50))
-    assert [name for _, name, _ in log["admitted"]] == list(range(50))  # FIFO
+    assert fifo_order(log) == list(range(50))  # who gets in: FIFO (the batches are by length)
+    for job in jobs:
+        job.done_steps = 0
+    log = simulate(jobs, rows=8, prefill_tokens=64, mode="continuous", by_length=False)
+    assert [name for _, name, _ in log["admitted"]] == list(range(50))  # queue order throughout
+
+
+def test_prefill_batches_by_length_pad_less_than_queue_order():
+    """Long and short prompts alternating in the queue: in queue order every batch pads the short ones to a
+    long one; by length the long ones share batches and so do the short ones."""
+    prompts = [100, 10] * 8
+
+    def batches(by_length):
+        sched = Scheduler(16, 400, "continuous", lambda j: j.prompt, by_length=by_length)
+        for i, p in enumerate(prompts):
+            sched.submit(Job(i, p, 4))
+        out = sched.admissions()
+        assert sorted(j.name for a in out for j in a.items) == list(range(16))
+        assert sorted(r for a in out for r in a.rows) == list(range(16))
+        assert all(sched.rows[r] is j for a in out for r, j in zip(a.rows, a.items))
+        return [[j.prompt for j in a.items] for a in out]
+
+    def padded(groups):
+        return sum(len(g) * max(g) for g in groups)
+
+    by_length, in_order = batches(True), batches(False)
+    assert by_length == [[100] * 4, [100] * 4, [10] * 8]
+    assert padded(by_length) == 880 < padded(in_order) == 1600  # 4 batches of [100, 10] x 2: 4 x 400
+
+
+def test_shared_prompts_ride_in_their_lane_whatever_the_order():
+    """Equal prompts (a prompt_key) form one lane, counted once against the bound, all in one batch."""
+    sched = Scheduler(8, 60, "continuous", lambda j: j.prompt, prompt_key=lambda j: j.prompt)
+    for i, p in enumerate([20, 30, 20, 20, 30, 5]):
+        sched.submit(Job(i, p, 4))
+    out = sched.admissions()
+    assert [[j.name for j in a.items] for a in out] == [[1, 4, 0, 2, 3], [5]]  # lanes 30 and 20: 2 x 30 <= 60
 
 
 def test_refill_happens_before_the_longest_row_ends():
@@ -91,7 +132,8 @@ def test_prefill_batches_respect_the_token_bound():
     for job in jobs:
         sched.submit(job)
     sizes = [len(a.items) for a in sched.admissions()]
-    assert sizes == [2, 2, 2, 1]  # 2 x 30 <= 64 < 3 x 30; the 100-token prompt alone (over the bound by itself)
+    # longest first: the 100-token prompt alone (over the bound by itself), then 2 x 30 <= 64 < 3 x 30
+    assert sizes == [1, 2, 2, 2]
 
 
 def test_compaction_moves_the_tail_into_the_smallest_bucket():
@@ -119,5 +161,5 @@ def test_invariants_hold_for_any_workload(specs, rows, mode, prefill_tokens, min
     jobs = [Job(i, p, o) for i, (p, o) in enumerate(specs)]
     log = simulate(jobs, rows, prefill_tokens, mode, min_admission=min_admission)
     assert sorted(name for _, name in log["finished"]) == list(range(len(jobs)))
-    assert [name for _, name, _ in log["admitted"]] == list(range(len(jobs)))
+    assert fifo_order(log) == list(range(len(jobs)))
     assert all(b <= rows for b in log["buckets"])

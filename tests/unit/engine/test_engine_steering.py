@@ -127,7 +127,8 @@ def test_compaction_moves_steering_and_collection_with_the_row(tiny_checkpoint):
     v = torch.randn(HIDDEN, generator=torch.Generator().manual_seed(4))
     long = Request(id="long", prompt_ids=(11, 12), sampling=SamplingParams(temperature=0.0, max_new_tokens=16),
                    steering=(Steer(0, v, 0.7),), collect=Collect((0, 1), "all"))
-    short = Request(id="short", prompt_ids=(3,), sampling=SamplingParams(temperature=0.0, max_new_tokens=2))
+    # the short request's prompt is the longer one: prefill batches by length put it in row 0
+    short = Request(id="short", prompt_ids=(3, 4, 5), sampling=SamplingParams(temperature=0.0, max_new_tokens=2))
     moves = engine.stats.row_moves
     crowded = engine.generate([short, long])[1]
     assert engine.stats.row_moves > moves
