@@ -3,8 +3,8 @@
     engine = Engine(EngineConfig(model="path/to/checkpoint"))
     results = engine.generate([Request(id="a", prompt="Hello", sampling=SamplingParams(max_new_tokens=32))])
 
-Start-up (in order, each phase timed in `engine.stats`; the tokenizer loads in a thread from the start,
-`tokenizer_s`, the import of transformers included): the CUDA context (`device_init_s`), the memory plan
+Start-up (in order, each phase timed in `engine.stats`; the tokenizer loads in a thread from the start, or
+earlier in the caller's (Engine(config, tokenizer_job)), `tokenizer_s`, the import of transformers included): the CUDA context (`device_init_s`), the memory plan
 (refuse what cannot fit), weights (`load_s`), the KV cache and row state (`allocate_s`), the GEMM plan
 (read from the start-up cache, startup_cache.py, or timed and stored: `gemm_plan_source`), the prefill
 warmed at its largest shapes, and the largest decode graph of each plain filter level captured; the other
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterable, Iterator
 
 import torch
@@ -45,7 +45,8 @@ from inferlab.engine.steering_vectors import SteeringVectors
 from inferlab.engine.tap_support import EngineTaps
 from inferlab.errors import CapacityError
 from inferlab.models.config import read_model_spec
-from inferlab.models.loader import load_tokenizer, load_weights
+from inferlab.models.loader import load_weights
+from inferlab.models.tokenizer_loading import load_tokenizer_timed
 from inferlab.models.registry import implementation_for
 from inferlab.models.rope import RotaryTables
 from inferlab.types import Request, Result
@@ -59,14 +60,17 @@ def _timed(fn, *args) -> tuple[Any, float]:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, tokenizer_job: Future | None = None) -> None:
+        """`tokenizer_job`: a Future of load_tokenizer_timed(config.model) the caller started earlier (the
+        conformer pipeline starts it before its process imports torch); by default the engine starts one."""
         started = time.perf_counter()
         self._closed = False
         self.config = config
         # the tokenizer (and the import of transformers, ~1-3 s in a fresh process) is host work: a thread
         # loads it while this one creates the CUDA context, plans memory and loads the weights
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferlab-tokenizer")
-        tokenizer_job = pool.submit(_timed, load_tokenizer, config.model)
+        if tokenizer_job is None:
+            tokenizer_job = pool.submit(load_tokenizer_timed, config.model)
         try:
             self._load(config, tokenizer_job)
         finally:

@@ -1,4 +1,4 @@
-"""safetensors checkpoint -> ModelWeights on the engine's device and dtype; tokenizer loading.
+"""safetensors checkpoint -> ModelWeights on the engine's device and dtype (the tokenizer: tokenizer_loading.py).
 
 Every key and shape the spec implies is checked before a byte is copied: missing keys, unexpected keys and
 wrong shapes are reported together in one InputError. q/k/v and gate/up are fused here (see weights.py).
@@ -143,14 +143,3 @@ def load_weights(model_dir: str | Path, spec: ModelSpec, dtype: torch.dtype, dev
         weights = ModelWeights(embed=embed, layers=layers, final_norm=put("model.norm.weight"), lm_head=lm_head)
     log.info("loaded %s: %.1f MB of weights as %s on %s", root, weights.nbytes() / 1e6, dtype, device)
     return weights
-
-
-def load_tokenizer(model_dir: str | Path):
-    """The checkpoint's HuggingFace tokenizer, or None when the folder has none (prompt_ids still work)."""
-    from inferlab.models.tokenizer_loading import load_hf_tokenizer
-
-    root = Path(model_dir)
-    if not any((root / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        log.warning("%s has no tokenizer files: text prompts and text outputs are unavailable", root)
-        return None
-    return load_hf_tokenizer(root)

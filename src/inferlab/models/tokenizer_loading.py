@@ -15,10 +15,26 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+
+def load_tokenizer(model_dir: str | Path) -> Any:
+    """The checkpoint's HuggingFace tokenizer, or None when the folder has none (prompt_ids still work)."""
+    root = Path(model_dir)
+    if not any((root / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        log.warning("%s has no tokenizer files: text prompts and text outputs are unavailable", root)
+        return None
+    return load_hf_tokenizer(root)
+
+
+def load_tokenizer_timed(model_dir: str | Path) -> tuple[Any, float]:
+    """(load_tokenizer(model_dir), seconds it took): the Engine's start-up job (tokenizer_s)."""
+    started = time.perf_counter()
+    return load_tokenizer(model_dir), time.perf_counter() - started
 
 
 def load_hf_tokenizer(folder: str | Path) -> Any:

@@ -11,7 +11,7 @@ from inferlab.engine.constraints.program import compile_program
 from inferlab.engine.constraints.token_automaton import grammar_set_for
 from inferlab.errors import InferlabError
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
-from inferlab.models.loader import load_tokenizer
+from inferlab.models.tokenizer_loading import load_tokenizer
 from inferlab.workloads.conformers.inputs import read_molecule_inputs
 from inferlab.workloads.conformers.pipeline_plan import (
     auto_max_seq_len,

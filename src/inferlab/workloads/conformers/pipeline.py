@@ -4,7 +4,9 @@ valid ones plus one JSONL row per conformer. The library side of `inferlab confo
 The wiring, in input order:
   inputs (inputs.py: bad lines become error rows) -> what is left to do (pipeline_plan.py: resume)
   -> per unique molecule, in a process pool running ahead: template + prompt ids + ConstraintProgram
-     (pipeline_prepare.py), started before the engine so it overlaps the engine's start-up
+     (pipeline_prepare.py), started before the engine so it overlaps the engine's start-up; the engine's
+     tokenizer loads in a thread from the start, and this process imports torch (the engine) only after
+     the pools started: the three overlap
   -> ONE generator of requests for the whole job (pipeline_feed.py: K per molecule, conformer
      `<id>#<k>` with a seed derived from the run's seed and that id; stereo retries fed back into it)
      handed to one Engine.stream call, which pulls requests as rows free up: no waves, no drains
@@ -23,11 +25,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from inferlab.errors import ConfigError
+from inferlab.models.tokenizer_loading import load_tokenizer_timed
 from inferlab.workloads.conformers.inputs import read_molecule_inputs
 from inferlab.workloads.conformers.output import ConformerResultWriter
 from inferlab.workloads.conformers.pipeline_collect import ResultCollector, RowCallback, RowWriter
@@ -82,6 +86,10 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
               summary: PipelineSummary) -> None:
     profile = get_profile(config.profile)
     summary.judge_workers = config.judge_pool_workers(len(jobs))
+    # the engine's tokenizer first, in a thread: it loads while the pools start and this process imports torch
+    tokenizer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferlab-tokenizer")
+    tokenizer_job = tokenizer_thread.submit(load_tokenizer_timed, model)
+    tokenizer_thread.shutdown(wait=False)
     with MoleculePreparer(model, profile.name, config.pool_workers(len(jobs))) as preparer, \
             JudgePool(summary.judge_workers) as judges, ExitStack() as life:
         molecules = MoleculeFeed(jobs, preparer, lookahead=config.lookahead_molecules(None))
@@ -93,7 +101,7 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
         if options.get("max_seq_len") is None:
             options["max_seq_len"] = auto_max_seq_len(jobs, profile, read_model_spec(model).max_position_embeddings)
         t0 = time.perf_counter()
-        engine = life.enter_context(Engine(EngineConfig(model=model, seed=config.seed, **options)))
+        engine = life.enter_context(Engine(EngineConfig(model=model, seed=config.seed, **options), tokenizer_job))
         summary.engine_start_s = time.perf_counter() - t0
         summary.slots, summary.max_seq_len, summary.device = engine.plan.slots, engine.plan.max_seq_len, str(engine.device)
         molecules.lookahead = config.lookahead_molecules(engine.plan.slots)

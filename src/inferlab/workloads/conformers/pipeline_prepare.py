@@ -70,7 +70,7 @@ _STATE: _PreparerState | None = None  # one per worker process, set by its initi
 def _load_state(model_dir: str, profile_name: str) -> _PreparerState:
     from inferlab.engine.constraints.token_automaton import grammar_set_for
     from inferlab.errors import InputError
-    from inferlab.models.loader import load_tokenizer
+    from inferlab.models.tokenizer_loading import load_tokenizer
 
     tokenizer = load_tokenizer(model_dir)
     if tokenizer is None:
