@@ -107,6 +107,7 @@ def run_generate(args: argparse.Namespace) -> int:
                           "(or an action: inferlab conformers generate|evaluate|reference --help)")
     check_paths(args)
     config = pipeline_config_from(args)
+    check_model(args.model)
     if wants_scale_out(args):  # --gpus/--launcher: molecules sharded over workers (inferlab.scale)
         from inferlab.cli.scale_args import run_scaled_command
         from inferlab.scale.workloads.conformer_pipeline import pipeline_params
@@ -121,6 +122,15 @@ def check_paths(args: argparse.Namespace) -> None:
     input_file("--input", args.input, None, "a molecule file (.smi, .csv or .tsv)")  # the reader checks the kind
     output_file("--output", args.output, (".sdf",), "an SDF of conformers (and its .jsonl rows beside it)",
                 {"--input": args.input})
+
+
+def check_model(model: str) -> None:
+    """The checkpoint's config.json before any work starts: a missing folder is named as such (the tokenizer
+    check in the pipeline would otherwise report it as a folder without tokenizer files), here and before a
+    scale-out launches its workers."""
+    from inferlab.models.config import read_model_spec
+
+    read_model_spec(model)
 
 
 def _run_here(args: argparse.Namespace, config) -> int:
