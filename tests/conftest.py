@@ -30,6 +30,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     triton_interpreter_child.stop(config)
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say up front where the qwen3-chem tokenizer is (the conformer tests need it), or why those tests will
+    error: a fresh clone away from ../shared has to name it."""
+    from inferlab.errors import InputError
+
+    try:
+        return f"qwen3-chem tokenizer: {qwen3_chem_tokenizer_dir()}"
+    except InputError as e:
+        return f"qwen3-chem tokenizer: NOT FOUND, the tests that use it will error: {e}"
+
+
 @pytest.fixture(scope="module")
 def one_cpu_thread():
     """Small tensors step by step: intra-op threads only add synchronisation (badly so on a busy 2-core
