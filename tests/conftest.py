@@ -1,14 +1,44 @@
-"""Shared fixtures: tiny random checkpoints (built once per session) and the qwen3-chem tokenizer."""
+"""Shared fixtures: tiny random checkpoints (built once per session) and the qwen3-chem tokenizer; the
+Triton-interpreter child started at collection (tests/triton_interpreter_child.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 
+import triton_interpreter_child
+
 from inferlab.models.checkpoint_init import init_checkpoint
 from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The Triton-interpreter cases (~2 minutes of one core) start now in their child process, beside the
+    rest of the suite, and their test runs last (tests/triton_interpreter_child.py)."""
+    chosen = [item for item in session.items if item.path.name == triton_interpreter_child.TEST_FILE]
+    if not chosen or session.config.option.collectonly:
+        return
+    session.items[:] = [item for item in session.items if item not in chosen] + chosen
+    if importlib.util.find_spec("triton") is not None:  # without triton the test skips itself
+        triton_interpreter_child.start(session.config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    triton_interpreter_child.stop(config)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say up front where the qwen3-chem tokenizer is (the conformer tests need it), or why those tests will
+    error: a fresh clone away from ../shared has to name it."""
+    from inferlab.errors import InputError
+
+    try:
+        return f"qwen3-chem tokenizer: {qwen3_chem_tokenizer_dir()}"
+    except InputError as e:
+        return f"qwen3-chem tokenizer: NOT FOUND, the tests that use it will error: {e}"
 
 
 @pytest.fixture(scope="module")

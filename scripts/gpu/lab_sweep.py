@@ -7,6 +7,7 @@
     python scripts/gpu/lab_sweep.py --out $OUT --parts steering                      # ~6.5 min, gemma-2b
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-pipeline --only scenario=conformer-pipeline
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-soak --only temperature=1.0
+    python scripts/gpu/lab_sweep.py --out $OUT --parts peers-conformers                # vLLM: carry .dev1, then .dev2
     python scripts/gpu/lab_sweep.py --estimate                                       # minutes per part, runs nothing
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
@@ -16,7 +17,10 @@ of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak, steering 
 engine-vs-peers in three parts (peers-engine-hf, peers-vllm-generate, peers-rest), and its conformer rows
 on 800 requests in a run of their own (peers-conformers).
 `--only KNOB=V` is passed to every part (a preset split into calls of < 9 minutes).
-Installs nothing (the project is installed with `pip install --no-deps -e .`). Runs live in runs/lab/
+Installs nothing: on the device each call is `bash scripts/gpu/device_call.sh 'python scripts/gpu/lab_sweep.py
+... --budget-s $BUDGET_S'`, whose device_env.sh installs the checkout with --no-deps and unpacks rdkit, the
+qwen3-chem tokenizer and vLLM from the carried .dev1/.dev2 (benchmarks/README.md, "Procedure: a device
+session"); a part that needs vLLM is not started without it. Runs live in runs/lab/
 in the checkout (ignored by git, kept between calls on a warm machine): a call that hits its budget
 records the rest as `skipped`, and the next call resumes exactly there. seed-generate and
 seed-static-cache share one run directory, so their two common cells run once; preset checkpoints are
@@ -40,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.util
 import json
 import re
 import shutil
@@ -63,9 +68,9 @@ PARTS = {
     "conformer-baseline": ("conformer-baseline", "conformer-baseline"),
     "engine-vs-hf": ("engine-vs-hf", "engine-vs-hf"),
     "conformer-engine": ("conformer-engine", "conformer-baseline"),  # beside the baseline: one report
-    # engine-vs-peers in three device calls (scripts/gpu/peers_sweep.sh): cells that need no vLLM, then vLLM's
-    # generate cells once the bundle is installed, then the rest (vLLM's structured outputs, HF + xgrammar,
-    # anything an earlier call's budget left)
+    # engine-vs-peers in three device calls (scripts/gpu/device_call.sh each; benchmarks/README.md, "Procedure: a
+    # device session"): cells that need no vLLM (carry .dev1), then vLLM's generate cells once .dev2 installed
+    # the bundle, then the rest (vLLM's structured outputs, HF + xgrammar, anything an earlier budget left)
     "peers-engine-hf": ("engine-vs-peers", "engine-vs-peers"),
     "peers-vllm-generate": ("engine-vs-peers", "engine-vs-peers"),
     "peers-rest": ("engine-vs-peers", "engine-vs-peers"),
@@ -77,6 +82,9 @@ PARTS = {
     "conformer-pipeline": ("conformer-pipeline", "conformer-pipeline"),
     "conformer-soak": ("conformer-soak", "conformer-soak"),
 }
+# Parts whose cells are mostly vLLM's: without vLLM importable they would be recorded as `unavailable` rows,
+# which a later call does not rerun, so they are not started (not under --cpu-smoke, which checks the rest).
+NEEDS_VLLM = ("peers-vllm-generate", "peers-rest", "peers-conformers")
 # Cells of a part that shares its preset with other parts (inferlab bench --only).
 PART_FILTERS = {
     "peers-engine-hf": ["--only", "backend=inferlab,hf-continuous"],
@@ -141,6 +149,10 @@ def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]
     remaining = deadline - time.monotonic()
     if remaining < 30:
         log.append(f"{part}: not started, the budget is spent (run this script again to continue)")
+        return
+    if part in NEEDS_VLLM and not smoke and importlib.util.find_spec("vllm") is None:
+        log.append(f"{part}: not started, vLLM is not importable here (on the device: carry .dev2 in the call right "
+                   "after .dev1's, on the same warm machine; benchmarks/README.md, \"Procedure: a device session\")")
         return
     argv = ["bench", "--preset", preset, "--run-dir", str(runs / run_name), "--model-cache", str(runs / "cache"),
             "--limit-seconds", str(int(remaining)), "--no-report"]
@@ -247,8 +259,6 @@ def _only_filters(argv: list[str]) -> dict[str, list[str]]:
 
 def availability() -> list[str]:
     """What decides whether some cells can run at all here."""
-    import importlib.util
-
     from inferlab.errors import InputError
     from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
 
@@ -257,8 +267,9 @@ def availability() -> list[str]:
                           ("vllm", "vllm (engine-vs-peers)"), ("xgrammar", "hf-xgrammar (engine-vs-peers)"),
                           ("flashinfer", "vLLM's FlashInfer sampler")):
         found = importlib.util.find_spec(module) is not None
-        notes.append(f"  {module}: {'found' if found else 'NOT installed'} ({cells} cells"
-                     + ("" if found else " will be `unavailable` rows") + ")")
+        missing = " will be `unavailable` rows" + (f"; parts {', '.join(NEEDS_VLLM)} are not started unless "
+                                                   "--cpu-smoke" if module == "vllm" else "")
+        notes.append(f"  {module}: {'found' if found else 'NOT installed'} ({cells} cells{'' if found else missing})")
     try:
         notes.append(f"  qwen3-chem tokenizer: {qwen3_chem_tokenizer_dir()}")
     except InputError as e:

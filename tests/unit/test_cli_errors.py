@@ -73,6 +73,13 @@ def test_conformer_commands_check_their_files(capsys, files, tiny_checkpoint):
     message = _error(capsys, ["conformers", "generate", "--model", "m", "--input", smi, "--output", "o.sdf",
                               "--sampling", "greedy", "--temperature", "1.5"])
     assert "--sampling greedy takes the argmax: --temperature=1.5" in message
+    missing = files["dir"] / "nothere"  # named as missing, not as a folder without tokenizer files
+    assert _error(capsys, ["conformers", "generate", "--model", str(missing), "--input", smi, "--output",
+                           str(files["dir"] / "o.sdf")]) == (
+        f"error: model folder {missing} does not exist; pass a local HuggingFace checkpoint folder as --model "
+        "(or make one: inferlab model init --preset tiny --out DIR)")
+    assert "has no config.json" in _error(capsys, ["conformers", "--model", str(files["dir"]), "--input", smi,
+                                                    "--output", str(files["dir"] / "o.sdf")])
 
 
 def test_folders_that_are_files_and_missing_heads(capsys, files, tiny_checkpoint):

@@ -1,7 +1,9 @@
 """The preset `engine-vs-peers`: the engine beside vLLM 0.26 and transformers' own continuous batching on
 the issue's cases, and beside vLLM's structured outputs and HF + xgrammar on the conformer workload, every
-system in one run directory (scripts/gpu/peers_sweep.sh runs it in three device calls: lab_sweep.py parts
-peers-engine-hf, peers-vllm-generate, peers-rest).
+system in one run directory. On the device it runs as scripts/gpu/lab_sweep.py parts peers-engine-hf,
+peers-vllm-generate and peers-rest, one scripts/gpu/device_call.sh each (vLLM's bundle carried in .dev1 and
+.dev2: benchmarks/README.md, "Procedure: a device session"), and its conformer rows on 800 requests as the
+part peers-conformers, in a run directory of their own.
 
 Unconstrained (generate), the issue's five cases: llama-380m at batch 16 (top-p 0.9) and 256 (top-p 0.9
 and 1.0; 48-token prompts, exactly 1000 new tokens) and qwen3-0.6b at batch 256 (29-token prompts, 600

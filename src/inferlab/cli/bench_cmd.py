@@ -14,9 +14,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run a benchmark plan; each cell in a fresh process, rows to RUN_DIR/results.jsonl",
                        description=__doc__)
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--preset", help="a named plan: quick, seed-attention, seed-generate, seed-static-cache, "
-                        "seed-classify, seed-hidden-states, conformer-baseline, engine-vs-hf, conformer-engine "
-                        "(see --list)")
+    from inferlab.bench.plan_presets import PLAN_PRESETS  # names only: nothing heavy is imported
+
+    source.add_argument("--preset", help=f"a named plan: {', '.join(PLAN_PRESETS)} (--list: what each runs, its "
+                        "estimated minutes)")
     source.add_argument("--plan", help="a TOML plan file (see docs/lab.md)")
     source.add_argument("--scenario", help="build a one-sweep plan from flags: attention-kernels, generate, ...")
     p.add_argument("--model", action="append", default=[],

@@ -13,7 +13,7 @@ MAX_LISTED = 10  # problems listed one by one before "... and N more"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from inferlab.cli.conformers_generate import GENERATE_HELP, add_generation_args, run_generate
+    from inferlab.cli.conformers_generate import GENERATE_DESCRIPTION, GENERATE_HELP, add_generation_args, run_generate
 
     conformers = sub.add_parser(
         "conformers",
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     conformers.set_defaults(func=run_generate)
     csub = conformers.add_subparsers(dest="conformers_command", required=False, metavar="ACTION")
 
-    gen = csub.add_parser("generate", help=GENERATE_HELP)
+    gen = csub.add_parser("generate", help=GENERATE_HELP, description=GENERATE_DESCRIPTION)
     add_generation_args(gen, required=True)
     gen.set_defaults(func=run_generate)
 

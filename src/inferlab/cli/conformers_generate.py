@@ -12,6 +12,13 @@ from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
 
 GENERATE_HELP = "generate K 3D conformers per molecule with the engine, constrained on the GPU (SDF + JSONL)"
+GENERATE_DESCRIPTION = (
+    "Generate K 3D conformers per input molecule as enriched SMILES with the engine, the conformer constraint "
+    "applied on the GPU inside each decode step: every output is valid by construction. Writes the valid "
+    "conformers to OUTPUT (SDF) and one row per conformer (valid or not, with its error) to OUTPUT with .jsonl; "
+    "a rerun resumes. The progress bar shows conformers done, tok/s, validity and the ETA; the closing summary "
+    "validity, graph and stereo agreement read back by RDKit, and speed. Try it first with `inferlab demo`; a checkpoint of a real shape: `inferlab model "
+    "init --preset qwen3-0.6b --out DIR --tokenizer PATH/qwen3-chem`. docs/conformers.md explains the format.")
 REQUIRED = ("model", "input", "output")
 
 
@@ -28,9 +35,12 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
                    help="SDF of the valid conformers; OUTPUT with .jsonl holds one row per conformer; a rerun resumes")
     g.add_argument("--num-conformers", type=int, default=1, metavar="K", help="conformers per molecule (default 1)")
     g.add_argument("--profile", default=DEFAULT_PROFILE, choices=list(PROFILES), help="the checkpoint's text format")
-    g.add_argument("--sampling", default="top-p", choices=list(SAMPLING_MODES))
-    g.add_argument("--temperature", type=float, default=1.0)
-    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--sampling", default="top-p", choices=list(SAMPLING_MODES),
+                   help="top-p: sample with --temperature and --top-p (each conformer its own seed); greedy: the most "
+                        "likely token each step (the K conformers of a molecule are then the same)")
+    g.add_argument("--temperature", type=float, default=1.0, help="top-p sampling's temperature, > 0")
+    g.add_argument("--top-p", type=float, default=1.0,
+                   help="sample from the most likely tokens whose probabilities add up to this (1.0: all of them)")
     g.add_argument("--seed", type=int, default=0, help="conformer <id>#<k> samples with a seed from this and its id")
     g.add_argument("--workers", type=int, default=None,
                    help="processes building templates and constraints ahead of the GPU (default min(8, cores); "
@@ -49,7 +59,9 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     e.add_argument("--max-slots", type=int, default=None, help="concurrent rows (default: as memory allows)")
     e.add_argument("--max-seq-len", type=int, default=None,
                    help="prompt + conformer tokens per row (default: fits the input's largest molecules)")
-    e.add_argument("--gpu-memory-fraction", type=float, default=0.9)
+    e.add_argument("--gpu-memory-fraction", type=float, default=0.9,
+                   help="share of the device memory free at start-up the engine plans for (weights, KV cache, "
+                        "workspace)")
     e.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
     e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     e.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
@@ -95,6 +107,7 @@ def run_generate(args: argparse.Namespace) -> int:
                           "(or an action: inferlab conformers generate|evaluate|reference --help)")
     check_paths(args)
     config = pipeline_config_from(args)
+    check_model(args.model)
     if wants_scale_out(args):  # --gpus/--launcher: molecules sharded over workers (inferlab.scale)
         from inferlab.cli.scale_args import run_scaled_command
         from inferlab.scale.workloads.conformer_pipeline import pipeline_params
@@ -109,6 +122,15 @@ def check_paths(args: argparse.Namespace) -> None:
     input_file("--input", args.input, None, "a molecule file (.smi, .csv or .tsv)")  # the reader checks the kind
     output_file("--output", args.output, (".sdf",), "an SDF of conformers (and its .jsonl rows beside it)",
                 {"--input": args.input})
+
+
+def check_model(model: str) -> None:
+    """The checkpoint's config.json before any work starts: a missing folder is named as such (the tokenizer
+    check in the pipeline would otherwise report it as a folder without tokenizer files), here and before a
+    scale-out launches its workers."""
+    from inferlab.models.config import read_model_spec
+
+    read_model_spec(model)
 
 
 def _run_here(args: argparse.Namespace, config) -> int:

@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-conformers", type=int, default=2, metavar="K", help="conformers per molecule (default 2)")
     p.add_argument("--max-atoms", type=int, default=10, help="largest molecules taken (heavy atoms, default 10)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
-    p.add_argument("--sampling", default="top-p", choices=["greedy", "top-p"])
+    p.add_argument("--sampling", default="top-p", choices=["greedy", "top-p"],
+                   help="top-p: sample (each conformer its own seed); greedy: the most likely token each step")
     p.add_argument("--temperature", type=float, default=1.0, help="top-p sampling's temperature (default 1.0)")
     p.add_argument("--seed", type=int, default=0, help="the seed each conformer's own seed derives from")
     p.set_defaults(func=_demo)

@@ -19,22 +19,28 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="inferlab (our engine), hf (transformers generate, any causal LM), or auto (the engine "
                         "where it supports the architecture, else hf)")
     s = p.add_argument_group("sampling defaults (an input line may override any of them)")
-    s.add_argument("--max-new-tokens", type=int, default=256)
-    s.add_argument("--min-new-tokens", type=int, default=0)
+    s.add_argument("--max-new-tokens", type=int, default=256, help="a row stops here, or at EOS")
+    s.add_argument("--min-new-tokens", type=int, default=0, help="EOS is masked until a row has this many")
     s.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    s.add_argument("--top-p", type=float, default=1.0)
-    s.add_argument("--top-k", type=int, default=0)
-    s.add_argument("--min-p", type=float, default=0.0)
+    s.add_argument("--top-p", type=float, default=1.0,
+                   help="sample from the most likely tokens whose probabilities add up to this (1.0: off)")
+    s.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens (0: off)")
+    s.add_argument("--min-p", type=float, default=0.0,
+                   help="drop tokens below this fraction of the most likely one's probability (0: off)")
     s.add_argument("--ignore-eos", action="store_true", help="do not stop at EOS (benchmarks)")
     s.add_argument("--seed", type=int, default=0, help="rows without a seed derive one from this and their id")
     e = p.add_argument_group("engine")
     e.add_argument("--max-slots", type=int, default=None, help="concurrent rows (default: as memory allows)")
     e.add_argument("--max-seq-len", type=int, default=None, help="prompt + output tokens per row")
-    e.add_argument("--gpu-memory-fraction", type=float, default=0.9)
-    e.add_argument("--device", default="auto")
+    e.add_argument("--gpu-memory-fraction", type=float, default=0.9,
+                   help="share of the device memory free at start-up the engine plans for (weights, KV cache, "
+                        "workspace)")
+    e.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
     e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    e.add_argument("--batching", default="continuous", choices=["continuous", "static"])
-    e.add_argument("--kernels", default="auto", choices=["auto", "torch", "triton"])
+    e.add_argument("--batching", default="continuous", choices=["continuous", "static"],
+                   help="continuous: finished rows are refilled at once; static: a full batch, then wait for all of it")
+    e.add_argument("--kernels", default="auto", choices=["auto", "torch", "triton"],
+                   help="auto: Triton on CUDA, torch elsewhere")
     e.add_argument(
         "--gemm", default="auto", choices=["auto", "cublas"], help="decode projections: auto = time cuBLAS vs Triton"
     )

@@ -42,7 +42,8 @@ def _programs(case, count, seed):
 
 def test_same_masks_step_by_step(case):
     """Copy rows, hole rows (opening and accepting states) and a free row, over whole programs (the
-    interpreter is slow at V = 151936: there every eighth step is compared)."""
+    interpreter is slow at V = 151936: there every eighth step is compared): the masked logits, and the
+    flags of the rows whose token is forced (the sampler skips their draw)."""
     programs = _programs(case, 3, seed=1)
     by_torch, by_triton = _pair(case, programs, 4)
     generator = torch.Generator().manual_seed(0)
@@ -51,7 +52,8 @@ def test_same_masks_step_by_step(case):
         logits = torch.randn(4, case.model_vocab, generator=generator)
         masked = by_torch.mask_logits(logits.clone())
         if step % every == 0:
-            assert torch.equal(by_triton.mask_logits(logits.clone()), masked)
+            assert torch.equal(by_triton.mask_logits(logits.clone()), masked), step
+            assert torch.equal(by_triton.forced_rows(4).bool(), by_torch.forced_rows(4)), step
         tokens = by_torch.choose(masked.argmax(dim=-1))
         by_torch.advance(tokens)
         by_triton.advance(tokens)
@@ -126,21 +128,3 @@ def test_emit_and_mask_kernels_address_rows_by_id_in_prefill(llama_case):
         sampled = torch.where(torch.isfinite(masked), masked, -1e30).argmax(dim=-1)
         assert torch.equal(by_triton.emit(sampled, yes, no, rows), by_torch.emit(sampled, yes, no, rows)), step
         assert all(torch.equal(a, b) for a, b in zip(_state(by_triton), _state(by_torch))), step
-
-
-
-def test_the_mask_kernel_flags_the_rows_whose_token_is_forced(case):
-    """The sampler skips the draw of rows in a copy op: the mask kernel's flags equal the torch path's."""
-    programs = _programs(case, 3, seed=6)
-    by_torch, by_triton = _pair(case, programs, 4)
-    generator = torch.Generator().manual_seed(3)
-    every = 1 if case.model_vocab < 10_000 else 8
-    for step in range(max(p.max_new_tokens for p in programs)):
-        logits = torch.randn(4, case.model_vocab, generator=generator)
-        masked = by_torch.mask_logits(logits.clone())
-        if step % every == 0:
-            by_triton.mask_logits(logits.clone())
-            assert torch.equal(by_triton.forced_rows(4).bool(), by_torch.forced_rows(4)), step
-        tokens = by_torch.choose(masked.argmax(dim=-1))
-        by_torch.advance(tokens)
-        by_triton.advance(tokens)

@@ -1,26 +1,15 @@
-"""Runs triton_interpreter_cases.py in a child pytest with TRITON_INTERPRET=1 (see that file for why)."""
+"""Runs triton_interpreter_cases.py in a child pytest with TRITON_INTERPRET=1 (see that file for why); the
+child starts at collection and runs beside the rest of the suite (tests/triton_interpreter_child.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from triton_interpreter_child import result
 
 pytest.importorskip("triton")
 
 
-def test_triton_kernels_match_the_torch_references_in_the_interpreter():
-    cases = Path(__file__).with_name("triton_interpreter_cases.py")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    child = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(cases)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert child.returncode == 0, child.stdout[-6000:] + child.stderr[-3000:]
-    assert " passed" in child.stdout and "skipped" not in child.stdout, child.stdout[-2000:]
+def test_triton_kernels_match_the_torch_references_in_the_interpreter(request):
+    code, output = result(request.config)
+    assert code == 0, output[-9000:]
+    assert " passed" in output and "skipped" not in output, output[-2000:]

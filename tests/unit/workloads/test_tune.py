@@ -103,7 +103,7 @@ def test_classify_tuned_applied_and_explicit_flags_win(tmp_path, tiny_checkpoint
 
 
 def test_conformers_tuned_and_applied(tmp_path, tiny_checkpoint):
-    model = tiny_checkpoint("tiny-qwen3")
+    model = tiny_checkpoint("tiny")
     sample = tmp_path / "molecules.smi"
     sample.write_text("CO methanol\nC1CC broken\n")
     out = tmp_path / "tuned.json"

@@ -23,8 +23,9 @@ from inferlab.bench.knobs import Knob
 from inferlab.bench.packages import missing_package
 from inferlab.errors import UnsupportedError
 
-INSTALL_HINT = ("pip install vllm==0.26.0 (it pins its own torch); on the device machine, the bundle of "
-                "scripts/gpu/peers_sweep.sh")
+INSTALL_HINT = ("pip install vllm==0.26.0 (it pins its own torch); on the device machine, carry .dev2 "
+                "(scripts/gpu/device_payload.sh) in the call after .dev1's: benchmarks/README.md, "
+                "\"Procedure: a device session\"")
 
 COMMON_KNOBS = (
     Knob("gpu_memory_utilization", float, 0.92, "fraction of the device vLLM's engine reserves (weights, activations, "
