@@ -209,9 +209,12 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 def _outcome_of(exit_: ChildExit, outcome_path: Path, log_path: Path, timeout_s: float, cut_by_limit: bool) -> Outcome:
     tail = log_tail(log_path)
+    if exit_.timed_out and cut_by_limit:  # the run's budget ran out, not the cell's own timeout: resumable
+        return Outcome("skipped", f"cut by the run's time limit after {timeout_s:.0f} s (before its own timeout); "
+                                  f"process group killed; rerun the same command to resume. Last output: {tail}")
     if exit_.timed_out:
-        why = "the run's time limit" if cut_by_limit else "its timeout"
-        return Outcome("timeout", f"no result after {timeout_s:.0f} s ({why}); process group killed. Last output: {tail}")
+        return Outcome("timeout", f"no result after {timeout_s:.0f} s (its timeout); process group killed. "
+                                  f"Last output: {tail}")
     if outcome_path.is_file():
         outcome = Outcome.from_json(json.loads(outcome_path.read_text()))
         if exit_.returncode not in (0, None):
