@@ -40,11 +40,15 @@ def add_scale_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ray-address", default=None,
                    help="Ray cluster to join (auto, ray://host:10001); default: a local Ray")
     g.add_argument("--ray-cpus-per-task", type=int, default=1)
-    g.add_argument("--slurm-partition", default=None)
-    g.add_argument("--slurm-account", default=None)
+    g.add_argument("--slurm-partition", default=None, help="the partition (queue) the job array is submitted to "
+                   "(default: the cluster's default partition)")
+    g.add_argument("--slurm-account", default=None, help="the account charged for the job array (default: yours)")
     g.add_argument("--slurm-time", type=int, default=240, help="minutes per array task (default 240)")
-    g.add_argument("--slurm-cpus-per-task", type=int, default=8)
-    g.add_argument("--slurm-mem-gb", type=float, default=None)
+    g.add_argument("--slurm-cpus-per-task", type=int, default=8,
+                   help="CPU cores per array task: the conformer pipeline's template and judge processes use them "
+                        "(default 8)")
+    g.add_argument("--slurm-mem-gb", type=float, default=None,
+                   help="host memory per array task in GB (default: the partition's default)")
     g.add_argument("--slurm-array-parallelism", type=int, default=None, help="most tasks running at once")
     g.add_argument("--slurm-logs", default=None,
                    help="submitit's folder, on a shared filesystem (default: WORK_DIR/slurm)")
