@@ -115,7 +115,9 @@ class Engine:
         self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync + 1, self.device)
         self._sync_device()
         allocate_s = time.perf_counter() - t
+        t = time.perf_counter()
         self.tokenizer, tokenizer_s = tokenizer_job.result()
+        tokenizer_wait_s = time.perf_counter() - t
         self.gemm_timings: dict = {}  # start-up timings of cuBLAS vs the Triton GEMM, {"qkv@16": {impl: us}}
         # programs are at most as long as their output (holes apart): max_seq_len ops per row
         self.constraints = EngineConstraints(
@@ -144,6 +146,7 @@ class Engine:
             device_init_s=device_init_s,
             load_s=load_s,
             tokenizer_s=tokenizer_s,
+            tokenizer_wait_s=tokenizer_wait_s,
             allocate_s=allocate_s,
             startup_cache_dir=str(self.startup_cache.root or ""),
         )

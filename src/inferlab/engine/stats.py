@@ -29,6 +29,7 @@ class EngineStats:
     device_init_s: float = 0.0  # the CUDA context (set_device + first allocation)
     load_s: float = 0.0  # weights read, checked, fused and moved to the device
     tokenizer_s: float = 0.0  # the tokenizer (and the import of transformers), in a thread beside load_s
+    tokenizer_wait_s: float = 0.0  # what start-up waited for that thread (0 when it was started early enough)
     allocate_s: float = 0.0  # KV cache, row state, host buffers
     warmup_s: float = 0.0  # prefill at its largest shapes and the start-up graphs' warm-up steps (Triton JIT)
     gemm_tune_s: float = 0.0  # the GEMM plan: timing cuBLAS vs the Triton GEMM, or reading it from the cache
@@ -70,7 +71,7 @@ class EngineStats:
         """One line of the start-up phases, for logs."""
         source = f" ({self.gemm_plan_source})" if self.gemm_plan_source else ""
         return (f"CUDA init {self.device_init_s:.1f} s, weights {self.load_s:.1f} s, "
-                f"tokenizer {self.tokenizer_s:.1f} s (in a thread), allocation {self.allocate_s:.1f} s, "
+                f"tokenizer {self.tokenizer_s:.1f} s (in a thread, waited {self.tokenizer_wait_s:.1f} s), allocation {self.allocate_s:.1f} s, "
                 f"GEMM plan {self.gemm_tune_s:.1f} s{source}, warm-up {self.warmup_s:.1f} s, "
                 f"{self.graphs} graphs {self.capture_s:.1f} s")
 
