@@ -28,6 +28,8 @@ import os
 import time
 from typing import Any
 
+from engine_check_speed import generate_timed  # beside this file (engine_check.py puts it on sys.path)
+
 PROFILE = "v3-fixed4"
 
 
@@ -117,15 +119,7 @@ def job_engine(ctx, path, job: Job):
 
 def timed_call(ctx, engine, requests) -> tuple[dict[str, Any], list[Any]]:
     """One synchronised Engine.generate: its wall time and the change of every numeric stat."""
-    before = dataclasses.replace(engine.stats)
-    ctx.sync()
-    t0 = time.perf_counter()
-    results = engine.generate(requests)
-    ctx.sync()
-    wall = time.perf_counter() - t0
-    after = engine.stats
-    delta = {f.name: getattr(after, f.name) - getattr(before, f.name) for f in dataclasses.fields(after)
-             if isinstance(getattr(after, f.name), (int, float)) and not isinstance(getattr(after, f.name), bool)}
+    results, wall, delta = generate_timed(ctx, engine, requests)
     tokens = sum(len(r.token_ids) for r in results)
     steps = max(delta["decode_steps"], 1)
     batches = max(delta["prefill_batches"], 1)
@@ -191,8 +185,6 @@ class PrefillOverlap:
 
 def isolated_prefills(ctx, engine, job: Job) -> dict[str, Any]:
     """Admit + prefill of distinct prompts alone (host launch, then total with a sync), last of 4 repeats."""
-    import torch
-
     from inferlab.engine.intake import Prepared
     from inferlab.types import Request, SamplingParams, Timings
 
@@ -202,18 +194,27 @@ def isolated_prefills(ctx, engine, job: Job) -> dict[str, Any]:
         n = min(distinct * per, engine.plan.slots)
         items = [Prepared(i, Request(id=f"p{i}", prompt_ids=(0,)), list(job.prompts[(i // per) % len(job.prompts)]),
                           sampling, i, [], 0, Timings()) for i in range(n)]  # fmt: skip
-        with torch.inference_mode():
-            for _ in range(4):
-                ctx.sync()
-                t0 = time.perf_counter()
-                runner.admit(range(n), items)
-                runner.prefill(range(n), items)
-                t1 = time.perf_counter()
-                ctx.sync()
-                t2 = time.perf_counter()
-            runner.release(range(n))
-        out[label] = {"rows": n, "host_launch_ms": 1e3 * (t1 - t0), "total_ms": 1e3 * (t2 - t0)}
+        out[label] = {"rows": n, **time_admit_prefill(ctx, runner, items, repeats=4)}
     return out
+
+
+def time_admit_prefill(ctx, runner, items: list, repeats: int) -> dict[str, float]:
+    """runner.admit + prefill of `items` into rows 0..n-1 on an idle device, `repeats` times: the last one's
+    host launch time and its total up to a sync (ms); the rows are released after."""
+    import torch
+
+    n = len(items)
+    with torch.inference_mode():
+        for _ in range(repeats):
+            ctx.sync()
+            t0 = time.perf_counter()
+            runner.admit(range(n), items)
+            runner.prefill(range(n), items)
+            t1 = time.perf_counter()
+            ctx.sync()
+            t2 = time.perf_counter()
+        runner.release(range(n))
+    return {"host_launch_ms": 1e3 * (t1 - t0), "total_ms": 1e3 * (t2 - t0)}
 
 
 def part_prefill(ctx) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import dataclasses
 import random
 from typing import Any
 
-from engine_check_job import PrefillOverlap, timed_call  # beside this file (engine_check.py puts it on sys.path)
+from engine_check_job import PrefillOverlap, time_admit_prefill, timed_call  # beside this file (engine_check.py puts it on sys.path)
 
 
 def long_requests(n: int, vocab: int, lo: int, hi: int, new: int) -> list[Any]:
@@ -102,10 +102,6 @@ def part_prefill_long(ctx) -> dict[str, Any]:
 def isolated_batch(ctx, engine, requests, max_tokens: int) -> dict[str, Any]:
     """admit + prefill of the longest prompts that fit one batch, alone on an idle device: the host's launch
     time against the total (last of 3 repeats). Launch << total: the prefill is device-bound."""
-    import time
-
-    import torch
-
     from inferlab.engine.intake import Prepared
     from inferlab.types import Timings
 
@@ -113,16 +109,5 @@ def isolated_batch(ctx, engine, requests, max_tokens: int) -> dict[str, Any]:
     longest = len(ordered[0].prompt_ids)
     picked = ordered[: max(1, min(engine.plan.slots, max_tokens // longest))]
     items = [Prepared(i, r, list(r.prompt_ids), r.sampling, i, [], 0, Timings()) for i, r in enumerate(picked)]
-    n, runner = len(items), engine.runner
-    with torch.inference_mode():
-        for _ in range(3):
-            ctx.sync()
-            t0 = time.perf_counter()
-            runner.admit(range(n), items)
-            runner.prefill(range(n), items)
-            t1 = time.perf_counter()
-            ctx.sync()
-            t2 = time.perf_counter()
-        runner.release(range(n))
-    return {"prompts": n, "tokens": sum(len(r.prompt_ids) for r in picked), "host_launch_ms": 1e3 * (t1 - t0),
-            "total_ms": 1e3 * (t2 - t0)}  # fmt: skip
+    return {"prompts": len(items), "tokens": sum(len(r.prompt_ids) for r in picked),
+            **time_admit_prefill(ctx, engine.runner, items, repeats=3)}

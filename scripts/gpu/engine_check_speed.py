@@ -41,8 +41,8 @@ def _requests(n: int, new_tokens: int | list[int], vocab: int, seed: int = 0, **
     ]
 
 
-def timed(ctx, engine, requests, keep_results: bool = False):
-    """One synchronised generate: the cell's figures (and the results when asked)."""
+def generate_timed(ctx, engine, requests) -> tuple[list, float, dict[str, float]]:
+    """One synchronised Engine.generate: (results, wall seconds, the change of every numeric stat)."""
     before = dataclasses.replace(engine.stats)
     ctx.sync()
     t0 = time.perf_counter()
@@ -50,10 +50,16 @@ def timed(ctx, engine, requests, keep_results: bool = False):
     ctx.sync()
     wall = time.perf_counter() - t0
     after = engine.stats
+    delta = {f.name: getattr(after, f.name) - getattr(before, f.name) for f in dataclasses.fields(after)
+             if isinstance(getattr(after, f.name), (int, float)) and not isinstance(getattr(after, f.name), bool)}
+    return results, wall, delta
+
+
+def timed(ctx, engine, requests, keep_results: bool = False):
+    """One synchronised generate: the cell's figures (and the results when asked)."""
+    results, wall, delta = generate_timed(ctx, engine, requests)
     tokens = sum(len(r.token_ids) for r in results)
-    decode_s = after.decode_s - before.decode_s
-    steps = after.decode_steps - before.decode_steps
-    decode_bytes = after.decode_bytes - before.decode_bytes
+    decode_s, steps = delta["decode_s"], delta["decode_steps"]
     constrained = any(r.constraint is not None for r in requests)  # their length is the program's
     cell = {
         "requests": len(requests),
@@ -64,11 +70,11 @@ def timed(ctx, engine, requests, keep_results: bool = False):
         "decode_steps": steps,
         "decode_s": decode_s,
         "ms_per_step": 1e3 * decode_s / max(steps, 1),
-        "prefill_s": after.prefill_s - before.prefill_s,
-        "prefill_batches": after.prefill_batches - before.prefill_batches,
-        "row_steps": after.row_steps - before.row_steps,
-        "syncs": after.syncs - before.syncs,
-        "gb_per_s": decode_bytes / decode_s / 1e9 if decode_s > 0 else 0.0,
+        "prefill_s": delta["prefill_s"],
+        "prefill_batches": delta["prefill_batches"],
+        "row_steps": delta["row_steps"],
+        "syncs": delta["syncs"],
+        "gb_per_s": delta["decode_bytes"] / decode_s / 1e9 if decode_s > 0 else 0.0,
         "errors": sum(not r.ok for r in results),
     }
     return (cell, results) if keep_results else cell

@@ -71,6 +71,16 @@ def model_task(model: str) -> str:
     return "sequence-classification" if any(a.endswith("ForSequenceClassification") for a in archs) else "causal-lm"
 
 
+def check_text_model(model: str, tokenizer_knob: str, scenario: str, causal_lm: bool = True) -> None:
+    """A generating scenario's model: a `tokenizer` knob only for a preset built here (a checkpoint folder has
+    its own), and (causal_lm) a causal LM, not a classifier."""
+    if tokenizer_knob and not is_preset(model):
+        raise ConfigError(f"tokenizer={tokenizer_knob} only applies when model is a preset to build; {model} is a "
+                          "checkpoint folder with its own tokenizer; remove the knob")
+    if causal_lm and model_task(model) != "causal-lm":
+        raise ConfigError(f"model {model} is not a causal LM; the {scenario} scenario needs one")
+
+
 def default_tokenizer_for(model: str) -> str:
     """The tokenizer folder a preset wants ('' = the built-in one; MISSING_QWEN3_CHEM when it is not here)."""
     if not is_preset(model):

@@ -28,6 +28,7 @@ from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
 from inferlab.engine.taps import LayerTaps
 from inferlab.models.config import ModelSpec
+from inferlab.models.prefill_layout import heads_first, last_positions, tokens_first
 from inferlab.models.rope import RotaryTables
 from inferlab.models.weights import LayerWeights, ModelWeights
 
@@ -95,15 +96,13 @@ class LlamaModel:
                 **cache.scales(i),
             )  # fmt: skip
             # prefill attends over the prompt's unquantized K/V (an fp8 cache holds them quantized for decode)
-            qb = q.view(batch, padded, heads, head_dim).transpose(1, 2)  # [batch, H, padded, D]
-            kb = k.view(batch, padded, kv_heads, head_dim).transpose(1, 2)
-            vb = v.view(batch, padded, kv_heads, head_dim).transpose(1, 2)
-            out = self.prefill_attention(qb, kb, vb, self.scale)  # [batch, H, padded, D]
-            return out.transpose(1, 2).reshape(batch * padded, heads * head_dim)
+            qb = heads_first(q, batch, padded, heads, head_dim)  # [batch, H, padded, D]
+            kb = heads_first(k, batch, padded, kv_heads, head_dim)
+            vb = heads_first(v, batch, padded, kv_heads, head_dim)
+            return tokens_first(self.prefill_attention(qb, kb, vb, self.scale))  # attention: [batch, H, padded, D]
 
         h = self._layers(tokens.reshape(-1), attend, taps)
-        last = h.view(batch, padded, -1)[torch.arange(batch, device=h.device), lengths - 1]  # [batch, hidden]
-        return self._logits(last, out)
+        return self._logits(last_positions(h, batch, padded, lengths), out)
 
     def decode(
         self,

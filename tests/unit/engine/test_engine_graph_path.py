@@ -6,9 +6,6 @@ must equal the eager engine's."""
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -16,33 +13,17 @@ import inferlab.engine.engine as engine_module
 import inferlab.engine.runner as runner_module
 from inferlab.engine import Engine, EngineConfig
 from inferlab.types import Collect, Request, SamplingParams, Steer
+from tests.unit.engine.eager_capturer import EagerCapturer
 from tests.unit.engine.test_engine_constrained import _conformer_request, small_nci_molecules
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
-
-
-class _EagerCapturer:
-    """graphs.Capturer without CUDA: capture runs the step once (as the real warm-up does) and returns a
-    'graph' whose replay runs it again."""
-
-    def __init__(self) -> None:
-        self.count, self.capture_s, self.warmup_s = 0, 0.0, 0.0
-
-    def capture(self, fn, around_warmup=None):
-        with around_warmup() if around_warmup is not None else nullcontext():
-            fn()
-        self.count += 1
-        return SimpleNamespace(replay=fn, reset=lambda: None)
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture
 def graph_path(monkeypatch):
     """Engines made inside the test take the graph path (cuda_graphs honoured on CPU, eager capturer)."""
     monkeypatch.setattr(engine_module, "graphs_wanted", lambda cuda_graphs, device: bool(cuda_graphs))
-    monkeypatch.setattr(runner_module, "Capturer", _EagerCapturer)
+    monkeypatch.setattr(runner_module, "Capturer", EagerCapturer)
 
 
 def _engines(path, **extra):

@@ -11,6 +11,7 @@ import pytest
 
 from inferlab.engine import Engine, EngineConfig
 from inferlab.types import Request, SamplingParams
+from tests.unit.engine.eager_capturer import EagerCapturer
 
 SLOTS, AHEAD = 4, 2
 
@@ -118,23 +119,6 @@ def test_steps_inside_preserved_rows_change_nothing(engine, monkeypatch):
     assert [r.token_ids for r in engine.generate(requests)] == plain
 
 
-class _EagerCapturer:
-    """graphs.Capturer without CUDA: the warm-up run inside `around_warmup` as a lazy capture does it, then
-    a 'graph' whose replay runs the step eagerly."""
-
-    def __init__(self) -> None:
-        self.count, self.capture_s, self.warmup_s = 0, 0.0, 0.0
-
-    def capture(self, fn, around_warmup=None):
-        from contextlib import nullcontext
-        from types import SimpleNamespace
-
-        with around_warmup() if around_warmup is not None else nullcontext():
-            fn()
-        self.count += 1
-        return SimpleNamespace(replay=fn)
-
-
 def test_graphs_captured_lazily_under_live_rows_give_the_eager_tokens(tiny_checkpoint, engine):
     """The runner's graph path on CPU (decode graphs per bucket and variant captured at first need, while
     rows are live, with the warm-up inside preserved_rows; prefill graphs per bucket), with a capturer that
@@ -144,7 +128,7 @@ def test_graphs_captured_lazily_under_live_rows_give_the_eager_tokens(tiny_check
 
     graphed = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=SLOTS, max_seq_len=48,
                                   decode_steps_per_sync=2, queue_ahead=AHEAD, min_admission=1))
-    runner, capturer = graphed.runner, _EagerCapturer()
+    runner, capturer = graphed.runner, EagerCapturer()
     runner.graphs = DecodeGraphs(runner.sizes, capturer)
     runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.rows.slots, SLOTS, runner.cache.max_len,
                                           graphed.max_prefill_tokens, capturer, runner.taps)

@@ -6,7 +6,6 @@ capturable as it stands."""
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from types import SimpleNamespace
 
 import pytest
@@ -19,22 +18,9 @@ from inferlab.engine.collection import CollectPlan
 from inferlab.engine.graphs import DecodeGraphs
 from inferlab.engine.prefill_graphs import PrefillGraphs, PrefillKey
 from inferlab.types import Collect, Request, SamplingParams, Steer
+from tests.unit.engine.eager_capturer import EagerCapturer
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
-
-
-class _EagerCapturer:
-    """graphs.Capturer without CUDA: the first use runs the forward (as the real capture's warm-up run does,
-    whose outputs stand), and a 'graph' whose replay runs it again."""
-
-    def __init__(self) -> None:
-        self.count, self.capture_s, self.warmup_s = 0, 0.0, 0.0
-
-    def capture(self, fn, around_warmup=None):
-        with around_warmup() if around_warmup is not None else nullcontext():
-            fn()
-        self.count += 1
-        return SimpleNamespace(replay=fn, reset=lambda: None)
 
 
 def _config(preset_path, **extra):
@@ -42,10 +28,10 @@ def _config(preset_path, **extra):
                         **extra)
 
 
-def _with_graphs(engine: Engine, decode: bool = False) -> _EagerCapturer:
+def _with_graphs(engine: Engine, decode: bool = False) -> EagerCapturer:
     """The runner's graph path (runner.use_graphs) with the eager capturer: prefill graphs, and with `decode`
     the decode graphs too (each (bucket, variant) captured at first need, under live rows)."""
-    runner, capturer = engine.runner, _EagerCapturer()
+    runner, capturer = engine.runner, EagerCapturer()
     runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.rows.slots, 4, runner.cache.max_len,
                                           engine.max_prefill_tokens, capturer, runner.taps)
     if decode:

@@ -9,6 +9,7 @@ import torch
 from inferlab.engine import Engine, EngineConfig
 from inferlab.engine.kv_cache import KVCache
 from inferlab.types import Request, SamplingParams
+from tests.unit.engine.eager_capturer import EagerCapturer
 
 
 @pytest.fixture(scope="module")
@@ -71,18 +72,6 @@ def test_copy_prefix_copies_only_the_prefix_of_the_pairs():
         assert torch.equal(cache.k[:, slot], k0[:, slot]) and torch.equal(cache.v[:, slot], v0[:, slot])
 
 
-class _EagerCapturer:
-    """Stands in for graphs.Capturer on CPU: 'captures' by keeping the function, 'replays' by calling it."""
-
-    count, capture_s, warmup_s = 0, 0.0, 0.0
-
-    def capture(self, fn, around_warmup=None):
-        from types import SimpleNamespace
-
-        fn()
-        return SimpleNamespace(replay=fn)
-
-
 def test_bucketed_prefill_inputs_give_the_same_tokens(tiny_checkpoint, engine):
     """The prefill graphs' padded static inputs (extra lanes repeating lane 0, pad positions, the static
     logits buffer), run eagerly on CPU: the tokens of an unpadded prefill."""
@@ -92,7 +81,7 @@ def test_bucketed_prefill_inputs_give_the_same_tokens(tiny_checkpoint, engine):
                                  max_prefill_tokens=128))
     runner = padded.runner
     runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.rows.slots, 8, runner.cache.max_len,
-                                          padded.max_prefill_tokens, _EagerCapturer(), runner.taps)
+                                          padded.max_prefill_tokens, EagerCapturer(), runner.taps)
     requests = [_req(f"a{k}", [9, 8, 7, 6, 5], temperature=1.0, seed=k, max_new_tokens=8) for k in range(3)]
     requests += [_req(f"b{k}", list(range(2, 2 + 3 * k + 1)), temperature=0, max_new_tokens=6) for k in range(4)]
     requests += [_req("long", list(range(3, 60)), temperature=0, max_new_tokens=4)]  # 57 tokens: bucket 64

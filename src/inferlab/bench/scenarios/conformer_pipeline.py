@@ -62,10 +62,7 @@ def validate(cell: Cell) -> None:
         raise ConfigError("stereo_retries with temperature=0 (greedy) would redraw the same conformer; "
                           "set a temperature > 0 or stereo_retries=0")
     assert cell.model is not None
-    if c["tokenizer"] and not model_refs.is_preset(cell.model):
-        raise ConfigError(f"tokenizer={c['tokenizer']} only applies when model is a preset to build; remove the knob")
-    if model_refs.model_task(cell.model) != "causal-lm":
-        raise ConfigError(f"model {cell.model} is not a causal LM; the conformer pipeline needs one")
+    model_refs.check_text_model(cell.model, c["tokenizer"], "conformer-pipeline")
 
 
 def estimate_s(cell: Cell, accelerator: bool) -> float:

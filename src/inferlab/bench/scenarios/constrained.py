@@ -87,14 +87,8 @@ def validate(cell: Cell) -> None:
             "timed loop; set max_requests to a multiple of batch_size")
     if c["warmup"] < 1:
         raise ConfigError("warmup=0: the first call carries compile and lazy initialisation; use warmup >= 1")
-    if c["max_heavy_atoms"] and c["min_heavy_atoms"] > c["max_heavy_atoms"]:
-        raise ConfigError(f"min_heavy_atoms={c['min_heavy_atoms']} > max_heavy_atoms={c['max_heavy_atoms']}: no "
-                          "molecule can be kept; swap them, or set max_heavy_atoms=0 (no upper bound)")
     assert cell.model is not None
-    if c["tokenizer"] and not model_refs.is_preset(cell.model):
-        raise ConfigError(f"tokenizer={c['tokenizer']} only applies when model is a preset to build; remove the knob")
-    if model_refs.model_task(cell.model) != "causal-lm":
-        raise ConfigError(f"model {cell.model} is not a causal LM; the constrained scenario needs one")
+    model_refs.check_text_model(cell.model, c["tokenizer"], "constrained")
 
 
 def estimate_s(cell: Cell, accelerator: bool) -> float:

@@ -73,11 +73,7 @@ def validate(cell: Cell) -> None:
         raise ConfigError(f"max_duration_s={c['max_duration_s']:g} is below min_duration_s={c['min_duration_s']:g}; "
                           "raise it, or set max_duration_s=0 (no cap)")
     assert cell.model is not None
-    if c["tokenizer"] and not model_refs.is_preset(cell.model):
-        raise ConfigError(f"tokenizer={c['tokenizer']} only applies when model is a preset to build; "
-                          f"{cell.model} is a checkpoint folder with its own tokenizer; remove the knob")
-    if model_refs.model_task(cell.model) != "causal-lm":
-        raise ConfigError(f"model {cell.model} is not a causal LM; the generate scenario needs one")
+    model_refs.check_text_model(cell.model, c["tokenizer"], "generate")
     config = model_refs.model_config(cell.model)
     config = config.get("text_config", config)
     limit = config.get("max_position_embeddings")

@@ -92,8 +92,7 @@ def validate(cell: Cell) -> None:
     for layer in (c["steer_layer"], *parse_layers(c["collect_layers"])):
         if not -layers <= layer < layers:
             raise ConfigError(f"layer {layer} is out of range: model {cell.model} has decoder layers 0..{layers - 1}")
-    if c["tokenizer"] and not model_refs.is_preset(cell.model):
-        raise ConfigError(f"tokenizer={c['tokenizer']} only applies when model is a preset to build; remove the knob")
+    model_refs.check_text_model(cell.model, c["tokenizer"], "steering", causal_lm=False)
     config = model_refs.model_config(cell.model)
     limit = config.get("text_config", config).get("max_position_embeddings")
     if limit and c["prompt_max_tokens"] + c["new_tokens"] > limit:
