@@ -110,6 +110,6 @@ class RowState:
                 t[dst] = t[src]
         self.slots[dst] = src_slots
         self.slots[src] = dst_slots
-        self.active[src] = False
-        self.finished[src] = False
-        self.positions[src] = 0
+        self.active.index_fill_(0, src, False)  # not `[src] = scalar`: that copy synchronises (runner.release)
+        self.finished.index_fill_(0, src, False)
+        self.positions.index_fill_(0, src, 0)

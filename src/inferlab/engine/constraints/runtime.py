@@ -156,11 +156,11 @@ class ConstraintRuntime:
         self.ops[:, dst] = self.ops[:, src]
         for t in (self.last_op, self.ptr, self.state, self.active):
             t[dst] = t[src]
-        self.active[src] = False
+        self.active.index_fill_(0, src, False)  # not `[src] = False`: a scalar by index synchronises
 
     def release_rows(self, rows: torch.Tensor) -> None:
         """The rows' requests retired ([n] int64 device tensor): they are unconstrained until reassigned."""
-        self.active[rows] = False
+        self.active.index_fill_(0, rows, False)  # not `[rows] = False`: a scalar by index synchronises
 
     # ---- in-graph, per step ----------------------------------------------------------------------------
     # `rows` is None in the decode step (rows 0..B-1 of the bucket, as views) or an int64 tensor of row ids

@@ -77,13 +77,13 @@ def generate_conformers(
         for job in plan.unusable:
             rows.error(job, job.record.error or "unusable input")
         if plan.jobs:
-            _generate(model, plan.jobs, config, options, rows, summary)
+            _generate(model, plan.jobs, config, options, rows, summary, started)
     summary.wall_s = time.perf_counter() - started
     return summary
 
 
 def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: dict[str, Any], rows: RowWriter,
-              summary: PipelineSummary) -> None:
+              summary: PipelineSummary, started: float) -> None:
     profile = get_profile(config.profile)
     summary.judge_workers = config.judge_pool_workers(len(jobs))
     # the engine's tokenizer first, in a thread: it loads while the pools start and this process imports torch
@@ -101,6 +101,7 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
         if options.get("max_seq_len") is None:
             options["max_seq_len"] = auto_max_seq_len(jobs, profile, read_model_spec(model).max_position_embeddings)
         t0 = time.perf_counter()
+        summary.before_engine_s = t0 - started
         engine = life.enter_context(Engine(EngineConfig(model=model, seed=config.seed, **options), tokenizer_job))
         summary.engine_start_s = time.perf_counter() - t0
         summary.slots, summary.max_seq_len, summary.device = engine.plan.slots, engine.plan.max_seq_len, str(engine.device)
@@ -116,6 +117,8 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
         summary.template_wait_s, summary.template_cpu_s = molecules.wait_s, molecules.cpu_s
         summary.judge_wait_s, summary.write_s = collector.wait_s, collector.write_s
         summary.engine = {k: v for k, v in engine.stats.as_dict().items() if k != "gemm_choices"}
+        finished = time.perf_counter()
+    summary.teardown_s = time.perf_counter() - finished
 
 
 def _stream(engine, feed: RequestFeed, collector: ResultCollector, summary: PipelineSummary) -> None:

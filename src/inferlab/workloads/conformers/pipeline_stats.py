@@ -12,8 +12,10 @@ spent waiting for a full judge window. `drain_s`: waiting for the last verdicts 
 `template_cpu_s` the pool's own work (templates, tokenisation, compilation) summed over its processes.
 `decode_s` is the judges' CPU time (strict and plain decoding, stereo, SDF records) summed over their
 processes, `write_s` the writing of rows in this process.
-`other_s` is the rest of `wall_s`: reading inputs, the resume plan, preparation done in this process
-before the engine (small jobs), starting and stopping the pools.
+`before_engine_s`: from the call's start to the engine's construction (reading inputs, the resume plan,
+starting the pools, importing torch); `teardown_s`: from the last result to the return (closing the engine
+and the pools). `other_s` is the rest of `wall_s` beyond engine start, generation, consumer and drain (the
+two above included).
 `engine` holds the engine's own figures (EngineStats: start-up phases, prefill and decode device time).
 """
 
@@ -52,6 +54,8 @@ class PipelineSummary:
     consumer_s: float = 0.0
     judge_wait_s: float = 0.0
     drain_s: float = 0.0
+    before_engine_s: float = 0.0
+    teardown_s: float = 0.0
     stream_calls: int = 0  # Engine.stream calls: 1, plus one per round of retries given after the feed ended
     judge_workers: int = 0
     engine: dict[str, Any] = field(default_factory=dict)  # EngineStats.as_dict() without the GEMM choices
@@ -118,6 +122,8 @@ class PipelineSummary:
             "consumer_s": round(self.consumer_s, 3),
             "judge_wait_s": round(self.judge_wait_s, 3),
             "drain_s": round(self.drain_s, 3),
+            "before_engine_s": round(self.before_engine_s, 3),
+            "teardown_s": round(self.teardown_s, 3),
             "other_s": round(self.wall_s - self.engine_start_s - self.generate_s - self.consumer_s - self.drain_s, 3),
             "engine": self.engine,
         }
