@@ -3,8 +3,9 @@
     PYTHONPATH=src python scripts/conformers_judge_cost.py [--molecules 100]
 
 Drug-sized NCI molecules (20-50 heavy atoms, stereo assigned as the lab's conformer presets do), one
-ETKDG conformer each, encoded as a model would write it. Prints per conformer: the strict check, the
-plain decoding, the stereo comparison, the SDF record, the whole judgement; whether RDKit releases the
+ETKDG conformer each, encoded as a model would write it and tokenized with the qwen3-chem tokenizer
+($INFERLAB_QWEN3_CHEM_TOKENIZER or ../shared/tokenizers). Prints per conformer: decoding the token ids,
+the strict check, the plain decoding, the stereo comparison, the SDF record, the whole judgement; whether RDKit releases the
 GIL for it (two threads judging: wall clock and the process's CPU time against one thread's); and what
 the consumer loop pays per result to hand it to the judge processes (pipeline_judge_pool.py) against
 judging it inline.
@@ -24,7 +25,9 @@ from inferlab.bench.scenarios.constrained_inputs import nci_molecules_path, with
 from inferlab.errors import InferlabError
 from inferlab.workloads.conformers.decode import decode_generation
 from inferlab.workloads.conformers.encode import encode_conformer
-from inferlab.workloads.conformers.pipeline_judge import JudgeTask, judge, stereo_fields
+from inferlab.models.output_text import output_text
+from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
+from inferlab.workloads.conformers.pipeline_judge import JudgeTask, judge, stereo_fields, tokenizer_for
 from inferlab.workloads.conformers.pipeline_judge_pool import JudgePool
 from inferlab.workloads.conformers.profiles import get_profile
 from inferlab.workloads.conformers.sdf import format_record
@@ -33,7 +36,8 @@ from inferlab.workloads.conformers.template import build_template
 PROFILE = get_profile("v3-fixed4")
 
 
-def drug_sized_tasks(count: int) -> list[JudgeTask]:
+def drug_sized_tasks(count: int, tokenizer_dir: str) -> list[JudgeTask]:
+    tokenizer = tokenizer_for(tokenizer_dir)
     tasks = []
     blocker = rdBase.BlockLogs()
     for line in nci_molecules_path().read_text().splitlines():
@@ -50,7 +54,9 @@ def drug_sized_tasks(count: int) -> list[JudgeTask]:
             text = encode_conformer(embedded, PROFILE).generation_text(PROFILE)
         except InferlabError:
             continue
-        tasks.append(JudgeTask(fields[1], 0, 0, False, template, PROFILE.name, text, "eos", None, 30, 600))
+        ids = tokenizer(text, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        tasks.append(JudgeTask(fields[1], 0, 0, False, template, PROFILE.name, tokenizer_dir, tuple(ids), "eos", None,
+                               30, len(ids)))
         if len(tasks) == count:
             break
     del blocker
@@ -72,13 +78,17 @@ def cpu_s() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--molecules", type=int, default=100)
-    tasks = drug_sized_tasks(parser.parse_args().molecules)
-    mols = {id(t): t.template.check(t.text, PROFILE).mol for t in tasks}
+    tokenizer_dir = str(qwen3_chem_tokenizer_dir())
+    tasks = drug_sized_tasks(parser.parse_args().molecules, tokenizer_dir)
+    tokenizer = tokenizer_for(tokenizer_dir)
+    texts = {id(t): output_text(tokenizer, t.token_ids, "eos") for t in tasks}
+    mols = {id(t): t.template.check(texts[id(t)], PROFILE).mol for t in tasks}
     atoms = sum(t.template.num_atoms for t in tasks) / len(tasks)
     print(f"{len(tasks)} drug-sized conformers, {atoms:.1f} atoms on average")
     pieces = {
-        "strict check": lambda t: t.template.check(t.text, PROFILE),
-        "plain decoding": lambda t: decode_generation(t.text, PROFILE).canonical_smiles,
+        "token ids -> text": lambda t: output_text(tokenizer, t.token_ids, "eos"),
+        "strict check": lambda t: t.template.check(texts[id(t)], PROFILE),
+        "plain decoding": lambda t: decode_generation(texts[id(t)], PROFILE).canonical_smiles,
         "stereo": lambda t: stereo_fields(mols[id(t)]),
         "SDF record": lambda t: format_record(mols[id(t)], t.input_id, t.template.canonical_smiles, 0, PROFILE.name),
         "whole judgement": judge,
@@ -96,7 +106,7 @@ def main() -> None:
               f"{(cpu_s() - cpu) / wall:.2f} CPU-seconds per second")
     print("the consumer loop's cost per result:")
     for workers in (0, 2):
-        with JudgePool(workers) as pool:
+        with JudgePool(workers, tokenizer_dir) as pool:
             [f.result() for f in [pool.submit(t) for t in tasks[:8]]]  # processes started and warm
             start = time.perf_counter()
             futures = [pool.submit(t) for t in work]

@@ -46,6 +46,9 @@ class EngineConfig:
     max_steered_layers: int = 8  # steering entries (layers) per request; the steering table holds rows x this
     seed: int = 0  # requests without a seed get one derived from (seed, request id)
     decode_text: bool = True  # fill Result.text with the tokenizer (off: token ids only)
+    # False: no tokenizer in this process (its import of transformers costs seconds of start-up): token ids in
+    # and out, Result.text None, text prompts refused; constraints need Engine(config, grammar_set=...)
+    load_tokenizer: bool = True
     share_prompts: bool = True  # rows admitted together with equal prompts: one prefill, the K/V copied
     queue_ahead: int | None = None  # requests pulled ahead of free rows (lazy intake); None: max(min_admission,
     # slots // 8)

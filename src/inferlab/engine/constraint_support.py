@@ -2,7 +2,8 @@
 request arrives, and the intake check of each request's program.
 
 Building it costs the GrammarSet of the engine's tokenizer (~0.7 s for Qwen's 151k ids; grammar_set_for
-caches it per tokenizer object, so workloads that compile programs with engine.tokenizer share it) and the
+caches it per tokenizer object, so workloads that compile programs with engine.tokenizer share it), or
+waiting for the one the caller gave (Engine(config, grammar_set=...): a GrammarSet or a Future), and the
 per-row device state; the constrained graph variants are captured when first needed (graphs.py), so the
 first constrained request may arrive while rows are live. An engine that never sees a constraint pays
 none of it, and unconstrained batches keep replaying graphs without the constraint. A failure to build
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future
 from typing import Any, Callable
 
 import torch
@@ -28,6 +30,7 @@ class EngineConstraints:
     def __init__(
         self,
         tokenizer,
+        grammar_set: Any,  # a GrammarSet, a Future of one, or None: built from the tokenizer
         vocab_size: int,  # the model's (padded) vocabulary
         rows: int,
         max_program_len: int,
@@ -36,6 +39,7 @@ class EngineConstraints:
         attach: Callable[[Any], None],  # runner.attach_constraints: installs the runtime
     ) -> None:
         self.tokenizer = tokenizer
+        self.grammar_set = grammar_set
         self.vocab_size = vocab_size
         self.rows = rows
         self.max_program_len = max_program_len
@@ -67,7 +71,7 @@ class EngineConstraints:
     def close(self) -> None:
         """Drop the runtime (its device tables and per-row state), the tokenizer and the runner's hook
         (Engine.close); a later check refuses with the reason."""
-        self.runtime = self.tokenizer = self.attach = None
+        self.runtime = self.tokenizer = self.grammar_set = self.attach = None
         self.failure = "the engine is closed"
 
     def _ensure_runtime(self):
@@ -78,9 +82,15 @@ class EngineConstraints:
 
         t0 = time.perf_counter()
         try:
-            if self.tokenizer is None:
-                raise InputError("the model folder has no tokenizer, and constraints are compiled against one")
-            grammar_set = grammar_set_for(self.tokenizer)
+            grammar_set = self.grammar_set
+            if isinstance(grammar_set, Future):
+                grammar_set = grammar_set.result()  # an error building it is the caller's: it propagates
+            if grammar_set is None:
+                if self.tokenizer is None:
+                    raise InputError("constraints are compiled against a tokenizer, and this engine has none (the "
+                                     "model folder has no tokenizer files, or load_tokenizer=False without a "
+                                     "grammar_set)")
+                grammar_set = grammar_set_for(self.tokenizer)
             runtime = ConstraintRuntime(
                 grammar_set, self.rows, self.max_program_len, self.vocab_size, self.device, self.mask_impl
             )

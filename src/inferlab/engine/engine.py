@@ -3,8 +3,9 @@
     engine = Engine(EngineConfig(model="path/to/checkpoint"))
     results = engine.generate([Request(id="a", prompt="Hello", sampling=SamplingParams(max_new_tokens=32))])
 
-Start-up (in order, each phase timed in `engine.stats`; the tokenizer loads in a thread from the start, or
-earlier in the caller's (Engine(config, tokenizer_job)), `tokenizer_s`, the import of transformers included): the CUDA context (`device_init_s`), the memory plan
+Start-up (in order, each phase timed in `engine.stats`; the tokenizer loads in a thread beside them,
+`tokenizer_s`, the import of transformers included, unless `load_tokenizer=False`, where a caller that
+constrains passes the GrammarSet: Engine(config, grammar_set=...)): the CUDA context (`device_init_s`), the memory plan
 (refuse what cannot fit), weights (`load_s`), the KV cache and row state (`allocate_s`), the GEMM plan
 (read from the start-up cache, startup_cache.py, or timed and stored: `gemm_plan_source`), the prefill
 warmed at its largest shapes, and the largest decode graph of each plain filter level captured; the other
@@ -60,19 +61,20 @@ def _timed(fn, *args) -> tuple[Any, float]:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, tokenizer_job: Future | None = None) -> None:
-        """`tokenizer_job`: a Future of load_tokenizer_timed(config.model) the caller started earlier (the
-        conformer pipeline starts it before its process imports torch); by default the engine starts one."""
+    def __init__(self, config: EngineConfig, grammar_set: Any = None) -> None:
+        """`grammar_set`: the GrammarSet (or a Future of one) constrained requests run with, instead of the one
+        built from this engine's tokenizer: what an engine without a tokenizer (load_tokenizer=False) needs to
+        constrain (the conformer pipeline's preparing processes build it, so this process never imports
+        transformers: ~2-4 s of GIL-bound imports on the H100 host that slowed the import of torch beside them)."""
         started = time.perf_counter()
         self._closed = False
         self.config = config
         # the tokenizer (and the import of transformers, ~1-3 s in a fresh process) is host work: a thread
         # loads it while this one creates the CUDA context, plans memory and loads the weights
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferlab-tokenizer")
-        if tokenizer_job is None:
-            tokenizer_job = pool.submit(load_tokenizer_timed, config.model)
+        tokenizer_job = pool.submit(load_tokenizer_timed, config.model) if config.load_tokenizer else None
         try:
-            self._load(config, tokenizer_job)
+            self._load(config, tokenizer_job, grammar_set)
         finally:
             pool.shutdown(wait=False)  # on an error, the thread finishes on its own
         try:
@@ -84,7 +86,7 @@ class Engine:
         log.info("engine ready in %.1f s (%s)", self.stats.startup_s, self.stats.startup_phases())
 
     # ---- start-up ---------------------------------------------------------------------------------------
-    def _load(self, config: EngineConfig, tokenizer_job) -> None:
+    def _load(self, config: EngineConfig, tokenizer_job: Future | None, grammar_set: Any) -> None:
         """Device, plan, weights, cache and rows, the tokenizer joined; fills self.stats."""
         self.device = resolve_device(config.device)
         device_init_s = 0.0
@@ -116,12 +118,13 @@ class Engine:
         self._sync_device()
         allocate_s = time.perf_counter() - t
         t = time.perf_counter()
-        self.tokenizer, tokenizer_s = tokenizer_job.result()
+        self.tokenizer, tokenizer_s = tokenizer_job.result() if tokenizer_job is not None else (None, 0.0)
         tokenizer_wait_s = time.perf_counter() - t
         self.gemm_timings: dict = {}  # start-up timings of cuBLAS vs the Triton GEMM, {"qkv@16": {impl: us}}
         # programs are at most as long as their output (holes apart): max_seq_len ops per row
         self.constraints = EngineConstraints(
             self.tokenizer,
+            grammar_set,
             self.spec.vocab_size,
             slots,
             max_len,

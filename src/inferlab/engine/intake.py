@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from inferlab.engine.sampler import filter_level
 from inferlab.engine.tap_support import wants_taps
+from inferlab.models.output_text import output_text
 from inferlab.types import Request, Result, SamplingParams, Timings
 
 SEED_MASK = (1 << 63) - 1
@@ -120,8 +121,8 @@ def prepare(
     elif tokenizer is None:
         return error_result(
             request,
-            "a text prompt needs a tokenizer, but the model folder has none; "
-            "send prompt_ids or add the tokenizer files",
+            "a text prompt needs a tokenizer, but this engine has none (the model folder has no tokenizer "
+            "files, or EngineConfig.load_tokenizer=False); send prompt_ids or add the tokenizer files",
             0,
             timings,
         )
@@ -183,10 +184,7 @@ def prepare(
 
 def finished_result(item: Prepared, token_ids: list[int], reason: str, tokenizer, decode_text: bool) -> Result:
     """The Result of a finished row; the text leaves out a final EOS/stop token (token_ids keep it)."""
-    text = None
-    if decode_text and tokenizer is not None:
-        shown = token_ids[:-1] if reason in ("eos", "stop") else token_ids
-        text = tokenizer.decode(shown, skip_special_tokens=False)
+    text = output_text(tokenizer, token_ids, reason) if decode_text and tokenizer is not None else None
     return Result(
         id=item.request.id,
         token_ids=token_ids,

@@ -29,7 +29,7 @@ class EngineStats:
     device_init_s: float = 0.0  # the CUDA context (set_device + first allocation)
     load_s: float = 0.0  # weights read, checked, fused and moved to the device
     tokenizer_s: float = 0.0  # the tokenizer (and the import of transformers), in a thread beside load_s
-    tokenizer_wait_s: float = 0.0  # what start-up waited for that thread (0 when it was started early enough)
+    tokenizer_wait_s: float = 0.0  # what start-up waited for that thread (both 0 with load_tokenizer=False)
     allocate_s: float = 0.0  # KV cache, row state, host buffers
     warmup_s: float = 0.0  # prefill at its largest shapes and the start-up graphs' warm-up steps (Triton JIT)
     gemm_tune_s: float = 0.0  # the GEMM plan: timing cuBLAS vs the Triton GEMM, or reading it from the cache

@@ -13,6 +13,7 @@ through `auto_map`) go through AutoTokenizer as before.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -29,6 +30,13 @@ def load_tokenizer(model_dir: str | Path) -> Any:
         log.warning("%s has no tokenizer files: text prompts and text outputs are unavailable", root)
         return None
     return load_hf_tokenizer(root)
+
+
+@functools.lru_cache(maxsize=4)
+def shared_tokenizer(model_dir: str) -> Any:
+    """load_tokenizer(model_dir), once per process and folder: for the conformer pipeline's helpers (its
+    preparing and judging code, in one process when they run inline), which only read it."""
+    return load_tokenizer(model_dir)
 
 
 def load_tokenizer_timed(model_dir: str | Path) -> tuple[Any, float]:

@@ -161,6 +161,7 @@ def test_the_process_pools_give_the_same_rows_as_in_process(tmp_path, model):
     assert {r.prop("row_id"): Chem.MolToMolBlock(r.mol) for r in read_sdf(tmp_path / "pool.sdf")} == {
         r.prop("row_id"): Chem.MolToMolBlock(r.mol) for r in read_sdf(tmp_path / "inline.sdf")}
     assert summary.template_cpu_s > 0 and summary.decode_s > 0
+    assert summary.engine["tokenizer_s"] == 0.0  # the engine loaded no tokenizer: the judges decoded the ids
 
 
 def test_bad_settings_are_refused():

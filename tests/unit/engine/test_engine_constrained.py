@@ -173,3 +173,28 @@ def test_constraints_the_engine_cannot_run_become_error_results(llama_engine, qw
     assert f"max_seq_len >= {needed}" in by_id["too-long"].error
     _assert_valid(llama_engine, by_id["ok"], template, smiles)
     assert by_id["rebuilt"].token_ids == by_id["ok"].token_ids
+
+
+def test_an_engine_without_a_tokenizer_constrains_with_the_grammar_set_it_is_given(tiny_checkpoint, llama_engine):
+    """load_tokenizer=False (the conformer pipeline's engine: its process never imports transformers): the
+    GrammarSet given as a Future constrains exactly as the engine's own; without one, constrained and text
+    requests are refused naming the fix, and Result.text is None."""
+    from concurrent.futures import Future
+
+    from inferlab.engine.constraints.token_automaton import grammar_set_for
+
+    smiles = small_nci_molecules(12, 1)[0]
+    request, _ = _conformer_request(llama_engine, "m", smiles, temperature=1.0, seed=3)
+    given: Future = Future()
+    given.set_result(grammar_set_for(llama_engine.tokenizer))
+    config = EngineConfig(model=tiny_checkpoint("tiny"), max_slots=4, max_seq_len=512, decode_steps_per_sync=8,
+                          load_tokenizer=False)
+    with Engine(config, grammar_set=given) as bare:
+        assert bare.tokenizer is None and bare.stats.tokenizer_s == 0.0
+        [result] = bare.generate([request])
+        assert result.ok and result.text is None
+        assert result.token_ids == llama_engine.generate([request])[0].token_ids
+    with Engine(config) as no_grammar:
+        constrained, text = no_grammar.generate([request, Request(id="t", prompt="hello")])
+        assert "load_tokenizer=False without a grammar_set" in constrained.error
+        assert "EngineConfig.load_tokenizer=False" in text.error

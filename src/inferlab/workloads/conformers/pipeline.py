@@ -4,14 +4,16 @@ valid ones plus one JSONL row per conformer. The library side of `inferlab confo
 The wiring, in input order:
   inputs (inputs.py: bad lines become error rows) -> what is left to do (pipeline_plan.py: resume)
   -> per unique molecule, in a process pool running ahead: template + prompt ids + ConstraintProgram
-     (pipeline_prepare.py), started before the engine so it overlaps the engine's start-up; the engine's
-     tokenizer loads in a thread from the start, and this process imports torch (the engine) only after
-     the pools started: the three overlap
+     (pipeline_prepare.py), started before the engine so it overlaps the engine's start-up; this process
+     imports torch (the engine) only after the pools started, and never transformers: the engine runs
+     without a tokenizer (load_tokenizer=False), on one preparing process's GrammarSet, and the judges
+     decode the token ids (transformers' import beside torch's slowed both: 8.3 s before the engine on
+     the H100 host, the tokenizer thread taking 11 s)
   -> ONE generator of requests for the whole job (pipeline_feed.py: K per molecule, conformer
      `<id>#<k>` with a seed derived from the run's seed and that id; stereo retries fed back into it)
      handed to one Engine.stream call, which pulls requests as rows free up: no waves, no drains
   -> each result handed at once to the judge processes (pipeline_judge.py, pipeline_judge_pool.py:
-     strict check, plain decoding, stereo agreement, the SDF record), so the engine's path holds only
+     text from the token ids, strict check, plain decoding, stereo agreement, the SDF record), so the engine's path holds only
      the hand-off; the verdicts written here in finishing order (pipeline_collect.py, output.py), each
      flushed, so a rerun skips every (molecule, conformer) already written.
 A molecule that cannot be prepared, or whose prompt + program bound exceeds the engine's max_seq_len,
@@ -25,13 +27,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from inferlab.errors import ConfigError
-from inferlab.models.tokenizer_loading import load_tokenizer_timed
 from inferlab.workloads.conformers.inputs import read_molecule_inputs
 from inferlab.workloads.conformers.output import ConformerResultWriter
 from inferlab.workloads.conformers.pipeline_collect import ResultCollector, RowCallback, RowWriter
@@ -59,8 +59,9 @@ def generate_conformers(
 ) -> PipelineSummary:
     started = time.perf_counter()
     options = dict(engine_options or {})
-    if "model" in options or "seed" in options:
-        raise ConfigError("engine_options must not hold model or seed; pass them as the model and config.seed")
+    if {"model", "seed", "load_tokenizer"} & set(options):
+        raise ConfigError("engine_options must not hold model, seed or load_tokenizer; pass the model and "
+                          "config.seed (the pipeline's engine loads no tokenizer: the judges decode)")
     profile = get_profile(config.profile)
     inputs = read_molecule_inputs(input_path, config.smiles_column, config.id_column)
     summary = PipelineSummary(molecules=len(inputs.records))
@@ -86,12 +87,8 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
               summary: PipelineSummary, started: float) -> None:
     profile = get_profile(config.profile)
     summary.judge_workers = config.judge_pool_workers(len(jobs))
-    # the engine's tokenizer first, in a thread: it loads while the pools start and this process imports torch
-    tokenizer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferlab-tokenizer")
-    tokenizer_job = tokenizer_thread.submit(load_tokenizer_timed, model)
-    tokenizer_thread.shutdown(wait=False)
     with MoleculePreparer(model, profile.name, config.pool_workers(len(jobs))) as preparer, \
-            JudgePool(summary.judge_workers) as judges, ExitStack() as life:
+            JudgePool(summary.judge_workers, str(model)) as judges, ExitStack() as life:
         molecules = MoleculeFeed(jobs, preparer, lookahead=config.lookahead_molecules(None))
         molecules.top_up(0)  # the pool starts on the first molecules while the engine starts
         # only now torch (the engine's import): the pools' processes start up while this process imports it
@@ -102,7 +99,9 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
             options["max_seq_len"] = auto_max_seq_len(jobs, profile, read_model_spec(model).max_position_embeddings)
         t0 = time.perf_counter()
         summary.before_engine_s = t0 - started
-        engine = life.enter_context(Engine(EngineConfig(model=model, seed=config.seed, **options), tokenizer_job))
+        # no tokenizer in this process: the preparing processes' GrammarSet constrains, the judges decode
+        engine_config = EngineConfig(model=model, seed=config.seed, load_tokenizer=False, **options)
+        engine = life.enter_context(Engine(engine_config, grammar_set=preparer.grammar_set()))
         summary.engine_start_s = time.perf_counter() - t0
         summary.slots, summary.max_seq_len, summary.device = engine.plan.slots, engine.plan.max_seq_len, str(engine.device)
         molecules.lookahead = config.lookahead_molecules(engine.plan.slots)
@@ -110,7 +109,8 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
                  summary.engine_start_s, summary.slots, summary.max_seq_len, config.sampling.describe(),
                  summary.judge_workers)
         feed = RequestFeed(molecules, engine.plan.max_seq_len, config.sampling.params(), rows)
-        collector = ResultCollector(judges, feed, rows, summary, profile.name, config.stereo_retries, JUDGE_WINDOW)
+        collector = ResultCollector(judges, feed, rows, summary, profile.name, config.stereo_retries, JUDGE_WINDOW,
+                                    str(model))
         while feed.has_work:  # one call for the job; more only for retries of its last rows
             _stream(engine, feed, collector, summary)
         summary.molecules_run = feed.molecules_run

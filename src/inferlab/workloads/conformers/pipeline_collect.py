@@ -64,8 +64,9 @@ class RowWriter:
 
 class ResultCollector:
     def __init__(self, judges: JudgePool, feed: RequestFeed, rows: RowWriter, summary: PipelineSummary,
-                 profile: str, stereo_retries: int, window: int) -> None:
+                 profile: str, stereo_retries: int, window: int, model_dir: str) -> None:
         self.judges, self.feed, self.rows, self.summary = judges, feed, rows, summary
+        self.model_dir = model_dir
         self.profile, self.stereo_retries, self.window = profile, stereo_retries, window
         self._pending: deque[tuple[dict[str, Any], Future[Verdict]]] = deque()
         self.wait_s = 0.0  # time take() waited for a full window (counted in the consumer's time)
@@ -80,7 +81,8 @@ class ResultCollector:
         s.retry_output_tokens += len(result.token_ids) if meta["attempt"] else 0
         task = JudgeTask(input_id=meta["job"].record.id, conformer_index=meta["k"], attempt=meta["attempt"],
                          may_retry=meta["attempt"] < self.stereo_retries, template=meta["molecule"].template,
-                         profile=self.profile, text=result.text, finish_reason=result.finish_reason,
+                         profile=self.profile, model_dir=self.model_dir, token_ids=tuple(result.token_ids),
+                         finish_reason=result.finish_reason,
                          engine_error=result.error, prompt_tokens=result.prompt_tokens,
                          output_tokens=len(result.token_ids))
         self._pending.append((meta, self.judges.submit(task)))

@@ -13,6 +13,8 @@ Three readings of every output, all on the CPU, in the judge pool (pipeline_judg
   specifies (`stereo_ok` true/false, null when it specifies none). A contradicting conformer with
   attempts left is marked `retry` (the pipeline generates it again); otherwise it is written as is.
 
+The text is decoded here from the token ids, with the checkpoint's tokenizer loaded once per judging
+process, not by the engine: the engine's process then never imports transformers (pipeline.py).
 Together ~1.5-2 ms of CPU per conformer of 20-50 heavy atoms, all under the GIL (RDKit does not release
 it here; scripts/conformers_judge_cost.py measures both), which is why they run in worker processes. Everything here is plain data in and out (no torch,
 no engine objects), so a task pickles cheaply. Not here: writing (output.py), generation (pipeline.py).
@@ -26,7 +28,9 @@ from typing import Any
 
 from rdkit import Chem
 
-from inferlab.errors import InferlabError
+from inferlab.errors import InferlabError, InputError
+from inferlab.models.output_text import output_text
+from inferlab.models.tokenizer_loading import shared_tokenizer
 from inferlab.workloads.conformers.decode import decode_generation
 from inferlab.workloads.conformers.profiles import get_profile
 from inferlab.workloads.conformers.sdf import format_record
@@ -44,7 +48,8 @@ class JudgeTask:
     may_retry: bool  # attempts are left: a conformer contradicting the input's stereo is generated again
     template: ConformerTemplate
     profile: str
-    text: str | None  # the generation, EOS left out; None when the engine refused the request
+    model_dir: str  # whose tokenizer decodes token_ids (the engine's process loads none: pipeline.py)
+    token_ids: tuple[int, ...]  # the generation, its EOS included
     finish_reason: str
     engine_error: str | None
     prompt_tokens: int
@@ -82,12 +87,13 @@ def judge(task: JudgeTask) -> Verdict:
 
     if task.engine_error is not None:
         return verdict(f"the engine refused the request: {task.engine_error}")
-    if task.finish_reason != "eos" or task.text is None:
+    if task.finish_reason != "eos":
         return verdict(f"the generation ended by {task.finish_reason!r}, not at the program's EOS")
+    text = output_text(tokenizer_for(task.model_dir), task.token_ids, task.finish_reason)
     profile = get_profile(task.profile)
-    fields["graph_match"] = _plain_decoding_matches(task.text, template, profile)
+    fields["graph_match"] = _plain_decoding_matches(text, template, profile)
     try:
-        mol = template.check(task.text, profile).mol
+        mol = template.check(text, profile).mol
     except InferlabError as e:
         return verdict(f"the output is not a valid conformer of the input: {e}")
     fields.update(stereo_fields(mol))
@@ -95,6 +101,16 @@ def judge(task: JudgeTask) -> Verdict:
         return verdict(None, retry=True)
     return verdict(None, format_record(mol, task.input_id, template.canonical_smiles, task.conformer_index,
                                        template.profile))
+
+
+def tokenizer_for(model_dir: str) -> Any:
+    """The folder's tokenizer, loaded once per process (JudgePool loads it at its workers' start, while the
+    engine starts up)."""
+    tokenizer = shared_tokenizer(model_dir)
+    if tokenizer is None:
+        raise InputError(f"{model_dir} has no tokenizer files; conformer outputs are decoded with the checkpoint's "
+                         "tokenizer")
+    return tokenizer
 
 
 def _plain_decoding_matches(text: str, template: ConformerTemplate, profile) -> bool:

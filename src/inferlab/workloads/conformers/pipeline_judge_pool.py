@@ -16,21 +16,23 @@ from __future__ import annotations
 import multiprocessing
 from concurrent.futures import Future, ProcessPoolExecutor
 
-from inferlab.workloads.conformers.pipeline_judge import JudgeTask, Verdict, judge
+from inferlab.workloads.conformers.pipeline_judge import JudgeTask, Verdict, judge, tokenizer_for
 
 
-def _ready() -> None:
-    """A task that only makes a worker process start (and import this module, RDKit with it)."""
+def _ready(model_dir: str) -> None:
+    """A task that makes a worker process start (importing this module, RDKit with it) and load the
+    checkpoint's tokenizer, before the first result arrives."""
+    tokenizer_for(model_dir)
 
 
 class JudgePool:
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, model_dir: str) -> None:
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
         if workers > 0:
             self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-            for _ in range(workers):  # start every process now (imports ~1 s), while the engine starts up
-                self._pool.submit(_ready)
+            for _ in range(workers):  # start every process now (imports, tokenizer), while the engine starts up
+                self._pool.submit(_ready, model_dir)
 
     def submit(self, task: JudgeTask) -> Future[Verdict]:
         if self._pool is not None:

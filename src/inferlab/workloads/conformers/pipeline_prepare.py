@@ -4,7 +4,8 @@ template (template.py) -> prompt token ids and the compiled ConstraintProgram (e
 Compiling costs ~25 ms per molecule of 16 atoms with the qwen3-chem tokenizer (the tokenizer runs over
 44 sample fills per hole), so `workers` processes prepare molecules ahead of the engine while it decodes
 (and while it starts up). Each worker loads the checkpoint's tokenizer and builds its GrammarSet once (the
-GrammarSet key is a fingerprint of the vocabulary, so programs compiled there pass the engine's check).
+GrammarSet key is a fingerprint of the vocabulary, so programs compiled there pass the engine's check);
+one worker's GrammarSet is also the engine's (`grammar_set()`), so the engine's process loads no tokenizer.
 `workers=0` prepares in the calling process (tests, tiny jobs). Results come back as futures; a molecule
 that cannot be prepared (bad SMILES, a dative bond, a tokenization the compiler refuses) is a
 PreparedMolecule with `error`, never an exception.
@@ -70,9 +71,9 @@ _STATE: _PreparerState | None = None  # one per worker process, set by its initi
 def _load_state(model_dir: str, profile_name: str) -> _PreparerState:
     from inferlab.engine.constraints.token_automaton import grammar_set_for
     from inferlab.errors import InputError
-    from inferlab.models.tokenizer_loading import load_tokenizer
+    from inferlab.models.tokenizer_loading import shared_tokenizer
 
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = shared_tokenizer(model_dir)
     if tokenizer is None:
         raise InputError(f"{model_dir} has no tokenizer files; conformer prompts and constraints need the tokenizer: "
                          "copy the checkpoint's tokenizer files into it (for a random model: inferlab model init "
@@ -106,6 +107,17 @@ def _prepare_in_worker(smiles: str) -> PreparedMolecule:
     assert _STATE is not None, "the pool initializer did not run"
     prepared = prepare_with(_STATE, smiles)
     return _with_ops(prepared, lambda ops: ops.numpy())
+
+
+def _grammar_set_in_worker() -> Any:
+    """The worker's GrammarSet with its tables as numpy (torch would send each through a file descriptor)."""
+    assert _STATE is not None, "the pool initializer did not run"
+    return _with_tables(_STATE.grammar_set, lambda t: t.numpy())
+
+
+def _with_tables(grammar_set: Any, convert) -> Any:
+    return dataclasses.replace(grammar_set, **{name: convert(getattr(grammar_set, name))
+                                               for name in ("transitions", "token_class", "accepting")})
 
 
 def _with_ops(prepared: PreparedMolecule, convert) -> PreparedMolecule:
@@ -153,6 +165,28 @@ class MoleculePreparer:
 
         prepared = self.submit(smiles).result()
         return _with_ops(prepared, torch.from_numpy) if self._pool is not None else prepared
+
+    def grammar_set(self) -> Future:
+        """A Future of the GrammarSet the programs are compiled against (one worker's, every worker's being
+        equal): the engine's constraint runtime takes it, so the engine's process needs no tokenizer."""
+        import torch
+
+        done: Future = Future()
+        if self._pool is None:
+            if self._inline is None:
+                self._inline = _load_state(self.model_dir, self.profile_name)
+            done.set_result(self._inline.grammar_set)
+            return done
+
+        def arrived(future: Future) -> None:
+            error = future.exception()
+            if error is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(_with_tables(future.result(), torch.from_numpy))
+
+        self._pool.submit(_grammar_set_in_worker).add_done_callback(arrived)
+        return done
 
     def _start(self, smiles: str) -> Future:
         if self._pool is not None:
