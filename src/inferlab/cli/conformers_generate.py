@@ -204,8 +204,9 @@ def print_summary(summary, output: str) -> None:
           f"{_rate(s['conformers_per_s'], 2)} conformers/s, {_rate(s['molecules_per_s'], 2)} molecules/s "
           f"(inside the engine: {_rate(s['generate_output_tokens_per_s'])} tok/s)")
     judges = {0: "this process", 1: "1 process"}.get(s["judge_workers"], f"{s['judge_workers']} processes")
-    print(f"time: engine start {s['engine_start_s']:.1f} s, generation {s['generate_s']:.1f} s, engine waiting for "
-          f"the pipeline {s['consumer_s']:.1f} s, other {s['other_s']:.1f} s; judging {s['decode_s']:.1f} s of CPU in {judges}, writing "
+    print(f"time: before the engine {s['before_engine_s']:.1f} s (inputs, pools, torch), engine start "
+          f"{s['engine_start_s']:.1f} s, generation {s['generate_s']:.1f} s, engine waiting for the pipeline "
+          f"{s['consumer_s']:.1f} s, closing {s['teardown_s']:.1f} s; judging {s['decode_s']:.1f} s of CPU in {judges}, writing "
           f"{s['write_s']:.1f} s; templates {s['template_cpu_s']:.1f} s of CPU in the pool, "
           f"{s['template_wait_s']:.1f} s waited for")
     print(f"wrote {output} and {default_jsonl_path(output)}")
