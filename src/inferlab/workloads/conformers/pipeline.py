@@ -89,6 +89,7 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
     summary.judge_workers = config.judge_pool_workers(len(jobs))
     with MoleculePreparer(model, profile.name, config.pool_workers(len(jobs))) as preparer, \
             JudgePool(summary.judge_workers, str(model)) as judges, ExitStack() as life:
+        grammar_set = preparer.grammar_set()  # the engine's GrammarSet, the pool's first task
         molecules = MoleculeFeed(jobs, preparer, lookahead=config.lookahead_molecules(None))
         molecules.top_up(0)  # the pool starts on the first molecules while the engine starts
         # only now torch (the engine's import): the pools' processes start up while this process imports it
@@ -101,7 +102,7 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
         summary.before_engine_s = t0 - started
         # no tokenizer in this process: the preparing processes' GrammarSet constrains, the judges decode
         engine_config = EngineConfig(model=model, seed=config.seed, load_tokenizer=False, **options)
-        engine = life.enter_context(Engine(engine_config, grammar_set=preparer.grammar_set()))
+        engine = life.enter_context(Engine(engine_config, grammar_set=grammar_set))
         summary.engine_start_s = time.perf_counter() - t0
         summary.slots, summary.max_seq_len, summary.device = engine.plan.slots, engine.plan.max_seq_len, str(engine.device)
         molecules.lookahead = config.lookahead_molecules(engine.plan.slots)

@@ -168,9 +168,8 @@ class MoleculePreparer:
 
     def grammar_set(self) -> Future:
         """A Future of the GrammarSet the programs are compiled against (one worker's, every worker's being
-        equal): the engine's constraint runtime takes it, so the engine's process needs no tokenizer."""
-        import torch
-
+        equal): the engine's constraint runtime takes it, so the engine's process needs no tokenizer. Ask
+        before submitting molecules: a pool task, it would otherwise queue behind them."""
         done: Future = Future()
         if self._pool is None:
             if self._inline is None:
@@ -178,12 +177,14 @@ class MoleculePreparer:
             done.set_result(self._inline.grammar_set)
             return done
 
-        def arrived(future: Future) -> None:
+        def arrived(future: Future) -> None:  # in the pool's thread; torch imported here, not at the call
             error = future.exception()
             if error is not None:
                 done.set_exception(error)
-            else:
-                done.set_result(_with_tables(future.result(), torch.from_numpy))
+                return
+            import torch
+
+            done.set_result(_with_tables(future.result(), torch.from_numpy))
 
         self._pool.submit(_grammar_set_in_worker).add_done_callback(arrived)
         return done
