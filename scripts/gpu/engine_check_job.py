@@ -183,6 +183,14 @@ class PrefillOverlap:
                 "host_launch_ms_per_batch": sum(host_ms) / n}  # fmt: skip
 
 
+def overlap_row(ctx, part: str, label: str, overlap: dict[str, Any]) -> None:
+    """The summary row of a PrefillOverlap report."""
+    ctx.row(part, f"{label}: batches the device reached before their launch ended",
+            f"{overlap['device_reached_before_launch_done']} of {overlap['batches']}",
+            f"device waited {overlap['device_wait_s']:.2f} s in all; launch {overlap['host_launch_ms_per_batch']:.1f} "
+            "ms/batch")
+
+
 def isolated_prefills(ctx, engine, job: Job) -> dict[str, Any]:
     """Admit + prefill of distinct prompts alone (host launch, then total with a sync), last of 4 repeats."""
     from inferlab.engine.intake import Prepared
@@ -246,10 +254,7 @@ def part_prefill(ctx) -> dict[str, Any]:
                 f"{cell['tok_per_s']:,.0f}", f"{s['lazy_graphs']} graphs in {s['lazy_capture_s']:.2f} s; "
                 f"intake {s['intake_s']:.2f} s")  # fmt: skip
         if "overlap" in cell:
-            o = cell["overlap"]
-            ctx.row("prefill", f"{label}: batches the device reached before their launch ended",
-                    f"{o['device_reached_before_launch_done']} of {o['batches']}",
-                    f"device waited {o['device_wait_s']:.2f} s in all")
+            overlap_row(ctx, "prefill", label, cell["overlap"])
     if ctx.cuda:
         res["isolated"] = isolated_prefills(ctx, engine, job)
         for label, cell in res["isolated"].items():

@@ -18,7 +18,7 @@ import dataclasses
 import random
 from typing import Any
 
-from engine_check_job import PrefillOverlap, time_admit_prefill, timed_call  # beside this file (engine_check.py puts it on sys.path)
+from engine_check_job import PrefillOverlap, overlap_row, time_admit_prefill, timed_call  # beside this file (engine_check.py puts it on sys.path)
 
 
 def long_requests(n: int, vocab: int, lo: int, hi: int, new: int) -> list[Any]:
@@ -64,10 +64,7 @@ def part_prefill_long(ctx) -> dict[str, Any]:
                 f"padded {s['prefill_padded_tokens']:,} for {s['prefill_tokens']:,} prompt tokens "
                 f"({cell['padding']:.2f}x)")  # fmt: skip
         if "overlap" in cell:
-            o = cell["overlap"]
-            ctx.row("prefill_long", f"{label}: batches the device reached before their launch ended",
-                    f"{o['device_reached_before_launch_done']} of {o['batches']}",
-                    f"device waited {o['device_wait_s']:.2f} s; launch {o['host_launch_ms_per_batch']:.1f} ms/batch")
+            overlap_row(ctx, "prefill_long", label, cell["overlap"])
     q, b = res["queue_order"]["stats"], res["by_length"]["stats"]
     # greedy rows are batch-independent up to rounding: another batch shape may pick another GEMM kernel, and
     # a random-weight model's near-ties can then flip a token; informational, not a verdict
