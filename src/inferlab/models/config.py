@@ -76,6 +76,7 @@ class ModelSpec:
     bos_token_id: int | None = None
     pad_token_id: int | None = None
     checkpoint_dtype: str | None = None  # "bfloat16", "float32", ... as written in config.json
+    num_labels: int = 2  # a sequence classifier's outputs (its score head's rows): len(id2label), else num_labels
     raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -221,6 +222,7 @@ def read_model_spec(model_dir: str | Path) -> ModelSpec:
         bos_token_id=cfg.get("bos_token_id", gen.get("bos_token_id")),
         pad_token_id=cfg.get("pad_token_id", gen.get("pad_token_id")),
         checkpoint_dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
+        num_labels=len(cfg.get("id2label") or {}) or int(cfg.get("num_labels", 2)),
         raw=cfg,
     )
     return ModelSpec(**(common | family))  # the family's reading wins (e.g. Gemma's own defaults)

@@ -24,16 +24,23 @@ log = logging.getLogger(__name__)
 
 # Keys some checkpoints carry that the forward does not need (older exports saved rotary buffers).
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+# The head read after the decoder: "lm" (lm_head, the generation engine), "score" (a ...ForSequenceClassification
+# checkpoint's score.weight [num_labels, hidden]) or "none" (hidden states only: a stored lm_head is not read).
+HEADS = ("lm", "score", "none")
 
 
-def expected_shapes(spec: ModelSpec) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+def expected_shapes(spec: ModelSpec, head: str = "lm") -> tuple[dict[str, tuple[int, ...]], set[str]]:
     """(required key -> shape, optional keys). A tied lm_head.weight may or may not be stored."""
+    assert head in HEADS, head
     h, q, kv, inter = spec.hidden_size, spec.q_size, spec.kv_size, spec.intermediate_size
     shapes: dict[str, tuple[int, ...]] = {
         "model.embed_tokens.weight": (spec.vocab_size, h),
         "model.norm.weight": (h,),
-        "lm_head.weight": (spec.vocab_size, h),
     }
+    if head == "score":
+        shapes["score.weight"] = (spec.num_labels, h)
+    else:
+        shapes["lm_head.weight"] = (spec.vocab_size, h)
     for i in range(spec.num_layers):
         p = f"model.layers.{i}."
         shapes |= {
@@ -56,7 +63,7 @@ def expected_shapes(spec: ModelSpec) -> tuple[dict[str, tuple[int, ...]], set[st
             shapes |= {p + "self_attn.q_norm.weight": (spec.head_dim,), p + "self_attn.k_norm.weight": (spec.head_dim,)}
         if spec.post_norms:
             shapes |= {p + "pre_feedforward_layernorm.weight": (h,), p + "post_feedforward_layernorm.weight": (h,)}
-    optional = {"lm_head.weight"} if spec.tie_word_embeddings else set()
+    optional = {"lm_head.weight"} if spec.tie_word_embeddings or head == "none" else set()
     return shapes, optional
 
 
@@ -79,9 +86,9 @@ def checkpoint_files(model_dir: Path) -> dict[str, Path]:
     return located
 
 
-def check_keys(spec: ModelSpec, found: dict[str, tuple[int, ...]], where: Path) -> None:
+def check_keys(spec: ModelSpec, found: dict[str, tuple[int, ...]], where: Path, head: str = "lm") -> None:
     """Raise one InputError listing every missing, unexpected or wrongly shaped tensor."""
-    shapes, optional = expected_shapes(spec)
+    shapes, optional = expected_shapes(spec, head)
     problems = []
     missing = sorted(k for k in shapes if k not in found and k not in optional)
     unexpected = sorted(k for k in found if k not in shapes and not k.endswith(IGNORED_SUFFIXES))
@@ -101,14 +108,15 @@ def check_keys(spec: ModelSpec, found: dict[str, tuple[int, ...]], where: Path) 
         )
 
 
-def load_weights(model_dir: str | Path, spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> ModelWeights:
-    """Read, check, fuse and cast the checkpoint's tensors onto `device`."""
+def load_weights(model_dir: str | Path, spec: ModelSpec, dtype: torch.dtype, device: torch.device,
+                 head: str = "lm") -> ModelWeights:
+    """Read, check, fuse and cast the checkpoint's tensors onto `device`; `head` as in HEADS."""
     root = Path(model_dir)
     located = checkpoint_files(root)
     with ExitStack() as stack:
         handles = {path: stack.enter_context(safe_open(str(path), framework="pt")) for path in set(located.values())}
         found = {key: tuple(handles[path].get_slice(key).get_shape()) for key, path in located.items()}
-        check_keys(spec, found, root)
+        check_keys(spec, found, root, head)
 
         def get(key: str) -> torch.Tensor:
             return handles[located[key]].get_tensor(key)
@@ -139,7 +147,11 @@ def load_weights(model_dir: str | Path, spec: ModelSpec, dtype: torch.dtype, dev
                 )
             )
         embed = put("model.embed_tokens.weight")
-        lm_head = embed if spec.tie_word_embeddings else put("lm_head.weight")
-        weights = ModelWeights(embed=embed, layers=layers, final_norm=put("model.norm.weight"), lm_head=lm_head)
+        lm_head = None
+        if head == "lm":
+            lm_head = embed if spec.tie_word_embeddings else put("lm_head.weight")
+        score = put("score.weight") if head == "score" else None
+        weights = ModelWeights(embed=embed, layers=layers, final_norm=put("model.norm.weight"), lm_head=lm_head,
+                               score=score)
     log.info("loaded %s: %.1f MB of weights as %s on %s", root, weights.nbytes() / 1e6, dtype, device)
     return weights

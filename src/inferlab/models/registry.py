@@ -38,8 +38,38 @@ ARCHITECTURES: dict[str, Implementation] = {
 }
 
 
+# Sequence classifiers: the same decoder as the causal LM of their family, a score head instead of lm_head
+# (transformers' GenericForSequenceClassification). Gemma 3's text classifier is Gemma3TextFor...; the
+# multimodal Gemma3ForSequenceClassification (weights under model.language_model) is not listed.
+CLASSIFIERS: dict[str, str] = {
+    "LlamaForSequenceClassification": "LlamaForCausalLM",
+    "MistralForSequenceClassification": "MistralForCausalLM",
+    "Qwen2ForSequenceClassification": "Qwen2ForCausalLM",
+    "Qwen3ForSequenceClassification": "Qwen3ForCausalLM",
+    "GemmaForSequenceClassification": "GemmaForCausalLM",
+    "Gemma2ForSequenceClassification": "Gemma2ForCausalLM",
+    "Gemma3TextForSequenceClassification": "Gemma3ForCausalLM",
+}
+
+
 def is_supported(architecture: str) -> bool:
     return architecture in ARCHITECTURES
+
+
+def is_classifier(architecture: str) -> bool:
+    return architecture in CLASSIFIERS
+
+
+def encoder_implementation_for(architecture: str) -> Implementation:
+    """The forward the packed prefill (engine/packed) runs for a causal LM or a sequence classifier."""
+    if architecture in CLASSIFIERS:
+        return ARCHITECTURES[CLASSIFIERS[architecture]]
+    if architecture in ARCHITECTURES:
+        return ARCHITECTURES[architecture]
+    raise UnsupportedError(
+        f"architecture {architecture!r} is not supported by the inferlab engine (supported: "
+        f"{', '.join([*ARCHITECTURES, *CLASSIFIERS])}); run it with --backend hf (transformers) instead"
+    )
 
 
 def implementation_for(architecture: str) -> Implementation:
