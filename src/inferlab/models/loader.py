@@ -37,9 +37,9 @@ def expected_shapes(spec: ModelSpec, head: str = "lm") -> tuple[dict[str, tuple[
         "model.embed_tokens.weight": (spec.vocab_size, h),
         "model.norm.weight": (h,),
     }
-    if head == "score":
+    if head != "lm":
         shapes["score.weight"] = (spec.num_labels, h)
-    else:
+    if head != "score":
         shapes["lm_head.weight"] = (spec.vocab_size, h)
     for i in range(spec.num_layers):
         p = f"model.layers.{i}."
@@ -64,6 +64,8 @@ def expected_shapes(spec: ModelSpec, head: str = "lm") -> tuple[dict[str, tuple[
         if spec.post_norms:
             shapes |= {p + "pre_feedforward_layernorm.weight": (h,), p + "post_feedforward_layernorm.weight": (h,)}
     optional = {"lm_head.weight"} if spec.tie_word_embeddings or head == "none" else set()
+    if head == "none":
+        optional.add("score.weight")  # hidden states of a classifier: its head is not read
     return shapes, optional
 
 

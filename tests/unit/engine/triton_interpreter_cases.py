@@ -667,3 +667,64 @@ def test_skipped_rows_leave_the_other_rows_draws_unchanged(dtype):
     tau = filter_threshold(logits.float(), temperature, torch.full((rows,), 50), top_p, min_p, FILTER_TOP_K)
     race = triton_sampling.race_argmax(logits, temperature, tau, seeds, index, 0, skip, block=1024)
     assert torch.equal(race, race_argmax_torch(logits, temperature, tau, seeds, index, 0, skip))
+
+
+@pytest.mark.parametrize("window, softcap, head_dim", [(0, None, 16), (5, None, 24), (70, None, 16), (200, 2.0, 24)])
+def test_varlen_attention_kernel_equals_the_reference(window, softcap, head_dim):
+    """Rows of 1..257 tokens (several query and key blocks), GQA, views of one qkv buffer; windows shorter and
+    longer than a block, soft-caps. fp32 (the interpreter's bf16 dot is unusable)."""
+    from inferlab.engine.kernels.triton_varlen_attention import varlen_attention
+    from inferlab.engine.packed.attention import varlen_attention_torch
+    from inferlab.engine.packed.batch import on_device, pack_rows
+
+    lengths = [1, 130, 257, 64]
+    g = torch.Generator().manual_seed(0)
+    qkv = torch.randn(sum(lengths), 8 * head_dim, generator=g)
+    q, k, v = (t.view(sum(lengths), -1, head_dim) for t in qkv.split([4 * head_dim, 2 * head_dim, 2 * head_dim], 1))
+    batch = on_device(pack_rows([[0] * n for n in lengths]), torch.device("cpu"))
+    got = varlen_attention(q, k, v, batch.cu_seqlens, max(lengths), head_dim**-0.5, window, softcap)
+    want = varlen_attention_torch(q, k, v, batch, head_dim**-0.5, window, softcap)
+    torch.testing.assert_close(got, want, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("qk_norm, offset", [(False, False), (True, False), (True, True)])
+def test_rope_in_place_equals_the_reference(qk_norm, offset):
+    from inferlab.engine.kernels.triton_rope_inplace import rope_inplace
+    from inferlab.engine.packed.forward import rope_inplace_torch
+
+    g = torch.Generator().manual_seed(3)
+    heads, kv_heads, head_dim = 4, 2, 32
+    tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 64, torch.device("cpu"))
+    qkv = torch.randn(9, (heads + 2 * kv_heads) * head_dim, generator=g)
+    norms = [torch.randn(head_dim, generator=g) if qk_norm else None for _ in range(2)]
+    positions = torch.tensor([0, 1, 2, 0, 1, 2, 3, 4, 63])
+    ours, ref = qkv.clone(), qkv.clone()
+    rope_inplace(ours, positions, tables.cos, tables.sin, *norms, 1e-6, heads, kv_heads, offset)
+    rope_inplace_torch(ref, positions, tables.cos, tables.sin, *norms, 1e-6, heads, kv_heads, offset)
+    torch.testing.assert_close(ours, ref, **TOL[torch.float32])
+    assert torch.equal(ours[:, (heads + kv_heads) * head_dim :], qkv[:, (heads + kv_heads) * head_dim :])  # v as it was
+
+
+def test_row_quantization_kernel_stores_the_reference_bytes():
+    from inferlab.engine.kernels.triton_fp8_rows import quantize_rows
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 5000, generator=g) * torch.logspace(-3, 2, 6)[:, None]  # two passes of 4096-wide blocks
+    x[2] = 0.0
+    q, scale = quantize_rows(x)
+    ref_q, ref_scale = kv_quant.quantize(x)
+    assert torch.equal(scale, ref_scale) and torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8))
+
+
+def test_packed_encoder_on_triton_kernels_matches_the_torch_kernels(tiny_classifier):
+    """The whole packed forward with the Triton norms, in-place rope and varlen attention (forced: on CPU the
+    encoder would pick the torch attention) against the torch kernels; Gemma 2: windows, soft-caps, (1 + w)."""
+    from inferlab.engine import Encoder, EncoderConfig
+
+    path = tiny_classifier("tiny-gemma2")
+    rows = [[7], list(range(11, 24))]
+    ref = Encoder(EncoderConfig(path, device="cpu", kernels="torch"))
+    ours = Encoder(EncoderConfig(path, device="cpu", kernels="triton"))
+    ours.forward.attention.chosen = {(False, False): "triton", (True, False): "triton", (False, True): "triton",
+                                     (True, True): "triton"}
+    torch.testing.assert_close(ours.classify(ours.pack(rows)), ref.classify(ref.pack(rows)), atol=1e-4, rtol=1e-4)
