@@ -136,15 +136,29 @@ def resolve_max_length(requested: int | None, model_max: int | None) -> int:
     return requested
 
 
-def ensure_pad_token(tokenizer, model) -> int:
-    """Batched inference needs a pad token: keep the tokenizer's, else reuse EOS; tell the model config too
-    (sequence classifiers find each row's last real token through config.pad_token_id)."""
+def ensure_tokenizer_pad(tokenizer) -> int:
+    """Batched inference needs a pad token: keep the tokenizer's, else reuse EOS. Returns the pad id."""
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token_id is None:
             raise InputError("the tokenizer has neither a pad nor an EOS token; add a pad token to the checkpoint")
         tokenizer.pad_token = tokenizer.eos_token
         log.info("tokenizer has no pad token; padding with EOS (%r)", tokenizer.eos_token)
-    pad_id = int(tokenizer.pad_token_id)
+    return int(tokenizer.pad_token_id)
+
+
+def load_tokenizer(model_dir: str | Path):
+    """The checkpoint's tokenizer with a pad token (ensure_tokenizer_pad), for a model loaded elsewhere."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(check_model_dir(model_dir)))
+    ensure_tokenizer_pad(tokenizer)
+    return tokenizer
+
+
+def ensure_pad_token(tokenizer, model) -> int:
+    """ensure_tokenizer_pad, and tell the model config too (sequence classifiers find each row's last real
+    token through config.pad_token_id)."""
+    pad_id = ensure_tokenizer_pad(tokenizer)
     model.config.pad_token_id = pad_id
     text_config_of(model.config).pad_token_id = pad_id
     return pad_id

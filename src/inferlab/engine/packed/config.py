@@ -24,6 +24,7 @@ class EncoderConfig:
     max_length: int | None = None  # the longest row accepted (rope tables); None: the model's max positions
     kernels: str = "auto"  # "torch", "triton" or "auto" (triton on CUDA)
     attention: str = "auto"  # packed attention: "auto" (checked and timed at start-up), or one implementation
+    pad_id: int | None = None  # classify reads each row's last token that is not this id; None: config.json's
 
     def __post_init__(self) -> None:
         if not str(self.model):

@@ -88,7 +88,8 @@ class Encoder:
         if config.weights == "fp8":
             check_fp8_device(self.device, self.dtype)
         self.max_length = min(config.max_length or spec.max_position_embeddings, spec.max_position_embeddings)
-        self.pad_id = spec.pad_token_id if classify else None  # the classifier reads the last non-pad token
+        # the classifier reads each row's last non-pad token
+        self.pad_id = (config.pad_id if config.pad_id is not None else spec.pad_token_id) if classify else None
         ops = select_ops(config.kernels, self.device)
         t = time.perf_counter()
         weights = load_weights(config.model, spec, self.dtype, self.device, head="score" if classify else "none")
