@@ -12,9 +12,10 @@ from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "classify",
-        help="classify texts with an AutoModelForSequenceClassification checkpoint (resumable)",
-        description="Reads JSONL rows {id, text}; writes {id, label, label_id, probabilities, ...} or an error "
-        "record per row. A rerun with the same --output skips ids already written.",
+        help="classify texts with a ...ForSequenceClassification checkpoint (resumable)",
+        description="Reads JSONL rows {id, text}; writes {id, label, label_id, probabilities, latency_ms, ...} or an "
+        "error record per row. A rerun with the same --output skips ids already written. The engine (--backend "
+        "auto or inferlab) packs texts without padding into batches of --max-batch-tokens tokens.",
     )
     add_model_args(p)
     p.add_argument("--input", required=True, help="JSONL file, one {\"id\", \"text\"} object per line")
@@ -27,29 +28,35 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from inferlab.cli.hf_workload_args import (
+        hf_batch_size,
         load_config_from,
         max_batch_tokens,
         print_summary,
         progress_bar,
         require_paths,
+        say_backend,
+        workload_backend_from,
     )
-    from inferlab.workloads.classify import ClassifyOptions, classify_file, load_classifier
+    from inferlab.workloads.backend_choice import open_classifier
+    from inferlab.workloads.classify import ClassifyOptions, classify_file
 
     apply_tuned_config(args)
     options = ClassifyOptions(
-        batch_size=args.batch_size,
+        batch_size=hf_batch_size(args),
         max_length=args.max_length,
         truncate=args.truncate,
         max_batch_tokens=max_batch_tokens(args),
         text_field=args.text_field,
     )
+    backend = workload_backend_from(args)
     require_paths(args, (".jsonl",), "JSONL predictions")
     if wants_scale_out(args):  # --gpus/--launcher: shards on several workers (inferlab.scale)
         from inferlab.cli.scale_args import run_scaled_command
         from inferlab.scale.workloads.classify import classify_params
 
-        return run_scaled_command(args, "classify", classify_params(load_config_from(args), options))
-    classifier = load_classifier(load_config_from(args))
+        return run_scaled_command(args, "classify", classify_params(load_config_from(args), options, backend))
+    classifier, choice = open_classifier(load_config_from(args), backend, args.max_length)
+    say_backend(choice)
     with progress_bar(args.input, unit="text") as progress:
         report = classify_file(classifier, args.input, args.output, options, progress=progress)
     print_summary(report.summary())

@@ -159,14 +159,17 @@ def length_policy(options: HiddenStatesOptions, max_length: int) -> LengthPolicy
 
 
 def collect_hidden_states(
-    loaded: LoadedModel,
+    loaded: Any,
     input_path: str | Path,
     output_path: str | Path,
     options: HiddenStatesOptions,
     progress: Callable[[int], None] | None = None,
 ) -> HiddenStatesReport:
-    """Collect pooled activations of `input_path` into `output_path` with transformers; skips ids finished by
-    earlier runs."""
+    """Collect pooled activations of `input_path` into `output_path`; skips ids finished by earlier runs.
+    `loaded`: a transformers LoadedModel, or the engine's EngineHiddenStates (hidden_states_engine.py, which
+    runs its own loop into the same store)."""
+    if not isinstance(loaded, LoadedModel):
+        return loaded.collect(input_path, output_path, options, progress)
     if not Path(input_path).exists():
         raise InputError(f"input file {input_path} does not exist")
     start = time.perf_counter()

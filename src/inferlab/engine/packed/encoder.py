@@ -242,10 +242,10 @@ def _candidates(attention: str, device: torch.device) -> tuple[str, ...]:
 def encoder_support(model_dir: str | Path, task: str) -> str | None:
     """None when the encoder runs this checkpoint for `task`, else why not (what `--backend auto` says when it
     falls back to transformers). A missing or broken checkpoint raises InputError as the loaders do."""
-    spec = read_model_spec(model_dir)
-    if task == "classify" and not is_classifier(spec.architecture):
-        return f"{spec.architecture} is not a sequence classifier the engine knows"
     try:
+        spec = read_model_spec(model_dir)  # refuses architectures and features the engine does not implement
+        if task == "classify" and not is_classifier(spec.architecture):
+            return f"{spec.architecture} is not a sequence classifier the engine knows"
         encoder_implementation_for(spec.architecture)
         check_windows(spec)
     except UnsupportedError as e:
