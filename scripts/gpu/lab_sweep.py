@@ -2,7 +2,9 @@
 
     python scripts/gpu/lab_sweep.py --out $OUT --parts attention generate            # chunks of < 9 minutes
     python scripts/gpu/lab_sweep.py --out $OUT --parts static-cache
-    python scripts/gpu/lab_sweep.py --out $OUT --parts classify hidden
+    python scripts/gpu/lab_sweep.py --out $OUT --parts classify hidden                # transformers + the engine
+    python scripts/gpu/lab_sweep.py --out $OUT --parts classify-vllm hidden-vllm      # vLLM's rows (carry .dev2)
+    python scripts/gpu/lab_sweep.py --out $OUT --parts classify-matrix
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-baseline
     python scripts/gpu/lab_sweep.py --out $OUT --parts steering                      # ~6.5 min, gemma-2b
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-pipeline --only scenario=conformer-pipeline
@@ -12,7 +14,8 @@
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
-classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline, and each
+classify = seed-classify (its transformers and engine cells; classify-vllm: its vLLM cell), classify-matrix =
+seed-classify-matrix, hidden = seed-hidden-states (hidden-vllm: its vLLM cell), conformer-baseline = conformer-baseline, and each
 of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak, steering = the preset of that name;
 engine-vs-peers in three parts (peers-engine-hf, peers-vllm-generate, peers-rest), and its conformer rows
 on 800 requests in a run of their own (peers-conformers).
@@ -64,7 +67,10 @@ PARTS = {
     "generate": ("seed-generate", "seed-generate"),
     "static-cache": ("seed-static-cache", "seed-generate"),
     "classify": ("seed-classify", "seed-classify"),
+    "classify-vllm": ("seed-classify", "seed-classify"),
+    "classify-matrix": ("seed-classify-matrix", "seed-classify-matrix"),
     "hidden": ("seed-hidden-states", "seed-hidden-states"),
+    "hidden-vllm": ("seed-hidden-states", "seed-hidden-states"),
     "conformer-baseline": ("conformer-baseline", "conformer-baseline"),
     "engine-vs-hf": ("engine-vs-hf", "engine-vs-hf"),
     "conformer-engine": ("conformer-engine", "conformer-baseline"),  # beside the baseline: one report
@@ -84,9 +90,13 @@ PARTS = {
 }
 # Parts whose cells are mostly vLLM's: without vLLM importable they would be recorded as `unavailable` rows,
 # which a later call does not rerun, so they are not started (not under --cpu-smoke, which checks the rest).
-NEEDS_VLLM = ("peers-vllm-generate", "peers-rest", "peers-conformers")
+NEEDS_VLLM = ("peers-vllm-generate", "peers-rest", "peers-conformers", "classify-vllm", "hidden-vllm")
 # Cells of a part that shares its preset with other parts (inferlab bench --only).
 PART_FILTERS = {
+    "classify": ["--only", "backend=hf,inferlab"],
+    "classify-vllm": ["--only", "backend=vllm"],
+    "hidden": ["--only", "backend=hf,inferlab"],
+    "hidden-vllm": ["--only", "backend=vllm"],
     "peers-engine-hf": ["--only", "backend=inferlab,hf-continuous"],
     "peers-vllm-generate": ["--only", "backend=vllm", "--only", "scenario=generate"],
     "peers-conformers": ["--only", "scenario=constrained", "--only", "backend=inferlab,vllm",
@@ -108,8 +118,11 @@ SMOKE_ARGS = {
                       "--set", "batch_size=2", "--set", "num_prompts=4", "--set", "prompt_tokens=8", *_ONE_THREAD],
     "seed-static-cache": ["--model", "tiny", "--set", "new_tokens=4", "--set", "compile=false", "--set", "warmup_steps=2",
                           "--set", "batch_size=2,4", "--set", "num_prompts=4", "--set", "prompt_tokens=8", *_ONE_THREAD],
-    "seed-classify": ["--model", "tiny-qwen2-cls", "--set", "num_samples=16", *_TINY_TEXT, "--only", "batch_size=1,8,32"],
-    "seed-hidden-states": ["--model", "tiny", "--set", "num_prompts=16", "--set", "layers=1:-1", *_TINY_TEXT],
+    "seed-classify": ["--model", "tiny-qwen2-cls", "--set", "num_samples=16", *_TINY_TEXT],
+    "seed-classify-matrix": ["--model", "tiny-qwen2-cls", "--set", "num_samples=16", *_TINY_TEXT,
+                             "--only", "batch_size=1,8,32"],
+    # layers=-1: the preset's 8 is past the tiny model's 2 layers, and vLLM's sweep takes the last layer only
+    "seed-hidden-states": ["--model", "tiny", "--set", "num_prompts=16", "--set", "layers=-1", *_TINY_TEXT],
     "conformer-baseline": ["--model", "tiny-qwen3", "--set", "num_molecules=2", "--set", "max_requests=4",
                            "--set", "batch_size=2", "--set", "dtype=float32", "--set", "compile=false",
                            "--set", "warmup_steps=2", *_ONE_THREAD],

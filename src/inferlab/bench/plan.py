@@ -131,6 +131,8 @@ def _expand_sweep(sweep: dict[str, Any], defaults: dict[str, Any], overrides: di
     elif models:
         raise ConfigError(f"{where}: scenario {scenario.name} takes no model; remove model/models")
     if scenario.uses_backends:
+        if not backends and scenario.default_backend is not None:
+            backends = [scenario.default_backend]
         if not backends:
             raise ConfigError(f"{where}: no backend; choose from: {', '.join(sorted(backends_for(scenario.name)))}")
         for b in backends:

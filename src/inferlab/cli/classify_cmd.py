@@ -40,7 +40,7 @@ def _run(args: argparse.Namespace) -> int:
     from inferlab.workloads.backend_choice import open_classifier
     from inferlab.workloads.classify import ClassifyOptions, classify_file
 
-    apply_tuned_config(args)
+    tuned = apply_tuned_config(args)
     options = ClassifyOptions(
         batch_size=hf_batch_size(args),
         max_length=args.max_length,
@@ -48,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
         max_batch_tokens=max_batch_tokens(args),
         text_field=args.text_field,
     )
-    backend = workload_backend_from(args)
+    backend = workload_backend_from(args, tuned)
     require_paths(args, (".jsonl",), "JSONL predictions")
     if wants_scale_out(args):  # --gpus/--launcher: shards on several workers (inferlab.scale)
         from inferlab.cli.scale_args import run_scaled_command

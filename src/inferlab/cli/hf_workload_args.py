@@ -50,11 +50,13 @@ HF_BATCH_ROWS = 16
 ENGINE_BATCH_TOKENS = 32768  # workloads/backend_choice.ENGINE_MAX_BATCH_TOKENS (not imported: keeps --help light)
 
 
-def workload_backend_from(args: argparse.Namespace):
+def workload_backend_from(args: argparse.Namespace, tuned: dict | None = None):
+    """The backend request; a batch size taken from a tuned.json (`tuned`: apply_tuned_config's values, tuned on
+    transformers by `inferlab tune`) is transformers' and does not cap the engine's rows."""
     from inferlab.workloads.backend_choice import WorkloadBackend
 
-    return WorkloadBackend(args.backend, args.weights, args.max_batch_tokens, args.batch_size,
-                           args.max_batch_latency_ms)
+    max_rows = None if tuned and "batch_size" in tuned else args.batch_size
+    return WorkloadBackend(args.backend, args.weights, args.max_batch_tokens, max_rows, args.max_batch_latency_ms)
 
 
 def hf_batch_size(args: argparse.Namespace) -> int:
