@@ -102,10 +102,12 @@ def _sync(device: torch.device) -> None:
 
 
 def measure_batches(run: Callable[[list[list[int]]], Any], batches: list[list[list[int]]], spec: MeasureSpec,
-                    device: torch.device, work: Callable[[list[list[int]]], float] | None = None) -> dict[str, Any]:
+                    device: torch.device, work: Callable[[list[list[int]]], float] | None = None,
+                    pads: bool = True) -> dict[str, Any]:
     """Time `run` over `batches`: first call apart, warm-up, then whole passes (cut at max_seconds). Latency:
     per request (each row of a batch waits for the whole batch) and per batch. `work(batch)`: its FLOPs, summed
-    over the timed batches into `flops_timed`."""
+    over the timed batches into `flops_timed`. `pads`: whether `run` pads a batch to its longest row (packed
+    batches do not: padding_fraction 0)."""
     if not batches:
         raise ConfigError("no batches to measure: the sample is empty")
     if device.type == "cuda":
@@ -147,7 +149,7 @@ def measure_batches(run: Callable[[list[list[int]]], Any], batches: list[list[li
         "rows_timed": rows,
         "requests_per_s": rows / steady_s,
         "input_tokens_per_s": tokens / steady_s,
-        "padding_fraction": 1.0 - tokens / padded,
+        "padding_fraction": 1.0 - tokens / padded if pads else 0.0,
         "latency_ms": latency_summary_ms(request_seconds),
         "batch_latency_ms": latency_summary_ms(seconds),
         "whole_passes": len(seconds) >= len(batches),

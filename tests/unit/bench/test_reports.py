@@ -151,7 +151,7 @@ def test_failed_rows_never_win():
 
 
 def _classify_row(samples_per_s: float, **knobs):
-    cell = next(c for c in build_plan(get_plan_preset("seed-classify")).cells
+    cell = next(c for c in build_plan(get_plan_preset("seed-classify-matrix")).cells
                 if all(c.config[k] == v for k, v in knobs.items()))
     metrics = {"requests_per_s": samples_per_s, "latency_ms": {"p50": 1.0, "p90": 2.0, "p95": 3.0, "p99": 4.0},
                "input_tokens_per_s": 1000.0, "padding_fraction": 0.5, "first_call_s": 0.1, "peak_memory_gb": 3.0}

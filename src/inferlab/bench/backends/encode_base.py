@@ -27,6 +27,8 @@ class EncodeSpec:
 
 
 class EncodeBackend(Protocol):
+    pads: bool  # whether a batch is padded to its longest row (transformers) or not (packed: the engine, vLLM)
+
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None: ...
 
     def batches(self, token_ids: list[list[int]]) -> list[list[int]]:

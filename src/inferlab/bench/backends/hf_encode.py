@@ -33,6 +33,7 @@ def _knobs(batch_size: int, quantization: bool) -> tuple[Knob, ...]:
 
 
 class HfEncodeBackend:
+    pads = True  # batches padded to their longest row
     def __init__(self, config: dict[str, Any], spec: EncodeSpec) -> None:
         self.config = config
         self.spec = spec

@@ -28,6 +28,7 @@ KNOBS = (
 
 
 class InferlabEncodeBackend:
+    pads = False  # rows packed / scheduled without padding
     def __init__(self, config: dict[str, Any], spec: EncodeSpec) -> None:
         self.config = config
         self.spec = spec

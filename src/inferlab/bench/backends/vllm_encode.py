@@ -32,6 +32,7 @@ KNOBS = (
 
 
 class VllmEncodeBackend:
+    pads = False  # rows packed / scheduled without padding
     kernels_visible = False  # vLLM's kernels run in its engine-core process
 
     def __init__(self, config: dict[str, Any], spec: EncodeSpec) -> None:

@@ -59,7 +59,8 @@ def measure_encode(cell: Cell, ctx: CellContext, spec: EncodeSpec, count: int) -
     random.Random(c["seed"]).shuffle(batches)
     with torch.inference_mode():
         metrics = measure_batches(backend.run, encode_rows(batches, token_ids), measure_spec(c), device,
-                                  work=lambda rows: prefill_flops(model_spec, [len(r) for r in rows]))
+                                  work=lambda rows: prefill_flops(model_spec, [len(r) for r in rows]),
+                                  pads=backend.pads)
     if not metrics["whole_passes"]:
         ctx.warn(f"max_duration_s={c['max_duration_s']:g} ended the timing within the first pass over the sample "
                  "(batches run in a shuffled order)")
