@@ -94,10 +94,14 @@ def test_classify_tuned_applied_and_explicit_flags_win(tmp_path, tiny_checkpoint
                      "--device", "cpu", "--config", str(out), *extra]) == 0
         return [json.loads(line) for line in output.read_text().splitlines()]
 
-    rows = classify(tmp_path / "tuned-rows.jsonl")
+    rows = classify(tmp_path / "tuned-rows.jsonl", "--backend", "hf")
     assert len(rows) == 7 and max(r["batch_rows"] for r in rows) == 3  # the file's batch size ran
-    rows = classify(tmp_path / "explicit-rows.jsonl", "--batch-size", "16")  # 16 is also the flag's default
+    rows = classify(tmp_path / "explicit-rows.jsonl", "--backend", "hf", "--batch-size", "16")
     assert max(r["batch_rows"] for r in rows) == 7
+    rows = classify(tmp_path / "engine-rows.jsonl")  # auto: the engine; a batch size tuned on transformers is not its
+    assert max(r["batch_rows"] for r in rows) == 7
+    rows = classify(tmp_path / "engine-capped-rows.jsonl", "--batch-size", "2")  # given on the command line: it is
+    assert max(r["batch_rows"] for r in rows) == 2
     args = parsed(["classify", "--model", str(model), "--input", "x", "--output", "y", "--config", str(out),
                    "--attn", "sdpa"])
     assert (args.batch_size, args.dtype, args.attn) == (3, "float32", "sdpa")
