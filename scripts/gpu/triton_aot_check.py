@@ -37,13 +37,16 @@ from inferlab.engine.kernels import (  # noqa: E402
     triton_attention,
     triton_collect,
     triton_filter,
+    triton_fp8_rows,
     triton_gemm,
     triton_kv_copy,
     triton_norm,
     triton_rope,
+    triton_rope_inplace,
     triton_sampling,
     triton_step,
     triton_top_p,
+    triton_varlen_attention,
 )
 
 
@@ -202,6 +205,38 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
     for has_rows in (False, True):
         c = dict(HAS_ROWS=has_rows, COPY_KIND=1, HOLE_KIND=2, BLOCK_ROWS=256)
         out.append((f"constraint emit step rows={has_rows}", step_kernels._emit_step_kernel, emit, c, [], {}))
+    out += packed_prefill_kernels()
+    return out
+
+
+def packed_prefill_kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
+    """The packed prefill's (engine/packed): varlen attention at each head size's config (windows, soft-caps),
+    the in-place rope, the FP8 row quantization."""
+    out = []
+    att = dict(Q="*bf16", K="*bf16", V="*bf16", O="*bf16", CU="*i32", scale="fp32", softcap="fp32", window="i32")
+    att.update({n: "i32" for n in "stride_qt stride_qh stride_kt stride_kh stride_vt stride_vh stride_ot "
+                "stride_oh".split()})  # fmt: skip
+    aligned = ["Q", "K", "V", "O", "stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh",
+               "stride_ot", "stride_oh"]  # fmt: skip
+    for name, heads, kv_heads, head_dim in (("qwen2-0.5b", 14, 2, 64), ("qwen3", 16, 8, 128), ("gemma-2b", 8, 1, 256)):
+        for alternative in (False, True):
+            block_m, block_n, warps, stages = triton_varlen_attention._config(head_dim, alternative)
+            for window, softcap in ((False, False), (True, False), (False, True), (True, True)):
+                c = dict(GROUP=heads // kv_heads, HEAD_DIM=head_dim, BLOCK_D=head_dim, BLOCK_M=block_m,
+                         BLOCK_N=block_n, SOFTCAP=softcap, WINDOW=window, IEEE=False)  # fmt: skip
+                out.append((f"varlen attention {name} d{head_dim} w{warps} window={window} softcap={softcap}",
+                            triton_varlen_attention._varlen_attention_kernel, att, c, aligned,
+                            dict(num_warps=warps, num_stages=stages)))  # fmt: skip
+    rope = dict(QKV="*bf16", POS="*i64", COS="*fp32", SIN="*fp32", QNORM="*bf16", KNORM="*bf16", stride_t="i32",
+                stride_cos="i32", eps="fp32")  # fmt: skip
+    for heads, head_dim, qk_norm, offset in ((14, 64, False, False), (16, 128, True, False), (4, 256, True, True)):
+        c = dict(NUM_HEADS=heads, HEAD_DIM=head_dim, HALF_BLOCK=head_dim // 2, QK_NORM=qk_norm, NORM_OFFSET=offset)
+        out.append((f"rope in place d{head_dim} qk_norm={qk_norm} offset={offset}",
+                    triton_rope_inplace._rope_inplace_kernel, rope, c, ["QKV", "stride_t"], {}))
+    quant = dict(X="*bf16", Q="*fp8e4nv", S="*fp32", stride_x="i32", stride_q="i32", dim="i32")
+    for block in (1024, 4096):
+        out.append((f"fp8 row quantization block {block}", triton_fp8_rows._quantize_rows_kernel, quant,
+                    dict(BLOCK=block), ["X", "Q", "stride_x", "stride_q"], dict(num_warps=8 if block >= 2048 else 4)))
     return out
 
 

@@ -27,7 +27,7 @@ def _packed_qkv(lengths, heads, kv_heads, head_dim, dtype=torch.bfloat16):
 
 @pytest.mark.parametrize("heads, kv_heads, head_dim", [(14, 2, 64), (16, 8, 128), (8, 1, 256)])
 @pytest.mark.parametrize("window, softcap", [(0, None), (100, None), (0, 50.0), (4096, 30.0)])
-@pytest.mark.parametrize("impl", ["triton", "flash"])
+@pytest.mark.parametrize("impl", ["triton", "triton-alt", "flash"])
 def test_varlen_attention_kernels_match_the_reference_in_bf16(heads, kv_heads, head_dim, window, softcap, impl):
     from inferlab.engine.packed.attention import IMPLS, varlen_attention_torch
 

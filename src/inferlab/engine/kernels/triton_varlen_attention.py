@@ -77,10 +77,11 @@ def _varlen_attention_kernel(
     m_block = tl.num_programs(0) - 1 - tl.program_id(0)  # heaviest (last) query blocks first
     head = tl.program_id(1)
     row = tl.program_id(2)
-    start = tl.load(CU + row).to(tl.int64)
-    n = tl.load(CU + row + 1).to(tl.int64) - start
+    start = tl.load(CU + row)  # int32, as every loop bound below (pointer offsets are widened to int64)
+    n = tl.load(CU + row + 1) - start
     if m_block * BLOCK_M >= n:
         return
+    start = start.to(tl.int64)
     offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)  # positions within the row
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -121,13 +122,19 @@ def _varlen_attention_kernel(
              out.to(O.dtype.element_ty), mask=(offs_m < n)[:, None] & dmask[None, :])
 
 
-def _config(head_dim: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) by head size: shared memory holds q and a few k/v tiles."""
+def _config(head_dim: int, alternative: bool = False) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) by head size: shared memory holds q and a few k/v tiles.
+    `alternative`: the other warp count for the same tiles (the encoder times both at start-up: register
+    pressure and occupancy trade differently per GPU and Triton version)."""
     if head_dim <= 64:
-        return 128, 64, 4, 3
-    if head_dim <= 128:
-        return 128, 64, 8, 3
-    return 64, 32, 8, 2
+        config = [128, 64, 4, 3]
+    elif head_dim <= 128:
+        config = [128, 64, 8, 3]
+    else:
+        config = [64, 32, 8, 2]
+    if alternative:
+        config[2] = 12 - config[2]  # 4 <-> 8
+    return tuple(config)
 
 
 def varlen_attention(
@@ -140,13 +147,14 @@ def varlen_attention(
     window: int = 0,  # positions a query sees, itself included (0: all earlier ones)
     softcap: float | None = None,
     out: torch.Tensor | None = None,  # [T, heads, head_dim] to write into
+    alternative: bool = False,  # the other warp count (_config)
 ) -> torch.Tensor:  # [T, heads, head_dim], q's dtype
     assert q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
     tokens, heads, head_dim = q.shape
     group = heads // k.shape[1]
     if out is None:
         out = torch.empty((tokens, heads, head_dim), dtype=q.dtype, device=q.device)
-    block_m, block_n, warps, stages = _config(head_dim)
+    block_m, block_n, warps, stages = _config(head_dim, alternative)
     rows = cu_seqlens.shape[0] - 1
     grid = (triton.cdiv(max_len, block_m), heads, rows)
     _varlen_attention_kernel[grid](

@@ -5,7 +5,8 @@ Three implementations of one contract (`Impl(q, k, v, batch, scale, window, soft
 - "torch": the reference, row by row: SDPA with native GQA (engine/attention.prefill_attention), or
   engine/attention.windowed_attention where a window cuts into the row or the scores are soft-capped. CPU,
   tests, and the check below.
-- "triton": engine/kernels/triton_varlen_attention.py (windows and soft-caps included), CUDA.
+- "triton": engine/kernels/triton_varlen_attention.py (windows and soft-caps included), CUDA; "triton-alt" the
+  same kernel with the other warp count.
 - "flash": PyTorch's FlashAttention-2 varlen kernel (torch.ops.aten._flash_attention_forward with cumulative
   lengths), CUDA, half precision, no soft-cap.
 `PackedAttention` picks per kind of layer (window or not, soft-cap or not) once, at the encoder's warm-up
@@ -17,6 +18,7 @@ survivors are timed on a batch of the encoder's own size and the fastest is kept
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Callable
 
 import torch
@@ -45,10 +47,11 @@ def varlen_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ba
 
 
 def varlen_attention_triton(q, k, v, batch: DeviceBatch, scale: float, window: int = 0,
-                            softcap: float | None = None) -> torch.Tensor:
+                            softcap: float | None = None, alternative: bool = False) -> torch.Tensor:
     from inferlab.engine.kernels.triton_varlen_attention import varlen_attention
 
-    return varlen_attention(q, k, v, batch.cu_seqlens, batch.host.max_len, scale, window, softcap)
+    return varlen_attention(q, k, v, batch.cu_seqlens, batch.host.max_len, scale, window, softcap,
+                            alternative=alternative)
 
 
 def varlen_attention_flash(q, k, v, batch: DeviceBatch, scale: float, window: int = 0,
@@ -61,8 +64,12 @@ def varlen_attention_flash(q, k, v, batch: DeviceBatch, scale: float, window: in
     )[0]
 
 
-IMPLS: dict[str, Impl] = {"torch": varlen_attention_torch, "triton": varlen_attention_triton,
-                          "flash": varlen_attention_flash}
+IMPLS: dict[str, Impl] = {
+    "torch": varlen_attention_torch,
+    "triton": varlen_attention_triton,
+    "triton-alt": partial(varlen_attention_triton, alternative=True),  # the same tiles, the other warp count
+    "flash": varlen_attention_flash,
+}
 
 
 def _accepts(name: str, softcap: float | None, dtype: torch.dtype) -> bool:
@@ -77,7 +84,7 @@ Kind = tuple[bool, bool]  # (windowed, soft-capped)
 class PackedAttention:
     """One implementation per kind of layer; "torch" until `choose` ran (always on CPU)."""
 
-    def __init__(self, device: torch.device, candidates: tuple[str, ...] = ("triton", "flash")) -> None:
+    def __init__(self, device: torch.device, candidates: tuple[str, ...] = ("triton", "triton-alt", "flash")) -> None:
         self.device = device
         self.candidates = candidates if device.type == "cuda" else ()
         self.chosen: dict[Kind, str] = {}

@@ -233,10 +233,10 @@ def _to_host(out: Any) -> Any:
 
 def _candidates(attention: str, device: torch.device) -> tuple[str, ...]:
     if attention == "auto":
-        return ("triton", "flash")
+        return ("triton", "triton-alt", "flash")
     if attention != "torch" and device.type != "cuda":
         raise ConfigError(f"attention={attention!r} needs a CUDA device; use attention='auto' or 'torch' on {device}")
-    return () if attention == "torch" else (attention,)
+    return {"torch": (), "triton": ("triton", "triton-alt")}.get(attention, (attention,))
 
 
 def encoder_support(model_dir: str | Path, task: str) -> str | None:
