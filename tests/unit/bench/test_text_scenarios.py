@@ -62,6 +62,9 @@ def test_the_engine_backend_packs_the_sample_and_agrees_with_transformers(tiny_c
 
 
 def test_a_sweep_without_a_backend_runs_transformers_and_vllm_takes_the_final_layer_only():
+    from inferlab.bench.backends import backends_for
+
+    assert sorted(backends_for("classify")) == sorted(backends_for("hidden-states")) == ["hf", "inferlab", "vllm"]
     (cell,) = build_plan(_plan("classify", "tiny-qwen2-cls", num_samples=4)).cells
     assert cell.backend == "hf" and cell.config["batch_size"] == 4
     with pytest.raises(ConfigError, match="final hidden state only: set layers=-1"):
