@@ -36,7 +36,7 @@ from inferlab.engine.packed.flops import prefill_flops
 from inferlab.engine.packed.forward import POOLS, PackedForward, RopeTables
 from inferlab.engine.packed.fp8_weights import Fp8Gemm, check_fp8_device, quantize_layers
 from inferlab.engine.startup import resolve_device, resolve_dtype
-from inferlab.errors import ConfigError, InputError, UnsupportedError
+from inferlab.errors import ConfigError, EngineClosedError, InputError, UnsupportedError
 from inferlab.models.config import read_model_spec
 from inferlab.models.loader import load_weights
 from inferlab.models.registry import encoder_implementation_for, is_classifier
@@ -91,6 +91,7 @@ class Encoder:
         # the classifier reads each row's last non-pad token
         self.pad_id = (config.pad_id if config.pad_id is not None else spec.pad_token_id) if classify else None
         ops = select_ops(config.kernels, self.device)
+        attention = PackedAttention(self.device, _candidates(config.attention, self.device))
         t = time.perf_counter()
         weights = load_weights(config.model, spec, self.dtype, self.device, head="score" if classify else "none")
         tables = RopeTables(spec, self.max_length, self.device)
@@ -98,9 +99,7 @@ class Encoder:
         if config.weights == "fp8":
             quantize_layers(weights.layers, self.device)
             model.gemm = Fp8Gemm(model.gemm.act_mul)
-        forward = PackedForward(model, spec, PackedAttention(self.device, _candidates(config.attention, self.device)),
-                                tables)
-        self.forward = forward
+        self.forward = PackedForward(model, spec, attention, tables)
         self._sync()
         self.stats = EncoderStats(device=str(self.device), dtype=str(self.dtype).removeprefix("torch."),
                                   weights=config.weights, load_s=time.perf_counter() - t)
@@ -126,7 +125,7 @@ class Encoder:
         batch = self.pack([rng.integers(0, self.spec.vocab_size, row) for _ in range(rows)])
         for _ in range(2):  # the first call meets cuBLAS heuristics and Triton compiles: not a rate sample
             self._seconds_per_flop = None
-            self._run(batch, lambda b: self._task_output(b), record=False)
+            self._run(batch, self._task_output, record=False)
         self.stats.warmup_s = time.perf_counter() - t
 
     def _task_output(self, batch) -> Any:
@@ -201,8 +200,6 @@ class Encoder:
 
     def _check_open(self) -> None:
         if self._closed:
-            from inferlab.errors import EngineClosedError
-
             raise EngineClosedError("this encoder was closed; start a new Encoder")
 
     def _sync(self) -> None:
