@@ -15,10 +15,10 @@
 
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
 classify = seed-classify (its transformers and engine cells; classify-vllm: its vLLM cell), classify-matrix =
-seed-classify-matrix, hidden = seed-hidden-states (hidden-vllm: its vLLM cell), conformer-baseline = conformer-baseline, and each
-of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak, steering = the preset of that name;
-engine-vs-peers in three parts (peers-engine-hf, peers-vllm-generate, peers-rest), and its conformer rows
-on 800 requests in a run of their own (peers-conformers).
+seed-classify-matrix, hidden = seed-hidden-states (hidden-vllm: its vLLM cell), conformer-baseline =
+conformer-baseline, and each of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak, steering =
+the preset of that name; engine-vs-peers in three parts (peers-engine-hf, peers-vllm-generate, peers-rest), and
+its conformer rows on 800 requests in a run of their own (peers-conformers).
 `--only KNOB=V` is passed to every part (a preset split into calls of < 9 minutes).
 Installs nothing: on the device each call is `bash scripts/gpu/device_call.sh 'python scripts/gpu/lab_sweep.py
 ... --budget-s $BUDGET_S'`, whose device_env.sh installs the checkout with --no-deps and unpacks rdkit, the

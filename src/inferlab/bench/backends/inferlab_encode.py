@@ -48,10 +48,9 @@ class InferlabEncodeBackend:
         from inferlab.workloads.packed_run import PackedOptions, plan_packed_batches
         from inferlab.workloads.rows import TextRow
 
-        latency = self.config["max_batch_latency_ms"] or None
+        options = PackedOptions(max_batch_latency_ms=self.config["max_batch_latency_ms"] or None)
         rows = [TextRow(i, str(i), ids, len(ids)) for i, ids in enumerate(token_ids)]
-        planned = plan_packed_batches(rows, self.config["max_batch_tokens"], PackedOptions(max_batch_latency_ms=latency),
-                                      self.encoder.predict_s)
+        planned = plan_packed_batches(rows, self.config["max_batch_tokens"], options, self.encoder.predict_s)
         return [[row.position for row in batch] for batch in planned]
 
     def run(self, rows: list[list[int]]) -> Any:
