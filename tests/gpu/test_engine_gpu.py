@@ -28,8 +28,8 @@ def _rel(a, b):
 def test_decode_rope_attention_kernel_matches_reference_in_bf16():
     from inferlab.engine.attention import decode_rope_attention_torch
     from inferlab.engine.kernels.triton_attention import decode_rope_attention
-    from inferlab.models.config import RopeSpec
     from inferlab.models.rope import RotaryTables
+    from inferlab.models.rope_spec import RopeSpec
 
     g = torch.Generator(device=CUDA).manual_seed(0)
     for rows, kv_heads, head_dim, max_len, qk_norm in [(16, 8, 64, 2048, False), (200, 8, 64, 1100, False),
@@ -62,8 +62,8 @@ def test_fp8_cache_kernels_match_the_reference_in_bf16():
     from inferlab.engine.kernels.triton_attention import decode_rope_attention
     from inferlab.engine.kernels.triton_rope import rope_qkv
     from inferlab.engine.kv_quant import dequantize, quantize
-    from inferlab.models.config import RopeSpec
     from inferlab.models.rope import RotaryTables
+    from inferlab.models.rope_spec import RopeSpec
 
     g = torch.Generator(device=CUDA).manual_seed(3)
     rows, kv_heads, head_dim, max_len, heads = 40, 8, 128, 700, 16
@@ -186,8 +186,8 @@ def test_bf16_logits_are_as_close_to_fp32_as_transformers_bf16(llama):
 
 def test_constrained_conformers_on_the_device(tmp_path):
     """Constrained generation in CUDA graphs with the tuned GEMMs: every output a valid conformer."""
+    from inferlab.constraints.program import compile_program
     from inferlab.engine import Engine, EngineConfig
-    from inferlab.engine.constraints.program import compile_program
     from inferlab.models.checkpoint_init import init_checkpoint
     from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
     from inferlab.types import Request, SamplingParams

@@ -30,10 +30,10 @@ from inferlab.bench import model_refs
 from inferlab.bench.backends import get_backend
 from inferlab.bench.cells import Cell
 from inferlab.bench.plan import Plan
-from inferlab.bench.rows import FINISHED_STATUSES, UNAVAILABLE_MARKERS, Outcome, make_row
-from inferlab.bench.environment import gpu_idle_check
 from inferlab.bench.results import RESULTS_FILE, load_rows
+from inferlab.bench.rows import FINISHED_STATUSES, UNAVAILABLE_MARKERS, Outcome, make_row
 from inferlab.bench.scenarios import get_scenario
+from inferlab.environment import gpu_idle_check
 from inferlab.errors import ConfigError
 from inferlab.jsonl_io import ResumableJsonlWriter
 
@@ -259,7 +259,7 @@ def _capture_environment(run_dir: Path) -> dict[str, Any]:
     """The environment, captured in a child (the parent never imports torch); saved as env.json."""
     log_path = run_dir / "logs" / "environment.log"
     out_path = run_dir / "env.json"
-    exit_ = run_child([sys.executable, "-c", "import json,sys; from inferlab.bench.environment import capture_environment;"
+    exit_ = run_child([sys.executable, "-c", "import json,sys; from inferlab.environment import capture_environment;"
                        f" open({str(out_path)!r},'w').write(json.dumps(capture_environment()))"], log_path, 120.0)
     if exit_.returncode == 0 and out_path.is_file():
         return json.loads(out_path.read_text())

@@ -28,12 +28,13 @@ import torch
 
 from inferlab.engine.config import EngineConfig
 from inferlab.engine.constraint_support import EngineConstraints
+from inferlab.engine.forwards.registry import forward_class
 from inferlab.engine.gemm_plan import plan_from_json, plan_key, plan_to_json, tune_gemm_plan
 from inferlab.engine.graphs import Variant
 from inferlab.engine.intake import Prepared, prepare
 from inferlab.engine.kv_cache import KVCache, kv_bytes_per_token
 from inferlab.engine.lifetime import RELEASED, closed_error, release_cached_memory
-from inferlab.engine.loop import GenerationLoop
+from inferlab.engine.loop import GenerationLoop, LoopParts
 from inferlab.engine.ops import select_ops
 from inferlab.engine.rows import RowState
 from inferlab.engine.runner import ModelRunner
@@ -47,9 +48,8 @@ from inferlab.engine.tap_support import EngineTaps
 from inferlab.errors import CapacityError
 from inferlab.models.config import read_model_spec
 from inferlab.models.loader import load_weights
-from inferlab.models.tokenizer_loading import load_tokenizer_timed
-from inferlab.models.registry import implementation_for
 from inferlab.models.rope import RotaryTables
+from inferlab.models.tokenizer_loading import load_tokenizer_timed
 from inferlab.types import Request, Result
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class Engine:
             torch.cuda.synchronize(self.device)
             device_init_s = time.perf_counter() - t
         self.spec = read_model_spec(config.model)
-        implementation = implementation_for(self.spec.architecture)
+        forward = forward_class(self.spec.architecture)
         self.dtype = resolve_dtype(config.dtype, self.spec, self.device)
         self.kv_dtype = resolve_kv_dtype(config.kv_dtype, self.dtype, self.device)  # the cache's element type
         use_graphs = graphs_wanted(config.cuda_graphs, self.device)
@@ -109,7 +109,7 @@ class Engine:
         weights, load_s = _timed(load_weights, config.model, self.spec, self.dtype, self.device)
         t = time.perf_counter()
         rotary = RotaryTables.build(self.spec.rope, self.spec.head_dim, self.plan.max_seq_len, self.device)
-        model = implementation.load()(self.spec, weights, self.ops, rotary)
+        model = forward(self.spec, weights, self.ops, rotary)
         slots, max_len = self.plan.slots, self.plan.max_seq_len
         cache = KVCache.allocate(self.spec, slots, max_len, self.kv_dtype, self.device, self.ops.name)
         rows = RowState.allocate(slots, config.max_stop_ids, max_len, self.device)
@@ -291,7 +291,24 @@ class Engine:
     def _run(self, requests: Iterable[Request]) -> Iterator[tuple[int, Result]]:
         if self._closed:
             raise closed_error("generate/stream")
-        return GenerationLoop(self, requests).run()
+        return GenerationLoop(self._loop_parts(), requests).run()
+
+    def _loop_parts(self) -> LoopParts:
+        """What a generate/stream call uses of this engine (loop.py)."""
+        return LoopParts(
+            config=self.config,
+            stats=self.stats,
+            slots=self.plan.slots,
+            max_prefill_tokens=self.max_prefill_tokens,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            cuda=self.device.type == "cuda",
+            runner=lambda: self.runner,
+            snapshots=lambda: self._snapshots,
+            tokenizer=lambda: self.tokenizer,
+            prepare=self._prepare_request,
+            sync_device=self._sync_device,
+            after_run=self._update_late_stats,
+        )
 
     def _prepare_request(self, index: int, request: Request) -> Prepared | Result:
         """Intake of one request pulled from the caller's iterable (intake.prepare with this engine's limits)."""

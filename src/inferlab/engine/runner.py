@@ -26,6 +26,7 @@ from typing import Iterator, Sequence
 
 import torch
 
+from inferlab.engine.forwards.llama import LlamaModel
 from inferlab.engine.graphs import Capturer, DecodeGraphs, Variant, bucket_sizes
 from inferlab.engine.hooks import NO_CONSTRAINTS
 from inferlab.engine.intake import Prepared
@@ -36,7 +37,6 @@ from inferlab.engine.rows import RowState
 from inferlab.engine.step import finish_step
 from inferlab.engine.taps import RowTaps
 from inferlab.engine.transfer import tensor_on, to_device
-from inferlab.models.llama import LlamaModel
 from inferlab.types import Request, SamplingParams, Timings
 
 log = logging.getLogger(__name__)

@@ -19,24 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.errors import ConfigError, InputError, UnsupportedError
-
-
-@dataclass(frozen=True)
-class RopeSpec:
-    """Rotary embedding parameters; `rope_type` selects the inverse-frequency rule in models/rope.py."""
-
-    theta: float
-    rope_type: str = "default"
-    # The scaling parameters of the chosen type (e.g. llama3: factor, low_freq_factor, high_freq_factor,
-    # original_max_position_embeddings), as a sorted tuple of pairs so the spec stays hashable.
-    params: tuple[tuple[str, Any], ...] = ()
-    partial_rotary_factor: float = 1.0
-
-    def param(self, name: str) -> Any:
-        for key, value in self.params:
-            if key == name:
-                return value
-        raise ConfigError(f"rope_type {self.rope_type!r} needs {name!r} in the config's rope parameters")
+from inferlab.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields
+from inferlab.models.registry import family_for
+from inferlab.models.rope_spec import RopeSpec, rope_from_parameters
 
 
 @dataclass(frozen=True)
@@ -60,7 +45,7 @@ class ModelSpec:
     o_bias: bool  # Llama with attention_bias
     qk_norm: bool  # Qwen3: RMSNorm over head_dim on q and k before rope
     sliding_window: int | None  # None when the model attends over the whole context
-    # --- Gemma family (models/gemma.py); the defaults are the Llama family's ---
+    # --- Gemma family (engine/forwards/gemma.py); the defaults are the Llama family's ---
     activation: str = "silu"  # the MLP's gate activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU, tanh approximation)
     embedding_scale: float | None = None  # Gemma: sqrt(hidden), rounded to the model dtype, times the embeddings
     norm_unit_offset: bool = False  # Gemma: every RMSNorm scales by (1 + w), computed in fp32 and rounded once
@@ -138,19 +123,6 @@ def _rope_from_config(cfg: dict[str, Any]) -> RopeSpec:
     return rope_from_parameters(params, cfg, default_theta=10000.0)
 
 
-def rope_from_parameters(params: dict[str, Any], cfg: dict[str, Any], default_theta: float) -> RopeSpec:
-    """A RopeSpec from one rope parameter dict ({rope_type | type, rope_theta, scaling parameters...})."""
-    params = dict(params)
-    rope_type = params.pop("rope_type", None) or params.pop("type", None) or "default"
-    theta = params.pop("rope_theta", cfg.get("rope_theta", default_theta))
-    partial = params.pop("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
-    if partial != 1.0:
-        raise UnsupportedError(
-            f"partial_rotary_factor={partial} is not supported by the inferlab engine; use --backend hf"
-        )
-    return RopeSpec(theta=float(theta), rope_type=str(rope_type), params=tuple(sorted(params.items())))
-
-
 def _sliding_window(cfg: dict[str, Any]) -> int | None:
     window = cfg.get("sliding_window")
     if window is None:
@@ -180,14 +152,10 @@ def read_model_spec(model_dir: str | Path) -> ModelSpec:
         raise InputError(f"{config_path} has no 'architectures' entry; cannot tell which model this is")
     missing = [key for key in _REQUIRED_KEYS if key not in cfg]
     if missing:  # another family's config (GPT-2 names these n_head, n_layer...): say so before a KeyError
-        from inferlab.models.registry import implementation_for
-
-        implementation_for(str(architectures[0]))  # UnsupportedError for an architecture we do not implement
+        family_for(str(architectures[0]))  # UnsupportedError for an architecture we do not implement
         raise InputError(f"{config_path} lacks {', '.join(missing)}; is this a complete HuggingFace config?")
     if cfg.get("mlp_bias"):
         raise UnsupportedError("mlp_bias=true is not supported by the inferlab engine; use --backend hf")
-    from inferlab.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields  # it imports this module
-
     model_type = str(cfg.get("model_type", ""))
     if model_type in GEMMA_MODEL_TYPES:
         family = gemma_fields(cfg, model_type)  # activation, norms, soft-caps, windows, ropes (gemma_config.py)

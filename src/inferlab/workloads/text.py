@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from inferlab.engine.steering_vectors import SteeringVectors
+from inferlab.engine import SteeringVectors
 from inferlab.errors import ConfigError, UnsupportedError
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
 from inferlab.types import Collect, Request, Result, SamplingParams
@@ -112,7 +112,7 @@ BACKENDS: dict[str, BackendFactory] = {"inferlab": engine_backend, "hf": hf_back
 
 def engine_architecture_problem(model_dir: str) -> str | None:
     """Why the engine cannot serve `model_dir`'s architecture (config.json, read cheaply), or None."""
-    from inferlab.models.registry import implementation_for
+    from inferlab.models.registry import family_for
 
     try:
         architectures = json.loads((Path(model_dir) / "config.json").read_text()).get("architectures") or []
@@ -120,7 +120,7 @@ def engine_architecture_problem(model_dir: str) -> str | None:
         return None  # the engine reports an unreadable checkpoint itself
     try:
         if architectures:
-            implementation_for(str(architectures[0]))
+            family_for(str(architectures[0]))
     except UnsupportedError as e:
         return str(e)
     return None

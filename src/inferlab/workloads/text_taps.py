@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 
-from inferlab.engine.steering_vectors import SteeringVectors
+from inferlab.engine import SteeringVectors
 from inferlab.errors import ConfigError
 from inferlab.types import Collect, Result, Steer
 from inferlab.workloads.activation_store import ActivationStore
