@@ -12,6 +12,8 @@ from pathlib import Path
 
 import grimp
 
+import inferlab.engine
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -61,3 +63,11 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     graph = grimp.build_graph("cyclic", cache_dir=None)
     assert import_cycles(graph) == [["cyclic.a", "cyclic.b", "cyclic.c"]]
+
+
+def test_every_public_name_of_the_engine_resolves_and_is_documented():
+    documented = (REPO / "docs" / "engine.md").read_text().split("## Public names", 1)[1].split("\n## ", 1)[0]
+    for name in inferlab.engine.__all__:
+        assert getattr(inferlab.engine, name) is not None
+        assert f"`{name}`" in documented, f"docs/engine.md 'Public names' does not list {name}"
+    assert set(inferlab.engine.__all__) <= set(dir(inferlab.engine))
