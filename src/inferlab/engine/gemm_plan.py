@@ -95,7 +95,6 @@ def plan_key(weights, buckets: list[int], device: torch.device, activation: str 
     from inferlab.engine.kernels import triton_gemm, triton_math
     from inferlab.engine.startup_cache import source_fingerprint
 
-    layer = weights.layers[0]
     props = torch.cuda.get_device_properties(device)
     return {
         "gpu": props.name,
@@ -105,12 +104,21 @@ def plan_key(weights, buckets: list[int], device: torch.device, activation: str 
         "cuda": torch.version.cuda,
         "triton": triton.__version__,
         "code": source_fingerprint(sys.modules[__name__], triton_gemm, triton_math),  # triton_math: the activations
-        "dtype": str(layer.qkv.dtype).removeprefix("torch."),
         "layers": len(weights.layers),
+        **model_fields(weights, activation),
+        "buckets": [b for b in buckets if b <= MAX_ROWS],
+    }
+
+
+def model_fields(weights, activation: str) -> dict:
+    """What a plan's timings depend on in the model: the dtype, the projections' shapes, a qkv bias (cuBLAS
+    then keeps qkv) and the MLP's activation (the Triton MLP forms fuse it)."""
+    layer = weights.layers[0]
+    return {
+        "dtype": str(layer.qkv.dtype).removeprefix("torch."),
         "shapes": {name: list(getattr(layer, name).shape) for name in ("qkv", "o", "gate_up", "down")},
         "qkv_bias": layer.qkv_bias is not None,
         "activation": activation,
-        "buckets": [b for b in buckets if b <= MAX_ROWS],
     }
 
 
