@@ -15,7 +15,8 @@ rows) and the LM head (128k+ rows of weight, where cuBLAS streams at full speed)
 are fixed for the engine's life and reported in engine.stats.gemm_choices. The timing takes ~20 s on an
 H100 (qwen3-0.6b): `plan_key` / `plan_to_json` / `plan_from_json` let the engine keep a plan in its
 start-up cache (startup_cache.py) and reuse it when the GPU, the shapes, the dtype, the MLP's activation,
-the library versions and this code are the same.
+the library versions and this code are the same; gemm_plans/ ships plans measured on our GPUs, keyed by
+`model_fields` and the GPU and software they were measured on.
 """
 
 from __future__ import annotations

@@ -166,3 +166,17 @@ def test_every_causal_preset_has_a_spec_the_engine_runs():
             spec = measure.preset_spec(preset.name)
             implementation_for(spec.architecture)
             assert spec.num_layers >= 2
+
+
+def test_the_plan_files_are_package_data():
+    """A wheel carries the files only if pyproject names them."""
+    from pathlib import Path
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())
+    assert "*.json" in pyproject["tool"]["setuptools"]["package-data"]["inferlab.engine.gemm_plans"]
+    assert gemm_plans.PLANS_FOLDER == Path(gemm_plans.__file__).parent
