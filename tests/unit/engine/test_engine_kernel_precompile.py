@@ -99,7 +99,6 @@ def test_the_background_precompile_reports_what_it_did_and_never_raises(tiny_che
 
 
 def test_launches_are_diverted_in_the_diverting_thread_only(tiny_checkpoint):
-    from inferlab.engine.kernels import triton_math  # noqa: F401  (a module with Triton kernels, imported)
     from inferlab.engine.kernels.triton_norm import silu_mul
 
     x = torch.zeros(2, 64, dtype=torch.bfloat16)
