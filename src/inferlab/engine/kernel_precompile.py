@@ -5,8 +5,9 @@ specialisation it launches, one after another, as it first launches it. KernelPr
 weights load: a thread runs that same warm-up on a dry runner, the engine's model built over "meta" tensors
 (shapes and strides without memory) with the engine's ops, GEMM plan, slots and lengths, where every Triton
 launch only compiles. Each specialisation goes to a pool of compile threads (Triton's AsyncCompileMode: the
-compiler's MLIR passes and ptxas run outside the GIL, so the threads overlap) and lands in the JIT's
-in-memory cache and Triton's disk cache, where the real warm-up's launches find it. Because the dry run is
+compiler's MLIR passes and ptxas run outside the GIL, so the threads overlap), which also load it as its
+first launch would (the module, and in Triton 3.6 a launcher per signature built with the host's C
+compiler); it lands in the JIT's in-memory cache and Triton's disk cache, where the real warm-up finds it. Because the dry run is
 the warm-up's own code, the two cannot drift apart; tests/unit/engine/test_engine_kernel_precompile.py
 records both (each launch's kernel and Triton's specialisation key, without a GPU) and compares them.
 
@@ -136,11 +137,16 @@ class PrecompileReport:
     error: str = ""  # why the dry run stopped early ("": it ran to the end); the warm-up compiles the rest
 
 
-class _TimedPool(ThreadPoolExecutor):
-    """The compile threads, counting what they compile and for how long."""
+class _CompilePool(ThreadPoolExecutor):
+    """The compile threads, counting what they compile and for how long. On CUDA each thread's current device
+    is the engine's and each compiled kernel is also loaded as its first launch would load it (its module,
+    and in Triton 3.6 the launcher it builds per signature with the host's C compiler; 3.8 has one launcher)."""
 
-    def __init__(self, workers: int) -> None:
-        super().__init__(workers, thread_name_prefix="inferlab-compile")
+    def __init__(self, workers: int, device: torch.device) -> None:
+        cuda = device.type == "cuda"
+        super().__init__(workers, thread_name_prefix="inferlab-compile",
+                         initializer=(lambda: torch.cuda.set_device(device)) if cuda else None)  # fmt: skip
+        self._load = cuda
         self._lock = threading.Lock()
         self.count, self.busy_s, self.failures = 0, 0.0, []
 
@@ -148,7 +154,10 @@ class _TimedPool(ThreadPoolExecutor):
         def timed():
             t = time.perf_counter()
             try:
-                return fn(*args, **kwargs)
+                kernel = fn(*args, **kwargs)
+                if self._load:
+                    _load(kernel)
+                return kernel
             except Exception as e:
                 with self._lock:
                     self.failures.append(f"{type(e).__name__}: {str(e)[:300]}")
@@ -159,6 +168,15 @@ class _TimedPool(ThreadPoolExecutor):
                     self.busy_s += time.perf_counter() - t
 
         return super().submit(timed)
+
+
+def _load(kernel) -> None:
+    """Triton's CompiledKernel loaded for launch (CompiledKernel._init_handles, what its first launch calls);
+    a kernel that cannot load here (too much shared memory) raises the same error at its launch."""
+    try:
+        kernel._init_handles()
+    except Exception as e:
+        log.debug("start-up precompile: %s not loaded (%s); its launch will say why", kernel.name, e)
 
 
 def compile_workers() -> int:
@@ -181,7 +199,7 @@ class KernelPrecompile:
                  workers: int | None = None) -> None:
         self._dry, self._device, self._sink = dry, device, sink
         self._workers = workers or compile_workers()
-        self._pool: _TimedPool | None = None
+        self._pool: _CompilePool | None = None
         self._report = PrecompileReport()
         self._started = self._finished = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name="inferlab-precompile", daemon=True)
@@ -208,7 +226,7 @@ class KernelPrecompile:
             return
         from triton.runtime._async_compile import AsyncCompileMode
 
-        self._pool = _TimedPool(self._workers)
+        self._pool = _CompilePool(self._workers, self._device)
         try:
             with AsyncCompileMode(self._pool, ignore_errors=True):  # a failed compile fails again at its launch
                 yield compile_only

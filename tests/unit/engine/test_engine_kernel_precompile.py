@@ -146,3 +146,16 @@ def test_jit_compiles_are_counted_through_the_jits_hooks_and_earlier_hooks_kept(
         assert knobs.runtime.jit_post_compile_hook is None and knobs.runtime.jit_cache_hook(key="k") is False
     finally:
         knobs.runtime.jit_cache_hook = None
+
+
+def test_the_compile_pool_counts_compiles_and_failures():
+    from inferlab.engine.kernel_precompile import _CompilePool
+
+    def failing():
+        raise RuntimeError("ptxas fatal")
+
+    pool = _CompilePool(2, CPU)  # on the CPU nothing is loaded after a compile
+    done = [pool.submit(lambda: "kernel") for _ in range(3)] + [pool.submit(failing)]
+    pool.shutdown(wait=True)
+    assert [f.result() for f in done[:3]] == ["kernel"] * 3 and isinstance(done[3].exception(), RuntimeError)
+    assert pool.count == 4 and pool.busy_s >= 0 and pool.failures == ["RuntimeError: ptxas fatal"]
