@@ -3,7 +3,8 @@
 On a fresh machine (an empty Triton cache) the warm-up (ModelRunner.warm_up) compiles every kernel
 specialisation it launches, one after another, as it first launches it. KernelPrecompile starts before the
 weights load: a thread runs that same warm-up on a dry runner, the engine's model built over "meta" tensors
-(shapes and strides without memory) with the engine's ops, GEMM plan, slots and lengths, where every Triton
+(shapes and strides without memory) with the engine's ops, GEMM plan, slots and lengths (and, where the
+engine will time its GEMM plan, the timing's candidates, gemm_plan.launch_candidates), where every Triton
 launch only compiles. Each specialisation goes to a pool of compile threads (Triton's AsyncCompileMode: the
 compiler's MLIR passes and ptxas run outside the GIL, so the threads overlap), which also load it as its
 first launch would (the module, and in Triton 3.6 a launcher per signature built with the host's C
@@ -106,12 +107,14 @@ class DryRun:
     max_stop_ids: int
     share_prompts: bool
     use_graphs: bool
-    gemm_plan: Callable[[Any, list[int], str], dict | None] | None  # (weights, buckets, activation) -> the stored
-    # plan's JSON (gemm_plans.known_plan) or None; None: the engine runs cuBLAS only (gemm="cublas")
+    # (weights, buckets, activation) -> the plan's JSON the engine will find (gemm_plans.known_plan), or None:
+    # it will time one; gemm_plan None: the engine runs cuBLAS only (gemm="cublas")
+    gemm_plan: Callable[[Any, list[int], str], dict | None] | None
 
-    def runner(self) -> ModelRunner:
-        """The engine's runner over meta tensors, with the GEMM plan the engine will find (if any)."""
-        from inferlab.engine.gemm_plan import plan_from_json
+    def warm_up(self) -> None:
+        """What the engine's start-up launches, over meta tensors: the GEMM plan's timing candidates when the
+        engine will time its plan (none stored), then the warm-up with the plan the engine will run."""
+        from inferlab.engine.gemm_plan import launch_candidates, plan_from_json
         from inferlab.models.loader import placeholder_weights
 
         meta = torch.device("meta")
@@ -119,12 +122,12 @@ class DryRun:
         runner = ModelRunner.build(self.spec, self.model_class, weights, self.ops, self.kv_dtype, self.slots,
                                    self.max_seq_len, self.max_stop_ids, self.share_prompts)  # fmt: skip
         gemm = runner.model.gemm
-        stored = self.gemm_plan(weights, runner.sizes, gemm.activation) if self.gemm_plan is not None else None
-        if stored is not None:
-            runner.model.gemm, _ = plan_from_json(stored, gemm.act_mul, weights, meta, gemm.activation)
-        return runner
-
-    def warm_up(self, runner: ModelRunner) -> None:
+        if self.gemm_plan is not None:
+            stored = self.gemm_plan(weights, runner.sizes, gemm.activation)
+            if stored is None:
+                launch_candidates(weights, runner.sizes, gemm.act_mul, meta, gemm.activation)
+            else:
+                runner.model.gemm, _ = plan_from_json(stored, gemm.act_mul, weights, meta, gemm.activation)
         runner.warm_up(self.max_seq_len, self.max_prefill_tokens, self.use_graphs, DryCapturer())
 
 
@@ -211,7 +214,7 @@ class KernelPrecompile:
                 torch.cuda.set_device(self._device)  # the JIT compiles for this thread's current device
             with meta_stands_for(self._device), torch.inference_mode(), self._compiling() as sink, \
                     divert_launches(sink):
-                self._dry.warm_up(self._dry.runner())
+                self._dry.warm_up()
         except Exception as e:  # the warm-up compiles what the dry run did not reach
             self._report.error = f"{type(e).__name__}: {str(e)[:500]}"
             log.warning("start-up precompile stopped early (%s); the warm-up compiles the rest as it launches",

@@ -38,23 +38,28 @@ PLAN = {"choices": {"mlp@1": {"kind": "gated", "block_n": 32, "block_k": 128, "s
         "timings": {}, "activation": "silu"}
 
 
-def _dry_run(path, kv_dtype: torch.dtype, use_graphs: bool, plan: dict | None) -> DryRun:
+def _dry_run(path, kv_dtype: torch.dtype, use_graphs: bool, plan: dict | str | None) -> DryRun:
+    """plan: the stored plan's JSON, "timed" (none stored: the engine times one) or None (gemm="cublas")."""
     spec = read_model_spec(path)
+    stored = None if plan == "timed" else plan
     return DryRun(spec, implementation_for(spec.architecture).load(), OPS_BUILDERS["triton"](), torch.bfloat16,
                   kv_dtype, SLOTS, MAX_LEN, PREFILL_TOKENS, 8, True, use_graphs,
-                  (lambda weights, buckets, activation: plan) if plan is not None else None)  # fmt: skip
+                  (lambda weights, buckets, activation: stored) if plan is not None else None)  # fmt: skip
 
 
-def _real_launches(path, dry: DryRun, plan: dict | None) -> LaunchRecorder:
-    """The engine's warm-up (ModelRunner.warm_up after Engine._gemm_plan) over the checkpoint's real weights on
-    the CPU, every Triton launch recorded and skipped."""
+def _real_launches(path, dry: DryRun, plan: dict | str | None) -> LaunchRecorder:
+    """What the engine's start-up launches (Engine._gemm_plan: the timing's candidates when it times, then
+    ModelRunner.warm_up) over the checkpoint's real weights on the CPU, every Triton launch recorded and
+    skipped. A timed plan's choices are among its candidates: the warm-up here runs cuBLAS."""
     weights = load_weights(path, dry.spec, torch.bfloat16, CPU)
     runner = ModelRunner.build(dry.spec, dry.model_class, weights, dry.ops, dry.kv_dtype, SLOTS, MAX_LEN, 8, True)
     gemm = runner.model.gemm
-    if plan is not None:
-        runner.model.gemm, _ = gp.plan_from_json(plan, gemm.act_mul, weights, CPU, gemm.activation)
     recorder = LaunchRecorder()
     with torch.inference_mode(), divert_launches(recorder):
+        if plan == "timed":
+            gp.launch_candidates(weights, runner.sizes, gemm.act_mul, CPU, gemm.activation)
+        elif plan is not None:
+            runner.model.gemm, _ = gp.plan_from_json(plan, gemm.act_mul, weights, CPU, gemm.activation)
         runner.warm_up(MAX_LEN, PREFILL_TOKENS, dry.use_graphs, DryCapturer())
     return recorder
 
@@ -62,14 +67,14 @@ def _real_launches(path, dry: DryRun, plan: dict | None) -> LaunchRecorder:
 def _dry_launches(dry: DryRun) -> LaunchRecorder:
     recorder = LaunchRecorder()
     with torch.inference_mode(), meta_stands_for(CPU), divert_launches(recorder):
-        dry.warm_up(dry.runner())
+        dry.warm_up()
     return recorder
 
 
 @pytest.mark.parametrize("preset, kv_dtype, use_graphs, plan", [
     ("tiny", torch.bfloat16, True, PLAN),  # Llama, the graph path, Triton GEMM choices
     ("tiny-gemma3", torch.float8_e4m3fn, True, None),  # q/k norms, (1 + w), windows, post-norms, the fp8 cache
-    ("tiny-gemma2", torch.bfloat16, False, None),  # soft-caps, no graphs: no decode step at start-up
+    ("tiny-gemma2", torch.bfloat16, False, "timed"),  # soft-caps, GeGLU candidates; no graphs: no decode step
 ])  # fmt: skip
 def test_the_dry_run_asks_for_exactly_what_the_warm_up_launches(tiny_checkpoint, preset, kv_dtype, use_graphs, plan):
     path = tiny_checkpoint(preset)
@@ -79,6 +84,8 @@ def test_the_dry_run_asks_for_exactly_what_the_warm_up_launches(tiny_checkpoint,
     assert {"_rope_qkv_kernel", "_race_kernel", "_copy_prefix_kernel"} <= kernels
     assert ("_rope_attention_kernel" in kernels) == use_graphs  # the decode step runs in the graphs' capture
     assert ("_skinny_kernel" in kernels) == (plan is not None)
+    if plan == "timed":  # the candidate tiles of the three forms (plain, gated, SwiGLU-down), not one plan's
+        assert sum(name.endswith("_skinny_kernel") for name, _ in real.keys) >= 9
     assert _dry_launches(dry).keys == real.keys
     other_cache = torch.float8_e4m3fn if kv_dtype == torch.bfloat16 else torch.bfloat16
     assert _dry_launches(_dry_run(path, other_cache, use_graphs, plan)).keys != real.keys  # the record tells
