@@ -179,7 +179,7 @@ def _load(kernel) -> None:
     try:
         kernel._init_handles()
     except Exception as e:
-        log.debug("start-up precompile: %s not loaded (%s); its launch will say why", kernel.name, e)
+        log.debug("start-up precompile: %s not loaded (%s); its launch will say why", getattr(kernel, "name", kernel), e)
 
 
 def compile_workers() -> int:
