@@ -29,6 +29,8 @@ from inferlab.models.loader import load_weights  # noqa: E402
 from inferlab.models.registry import implementation_for  # noqa: E402
 from tests.unit.engine.triton_launch_recorder import LaunchRecorder  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_cpu_thread")
+
 CPU = torch.device("cpu")
 SLOTS, MAX_LEN, PREFILL_TOKENS = 16, 48, 64
 # Triton GEMM choices at the eager warm prefill's one token and at the largest decode bucket (SLOTS)
