@@ -85,10 +85,10 @@ def part_startup(ctx) -> dict[str, Any]:
                 f"{s['gemm_tune_s']:.1f} / {s['warmup_s']:.1f} / {s['capture_s']:.1f}",
                 f"GEMM plan: {s['gemm_plan_source'] or 'none'}; {s['graphs']} decode + {s['prefill_graphs']} "
                 "prefill graphs")  # fmt: skip
-        ctx.row("startup", f"{label}: precompile kernels / wall / threads / waited s; warm-up compiles, s",
+        ctx.row("startup", f"{label}: precompile kernels / s / thread s / waited s",
                 f"{s['precompile_kernels']} / {s['precompile_s']:.1f} / {s['precompile_compile_s']:.1f} / "
-                f"{s['precompile_wait_s']:.1f}; {s['warmup_compiles']}, {s['warmup_compile_s']:.1f}",
-                s["precompile_error"] or "")  # fmt: skip
+                f"{s['precompile_wait_s']:.1f}", s["precompile_error"] or "")  # fmt: skip
+        ctx.row("startup", f"{label}: warm-up compiles / their s", f"{s['warmup_compiles']} / {s['warmup_compile_s']:.1f}")
     rerun = res.get("rerun", {}).get("stats")
     if ctx.cuda and rerun is not None and rerun["gemm_plan_source"] not in ("cache", "shipped"):
         ctx.row("startup", "rerun: GEMM plan from the start-up cache (or shipped)", rerun["gemm_plan_source"], "FAIL")
