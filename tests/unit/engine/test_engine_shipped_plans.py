@@ -159,12 +159,12 @@ def test_the_measuring_command_needs_a_gpu_and_shares_entries_between_equal_shap
 
 def test_every_causal_preset_has_a_spec_the_engine_runs():
     from inferlab.models.presets import PRESETS
-    from inferlab.models.registry import implementation_for
+    from inferlab.engine.forwards.registry import forward_class
 
     for preset in PRESETS.values():
         if preset.task == "causal-lm":
             spec = measure.preset_spec(preset.name)
-            implementation_for(spec.architecture)
+            forward_class(spec.architecture)
             assert spec.num_layers >= 2
 
 
