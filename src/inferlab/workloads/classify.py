@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from inferlab.errors import ConfigError, InputError
+from inferlab.models.config_file import read_config
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
 from inferlab.workloads.batching import BatchLimits, pad_batch, reorder_jsonl
 from inferlab.workloads.hf_loading import (
@@ -194,14 +195,9 @@ def load_classifier(load_config: ModelLoadConfig) -> Classifier:
 def _require_classification_head(model_dir: str | Path) -> None:
     """Refuse a checkpoint without a classification head: transformers would give it a random one (and
     random labels) with only a warning."""
-    import json
-
     path = check_model_dir(model_dir)
-    try:
-        architectures = json.loads((path / "config.json").read_text()).get("architectures") or []
-    except (OSError, ValueError):
-        return  # transformers reports an unreadable config itself
-    if architectures and not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+    architectures = read_config(path).get("architectures") or []
+    if isinstance(architectures, list) and architectures and not any(str(a).endswith("ForSequenceClassification") for a in architectures):
         raise InputError(
             f"{path} is a {architectures[0]} checkpoint, without a sequence-classification head: classify would "
             "get a randomly initialised one. Pass a ...ForSequenceClassification checkpoint as --model (a test "

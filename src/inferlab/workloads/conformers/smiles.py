@@ -6,7 +6,8 @@ atoms `[C@@H]`, bare atoms `C`, `c`, `Cl`, `*`) and structure tokens (bonds `- =
 ring digits, `%NN`, `%(NNN)`, `.`), each bare atom checked against the expected atom in output order, which
 also settles any letter ambiguity (`Sc` is S then aromatic c, scandium is always `[Sc]`).
 
-This module owns parsing user SMILES (InputError with RDKit's reason) and canonicalisation. It knows
+This module owns parsing user SMILES (InputError with RDKit's reason), the checks of a SMILES text made
+before RDKit sees it (`smiles_text_problem`: characters, atom count) and canonicalisation. It knows
 nothing of descriptors or coordinates.
 """
 
@@ -48,6 +49,32 @@ class CanonicalMolecule:
     def atom_order(self) -> tuple[int, ...]:
         """Atom indices of `mol` in the order the SMILES writes them."""
         return tuple(t.atom_index for t in self.tokens if t.atom_index is not None)
+
+
+# Atoms a molecule of an input may have unless told otherwise (--max-atoms): ten times a large drug and
+# longer than any conformer a small LM's context holds (~25 tokens per atom), far below the ~20,000 atoms
+# at which RDKit's canonicalisation overflows its stack and kills the process.
+DEFAULT_MAX_ATOMS = 1000
+_ATOM_TOKEN = re.compile(r"\[[^\]]*\]|Br|Cl|[BCNOPSFIbcnops*]")
+
+
+def smiles_text_problem(text: str, max_atoms: int = DEFAULT_MAX_ATOMS) -> str | None:
+    """Why `text` cannot be a SMILES of at most `max_atoms` atoms, decided without RDKit (so a hostile line
+    never reaches it), or None. Atoms are counted from the text: bracket atoms and bare element symbols."""
+    odd = next((ch for ch in text if ch.isspace() or not ch.isascii() or not ch.isprintable()), None)
+    if odd is not None:
+        where = "whitespace" if odd.isspace() else "a character"
+        return (f"SMILES {_clipped(text)} holds {where} ({odd!r}) no SMILES has; give one molecule per line "
+                "(in a CSV, check the quoting of the SMILES field)")
+    atoms = sum(1 for _ in _ATOM_TOKEN.finditer(text))
+    if atoms > max_atoms:
+        return (f"SMILES {_clipped(text)} has {atoms:,} atoms, over the limit of {max_atoms:,}; raise it with "
+                "--max-atoms if the molecule is meant to be this large")
+    return None
+
+
+def _clipped(text: str, keep: int = 60) -> str:
+    return repr(text) if len(text) <= keep else repr(text[:keep]) + f"... ({len(text):,} characters)"
 
 
 def parse_smiles(smiles: str) -> Chem.Mol:
