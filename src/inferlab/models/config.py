@@ -172,9 +172,6 @@ def read_model_spec(model_dir: str | Path) -> ModelSpec:
     """Parse `model_dir`/config.json (+ generation_config.json when present) into a ModelSpec."""
     root = Path(model_dir)
     config_path = root / "config.json"
-    if not root.is_dir():
-        raise InputError(f"model folder {root} does not exist; pass a local HuggingFace checkpoint folder as --model "
-                         "(or make one: inferlab model init --preset tiny --out DIR)")
     cfg = read_config(root)  # a JSON object whose sizes are whole numbers in range (config_file.py)
     try:
         return _spec_from_config(cfg, root, config_path)

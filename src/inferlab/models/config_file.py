@@ -33,7 +33,10 @@ _DAMAGED = "the checkpoint is damaged or not a HuggingFace model; re-download or
 
 
 def read_config(model_dir: str | Path) -> dict[str, Any]:
-    """`model_dir`/config.json as a dict, its sizes checked (the caller checks the folder exists)."""
+    """`model_dir`/config.json as a dict, its sizes checked."""
+    if not Path(model_dir).is_dir():
+        raise InputError(f"model folder {model_dir} does not exist; pass a local HuggingFace checkpoint folder as "
+                         "--model (or make one: inferlab model init --preset tiny --out DIR)")
     path = Path(model_dir) / "config.json"
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))

@@ -43,10 +43,16 @@ def layer_key(layer: int) -> str:
     return f"layer_{layer}"
 
 
+def store_folder(output_path: str | Path) -> Path:
+    """The shard folder beside the assembled file: `acts.safetensors.d` for `acts.safetensors`."""
+    p = Path(output_path)
+    return p.with_name(p.name + ".d")
+
+
 class ActivationStore:
     def __init__(self, output_path: str | Path, run_settings: dict[str, Any]) -> None:
         self.output_path = Path(output_path)
-        self.dir = self.output_path.with_name(self.output_path.name + ".d")
+        self.dir = store_folder(self.output_path)
         self.settings = json_ready(run_settings)
         self._check_settings()
         self.index = ResumableJsonlWriter(self.dir / "index.jsonl")

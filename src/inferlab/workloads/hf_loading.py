@@ -101,9 +101,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 def check_model_dir(model_dir: str | Path) -> Path:
     path = Path(model_dir)
-    if not path.is_dir():
-        raise InputError(f"model directory {path} does not exist; pass a local HuggingFace checkpoint folder")
-    read_config(path)  # a JSON object with sizes in range, before transformers sizes anything by it
+    read_config(path)  # the folder, and a JSON object with sizes in range before transformers sizes anything by it
     return path
 
 

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from inferlab.engine.steering_vectors import SteeringVectors
 from inferlab.errors import ConfigError, UnsupportedError
+from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
 from inferlab.types import Collect, Request, Result, SamplingParams
 from inferlab.workloads.text_taps import ActivationSink, CollectSettings, SteerSettings, line_steering
@@ -247,6 +248,7 @@ def run_text_generation(
     steer: SteerSettings | None = None,
     collect: CollectSettings | None = None,
     run_settings: dict[str, Any] | None = None,  # what the activations depend on (model, sampling): checked on resume
+    max_line_chars: int = DEFAULT_MAX_LINE_CHARS,  # an input line over it is an error row
 ) -> TextJobSummary:
     summary = TextJobSummary()
     with ResumableJsonlWriter(output_path, kind_fields=("finish_reason",)) as writer:
@@ -265,7 +267,8 @@ def run_text_generation(
             settings = {**(run_settings or {}), "steering": steer.describe() if steer is not None else None}
             sink = ActivationSink.open(collect, settings, write)
             done &= sink.done_ids  # both files must have the row; others are recomputed
-        requests, errors = plan_requests(read_jsonl_records(input_path), done, defaults, summary, steer,
+        records = read_jsonl_records(input_path, max_line_chars=max_line_chars)
+        requests, errors = plan_requests(records, done, defaults, summary, steer,
                                          collect.request_collect() if collect is not None else None)
         if on_start is not None:
             on_start(len(requests) + len(errors))

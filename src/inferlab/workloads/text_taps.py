@@ -122,6 +122,11 @@ class CollectSettings:
     def request_collect(self) -> Collect:
         return Collect(self.layers, self.pool, self.max_tokens)
 
+    def describe(self) -> dict[str, Any]:
+        """The settings the activations depend on (beside the run's model and sampling)."""
+        return {"layers": list(self.resolved_layers), "pool": self.pool, "max_tokens": self.max_tokens,
+                "save_dtype": self.save_dtype}
+
 
 @dataclass
 class ActivationSink:
@@ -136,8 +141,7 @@ class ActivationSink:
     @classmethod
     def open(cls, settings: CollectSettings, run_settings: dict[str, Any],
              write_row: Callable[[dict[str, Any]], None]) -> "ActivationSink":
-        store_settings = {**run_settings, "layers": list(settings.resolved_layers), "pool": settings.pool,
-                          "max_tokens": settings.max_tokens, "save_dtype": settings.save_dtype}
+        store_settings = {**run_settings, **settings.describe()}
         return cls(settings, ActivationStore(settings.output, store_settings), write_row)
 
     @property

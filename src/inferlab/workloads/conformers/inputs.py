@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferlab.errors import InputError
-from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS, InputLine, read_lines
+from inferlab.inputs.lines import InputLine, read_lines
 from inferlab.inputs.record_ids import RecordIds
-from inferlab.workloads.conformers.smiles import DEFAULT_MAX_ATOMS, parse_smiles, smiles_text_problem
+from inferlab.workloads.conformers.input_bounds import InputBounds
+from inferlab.workloads.conformers.smiles import parse_smiles, smiles_text_problem
 
 SMILES_COLUMN_NAMES = ("smiles", "canonical_smiles", "isomeric_smiles", "smi")
 ID_COLUMN_NAMES = ("id", "name", "mol_id", "molecule_id", "compound_id", "title")
@@ -58,14 +59,6 @@ class MoleculeInputs:
     @property
     def errors(self) -> list[MoleculeInput]:
         return [r for r in self.records if not r.ok]
-
-
-@dataclass(frozen=True)
-class InputBounds:
-    """How large one input line and one molecule may be (--max-line-chars, --max-atoms)."""
-
-    max_line_chars: int = DEFAULT_MAX_LINE_CHARS
-    max_atoms: int = DEFAULT_MAX_ATOMS
 
 
 def read_molecule_inputs(

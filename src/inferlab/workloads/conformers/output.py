@@ -5,9 +5,9 @@ A JSONL row (`id` = `<input_id>#<conformer_index>`, input_id, smiles, conformer_
 marked ok has its record. Reopening the pair resumes, and first makes the two agree: an ok row whose
 record is missing (the SDF was deleted or cut) is dropped, so the caller generates it again
 (`is_done`), and an SDF record without an ok row (a crash between the two writes) is dropped; each file
-is rewritten through a temporary file and a rename. An SDF with records but no JSONL beside it was not
-written by this pairing (another tool, or a copy) and is refused, never replaced. Nothing is created
-until the first row.
+is rewritten through a temporary file and a rename. An SDF with records but neither its JSONL nor a job
+manifest beside it (outputs/guard.py, which checked it is this job's) was not written by this job (another
+tool, or a copy) and is refused, never replaced. Nothing is created until the first row.
 
 Not here: generation and validation; the caller hands in molecules that passed the template check.
 """
@@ -21,6 +21,7 @@ from rdkit import Chem
 
 from inferlab.errors import InputError
 from inferlab.jsonl_io import ResumableJsonlWriter
+from inferlab.outputs.guard import manifest_path
 from inferlab.workloads.conformers.sdf import ConformerSdfWriter, record_row_ids, row_id
 
 
@@ -34,9 +35,9 @@ class ConformerResultWriter:
         rows_path = Path(jsonl_path or default_jsonl_path(sdf_path))
         sdf = Path(sdf_path)
         records = record_row_ids(sdf) if sdf.is_file() else set()
-        if records and not rows_path.exists():
-            raise InputError(f"{sdf} holds {len(records)} conformer records but no rows file {rows_path} beside "
-                             "it, so it was not written by a run that can be resumed; write to another output "
+        if records and not rows_path.exists() and not manifest_path(sdf).exists():
+            raise InputError(f"{sdf} holds {len(records)} conformer records but neither a rows file {rows_path} nor "
+                             "a job manifest beside it, so no run of this job wrote it; write to another output "
                              "(inferlab conformers generate --overwrite replaces it)")
         self._rows = ResumableJsonlWriter(rows_path, id_field="id", kind_fields=("conformer_index",),
                                           keep_row=lambda row: row.get("status") != "ok" or row.get("id") in records)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from rdkit import Chem
 
 from inferlab.errors import InputError, UnsupportedError
+from inferlab.workloads.conformers.input_bounds import DEFAULT_MAX_ATOMS
 from inferlab.workloads.conformers.rdkit_messages import rdkit_log
 
 _STRUCTURE_TOKEN = re.compile(r"%\(\d+\)|%\d\d|[-=#:/\\$~().]|\d")
@@ -51,10 +52,6 @@ class CanonicalMolecule:
         return tuple(t.atom_index for t in self.tokens if t.atom_index is not None)
 
 
-# Atoms a molecule of an input may have unless told otherwise (--max-atoms): ten times a large drug and
-# longer than any conformer a small LM's context holds (~25 tokens per atom), far below the ~20,000 atoms
-# at which RDKit's canonicalisation overflows its stack and kills the process.
-DEFAULT_MAX_ATOMS = 1000
 _ATOM_TOKEN = re.compile(r"\[[^\]]*\]|Br|Cl|[BCNOPSFIbcnops*]")
 
 
