@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 from inferlab.errors import InputError
 from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS, InputLine, read_lines
 from inferlab.inputs.record_ids import RecordIds
+from inferlab.outputs.atomic import write_bytes_atomic
 
 
 @dataclass(frozen=True)
@@ -134,8 +135,6 @@ class ResumableJsonlWriter:
             if isinstance(row, dict) and self.id_field in row:
                 self.done.add(str(row[self.id_field]))
         if dropped:
-            from inferlab.outputs.atomic import write_bytes_atomic
-
             write_bytes_atomic(self.path, b"".join(kept))
         elif good_end < len(raw):
             with self.path.open("r+b") as f:
