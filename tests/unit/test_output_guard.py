@@ -102,6 +102,13 @@ def test_a_run_that_wrote_nothing_leaves_nothing(tmp_path):
         with guard(tmp_path):
             raise RuntimeError("the model could not be loaded")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.smi"]
+    (tmp_path / "in.smi").write_text("CCO a\n")
+    nested = OutputGuard("generate", {}, {"--input": tmp_path / "in.smi"},
+                         [GuardedOutput("--output", tmp_path / "new" / "o.jsonl")])
+    with pytest.raises(RuntimeError):
+        with nested:
+            raise RuntimeError("refused before the first row")
+    assert not (tmp_path / "new").exists()  # the folder made for the lock is gone too
 
 
 def test_whole_file_writes_replace_in_one_rename(tmp_path):

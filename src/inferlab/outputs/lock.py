@@ -3,7 +3,8 @@
 The lock is taken without waiting: a second run on the same output is refused at once with the first
 run's process id. The operating system drops a flock when its holder ends in any way (SIGKILL included),
 so a killed run never leaves its output locked; the lock file itself is removed when the run releases it
-(a killed run's stays behind, empty of meaning, and the next run takes it over). Taking the lock checks
+(a killed run's stays behind, empty of meaning, and the next run takes it over), and so is the folder
+made for it if the run left it empty. Taking the lock checks
 that the file locked is still the one at the path, so a run that releases and removes it while another
 opens it cannot let two runs in.
 """
@@ -22,8 +23,10 @@ class OutputLock:
         self.path = Path(lock_path)
         self.what = what  # what the lock protects, for the message: "out.sdf", "the run folder runs/x"
         self._fd: int | None = None
+        self._made_folder = False
 
     def acquire(self) -> None:
+        self._made_folder = not self.path.parent.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -50,6 +53,8 @@ class OutputLock:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
         self._fd = None
+        if self._made_folder and not any(self.path.parent.iterdir()):
+            self.path.parent.rmdir()  # the run made the folder for its lock and wrote nothing into it
 
     def __enter__(self) -> "OutputLock":
         self.acquire()

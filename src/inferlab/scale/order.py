@@ -2,10 +2,10 @@
 several shard files in that order.
 
 Rows are placed by id: the id of an input unit sits at its line; an id `line-<n>` (or `line-<n>.<k>`)
-that no unit claims (the row of a repeated id, which a workload files under its own line) sits at line n. Rows with an id
-the plan does not know keep their shard order after all others, so nothing is ever dropped. Records
-are located as (offset, length) spans and copied with seeks, so merging a large SDF or JSONL holds
-only the index in memory, never the records.
+that no unit claims (the row of a repeated id, which a workload files under its own line) sits at line n.
+Rows with an id the plan does not know keep their shard order after all others, so nothing is ever
+dropped. Records are located as (offset, length) spans and copied with seeks, so merging a large SDF or
+JSONL holds only the index in memory, never the records.
 """
 
 from __future__ import annotations

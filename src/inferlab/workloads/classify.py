@@ -200,7 +200,8 @@ def _require_classification_head(model_dir: str | Path) -> None:
     random labels) with only a warning."""
     path = check_model_dir(model_dir)
     architectures = read_config(path).get("architectures") or []
-    if isinstance(architectures, list) and architectures and not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+    if isinstance(architectures, list) and architectures and not any(
+            str(a).endswith("ForSequenceClassification") for a in architectures):
         raise InputError(
             f"{path} is a {architectures[0]} checkpoint, without a sequence-classification head: classify would "
             "get a randomly initialised one. Pass a ...ForSequenceClassification checkpoint as --model (a test "

@@ -2,9 +2,9 @@
 
 Owns: per-row validation shared by the transformers-backed workloads (missing or empty text, too many
 tokens: an error record or, when asked, truncation, said in the row; broken JSON and repeated ids arrive
-as error records from jsonl_io), skipping ids finished by an earlier run, and remembering input order. Tokenises a whole chunk in one call
-(batching.tokenize_chunk). Does not own: how a workload turns a record into text (it passes `text_of`),
-batching or running.
+as error records from jsonl_io), skipping ids finished by an earlier run, and remembering input order.
+Tokenises a whole chunk in one call (batching.tokenize_chunk). Does not own: how a workload turns a
+record into text (it passes `text_of`), batching or running.
 """
 
 from __future__ import annotations
