@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.errors import ConfigError, InputError, UnsupportedError
+from inferlab.models.config_file import read_config
 from inferlab.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields
 from inferlab.models.registry import family_for
 from inferlab.models.rope_spec import RopeSpec, rope_from_parameters
@@ -109,9 +110,12 @@ def _as_id_tuple(value: Any) -> tuple[int, ...]:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}); the checkpoint is damaged") from None
+        data = json.loads(path.read_text())
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"{path} is not valid JSON ({e}); the checkpoint is damaged") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path} holds a JSON {type(data).__name__}, not an object; the checkpoint is damaged")
+    return data
 
 
 def _rope_from_config(cfg: dict[str, Any]) -> RopeSpec:
@@ -140,16 +144,18 @@ def read_model_spec(model_dir: str | Path) -> ModelSpec:
     """Parse `model_dir`/config.json (+ generation_config.json when present) into a ModelSpec."""
     root = Path(model_dir)
     config_path = root / "config.json"
-    if not root.is_dir():
-        raise InputError(f"model folder {root} does not exist; pass a local HuggingFace checkpoint folder as --model "
-                         "(or make one: inferlab model init --preset tiny --out DIR)")
-    if not config_path.exists():
-        raise InputError(f"{root} has no config.json, so it is not a HuggingFace checkpoint folder; pass one as "
-                         "--model (or make one: inferlab model init --preset tiny --out DIR)")
-    cfg = _read_json(config_path)
+    cfg = read_config(root)  # a JSON object whose sizes are whole numbers in range (config_file.py)
+    try:
+        return _spec_from_config(cfg, root, config_path)
+    except (TypeError, ValueError, AttributeError, KeyError) as e:  # a field of the wrong JSON type
+        raise InputError(f"{config_path} has a field of the wrong type ({type(e).__name__}: {e}); the checkpoint is "
+                         "damaged or not a HuggingFace model: re-download or re-save it") from None
+
+
+def _spec_from_config(cfg: dict[str, Any], root: Path, config_path: Path) -> ModelSpec:
     architectures = cfg.get("architectures") or []
-    if not architectures:
-        raise InputError(f"{config_path} has no 'architectures' entry; cannot tell which model this is")
+    if not isinstance(architectures, list) or not architectures:
+        raise InputError(f"{config_path} has no 'architectures' list; cannot tell which model this is")
     missing = [key for key in _REQUIRED_KEYS if key not in cfg]
     if missing:  # another family's config (GPT-2 names these n_head, n_layer...): say so before a KeyError
         family_for(str(architectures[0]))  # UnsupportedError for an architecture we do not implement

@@ -9,7 +9,6 @@ only). It does not know about architectures (registry.py) or the forwards (llama
 
 from __future__ import annotations
 
-import json
 import logging
 from contextlib import ExitStack
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 from safetensors import safe_open
 
 from inferlab.errors import InputError
+from inferlab.models.checkpoint_check import weight_files
 from inferlab.models.config import ModelSpec
 from inferlab.models.weights import LayerWeights, ModelWeights
 
@@ -63,17 +63,10 @@ def expected_shapes(spec: ModelSpec) -> tuple[dict[str, tuple[int, ...]], set[st
 
 
 def checkpoint_files(model_dir: Path) -> dict[str, Path]:
-    """Map every tensor key to the safetensors file holding it."""
-    index = model_dir / "model.safetensors.index.json"
-    if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return {key: model_dir / name for key, name in weight_map.items()}
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
-        raise InputError(
-            f"{model_dir} has no *.safetensors weights (pytorch_model.bin is not read); "
-            "re-save the model with save_pretrained(safe_serialization=True)"
-        )
+    """Map every tensor key to the safetensors file holding it (checkpoint_check.py checks the files)."""
+    files = weight_files(model_dir)
+    if isinstance(files, dict):
+        return files
     located: dict[str, Path] = {}
     for path in files:
         with safe_open(str(path), framework="pt") as f:
