@@ -1,48 +1,93 @@
 """The generation engine: static KV cache, CUDA-graph decode, GPU sampling, continuous batching; and the
 encoder (engine/packed): packed prefill batches for sequence classification and hidden states.
 
-Everything is imported lazily so that `import inferlab.engine.<module>` stays light. What the workloads and
-the lab use of the engine is exported here.
+This package is the engine's whole public surface: code outside inferlab.engine imports these names from
+here, never from its submodules (an import-linter contract in pyproject.toml holds it). Each name is
+imported on first use, so `import inferlab.engine` stays light (no torch).
+
+- Engine, EngineConfig, EngineStats: the engine, its settings, its figures.
+- Request, Result, SamplingParams, Steer, Collect: the request and result types (inferlab.types).
+- compile_program: a constraint (segments) -> the ConstraintProgram a Request carries (inferlab.constraints).
+- SteeringVectors: named steering vectors from a safetensors file (Engine.add_steering_vectors).
+- resolve_steering, SteerEntry, resolve_collect, CollectPlan, wants_taps: the engine's host-side checks of a
+  request's steering and collection, pure functions that other backends (the transformers fallback) share
+  so that every backend refuses the same requests alike.
+- Encoder, EncoderConfig, encoder_support: the encoder (engine/packed), its settings, and whether it runs a
+  checkpoint (None, else the reason); PackedBatch, pack_rows: rows packed into one varlen prefill batch;
+  prefill_flops: the model FLOPs of a prefill over given lengths (the same count for every backend).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Encoder", "EncoderConfig", "Engine", "EngineConfig", "EngineStats", "PackedBatch", "SteeringVectors",
-           "encoder_support", "pack_rows", "prefill_flops"]
-
-# name -> (module, attribute) of the encoder's public surface
-_ENCODER = {
-    "Encoder": ("inferlab.engine.packed.encoder", "Encoder"),
-    "encoder_support": ("inferlab.engine.packed.encoder", "encoder_support"),
-    "EncoderConfig": ("inferlab.engine.packed.config", "EncoderConfig"),
-    "PackedBatch": ("inferlab.engine.packed.batch", "PackedBatch"),
-    "pack_rows": ("inferlab.engine.packed.batch", "pack_rows"),
-    "prefill_flops": ("inferlab.engine.packed.flops", "prefill_flops"),
-}
+__all__ = [
+    "Collect",
+    "CollectPlan",
+    "Encoder",
+    "EncoderConfig",
+    "Engine",
+    "EngineConfig",
+    "EngineStats",
+    "PackedBatch",
+    "Request",
+    "Result",
+    "SamplingParams",
+    "Steer",
+    "SteerEntry",
+    "SteeringVectors",
+    "compile_program",
+    "encoder_support",
+    "pack_rows",
+    "prefill_flops",
+    "resolve_collect",
+    "resolve_steering",
+    "wants_taps",
+]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _ENCODER:
-        import importlib
-
-        module, attribute = _ENCODER[name]
-        return getattr(importlib.import_module(module), attribute)
     if name == "Engine":
-        from inferlab.engine.engine import Engine
+        from inferlab.engine.engine import Engine as value
+    elif name == "EngineConfig":
+        from inferlab.engine.config import EngineConfig as value
+    elif name == "EngineStats":
+        from inferlab.engine.stats import EngineStats as value
+    elif name == "SteeringVectors":
+        from inferlab.engine.steering_vectors import SteeringVectors as value
+    elif name == "resolve_steering":
+        from inferlab.engine.steering import resolve_steering as value
+    elif name == "SteerEntry":
+        from inferlab.engine.steering import SteerEntry as value
+    elif name == "resolve_collect":
+        from inferlab.engine.collection import resolve_collect as value
+    elif name == "CollectPlan":
+        from inferlab.engine.collection import CollectPlan as value
+    elif name == "wants_taps":
+        from inferlab.engine.tap_support import wants_taps as value
+    elif name in ("Encoder", "encoder_support"):
+        import inferlab.engine.packed.encoder
 
-        return Engine
-    if name == "EngineConfig":
-        from inferlab.engine.config import EngineConfig
+        value = getattr(inferlab.engine.packed.encoder, name)
+    elif name == "EncoderConfig":
+        from inferlab.engine.packed.config import EncoderConfig as value
+    elif name in ("PackedBatch", "pack_rows"):
+        import inferlab.engine.packed.batch
 
-        return EngineConfig
-    if name == "SteeringVectors":
-        from inferlab.engine.steering_vectors import SteeringVectors
+        value = getattr(inferlab.engine.packed.batch, name)
+    elif name == "prefill_flops":
+        from inferlab.engine.packed.flops import prefill_flops as value
+    elif name == "compile_program":
+        from inferlab.constraints.program import compile_program as value
+    elif name in ("Request", "Result", "SamplingParams", "Steer", "Collect"):
+        import inferlab.types
 
-        return SteeringVectors
-    if name == "EngineStats":
-        from inferlab.engine.stats import EngineStats
+        value = getattr(inferlab.types, name)
+    else:
+        raise AttributeError(f"module 'inferlab.engine' has no attribute {name!r}")
+    globals()[name] = value  # the next lookup finds it without this function
+    return value
 
-        return EngineStats
-    raise AttributeError(f"module 'inferlab.engine' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 
 from inferlab.errors import ConfigError, InputError
+from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS, check_max_line_chars
 from inferlab.jsonl_io import read_jsonl_records
 from inferlab.workloads.activation_store import ActivationStore
 from inferlab.workloads.activations import POOLERS, HiddenStateCollector
@@ -57,9 +58,11 @@ class HiddenStatesOptions:
     text_field: str = "prompt"
     shard_rows: int = 1024  # input lines per chunk: one tokenizer call, one length sort, one shard
     save_dtype: str = "float32"
+    max_line_chars: int = DEFAULT_MAX_LINE_CHARS  # an input line over it is an error record
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
     def __post_init__(self) -> None:
+        check_max_line_chars(self.max_line_chars)
         BatchLimits(self.batch_size, self.max_batch_tokens)
         if self.pool not in POOLERS:
             raise ConfigError(f"pool {self.pool!r} is not known; use one of {', '.join(POOLERS)}")
@@ -207,7 +210,8 @@ def collect_hidden_states(
     )
     limits = BatchLimits(options.batch_size, options.max_batch_tokens)
     try:
-        for rows, errors in preparer.chunks(read_jsonl_records(input_path), options.shard_rows):
+        records = read_jsonl_records(input_path, max_line_chars=options.max_line_chars)
+        for rows, errors in preparer.chunks(records, options.shard_rows):
             for record in errors:
                 write_error(record)
             runner.run(plan_row_batches(rows, limits))

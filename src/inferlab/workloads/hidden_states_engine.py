@@ -62,7 +62,7 @@ class EngineHiddenStates:
                 progress(1)
 
         try:
-            records = read_jsonl_records(input_path)
+            records = read_jsonl_records(input_path, max_line_chars=options.max_line_chars)
             with BackgroundWriter() as background, PrefetchedChunks(preparer, records, options.shard_rows) as chunks:
                 report.backoff = run_packed(chunks, background, encoder.config.max_batch_tokens, self.packed,
                                             encoder.predict_s, run_rows, on_results, on_error, options.backoff,

@@ -22,14 +22,14 @@ the JSONL) are text_taps.py's; both backends run them.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from inferlab.engine.steering_vectors import SteeringVectors
+from inferlab.engine import SteeringVectors
 from inferlab.errors import ConfigError, UnsupportedError
+from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
 from inferlab.types import Collect, Request, Result, SamplingParams
 from inferlab.workloads.text_taps import ActivationSink, CollectSettings, SteerSettings, line_steering
@@ -112,15 +112,13 @@ BACKENDS: dict[str, BackendFactory] = {"inferlab": engine_backend, "hf": hf_back
 
 def engine_architecture_problem(model_dir: str) -> str | None:
     """Why the engine cannot serve `model_dir`'s architecture (config.json, read cheaply), or None."""
-    from inferlab.models.registry import implementation_for
+    from inferlab.models.config_file import read_config
+    from inferlab.models.registry import family_for
 
+    architectures = read_config(model_dir).get("architectures") or []  # InputError for a damaged config.json
     try:
-        architectures = json.loads((Path(model_dir) / "config.json").read_text()).get("architectures") or []
-    except (OSError, ValueError):
-        return None  # the engine reports an unreadable checkpoint itself
-    try:
-        if architectures:
-            implementation_for(str(architectures[0]))
+        if isinstance(architectures, list) and architectures:
+            family_for(str(architectures[0]))
     except UnsupportedError as e:
         return str(e)
     return None
@@ -224,19 +222,10 @@ def plan_requests(
     steer: SteerSettings | None = None, collect: Collect | None = None,
 ) -> tuple[list[Request], list[dict[str, Any]]]:
     """Split input lines into requests to run and error rows to write; skip ids already done. Every row id
-    goes to summary.ids_in_order (done ones too)."""
-    requests, errors, seen = [], [], set()
+    goes to summary.ids_in_order (done ones too). Ids are unique (read_jsonl_records: a repeated id is an
+    error record under its own id)."""
+    requests, errors = [], []
     for record in records:
-        if record.id in seen:
-            row_id = f"line-{record.line_no}"
-            summary.ids_in_order.append(row_id)
-            if row_id in done:
-                summary.skipped += 1
-            else:
-                errors.append(error_row(
-                    row_id, f"line {record.line_no}: id {record.id!r} repeats an earlier line; ids must be unique"))
-            continue
-        seen.add(record.id)
         summary.ids_in_order.append(record.id)
         if record.id in done:
             summary.skipped += 1
@@ -259,6 +248,7 @@ def run_text_generation(
     steer: SteerSettings | None = None,
     collect: CollectSettings | None = None,
     run_settings: dict[str, Any] | None = None,  # what the activations depend on (model, sampling): checked on resume
+    max_line_chars: int = DEFAULT_MAX_LINE_CHARS,  # an input line over it is an error row
 ) -> TextJobSummary:
     summary = TextJobSummary()
     with ResumableJsonlWriter(output_path, kind_fields=("finish_reason",)) as writer:
@@ -277,7 +267,8 @@ def run_text_generation(
             settings = {**(run_settings or {}), "steering": steer.describe() if steer is not None else None}
             sink = ActivationSink.open(collect, settings, write)
             done &= sink.done_ids  # both files must have the row; others are recomputed
-        requests, errors = plan_requests(read_jsonl_records(input_path), done, defaults, summary, steer,
+        records = read_jsonl_records(input_path, max_line_chars=max_line_chars)
+        requests, errors = plan_requests(records, done, defaults, summary, steer,
                                          collect.request_collect() if collect is not None else None)
         if on_start is not None:
             on_start(len(requests) + len(errors))

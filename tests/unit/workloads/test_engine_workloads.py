@@ -1,7 +1,7 @@
 """classify and hidden-states on the engine (workloads/classify_engine.py, hidden_states_engine.py,
 packed_run.py, backend_choice.py): the same rows as transformers through several packed batches, the
 packing plan (token budget, row cap, latency cap), the reader and writer threads, OOM back-off, the choice
-of backend, the problem types."""
+of backend, the problem types, the output guard's record of the backend."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from workload_testkit import OOM, read_jsonl, write_jsonl
 from inferlab.cli import main
 from inferlab.cli.hf_workload_args import ENGINE_BATCH_TOKENS
 from inferlab.errors import ConfigError, UnsupportedError
+from inferlab.outputs.guard import manifest_path
 from inferlab.workloads.backend_choice import (ENGINE_MAX_BATCH_TOKENS, WorkloadBackend, choose_backend,
                                                open_classifier)
 from inferlab.workloads.classifier_labels import ClassifierLabels
@@ -181,3 +182,22 @@ def test_hidden_states_cli_on_the_engine_with_every_token(tmp_path, tiny_checkpo
     rc = main(["hidden-states", "--model", str(tiny), "--input", str(inp), "--output", str(tmp_path / "x.safetensors"),
                "--layers", "1", "--pool", "all", "--gpus", "2"])
     assert rc == 2 and "--pool all is not merged across workers" in capsys.readouterr().err
+
+
+def test_the_guard_records_the_backend_and_refuses_a_rerun_on_another(tmp_path, cls_dir, capsys):
+    """The backend and the engine's weights change the numbers: a resume never mixes rows of two backends."""
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": k, "text": v} for k, v in list(TEXTS.items())[:4]])
+    out = tmp_path / "preds.jsonl"
+
+    def classify(*extra):
+        return main(["classify", "--model", str(cls_dir), "--input", str(inp), "--output", str(out), "--device", "cpu",
+                     "--dtype", "float32", *extra])
+
+    assert classify("--backend", "inferlab") == 0
+    settings = json.loads(manifest_path(out).read_text())["settings"]
+    assert settings["backend"] == "inferlab" and settings["weights"] == "auto"
+    written = out.read_text()
+    assert classify("--backend", "hf") == 2
+    assert "backend='inferlab' then, 'hf' now" in capsys.readouterr().err
+    assert out.read_text() == written
+    assert classify("--backend", "inferlab") == 0 and out.read_text() == written  # the same job resumes

@@ -61,8 +61,8 @@ class InferlabConstrainedBackend:
         self.eos_token_ids = frozenset([self.tokenizer.eos_token_id])
 
     def prepare(self, requests: list[ConformerRequest]) -> None:
+        from inferlab.constraints.program import compile_program
         from inferlab.engine import Engine, EngineConfig
-        from inferlab.engine.constraints.program import compile_program
 
         by_smiles: dict[str, Any] = {}
         for r in requests:

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from inferlab.engine.forwards.registry import encoder_forward_class
 from inferlab.engine.lifetime import release_cached_memory
 from inferlab.engine.ops import select_ops
 from inferlab.engine.packed.attention import PackedAttention
@@ -39,7 +40,7 @@ from inferlab.engine.startup import resolve_device, resolve_dtype
 from inferlab.errors import ConfigError, EngineClosedError, InputError, UnsupportedError
 from inferlab.models.config import read_model_spec
 from inferlab.models.loader import load_weights
-from inferlab.models.registry import encoder_implementation_for, is_classifier
+from inferlab.models.registry import is_classifier
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class Encoder:
         if classify and not is_classifier(spec.architecture):
             raise InputError(f"{config.model} is a {spec.architecture} checkpoint, without a sequence-classification "
                              "head; classify needs a ...ForSequenceClassification checkpoint")
-        implementation = encoder_implementation_for(spec.architecture)
+        model_class = encoder_forward_class(spec.architecture)
         check_windows(spec)
         self.dtype = resolve_dtype(config.dtype, spec, self.device)
         if config.weights == "fp8":
@@ -95,7 +96,7 @@ class Encoder:
         t = time.perf_counter()
         weights = load_weights(config.model, spec, self.dtype, self.device, head="score" if classify else "none")
         tables = RopeTables(spec, self.max_length, self.device)
-        model = implementation.load()(spec, weights, ops, tables.of(0))  # its own rotary serves generation only
+        model = model_class(spec, weights, ops, tables.of(0))  # its own rotary serves generation only
         if config.weights == "fp8":
             quantize_layers(weights.layers, self.device)
             model.gemm = Fp8Gemm(model.gemm.act_mul)
@@ -243,7 +244,7 @@ def encoder_support(model_dir: str | Path, task: str) -> str | None:
         spec = read_model_spec(model_dir)  # refuses architectures and features the engine does not implement
         if task == "classify" and not is_classifier(spec.architecture):
             return f"{spec.architecture} is not a sequence classifier the engine knows"
-        encoder_implementation_for(spec.architecture)
+        encoder_forward_class(spec.architecture)
         check_windows(spec)
     except UnsupportedError as e:
         return str(e)

@@ -1,4 +1,4 @@
-"""The packed prefill's forward: a model's own layer loop (models/llama.py, gemma.py `_layers`) over rows
+"""The packed prefill's forward: a model's own layer loop (engine/forwards/llama.py, gemma.py `_layers`) over rows
 concatenated without padding, with attention that never crosses rows, and what is read at the end:
 classifier logits at each row's pooled token, or hidden states of chosen layers pooled per row.
 
@@ -25,7 +25,8 @@ from inferlab.engine import torch_ops
 from inferlab.engine.packed.attention import PackedAttention
 from inferlab.engine.packed.batch import DeviceBatch
 from inferlab.engine.packed.flops import layer_window
-from inferlab.models.config import ModelSpec, RopeSpec
+from inferlab.models.config import ModelSpec
+from inferlab.models.rope_spec import RopeSpec
 from inferlab.models.rope import RotaryTables
 from inferlab.models.weights import LayerWeights
 
@@ -137,7 +138,7 @@ class PackedForward:
         if 0 in layers:
             x0 = F.embedding(batch.tokens, model.weights.embed)
             if spec.embedding_scale is not None:
-                x0 = x0 * model.embed_scale  # rounded as the forward's own embedding is (models/gemma.py)
+                x0 = x0 * model.embed_scale  # rounded as the forward's own embedding is (engine/forwards/gemma.py)
             out[0] = pool_rows(x0, batch, pool)
         inner = {i for i in layers if 0 < i < spec.num_layers}
         if spec.num_layers in layers:

@@ -7,7 +7,7 @@ tests). The embedding, the norms and the score head stay in the model dtype.
 Quantization is engine/kv_quant.quantize (scale = max|x| / 448 over the last dim, exact e4m3 rounding) for
 weights and, on CUDA, its Triton twin (kernels/triton_fp8_rows.py) for activations.
 
-`Fp8Gemm` takes the place of the forward's GemmPlan (models/llama.py, gemma.py call `gemm.linear(x, w, bias,
+`Fp8Gemm` takes the place of the forward's GemmPlan (engine/forwards/llama.py, gemma.py call `gemm.linear(x, w, bias,
 name)` and `gemm.mlp(h, gate_up, down)` and never look at the weights themselves), so the same layer loop
 runs over `Fp8Weight`s.
 """

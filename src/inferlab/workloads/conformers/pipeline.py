@@ -63,7 +63,7 @@ def generate_conformers(
         raise ConfigError("engine_options must not hold model, seed or load_tokenizer; pass the model and "
                           "config.seed (the pipeline's engine loads no tokenizer: the judges decode)")
     profile = get_profile(config.profile)
-    inputs = read_molecule_inputs(input_path, config.smiles_column, config.id_column)
+    inputs = read_molecule_inputs(input_path, config.smiles_column, config.id_column, config.input_bounds)
     summary = PipelineSummary(molecules=len(inputs.records))
     with ConformerResultWriter(output_path, config.rows_output, profile=profile.name) as writer:
         plan = plan_molecules(inputs, writer.is_done, config.num_conformers)

@@ -1,7 +1,7 @@
 """The sweep of `inferlab tune`: cut the sample to its rows, measure every candidate (candidates.py) with
 the workload's runner (runners.py), pick the one with the best figure, and return the TunedConfig with
 every candidate's figures (or the error that stopped it: an out-of-memory or an unsupported setting is a
-row, not the end of the sweep) and the environment (inferlab.bench.environment)."""
+row, not the end of the sweep) and the environment (inferlab.environment)."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def _why_no_figure(measured: dict[str, Any], metric: str) -> str:
 
 
 def _choose(settings: TuneSettings, metric: str, measured: list[dict[str, Any]], rows: int, kind: str) -> TunedConfig:
-    from inferlab.bench.environment import capture_environment
+    from inferlab.environment import capture_environment
 
     ranked = sorted((m for m in measured if (m.get("figures") or {}).get(metric)),
                     key=lambda m: m["figures"][metric], reverse=True)

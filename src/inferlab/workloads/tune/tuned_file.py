@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.errors import ConfigError, InputError
+from inferlab.outputs.atomic import write_json_atomic
 
 FORMAT = "inferlab-tune/1"
 
@@ -62,12 +63,9 @@ def check_recommended(workload: str, values: dict[str, Any], where: str) -> None
 
 
 def write_tuned_config(config: TunedConfig, path: str | Path) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     if not config.created:
         config.created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    out.write_text(json.dumps(asdict(config), indent=1, default=str) + "\n")
-    return out
+    return write_json_atomic(path, asdict(config))
 
 
 def read_tuned_config(path: str | Path, workload: str) -> TunedConfig:
