@@ -67,7 +67,7 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     e.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
                    help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA capability >= 8.9)")
     add_scale_args(p)
-    add_config_arg(p, "conformers")  # inferlab tune's max_slots
+    add_config_arg(p, "conformers")  # inferlab tune's max_slots and kv_dtype
 
 
 def pipeline_config_from(args: argparse.Namespace):

@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--collect-dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="dtype of the saved activations")
     add_scale_args(p)
-    add_config_arg(p, "generate")  # inferlab tune's max_slots
+    add_config_arg(p, "generate")  # inferlab tune's max_slots and kv_dtype
     p.set_defaults(func=_generate)
 
 
