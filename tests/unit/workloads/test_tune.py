@@ -68,10 +68,11 @@ def test_useful_sizes_stop_at_the_first_reaching_the_sample():
     assert useful_sizes([256, 128], 3) == [128]
 
 
-def test_doubling_sizes_end_at_the_largest_and_keep_the_largest_five():
-    assert doubling_sizes(64, 540) == [64, 128, 256, 512, 540]
+def test_doubling_sizes_end_at_the_largest_and_keep_the_largest_four():
+    assert doubling_sizes(64, 540) == [64, 128, 256, 540]  # 512 is within a quarter of 540
+    assert doubling_sizes(64, 285) == [64, 128, 285]
     assert doubling_sizes(64, 512) == [64, 128, 256, 512]
-    assert doubling_sizes(16, 1172) == [128, 256, 512, 1024, 1172]
+    assert doubling_sizes(16, 1500) == [256, 512, 1024, 1500]
     assert doubling_sizes(64, 40) == [40]
     with pytest.raises(ConfigError, match="no row fits"):
         doubling_sizes(2, 0)
@@ -229,14 +230,14 @@ def test_the_engine_grid_reaches_the_memory_plans_largest_slots(tmp_path, tiny_c
     model = str(tiny_checkpoint("tiny"))
     sample = write_lines(tmp_path / "prompts.jsonl", [{"id": f"p{i}", "prompt": "count " * (i % 3 + 1)} for i in range(12)])
     length = generate_row_length(sample, model, 4)
-    five_rows = plan_without_loading(EngineConfig(model=model, device="cpu", max_slots=5, max_seq_len=length,
-                                                  memory_budget_bytes=1 << 40)).total_bytes
+    six_rows = plan_without_loading(EngineConfig(model=model, device="cpu", max_slots=6, max_seq_len=length,
+                                                 memory_budget_bytes=1 << 40)).total_bytes
     settings = TuneSettings("generate", model, str(sample), device="cpu", max_new_tokens=4, min_seconds=0,
-                            memory_budget_bytes=five_rows)  # the budget of exactly five rows
+                            memory_budget_bytes=six_rows)  # the budget of exactly six rows
     tuned = run_sweep(settings)
-    assert tuned.grid == [{"kv_dtype": "auto", "max_seq_len": length, "memory_slots": 5, "requests": 12, "largest": 5,
+    assert tuned.grid == [{"kv_dtype": "auto", "max_seq_len": length, "memory_slots": 6, "requests": 12, "largest": 6,
                            "bound": "memory plan"}]
-    assert [c["settings"] for c in tuned.candidates] == [{"max_slots": n, "kv_dtype": "auto"} for n in (2, 4, 5)]
+    assert [c["settings"] for c in tuned.candidates] == [{"max_slots": n, "kv_dtype": "auto"} for n in (2, 4, 6)]
     assert all(c["figures"]["rows"] == 3 * 12 and c["figures"]["error_rows"] == 0 for c in tuned.candidates)
 
 

@@ -3,8 +3,9 @@
 On the inferlab engine (generate, conformers) the grid is max_slots x KV dtype: for each KV dtype (the
 model dtype, and fp8 where the device has FP8; never on CPU) the engine's memory planner is asked, without
 building an engine, how many rows fit at the sample's row length; max_slots doubles from the workload's
-first size up to that largest feasible value (the sample's requests, when fewer), which is always tried,
-keeping the MAX_SIZES largest. The transformers backend of generate tries a fixed grid of batch rows;
+first size towards that largest feasible value (the sample's requests, when fewer), which is always tried,
+keeping the MAX_SIZES largest (a doubling step within a quarter of the largest is left out: nearly the
+same point, measured twice). The transformers backend of generate tries a fixed grid of batch rows;
 classify tries its batch sizes x the dtypes and attention implementations the device can run. Sizes
 given by the user (--sizes) are tried as given, those above the sample's requests dropped (the first
 reaching them stays): they measure nothing new."""
@@ -26,7 +27,8 @@ FIXED_SIZES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "generate": ((2, 4, 8), (32, 64, 128, 256)),
     "classify": ((4, 16), (16, 64, 256)),
 }
-MAX_SIZES = 5  # max_slots per KV dtype (each costs an engine start, a warm-up pass and the timed passes)
+MAX_SIZES = 4  # max_slots per KV dtype (each costs an engine start, a warm-up pass and the timed passes)
+NEAR_LARGEST = 0.75  # a doubling step above this share of the largest size measures nearly the same point
 PLAN_SLOT_CAP = 1 << 20  # the planner's search bound: far above any device's rows
 
 
@@ -60,12 +62,13 @@ class SizeLimit:
 
 
 def doubling_sizes(first: int, largest: int, keep: int = MAX_SIZES) -> list[int]:
-    """first, 2 first, 4 first, ... below `largest`, then `largest` itself; the `keep` largest of them."""
+    """first, 2 first, 4 first, ... up to NEAR_LARGEST of `largest`, then `largest` itself; the `keep`
+    largest of them."""
     if largest < 1:
         raise ConfigError(f"no row fits: the largest feasible max_slots is {largest}")
     sizes = []
     size = max(1, first)
-    while size < largest:
+    while size <= NEAR_LARGEST * largest:
         sizes.append(size)
         size *= 2
     return (sizes + [largest])[-keep:]
