@@ -302,8 +302,8 @@ def _headline(part: str, path: Path) -> str:
                 f"{data['checks']['rerun_wrote']}")
     if part.startswith("tune-"):
         extra = ""
-        if "pipeline_with_recommended" in data:
-            extra = f"; pipeline with it: {data['pipeline_with_recommended']['conformers_per_s']:.1f} conf/s"
+        if "pipeline_with_best" in data:
+            extra = f"; pipeline with the best: {data['pipeline_with_best']['conformers_per_s']:.1f} conf/s"
         return f"recommended {data['recommended']} (margin {data['margin']}){extra}"
     if part == "fallback":
         return ", ".join(f"{k}={v}" for k, v in data.items())

@@ -13,7 +13,7 @@ checkout: kept between calls on a warm machine), and --budget-s stops before a c
 it (exit 3); run the same command again until it prints the recommendation and writes the file.
 
 GPU:  python scripts/gpu/tune_check.py --out $OUT --budget-s $BUDGET_S     # ~15 min on an H100: two calls
-CPU:  python scripts/gpu/tune_check.py --out /tmp/tc --device cpu --quick  # tiny-qwen3, 2 molecules x 2
+CPU:  python scripts/gpu/tune_check.py --out /tmp/tc --device cpu --quick  # a tiny model, 2 molecules x 2
 Writes under --out: tuned-conformers.json (once every candidate is measured) and tune.log.
 """
 
@@ -33,10 +33,10 @@ def checkpoint(work: Path, quick: bool) -> Path:
     from inferlab.models.checkpoint_init import init_checkpoint
     from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
 
-    preset, dtype = ("tiny-qwen3", "float32") if quick else ("qwen3-0.6b", "bfloat16")
+    preset, dtype = ("tiny", "float32") if quick else ("qwen3-0.6b", "bfloat16")
     path = work / f"{preset}-{dtype}"
-    if not (path / "config.json").exists():
-        init_checkpoint(preset, path, seed=0, dtype=dtype, tokenizer_dir=qwen3_chem_tokenizer_dir())
+    if not (path / "config.json").exists():  # quick: our small built-in tokenizer (a 151k vocabulary is slow on CPU)
+        init_checkpoint(preset, path, seed=0, dtype=dtype, tokenizer_dir=None if quick else qwen3_chem_tokenizer_dir())
     return path
 
 
@@ -67,7 +67,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", default=str(REPO / "runs" / "tune"), help="checkpoint, sample, measured candidates")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--quick", action="store_true", help="tiny-qwen3, 2 small molecules x 2 (CPU proof of the script)")
+    ap.add_argument("--quick", action="store_true", help="tiny, 2 small molecules x 2 (CPU proof of the script)")
     ap.add_argument("--molecules", type=int, default=90)
     ap.add_argument("--num-conformers", type=int, default=8)
     ap.add_argument("--min-seconds", type=float, default=2.0)

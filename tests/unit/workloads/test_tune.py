@@ -256,3 +256,13 @@ def test_a_budget_stops_the_sweep_and_a_rerun_measures_only_the_rest(tmp_path, t
     capsys.readouterr()
     assert tune(model, "generate", prompts, out, "--budget-s", "5") == 2
     assert "--budget-s) needs a value > 0 and a work_dir (--work-dir" in capsys.readouterr().err
+
+
+def test_the_kv_dtypes_tried_are_the_devices(monkeypatch):
+    from inferlab.engine import startup
+    from inferlab.workloads.tune.candidates import engine_kv_dtypes
+
+    assert not startup.fp8_kv_supported(torch.device("cpu")) and engine_kv_dtypes("cpu", None) == ("auto",)
+    monkeypatch.setattr(startup, "fp8_kv_supported", lambda device: True)  # a GPU with FP8 (CUDA >= 8.9)
+    assert engine_kv_dtypes("cpu", None) == ("auto", "fp8")
+    assert engine_kv_dtypes("cpu", ("fp8", "fp8")) == ("fp8",)  # --kv-dtypes as given

@@ -1,6 +1,7 @@
 """One candidate of `inferlab tune` measured: the same library functions the commands run
 (workloads.text.run_text_generation over the text backend, workloads.classify.classify_file,
-workloads.conformers.pipeline.generate_conformers), on the cut sample, writing to scratch outputs.
+workloads.conformers.pipeline.generate_conformers), on the cut sample, writing to a fresh scratch folder
+per candidate (removed afterwards: the workloads would resume an earlier run's outputs instead of writing).
 
 Every candidate starts warm: its engine (or model) is started and timed apart, then one untimed warm-up
 pass over the whole sample pays what a first pass pays (Triton compiles, the GEMM plan's timing, graph
@@ -15,9 +16,12 @@ attention). Does not own the candidates or the choice (candidates.py, sweep.py).
 from __future__ import annotations
 
 import gc
+import shutil
 import statistics
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,6 +118,17 @@ def _release() -> None:
         torch.cuda.empty_cache()
 
 
+@contextmanager
+def _outputs(job: TuneJob, index: int) -> Iterator[Path]:
+    """A fresh folder for one candidate's outputs, removed afterwards: never an earlier run's files, which
+    the workloads would resume instead of writing."""
+    folder = Path(tempfile.mkdtemp(prefix=f"candidate-{index}-", dir=job.scratch))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _timed(function: Callable[[], Any]) -> tuple[float, Any]:
     started = time.perf_counter()
     result = function()
@@ -133,17 +148,18 @@ class GenerateRunner:
         job = self.job
         defaults = SamplingParams(max_new_tokens=job.max_new_tokens)
         options = {**job.engine_options(), **candidate}
+        def run(folder: Path, name: str) -> tuple[float, dict[str, int]]:
+            seconds, summary = _timed(lambda: run_text_generation(job.sample, folder / f"{name}.jsonl",
+                                                                  lambda: borrowed(backend), defaults))
+            return seconds, {"rows": summary.written, "error_rows": summary.errors,
+                             "output_tokens": summary.output_tokens}
+
         _reset_peak(job.device)
         start_s, backend = _timed(lambda: open_backend(job.backend, job.model, options))  # closed below
         try:
-            def run(name: str) -> tuple[float, dict[str, int]]:
-                out = job.scratch / f"{name}-{index}.jsonl"
-                seconds, summary = _timed(lambda: run_text_generation(job.sample, out, lambda: borrowed(backend), defaults))
-                return seconds, {"rows": summary.written, "error_rows": summary.errors,
-                                 "output_tokens": summary.output_tokens}
-
-            warmup_s, _ = run("warmup")
-            passes = timed_passes(lambda n: run(f"run-{n}"), job.passes, job.min_seconds)
+            with _outputs(job, index) as folder:
+                warmup_s, _ = run(folder, "warmup")
+                passes = timed_passes(lambda n: run(folder, f"run-{n}"), job.passes, job.min_seconds)
         finally:
             close_backend(backend)
             peak = _peak_gb(job.device)
@@ -185,17 +201,18 @@ class ClassifyRunner:
         options = ClassifyOptions(batch_size=candidate["batch_size"])
         batch_seconds: list[float] = []
 
-        def run(name: str) -> tuple[float, dict[str, int]]:
-            seconds, report = _timed(lambda: classify_file(classifier, job.sample, job.scratch / f"{name}-{index}.jsonl",
-                                                           options))
+        def run(folder: Path, name: str) -> tuple[float, dict[str, int]]:
+            seconds, report = _timed(lambda: classify_file(classifier, job.sample, folder / f"{name}.jsonl", options))
             if name != "warmup":
                 batch_seconds.extend(report.batch_seconds)
             return seconds, {"rows": report.rows_ok, "error_rows": report.rows_error,
                              "oom_events": report.backoff.oom_events}
 
         _reset_peak(job.device)
-        warmup_s, _ = run("warmup")
-        figures = pass_figures(timed_passes(lambda n: run(f"run-{n}"), job.passes, job.min_seconds), "rows", self.metric)
+        with _outputs(job, index) as folder:
+            warmup_s, _ = run(folder, "warmup")
+            passes = timed_passes(lambda n: run(folder, f"run-{n}"), job.passes, job.min_seconds)
+        figures = pass_figures(passes, "rows", self.metric)
         return {**figures, "batch_latency_ms": latency_summary_ms(batch_seconds), "load_s": round(self.load_s, 3),
                 "warmup_s": round(warmup_s, 3), "peak_memory_gb": _peak_gb(job.device)}
 
@@ -220,8 +237,8 @@ class ConformersRunner:
         starts: list[float] = []
         excluded = {"captures_s": 0.0}
 
-        def run(name: str) -> tuple[float, dict[str, int]]:
-            summary = generate_conformers(job.model, job.sample, job.scratch / f"{name}-{index}.sdf", config, options)
+        def run(folder: Path, name: str) -> tuple[float, dict[str, int]]:
+            summary = generate_conformers(job.model, job.sample, folder / f"{name}.sdf", config, options)
             captures = summary.engine.get("lazy_capture_s", 0.0)
             starts.append(summary.engine_start_s)
             if name != "warmup":
@@ -233,11 +250,12 @@ class ConformersRunner:
 
         _reset_peak(job.device)
         try:
-            warmup_s, _ = run("warmup")
-            figures = pass_figures(timed_passes(lambda n: run(f"run-{n}"), job.passes, job.min_seconds), "conformers",
-                                   self.metric)
+            with _outputs(job, index) as folder:
+                warmup_s, _ = run(folder, "warmup")
+                passes = timed_passes(lambda n: run(folder, f"run-{n}"), job.passes, job.min_seconds)
         finally:
             _release()
+        figures = pass_figures(passes, "conformers", self.metric)
         return {**figures, "output_tokens_per_s": _rate(figures["output_tokens"], figures["seconds"]),
                 "valid_fraction": figures["valid"] / figures["conformers"] if figures["conformers"] else None,
                 "start_s": round(sum(starts) / len(starts), 3), "warmup_s": round(warmup_s, 3),
