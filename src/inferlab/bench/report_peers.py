@@ -50,7 +50,8 @@ def hf_note(row: dict[str, Any]) -> str:
     m, c = row.get("metrics") or {}, row.get("config") or {}
     version = (row.get("env") or {}).get("transformers")
     prefix = f"transformers {version}, " if version else "transformers, "
-    kernel = f", kernel seen: {m['attention_kernel_observed']}" if m.get("attention_kernel_observed") else ""
+    seen = m.get("attention_kernel_observed")
+    kernel = f", attention kernel seen: {seen}" if seen and not str(seen).startswith("none") else ""
     cb = m.get("hf_continuous")
     if isinstance(cb, dict):
         fast = "decode fast path" if cb.get("decode_fast_path") else "no decode fast path (needs flash-attn)"

@@ -146,4 +146,6 @@ def _describe(settings: dict) -> str:
 
 
 def _number(value) -> str:
-    return "-" if value is None else f"{value:,.1f}"
+    if value is None:
+        return "-"
+    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
