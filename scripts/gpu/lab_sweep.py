@@ -154,7 +154,8 @@ def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]
     package = NEEDS.get(part)
     if package and not smoke and importlib.util.find_spec(package) is None:
         log.append(f"{part}: not started, {package} is not importable here (on the device: carry .dev2 in the call "
-                   "right after .dev1's, on the same warm machine; benchmarks/README.md, \"Procedure: a device session\")")
+                   "right after .dev1's, on the same warm machine; benchmarks/README.md, \"Procedure: a device "
+                   "session\")")
         return
     if part == "peers-vllm" and not smoke and importlib.util.find_spec("flashinfer") is not None:
         ready, line = warm_flashinfer(min(FLASHINFER_WARM_S, remaining - 30))

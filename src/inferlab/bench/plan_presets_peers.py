@@ -68,7 +68,8 @@ def _generate(backend: str, case: tuple, extra: dict[str, Any]) -> dict[str, Any
 def _generate_sweeps() -> list[dict[str, Any]]:
     return ([_generate(backend, case, _TIMING) for backend in ("inferlab", "vllm") for case in _CASES]
             + [_generate(backend, _FP8_CASE, {**_TIMING, "kv_dtype": "fp8"}) for backend in ("inferlab", "vllm")]
-            + [_generate("hf-continuous", case, _HF_CONTINUOUS_TIMING) | {"timeout_s": 240} for case in _HF_CONTINUOUS_CASES])
+            + [_generate("hf-continuous", case, _HF_CONTINUOUS_TIMING) | {"timeout_s": 240}
+               for case in _HF_CONTINUOUS_CASES])
 
 
 def _conformers(backend: str, extra: dict[str, Any], timeout_s: int) -> dict[str, Any]:

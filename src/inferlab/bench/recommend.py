@@ -97,7 +97,8 @@ def recommend(rows: list[dict[str, Any]]) -> list[Recommendation]:
         higher = group[0].get("higher_is_better", True)
         knobs = knobs_of[(gpu, scenario, model)]
         workload = _workload_text(group[0], [r for r in ok if r.get("scenario") == scenario])
-        pairs = [(r, Candidate(_settings(r, knobs), headline(r), *row_spread(r))) for r in group]  # type: ignore[arg-type]
+        pairs = [(r, Candidate(_settings(r, knobs), headline(r), *row_spread(r)))  # type: ignore[arg-type]
+                 for r in group]
         best, verdicts = decide([c for _, c in pairs], knobs, higher)
         best_row = next(r for r, c in pairs if c is best)
         ranked = sorted(group, key=lambda r: headline(r), reverse=higher)  # type: ignore[arg-type, return-value]

@@ -84,9 +84,9 @@ def decide(candidates: Iterable[Candidate], knobs: Iterable[str],
             continue
         rival = rivals[0]
         spreads = (best.spread, rival.spread)
+        spread = None if None in spreads else max(spreads)  # type: ignore[type-var]
         verdicts.append(Verdict(knob, best.settings.get(knob), rival, margin(best.figure, rival.figure, higher_is_better),
-                                None if None in spreads else max(spreads),  # type: ignore[type-var]
-                                min(best.repeats, rival.repeats)))
+                                spread, min(best.repeats, rival.repeats)))
     return best, verdicts
 
 

@@ -111,7 +111,8 @@ def test_the_preset_asks_every_system_for_the_same_work():
             "seed", "dtype")
     by_case: dict[tuple, set[str]] = {}
     for c in generate:
-        by_case.setdefault((c.model, *(c.config[k] for k in same), c.config.get("kv_dtype", "auto")), set()).add(c.backend)
+        case = (c.model, *(c.config[k] for k in same), c.config.get("kv_dtype", "auto"))
+        by_case.setdefault(case, set()).add(c.backend)
     assert len(by_case) == 6 and all({"inferlab", "vllm"} <= b for b in by_case.values())  # 5 cases + fp8 on one
     fp8 = [case for case in by_case if case[-1] == "fp8"]
     assert fp8 == [("qwen3-0.6b", 256, 256, 29, 600, True, 1.0, 1.0, 0, 0, "bfloat16", "fp8")]

@@ -143,11 +143,13 @@ def test_recommend_names_a_winner_only_past_the_measured_spread():
                      call_s_stats=_calls(tps_b, spread_b, n))]
 
     clear = recommend(rec_rows(0.02, 0.03, 110.0))[0]
-    assert clear.best == "kv_cache=static" and clear.runner_up == "kv_cache=dynamic" and clear.spread == pytest.approx(0.03)
+    assert clear.best == "kv_cache=static" and clear.runner_up == "kv_cache=dynamic"
+    assert clear.spread == pytest.approx(0.03)
     assert clear.margin == pytest.approx(0.10) and clear.recommended == "kv_cache=static"
     assert clear.verdict == "kv_cache=static (10.0% ahead of kv_cache=dynamic, spread 3.0%)"
     tie = recommend(rec_rows(0.20, 0.05, 103.5))[0]  # 3.5% ahead, inside a 20% spread
-    assert tie.recommended == "-" and tie.verdict.startswith("kv_cache: no clear winner") and "inside the spread 20.0%" in tie.verdict
+    assert tie.recommended == "-" and tie.verdict.startswith("kv_cache: no clear winner")
+    assert "inside the spread 20.0%" in tie.verdict
     unknown = recommend(rec_rows(0.001, 0.001, 130.0, n=2))[0]  # two timed calls: no spread
     assert unknown.recommended == "-" and "spread not measured: 3 timed repeats needed, 2 made" in unknown.verdict
     assert recommend(rec_rows(None, 0.01, 130.0))[0].recommended == "-"

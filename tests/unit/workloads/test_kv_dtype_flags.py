@@ -1,6 +1,6 @@
 """`--kv-dtype auto|fp8` on the engine workloads: generate runs the FP8 cache, conformers generate passes it to
-the engine (tune takes the list it tries, --kv-dtypes), and the text workload never falls back to the hf backend (which has no FP8 cache)
-when fp8 was asked for."""
+the engine (tune takes the list it tries, --kv-dtypes), and the text workload never falls back to the hf
+backend (which has no FP8 cache) when fp8 was asked for."""
 
 from __future__ import annotations
 

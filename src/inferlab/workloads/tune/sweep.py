@@ -180,7 +180,8 @@ def _sweep(settings: TuneSettings, scratch: Path, on_plan, on_candidate) -> Tune
                 t0 = time.monotonic()
                 outcome = _measure(runner, candidate, index)
                 longest, measured_now = max(longest, time.monotonic() - t0), measured_now + 1
-                entry = {"settings": candidate, **({"error": outcome} if isinstance(outcome, str) else {"figures": outcome})}
+                entry = {"settings": candidate,
+                         **({"error": outcome} if isinstance(outcome, str) else {"figures": outcome})}
                 store.add(entry)
             else:
                 entry = earlier
@@ -240,5 +241,5 @@ def _choose(settings: TuneSettings, metric: str, measured: list[dict[str, Any]],
     return TunedConfig(workload=settings.workload, model=str(Path(settings.model).resolve()), metric=metric,
                        recommended={v.knob: v.value for v in verdicts if v.clear}, best=dict(best.settings),
                        verdicts=[v.as_dict() for v in verdicts], candidates=measured,
-                       runner_up_margin=round(margin(ranked[0].figure, ranked[1].figure), 4) if len(ranked) > 1 else None,
+                       runner_up_margin=round(margin(ranked[0].figure, ranked[1].figure), 4) if ranked[1:] else None,
                        grid=[limit.as_dict() for limit in limits], sample=sample, environment=environment)
