@@ -11,6 +11,8 @@ imported on first use, so `import inferlab.engine` stays light (no torch).
 - resolve_steering, SteerEntry, resolve_collect, CollectPlan, wants_taps: the engine's host-side checks of a
   request's steering and collection, pure functions that other backends (the transformers fallback) share
   so that every backend refuses the same requests alike.
+- plan_without_loading, resolve_device, fp8_kv_supported: the memory plan an EngineConfig would get (no
+  weights loaded), the device "auto" resolves to, and whether that device runs an FP8 KV cache.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ __all__ = [
     "SteerEntry",
     "SteeringVectors",
     "compile_program",
+    "fp8_kv_supported",
+    "plan_without_loading",
     "resolve_collect",
+    "resolve_device",
     "resolve_steering",
     "wants_taps",
 ]
@@ -55,6 +60,10 @@ def __getattr__(name: str) -> Any:
         from inferlab.engine.collection import CollectPlan as value
     elif name == "wants_taps":
         from inferlab.engine.tap_support import wants_taps as value
+    elif name in ("plan_without_loading", "resolve_device", "fp8_kv_supported"):
+        import inferlab.engine.startup
+
+        value = getattr(inferlab.engine.startup, name)
     elif name == "compile_program":
         from inferlab.constraints.program import compile_program as value
     elif name in ("Request", "Result", "SamplingParams", "Steer", "Collect"):
