@@ -259,10 +259,10 @@ def test_a_budget_stops_the_sweep_and_a_rerun_measures_only_the_rest(tmp_path, t
 
 
 def test_the_kv_dtypes_tried_are_the_devices(monkeypatch):
-    from inferlab.engine import startup
+    import inferlab.engine
     from inferlab.workloads.tune.candidates import engine_kv_dtypes
 
-    assert not startup.fp8_kv_supported(torch.device("cpu")) and engine_kv_dtypes("cpu", None) == ("auto",)
-    monkeypatch.setattr(startup, "fp8_kv_supported", lambda device: True)  # a GPU with FP8 (CUDA >= 8.9)
+    assert not inferlab.engine.fp8_kv_supported(torch.device("cpu")) and engine_kv_dtypes("cpu", None) == ("auto",)
+    monkeypatch.setattr(inferlab.engine, "fp8_kv_supported", lambda device: True)  # a GPU with FP8 (CUDA >= 8.9)
     assert engine_kv_dtypes("cpu", None) == ("auto", "fp8")
     assert engine_kv_dtypes("cpu", ("fp8", "fp8")) == ("fp8",)  # --kv-dtypes as given
