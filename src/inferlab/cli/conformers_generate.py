@@ -70,7 +70,7 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     add_input_bound_args(p, molecules=True)
     add_overwrite_arg(p)
     add_scale_args(p)
-    add_config_arg(p, "conformers")  # inferlab tune's max_slots
+    add_config_arg(p, "conformers")  # inferlab tune's max_slots and kv_dtype
 
 
 def pipeline_config_from(args: argparse.Namespace):

@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_input_bound_args(p)
     add_overwrite_arg(p)
     add_scale_args(p)
-    add_config_arg(p, "generate")  # inferlab tune's max_slots
+    add_config_arg(p, "generate")  # inferlab tune's max_slots and kv_dtype
     p.set_defaults(func=_generate)
 
 

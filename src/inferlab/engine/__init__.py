@@ -12,6 +12,8 @@ imported on first use, so `import inferlab.engine` stays light (no torch).
 - resolve_steering, SteerEntry, resolve_collect, CollectPlan, wants_taps: the engine's host-side checks of a
   request's steering and collection, pure functions that other backends (the transformers fallback) share
   so that every backend refuses the same requests alike.
+- plan_without_loading, resolve_device, fp8_kv_supported: the memory plan an EngineConfig would get (no
+  weights loaded), the device "auto" resolves to, and whether that device runs an FP8 KV cache.
 - Encoder, EncoderConfig, encoder_support: the encoder (engine/packed), its settings, and whether it runs a
   checkpoint (None, else the reason); PackedBatch, pack_rows: rows packed into one varlen prefill batch;
   prefill_flops: the model FLOPs of a prefill over given lengths (the same count for every backend).
@@ -38,9 +40,12 @@ __all__ = [
     "SteeringVectors",
     "compile_program",
     "encoder_support",
+    "fp8_kv_supported",
     "pack_rows",
+    "plan_without_loading",
     "prefill_flops",
     "resolve_collect",
+    "resolve_device",
     "resolve_steering",
     "wants_taps",
 ]
@@ -65,6 +70,10 @@ def __getattr__(name: str) -> Any:
         from inferlab.engine.collection import CollectPlan as value
     elif name == "wants_taps":
         from inferlab.engine.tap_support import wants_taps as value
+    elif name in ("plan_without_loading", "resolve_device", "fp8_kv_supported"):
+        import inferlab.engine.startup
+
+        value = getattr(inferlab.engine.startup, name)
     elif name in ("Encoder", "encoder_support"):
         import inferlab.engine.packed.encoder
 
