@@ -5,16 +5,21 @@
              distribution of 200,000 draws from the kernels against the softmax they must follow), then timed
              in CUDA graphs beside the kernels before the change (sampling_before.py), a few tiles of the race,
              the race with exact logarithms, and one read of the logits (torch amax; and the copy bandwidth)
+  gemm       the decode step's projections at 256 rows (qwen3-0.6b and llama-380m shapes): cuBLAS against the
+             skinny Triton GEMM's kernel with all 256 rows in one program (the engine's GEMM plan stops at 64),
+             each over 8 copies of the weight (no L2 reuse), against max(bytes, FLOPs) at the device's copy
+             bandwidth and matrix rate
   roofline   the decode-roofline lab preset (scenario decode-profile: the per-family table of one decode step
              for qwen3-0.6b and llama-380m at 256 and 16 rows, bf16 and fp8 KV; the engine's qwen3-0.6b run at
              256 rows, 600 new tokens) within what is left of --budget-s, and its report
 
-    python scripts/gpu/roofline_check.py --out $OUT                       # both parts (~6 min on an H100)
+    python scripts/gpu/roofline_check.py --out $OUT                       # every part (~6.5 min on an H100)
     python scripts/gpu/roofline_check.py --out $OUT --parts roofline --only scenario=decode-profile
     python scripts/gpu/roofline_check.py --out /tmp/rc --cpu-smoke        # CPU: tiny shapes, the interpreter
 
-Writes into --out (flat: what the device returns): sampling.json, results.jsonl, report.md, decode-roofline.png,
-profiles.json (each case's kernels in order, with their families), summary.txt; prints the short tables last.
+Writes into --out (flat: what the device returns): sampling.json, gemm.json, results.jsonl, report.md,
+decode-roofline.png, profiles.json (each case's kernels in order, with their families), summary.txt; prints the
+short tables last.
 """
 
 from __future__ import annotations
@@ -226,6 +231,74 @@ def part_sampling(out: Path, smoke: bool) -> list[str]:
     return lines
 
 
+# ---- gemm -------------------------------------------------------------------------------------------------------
+SHAPES = {  # projection -> (N, K) of the weight
+    "qwen3-0.6b": {"qkv": (4096, 1024), "o": (1024, 2048), "gate_up": (6144, 1024), "down": (1024, 3072),
+                   "lm_head": (151936, 1024)},
+    "llama-380m": {"qkv": (2048, 1024), "o": (1024, 1024), "gate_up": (8192, 1024), "down": (1024, 4096),
+                   "lm_head": (128256, 1024)},
+}  # fmt: skip
+TILES = ((256, 64, 64, 1, 8), (256, 128, 64, 1, 8), (256, 32, 64, 1, 4), (256, 64, 64, 2, 8),
+         (256, 64, 64, 4, 8))  # (BLOCK_M, BLOCK_N, BLOCK_K, split-K, warps): every row in one program
+
+
+def _skinny(x: torch.Tensor, w: torch.Tensor, tile: tuple, counters: torch.Tensor) -> torch.Tensor:
+    """The engine's skinny GEMM kernel launched with BLOCK_M rows per program (its wrapper stops at 64 rows)."""
+    import triton
+
+    from inferlab.engine.kernels.triton_gemm import _skinny_kernel
+
+    block_m, block_n, block_k, split, warps = tile
+    m, k = x.shape
+    n = w.shape[0]
+    out = torch.empty((m, n), dtype=w.dtype, device=w.device)
+    part = out if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=w.device)
+    k_blocks = triton.cdiv(triton.cdiv(k, split), block_k)
+    grid = (triton.cdiv(n, block_n), split)
+    assert m <= block_m
+    _skinny_kernel[grid](
+        x, w, out, part, counters, m, n, k, x.stride(0), w.stride(0), out.stride(0), k_blocks,
+        PARTIALS=split > 1, SWIGLU=False, GATED=False, IEEE=False, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        GELU_TANH=False, num_warps=warps, num_stages=3,
+    )  # fmt: skip
+    return out
+
+
+def part_gemm(out: Path, copy_gbps: float, tflops: float, rows: int = 256) -> list[str]:
+    device = torch.device("cuda")
+    counters = torch.zeros(4096, dtype=torch.int32, device=device)
+    res, lines = [], [f"GEMMs at {rows} rows (us; % of max(bytes at {copy_gbps:.0f} GB/s, FLOPs at {tflops:.0f} "
+                      "TFLOP/s)):"]  # fmt: skip
+    for model, shapes in SHAPES.items():
+        for name, (n, k) in shapes.items():
+            copies = 1 if name == "lm_head" else 8  # the LM head alone is larger than the L2
+            weights = [torch.randn(n, k, device=device).bfloat16() for _ in range(copies)]
+            x = torch.randn(rows, k, device=device).bfloat16()
+            bound_us = max((n * k + rows * k + rows * n) * 2 / (copy_gbps * 1e3), 2 * rows * n * k / (tflops * 1e6))
+            entry = {"model": model, "projection": name, "rows": rows, "n": n, "k": k, "bound_us": bound_us,
+                     "cublas_us": graph_us(lambda w: torch.nn.functional.linear(x, w), weights)}  # fmt: skip
+            best = None
+            for tile in TILES if name != "lm_head" else ():
+                try:
+                    us = graph_us(lambda w, tile=tile: _skinny(x, w, tile, counters), weights)
+                    ref = torch.nn.functional.linear(x, weights[0])
+                    err = float((_skinny(x, weights[0], tile, counters).float() - ref.float()).abs().max())
+                    entry[f"triton {tile}"] = {"us": us, "max_abs_err": err}
+                    if err < 0.5 and (best is None or us < best[1]):
+                        best = (tile, us)
+                except Exception as e:  # a tile that does not fit (registers, shared memory) is a finding
+                    entry[f"triton {tile}"] = {"error": f"{type(e).__name__}: {e}"[:200]}
+            res.append(entry)
+            line = (f"  {model:<11} {name:<8} bound {bound_us:6.1f}  cuBLAS {entry['cublas_us']:6.1f} "
+                    f"({100 * bound_us / entry['cublas_us']:3.0f}%)")
+            if best is not None:
+                line += f"  best Triton {best[1]:6.1f} ({100 * bound_us / best[1]:3.0f}%) {best[0]}"
+            lines.append(line)
+            del weights
+    (out / "gemm.json").write_text(json.dumps(res, indent=1))
+    return lines
+
+
 # ---- roofline ---------------------------------------------------------------------------------------------------
 SMOKE_ARGS = ["--model", "tiny", "--only", "scenario=decode-profile", "--only", "kv_dtype=auto",
               "--set", "batch_size=4", "--set", "context_tokens=24", "--set", "dtype=float32",
@@ -283,7 +356,7 @@ def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--parts", default="sampling,roofline")
+    ap.add_argument("--parts", default="sampling,gemm,roofline")
     ap.add_argument("--budget-s", type=float, default=400.0, help="the whole call; the lab gets what is left")
     ap.add_argument("--only", action="append", default=[], help="passed to inferlab bench --only")
     ap.add_argument("--runs", default="/tmp/roofline-runs", help="the lab's run directory (kept out of --out)")
@@ -302,6 +375,20 @@ def main() -> int:
             traceback.print_exc()
             summary.append("sampling: FAILED (traceback above)")
         summary.append(f"[sampling done at {time.monotonic() - started:.0f} s]")
+    if "gemm" in parts and not args.cpu_smoke:
+        try:
+            from inferlab.bench.bandwidth import device_bandwidth_gb_per_s
+            from inferlab.bench.device_limits import device_limits
+
+            cache = Path(args.runs) / "cache"  # the lab's cells read these ceilings from there
+            cache.mkdir(parents=True, exist_ok=True)
+            limits = device_limits(torch.device("cuda"), torch.bfloat16, cache)
+            copy = device_bandwidth_gb_per_s(torch.device("cuda"), cache)
+            summary += part_gemm(out, copy, limits["matmul_tflops"])
+        except Exception:
+            traceback.print_exc()
+            summary.append("gemm: FAILED (traceback above)")
+        summary.append(f"[gemm done at {time.monotonic() - started:.0f} s]")
     if "roofline" in parts:
         try:
             left = args.budget_s - (time.monotonic() - started) - 25  # the report and the copies
