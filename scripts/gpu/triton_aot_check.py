@@ -143,27 +143,29 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
         out.append((f"filter finish top={do_top} k={has_k}", triton_filter._finish_kernel, fin, c, [], {}))
     race = dict(LOGITS="*bf16", TEMP="*fp32", TAU="*i32", SEEDS="*i64", INDEX="*i64", SKIP="*i8", BEST_VAL="*fp32",
                 BEST_IDX="*i32", CHUNK_MAX="*fp32", CHUNK_MASS="*fp32", stride_l="i32", vocab="i32")  # fmt: skip
-    for tau, round_index, skip, stats in ((False, 0, False, False), (True, 0, False, False), (True, 2, True, False),
-                                          (False, 0, True, True)):  # fmt: skip
-        c = dict(CHUNKS=38, BLOCK=4096, HAS_TAU=tau, ROUND=round_index, HAS_SKIP=skip, STATS=stats, FAST_LOG=True)
-        out.append((f"race tau={tau} round={round_index} skip={skip} stats={stats}", triton_sampling._race_kernel,
-                    race, c, ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
+    for tau, round_index, skip, stats, span in ((False, 0, False, False, 1), (True, 0, False, False, 1),
+                                                (True, 2, True, False, 4), (False, 0, True, True, 1)):  # fmt: skip
+        c = dict(CHUNKS=38 // span + 1, BLOCK=4096, SPAN=span, HAS_TAU=tau, ROUND=round_index, HAS_SKIP=skip,
+                 STATS=stats, FAST_LOG=True)
+        out.append((f"race tau={tau} round={round_index} skip={skip} stats={stats} span={span}",
+                    triton_sampling._race_kernel, race, c, ["LOGITS", "stride_l", "vocab"], dict(num_warps=4)))
     for done in (False, True):
         out.append((f"race pick done={done}", triton_sampling._pick_kernel,
                     dict(BEST_VAL="*fp32", BEST_IDX="*i32", OUT="*i64", DONE="*i8", TOKENS="*i64"),
                     dict(CHUNKS=38, BLOCK_C=64, HAS_DONE=done), [], {}))  # fmt: skip
-    for done in (False, True):
-        out.append((f"top-p mass done={done}", triton_top_p._mass_kernel,
+    for done, span in ((False, 1), (True, 4)):
+        out.append((f"top-p mass done={done} span={span}", triton_top_p._mass_kernel,
                     dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", BEST_VAL="*fp32", BEST_IDX="*i32", DONE="*i8",
                          CHUNK_MAX="*fp32", ABOVE="*fp32", stride_l="i32", vocab="i32"),
-                    dict(CHUNKS=38, BLOCK=4096, BLOCK_C=64, HAS_DONE=done), ["LOGITS", "stride_l"],
-                    dict(num_warps=8)))  # fmt: skip
+                    dict(RACE_PARTS=38 // span + 1, BLOCKS=38, PARTS=38 // span + 1, BLOCK=4096, SPAN=span, BLOCK_C=64,
+                         HAS_DONE=done), ["LOGITS", "stride_l", "vocab"], dict(num_warps=4)))  # fmt: skip
     for first, last, skip in ((True, False, True), (False, True, False)):
         out.append((f"top-p round first={first} last={last} skip={skip}", triton_top_p._round_kernel,
                     dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", MIN_P="*fp32", BEST_VAL="*fp32", BEST_IDX="*i32",
                          ABOVE="*fp32", CHUNK_MAX="*fp32", CHUNK_MASS="*fp32", ROW_TOTAL="*fp32", FLOOR="*i32",
                          PIVOT="*i32", DONE="*i8", TOKENS="*i64", SKIP="*i8", OPEN_P="*fp32", stride_l="i32"),
-                    dict(CHUNKS=38, BLOCK_C=64, FIRST=first, LAST=last, HAS_SKIP=skip), [], {}))  # fmt: skip
+                    dict(RACE_PARTS=38, BLOCKS=38, PARTS=38, BLOCK_C=64, FIRST=first, LAST=last, HAS_SKIP=skip), [],
+                    {}))  # fmt: skip
     collect = dict(X="*bf16", ROWS="*i64", ACTIVE="*i1", FINISHED="*i1", N_OUT="*i64", MODE="*i32", ACC="*fp32",
                    ALL="*bf16", stride_x="i32", stride_acc="i32", stride_all_row="i32", stride_all_col="i32", cap="i32",
                    dim="i32")  # fmt: skip

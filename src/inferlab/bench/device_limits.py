@@ -1,7 +1,8 @@
 """The device's measured ceilings for the decode step's roofline (scenario decode-profile), besides the large
 copy's bandwidth (bandwidth.py): the matrix rate of a large product in the model dtype, the bandwidth copies
 of the sizes a decode step's kernels move reach, the shortest a kernel runs (a trivial kernel's profiled
-duration: the launch floor) and, on CUDA, the gap between trivial kernels replayed in a graph. Measured
+duration: the launch floor) and, on CUDA, the gap between trivial kernels replayed in a graph and the number of
+SMs. Measured
 once per run and device (cached in the run's cache folder, like bandwidth.py). Child process only.
 
 On CUDA each copy is an elementwise kernel (out = x * 1: reads and writes its bytes once), its duration read
@@ -74,7 +75,6 @@ def _cuda_limits(device: Any, dtype: Any) -> dict[str, Any]:
         copies()
         durations = _kernel_durations_us(copies)
         curve.append((2.0 * n * 4, 2.0 * n * 4 / (statistics.median(durations) * 1e3)))
-        del src, dst
     tiny = torch.zeros(1, device=device)
     trivial = lambda: [tiny.add_(1.0) for _ in range(TRIVIAL_KERNELS)]  # noqa: E731
     floor_us = statistics.median(_kernel_durations_us(trivial))
@@ -88,7 +88,8 @@ def _cuda_limits(device: Any, dtype: Any) -> dict[str, Any]:
     per_kernel_us = start.elapsed_time(end) * 1e3 / (20 * TRIVIAL_KERNELS)
     torch.cuda.empty_cache()
     return {"matmul_tflops": tflops, "copy_curve": curve, "kernel_floor_us": floor_us,
-            "graph_gap_us": max(0.0, per_kernel_us - floor_us)}  # fmt: skip
+            "graph_gap_us": max(0.0, per_kernel_us - floor_us),
+            "sm_count": torch.cuda.get_device_properties(device).multi_processor_count}  # fmt: skip
 
 
 def _cpu_limits(dtype: Any) -> dict[str, Any]:
@@ -109,10 +110,12 @@ def _cpu_limits(dtype: Any) -> dict[str, Any]:
     for mb in COPY_SIZES_MB[:3]:
         src = torch.ones(mb * 2**20 // 4)
         dst = torch.empty_like(src)
-        curve.append((2.0 * src.numel() * 4, 2.0 * src.numel() * 4 / median_s(lambda: torch.mul(src, 1.0, out=dst), 5) / 1e9))
+        seconds = median_s(lambda: torch.mul(src, 1.0, out=dst), 5)
+        curve.append((2.0 * src.numel() * 4, 2.0 * src.numel() * 4 / seconds / 1e9))
     tiny = torch.zeros(1)
     floor_us = median_s(lambda: [tiny.add_(1.0) for _ in range(TRIVIAL_KERNELS)], 5) / TRIVIAL_KERNELS * 1e6
-    return {"matmul_tflops": tflops, "copy_curve": curve, "kernel_floor_us": floor_us, "graph_gap_us": None}
+    return {"matmul_tflops": tflops, "copy_curve": curve, "kernel_floor_us": floor_us, "graph_gap_us": None,
+            "sm_count": None}
 
 
 def device_limits(device: Any, dtype: Any, cache_dir: Path) -> dict[str, Any]:

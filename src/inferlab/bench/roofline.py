@@ -93,6 +93,18 @@ def minimum_work(s: StepShape, norm_launches: float) -> dict[str, Work]:
     }
 
 
+TILE = 128  # the output tile of the GEMMs' parallelism note (cuBLAS's and Triton's common Hopper tile side)
+
+
+def gemm_tiles(s: StepShape) -> dict[str, list[int]]:
+    """Output tiles of TILE x TILE of each GEMM a family launches per layer (gate_up and down for the MLP): a
+    GEMM of fewer tiles than the device has SMs cannot keep its tensor cores busy."""
+    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    tiles = lambda n: -(-s.rows // TILE) * -(-n // TILE)  # noqa: E731
+    return {"gemm qkv": [tiles(q + 2 * kv)], "gemm o": [tiles(s.hidden)],
+            "gemm mlp": [tiles(2 * s.intermediate), tiles(s.hidden)], "gemm lm_head": [tiles(s.vocab)]}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Ceilings:
     """The device's measured limits (bench/device_limits.py, bench/bandwidth.py)."""
@@ -102,6 +114,7 @@ class Ceilings:
     kernel_floor_us: float  # the shortest a kernel runs (a trivial kernel's profiled duration)
     graph_gap_us: float | None  # the time between trivial kernels replayed in a CUDA graph (None: no graphs)
     copy_curve: tuple[tuple[float, float], ...] = ()  # (bytes moved, GB/s) of copies of the sizes a step moves
+    sm_count: int | None = None  # streaming multiprocessors (CUDA)
 
     def copy_gb_per_s_at(self, nbytes: float) -> float:
         """The copy bandwidth a transfer of `nbytes` reaches (log-interpolated on the measured curve; the large
@@ -132,9 +145,10 @@ def _bound_terms(work: Work, launches: float, c: Ceilings) -> dict[str, float]:
     }
 
 
-def family_rows(measured: dict[str, Measured], work: dict[str, Work], step_us: float, c: Ceilings
-                ) -> list[dict[str, Any]]:  # fmt: skip
-    """One row per family that ran (FAMILIES order), then the gaps row: the table of the report."""
+def family_rows(measured: dict[str, Measured], work: dict[str, Work], step_us: float, c: Ceilings,
+                tiles: dict[str, list[int]] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """One row per family that ran (FAMILIES order), then the gaps row: the table of the report. `tiles`:
+    gemm_tiles of the step, for the note on a GEMM family below its compute bound."""
     rows = []
     for family in FAMILIES:
         m = measured.get(family)
@@ -164,6 +178,8 @@ def family_rows(measured: dict[str, Measured], work: dict[str, Work], step_us: f
             "bytes_per_launch": per_launch,
             "copy_gb_per_s_at_size": sized_gbps,  # what a copy of one launch's bytes reaches on this device
             "pct_of_sized_copy": (w.bytes / (sized_gbps * 1e3)) / m.us if sized_gbps and m.us else None,
+            "output_tiles": (tiles or {}).get(family),
+            "sm_count": c.sm_count,
         }
         row["meets"], row["reason"] = verdict(row)
         rows.append(row)
@@ -200,6 +216,10 @@ def verdict(row: dict[str, Any]) -> tuple[bool, str | None]:
     if sized is not None and row["limit"] == "bandwidth":
         note += (f"; a copy of its {row['bytes_per_launch'] / 1e6:.2f} MB per launch reaches "
                  f"{row['copy_gb_per_s_at_size']:.0f} GB/s here ({100 * sized:.0f}% of that)")
+    if row.get("output_tiles") and row["limit"] == "compute":
+        tiles = " and ".join(str(t) for t in row["output_tiles"])
+        note += (f"; {tiles} output tiles of {TILE}x{TILE} per GEMM"
+                 + (f" for {row['sm_count']} SMs" if row.get("sm_count") else ""))
     return False, note
 
 

@@ -7,11 +7,12 @@ the GEMM plan's projections (`gemm qkv`, `gemm o`, `gemm mlp`: gate_up, the acti
 head the same way; each step runs inside the range `other` (`step_range`: what launches outside a family's
 range). On CUDA every range is synchronised (the device drained before it opens and before it closes), so a
 range's kernels run inside its time span.
-Attribution on CUDA: by a kernel's correlation id, which is the id of the runtime call that launched it
-(cudaLaunchKernel, cuLaunchKernelEx, cudaMemsetAsync...), whose host time lies inside the innermost range; when
-some kernel's launch is not among the profiler's events, by the innermost range whose span holds the kernel's
-start; failing both, by pairing the launches and the kernels in order (if their counts agree). On CPU the aten
-ops' self times count for the range their start lies in.
+Attribution on CUDA: by the innermost of torch's device-side copies of the ranges (it records the span of each
+range's kernels on the device timeline) that holds the kernel's start; where those are missing, by a kernel's
+correlation id, which is the id of the runtime call that launched it (cudaLaunchKernel, cuLaunchKernelEx,
+cudaMemsetAsync...), whose host time lies inside the innermost range; else by the innermost (synchronised) host
+range whose span holds the kernel's start; failing all, by pairing the launches and the kernels in order (if
+their counts agree). On CPU the aten ops' self times count for the range their start lies in.
 Graph replays run the eager step's launches in the same order, so the eager step's labels carry over to the
 replayed kernels position by position when their names agree (checked); when the profiler shows no kernel of
 the replays, or other ones, the caller takes the eager steps' own kernel times (and says so).
@@ -128,9 +129,10 @@ def profile_events(fn: Callable[[], Any], on_cuda: bool) -> list[Any]:
 
 
 def _is_device(event: Any) -> bool:
+    """A device kernel, copy or memset (not the device-side copy of a profiler range, which torch also records)."""
     from torch.autograd import DeviceType
 
-    return event.device_type != DeviceType.CPU
+    return event.device_type != DeviceType.CPU and not event.name.startswith(PREFIX)
 
 
 def _is_launch(name: str) -> bool:
@@ -146,30 +148,38 @@ def device_kernels(events: list[Any]) -> list[Kernel]:
 
 def labelled_kernels(events: list[Any], on_cuda: bool) -> tuple[list[Kernel], str]:
     """Each kernel (CUDA) or aten op (CPU) with its family, and how they were attributed."""
-    ranges = [(e.time_range.start, e.time_range.end, e.name[len(PREFIX):]) for e in events if e.name.startswith(PREFIX)]
+    from torch.autograd import DeviceType
 
-    def family_at(t: float) -> str:
+    def spans(device: bool) -> list[tuple[float, float, str]]:
+        return [(e.time_range.start, e.time_range.end, e.name[len(PREFIX):]) for e in events
+                if e.name.startswith(PREFIX) and (e.device_type != DeviceType.CPU) == device]  # fmt: skip
+
+    def family_at(t: float, ranges: list[tuple[float, float, str]]) -> str:
         inside = [r for r in ranges if r[0] <= t <= r[1]]
         return max(inside, key=lambda r: r[0])[2] if inside else OUTSIDE
 
+    host = spans(device=False)
     if not on_cuda:
         ops = [e for e in events if not _is_device(e) and e.name.startswith("aten::") and e.self_cpu_time_total > 0]
         ops.sort(key=lambda e: e.time_range.start)
-        return [Kernel(e.name, e.time_range.start, e.self_cpu_time_total, family_at(e.time_range.start)) for e in ops], \
-            "cpu ops"
+        return [Kernel(e.name, e.time_range.start, e.self_cpu_time_total, family_at(e.time_range.start, host))
+                for e in ops], "cpu ops"  # fmt: skip
     kernels = device_kernels(events)
+    gpu = spans(device=True)  # torch's device-side copies of the ranges, where it records them
     device = sorted((e for e in events if _is_device(e)), key=lambda e: e.time_range.start)
     launches = [e for e in events if not _is_device(e) and _is_launch(e.name)]
     by_id = {e.id: e for e in launches}
+    if gpu and all(any(r[0] <= k.start_us <= r[1] for r in gpu) for k in kernels):
+        return [dataclasses.replace(k, family=family_at(k.start_us, gpu)) for k in kernels], "device ranges"
     if all(e.id in by_id for e in device):
         starts, how = [by_id[e.id].time_range.start for e in device], "correlation ids"
-    elif ranges and all(any(r[0] <= k.start_us <= r[1] for r in ranges) for k in kernels):
+    elif host and all(any(r[0] <= k.start_us <= r[1] for r in host) for k in kernels):
         starts, how = [k.start_us for k in kernels], "synchronised ranges"
     elif len(launches) == len(device):
         starts, how = [e.time_range.start for e in sorted(launches, key=lambda e: e.time_range.start)], "launch order"
     else:
         return [dataclasses.replace(k, family=OUTSIDE) for k in kernels], "unattributed"
-    return [dataclasses.replace(k, family=family_at(t)) for k, t in zip(kernels, starts)], how
+    return [dataclasses.replace(k, family=family_at(t, host)) for k, t in zip(kernels, starts)], how
 
 
 def one_step(kernels: list[Kernel], steps: int) -> list[Kernel] | None:

@@ -138,7 +138,7 @@ def mass_above_torch(
     return torch.where(keep, above, 0.0), torch.where(keep, w.sum(dim=-1), 0.0)
 
 
-TOP_P_ROUNDS = 3  # rejection rounds before the exact fallback (each accepts a row with probability >= top_p)
+TOP_P_ROUNDS = 3  # rejection rounds before the exact fallback (each accepts a row with probability >= top_p, min-p apart)
 
 
 def top_p_by_rejection(

@@ -16,6 +16,7 @@ from inferlab.bench.roofline import (
     Measured,
     StepShape,
     family_rows,
+    gemm_tiles,
     kv_read_bytes,
     minimum_work,
     weight_bytes,
@@ -64,6 +65,17 @@ def test_each_family_is_read_against_the_largest_of_its_three_bounds():
     gaps = rows[GAPS]
     assert gaps["us"] == pytest.approx(step_us - sum(m.us for m in measured.values()))
     assert gaps["launches"] == 28 + 28 + 57 + 2 and gaps["floor_us"] == pytest.approx(gaps["launches"] * 1.0)
+
+
+def test_a_gemm_family_below_its_compute_bound_says_how_few_output_tiles_it_has():
+    step = StepShape(rows=256, context=330, **QWEN)
+    work = minimum_work(step, norm_launches=57)
+    ceilings = Ceilings(4500.0, 700.0, 0.5, 1.0, sm_count=132)
+    o_us = work["gemm o"].flops / 700e6  # at the matrix rate
+    rows = family_rows({"gemm o": Measured(o_us / 0.2, 28)}, work, 10 * o_us / 0.2, ceilings, gemm_tiles(step))
+    assert rows[0]["limit"] == "compute" and not rows[0]["meets"]
+    assert rows[0]["reason"] == "BELOW: 20% of its compute bound; 16 output tiles of 128x128 per GEMM for 132 SMs"
+    assert gemm_tiles(step)["gemm mlp"] == [2 * 48, 2 * 8]  # gate_up [256, 6144], down [256, 1024]
 
 
 def test_the_copy_bandwidth_of_a_size_follows_the_measured_curve():

@@ -9,7 +9,7 @@ import statistics
 from typing import Any
 
 from inferlab.bench.cells import Cell
-from inferlab.bench.roofline import Ceilings, StepShape, family_rows, minimum_work, step_summary
+from inferlab.bench.roofline import Ceilings, StepShape, family_rows, gemm_tiles, minimum_work, step_summary
 from inferlab.bench.scenarios.base import CellContext
 from inferlab.bench.step_profile import (
     carry_labels,
@@ -91,14 +91,15 @@ def profile_decode_step(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     limits = device_limits(device, dtype, ctx.cache_dir)
     ceilings = Ceilings(device_bandwidth_gb_per_s(device, ctx.cache_dir) or 0.0, limits["matmul_tflops"],
                         limits["kernel_floor_us"], limits["graph_gap_us"],
-                        tuple(tuple(p) for p in limits["copy_curve"]))  # fmt: skip
+                        tuple(tuple(p) for p in limits["copy_curve"]), limits.get("sm_count"))  # fmt: skip
     eager, attribution = labelled_kernels(eager_events, on_cuda)
     replayed = device_kernels(replay_events) if graphs else []
     kernels, steps, source = _profile(eager, replayed, c["profile_steps"], on_cuda)
     step_us = m.stats.median / STEPS_PER_SAMPLE * 1e6
     measured = per_step(kernels, steps)
     norm = measured.get("norm")
-    families = family_rows(measured, minimum_work(shape, norm.launches if norm else 0.0), step_us, ceilings)
+    families = family_rows(measured, minimum_work(shape, norm.launches if norm else 0.0), step_us, ceilings,
+                           gemm_tiles(shape))
     _write_step(ctx, cell, kernels, steps)
     return {
         **step_summary(shape, step_us, ceilings),

@@ -1,26 +1,29 @@
 """Triton kernels: the exponential race of engine/sampler.py in one pass over the logits, and the pick.
 
-Race, grid (rows, vocab chunks): each program derives the row's key from (seed, token index), scales its
-chunk by log2(e) / T, applies the row's threshold, adds base-2 Gumbel noise from the same counter-based
-hash as sampler.race_noise (uint32 arithmetic wraps exactly like the reference's masked int64 arithmetic),
-and writes its chunk's best value and index. Greedy rows skip the noise (a branch per program). The
-logits are read in the dtype the LM head wrote (bf16: half the bytes of an fp32 copy, and no cast
-kernel); bf16 -> fp32 is exact, so the arithmetic and the threshold keys are those of the reference.
+Race, grid (rows, parts of SPAN blocks of BLOCK token ids; SPAN 1 but where most rows are skipped): each
+program derives the row's key from (seed, token index), scales its logits by log2(e) / T, applies the row's
+threshold, adds base-2 Gumbel noise from the same counter-based hash as sampler.race_noise (uint32 arithmetic
+wraps exactly like the reference's masked int64 arithmetic), and writes its best value and index. Greedy rows
+skip the noise (a branch per program). The logits are read in the dtype the LM head wrote (bf16: half the
+bytes of an fp32 copy, and no cast kernel); bf16 -> fp32 is exact, so the arithmetic and the threshold keys
+are those of the reference.
 Pick, one program per row: the first chunk holding the best value (first index on ties, as torch.argmax);
 with `done`/`tokens` (the top-p rounds' last race) a settled row keeps its token instead.
 No [rows, vocab] noise tensor is ever materialised. ROUND > 0 re-keys the noise (sampler.row_keys), SKIP
 rows return at once (both for the top-p rounds of triton_top_p.py); STATS also writes each chunk's
 maximum logit and its softmax mass relative to that maximum (the top-p rounds' row maximum and total).
 
-What a logit costs: the noise is ~20 integer and float operations and two base-2 logarithms, and the
+What a logit costs: the noise is ~25 integer and float operations and two base-2 logarithms, and the
 logits are two bytes each, so the race is bound by arithmetic unless each operation is a single
-instruction. On a GPU the logarithms are the hardware approximation (lg2.approx.f32: one MUFU instruction,
-relative error ~2^-22; the exact libdevice-style polynomial was ~80% of the instructions), and the uniform
-is built from the hash's bits in the exponent of 1.0 minus (1 - 2^-24): exactly the reference's
-((h >> 9) + 0.5) / 2^23 (Sterbenz: the subtraction is exact), without an int-to-float conversion. A draw
-can therefore differ from the exact-logarithm reference only where two race values lie within ~1e-5 of
-each other (a few draws per million); the distribution is the same. The Triton interpreter (CPU tests)
-computes the exact logarithms, so there the tokens equal the reference's.
+instruction. On a GPU the logarithms are the hardware approximation (lg2.approx.f32: one MUFU instruction;
+the exact libdevice-style polynomial was ~60% of the instructions), except where it is not accurate enough:
+its error is absolute (~2^-22) near 1, and -log2(u) for a u near 1 is the small value behind the large noise
+that wins a race over 100k+ tokens, so there it comes from a short series in 1 - u (_gumbel2). The uniform is
+built from the hash's bits in the mantissa of 1.0, minus (1 - 2^-24): exactly the reference's
+((h >> 9) + 0.5) / 2^23 (Sterbenz: the subtraction is exact), without an int-to-float conversion. The noise
+agrees with the exact-logarithm reference to ~1e-6 relative, so a draw can differ from the reference's only
+where two race values lie that close (a few per million); the distribution is the same. The Triton interpreter
+(CPU tests) computes the exact logarithms, so there the tokens equal the reference's.
 
 Constrained race (`constrained_race_argmax`, the constraint runtime's step at filter level none: plain
 temperature and greedy rows, the conformer job's setting): the same race with the constraint's mask
@@ -83,13 +86,27 @@ def _round_key(key, ROUND: tl.constexpr):
 
 
 @triton.jit
-def _gumbel2(u, FAST_LOG: tl.constexpr):
-    """Base-2 Gumbel noise -log2(-log2(u)) of uniforms u in (0, 1): two lg2.approx (one instruction each, the
-    sign folded into the second's operand) or the exact logarithms."""
+def _lg2_approx(x):
+    return tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
+def _gumbel2(bits, FAST_LOG: tl.constexpr):
+    """Base-2 Gumbel noise -log2(-log2(u)) of the uniform u = (bits + 0.5) / 2^23 (bits: 23 random bits).
+
+    The exact logarithms, or (FAST_LOG) hardware ones: lg2.approx's error is absolute (~2^-22) near 1, where
+    -log2(u) of a u close to 1 (the large noise that wins a race) is tiny, so there -log2(u) = -ln(1 - w) / ln 2
+    comes from w = 1 - u (exact) by its series, to ~2e-7 relative for w < 1/128;
+    above, lg2.approx's error is at most ~2e-5 of -log2(u) (the noise within ~3e-5)."""
+    one = 0x3F800000  # the bits of 1.0: bits as its mantissa give 1 + bits / 2^23
+    u = (bits | one).to(tl.float32, bitcast=True) - 0.99999994039535522  # ONE_MINUS_HALF_ULP: exact
     if FAST_LOG:
-        return tl.inline_asm_elementwise(
-            "{ .reg .f32 t; lg2.approx.ftz.f32 t, $1; abs.ftz.f32 t, t; lg2.approx.ftz.f32 t, t; neg.f32 $0, t; }",
-            "=f,f", [u], dtype=tl.float32, is_pure=True, pack=1)
+        w = 1.0 - u  # exact: u and 1 - u are odd multiples of 2^-24
+        # -log2(1 - w) = (w + w^2 / 2 + w^3 / 3 + ...) / ln 2, to ~2e-7 relative below 1/128
+        series = w * (1.4426950408889634 + w * (0.72134752044448170 + w * 0.48089834696298780))
+        e = tl.where(w < 0.0078125, series, -_lg2_approx(u))
+        return -_lg2_approx(e)
     else:
         return -tl.log2(-tl.log2(u))
 
@@ -100,12 +117,10 @@ def _race_value(x, t, seed, token_index, ids, ROUND: tl.constexpr, FAST_LOG: tl.
     logit / T in base 2, plus base-2 Gumbel noise of (seed, token index, id) for a sampled row. A -inf logit
     races at -inf (the noise is finite)."""
     scale = 1.4426950408889634 / tl.where(t <= 0.0, 1.0, t)  # sampler.LOG2E / T: logit / T in base 2
-    if t > 0.0:  # sampled row: add the noise
+    if t > 0.0:  # sampled row: add the noise of sampler.uniform_from_hash's top 23 bits of the hash
         key = _round_key(_row_key(seed, token_index), ROUND)
         h = _mix32(key ^ ((ids.to(tl.uint32) * 0x9E3779B9) & 0xFFFFFFFF))
-        # sampler.uniform_from_hash: the top 23 bits as the mantissa of 1.0, minus (1 - 2^-24): never 0 or 1
-        one_plus = ((h >> 9) | 0x3F800000).to(tl.float32, bitcast=True)
-        race = x * scale + _gumbel2(one_plus - 0.99999994039535522, FAST_LOG)  # ONE_MINUS_HALF_ULP
+        race = x * scale + _gumbel2(h >> 9, FAST_LOG)
     else:
         race = x * scale
     return race
@@ -114,12 +129,13 @@ def _race_value(x, t, seed, token_index, ids, ROUND: tl.constexpr, FAST_LOG: tl.
 @triton.jit
 def _race_kernel(
     LOGITS, TEMP, TAU, SEEDS, INDEX, SKIP, BEST_VAL, BEST_IDX, CHUNK_MAX, CHUNK_MASS, stride_l, vocab,
-    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, HAS_TAU: tl.constexpr, ROUND: tl.constexpr, HAS_SKIP: tl.constexpr,
-    STATS: tl.constexpr, FAST_LOG: tl.constexpr,
+    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, SPAN: tl.constexpr, HAS_TAU: tl.constexpr, ROUND: tl.constexpr,
+    HAS_SKIP: tl.constexpr, STATS: tl.constexpr, FAST_LOG: tl.constexpr,
 ):  # fmt: skip
+    """One program: SPAN blocks of BLOCK token ids of one row, one after the other; CHUNKS programs per row."""
     row = tl.program_id(0)
-    chunk = tl.program_id(1)
-    out = row * CHUNKS + chunk
+    part = tl.program_id(1)
+    out = row * CHUNKS + part
     if HAS_SKIP:
         if tl.load(SKIP + row) != 0:
             tl.store(BEST_VAL + out, float("-inf"))
@@ -128,23 +144,30 @@ def _race_kernel(
                 tl.store(CHUNK_MAX + out, float("-inf"))
                 tl.store(CHUNK_MASS + out, 0.0)
             return
-    ids = chunk * BLOCK + tl.arange(0, BLOCK)
-    valid = ids < vocab
-    x = tl.load(LOGITS + row.to(tl.int64) * stride_l + ids, mask=valid, other=float("-inf")).to(tl.float32)
     t = tl.load(TEMP + row)
-    race = _race_value(x, t, tl.load(SEEDS + row), tl.load(INDEX + row), ids, ROUND, FAST_LOG)  # -inf past vocab
-    if HAS_TAU:  # the threshold is an order-preserving int32 key of the raw logit (sampler.float_key)
-        bits = x.to(tl.int32, bitcast=True)
-        race = tl.where((bits ^ ((bits >> 31) & 0x7FFFFFFF)) >= tl.load(TAU + row), race, float("-inf"))
-    best, where = tl.max(race, axis=0, return_indices=True, return_indices_tie_break_left=True)
+    seed = tl.load(SEEDS + row)
+    index = tl.load(INDEX + row)
+    best = tl.full([], float("-inf"), tl.float32)
+    best_id = part * SPAN * BLOCK
+    for s in tl.static_range(SPAN):
+        start = (part * SPAN + s) * BLOCK
+        ids = start + tl.arange(0, BLOCK)
+        x = tl.load(LOGITS + row.to(tl.int64) * stride_l + ids, mask=ids < vocab, other=float("-inf")).to(tl.float32)
+        race = _race_value(x, t, seed, index, ids, ROUND, FAST_LOG)  # -inf past vocab
+        if HAS_TAU:  # the threshold is an order-preserving int32 key of the raw logit (sampler.float_key)
+            bits = x.to(tl.int32, bitcast=True)
+            race = tl.where((bits ^ ((bits >> 31) & 0x7FFFFFFF)) >= tl.load(TAU + row), race, float("-inf"))
+        value, where = tl.max(race, axis=0, return_indices=True, return_indices_tie_break_left=True)
+        best_id = tl.where(value > best, start + where, best_id)  # strictly: an earlier block wins a tie
+        best = tl.maximum(best, value)
+        if STATS:  # (SPAN 1) the chunk's maximum logit and sum of exp((x - max) / T) (a -inf chunk: -inf and 0)
+            top = tl.max(x, axis=0)
+            shift = tl.where(top == float("-inf"), 0.0, top)
+            scale = 1.4426950408889634 / tl.where(t <= 0.0, 1.0, t)
+            tl.store(CHUNK_MAX + out, top)
+            tl.store(CHUNK_MASS + out, tl.sum(tl.exp2((x - shift) * scale), axis=0))
     tl.store(BEST_VAL + out, best)
-    tl.store(BEST_IDX + out, chunk * BLOCK + where)
-    if STATS:  # the chunk's maximum logit and sum of exp((x - max) / T) (a -inf chunk: -inf and 0)
-        top = tl.max(x, axis=0)
-        shift = tl.where(top == float("-inf"), 0.0, top)
-        scale = 1.4426950408889634 / tl.where(t <= 0.0, 1.0, t)
-        tl.store(CHUNK_MAX + out, top)
-        tl.store(CHUNK_MASS + out, tl.sum(tl.exp2((x - shift) * scale), axis=0))
+    tl.store(BEST_IDX + out, best_id)
 
 
 @triton.jit
@@ -211,17 +234,13 @@ def _pick_kernel(BEST_VAL, BEST_IDX, OUT, DONE, TOKENS, CHUNKS: tl.constexpr, BL
 
 
 class RacePartials(NamedTuple):
-    """Per (row, chunk) results of one race launch (race_partials)."""
+    """Per (row, program) results of one race launch (race_partials); a program raced `span` blocks."""
 
-    best_val: torch.Tensor  # [rows, chunks] fp32: the chunk's best race value (-inf: nothing kept)
-    best_idx: torch.Tensor  # [rows, chunks] int32: its token id
-    chunk_max: torch.Tensor | None  # [rows, chunks] fp32 maximum logit (stats only)
-    chunk_mass: torch.Tensor | None  # [rows, chunks] fp32 sum of exp((logit - chunk max) / T) (stats only)
+    best_val: torch.Tensor  # [rows, parts] fp32: the part's best race value (-inf: nothing kept)
+    best_idx: torch.Tensor  # [rows, parts] int32: its token id
+    chunk_max: torch.Tensor | None  # [rows, parts] fp32 maximum logit of each block (stats only: span 1)
+    chunk_mass: torch.Tensor | None  # [rows, parts] fp32 sum of exp((logit - block max) / T) (stats only)
     block: int
-
-    @property
-    def chunks(self) -> int:
-        return self.best_val.shape[1]
 
 
 def race_partials(
@@ -232,24 +251,25 @@ def race_partials(
     token_index: torch.Tensor,  # [rows] int64
     round_index: int = 0,  # rejection round: re-keys the noise
     skip: torch.Tensor | None = None,  # [rows] bool / int8: rows to leave out
-    stats: bool = False,  # also each chunk's maximum logit and mass (the top-p rounds)
-    block: int = 4096,
-    num_warps: int = 8,
+    stats: bool = False,  # also each block's maximum logit and mass (the top-p rounds; span 1)
+    block: int = 4096,  # token ids per block
+    num_warps: int = 4,  # 4 warps: ~10% faster than 8 at 256 rows x 152k on an H200 (fewer registers)
+    span: int = 1,  # blocks per program: > 1 when most rows are skipped (fewer programs that return at once)
 ) -> RacePartials:
-    """The race kernel alone: each chunk's best (the pick, `pick_tokens`, is a second launch)."""
+    """The race kernel alone: each program's best (the pick, `pick_tokens`, is a second launch)."""
     rows, vocab = logits.shape
-    assert logits.stride(-1) == 1
-    chunks = triton.cdiv(vocab, block)
+    assert logits.stride(-1) == 1 and (span == 1 or not stats)
+    parts = triton.cdiv(triton.cdiv(vocab, block), span)
     dev, f32 = logits.device, torch.float32
-    best_val = torch.empty((rows, chunks), dtype=f32, device=dev)
-    best_idx = torch.empty((rows, chunks), dtype=torch.int32, device=dev)
-    chunk_max = torch.empty((rows, chunks), dtype=f32, device=dev) if stats else None
-    chunk_mass = torch.empty((rows, chunks), dtype=f32, device=dev) if stats else None
-    _race_kernel[(rows, chunks)](
+    best_val = torch.empty((rows, parts), dtype=f32, device=dev)
+    best_idx = torch.empty((rows, parts), dtype=torch.int32, device=dev)
+    chunk_max = torch.empty((rows, parts), dtype=f32, device=dev) if stats else None
+    chunk_mass = torch.empty((rows, parts), dtype=f32, device=dev) if stats else None
+    _race_kernel[(rows, parts)](
         logits, temperature, tau if tau is not None else temperature, seeds, token_index,
         skip if skip is not None else temperature, best_val, best_idx,
         chunk_max if stats else best_val, chunk_mass if stats else best_val, logits.stride(0), vocab,
-        CHUNKS=chunks, BLOCK=block, HAS_TAU=tau is not None, ROUND=round_index, HAS_SKIP=skip is not None,
+        CHUNKS=parts, BLOCK=block, SPAN=span, HAS_TAU=tau is not None, ROUND=round_index, HAS_SKIP=skip is not None,
         STATS=stats, FAST_LOG=fast_log(), num_warps=num_warps,
     )  # fmt: skip
     return RacePartials(best_val, best_idx, chunk_max, chunk_mass, block)
@@ -283,7 +303,7 @@ def race_argmax(
     round_index: int = 0,  # rejection round: re-keys the noise
     skip: torch.Tensor | None = None,  # [rows] bool: rows to leave out (token 0 comes back)
     block: int = 4096,
-    num_warps: int = 8,
+    num_warps: int = 4,
 ) -> torch.Tensor:  # [rows] int64
     """sampler.race_argmax_torch in two launches: the race over (row, chunk) programs, then the pick."""
     partials = race_partials(logits, temperature, tau, seeds, token_index, round_index, skip, block=block,

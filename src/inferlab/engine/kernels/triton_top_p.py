@@ -2,12 +2,14 @@
 
 One draw is, at every batch size, a fixed sequence of launches (graph-capturable, no host sync):
   per round     the race above the pivot (triton_sampling.race_partials: re-keyed by round, settled rows
-                skipped; round 0 races over every token and also writes each chunk's maximum logit and
-                softmax mass), the mass pass (each (row, chunk) program picks the row's draw from the race's
-                chunk results and sums the softmax mass strictly above the drawn logit in its chunk; a chunk
-                whose maximum is not above the draw adds nothing and is not read), and one program per row
-                that picks the draw again, sums the chunks in a fixed order, accepts, and moves the pivot
-                (round 0 also derives the row maximum, the total mass and the min-p floor from the chunks)
+                skipped; round 0 races over every token and also writes each block's maximum logit and
+                softmax mass), the mass pass (each program picks the row's draw from the race's partial
+                results and sums the softmax mass strictly above the drawn logit in its blocks; a block whose
+                maximum is not above the draw adds nothing and is not read), and one program per row that
+                picks the draw again, sums the partials in a fixed order, accepts, and moves the pivot (round
+                0 also derives the row maximum, the total mass and the min-p floor from the blocks). After
+                round 0 most rows are settled and their programs return at once: the later rounds' programs
+                cover LATER_SPAN blocks each, so fewer of them are launched for nothing.
   fallback      the exact radix threshold (triton_filter, given round 0's chunk maxima: no max pass of its
                 own) with top_p = 1 for the settled rows (their passes do nothing), one last race, and a
                 pick in which the settled rows keep their token.
@@ -26,6 +28,8 @@ from inferlab.engine.kernels.triton_filter import MAX_CHUNKS, _signed_key, _ukey
 from inferlab.engine.kernels.triton_sampling import block_c, pick, pick_tokens, race_partials
 from inferlab.engine.sampler import FILTER_TOP_P, TOP_P_ROUNDS
 
+LATER_SPAN = 4  # blocks per program of the races and mass passes after round 0, and of the last race
+
 
 @triton.jit
 def _checked(TEMP, TOP_P, row):
@@ -41,35 +45,42 @@ def _key(x):
 @triton.jit
 def _mass_kernel(
     LOGITS, TEMP, TOP_P, BEST_VAL, BEST_IDX, DONE, CHUNK_MAX, ABOVE, stride_l, vocab,
-    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, BLOCK_C: tl.constexpr, HAS_DONE: tl.constexpr,
+    RACE_PARTS: tl.constexpr, BLOCKS: tl.constexpr, PARTS: tl.constexpr, BLOCK: tl.constexpr, SPAN: tl.constexpr,
+    BLOCK_C: tl.constexpr, HAS_DONE: tl.constexpr,
 ):  # fmt: skip
-    """sampler.mass_above_torch's `above` for one chunk of one row: [rows, CHUNKS] partial sums."""
+    """sampler.mass_above_torch's `above` over SPAN blocks of one row: [rows, PARTS] partial sums. The draw is
+    picked from the round's race (RACE_PARTS per row); CHUNK_MAX holds round 0's maximum of each of the row's
+    BLOCKS blocks."""
     row = tl.program_id(0)
-    chunk = tl.program_id(1)
+    part = tl.program_id(1)
     above = tl.zeros([], tl.float32)
     go = _checked(TEMP, TOP_P, row)
     if HAS_DONE:
         go = go & (tl.load(DONE + row) == 0)
     if go:
         base = LOGITS + row.to(tl.int64) * stride_l
-        drawn_key = _key(tl.load(base + pick(BEST_VAL, BEST_IDX, row, CHUNKS, BLOCK_C)).to(tl.float32))
-        if _key(tl.load(CHUNK_MAX + row * CHUNKS + chunk)) > drawn_key:  # else nothing here lies above the draw
-            c = tl.arange(0, BLOCK_C)
-            top = tl.max(tl.load(CHUNK_MAX + row * CHUNKS + c, mask=c < CHUNKS, other=float("-inf")), axis=0)
-            t = tl.load(TEMP + row)
-            scale = 1.4426950408889634 / tl.where(t > 0.0, t, 1.0)  # exp((x - top) / T) as exp2
-            ids = chunk * BLOCK + tl.arange(0, BLOCK)
-            x = tl.load(base + ids, mask=ids < vocab, other=float("-inf")).to(tl.float32)
-            w = tl.exp2((x - top) * scale)  # 0 for -inf (masked) logits
-            above = tl.sum(tl.where(_key(x) > drawn_key, w, 0.0), axis=0)
-    tl.store(ABOVE + row * CHUNKS + chunk, above)
+        drawn_key = _key(tl.load(base + pick(BEST_VAL, BEST_IDX, row, RACE_PARTS, BLOCK_C)).to(tl.float32))
+        c = tl.arange(0, BLOCK_C)
+        top = tl.max(tl.load(CHUNK_MAX + row * BLOCKS + c, mask=c < BLOCKS, other=float("-inf")), axis=0)
+        t = tl.load(TEMP + row)
+        scale = 1.4426950408889634 / tl.where(t > 0.0, t, 1.0)  # exp((x - top) / T) as exp2
+        for s in tl.static_range(SPAN):
+            block = part * SPAN + s
+            if block < BLOCKS:
+                if _key(tl.load(CHUNK_MAX + row * BLOCKS + block)) > drawn_key:  # else nothing here is above it
+                    ids = block * BLOCK + tl.arange(0, BLOCK)
+                    x = tl.load(base + ids, mask=ids < vocab, other=float("-inf")).to(tl.float32)
+                    w = tl.exp2((x - top) * scale)  # 0 for -inf (masked) logits
+                    above += tl.sum(tl.where(_key(x) > drawn_key, w, 0.0), axis=0)
+    tl.store(ABOVE + row * PARTS + part, above)
 
 
 @triton.jit
 def _round_kernel(
     LOGITS, TEMP, TOP_P, MIN_P, BEST_VAL, BEST_IDX, ABOVE, CHUNK_MAX, CHUNK_MASS, ROW_TOTAL, FLOOR, PIVOT, DONE,
     TOKENS, SKIP, OPEN_P, stride_l,
-    CHUNKS: tl.constexpr, BLOCK_C: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr, HAS_SKIP: tl.constexpr,
+    RACE_PARTS: tl.constexpr, BLOCKS: tl.constexpr, PARTS: tl.constexpr, BLOCK_C: tl.constexpr, FIRST: tl.constexpr,
+    LAST: tl.constexpr, HAS_SKIP: tl.constexpr,
 ):  # fmt: skip
     """One row: accept the round's draw (above the min-p floor, and for a checked row the mass above it
     < top_p x the total) or move the pivot past it. Round 0 starts the row's state: its maximum, total mass
@@ -77,16 +88,16 @@ def _round_kernel(
     the top_p of the fallback threshold (1 for settled rows and unchecked ones)."""
     row = tl.program_id(0)
     c = tl.arange(0, BLOCK_C)
-    in_row = c < CHUNKS
+    in_row = c < BLOCKS
     t = tl.load(TEMP + row)
     p = tl.load(TOP_P + row)
     checked = (t > 0.0) & (p < 1.0)
     if FIRST:
-        maxima = tl.load(CHUNK_MAX + row * CHUNKS + c, mask=in_row, other=float("-inf"))
+        maxima = tl.load(CHUNK_MAX + row * BLOCKS + c, mask=in_row, other=float("-inf"))
         top = tl.max(maxima, axis=0)
         shift = tl.where(top == float("-inf"), 0.0, top)
         scale = 1.4426950408889634 / tl.where(t > 0.0, t, 1.0)
-        masses = tl.load(CHUNK_MASS + row * CHUNKS + c, mask=in_row, other=0.0)
+        masses = tl.load(CHUNK_MASS + row * BLOCKS + c, mask=in_row, other=0.0)
         total = tl.sum(tl.exp2((maxima - shift) * scale) * masses, axis=0)  # the row's sum of exp((x - top) / T)
         tl.store(ROW_TOTAL + row, total)
         min_p = tl.load(MIN_P + row)
@@ -105,9 +116,9 @@ def _round_kernel(
         was_done = tl.load(DONE + row) != 0
         pivot = tl.load(PIVOT + row)
         tokens = tl.load(TOKENS + row)
-    drawn = pick(BEST_VAL, BEST_IDX, row, CHUNKS, BLOCK_C)
+    drawn = pick(BEST_VAL, BEST_IDX, row, RACE_PARTS, BLOCK_C)
     drawn_key = _key(tl.load(LOGITS + row.to(tl.int64) * stride_l + drawn).to(tl.float32))
-    above = tl.sum(tl.load(ABOVE + row * CHUNKS + c, mask=in_row, other=0.0), axis=0)
+    above = tl.sum(tl.load(ABOVE + row * PARTS + c, mask=c < PARTS, other=0.0), axis=0)
     accept = (was_done == 0) & (drawn_key >= floor) & ((checked == 0) | (above < p * total))
     done = was_done | accept
     tl.store(TOKENS + row, tl.where(accept, drawn.to(tl.int64), tokens))
@@ -126,38 +137,45 @@ def top_p_by_rejection(
     token_index: torch.Tensor,  # [rows] int64
     rounds: int = TOP_P_ROUNDS,
     block: int = 4096,
-    num_warps: int = 8,
+    num_warps: int = 4,
     skip: torch.Tensor | None = None,  # [rows] bool / int8: rows settled from the start (token 0 comes back)
 ) -> torch.Tensor:  # [rows] int64: sampler.top_p_by_rejection's tokens
     rows, vocab = logits.shape
     assert logits.stride(-1) == 1 and rounds >= 1
-    block = max(block, triton.next_power_of_2(triton.cdiv(vocab, MAX_CHUNKS)))  # chunk maxima: the filter's pmax
-    chunks = triton.cdiv(vocab, block)
+    block = max(block, triton.next_power_of_2(triton.cdiv(vocab, MAX_CHUNKS)))  # block maxima: the filter's pmax
+    blocks = triton.cdiv(vocab, block)
     dev, f32, i32 = logits.device, torch.float32, torch.int32
     pivot, floor = torch.empty(rows, dtype=i32, device=dev), torch.empty(rows, dtype=i32, device=dev)
     done = torch.empty(rows, dtype=torch.int8, device=dev)
     tokens = torch.empty(rows, dtype=torch.int64, device=dev)
-    above = torch.empty((rows, chunks), dtype=f32, device=dev)
+    above = torch.empty((rows, blocks), dtype=f32, device=dev)
     row_total, open_p = torch.empty(rows, dtype=f32, device=dev), torch.empty(rows, dtype=f32, device=dev)
     stats = None
     for r in range(rounds):
         first = r == 0
+        span = 1 if first else LATER_SPAN  # after round 0 most rows are settled: fewer programs return at once
         settled = skip if first else done  # what the race and the mass pass leave out
         race = race_partials(logits, temperature, None if first else pivot, seeds, token_index, r, settled,
-                             stats=first, block=block, num_warps=num_warps)  # fmt: skip
+                             stats=first, block=block, num_warps=num_warps, span=span)  # fmt: skip
         stats = race if first else stats
-        _mass_kernel[(rows, chunks)](
+        parts = triton.cdiv(blocks, span)
+        race_parts = race.best_val.shape[1]
+        width = block_c(max(blocks, race_parts))
+        _mass_kernel[(rows, parts)](
             logits, temperature, top_p, race.best_val, race.best_idx, settled if settled is not None else done,
             stats.chunk_max, above, logits.stride(0), vocab,
-            CHUNKS=chunks, BLOCK=block, BLOCK_C=block_c(chunks), HAS_DONE=settled is not None, num_warps=num_warps,
+            RACE_PARTS=race_parts, BLOCKS=blocks, PARTS=parts, BLOCK=block, SPAN=span, BLOCK_C=width,
+            HAS_DONE=settled is not None, num_warps=num_warps,
         )  # fmt: skip
         _round_kernel[(rows,)](
             logits, temperature, top_p, min_p, race.best_val, race.best_idx, above, stats.chunk_max, stats.chunk_mass,
             row_total, floor, pivot, done, tokens, skip if skip is not None else done, open_p, logits.stride(0),
-            CHUNKS=chunks, BLOCK_C=block_c(chunks), FIRST=first, LAST=r == rounds - 1, HAS_SKIP=skip is not None,
+            RACE_PARTS=race_parts, BLOCKS=blocks, PARTS=parts, BLOCK_C=width, FIRST=first, LAST=r == rounds - 1,
+            HAS_SKIP=skip is not None,
         )  # fmt: skip
     # the rows still open (probability <= (1 - top_p)^rounds each): the exact threshold, for them alone
     tau = triton_filter.filter_threshold(logits, temperature, torch.zeros_like(token_index), open_p, min_p, FILTER_TOP_P,
                                          pmax=stats.chunk_max)  # fmt: skip
-    last = race_partials(logits, temperature, tau, seeds, token_index, rounds, done, block=block, num_warps=num_warps)
+    last = race_partials(logits, temperature, tau, seeds, token_index, rounds, done, block=block, num_warps=num_warps,
+                         span=LATER_SPAN)  # fmt: skip
     return pick_tokens(last, done, tokens)
