@@ -212,7 +212,7 @@ def verdict(row: dict[str, Any]) -> tuple[bool, str | None]:
     if share < SMALL_SHARE:
         return True, "under 5% of the step"
     sized = row.get("pct_of_sized_copy")
-    note = f"BELOW: {100 * (pct or 0.0):.0f}% of its {row['limit']} bound"
+    note = f"{100 * (pct or 0.0):.0f}% of its {row['limit']} bound"
     if sized is not None and row["limit"] == "bandwidth":
         note += (f"; a copy of its {row['bytes_per_launch'] / 1e6:.2f} MB per launch reaches "
                  f"{row['copy_gb_per_s_at_size']:.0f} GB/s here ({100 * sized:.0f}% of that)")

@@ -14,13 +14,15 @@ cudaMemsetAsync...), whose host time lies inside the innermost range; else by th
 range whose span holds the kernel's start; failing all, by pairing the launches and the kernels in order (if
 their counts agree). On CPU the aten ops' self times count for the range their start lies in.
 Graph replays run the eager step's launches in the same order, so the eager step's labels carry over to the
-replayed kernels position by position when their names agree (checked); when the profiler shows no kernel of
-the replays, or other ones, the caller takes the eager steps' own kernel times (and says so).
+replayed kernels (aligned by name: a library may choose another kernel under capture, and a replay's host side
+may launch a kernel of its own, which `graph_kernels` leaves out); when the profiler shows no kernel of the
+replays, or too few of them match, the caller takes the eager steps' own kernel times (and says so).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -192,15 +194,42 @@ def one_step(kernels: list[Kernel], steps: int) -> list[Kernel] | None:
     return kernels[:n]
 
 
-def carry_labels(step: list[Kernel], replayed: list[Kernel]) -> list[Kernel] | None:
-    """The replayed kernels with the labels of the eager step's kernels at the same positions, or None when
-    they are not repetitions of that step's launches."""
+def graph_kernels(events: list[Any]) -> list[Kernel]:
+    """The kernels the replayed graphs ran: those whose correlation id is a graph launch's (a replay's host side
+    may launch kernels of its own, e.g. torch's fills of the RNG offsets), or every kernel where none is."""
+    launches = {e.id for e in events if not _is_device(e) and "GraphLaunch" in e.name}
+    kernels = device_kernels(events)
+    ids = [e.id for e in sorted((e for e in events if _is_device(e)), key=lambda e: e.time_range.start)]
+    inside = [k for k, i in zip(kernels, ids) if i in launches]
+    return inside or kernels
+
+
+def carry_labels(step: list[Kernel], replayed: list[Kernel], min_matched: float = 0.5
+                 ) -> tuple[list[Kernel], int] | None:  # fmt: skip
+    """The replayed kernels with the labels of the eager step's kernels, and how many matched by name: the
+    replays are aligned with the step's launches repeated (difflib on the names). A kernel in a run of equal
+    names, or in place of another kernel (a library chose another one under capture), takes its counterpart's
+    family; one more than its counterparts (a kernel added) the family of the kernel before it. None when fewer
+    than `min_matched` of the replayed kernels have an equal name in the alignment."""
     n = len(step)
-    if n == 0 or not replayed or len(replayed) % n:
+    if n == 0 or not replayed:
         return None
-    if any(k.name != step[i % n].name for i, k in enumerate(replayed)):
+    names = [k.name for k in step] * -(-len(replayed) // n)
+    matcher = difflib.SequenceMatcher(None, names, [k.name for k in replayed], autojunk=False)
+    family: list[str | None] = [None] * len(replayed)
+    matched = 0
+    for op, a0, a1, b0, b1 in matcher.get_opcodes():
+        if op in ("equal", "replace"):
+            for j in range(min(a1 - a0, b1 - b0)):
+                family[b0 + j] = step[(a0 + j) % n].family
+            matched += (b1 - b0) if op == "equal" else 0
+    if matched < min_matched * len(replayed):
         return None
-    return [dataclasses.replace(k, family=step[i % n].family) for i, k in enumerate(replayed)]
+    last, out = OUTSIDE, []
+    for k, f in zip(replayed, family):
+        last = f if f is not None else last
+        out.append(dataclasses.replace(k, family=last))
+    return out, matched
 
 
 def per_step(kernels: list[Kernel], steps: int) -> dict[str, Measured]:

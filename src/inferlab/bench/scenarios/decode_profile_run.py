@@ -13,7 +13,7 @@ from inferlab.bench.roofline import Ceilings, StepShape, family_rows, gemm_tiles
 from inferlab.bench.scenarios.base import CellContext
 from inferlab.bench.step_profile import (
     carry_labels,
-    device_kernels,
+    graph_kernels,
     labelled,
     labelled_kernels,
     one_step,
@@ -93,14 +93,14 @@ def profile_decode_step(cell: Cell, ctx: CellContext) -> dict[str, Any]:
                         limits["kernel_floor_us"], limits["graph_gap_us"],
                         tuple(tuple(p) for p in limits["copy_curve"]), limits.get("sm_count"))  # fmt: skip
     eager, attribution = labelled_kernels(eager_events, on_cuda)
-    replayed = device_kernels(replay_events) if graphs else []
+    replayed = graph_kernels(replay_events) if graphs else []
     kernels, steps, source = _profile(eager, replayed, c["profile_steps"], on_cuda)
     step_us = m.stats.median / STEPS_PER_SAMPLE * 1e6
     measured = per_step(kernels, steps)
     norm = measured.get("norm")
     families = family_rows(measured, minimum_work(shape, norm.launches if norm else 0.0), step_us, ceilings,
                            gemm_tiles(shape))
-    _write_step(ctx, cell, kernels, steps)
+    _write_step(ctx, cell, kernels, steps, replayed if not source.startswith("graph replays") else [])
     return {
         **step_summary(shape, step_us, ceilings),
         "kernel_us": sum(r["us"] for r in families[:-1]),
@@ -145,8 +145,8 @@ def _variant(level: int) -> Any:
 
 
 def _profile(eager: list, replayed: list, replays: int, on_cuda: bool) -> tuple[list, int, str]:
-    """(kernels, steps they cover, where they come from): the replays labelled by the eager step when they are
-    its launches, else the eager steps themselves (on CPU: their aten ops)."""
+    """(kernels, steps they cover, where they come from): the replays labelled by the eager step's launches,
+    else the eager steps themselves (on CPU: their aten ops)."""
     if not on_cuda:
         return eager, EAGER_STEPS, "cpu ops of eager steps"
     if not replayed:
@@ -157,12 +157,15 @@ def _profile(eager: list, replayed: list, replays: int, on_cuda: bool) -> tuple[
     carried = carry_labels(step, replayed)
     if carried is None:
         return eager, EAGER_STEPS, "eager steps (the replays' kernels differ from the eager step's)"
-    return carried, replays, "graph replays"
+    kernels, matched = carried
+    same = "" if matched == len(kernels) else f", {matched} of {len(kernels)} kernels named as in the eager step"
+    return kernels, replays, "graph replays" + same
 
 
-def _write_step(ctx: CellContext, cell: Cell, kernels: list, steps: int) -> None:
+def _write_step(ctx: CellContext, cell: Cell, kernels: list, steps: int, unmatched: list) -> None:
     """One step's kernels in order (device time averaged over the profiled steps) with their families, for a
-    look beyond the row: RUN_DIR/profiles/<cell key>.json (when the steps' launches repeat; else all of them)."""
+    look beyond the row: RUN_DIR/profiles/<cell key>.json (when the steps' launches repeat; else all of them);
+    with the replayed kernels' names when they could not take the eager step's labels (`unmatched`)."""
     step = one_step(kernels, steps) or kernels
     n = len(step)
     repeats = len(kernels) // n if n and len(kernels) % n == 0 else 1
@@ -170,4 +173,6 @@ def _write_step(ctx: CellContext, cell: Cell, kernels: list, steps: int) -> None
               "us": statistics.fmean(kernels[i + r * n].us for r in range(repeats))} for i, k in enumerate(step)]
     folder = ctx.run_dir / "profiles"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{cell.key}.json").write_text(json.dumps({"model": cell.model, "config": cell.config, "step": order}))
+    data = {"model": cell.model, "config": cell.config, "step": order,
+            "replayed_unmatched": [[k.name[:160], k.us] for k in unmatched]}  # fmt: skip
+    (folder / f"{cell.key}.json").write_text(json.dumps(data))
