@@ -14,7 +14,8 @@
 
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
 classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline, and each
-of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak, steering = the preset of that name;
+of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak, steering, decode-roofline = the preset of
+that name;
 engine-vs-peers in four parts of one run (peers-hf: the engine's generate cells and transformers'
 continuous batching; peers-engine-conformers: the engine's conformer cells; peers-xgrammar: HF + xgrammar;
 peers-vllm: vLLM's cells, after a FlashInfer JIT warm-up where FlashInfer is installed).
@@ -82,6 +83,7 @@ PARTS = {
     "steering": ("steering", "steering"),
     "conformer-pipeline": ("conformer-pipeline", "conformer-pipeline"),
     "conformer-soak": ("conformer-soak", "conformer-soak"),
+    "decode-roofline": ("decode-roofline", "decode-roofline"),
 }
 # Parts whose cells need a peer package: without it importable they would be recorded as `unavailable` rows,
 # which a later call does not rerun, so they are not started (not under --cpu-smoke, which checks the rest).
@@ -134,6 +136,11 @@ SMOKE_ARGS = {
     # tiny-qwen3 has 512 positions: molecules of 6-12 heavy atoms fit
     "conformer-pipeline": ["--model", "tiny-qwen3", *_TINY_CONFORMERS, "--set", "batch_size=6", "--set", "slots=4"],
     "conformer-soak": ["--model", "tiny-qwen3", *_TINY_CONFORMERS],
+    # the decode-profile cells on tiny (no fp8 cache on CPU); the generate sweep validates with 8 new tokens
+    "decode-roofline": ["--model", "tiny", "--only", "scenario=decode-profile", "--only", "kv_dtype=auto",
+                        "--set", "batch_size=4", "--set", "context_tokens=24", "--set", "dtype=float32",
+                        "--set", "min_duration_s=0", "--set", "min_repeats=3", "--set", "warmup=1",
+                        "--set", "new_tokens=8", *_ONE_THREAD],
 }
 
 
