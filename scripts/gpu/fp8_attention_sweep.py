@@ -2,21 +2,24 @@
 
   qwen3   qwen3-0.6b's attention (16 query heads on 8 kv heads, head_dim 128, q/k norms), 256 rows at lengths
           330 and 629 (the middle and the end of the 29 + 600-token benchmark): the bf16 kernel at its default
-          config and the fp8 kernel over a grid of (BLOCK_N, warps, stages) and splits, plus any variant
-          modules (--variants: the same file with text edits, or another version of triton_attention.py).
-  gemma   head_dim 256: a Gemma 2 layer (8 on 4 kv heads, soft-cap 50) and a Gemma 3 sliding layer (4 on 1,
-          window 512, (1 + w) q/k norms), 1,000 positions: bf16 (wide config) vs fp8 over a few configs.
-  ncu     Nsight Compute on the fastest fp8 cell and the bf16 default at length 330 (if ncu is installed).
+          config and two others, the fp8 kernel over QWEN3_FP8_GRID (the default first) and its two best with
+          two splits per row, plus any variant modules (--variants: EDITS names, the engine's file with text
+          edits, or paths of other versions of triton_attention.py, timed at their defaults).
+  gemma   head_dim 256: a Gemma 2 global layer (8 on 4 kv heads, soft-cap 50, 128 rows) and a Gemma 3 sliding
+          layer (4 on 1, window 512, (1 + w) q/k norms, 256 rows), 1,000 positions: bf16 vs fp8 configs.
+  ncu     Nsight Compute on the fastest fp8 config and the bf16 default at length 330 (if ncu is installed).
 
 Every cell is first checked against the torch fp32 reference (attention.decode_rope_attention_torch, which
 dequantizes an fp8 cache) on fresh random inputs, with the output's memory poisoned with NaN before the
 launch: max |err| must stay under 2% of max |out| (the kernels round q and p for their dots) and the merge
-counters must be back at zero. Timing: triton.testing.do_bench (median, L2 flushed) of 8 layers' launches
-over distinct caches, per layer; GB/s counts K, V and the fp8 scales of the positions read. Writes
-results.json and table.txt under --out, printing the table last. On CPU (--quick, with TRITON_INTERPRET=1)
-tiny shapes in fp32: a plumbing check only.
+counters must be back at zero. Timing, per layer over 8 layers' distinct caches: replays of a CUDA graph of
+the launches (kernel_sweep.graph_us, as the engine runs them and engine_check times them) and, beside it,
+triton.testing.do_bench's median of eager launches (L2 flushed; it includes whatever host launch time the
+device does not hide). GB/s counts K, V and the fp8 scales of the positions read. Writes results.json,
+table.txt (printed last) and ncu.txt under --out. On CPU (with TRITON_INTERPRET=1) tiny shapes in fp32, timed
+by the wall clock: a plumbing check only.
 
-    PYTHONPATH=src python scripts/gpu/fp8_attention_sweep.py --out $OUT [--parts qwen3,gemma,ncu]
+    PYTHONPATH=src:scripts/gpu python scripts/gpu/fp8_attention_sweep.py --out $OUT [--parts qwen3,gemma,ncu]
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from dataclasses import astuple
 from types import ModuleType
 from typing import Any, Callable
 
@@ -165,21 +169,26 @@ class Bench:
         ok = bool(err <= 0.02 * max(top, 1e-6) and torch.isfinite(got).all().item() and not self.counters.any().item())
         return {"max_abs_err": err, "max_abs": top, "ok": ok}
 
-    def time_us(self, module: ModuleType, length: int, fp8: bool, config, splits) -> float:
+    def time_us(self, module: ModuleType, length: int, fp8: bool, config, splits) -> dict[str, float]:
+        """us per layer: replays of a CUDA graph of the layers' launches (as the engine runs them, and as
+        engine_check times them) and triton.testing.do_bench's median of eager launches (L2 flushed)."""
         args = self.inputs(length, seed=length)
         caches = self.fp8 if fp8 else self.bf16
-
-        def layers() -> None:
-            for cache in caches:
-                self.call(module, args, cache, fp8, config, splits)
-
+        calls = [lambda c=c: self.call(module, args, c, fp8, config, splits) for c in caches]
         if self.device.type != "cuda":
             t0 = time.perf_counter()
-            layers()
-            return 1e6 * (time.perf_counter() - t0) / len(caches)
+            for call in calls:
+                call()
+            return {"us": 1e6 * (time.perf_counter() - t0) / len(calls)}
         import triton
+        from kernel_sweep import graph_us  # beside this file
 
-        return 1e3 * triton.testing.do_bench(layers, warmup=25, rep=100, return_mode="median") / len(caches)
+        def layers() -> None:
+            for call in calls:
+                call()
+
+        eager = 1e3 * triton.testing.do_bench(layers, warmup=25, rep=100, return_mode="median") / len(calls)
+        return {"us": graph_us(calls, replays=20), "us_do_bench": eager}
 
     def kv_bytes(self, length: int, fp8: bool) -> int:
         s = self.shape
@@ -196,83 +205,89 @@ def run_cell(bench: Bench, module: ModuleType, label: str, fp8: bool, config, sp
             diagnostic = label.startswith("fp8 diag")
             cell = {"ok": True, "max_abs_err": float("nan")} if diagnostic else bench.check(module, length, fp8, config, splits)
             if cell["ok"]:
-                us = bench.time_us(module, length, fp8, config, splits)
-                cell |= {"us": us, "gb_per_s": bench.kv_bytes(length, fp8) / us / 1e3}
+                cell |= bench.time_us(module, length, fp8, config, splits)
+                cell["gb_per_s"] = bench.kv_bytes(length, fp8) / cell["us"] / 1e3
         except Exception as e:  # a variant that fails to compile or run must not hide the others
             cell = {"error": f"{type(e).__name__}: {str(e)[:400]}", "ok": False}
             traceback.print_exc()
         cells[key] = cell
-        print(f"  {bench.shape.name} {key}: " + (f"{cell['us']:.1f} us, {cell['gb_per_s']:.0f} GB/s, err "
-              f"{cell['max_abs_err']:.4f}" if "us" in cell else json.dumps(cell)[:300]), flush=True)  # fmt: skip
+        print(f"  {bench.shape.name} {key}: " + (f"{cell['us']:.1f} us (do_bench {cell.get('us_do_bench', 0):.1f}), "
+              f"{cell['gb_per_s']:.0f} GB/s, err {cell['max_abs_err']:.4f}" if "us" in cell else json.dumps(cell)[:300]),
+              flush=True)  # fmt: skip
+
+
+def label_of(config) -> str:
+    """'n32 w1 s3' (+ ' p4' programs per SM when not 1, ' r168' with a register cap)."""
+    text = f"n{config.block_n} w{config.num_warps} s{config.num_stages}"
+    return text + (f" p{config.programs_per_sm}" if config.programs_per_sm != 1 else "") + (
+        f" r{config.maxnreg}" if config.maxnreg else "")
+
+
+# AttentionConfig fields (block_n, warps, stages, programs_per_sm, maxnreg)
+QWEN3_FP8_GRID = [(32, 1, 3, 4, None), (32, 1, 3, 4, 168), (16, 1, 4, 4, None), (16, 1, 4, 4, 168), (32, 1, 4, 4, None),
+                  (64, 2, 3, 4, None), (32, 2, 3, 4, 168), (64, 1, 3, 4, None), (64, 4, 3, 1, None)]  # fmt: skip
+QWEN3_BF16_GRID = [(64, 4, 3), (128, 4, 2), (32, 4, 3)]
+WIDE_FP8_GRID = [(32, 4, 3), (32, 4, 2), (16, 4, 3), (64, 8, 2), (16, 2, 3, 1, None), (16, 2, 3, 1, 168)]
+WIDE_BF16_GRID = [(32, 4, 3), (32, 8, 2), (64, 8, 2)]
 
 
 def sweep_qwen3(modules: dict[str, ModuleType], device, dtype, quick: bool, deadline: float) -> dict[str, Any]:
     engine = modules["engine"]
-    cfg = engine.AttentionConfig
     bench = Bench(shapes(quick)["qwen3"][0], device, dtype)
     cells: dict[str, Any] = {}
-    run_cell(bench, engine, "bf16 engine n64 w4 s3", False, cfg(64, 4, 3), None, cells)
+    configs: dict[str, Any] = {}
+    for fields in QWEN3_BF16_GRID[: 1 if quick else None]:
+        run_cell(bench, engine, f"bf16 engine {label_of(engine.AttentionConfig(*fields))}", False,
+                 engine.AttentionConfig(*fields), None, cells)  # fmt: skip
     for name, module in modules.items():
         if name != "engine" and not hasattr(module, "_fp8_tile"):  # another version of the file: its defaults
             run_cell(bench, module, f"bf16 {name} default", False, None, None, cells)
             run_cell(bench, module, f"fp8 {name} default", True, None, None, cells)
-    grid = [(64, 4, 3), (128, 4, 2), (32, 4, 3), (128, 8, 2), (32, 1, 3), (64, 2, 3), (32, 2, 3), (64, 4, 4),
-            (128, 4, 3), (256, 8, 2), (32, 4, 4), (64, 1, 3), (16, 1, 4), (32, 1, 4)]  # fmt: skip
-    if quick:
-        grid = [(32, 4, 3), (16, 1, 4)]
-    for block_n, warps, stages in grid:
-        if time.time() > deadline:
-            break
-        run_cell(bench, engine, f"fp8 engine n{block_n} w{warps} s{stages}", True, cfg(block_n, warps, stages), None,
-                 cells)  # fmt: skip
-    best = _best(cells, "fp8 engine ", bench.shape.lengths)
+    for fields in QWEN3_FP8_GRID[:2] if quick else QWEN3_FP8_GRID:
+        config = engine.AttentionConfig(*fields)
+        label = f"fp8 engine {label_of(config)}"
+        configs[label] = config
+        if time.time() < deadline:
+            run_cell(bench, engine, label, True, config, None, cells)
+    best = _best(cells, "fp8 engine ")
     for name, module in modules.items():  # edited variants at the two best configs (tiles of <= 128 positions)
         if name == "engine" or not hasattr(module, "_fp8_tile"):
             continue
-        for label in [b for b in best if _config(module, b).block_n <= 128][:2]:
+        for label in [b for b in best if configs[b].block_n <= 128][:2]:
             if time.time() < deadline:
-                run_cell(bench, module, label.replace("engine", name.replace("_", " ")), True, _config(module, label),
-                         None, cells)  # fmt: skip
-    for label in best[:3]:  # more programs per row: splits 2 and 4 at 256 rows
-        for splits in (2, 4):
-            if time.time() < deadline:
-                run_cell(bench, engine, f"{label} splits={splits}", True, _config(engine, label), splits, cells)
-    for block_n, warps, stages in ((32, 4, 3), (128, 4, 2), (64, 8, 3)):  # bf16 neighbours of its default
-        if time.time() < deadline and not quick:
-            run_cell(bench, engine, f"bf16 engine n{block_n} w{warps} s{stages}", False, cfg(block_n, warps, stages),
-                     None, cells)  # fmt: skip
-    return {"cells": cells, "best_fp8": best}
+                run_cell(bench, module, label.replace("engine", name.replace("_", " ")), True, configs[label], None,
+                         cells)  # fmt: skip
+    for label in best[:2]:  # more programs per row at 256 rows
+        if time.time() < deadline:
+            run_cell(bench, engine, f"{label} splits=2", True, configs[label], 2, cells)
+    return {"cells": cells, "best_fp8": best, "best_fp8_fields": [list(astuple(configs[b])) for b in best]}
 
 
 def sweep_gemma(modules: dict[str, ModuleType], device, dtype, quick: bool, deadline: float) -> dict[str, Any]:
     engine = modules["engine"]
-    cfg = engine.AttentionConfig
     out: dict[str, Any] = {}
     for shape in shapes(quick)["gemma"]:
         if time.time() > deadline:
             break
         bench = Bench(shape, device, dtype)
         cells: dict[str, Any] = {}
-        run_cell(bench, engine, "bf16 engine default", False, None, None, cells)
+        for fields in WIDE_BF16_GRID[: 1 if quick else None]:
+            config = engine.AttentionConfig(*fields)
+            run_cell(bench, engine, f"bf16 engine {label_of(config)}", False, config, None, cells)
         for name, module in modules.items():
             if name != "engine" and not hasattr(module, "_fp8_tile"):
                 run_cell(bench, module, f"fp8 {name} default", True, None, None, cells)
-        grid = [(32, 8, 2), (64, 8, 2), (32, 4, 3), (32, 4, 2), (128, 8, 2), (16, 4, 3)]
-        for block_n, warps, stages in grid[: 2 if quick else None]:
+        for fields in WIDE_FP8_GRID[: 2 if quick else None]:
+            config = engine.AttentionConfig(*fields)
             if time.time() < deadline:
-                run_cell(bench, engine, f"fp8 engine n{block_n} w{warps} s{stages}", True, cfg(block_n, warps, stages),
-                         None, cells)  # fmt: skip
-        for block_n, warps, stages in ((32, 4, 3), (64, 8, 2)):  # bf16 neighbours of the wide default
-            if time.time() < deadline and not quick:
-                run_cell(bench, engine, f"bf16 engine n{block_n} w{warps} s{stages}", False, cfg(block_n, warps, stages),
-                         None, cells)  # fmt: skip
-        out[shape.name] = {"cells": cells, "best_fp8": _best(cells, "fp8 engine ", shape.lengths)}
+                run_cell(bench, engine, f"fp8 engine {label_of(config)}", True, config, None, cells)
+        out[shape.name] = {"cells": cells, "best_fp8": _best(cells, "fp8 engine ")}
         del bench
         torch.cuda.empty_cache() if device.type == "cuda" else None
     return out
 
 
-def _best(cells: dict[str, Any], prefix: str, lengths) -> list[str]:
+def _best(cells: dict[str, Any], prefix: str) -> list[str]:
     """Labels (without the length) of cells starting with prefix, by their summed us over all lengths."""
     totals: dict[str, float] = {}
     for key, cell in cells.items():
@@ -282,12 +297,7 @@ def _best(cells: dict[str, Any], prefix: str, lengths) -> list[str]:
     return sorted((k for k in totals if totals[k] < float("inf")), key=totals.get)
 
 
-def _config(module: ModuleType, label: str):
-    n, w, s = (int(part[1:]) for part in label.split()[-3:])
-    return module.AttentionConfig(n, w, s)
-
-
-def profile(out_dir: Path, best_fp8: str, timeout_s: float) -> dict[str, Any]:
+def profile(out_dir: Path, best_fp8: list, timeout_s: float) -> dict[str, Any]:
     """Nsight Compute on the bf16 default and the best fp8 cell (length 330), in a child process."""
     ncu = shutil.which("ncu") or next((str(p) for p in Path("/usr/local/cuda/bin").glob("ncu")), None)
     if ncu is None:
@@ -296,7 +306,7 @@ def profile(out_dir: Path, best_fp8: str, timeout_s: float) -> dict[str, Any]:
                 "WarpStateStats", "SchedulerStats", "InstructionStats"]  # fmt: skip
     cmd = [ncu, "--clock-control", "none", "-k", "regex:_rope_attention", "--launch-skip", "2", "--launch-count", "2"]
     cmd += [a for s in sections for a in ("--section", s)]
-    cmd += [sys.executable, __file__, "--ncu-target", best_fp8]
+    cmd += [sys.executable, __file__, "--ncu-target", ",".join(str(f) for f in best_fp8)]
     t0 = time.time()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
@@ -306,39 +316,39 @@ def profile(out_dir: Path, best_fp8: str, timeout_s: float) -> dict[str, Any]:
         return {"error": f"ncu timed out after {timeout_s:.0f} s"}
 
 
-def ncu_target(label: str) -> None:
+def ncu_target(fields: str) -> None:
     """The child of profile(): warm up (compile) the two kernels, then launch each once more to be profiled."""
     device = torch.device("cuda")
     modules = variant_modules([])
     engine = modules["engine"]
     bench = Bench(shapes(False)["qwen3"][0], device, torch.bfloat16, layers=1)
     args = bench.inputs(330, seed=330)
-    config = _config(engine, label)
+    config = engine.AttentionConfig(*(None if f == "None" else int(f) for f in fields.split(",")))
     for _ in range(2):  # launches 1-2 compile and warm; 3-4 are profiled (--launch-skip 2)
-        bench.call(engine, args, bench.bf16[0], False, engine.AttentionConfig(64, 4, 3), None)
+        bench.call(engine, args, bench.bf16[0], False, engine.AttentionConfig(), None)
         bench.call(engine, args, bench.fp8[0], True, config, None)
         torch.cuda.synchronize()
 
 
 def table(results: dict[str, Any]) -> str:
     lines = []
-    for part, shape_cells in (("qwen3", {"qwen3-0.6b": results.get("qwen3", {})}), ("gemma", results.get("gemma", {}))):
+    for shape_cells in ({"qwen3-0.6b": results.get("qwen3", {})}, results.get("gemma", {})):
         for shape, res in shape_cells.items():
             cells = res.get("cells", {})
             if not cells:
                 continue
-            lines.append(f"== {shape} (us per layer, GB/s of K/V + scales read, max |err| vs fp32 reference)")
-            bf16 = {k.rsplit(" len=", 1)[1]: v.get("us") for k, v in cells.items()
-                    if k.startswith(("bf16 engine default", "bf16 engine n64 w4 s3"))}  # fmt: skip
-            old = {k.rsplit(" len=", 1)[1]: v.get("us") for k, v in cells.items()
-                   if k.startswith("bf16 ") and not k.startswith("bf16 engine") and "default" in k}  # fmt: skip
+            lines.append(f"== {shape}: us per layer in CUDA graphs (do_bench's eager median), GB/s of K/V + scales "
+                         "read, max |err| vs the fp32 reference; x: over the first bf16 engine row (the default)")
+            bf16: dict[str, float] = {}
+            for key, cell in cells.items():  # the grids list the bf16 default first
+                if key.startswith("bf16 engine") and "us" in cell:
+                    bf16.setdefault(key.rsplit(" len=", 1)[1], cell["us"])
             for key, cell in cells.items():
                 length = key.rsplit(" len=", 1)[1]
                 if "us" in cell:
-                    ratio = f" = {cell['us'] / bf16[length]:.2f}x bf16" if bf16.get(length) else ""
-                    ratio += f" ({cell['us'] / old[length]:.2f}x the other bf16)" if old.get(length) else ""
-                    lines.append(f"{key:48s} {cell['us']:8.1f} us {cell['gb_per_s']:6.0f} GB/s "
-                                 f"err {cell['max_abs_err']:.4f}{ratio}")  # fmt: skip
+                    ratio = f" = {cell['us'] / bf16[length]:.2f}x" if bf16.get(length) else ""
+                    lines.append(f"{key:44s} {cell['us']:7.1f} us ({cell.get('us_do_bench', float('nan')):6.1f}) "
+                                 f"{cell['gb_per_s']:5.0f} GB/s err {cell['max_abs_err']:.4f}{ratio}")  # fmt: skip
                 else:
                     lines.append(f"{key:48s} FAILED {cell.get('error') or cell}"[:200])
     return "\n".join(lines)
@@ -384,7 +394,8 @@ def main() -> int:
         save()
     if "ncu" in parts and cuda and results.get("qwen3", {}).get("best_fp8"):
         torch.cuda.empty_cache()
-        results["ncu"] = profile(args.out, results["qwen3"]["best_fp8"][0], max(30.0, start + args.budget - time.time()))
+        results["ncu"] = profile(args.out, results["qwen3"]["best_fp8_fields"][0],
+                                 max(30.0, start + args.budget - time.time()))
     results["seconds"] = round(time.time() - start, 1)
     save()
     text = table(results)

@@ -16,10 +16,12 @@ Grid (rows, kv_heads, splits). Each program:
      the last of the row's splits to finish (an atomic counter per (row, kv head), reset by that program
      for the next launch) merges them in a fixed order: deterministic, and no second launch.
 With an FP8 cache (KV_FP8: e4m3 values + one fp32 scale per (slot, kv head, position), engine/kv_quant.py)
-the tiles are read as fp8 and never dequantized: K's scales multiply the tile's scores (q . k8 x k_scale[n])
-and V's the probabilities before their dot (p x v_scale[n]) @ v8 (bf16 operands: fp8 values are exact in
-bf16, and bf16 keeps p x v_scale clear of fp16's underflow); the new position is quantized where it is
-written (kernels/triton_fp8.py) and folded in from those rounded values, exactly as later steps will read it.
+the tiles are never dequantized (_fp8_tile): e4m3 -> fp16 is exact and one packed conversion per two values
+(e4m3 -> bf16 costs a quarter-rate conversion per value on Hopper, which bounded an earlier version of this
+kernel), so both dots run in fp16: q times a power of two per head (exact, clear of fp16's range), K's
+scales on the tile's scores, V's on the probabilities relative to the tile's largest scale (p stays in
+[0, 1]: no fp16 underflow). The new position is quantized where it is written (kernels/triton_fp8.py) and
+folded in from those rounded values, exactly as later steps will read it.
 The grid depends only on the batch bucket, never on lengths, so the launch is CUDA-graph capturable. The
 decode step therefore runs neither the rope kernel nor a merge kernel (each ~2 us per layer at 16 rows on
 an H200, where the step is bound by such fixed costs). Same result as engine/attention.py's
@@ -43,7 +45,7 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """The defaults won or tied within 3% in the H200 sweeps of scripts/gpu/kernel_sweep.py (llama-380m at
+    """The bf16 defaults won or tied within 3% in the H200 sweeps of scripts/gpu/kernel_sweep.py (llama-380m at
     16 / 64 / 256 rows, qwen3-0.6b's head_dim 128 at 256 rows); 8 warps, which avoid the small register
     spill 4 warps have at head_dim 128, ran ~12% slower there."""
 
@@ -51,6 +53,7 @@ class AttentionConfig:
     num_warps: int = 4
     num_stages: int = 3
     programs_per_sm: int = 1  # splits are added until rows x kv_heads x splits reaches this many per SM
+    maxnreg: int | None = None  # registers per thread ptxas may use (fewer: more programs resident per SM)
 
 
 @triton.jit
@@ -306,18 +309,18 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
 
 
-# head_dim 256 (Gemma): the K/V tiles and the [BLOCK_H, 256] accumulator are twice head_dim 128's; a
-# 32-position tile with 8 warps keeps them in registers for sm_90 (scripts/gpu/triton_aot_check.py reports
-# ptxas's registers and spills). Unmeasured on a GPU: scripts/gpu/kernel_sweep.py can sweep it.
-WIDE_HEAD_CONFIG = AttentionConfig(block_n=32, num_warps=8, num_stages=2)
+# head_dim 256 (Gemma): 32-position tiles, 4 warps, 3 stages. scripts/gpu/fp8_attention_sweep.py on an H200
+# (benchmarks/checks/2026-11-26-fp8-attention-dev), us per layer at 1,000 positions: a Gemma 2 global
+# layer (8 on 4 kv heads, soft-cap, 128 rows) 131.7 vs 171.4 with the earlier n32 w8 s2; a Gemma 3 sliding
+# layer (4 on 1, window 512, 256 rows) 52.7 vs 51.6. The fp8 cache: 132.5 and 53.1 with the same config.
+WIDE_HEAD_CONFIG = AttentionConfig(block_n=32, num_warps=4, num_stages=3)
+FP8_WIDE_HEAD_CONFIG = WIDE_HEAD_CONFIG
 
-# With an fp8 cache (~250 registers at head_dim 128 on sm_90 vs ~180 in bf16): 32-position tiles, 4 warps, 3
-# stages. engine_check --parts fp8_kv on an H100 (benchmarks/checks/2026-11-25-h100-engine-check-fp8-gemma),
-# qwen3-0.6b, 256 rows, us per layer at lengths 330 / 629: n32 w4 s3 138.2 / 218.5, the bf16 defaults (n64 w4
-# s3) 164.3 / 238.5, n128 w4 s2 145.5 / 212.3; the bf16 cache 155.4 / 248.3. Whole decode at batch 256:
-# 0.983x the bf16 cache with n32 (0.875x with the defaults): the cache's bytes are not this length's limit.
-FP8_ATTENTION_CONFIG = AttentionConfig(block_n=32, num_warps=4, num_stages=3)
-FP8_WIDE_HEAD_CONFIG = WIDE_HEAD_CONFIG  # head_dim 256 with an fp8 cache: unmeasured, as WIDE_HEAD_CONFIG
+# head_dim <= 128 with an fp8 cache: one warp per program, 32-position tiles, 3 stages. In the same sweep
+# (qwen3-0.6b, 256 rows, lengths 330 / 629) one-warp programs were the fastest: no cross-warp reductions
+# through shared memory in the online softmax, 8 programs resident per SM; 4 warps per program ran 1.3-1.5x
+# slower. programs_per_sm 4 keeps small batches at the bf16 default's 4 warps per SM (split-K).
+FP8_ATTENTION_CONFIG = AttentionConfig(block_n=32, num_warps=1, num_stages=3, programs_per_sm=4)
 
 
 def default_config(head_dim: int, fp8: bool = False) -> AttentionConfig:
@@ -392,5 +395,6 @@ def decode_rope_attention(
         stride_ss=k_scale.stride(0) if fp8 else 0, stride_sh=k_scale.stride(1) if fp8 else 0, KV_FP8=fp8,
         DOT_TY=tl.float32 if qkv.dtype == torch.float32 else tl.float16,
         num_warps=config.num_warps, num_stages=config.num_stages,
+        **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
     )  # fmt: skip
     return out
