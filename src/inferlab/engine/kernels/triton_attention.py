@@ -274,7 +274,7 @@ def _rope_attention_kernel(
             acc = acc * alpha[:, None] + p_rounded[:, None] * v_new.to(tl.float32)[None, :]
         m = m_new
     empty = denom == 0.0  # a share with no positions (a short row): contributes nothing to the merge
-    out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, denom)[:, None])
+    out = tl.where(empty[:, None], 0.0, acc * (1.0 / tl.where(empty, 1.0, denom))[:, None])  # one divide per row
     out_ptr = OUT + row * stride_ob + heads[:, None] * stride_oh + dv[None, :]
     omask = hmask[:, None] & dvmask[None, :]
     if splits == 1:
@@ -299,7 +299,7 @@ def _rope_attention_kernel(
                 part = tl.load(part_ptr + sp * stride_ps, mask=omask, other=0.0, cache_modifier=".cg")
                 merged += weight[:, None] * part
                 total += weight
-            merged = merged / tl.where(hmask, total, 1.0)[:, None]
+            merged = merged * (1.0 / tl.where(hmask, total, 1.0))[:, None]
             tl.store(out_ptr, merged.to(OUT.dtype.element_ty), mask=omask)
             tl.atomic_xchg(counter, 0)  # ready for the next layer's launch and the next replay
 
@@ -310,16 +310,17 @@ def _sm_count(device: torch.device) -> int:
 
 
 # head_dim 256 (Gemma): 32-position tiles, 4 warps, 3 stages. scripts/gpu/fp8_attention_sweep.py on an H200
-# (benchmarks/checks/2026-11-26-fp8-attention-dev), us per layer at 1,000 positions: a Gemma 2 global
-# layer (8 on 4 kv heads, soft-cap, 128 rows) 131.7 vs 171.4 with the earlier n32 w8 s2; a Gemma 3 sliding
-# layer (4 on 1, window 512, 256 rows) 52.7 vs 51.6. The fp8 cache: 132.5 and 53.1 with the same config.
+# (benchmarks/checks/2026-11-26-fp8-attention-dev, CUDA graphs), us per layer at 1,000 positions: a Gemma 2
+# global layer (8 on 4 kv heads, soft-cap, 128 rows) 133.9 vs 169.8 with the earlier n32 w8 s2; a Gemma 3
+# sliding layer (4 on 1, window 512, 256 rows) 39.8 vs 47.3. The fp8 cache: 131.0 and 37.5 with this config.
 WIDE_HEAD_CONFIG = AttentionConfig(block_n=32, num_warps=4, num_stages=3)
 FP8_WIDE_HEAD_CONFIG = WIDE_HEAD_CONFIG
 
-# head_dim <= 128 with an fp8 cache: one warp per program, 32-position tiles, 3 stages. In the same sweep
-# (qwen3-0.6b, 256 rows, lengths 330 / 629) one-warp programs were the fastest: no cross-warp reductions
-# through shared memory in the online softmax, 8 programs resident per SM; 4 warps per program ran 1.3-1.5x
-# slower. programs_per_sm 4 keeps small batches at the bf16 default's 4 warps per SM (split-K).
+# head_dim <= 128 with an fp8 cache: one warp per program, 32-position tiles, 3 stages. On an H200 (the same
+# checks folder, engine_check fp8_kv) at qwen3-0.6b's shape, 256 rows, lengths 330 / 629: 66.8 / 104.1 us per
+# layer (bf16: 101.3 / 160.1); 16-position tiles 80.4 / 134.8, 2 warps x 64 positions 91.9 / 128.8, 4 warps
+# 136.2 / 193.4 (their softmax reductions cross warps through shared memory), maxnreg 168 81.8 / 121.7.
+# programs_per_sm 4 keeps small batches at the bf16 default's 4 warps per SM (split-K; unmeasured).
 FP8_ATTENTION_CONFIG = AttentionConfig(block_n=32, num_warps=1, num_stages=3, programs_per_sm=4)
 
 
