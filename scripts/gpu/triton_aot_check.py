@@ -73,7 +73,7 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
                     "stride_ph stride_ps stride_lb stride_lh stride_ss stride_sh".split()})  # fmt: skip
         att_aligned = ["QKV", "K_CACHE", "V_CACHE", "OUT", "stride_t", "stride_ks", "stride_kh", "stride_kn",
                        "stride_ss", "stride_sh"]  # fmt: skip
-        configs = ((64, 4, 3), (128, 4, 2)) if fp8 else ((64, 4, 3), (128, 4, 2), (32, 8, 4))
+        configs = ((32, 1, 3), (64, 4, 3)) if fp8 else ((64, 4, 3), (128, 4, 2), (32, 8, 4))  # fp8: its default first
         for heads, kv_heads, head_dim, qk_norm in ((16, 8, 64, False), (16, 8, 128, True)):
             for block_n, warps, stages in configs:
                 c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_H=16,
