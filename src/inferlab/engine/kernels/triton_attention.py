@@ -17,10 +17,9 @@ Grid (rows, kv_heads, splits). Each program:
      for the next launch) merges them in a fixed order: deterministic, and no second launch.
 With an FP8 cache (KV_FP8: e4m3 values + one fp32 scale per (slot, kv head, position), engine/kv_quant.py)
 the tiles are never dequantized (_fp8_tile): e4m3 -> fp16 is exact and one packed conversion per two values
-(e4m3 -> bf16 costs a quarter-rate conversion per value on Hopper, which bounded an earlier version of this
-kernel), so both dots run in fp16: q times a power of two per head (exact, clear of fp16's range), K's
-scales on the tile's scores, V's on the probabilities relative to the tile's largest scale (p stays in
-[0, 1]: no fp16 underflow). The new position is quantized where it is written (kernels/triton_fp8.py) and
+(e4m3 -> bf16 goes through fp16 plus a quarter-rate conversion per value on Hopper), so both dots run in
+fp16: q times a power of two per head (exact, clear of fp16's range), K's scales on the tile's scores, V's
+on the probabilities relative to the tile's largest scale (p stays in [0, 1]: no fp16 underflow). The new position is quantized where it is written (kernels/triton_fp8.py) and
 folded in from those rounded values, exactly as later steps will read it.
 The grid depends only on the batch bucket, never on lengths, so the launch is CUDA-graph capturable. The
 decode step therefore runs neither the rope kernel nor a merge kernel (each ~2 us per layer at 16 rows on
@@ -311,7 +310,7 @@ def _sm_count(device: torch.device) -> int:
 
 # head_dim 256 (Gemma): 32-position tiles, 4 warps, 3 stages. scripts/gpu/fp8_attention_sweep.py on an H200
 # (benchmarks/checks/2026-11-26-fp8-attention-dev, CUDA graphs), us per layer at 1,000 positions: a Gemma 2
-# global layer (8 on 4 kv heads, soft-cap, 128 rows) 133.9 vs 169.8 with the earlier n32 w8 s2; a Gemma 3
+# global layer (8 on 4 kv heads, soft-cap, 128 rows) 133.9 vs 169.8 with n32 w8 s2; a Gemma 3
 # sliding layer (4 on 1, window 512, 256 rows) 39.8 vs 47.3. The fp8 cache: 131.0 and 37.5 with this config.
 WIDE_HEAD_CONFIG = AttentionConfig(block_n=32, num_warps=4, num_stages=3)
 FP8_WIDE_HEAD_CONFIG = WIDE_HEAD_CONFIG
