@@ -58,12 +58,14 @@ def load_module(name: str, source: str) -> ModuleType:
 
 # Diagnostic text edits of triton_attention.py's fp8 tile (their outputs are wrong, so they are timed unchecked):
 # "vt" reads each V tile as K's are read (the same contiguous BLOCK_N x head_dim bytes as a [head_dim, BLOCK_N]
-# n-major matrix, unmasked: the cost of a transposed V cache); "loads" only loads the tiles and scales (the
-# memory floor of this grid and pipeline).
-V_LOAD = "    v = tl.load(V + n[:, None] * stride_kn + dv[None, :], mask=nmask[:, None] & dvmask[None, :], other=0.0).to(DOT_TY)\n"
-DIAG_VT = [(V_LOAD, "    v = tl.load(V + n0 * stride_kn + dv[None, :] * BLOCK_N + tl.arange(0, BLOCK_N)[:, None]).to(DOT_TY)\n")]
-DIAG_LOADS = [("    k_ptr = K + n[:, None] * stride_kn + d[None, :]\n", '''    k_ptr = K + n[:, None] * stride_kn + d[None, :]
-    u8 = tl.pointer_type(tl.uint8)
+# n-major matrix, unmasked: what a transposed V cache would cost); "loads" only loads the tiles and scales (its
+# loads are not pipelined through shared memory as the dots' are: a different load path, not a floor).
+V_LOAD = ("    v = tl.load(V + n[:, None] * stride_kn + dv[None, :], mask=nmask[:, None] & dvmask[None, :], "
+          "other=0.0).to(DOT_TY)\n")
+DIAG_VT = [(V_LOAD, "    v = tl.load(V + n0 * stride_kn + dv[None, :] * BLOCK_N + tl.arange(0, BLOCK_N)[:, None])"
+                    ".to(DOT_TY)\n")]  # fmt: skip
+K_POINTERS = "    k_ptr = K + n[:, None] * stride_kn + d[None, :]\n"
+DIAG_LOADS = [(K_POINTERS, K_POINTERS + '''    u8 = tl.pointer_type(tl.uint8)
     kmask = nmask[:, None] & dmask[None, :]
     k1 = tl.load(k_ptr.to(u8), mask=kmask, other=0)
     k2 = tl.load(k_ptr.to(u8) + half, mask=kmask, other=0)
@@ -135,7 +137,8 @@ class Bench:
     def inputs(self, length: int, seed: int) -> tuple:
         s = self.shape
         g = torch.Generator(device=self.device).manual_seed(seed)
-        qkv = torch.randn(s.rows, (s.heads + 2 * s.kv_heads) * s.head_dim, generator=g, device=self.device).to(self.dtype)
+        width = (s.heads + 2 * s.kv_heads) * s.head_dim
+        qkv = torch.randn(s.rows, width, generator=g, device=self.device).to(self.dtype)
         norms = [(torch.randn(s.head_dim, generator=g, device=self.device) * (0.3 if s.offset else 1.0)).to(self.dtype)
                  if s.qk_norm or s.offset else None for _ in range(2)]  # fmt: skip
         positions = torch.full((s.rows,), length - 1, device=self.device, dtype=torch.int64)
@@ -164,7 +167,8 @@ class Bench:
         got = self.call(module, args, tuple(mine), fp8, config, splits).float()
         scales = dict(k_scale=ref[1], v_scale=ref[3]) if fp8 else {}
         cache = (ref[0], ref[2]) if fp8 else tuple(ref)
-        want = decode_rope_attention_torch(*args, *cache, self.slots, s.heads, self.scale, **scales, **s.variant).float()
+        want = decode_rope_attention_torch(*args, *cache, self.slots, s.heads, self.scale, **scales, **s.variant)
+        want = want.float()
         err, top = (got - want).abs().max().item(), want.abs().max().item()
         ok = bool(err <= 0.02 * max(top, 1e-6) and torch.isfinite(got).all().item() and not self.counters.any().item())
         return {"max_abs_err": err, "max_abs": top, "ok": ok}
@@ -203,7 +207,10 @@ def run_cell(bench: Bench, module: ModuleType, label: str, fp8: bool, config, sp
         key = f"{label} len={length}"
         try:
             diagnostic = label.startswith("fp8 diag")
-            cell = {"ok": True, "max_abs_err": float("nan")} if diagnostic else bench.check(module, length, fp8, config, splits)
+            if diagnostic:
+                cell = {"ok": True, "max_abs_err": float("nan")}
+            else:
+                cell = bench.check(module, length, fp8, config, splits)
             if cell["ok"]:
                 cell |= bench.time_us(module, length, fp8, config, splits)
                 cell["gb_per_s"] = bench.kv_bytes(length, fp8) / cell["us"] / 1e3

@@ -19,8 +19,9 @@ With an FP8 cache (KV_FP8: e4m3 values + one fp32 scale per (slot, kv head, posi
 the tiles are never dequantized (_fp8_tile): e4m3 -> fp16 is exact and one packed conversion per two values
 (e4m3 -> bf16 goes through fp16 plus a quarter-rate conversion per value on Hopper), so both dots run in
 fp16: q times a power of two per head (exact, clear of fp16's range), K's scales on the tile's scores, V's
-on the probabilities relative to the tile's largest scale (p stays in [0, 1]: no fp16 underflow). The new position is quantized where it is written (kernels/triton_fp8.py) and
-folded in from those rounded values, exactly as later steps will read it.
+on the probabilities relative to the tile's largest scale (p stays in [0, 1]: no fp16 underflow). The new
+position is quantized where it is written (kernels/triton_fp8.py) and folded in from those rounded values,
+exactly as later steps will read it.
 The grid depends only on the batch bucket, never on lengths, so the launch is CUDA-graph capturable. The
 decode step therefore runs neither the rope kernel nor a merge kernel (each ~2 us per layer at 16 rows on
 an H200, where the step is bound by such fixed costs). Same result as engine/attention.py's
