@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
@@ -72,12 +73,13 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
                     "stride_ph stride_ps stride_lb stride_lh stride_ss stride_sh".split()})  # fmt: skip
         att_aligned = ["QKV", "K_CACHE", "V_CACHE", "OUT", "stride_t", "stride_ks", "stride_kh", "stride_kn",
                        "stride_ss", "stride_sh"]  # fmt: skip
-        configs = ((64, 4, 3), (128, 4, 2)) if fp8 else ((64, 4, 3), (128, 4, 2), (32, 8, 4))
+        configs = ((32, 1, 3), (64, 4, 3)) if fp8 else ((64, 4, 3), (128, 4, 2), (32, 8, 4))  # fp8: its default first
         for heads, kv_heads, head_dim, qk_norm in ((16, 8, 64, False), (16, 8, 128, True)):
             for block_n, warps, stages in configs:
                 c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_H=16,
                          HEAD_DIM=head_dim, HALF_BLOCK=max(16, head_dim // 2), BLOCK_D=head_dim, BLOCK_N=block_n,
-                         QK_NORM=qk_norm, IEEE=False, SOFTCAP=False, NORM_OFFSET=False, KV_FP8=fp8)  # fmt: skip
+                         QK_NORM=qk_norm, IEEE=False, SOFTCAP=False, NORM_OFFSET=False, KV_FP8=fp8,
+                         DOT_TY=tl.float16)  # fmt: skip
                 out.append((f"rope attention {kv} cache d{head_dim} n{block_n} w{warps} s{stages}",
                             triton_attention._rope_attention_kernel, att, c, att_aligned,
                             dict(num_warps=warps, num_stages=stages)))  # fmt: skip
@@ -90,7 +92,7 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
             for block_n, warps, stages in ((wide.block_n, wide.num_warps, wide.num_stages), (64, 8, 2), (32, 4, 2)):
                 c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_H=16, HEAD_DIM=256,
                          HALF_BLOCK=128, BLOCK_D=256, BLOCK_N=block_n, QK_NORM=qk_norm, IEEE=False, SOFTCAP=softcap,
-                         NORM_OFFSET=qk_norm, KV_FP8=fp8)  # fmt: skip
+                         NORM_OFFSET=qk_norm, KV_FP8=fp8, DOT_TY=tl.float16)  # fmt: skip
                 out.append((f"rope attention {kv} cache {name} d256 n{block_n} w{warps} s{stages}",
                             triton_attention._rope_attention_kernel, att, c, att_aligned,
                             dict(num_warps=warps, num_stages=stages)))  # fmt: skip
