@@ -17,10 +17,11 @@
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
 classify = seed-classify (its transformers and engine cells; classify-vllm: its vLLM cell), classify-matrix =
 seed-classify-matrix, hidden = seed-hidden-states (hidden-vllm: its vLLM cell), conformer-baseline =
-conformer-baseline, and each of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak, steering =
-the preset of that name; engine-vs-peers in four parts of one run (peers-hf: the engine's generate cells and
-transformers' continuous batching; peers-engine-conformers: the engine's conformer cells; peers-xgrammar: HF +
-xgrammar; peers-vllm: vLLM's cells, after a FlashInfer JIT warm-up where FlashInfer is installed).
+conformer-baseline, and each of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak, steering,
+decode-roofline = the preset of that name; engine-vs-peers in four parts of one run (peers-hf: the engine's
+generate cells and transformers' continuous batching; peers-engine-conformers: the engine's conformer cells;
+peers-xgrammar: HF + xgrammar; peers-vllm: vLLM's cells, after a FlashInfer JIT warm-up where FlashInfer is
+installed).
 `--only KNOB=V` is passed to every part (a preset split into calls of < 9 minutes).
 Installs nothing: on the device each call is `bash scripts/gpu/device_call.sh 'python scripts/gpu/lab_sweep.py
 ... --budget-s $BUDGET_S'`, whose device_env.sh installs the checkout with --no-deps and unpacks rdkit, the
@@ -88,6 +89,7 @@ PARTS = {
     "steering": ("steering", "steering"),
     "conformer-pipeline": ("conformer-pipeline", "conformer-pipeline"),
     "conformer-soak": ("conformer-soak", "conformer-soak"),
+    "decode-roofline": ("decode-roofline", "decode-roofline"),
 }
 # Parts whose cells need a peer package: without it importable they would be recorded as `unavailable` rows,
 # which a later call does not rerun, so they are not started (not under --cpu-smoke, which checks the rest).
@@ -147,6 +149,11 @@ SMOKE_ARGS = {
     # tiny-qwen3 has 512 positions: molecules of 6-12 heavy atoms fit
     "conformer-pipeline": ["--model", "tiny-qwen3", *_TINY_CONFORMERS, "--set", "batch_size=6", "--set", "slots=4"],
     "conformer-soak": ["--model", "tiny-qwen3", *_TINY_CONFORMERS],
+    # the decode-profile cells on tiny (no fp8 cache on CPU); the generate sweep validates with 8 new tokens
+    "decode-roofline": ["--model", "tiny", "--only", "scenario=decode-profile", "--only", "kv_dtype=auto",
+                        "--set", "batch_size=4", "--set", "context_tokens=24", "--set", "dtype=float32",
+                        "--set", "min_duration_s=0", "--set", "min_repeats=3", "--set", "warmup=1",
+                        "--set", "new_tokens=8", *_ONE_THREAD],
 }
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
@@ -75,12 +76,13 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
                     "stride_ph stride_ps stride_lb stride_lh stride_ss stride_sh".split()})  # fmt: skip
         att_aligned = ["QKV", "K_CACHE", "V_CACHE", "OUT", "stride_t", "stride_ks", "stride_kh", "stride_kn",
                        "stride_ss", "stride_sh"]  # fmt: skip
-        configs = ((64, 4, 3), (128, 4, 2)) if fp8 else ((64, 4, 3), (128, 4, 2), (32, 8, 4))
+        configs = ((32, 1, 3), (64, 4, 3)) if fp8 else ((64, 4, 3), (128, 4, 2), (32, 8, 4))  # fp8: its default first
         for heads, kv_heads, head_dim, qk_norm in ((16, 8, 64, False), (16, 8, 128, True)):
             for block_n, warps, stages in configs:
                 c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_H=16,
                          HEAD_DIM=head_dim, HALF_BLOCK=max(16, head_dim // 2), BLOCK_D=head_dim, BLOCK_N=block_n,
-                         QK_NORM=qk_norm, IEEE=False, SOFTCAP=False, NORM_OFFSET=False, KV_FP8=fp8)  # fmt: skip
+                         QK_NORM=qk_norm, IEEE=False, SOFTCAP=False, NORM_OFFSET=False, KV_FP8=fp8,
+                         DOT_TY=tl.float16)  # fmt: skip
                 out.append((f"rope attention {kv} cache d{head_dim} n{block_n} w{warps} s{stages}",
                             triton_attention._rope_attention_kernel, att, c, att_aligned,
                             dict(num_warps=warps, num_stages=stages)))  # fmt: skip
@@ -93,7 +95,7 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
             for block_n, warps, stages in ((wide.block_n, wide.num_warps, wide.num_stages), (64, 8, 2), (32, 4, 2)):
                 c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_H=16, HEAD_DIM=256,
                          HALF_BLOCK=128, BLOCK_D=256, BLOCK_N=block_n, QK_NORM=qk_norm, IEEE=False, SOFTCAP=softcap,
-                         NORM_OFFSET=qk_norm, KV_FP8=fp8)  # fmt: skip
+                         NORM_OFFSET=qk_norm, KV_FP8=fp8, DOT_TY=tl.float16)  # fmt: skip
                 out.append((f"rope attention {kv} cache {name} d256 n{block_n} w{warps} s{stages}",
                             triton_attention._rope_attention_kernel, att, c, att_aligned,
                             dict(num_warps=warps, num_stages=stages)))  # fmt: skip
@@ -128,7 +130,7 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
                     dict(GELU_TANH=gelu, BLOCK=1024), [], {}))  # fmt: skip
     f = {n: "*fp32" for n in "LOGITS PMAX HIST PREFIX ACC TARGET HIST_K PREFIX_K ACC_K TEMP TOP_K TOP_P".split()}
     f.update(LOGITS="*bf16", PREFIX="*i32", PREFIX_K="*i32", TOP_K="*i64", stride="i32", vocab="i32", span="i32",
-             rows="i32", chunks="i32", level="i32")  # fmt: skip
+             rows="i32", chunks="i32", level="i32", pmax_cols="i32")  # fmt: skip
     for mass, has_k in ((False, True), (True, False), (True, True)):
         c = dict(MASS=mass, HAS_TOP_K=has_k, KEY_BITS=16, MAX_CHUNKS=64, BLOCK=256)
         name = f"filter pass {'mass' if mass else 'count'}{' after top-k' if mass and has_k else ''}"
@@ -139,31 +141,36 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
     fin = {
         n: "*fp32" for n in "TAU PMAX TEMP TOP_K TOP_P MIN_P HIST_K PREFIX_K ACC_K HIST_P PREFIX_P ACC_P TARGET".split()
     }
-    fin.update(TAU="*i32", TOP_K="*i64", PREFIX_K="*i32", PREFIX_P="*i32", vocab="i32", rows="i32", chunks="i32")
+    fin.update(TAU="*i32", TOP_K="*i64", PREFIX_K="*i32", PREFIX_P="*i32", vocab="i32", rows="i32", chunks="i32",
+               pmax_cols="i32")
     for do_top, has_k in ((False, False), (True, False), (True, True)):
         c = dict(DO_TOP=do_top, HAS_TOP_K=has_k, KEY_BITS=16, MAX_CHUNKS=64)
         out.append((f"filter finish top={do_top} k={has_k}", triton_filter._finish_kernel, fin, c, [], {}))
     race = dict(LOGITS="*bf16", TEMP="*fp32", TAU="*i32", SEEDS="*i64", INDEX="*i64", SKIP="*i8", BEST_VAL="*fp32",
-                BEST_IDX="*i32", stride_l="i32", vocab="i32")  # fmt: skip
-    for tau, round_index, skip in ((False, 0, False), (True, 0, False), (True, 2, True)):
-        c = dict(CHUNKS=32, BLOCK=4096, HAS_TAU=tau, ROUND=round_index, HAS_SKIP=skip)
-        out.append((f"race tau={tau} round={round_index} skip={skip}", triton_sampling._race_kernel, race, c,
-                    ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
-    for skip in (False, True):
-        out.append((f"top-p start skip={skip}", triton_top_p._start_kernel,
-                    dict(PMAX="*fp32", TEMP="*fp32", MIN_P="*fp32", PIVOT="*i32", DONE="*i8", TOKENS="*i64",
-                         SKIP="*i8", pmax_chunks="i32"), dict(MAX_CHUNKS=64, HAS_SKIP=skip), [], {}))  # fmt: skip
-    out.append(("top-p mass", triton_top_p._mass_kernel,
-                dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", DRAWN="*i64", DONE="*i8", PMAX="*fp32",
-                     ABOVE="*fp32", TOTAL="*fp32", stride_l="i32", vocab="i32", pmax_chunks="i32"),
-                dict(CHUNKS=32, BLOCK=4096, MAX_CHUNKS=64), ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
-    for first, last in ((True, False), (False, True)):
-        out.append((f"top-p round first={first} last={last}", triton_top_p._round_kernel,
-                    dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", DRAWN="*i64", ABOVE="*fp32", TOTAL="*fp32",
-                         ROW_TOTAL="*fp32", PIVOT="*i32", DONE="*i8", TOKENS="*i64", OPEN_P="*fp32", stride_l="i32"),
-                    dict(CHUNKS=32, BLOCK_C=32, FIRST=first, LAST=last), [], {}))  # fmt: skip
-    out.append(("race pick", triton_sampling._pick_kernel,
-                dict(BEST_VAL="*fp32", BEST_IDX="*i32", OUT="*i64"), dict(CHUNKS=32, BLOCK_C=32), [], {}))  # fmt: skip
+                BEST_IDX="*i32", CHUNK_MAX="*fp32", CHUNK_MASS="*fp32", stride_l="i32", vocab="i32")  # fmt: skip
+    for tau, round_index, skip, stats, span in ((False, 0, False, False, 1), (True, 0, False, False, 1),
+                                                (True, 2, True, False, 4), (False, 0, True, True, 1)):  # fmt: skip
+        c = dict(CHUNKS=38 // span + 1, BLOCK=4096, SPAN=span, HAS_TAU=tau, ROUND=round_index, HAS_SKIP=skip,
+                 STATS=stats, FAST_LOG=True)
+        out.append((f"race tau={tau} round={round_index} skip={skip} stats={stats} span={span}",
+                    triton_sampling._race_kernel, race, c, ["LOGITS", "stride_l", "vocab"], dict(num_warps=4)))
+    for done in (False, True):
+        out.append((f"race pick done={done}", triton_sampling._pick_kernel,
+                    dict(BEST_VAL="*fp32", BEST_IDX="*i32", OUT="*i64", DONE="*i8", TOKENS="*i64"),
+                    dict(CHUNKS=38, BLOCK_C=64, HAS_DONE=done), [], {}))  # fmt: skip
+    for done, span in ((False, 1), (True, 4)):
+        out.append((f"top-p mass done={done} span={span}", triton_top_p._mass_kernel,
+                    dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", BEST_VAL="*fp32", BEST_IDX="*i32", DONE="*i8",
+                         CHUNK_MAX="*fp32", ABOVE="*fp32", stride_l="i32", vocab="i32"),
+                    dict(RACE_PARTS=38 // span + 1, BLOCKS=38, PARTS=38 // span + 1, BLOCK=4096, SPAN=span, BLOCK_C=64,
+                         HAS_DONE=done), ["LOGITS", "stride_l", "vocab"], dict(num_warps=4)))  # fmt: skip
+    for first, last, skip in ((True, False, True), (False, True, False)):
+        out.append((f"top-p round first={first} last={last} skip={skip}", triton_top_p._round_kernel,
+                    dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", MIN_P="*fp32", BEST_VAL="*fp32", BEST_IDX="*i32",
+                         ABOVE="*fp32", CHUNK_MAX="*fp32", CHUNK_MASS="*fp32", ROW_TOTAL="*fp32", FLOOR="*i32",
+                         PIVOT="*i32", DONE="*i8", TOKENS="*i64", SKIP="*i8", OPEN_P="*fp32", stride_l="i32"),
+                    dict(RACE_PARTS=38, BLOCKS=38, PARTS=38, BLOCK_C=64, FIRST=first, LAST=last, HAS_SKIP=skip), [],
+                    {}))  # fmt: skip
     collect = dict(X="*bf16", ROWS="*i64", ACTIVE="*i1", FINISHED="*i1", N_OUT="*i64", MODE="*i32", ACC="*fp32",
                    ALL="*bf16", stride_x="i32", stride_acc="i32", stride_all_row="i32", stride_all_col="i32", cap="i32",
                    dim="i32")  # fmt: skip
@@ -189,7 +196,7 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
                   BEST_VAL="*fp32", BEST_IDX="*i32") | rt | dict(TOKEN_CLASS="*i32", ALLOWED="*i8", num_classes="i32",
                                                                 CHUNK_ALLOWED="*i8"))
     for has_rows in (False, True):
-        c = dict(CHUNKS=38, BLOCK=4096, HAS_ROWS=has_rows, HOLE_KIND=2, COPY_KIND=1)
+        c = dict(CHUNKS=38, BLOCK=4096, HAS_ROWS=has_rows, HOLE_KIND=2, COPY_KIND=1, FAST_LOG=True)
         out.append((f"constrained race rows={has_rows}", triton_sampling._constrained_race_kernel, fused, c,
                     ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
     # bf16 and fp8 caches and the fp8 cache's fp32 scales, copied as bits; Gemma's MQA (one kv head)

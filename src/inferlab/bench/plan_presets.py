@@ -22,7 +22,7 @@ import copy
 from typing import Any
 
 from inferlab.bench.plan_presets_conformers import CONFORMER_PIPELINE, CONFORMER_SOAK
-from inferlab.bench.plan_presets_engine import CONFORMER_ENGINE, ENGINE_VS_HF, STEERING
+from inferlab.bench.plan_presets_engine import CONFORMER_ENGINE, DECODE_ROOFLINE, ENGINE_VS_HF, STEERING
 from inferlab.bench.plan_presets_peers import ENGINE_VS_PEERS
 from inferlab.bench.plan_presets_workloads import (CONFORMER_BASELINE, SEED_CLASSIFY, SEED_CLASSIFY_MATRIX,
                                                    SEED_HIDDEN_STATES)
@@ -142,7 +142,7 @@ SEED_STATIC_CACHE: dict[str, Any] = {
 PLAN_PRESETS: dict[str, dict[str, Any]] = {
     p["name"]: p for p in (QUICK, SEED_ATTENTION, SEED_GENERATE, SEED_STATIC_CACHE, SEED_CLASSIFY, SEED_CLASSIFY_MATRIX, SEED_HIDDEN_STATES,
                            CONFORMER_BASELINE, ENGINE_VS_HF, CONFORMER_ENGINE, CONFORMER_PIPELINE,
-                           CONFORMER_SOAK, ENGINE_VS_PEERS, STEERING)
+                           CONFORMER_SOAK, ENGINE_VS_PEERS, STEERING, DECODE_ROOFLINE)
 }
 
 

@@ -15,7 +15,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from inferlab.bench import plots, report_findings, report_peers
+from inferlab.bench import plots, report_findings, report_peers, report_roofline
 from inferlab.bench.markdown import md_table
 from inferlab.bench.report_columns import COLUMNS, DEFAULT_COLUMNS, TableContext
 from inferlab.bench.results import best_row, field_value, format_value, group_rows, headline, table_key, workload_key
@@ -109,6 +109,7 @@ def write_report(runs: list[str], rows: list[dict[str, Any]], out_dir: Path, bas
              "## Environment", "", _env_table(rows), ""]
     lines += report_findings.render_section(rows)
     lines += report_peers.render_section(rows)
+    lines += report_roofline.render_section(rows)
     lines += ["## Results", ""]
     for group in group_rows(rows, table_key).values():
         lines += [render_table(group, spec), ""]

@@ -57,6 +57,14 @@ def _gbps(row: dict[str, Any], ctx: TableContext) -> str:
     return num(m["achieved_gb_per_s"]) + (f" ({pct(frac)})" if frac is not None else "")
 
 
+def _step_gbps(row: dict[str, Any], ctx: TableContext) -> str:
+    """decode-profile: the step's weights + K/V over its time, and its fraction of the measured copy bandwidth."""
+    m = row.get("metrics", {})
+    if row.get("status") != "ok" or m.get("step_gb_per_s") is None:
+        return "-"
+    return num(m["step_gb_per_s"]) + f" ({pct(m.get('step_bandwidth_fraction'))})"
+
+
 def _share(value: Any) -> str:
     """A cost as a signed share of the plain step, one decimal: +1.3%."""
     return "-" if value is None else f"{value * 100:+.1f}%"
@@ -153,6 +161,17 @@ COLUMNS: dict[str, list[tuple[str, Cell]]] = {
         ("activations vs HF (max rel err)", lambda r, c: sig((r.get("metrics", {}).get("activation_check") or {})
                                                                  .get("max_rel_error"))),
         ("peak GB", _metric("peak_memory_gb", sig)),
+        ("status", _status),
+    ],
+    "decode-profile": [
+        ("configuration", _label),
+        ("batch", _batch),
+        ("step us", _metric("step_us", lambda v: num(v, 0))),
+        ("step GB/s (of copy)", _step_gbps),
+        ("speedup", _speedup),
+        ("gaps us", _metric("gaps_us", lambda v: num(v, 0))),
+        ("below their bound", _metric("below_bound", lambda v: ", ".join(v) if v else "none")),
+        ("profile", _metric("profile_source", str)),
         ("status", _status),
     ],
     "conformer-pipeline": [

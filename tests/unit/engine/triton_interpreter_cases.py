@@ -306,6 +306,38 @@ def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads,
     assert torch.equal(again[0], ours[0]) and torch.equal(again[2], ours[2])
 
 
+def test_fp8_cache_dots_run_in_fp16_at_any_query_scale():
+    """bf16 queries take the GPU's path: q and the e4m3 tiles are dotted in fp16. Each query head is scaled by a
+    power of two before its cast, so queries past fp16's 65504 (1e5) neither overflow nor lose bits; V's
+    scales enter p relative to each tile's largest, so values of 2^-20..2^-16 (scales ~1e-8, which p x
+    v_scale in fp16 would flush to zero) keep their precision. Several tiles and two splits; within bf16
+    rounding of the fp32 reference, compared at the values' scale."""
+    g = torch.Generator().manual_seed(3)
+    heads, kv_heads, head_dim = 4, 2, 32
+    tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 256, torch.device("cpu"))
+    unit = 2.0**-16
+    values = torch.randn(5, kv_heads, 200, head_dim, generator=g) * unit
+    values *= torch.exp2(-4 * torch.rand(5, kv_heads, 200, 1, generator=g))  # per-position magnitudes
+    stored = [kv_quant.quantize(torch.randn(5, kv_heads, 200, head_dim, generator=g)), kv_quant.quantize(values)]
+    caches, scales = [q.clone() for q, _ in stored], [s.clone() for _, s in stored]
+    ref_caches, ref_scales = [q.clone() for q, _ in stored], [s.clone() for _, s in stored]
+    qkv = torch.randn(4, (heads + 2 * kv_heads) * head_dim, generator=g)
+    qkv[:, : heads * head_dim] *= 1e5  # queries past fp16's range
+    qkv[:, (heads + kv_heads) * head_dim :] *= unit  # the new token's value, as small as the cached ones
+    qkv = qkv.to(torch.bfloat16)
+    slots, positions = torch.tensor([3, 0, 4, 1]), torch.tensor([0, 16, 199, 64])
+    args = (qkv, positions, tables.cos, tables.sin, None, None, 1e-6)
+    counters = torch.zeros(5 * kv_heads, dtype=torch.int32)
+    ours = triton_attention.decode_rope_attention(
+        *args, *caches, slots, heads, head_dim**-0.5, counters, config=triton_attention.AttentionConfig(block_n=16),
+        splits=2, k_scale=scales[0], v_scale=scales[1],
+    )  # fmt: skip
+    ref = decode_rope_attention_torch(*args, *ref_caches, slots, heads, head_dim**-0.5, k_scale=ref_scales[0],
+                                      v_scale=ref_scales[1])  # fmt: skip
+    assert torch.isfinite(ours).all() and not counters.any()
+    torch.testing.assert_close(ours.float() / unit, ref.float() / unit, **TOL[torch.bfloat16])
+
+
 @pytest.mark.parametrize("preset", ["tiny", "tiny-gemma2"])
 def test_engine_with_an_fp8_cache_on_triton_kernels_matches_the_torch_kernels(tiny_checkpoint, preset):
     """The wiring: the engine hands its cache's scales to the Triton prefill write and decode kernel (Gemma 2:
@@ -523,7 +555,8 @@ def test_rejection_top_p_kernels_draw_the_reference_tokens(dtype):
         ref = race_argmax_torch(logits, temperature, None, seeds, index, r)
         assert torch.equal(ours[~skip], ref[~skip])
     top_p = torch.tensor([0.9, 0.5, 0.95, 1.0, 0.3, 0.8, 0.99, 0.6, 0.05, 0.7])
-    min_p = torch.where(torch.arange(rows) == 7, 0.05, 0.0)
+    # min-p on a greedy row (1), a row without top-p (3: only the floor to check) and a top-p row (7)
+    min_p = torch.where((torch.arange(rows) == 1) | (torch.arange(rows) == 3) | (torch.arange(rows) == 7), 0.3, 0.0)
     for rounds in (1, 3):
         ours = triton_top_p.top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, rounds, block=1024)
         assert torch.equal(ours, top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, rounds))

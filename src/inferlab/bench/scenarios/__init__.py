@@ -17,6 +17,7 @@ BUILTIN_MODULES = [
     "inferlab.bench.scenarios.constrained",
     "inferlab.bench.scenarios.conformer_pipeline",
     "inferlab.bench.scenarios.batching",
+    "inferlab.bench.scenarios.decode_profile",
     "inferlab.bench.scenarios.steering",
 ]
 
