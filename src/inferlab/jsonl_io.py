@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from inferlab.errors import InputError
 
@@ -51,15 +51,19 @@ class ResumableJsonlWriter:
     """Append-only JSONL output keyed by `id_field`; `done` holds the ids already written by earlier runs.
     `kind_fields`: fields every row of this output has; an existing file whose first row lacks one holds
     another job's rows (say `conformers generate`'s out.jsonl given to `generate`) and is refused, never
-    resumed into."""
+    resumed into. `redo(row)`: rows of earlier runs to run again (a rerun with --retry-errors): they are
+    taken out of the file (rewritten through a temporary file and a rename) and are not `done`, so each
+    id keeps one row."""
 
     def __init__(self, path: str | Path, id_field: str = "id", fsync: bool = False,
-                 kind_fields: tuple[str, ...] = ()) -> None:
+                 kind_fields: tuple[str, ...] = (), redo: Callable[[dict[str, Any]], bool] | None = None) -> None:
         self.path = Path(path)
         self.id_field = id_field
         self.fsync = fsync
         self.kind_fields = kind_fields
+        self.redo = redo
         self.done: set[str] = set()
+        self.redone = 0  # rows of earlier runs taken out to run again
         if self.path.is_dir():
             raise InputError(f"output {self.path} is a folder; give a file path for the JSONL output")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,6 +74,7 @@ class ResumableJsonlWriter:
     def _load_and_repair(self) -> None:
         raw = self.path.read_bytes()
         good_end = 0
+        kept: list[bytes] = []  # the lines that stay (all but rows to redo)
         for line in raw.splitlines(keepends=True):
             if not line.endswith(b"\n"):
                 break  # a torn last line from a crash: drop it
@@ -79,12 +84,26 @@ class ResumableJsonlWriter:
                 break
             if good_end == 0:
                 self._check_kind(row)
+            good_end += len(line)
+            if isinstance(row, dict) and self.redo is not None and self.redo(row):
+                self.redone += 1
+                continue
+            kept.append(line)
             if isinstance(row, dict) and self.id_field in row:
                 self.done.add(str(row[self.id_field]))
-            good_end += len(line)
-        if good_end < len(raw):
+        if self.redone:
+            self._replace_with(kept)
+        elif good_end < len(raw):
             with self.path.open("r+b") as f:
                 f.truncate(good_end)
+
+    def _replace_with(self, lines: list[bytes]) -> None:
+        temporary = self.path.with_name(self.path.name + ".rewrite")
+        with temporary.open("wb") as f:
+            f.writelines(lines)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, self.path)
 
     def _check_kind(self, first_row: Any) -> None:
         missing = [f for f in self.kind_fields if not isinstance(first_row, dict) or f not in first_row]

@@ -14,6 +14,7 @@ import logging
 import re
 import sys
 
+from inferlab.cli.interrupts import interrupted_exit, sigterm_interrupts
 from inferlab.errors import InferlabError
 
 # Packages a command may need that a machine can lack (import name -> what to install).
@@ -111,7 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
     )
     try:
-        return int(args.func(args) or 0)
+        with sigterm_interrupts():
+            return int(args.func(args) or 0)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (cli/interrupts.py)
+        code, line = interrupted_exit(e, getattr(args, "resumes", False))
+        print(f"\n{line}", file=sys.stderr)
+        return code
     except InferlabError as e:
         print(f"error: {in_flag_words(str(e), flag_names(command_parser(parser, args.command)))}", file=sys.stderr)
         return 2

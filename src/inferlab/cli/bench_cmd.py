@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-report", action="store_true", help="do not write RUN_DIR/report")
     p.add_argument("--baseline", help="report speedups against KNOB=VALUE (e.g. attn_implementation=eager)")
     p.add_argument("--list", action="store_true", help="list plan presets, scenarios, backends and their knobs")
-    p.set_defaults(func=_bench)
+    p.set_defaults(func=_bench, resumes=True)
 
 
 def parse_assignments(items: list[str], flag: str) -> dict[str, list[str]]:

@@ -8,6 +8,7 @@ import argparse
 import time
 from typing import Any
 
+from inferlab.cli.device_arg import add_device_arg
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
 
@@ -48,6 +49,8 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     g.add_argument("--judge-workers", type=int, default=None,
                    help="processes checking finished conformers (strict and plain decoding, stereo, SDF records) off "
                         "the engine's path (default 2; small jobs and 0: in this process)")
+    g.add_argument("--retry-errors", action="store_true",
+                   help="generate the error rows of earlier runs again (each replaced by its new row)")
     g.add_argument("--stereo-retries", type=int, default=0, metavar="N",
                    help="generate a conformer again, up to N times, while its coordinates contradict the input's "
                         "specified stereo (default 0: keep it, marked stereo_ok=false)")
@@ -56,13 +59,14 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     g.add_argument("--smiles-column", default=None, help="CSV column holding SMILES (default: detected)")
     g.add_argument("--id-column", default=None, help="CSV column holding ids (default: detected)")
     e = p.add_argument_group("engine")
-    e.add_argument("--max-slots", type=int, default=None, help="concurrent rows (default: as memory allows)")
-    e.add_argument("--max-seq-len", type=int, default=None,
+    e.add_argument("--max-slots", "--max-num-seqs", type=int, default=None,
+                   help="concurrent rows (default: as memory allows)")
+    e.add_argument("--max-seq-len", "--max-model-len", type=int, default=None,
                    help="prompt + conformer tokens per row (default: fits the input's largest molecules)")
-    e.add_argument("--gpu-memory-fraction", type=float, default=0.9,
+    e.add_argument("--gpu-memory-fraction", "--gpu-memory-utilization", type=float, default=0.9,
                    help="share of the device memory free at start-up the engine plans for (weights, KV cache, "
                         "workspace)")
-    e.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    add_device_arg(e)
     e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     e.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
                    help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA capability >= 8.9)")
@@ -81,6 +85,7 @@ def pipeline_config_from(args: argparse.Namespace):
         workers=args.workers,
         judge_workers=args.judge_workers,
         stereo_retries=args.stereo_retries,
+        retry_errors=args.retry_errors,
         smiles_column=args.smiles_column,
         id_column=args.id_column,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from inferlab.cli.device_arg import add_device_arg
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
 
@@ -15,6 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="local HuggingFace checkpoint folder")
     p.add_argument("--input", required=True, help='JSONL: {"id", "prompt"} or {"id", "prompt_ids"} per line')
     p.add_argument("--output", required=True, help="JSONL of results; rows already there are skipped")
+    p.add_argument("--retry-errors", action="store_true",
+                   help="run the error rows of earlier runs again (each replaced by its new row)")
     p.add_argument("--backend", default="auto", choices=["auto", "inferlab", "hf"],
                    help="inferlab (our engine), hf (transformers generate, any causal LM), or auto (the engine "
                         "where it supports the architecture, else hf)")
@@ -30,12 +33,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--ignore-eos", action="store_true", help="do not stop at EOS (benchmarks)")
     s.add_argument("--seed", type=int, default=0, help="rows without a seed derive one from this and their id")
     e = p.add_argument_group("engine")
-    e.add_argument("--max-slots", type=int, default=None, help="concurrent rows (default: as memory allows)")
-    e.add_argument("--max-seq-len", type=int, default=None, help="prompt + output tokens per row")
-    e.add_argument("--gpu-memory-fraction", type=float, default=0.9,
+    e.add_argument("--max-slots", "--max-num-seqs", type=int, default=None,
+                   help="concurrent rows (default: as memory allows)")
+    e.add_argument("--max-seq-len", "--max-model-len", type=int, default=None,
+                   help="prompt + output tokens per row (default: the model's positions, at most 4096)")
+    e.add_argument("--gpu-memory-fraction", "--gpu-memory-utilization", type=float, default=0.9,
                    help="share of the device memory free at start-up the engine plans for (weights, KV cache, "
                         "workspace)")
-    e.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    add_device_arg(e)
     e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     e.add_argument("--batching", default="continuous", choices=["continuous", "static"],
                    help="continuous: finished rows are refilled at once; static: a full batch, then wait for all of it")
@@ -66,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="dtype of the saved activations")
     add_scale_args(p)
     add_config_arg(p, "generate")  # inferlab tune's max_slots
-    p.set_defaults(func=_generate)
+    p.set_defaults(func=_generate, resumes=True)
 
 
 def _taps(args: argparse.Namespace, defaults):
@@ -99,7 +104,7 @@ def _generate(args: argparse.Namespace) -> int:
     from inferlab.cli.hf_workload_args import require_paths
     from inferlab.cli.token_rate_bar import TokenRateBar
     from inferlab.types import SamplingParams
-    from inferlab.workloads.text import open_backend, run_text_generation
+    from inferlab.workloads.text import model_positions, open_backend, run_text_generation
 
     apply_tuned_config(args)
     require_paths(args, (".jsonl",), "JSONL completions")
@@ -142,13 +147,15 @@ def _generate(args: argparse.Namespace) -> int:
     try:
         summary = run_text_generation(
             args.input, args.output, lambda: open_backend(args.backend, args.model, options, steer and steer.vectors),
-            defaults, progress.start, progress.row, steer, collect, run_settings,
+            defaults, progress.start, progress.row, steer, collect, run_settings, args.retry_errors,
+            args.max_seq_len or model_positions(args.model),
         )
     finally:
         progress.close()
     elapsed = time.perf_counter() - progress.started
+    retried = f", {summary.retried} error rows of earlier runs run again" if summary.retried else ""
     print(
-        f"wrote {summary.written} rows to {args.output} ({summary.errors} errors, {summary.skipped} already done), "
+        f"wrote {summary.written} rows to {args.output} ({summary.errors} errors, {summary.skipped} already done{retried}), "
         f"{summary.output_tokens:,} tokens in {elapsed:.1f} s ({summary.output_tokens / max(elapsed, 1e-9):,.0f} tok/s)"
     )
     if collect is not None:

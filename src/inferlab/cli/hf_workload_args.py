@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from inferlab.cli.device_arg import add_device_arg
+
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="local HuggingFace checkpoint folder")
@@ -17,7 +19,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager", "flash_attention_2"])
     p.add_argument("--quantization", default="none", choices=["none", "int8", "fp8"],
                    help="torchao weight quantization: int8 weight-only, or fp8 (compute capability >= 8.9)")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    add_device_arg(p)
 
 
 def add_batch_args(p: argparse.ArgumentParser, text_field: str) -> None:

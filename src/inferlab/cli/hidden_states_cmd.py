@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard-rows", type=int, default=1024, help="input lines per shard (tokenised and sorted together)")
     add_batch_args(p, text_field="prompt")
     add_scale_args(p)
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, resumes=True)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from inferlab.cli.device_arg import add_device_arg
+
 WORKLOADS = ("generate", "classify", "conformers")
 
 
@@ -41,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the sizes to try (max slots or batch sizes; default: a grid for the device)")
     p.add_argument("--min-seconds", type=float, default=2.0,
                    help="timed seconds per candidate: the sample runs in passes until then (default 2)")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    add_device_arg(p)
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="generate/conformers: the engine's dtype; classify: try only this one (auto: the device's)")
     p.add_argument("--backend", default="auto", choices=["auto", "inferlab", "hf"], help="generate's backend")

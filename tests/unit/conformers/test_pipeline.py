@@ -139,9 +139,9 @@ def test_a_run_cut_short_resumes_with_every_row_once(tmp_path, model):
     with pytest.raises(Crash):
         generate_conformers(model, inp, out, config, ENGINE, on_row=crash_after_five)
     first = rows_of(out)
-    assert len(first) == 6
+    assert 6 <= len(first) < 12  # the sixth row, and finished rows that waited for an earlier one
     summary = generate_conformers(model, inp, out, config, ENGINE)
-    assert summary.conformers_skipped == 6 and summary.conformers_written == 6
+    assert summary.conformers_skipped == len(first) and summary.conformers_written == 12 - len(first)
     rows = rows_of(out)
     assert len(rows) == len(stable(rows)) == 12
     assert len(list(read_sdf(out))) == sum(r["status"] == "ok" for r in rows) == 10

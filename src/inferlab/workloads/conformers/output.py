@@ -24,16 +24,26 @@ def default_jsonl_path(sdf_path: str | Path) -> Path:
 
 
 class ConformerResultWriter:
-    def __init__(self, sdf_path: str | Path, jsonl_path: str | Path | None = None, profile: str = "") -> None:
+    """`retry_errors`: the error rows of earlier runs are taken out of the JSONL (they have no SDF record)
+    and are not done, so the caller generates them again."""
+
+    def __init__(self, sdf_path: str | Path, jsonl_path: str | Path | None = None, profile: str = "",
+                 retry_errors: bool = False) -> None:
         self.profile = profile
+        redo = (lambda row: row.get("status") == "error") if retry_errors else None
         self._rows = ResumableJsonlWriter(jsonl_path or default_jsonl_path(sdf_path), id_field="id",
-                                          kind_fields=("conformer_index",))
+                                          kind_fields=("conformer_index",), redo=redo)
         self._sdf = ConformerSdfWriter(sdf_path, keep_row_ids=self._rows.done)
 
     @property
     def done(self) -> set[str]:
         """Row ids written by this or earlier runs."""
         return self._rows.done
+
+    @property
+    def retried(self) -> int:
+        """Error rows of earlier runs taken out to generate again."""
+        return self._rows.redone
 
     def is_done(self, input_id: str, conformer_index: int) -> bool:
         return row_id(input_id, conformer_index) in self._rows.done
