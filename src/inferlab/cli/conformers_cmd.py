@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     ref = csub.add_parser("reference", help="write K RDKit ETKDG conformers per molecule of a .smi/.csv to an SDF")
     ref.add_argument("--input", required=True, help=".smi (SMILES [id]) or .csv/.tsv with a SMILES column")
-    ref.add_argument("--num-confs", type=int, default=5, help="conformers per molecule (default 5)")
+    ref.add_argument("--num-conformers", type=int, default=5, metavar="K", help="conformers per molecule (default 5)")
     ref.add_argument("--output", required=True, help="SDF to write (replaced if it exists)")
     ref.add_argument("--seed", type=int, default=0)
     ref.add_argument("--optimize", action="store_true", help="MMFF-optimise the conformers")
@@ -93,7 +93,7 @@ def _reference(args: argparse.Namespace) -> int:
 
     input_file("--input", args.input, None, "a molecule file (.smi, .csv or .tsv)")
     output_file("--output", args.output, (".sdf",), "an SDF of conformers", {"--input": args.input})
-    config = ReferenceConfig(num_confs=args.num_confs, seed=args.seed, optimize=args.optimize)
+    config = ReferenceConfig(num_confs=args.num_conformers, seed=args.seed, optimize=args.optimize)
     inputs = read_molecule_inputs(args.input, args.smiles_column, args.id_column)
     print(f"reading {inputs.description}: {len(inputs.records)} records, {len(inputs.errors)} unusable")
     with tqdm(total=len(inputs.records), desc="embedding", unit="mol", dynamic_ncols=True) as bar:

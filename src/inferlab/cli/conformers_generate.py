@@ -114,6 +114,9 @@ def run_generate(args: argparse.Namespace) -> int:
     config = pipeline_config_from(args)
     check_model(args.model)
     if wants_scale_out(args):  # --gpus/--launcher: molecules sharded over workers (inferlab.scale)
+        if args.retry_errors:
+            raise ConfigError("--retry-errors runs without --gpus / --launcher for now: rerun the merged output's "
+                              "error rows with one process (the same --output), or rerun into a new output")
         from inferlab.cli.scale_args import run_scaled_command
         from inferlab.scale.workloads.conformer_pipeline import pipeline_params
 
@@ -155,6 +158,10 @@ def _run_here(args: argparse.Namespace, config) -> int:
             print(f"resuming: {done_before} conformer rows already in {default_jsonl_path(args.output)}")
         bar = tqdm(total=todo, unit="conf", dynamic_ncols=True, smoothing=0.1, desc="conformers")
 
+    def on_phase(what: str) -> None:  # until the first row: what the run is doing
+        if bar is not None and bar.n == 0:
+            bar.set_description(f"conformers ({what})")
+
     def on_row(row: dict) -> None:
         counts["generated"] += row["generated"]
         counts["valid"] += row["status"] == "ok"
@@ -162,12 +169,14 @@ def _run_here(args: argparse.Namespace, config) -> int:
         elapsed = max(time.perf_counter() - started, 1e-9)
         valid = 100.0 * counts["valid"] / max(counts["generated"], 1)  # of the engine's outputs
         bar.set_postfix_str(f"{counts['tokens'] / elapsed:,.0f} tok/s, valid {valid:.1f}%", refresh=False)
+        if bar.n == 0:
+            bar.set_description("conformers", refresh=False)
         bar.update(1)
 
     try:
         with logging_redirect_tqdm():
             summary = generate_conformers(args.model, args.input, args.output, config, engine_options_from(args),
-                                          on_start, on_row)
+                                          on_start, on_row, on_phase)
     finally:
         if bar is not None:
             bar.close()
@@ -192,8 +201,10 @@ def print_summary(summary, output: str) -> None:
     s = summary.as_dict()
     valid = s["valid_fraction"]
     print(f"molecules: {s['molecules']} in the input, {s['molecules_run']} generated in this run")
+    retried = (f" ({s['conformers_retried']} error rows of earlier runs generated again)"
+               if s["conformers_retried"] else "")
     print(f"conformers: {s['conformers_ok']} valid, {s['conformers_error']} error rows, "
-          f"{s['conformers_skipped']} written by earlier runs")
+          f"{s['conformers_skipped']} written by earlier runs{retried}")
     if s["conformers_generated"]:
         print(f"validity: {s['conformers_generated'] - s['conformers_rejected']} of {s['conformers_generated']} "
               f"generated conformers are valid ({100 * valid:.1f}%); the plain decoder gives the input's graph for "

@@ -58,7 +58,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     try:
         with logging_redirect_tqdm():
-            run = run_demo(config, on_ready, progress.start, progress.row)
+            run = run_demo(config, on_ready, progress.start, progress.row, progress.phase)
     finally:
         progress.close()
     s = run.summary

@@ -137,6 +137,9 @@ def _generate(args: argparse.Namespace) -> int:
         if steer is not None or collect is not None:
             raise ConfigError("--steer and --collect-* do not run with --gpus / --launcher yet; run one inferlab "
                               "generate per GPU on a part of the input (CUDA_VISIBLE_DEVICES) instead")
+        if args.retry_errors:
+            raise ConfigError("--retry-errors runs without --gpus / --launcher for now: rerun the merged output's "
+                              "error rows with one process (the same --output), or rerun into a new output")
         from inferlab.scale.workloads.generate import generate_params
 
         engine_options = {k: v for k, v in options.items() if k != "device"}  # each worker has its own device

@@ -95,7 +95,7 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
               summary: PipelineSummary, started: float, phase: Callable[[str], None]) -> None:
     profile = get_profile(config.profile)
     summary.judge_workers = config.judge_pool_workers(len(jobs))
-    phase("starting the preparing and judging processes")
+    phase("starting the worker processes")
     with MoleculePreparer(model, profile.name, config.pool_workers(len(jobs))) as preparer, \
             JudgePool(summary.judge_workers, str(model)) as judges, ExitStack() as life:
         grammar_set = preparer.grammar_set()  # the engine's GrammarSet, the pool's first task
@@ -110,7 +110,7 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
             options["max_seq_len"] = auto_max_seq_len(jobs, profile, model_positions)
         t0 = time.perf_counter()
         summary.before_engine_s = t0 - started
-        phase("starting the engine (weights, memory plan, kernels)")
+        phase("starting the engine")
         # no tokenizer in this process: the preparing processes' GrammarSet constrains, the judges decode
         engine_config = EngineConfig(model=model, seed=config.seed, load_tokenizer=False, **options)
         engine = life.enter_context(Engine(engine_config, grammar_set=grammar_set))
