@@ -1,5 +1,7 @@
-"""Which processes descend from a pid, and whether they are gone (read from /proc; a zombie counts as gone:
-it runs nothing, and whoever adopted it reaps it when it likes)."""
+"""Which processes descend from a pid or belong to a session, and whether they are gone (read from /proc;
+a zombie counts as gone: it runs nothing, and whoever adopted it reaps it when it likes). A process
+started with start_new_session=True leads a session that its children, grandchildren and processes
+reparented after its death stay in, so `session_members(pid)` finds everything it started."""
 
 from __future__ import annotations
 
@@ -34,6 +36,15 @@ def descendants(pid: int) -> set[int]:
                 found.add(child)
                 todo.append(child)
     return found
+
+
+def session_members(session: int) -> set[int]:
+    """Every running process of session `session` (the pid of its leader)."""
+    members = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat(int(entry))) is not None and fields[0] != "Z" and int(fields[3]) == session:
+            members.add(int(entry))
+    return members
 
 
 def wait_for_descendants(pid: int, count: int, timeout_s: float) -> set[int]:

@@ -12,6 +12,7 @@ import copy
 import importlib
 import logging
 import re
+import signal
 import sys
 
 from inferlab.cli.interrupts import interrupted_exit, sigterm_interrupts
@@ -128,3 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: `inferlab {args.command}` needs the {package} package, which is not installed here: "
               f"pip install {package}", file=sys.stderr)
         return 2
+
+
+def console_main() -> None:
+    """The `inferlab` command (and `python -m inferlab.cli`): main(), then exit with its code. Once the
+    command has returned, Ctrl-C and SIGTERM are ignored: the work is done, and a late signal must not
+    turn the interpreter's shutdown into a traceback."""
+    code = main()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    sys.exit(code)
