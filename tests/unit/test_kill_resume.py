@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from process_tree import kill_all, session_members, still_running
 
@@ -35,7 +35,9 @@ RESUME_LINE = "the rows finished so far are saved; rerun the same command to res
 MOLECULES = "CCO a\nc1ccccc1 b\nC1CC broken\nCC(=O)O c\n"
 K = 2
 PROMPTS = 10
-KILLS = settings(max_examples=6, deadline=None, database=None, derandomize=True,
+# three kill points always (the explicit examples), three drawn; no shrinking: each example runs a command
+# twice (a failure is reported as found)
+KILLS = settings(max_examples=3, deadline=None, database=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
                  suppress_health_check=[HealthCheck.too_slow])
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_cpu_thread")]
@@ -86,6 +88,9 @@ kill_points = dict(sig=st.sampled_from([signal.SIGKILL, signal.SIGTERM, signal.S
 
 @KILLS
 @given(after_rows=st.integers(0, 4 * K - 1), pools=st.booleans(), **kill_points)
+@example(after_rows=2, pools=True, sig=signal.SIGKILL, delay=0.0)
+@example(after_rows=3, pools=True, sig=signal.SIGTERM, delay=0.2)
+@example(after_rows=1, pools=False, sig=signal.SIGINT, delay=0.0)
 def test_a_conformer_run_killed_anywhere_resumes_to_exactly_its_rows(tiny_checkpoint, sig, after_rows, delay, pools):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -109,6 +114,9 @@ def test_a_conformer_run_killed_anywhere_resumes_to_exactly_its_rows(tiny_checkp
 
 @KILLS
 @given(after_rows=st.integers(0, PROMPTS - 1), **kill_points)
+@example(after_rows=3, sig=signal.SIGKILL, delay=0.0)
+@example(after_rows=2, sig=signal.SIGTERM, delay=0.0)
+@example(after_rows=1, sig=signal.SIGINT, delay=0.1)
 def test_a_generate_run_killed_anywhere_resumes_to_exactly_its_rows(tiny_checkpoint, sig, after_rows, delay):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

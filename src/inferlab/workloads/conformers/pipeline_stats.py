@@ -92,6 +92,7 @@ class PipelineSummary:
             "conformers_ok": self.conformers_ok,
             "conformers_error": self.conformers_error,
             "conformers_skipped": self.conformers_skipped,
+            "conformers_retried": self.conformers_retried,
             "conformers_generated": self.conformers_generated,
             "conformers_rejected": self.conformers_rejected,
             "valid_fraction": self.valid_fraction,
