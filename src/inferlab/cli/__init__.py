@@ -15,7 +15,7 @@ import re
 import signal
 import sys
 
-from inferlab.cli.interrupts import interrupted_exit, sigterm_interrupts
+from inferlab.cli.interrupts import interrupted_exit, signals_ignored, sigterm_interrupts
 from inferlab.errors import InferlabError
 
 # Packages a command may need that a machine can lack (import name -> what to install).
@@ -116,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         with sigterm_interrupts():
             return int(args.func(args) or 0)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (cli/interrupts.py)
-        code, line = interrupted_exit(e, getattr(args, "resumes", False))
-        print(f"\n{line}", file=sys.stderr)
+        with signals_ignored():
+            code, line = interrupted_exit(e, getattr(args, "resumes", False))
+            print(f"\n{line}", file=sys.stderr)
         return code
     except InferlabError as e:
         print(f"error: {in_flag_words(str(e), flag_names(command_parser(parser, args.command)))}", file=sys.stderr)

@@ -40,12 +40,23 @@ def sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextmanager
+def signals_ignored() -> Iterator[None]:
+    """While inside, Ctrl-C and SIGTERM are ignored (a second Ctrl-C cannot cut the closing line short with a
+    traceback); the caller's handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def interrupted_exit(error: KeyboardInterrupt, resumes: bool) -> tuple[int, str]:
-    """(exit code, the line to print) for a command ended by `error`; later signals are ignored from here
-    on, so a second Ctrl-C cannot cut the line short with a traceback."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(sig, signal.SIG_IGN)
+    """(exit code, the line to print) for a command ended by `error`."""
     signum = error.signum if isinstance(error, Interrupted) else signal.SIGINT
     what = ("the rows finished so far are saved; rerun the same command to resume" if resumes
             else "nothing more was done; rerun the command to start again")
