@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import resource
+import time
 
 import pytest
 from rdkit import Chem
@@ -137,6 +139,28 @@ def test_error_rows_name_only_fixes_that_exist_and_retry_errors_runs_them_again(
     assert len(after) == len(stable(after)) == len(MOLECULES) + 2  # one row per id
     assert stable(after)["decane#0"]["status"] == "ok" and stable(after)["tetracosane#0"]["status"] == "error"
     assert sorted(r.prop("row_id") for r in read_sdf(out)) == sorted(r["id"] for r in after if r["status"] == "ok")
+
+
+def test_any_k_streams_from_the_first_molecule_with_flat_memory(tmp_path, model):
+    inp = write_input(tmp_path / "in.smi")
+
+    class Enough(Exception):
+        pass
+
+    def stop_after_three(row):
+        stop_after_three.rows += 1
+        if stop_after_three.rows == 3:
+            raise Enough
+
+    stop_after_three.rows = 0
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    started = time.perf_counter()
+    with pytest.raises(Enough):
+        generate_conformers(model, inp, tmp_path / "out.sdf", PipelineConfig(num_conformers=100_000_000), ENGINE,
+                            on_row=stop_after_three)
+    assert time.perf_counter() - started < 120
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024  # a list of K would be GBs
+    assert [r["id"] for r in rows_of(tmp_path / "out.sdf")][:3] == ["ethanol#0", "ethanol#1", "ethanol#2"]
 
 
 def test_the_automatic_row_length_fits_the_largest_molecule(tmp_path, model):
