@@ -178,3 +178,11 @@ def test_every_conformer_count_flag_is_spelled_num_conformers():
                 parsers.extend(action.choices.values())
             flags.update(o for o in action.option_strings if "conf" in o and o != "--config")
     assert flags == {"--num-conformers"}
+
+
+def test_retry_errors_is_refused_with_a_scale_out_for_now(capsys, files, tiny_checkpoint):
+    model = str(tiny_checkpoint("tiny"))
+    for argv in (["generate", "--input", str(files["prompts"]), "--output", str(files["dir"] / "o.jsonl")],
+                 ["conformers", "generate", "--input", str(files["smi"]), "--output", str(files["dir"] / "o.sdf")]):
+        message = _error(capsys, argv + ["--model", model, "--gpus", "2", "--retry-errors"])
+        assert message.startswith("error: --retry-errors runs without --gpus / --launcher for now")
