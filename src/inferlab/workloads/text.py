@@ -95,6 +95,8 @@ def close_backend(backend: Backend) -> None:
 
 
 class _Borrowed:
+    """A backend run without being closed (no close()), under its own name."""
+
     def __init__(self, backend: Backend) -> None:
         self._backend, self.name = backend, backend_name(backend)
 

@@ -11,7 +11,8 @@ one waits for it. A verdict becomes:
 At most `window` results are in the pool: a full window waits for the oldest (backpressure: memory stays
 bounded, and a pool that cannot keep up slows the engine rather than hoarding results). `drain()` waits
 for everything. All writing happens here, in the calling thread, so the writer needs no locks; a crash
-loses only rows not written yet (an interrupt none: RowWriter.flush), and a rerun generates them again.
+loses only rows not written yet (an interrupt loses no finished row: RowWriter.flush), and a rerun generates
+them again.
 
 Not here: judging (pipeline_judge.py), the requests (pipeline_feed.py).
 """
