@@ -33,9 +33,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from inferlab.engine.constraints.program import compile_program  # noqa: E402
+from inferlab.constraints.program import compile_program  # noqa: E402
 from inferlab.engine.constraints.runtime import ConstraintRuntime  # noqa: E402
-from inferlab.engine.constraints.simulate import (  # noqa: E402
+from inferlab.constraints.simulate import (  # noqa: E402
     AdversarialLogits,
     ReferenceSampling,
     check_output,
@@ -43,7 +43,7 @@ from inferlab.engine.constraints.simulate import (  # noqa: E402
     sample_tokens,
     synthetic_conformer_segments,
 )
-from inferlab.engine.constraints.token_automaton import grammar_set_for  # noqa: E402
+from inferlab.constraints.token_automaton import grammar_set_for  # noqa: E402
 
 VOCAB = 151936  # the qwen3-chem models' padded embedding
 LURE_TEXTS = [">", ">[", ">(", "]<", "<", "<-", "a", "C", "..", "-.", ",,", " ", "[/CONFORMER]"]

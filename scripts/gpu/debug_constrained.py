@@ -4,8 +4,8 @@ runs that locate a device fault in the constrained step."""
 import sys
 import tempfile
 
+from inferlab.constraints.program import compile_program
 from inferlab.engine import Engine, EngineConfig
-from inferlab.engine.constraints.program import compile_program
 from inferlab.models.checkpoint_init import init_checkpoint
 from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
 from inferlab.types import Request, SamplingParams

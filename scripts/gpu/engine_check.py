@@ -31,8 +31,10 @@ reaches it only with budget left):
                      29-token prompts), constrained conformers' validity (engine_check_fp8.py; ~3 min)
   close              8 qwen3-0.6b engines made and closed in turn (and dropped with del, and with a stream
                      abandoned): each one's budget and memory_reserved before / with / after (~2 min)
-  startup            (issue 11) two engines in two fresh processes sharing a start-up cache: the second's
-                     Engine() <= 5 s, every phase, the GEMM plan read from the cache (engine_check_startup.py)
+  startup            engines in fresh processes: a fresh machine (empty start-up and Triton caches: Engine()
+                     <= 8 s, the warm-up compiling nothing the precompile missed), the rerun with both caches
+                     (<= 5 s, GEMM plan from the cache), a fresh machine with the precompile off; every
+                     phase (engine_check_startup.py; ~1 min)
   prefill            (issue 11) the conformer job (400 NCI molecules of 20-50 atoms x 8, qwen3-0.6b, 256
                      rows), two calls: prefill share of the call's wall time (<= 3%), device vs host ms per
                      prefill batch, shared prompts, whether each prefill overlapped (engine_check_job.py);

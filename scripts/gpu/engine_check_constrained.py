@@ -53,7 +53,7 @@ def nci_molecules(count: int, max_atoms: int) -> list[str]:
 
 def conformer_requests(engine, molecules: list[str], per_molecule: int, samplings: list[dict]):
     """[(request, template, smiles)], the template compiled once per molecule and shared by its conformers."""
-    from inferlab.engine.constraints.program import compile_program
+    from inferlab.constraints.program import compile_program
     from inferlab.types import Request, SamplingParams
     from inferlab.workloads.conformers.profiles import get_profile
     from inferlab.workloads.conformers.template import build_template

@@ -65,8 +65,8 @@ def part_kernels(ctx) -> dict[str, Any]:
         float_key,
         race_argmax_torch,
     )
-    from inferlab.models.config import RopeSpec
     from inferlab.models.rope import RotaryTables
+    from inferlab.models.rope_spec import RopeSpec
 
     dev, res = ctx.device, {}
     g = torch.Generator(device=dev).manual_seed(0)

@@ -122,8 +122,8 @@ def step_kernel(ctx) -> dict[str, Any]:
     from inferlab.engine.attention import decode_rope_attention_torch
     from inferlab.engine.kernels import triton_attention
     from inferlab.engine.kv_quant import quantize
-    from inferlab.models.config import RopeSpec
     from inferlab.models.rope import RotaryTables
+    from inferlab.models.rope_spec import RopeSpec
 
     if ctx.quick:
         heads, kv_heads, head_dim, rows, layers, max_len, lengths = 4, 2, 32, 4, 2, 64, (20, 53)

@@ -27,8 +27,8 @@ def _kernel_case(ctx, g: torch.Generator, shape: tuple) -> dict[str, Any]:
     from inferlab.engine.attention import decode_rope_attention_torch
     from inferlab.engine.kernels import triton_attention
     from inferlab.engine.kv_quant import quantize
-    from inferlab.models.config import RopeSpec
     from inferlab.models.rope import RotaryTables
+    from inferlab.models.rope_spec import RopeSpec
 
     name, rows, heads, kv_heads, head_dim, max_len, window, softcap, offset = shape
     dev, dtype = ctx.device, torch.bfloat16 if ctx.cuda else torch.float32  # the interpreter's bf16 dot is broken

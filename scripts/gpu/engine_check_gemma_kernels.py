@@ -21,8 +21,8 @@ def gemma_kernel_cases(ctx, randn: Callable, note: Callable, dtypes, attention_d
     from inferlab.engine.kernels import triton_attention, triton_norm
     from inferlab.engine.kernels.triton_gemm import SkinnyConfig, skinny_linear
     from inferlab.engine.steering import SteerLayer
-    from inferlab.models.config import RopeSpec
     from inferlab.models.rope import RotaryTables
+    from inferlab.models.rope_spec import RopeSpec
 
     from engine_check_correctness import _rel
 

@@ -11,7 +11,7 @@ runs its default attention, except Gemma 2, which runs eager (hf_loading.attenti
 ran SDPA by default and dropped Gemma 2's attention soft-cap); the row names the implementation used.
 
 hf_logits: tiny and llama-380m (tiny only with --quick).
-hf_gemma: the Gemma family (models/gemma.py). On the GPU: gemma-2b (the issue's shape: MQA, head_dim 256,
+hf_gemma: the Gemma family (engine/forwards/gemma.py). On the GPU: gemma-2b (the issue's shape: MQA, head_dim 256,
 GeGLU, vocab 256k), then tiny-gemma2 and tiny-gemma3 (windows 8 / 12 shorter than the 48-token prompts,
 soft-caps, q/k norms, two ropes: the bf16 Triton kernels of Gemma 2/3 against transformers), then their
 graph replay against eager steps (identical tokens; 64-token prompts, so the prefill graph captures the

@@ -95,7 +95,7 @@ class Job:
 
 def prepare_job(ctx, molecules: int, k: int) -> tuple[Any, Job]:
     """The checkpoint's tokenizer, the job's molecules prepared with it."""
-    from inferlab.engine.constraints.program import compile_program
+    from inferlab.constraints.program import compile_program
     from inferlab.models.tokenizer_loading import load_tokenizer
     from inferlab.workloads.conformers.profiles import get_profile
     from inferlab.workloads.conformers.template import build_template

@@ -74,8 +74,8 @@ def graph_us(calls: list[Callable[[], object]], replays: int = 5) -> float:
 def sweep_attention(device: torch.device, shape: str = "llama-380m") -> dict:
     from inferlab.engine.attention import decode_rope_attention_torch
     from inferlab.engine.kernels import triton_attention
-    from inferlab.models.config import RopeSpec
     from inferlab.models.rope import RotaryTables
+    from inferlab.models.rope_spec import RopeSpec
 
     a = ATTENTION_SHAPES[shape]
     tables = RotaryTables.build(RopeSpec(theta=500000.0), a.head_dim, MAX_LEN, device)

@@ -7,20 +7,22 @@
     python scripts/gpu/lab_sweep.py --out $OUT --parts steering                      # ~6.5 min, gemma-2b
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-pipeline --only scenario=conformer-pipeline
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-soak --only temperature=1.0
-    python scripts/gpu/lab_sweep.py --out $OUT --parts peers-conformers                # vLLM: carry .dev1, then .dev2
+    python scripts/gpu/lab_sweep.py --out $OUT --parts peers-hf peers-engine-conformers   # engine-vs-peers, no vLLM
+    python scripts/gpu/lab_sweep.py --out $OUT --parts peers-xgrammar peers-vllm          # after .dev2 (and .dev3)
     python scripts/gpu/lab_sweep.py --estimate                                       # minutes per part, runs nothing
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
 classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline, and each
 of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak, steering = the preset of that name;
-engine-vs-peers in three parts (peers-engine-hf, peers-vllm-generate, peers-rest), and its conformer rows
-on 800 requests in a run of their own (peers-conformers).
+engine-vs-peers in four parts of one run (peers-hf: the engine's generate cells and transformers'
+continuous batching; peers-engine-conformers: the engine's conformer cells; peers-xgrammar: HF + xgrammar;
+peers-vllm: vLLM's cells, after a FlashInfer JIT warm-up where FlashInfer is installed).
 `--only KNOB=V` is passed to every part (a preset split into calls of < 9 minutes).
 Installs nothing: on the device each call is `bash scripts/gpu/device_call.sh 'python scripts/gpu/lab_sweep.py
 ... --budget-s $BUDGET_S'`, whose device_env.sh installs the checkout with --no-deps and unpacks rdkit, the
-qwen3-chem tokenizer and vLLM from the carried .dev1/.dev2 (benchmarks/README.md, "Procedure: a device
-session"); a part that needs vLLM is not started without it. Runs live in runs/lab/
+qwen3-chem tokenizer, vLLM and FlashInfer from the carried .dev1/.dev2/.dev3 (benchmarks/README.md,
+"Procedure: a device session"); a part that needs vLLM (or xgrammar) is not started without it. Runs live in runs/lab/
 in the checkout (ignored by git, kept between calls on a warm machine): a call that hits its budget
 records the rest as `skipped`, and the next call resumes exactly there. seed-generate and
 seed-static-cache share one run directory, so their two common cells run once; preset checkpoints are
@@ -46,8 +48,10 @@ import argparse
 import datetime as _dt
 import importlib.util
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 import traceback
@@ -68,31 +72,28 @@ PARTS = {
     "conformer-baseline": ("conformer-baseline", "conformer-baseline"),
     "engine-vs-hf": ("engine-vs-hf", "engine-vs-hf"),
     "conformer-engine": ("conformer-engine", "conformer-baseline"),  # beside the baseline: one report
-    # engine-vs-peers in three device calls (scripts/gpu/device_call.sh each; benchmarks/README.md, "Procedure: a
-    # device session"): cells that need no vLLM (carry .dev1), then vLLM's generate cells once .dev2 installed
-    # the bundle, then the rest (vLLM's structured outputs, HF + xgrammar, anything an earlier budget left)
-    "peers-engine-hf": ("engine-vs-peers", "engine-vs-peers"),
-    "peers-vllm-generate": ("engine-vs-peers", "engine-vs-peers"),
-    "peers-rest": ("engine-vs-peers", "engine-vs-peers"),
-    # the conformer rows of engine-vs-peers on the first 100 molecules (800 requests), inferlab and vLLM's
-    # structured outputs side by side in a run of their own: vLLM + xgrammar makes ~8k tok/s here, so the
-    # preset's 3,200 requests cost ~5 min per structured-outputs backend, more than one device call holds
-    "peers-conformers": ("engine-vs-peers", "engine-vs-peers-conformers"),
+    # engine-vs-peers, one run in parts sized to device calls (scripts/gpu/device_call.sh each; benchmarks/README.md,
+    # "Procedure: a device session"): what needs neither vLLM nor xgrammar (carry .dev1), HF + xgrammar once .dev2
+    # installed the bundle's wheels, vLLM's cells once .dev3 brought FlashInfer
+    "peers-hf": ("engine-vs-peers", "engine-vs-peers"),
+    "peers-engine-conformers": ("engine-vs-peers", "engine-vs-peers"),
+    "peers-xgrammar": ("engine-vs-peers", "engine-vs-peers"),
+    "peers-vllm": ("engine-vs-peers", "engine-vs-peers"),
     "steering": ("steering", "steering"),
     "conformer-pipeline": ("conformer-pipeline", "conformer-pipeline"),
     "conformer-soak": ("conformer-soak", "conformer-soak"),
 }
-# Parts whose cells are mostly vLLM's: without vLLM importable they would be recorded as `unavailable` rows,
+# Parts whose cells need a peer package: without it importable they would be recorded as `unavailable` rows,
 # which a later call does not rerun, so they are not started (not under --cpu-smoke, which checks the rest).
-NEEDS_VLLM = ("peers-vllm-generate", "peers-rest", "peers-conformers")
+NEEDS = {"peers-vllm": "vllm", "peers-xgrammar": "xgrammar"}
 # Cells of a part that shares its preset with other parts (inferlab bench --only).
 PART_FILTERS = {
-    "peers-engine-hf": ["--only", "backend=inferlab,hf-continuous"],
-    "peers-vllm-generate": ["--only", "backend=vllm", "--only", "scenario=generate"],
-    "peers-conformers": ["--only", "scenario=constrained", "--only", "backend=inferlab,vllm",
-                         "--set", "max_requests=800", "--set", "batch_size=800",
-                         "--set", "num_prompts=800"],  # num_prompts: the filtered-out generate sweeps validate too
+    "peers-hf": ["--only", "backend=inferlab,hf-continuous", "--only", "scenario=generate"],
+    "peers-engine-conformers": ["--only", "backend=inferlab", "--only", "scenario=constrained"],
+    "peers-xgrammar": ["--only", "backend=hf-xgrammar"],
+    "peers-vllm": ["--only", "backend=vllm"],
 }
+FLASHINFER_WARM_S = 600  # nvcc builds FlashInfer's sampling module once per machine (~1-2 min on 16 cores)
 # The report's speedup baseline per run directory (default: the first configuration of each workload).
 REPORT_BASELINES = {"seed-generate": ["--baseline", "attn_implementation=eager"]}
 _ONE_THREAD = ["--set", "cpu_threads=1"]
@@ -150,10 +151,19 @@ def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]
     if remaining < 30:
         log.append(f"{part}: not started, the budget is spent (run this script again to continue)")
         return
-    if part in NEEDS_VLLM and not smoke and importlib.util.find_spec("vllm") is None:
-        log.append(f"{part}: not started, vLLM is not importable here (on the device: carry .dev2 in the call right "
-                   "after .dev1's, on the same warm machine; benchmarks/README.md, \"Procedure: a device session\")")
+    package = NEEDS.get(part)
+    if package and not smoke and importlib.util.find_spec(package) is None:
+        log.append(f"{part}: not started, {package} is not importable here (on the device: carry .dev2 in the call "
+                   "right after .dev1's, on the same warm machine; benchmarks/README.md, \"Procedure: a device "
+                   "session\")")
         return
+    if part == "peers-vllm" and not smoke and importlib.util.find_spec("flashinfer") is not None:
+        ready, line = warm_flashinfer(min(FLASHINFER_WARM_S, remaining - 30))
+        if not ready:  # every vLLM cell would fail the same way: they run with vLLM's own sampler, and say so
+            os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
+        log.append(line)
+        print(line, flush=True)
+        remaining = deadline - time.monotonic()
     argv = ["bench", "--preset", preset, "--run-dir", str(runs / run_name), "--model-cache", str(runs / "cache"),
             "--limit-seconds", str(int(remaining)), "--no-report"]
     argv += PART_FILTERS.get(part, [])
@@ -162,6 +172,27 @@ def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]
     print(f"\n=== {part}: inferlab {' '.join(argv)}", flush=True)
     code = inferlab(argv)
     log.append(f"{part}: inferlab bench exited {code}")
+
+
+def warm_flashinfer(timeout_s: float) -> tuple[bool, str]:
+    """FlashInfer JIT-compiles its kernels with nvcc on first use. vLLM's top-p/top-k sampler is FlashInfer's
+    sampling module: built here once per machine (cached under FLASHINFER_WORKSPACE_BASE, device_env.sh), in a
+    child process, with vLLM's FlashInfer backend imported as its sampler imports it, so that no vLLM cell's
+    start-up or budget pays for it. Returns (ready, the log line)."""
+    code = ("import torch, flashinfer.sampling as s, vllm.v1.attention.backends.flashinfer; "
+            "x = torch.randn(8, 4096, device='cuda'); s.top_k_top_p_sampling_from_logits(x, 50, 0.9); "
+            "s.top_p_sampling_from_probs(x.softmax(-1), 0.9); s.top_k_sampling_from_probs(x.softmax(-1), 50); "
+            "torch.cuda.synchronize()")
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=max(timeout_s, 1))
+    except subprocess.TimeoutExpired:
+        return False, f"FlashInfer: its sampling module did not build in {timeout_s:.0f} s; vLLM runs its own sampler"
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        return False, (f"FlashInfer: its sampling module failed ({seconds:.0f} s), vLLM runs its own sampler: "
+                       f"{done.stderr.strip()[-300:]}")
+    return True, f"FlashInfer: sampling module ready in {seconds:.0f} s (built by nvcc, or from the JIT cache)"
 
 
 def write_outputs(runs: Path, out: Path, smoke: bool, log: list[str]) -> list[str]:
@@ -267,8 +298,9 @@ def availability() -> list[str]:
                           ("vllm", "vllm (engine-vs-peers)"), ("xgrammar", "hf-xgrammar (engine-vs-peers)"),
                           ("flashinfer", "vLLM's FlashInfer sampler")):
         found = importlib.util.find_spec(module) is not None
-        missing = " will be `unavailable` rows" + (f"; parts {', '.join(NEEDS_VLLM)} are not started unless "
-                                                   "--cpu-smoke" if module == "vllm" else "")
+        parts = [part for part, package in NEEDS.items() if package == module]
+        missing = " will be `unavailable` rows" + (f"; part {', '.join(parts)} is not started unless --cpu-smoke"
+                                                   if parts else "")
         notes.append(f"  {module}: {'found' if found else 'NOT installed'} ({cells} cells{'' if found else missing})")
     try:
         notes.append(f"  qwen3-chem tokenizer: {qwen3_chem_tokenizer_dir()}")

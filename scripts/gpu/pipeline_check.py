@@ -9,7 +9,7 @@ Parts:
                 tokenizer): summary figures (conformers/s, tok/s, validity, where the time went), then a
                 rerun that must write nothing (resume), and the row count and ids checked.
   tune-conformers  `inferlab tune --workload conformers` on the first molecules, then the pipeline again
-                with the recommended max_slots (figures beside the automatic slots of `conformers`).
+                with the best measured max_slots (figures beside the automatic slots of `conformers`).
   fallback      a tiny GPT-2 (not in the engine's registry): backend auto falls back to transformers and
                 its greedy rows equal transformers' generate prompt by prompt (float32); then the same
                 prompts on qwen3-0.6b with the engine and with --backend hf (output tok/s of each).
@@ -92,12 +92,12 @@ def part_demo(args, work: Path) -> dict[str, Any]:
     return {"wall_s": round(time.perf_counter() - started, 1), "stdout_tail": done.stdout[-1500:]}
 
 
-def _pipeline(args, model: Path, inp: Path, out: Path, max_slots=None) -> dict[str, Any]:
+def _pipeline(args, model: Path, inp: Path, out: Path, **engine: Any) -> dict[str, Any]:
     from inferlab.workloads.conformers.pipeline import generate_conformers
     from inferlab.workloads.conformers.pipeline_config import PipelineConfig
 
     config = PipelineConfig(num_conformers=pick(CONFORMERS_K, args.quick), seed=0)
-    options = {"device": args.device, "max_slots": max_slots}
+    options = {"device": args.device, **engine}  # EngineConfig fields: max_slots, kv_dtype
     return generate_conformers(model, inp, out, config, options).as_dict()
 
 
@@ -130,10 +130,10 @@ def part_tune_conformers(args, work: Path) -> dict[str, Any]:
     write_tuned_config(tuned, work / "tuned.json")
     print(json.dumps([{**c["settings"], **c.get("figures", {"error": c.get("error")})} for c in tuned.candidates],
                      indent=1, default=str))
-    slots = tuned.recommended["max_slots"]
-    with_tuned = _pipeline(args, model, inp, work / "tuned.sdf", max_slots=slots)
-    return {"recommended": tuned.recommended, "margin": tuned.runner_up_margin, "candidates": tuned.candidates,
-            "pipeline_with_recommended": with_tuned}
+    best = tuned.best  # the recommendation may name no knob (no clear winner): run the best measured
+    with_tuned = _pipeline(args, model, inp, work / "tuned.sdf", **best)
+    return {"recommended": tuned.recommended, "best": best, "verdicts": tuned.verdicts,
+            "margin": tuned.runner_up_margin, "candidates": tuned.candidates, "pipeline_with_best": with_tuned}
 
 
 def part_fallback(args, work: Path) -> dict[str, Any]:
@@ -210,7 +210,8 @@ def _tune(args, work: Path, workload: str, model: Path, sample: Path, **extra) -
     table = [{**c["settings"], tuned.metric: (c.get("figures") or {}).get(tuned.metric), "error": c.get("error")}
              for c in tuned.candidates]
     print(json.dumps(table, indent=1, default=str))
-    return {"recommended": tuned.recommended, "margin": tuned.runner_up_margin, "candidates": tuned.candidates}
+    return {"recommended": tuned.recommended, "verdicts": tuned.verdicts, "margin": tuned.runner_up_margin,
+            "candidates": tuned.candidates}
 
 
 def part_tune_generate(args, work: Path) -> dict[str, Any]:
@@ -301,8 +302,8 @@ def _headline(part: str, path: Path) -> str:
                 f"{data['checks']['rerun_wrote']}")
     if part.startswith("tune-"):
         extra = ""
-        if "pipeline_with_recommended" in data:
-            extra = f"; pipeline with it: {data['pipeline_with_recommended']['conformers_per_s']:.1f} conf/s"
+        if "pipeline_with_best" in data:
+            extra = f"; pipeline with the best: {data['pipeline_with_best']['conformers_per_s']:.1f} conf/s"
         return f"recommended {data['recommended']} (margin {data['margin']}){extra}"
     if part == "fallback":
         return ", ".join(f"{k}={v}" for k, v in data.items())

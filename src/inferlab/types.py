@@ -95,7 +95,7 @@ class Collect:
 class Request:
     """One generation job. Give `prompt_ids` (already tokenised) or `prompt` (text, tokenised by the engine).
 
-    `constraint` is an optional compiled constraint program (inferlab.engine.constraints) that the engine
+    `constraint` is an optional compiled constraint program (inferlab.constraints) that the engine
     enforces on the GPU; None means unconstrained. `steering` adds vectors to the residual stream (Steer,
     or (layer, vector, scale) tuples); `collect` asks for hidden states of the generated tokens.
     """

@@ -28,8 +28,8 @@ def _rel(a, b):
 def test_decode_rope_attention_kernel_matches_reference_in_bf16():
     from inferlab.engine.attention import decode_rope_attention_torch
     from inferlab.engine.kernels.triton_attention import decode_rope_attention
-    from inferlab.models.config import RopeSpec
     from inferlab.models.rope import RotaryTables
+    from inferlab.models.rope_spec import RopeSpec
 
     g = torch.Generator(device=CUDA).manual_seed(0)
     for rows, kv_heads, head_dim, max_len, qk_norm in [(16, 8, 64, 2048, False), (200, 8, 64, 1100, False),
@@ -62,8 +62,8 @@ def test_fp8_cache_kernels_match_the_reference_in_bf16():
     from inferlab.engine.kernels.triton_attention import decode_rope_attention
     from inferlab.engine.kernels.triton_rope import rope_qkv
     from inferlab.engine.kv_quant import dequantize, quantize
-    from inferlab.models.config import RopeSpec
     from inferlab.models.rope import RotaryTables
+    from inferlab.models.rope_spec import RopeSpec
 
     g = torch.Generator(device=CUDA).manual_seed(3)
     rows, kv_heads, head_dim, max_len, heads = 40, 8, 128, 700, 16
@@ -186,8 +186,8 @@ def test_bf16_logits_are_as_close_to_fp32_as_transformers_bf16(llama):
 
 def test_constrained_conformers_on_the_device(tmp_path):
     """Constrained generation in CUDA graphs with the tuned GEMMs: every output a valid conformer."""
+    from inferlab.constraints.program import compile_program
     from inferlab.engine import Engine, EngineConfig
-    from inferlab.engine.constraints.program import compile_program
     from inferlab.models.checkpoint_init import init_checkpoint
     from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
     from inferlab.types import Request, SamplingParams
@@ -245,3 +245,34 @@ def test_steered_and_collecting_graphs_equal_eager_with_a_capture_between_chunks
         assert (ours.activations is None) == (eager.activations is None)
         for layer, value in (ours.activations or {}).items():
             assert _rel(value, eager.activations[layer]) < 1e-3, (ours.id, layer)
+
+
+COLD_START_CHILD = """
+import json, sys
+from inferlab.engine import Engine, EngineConfig
+from inferlab.types import Request, SamplingParams
+engine = Engine(EngineConfig(model=sys.argv[1], max_slots=16, max_seq_len=256))
+results = engine.generate([Request(id=str(i), prompt_ids=(5, 6, 7 + i), sampling=SamplingParams(max_new_tokens=8))
+                           for i in range(4)])
+stats = engine.stats.as_dict()
+stats["all_ok"] = all(r.ok for r in results)
+print(json.dumps(stats))
+"""
+
+
+def test_a_fresh_machine_compiles_the_warm_up_beside_the_weights(llama, tmp_path):
+    """A process with empty Triton and start-up caches (a fresh machine): the background precompile compiles
+    every kernel the warm-up launches, so the warm-up compiles none on the critical path."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), INFERLAB_CACHE_DIR=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, "-c", COLD_START_CHILD, str(llama)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    stats = json.loads(done.stdout.strip().splitlines()[-1])
+    assert stats["all_ok"] and stats["precompile_error"] == "", stats["precompile_error"]
+    assert stats["precompile_kernels"] >= 10 and stats["warmup_compiles"] == 0, stats
+    assert stats["gemm_plan_source"] in ("shipped", "timed")

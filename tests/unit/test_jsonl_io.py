@@ -49,18 +49,18 @@ def test_a_folder_is_not_an_output_file(tmp_path):
         ResumableJsonlWriter(tmp_path)
 
 
-def test_rows_to_redo_are_taken_out_of_the_file_and_not_done(tmp_path):
+def test_rows_not_kept_are_taken_out_of_the_file_and_not_done(tmp_path):
     p = tmp_path / "out.jsonl"
     with ResumableJsonlWriter(p) as w:
         for i, status in enumerate(["ok", "error", "ok", "error"]):
             w.write({"id": f"r{i}", "status": status})
     with p.open("a") as f:
         f.write('{"id": "r9", "st')  # a torn line goes too
-    w = ResumableJsonlWriter(p, redo=lambda row: row["status"] == "error")
-    assert w.done == {"r0", "r2"} and w.redone == 2
+    w = ResumableJsonlWriter(p, keep_row=lambda row: row["status"] != "error")
+    assert w.done == {"r0", "r2"} and w.dropped == 2
     w.write({"id": "r1", "status": "ok"})
     w.close()
     assert [line for line in p.read_text().splitlines()] == [
         '{"id": "r0", "status": "ok"}', '{"id": "r2", "status": "ok"}', '{"id": "r1", "status": "ok"}']
-    assert ResumableJsonlWriter(p, redo=lambda row: row["status"] == "error").redone == 0
+    assert ResumableJsonlWriter(p, keep_row=lambda row: row["status"] != "error").dropped == 0
     assert list(tmp_path.iterdir()) == [p]  # no temporary file left

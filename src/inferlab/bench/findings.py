@@ -1,9 +1,10 @@
-"""The report's "Do the seeds' findings hold?" section: each claim of the seed documents (quoted with the
-seeds' own numbers, which are claims, not our measurements), what our rows measured, the criterion
-applied, and the verdict: holds / partly holds / does not hold / not measured.
+"""The seed documents' findings, checked against our rows (the report's "Do the seeds' findings hold?"
+section, report_findings.py): each claim (quoted with the seeds' own numbers, which are claims, not our
+measurements), what our rows measured, the criterion applied, and the verdict: holds / partly holds /
+does not hold / not measured.
 
 Only rows of the seed settings count: generate on the llama-380m preset with the hf backend, and the
-attention kernels at [4,16,2048,64] bf16 causal. One table per GPU. Owns the claims and criteria.
+attention kernels at [4,16,2048,64] bf16 causal. Owns the claims and criteria.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from inferlab.bench.markdown import md_table, num, ratio, sig
-from inferlab.bench.results import group_rows, gpu_of, headline
+from inferlab.bench.markdown import num, ratio, sig
+from inferlab.bench.results import headline
 
 SEED_MODEL = "llama-380m"
 SEED_KERNEL_SHAPE = {"batch_size": 4, "q_heads": 16, "kv_heads": 16, "q_len": 2048, "kv_len": 2048, "head_dim": 64,
@@ -158,28 +159,3 @@ def _fa2_static(rows: list[dict[str, Any]]) -> Finding:
     if not found or found[0]["status"] in ("unavailable", "skipped"):
         return Finding(claim, _state(found), "status timeout", "not measured")
     return Finding(claim, _state(found), "status timeout", "holds" if found[0]["status"] == "timeout" else "does not hold")
-
-
-def render_section(rows: list[dict[str, Any]]) -> list[str]:
-    from inferlab.bench.findings_classify import classify_findings, has_seed_classify_rows
-
-    lines = ["## Do the seeds' findings hold?", ""]
-    relevant = [r for r in rows if r.get("model") == SEED_MODEL or r.get("scenario") == "attention-kernels"]
-    has_generate_seed = any(r.get("model") == SEED_MODEL for r in rows) or any(
-        all(r.get("config", {}).get(k) == v for k, v in SEED_KERNEL_SHAPE.items()) for r in rows)
-    if not has_generate_seed and not has_seed_classify_rows(rows):
-        return lines + ["Not measured here: these rows hold no seed settings (the seed-* presets: llama-380m, "
-                        "[4,16,2048,64] bf16 causal, the qwen2-cls texts of seed-classify).", ""]
-    headers = ["seeds' claim", "measured here", "criterion", "verdict"]
-    if has_generate_seed:
-        for gpu, group in group_rows(relevant, gpu_of).items():
-            table = [[f.claim, f.measured, f.criterion, f"**{f.verdict}**"] for f in seed_findings(group)]
-            lines += [f"On {gpu} (claims quote the seeds' H100 numbers; measurements are this run's rows):", "",
-                      md_table(headers, table), ""]
-    if has_seed_classify_rows(rows):
-        classify = [r for r in rows if r.get("scenario") == "classify"]
-        for gpu, group in group_rows(classify, gpu_of).items():
-            table = [[f.claim, f.measured, f.criterion, f"**{f.verdict}**"] for f in classify_findings(group)]
-            lines += [f"Seed 004 (classification) on {gpu} (claims quote the seed's A100 numbers):", "",
-                      md_table(headers, table), ""]
-    return lines

@@ -4,7 +4,8 @@ appended and flushed to RUN_DIR/results.jsonl as it ends.
 A hang (killed with its whole process group at the timeout), a crash (signal, non-zero exit), a Python
 exception or "No available kernel" each become a row and the sweep goes on. A rerun of the same plan into
 the same RUN_DIR skips cells already recorded (by cell key), so a killed sweep resumes; cells not started
-because the time limit ran out are recorded as `skipped` and run on the next launch.
+because the time limit ran out are recorded as `skipped` and run on the next launch. One launch per
+RUN_DIR at a time (RUN_DIR/lock, outputs/lock.py).
 
 Owns processes, the run directory and the time budget; does not measure anything itself.
 """
@@ -30,13 +31,14 @@ from inferlab.bench import model_refs
 from inferlab.bench.backends import get_backend
 from inferlab.bench.cells import Cell
 from inferlab.bench.plan import Plan
-from inferlab.bench.rows import FINISHED_STATUSES, UNAVAILABLE_MARKERS, Outcome, make_row
-from inferlab.bench.environment import gpu_idle_check
 from inferlab.bench.results import RESULTS_FILE, load_rows
+from inferlab.bench.rows import FINISHED_STATUSES, UNAVAILABLE_MARKERS, Outcome, make_row
 from inferlab.bench.scenarios import get_scenario
 from inferlab.child_processes import child_environment
+from inferlab.environment import gpu_idle_check
 from inferlab.errors import ConfigError
 from inferlab.jsonl_io import ResumableJsonlWriter
+from inferlab.outputs.lock import OutputLock
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +115,15 @@ def pending_cells(plan: Plan, run_dir: Path, rerun_failed: bool = False) -> tupl
 
 def launch(plan: Plan, options: LaunchOptions, on_start: Callable[[int, int, Cell], None] | None = None,
            on_done: Callable[[int, int, dict[str, Any]], None] | None = None) -> LaunchSummary:
+    """Run the plan's pending cells; a second launch on the same run folder meanwhile is refused (its rows
+    would be recorded twice)."""
     run_dir = options.run_dir.resolve()
+    with OutputLock(run_dir / "lock", f"the run folder {run_dir}"):
+        return _launch(plan, options, run_dir, on_start, on_done)
+
+
+def _launch(plan: Plan, options: LaunchOptions, run_dir: Path, on_start: Callable[[int, int, Cell], None] | None,
+            on_done: Callable[[int, int, dict[str, Any]], None] | None) -> LaunchSummary:
     for sub in ("logs", "cells", "cache"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     run_id = _run_id(run_dir, plan.name)
@@ -272,7 +282,7 @@ def _capture_environment(run_dir: Path) -> dict[str, Any]:
     log_path = run_dir / "logs" / "environment.log"
     out_path = run_dir / "env.json"
     exit_ = run_child([sys.executable, "-c", "import json,sys; from inferlab.child_processes import die_with_parent_from_"
-                       "environment as d; d(kill_group=True); from inferlab.bench.environment import capture_environment;"
+                       "environment as d; d(kill_group=True); from inferlab.environment import capture_environment;"
                        f" open({str(out_path)!r},'w').write(json.dumps(capture_environment()))"], log_path, 120.0)
     if exit_.returncode == 0 and out_path.is_file():
         return json.loads(out_path.read_text())

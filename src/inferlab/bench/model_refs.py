@@ -17,6 +17,7 @@ from typing import Any
 
 from inferlab.child_processes import child_environment
 from inferlab.errors import ConfigError
+from inferlab.models.config_file import read_config
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def model_config(model: str) -> dict[str, Any]:
         from inferlab.models.presets import get_preset
 
         return get_preset(model).make_config().to_dict()
-    return json.loads((Path(model).expanduser() / "config.json").read_text())
+    return read_config(Path(model).expanduser())
 
 
 def model_task(model: str) -> str:

@@ -1,7 +1,8 @@
 """`inferlab report`: result rows -> a Markdown report (one table per scenario x model x GPU, speedup
 against a chosen baseline, the winner marked), PNG plots (plots.py) and, where seed-preset rows exist,
-the "Do the seeds' findings hold?" section (findings.py) and, with peer rows (vLLM, transformers' continuous
-batching, xgrammar), "The engine beside its peers" (report_peers.py). Every number comes from the rows.
+the "Do the seeds' findings hold?" section (report_findings.py) and, with peer rows (vLLM, transformers'
+continuous batching, xgrammar), "The engine beside its peers" (report_peers.py). Every number comes from
+the rows.
 
 Speedup baseline: by default the first configuration of each workload (rows with equal workload knobs,
 e.g. the same batch size); with `--baseline attn_implementation=eager`, for each row the row of the
@@ -14,7 +15,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from inferlab.bench import findings, plots, report_peers
+from inferlab.bench import plots, report_findings, report_peers
 from inferlab.bench.markdown import md_table
 from inferlab.bench.report_columns import COLUMNS, DEFAULT_COLUMNS, TableContext
 from inferlab.bench.results import best_row, field_value, format_value, group_rows, headline, table_key, workload_key
@@ -122,7 +123,7 @@ def write_report(runs: list[str], rows: list[dict[str, Any]], out_dir: Path, bas
              + ", ".join(f"`{r}`" for r in runs) + ".",
              f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) + ".", "",
              "## Environment", "", _env_table(rows), ""]
-    lines += findings.render_section(rows)
+    lines += report_findings.render_section(rows)
     lines += report_peers.render_section(rows)
     lines += ["## Results", ""]
     for group in group_rows(rows, table_key).values():

@@ -1,22 +1,20 @@
-"""Clocks that wait for the device, a repeat-until-count-and-duration loop, and summary statistics.
+"""Clocks that wait for the device and a repeat-until-count-and-duration loop.
 
 Every timed region is bracketed by a device synchronisation (torch.cuda.synchronize on CUDA, nothing on
 CPU) and read with time.perf_counter. Warm-up calls run before the loop and never enter the samples;
 load, compile and first-call times are measured by the caller with `timed` and kept apart.
-Stats round-trip through JSON (to_dict / from_dict). torch is imported only when a CUDA clock is made.
-
-This is the project's one implementation of percentiles and summary statistics: the workloads'
-`latency_summary_ms` (workloads/stats.py) is built on `summarize`.
+torch is imported only when a CUDA clock is made. A Measurement's statistics are workloads/stats.py's
+`summarize`, the project's one implementation of percentiles and summary statistics.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from inferlab.workloads.stats import Stats, summarize
 
 
 def device_synchronizer(device: Any) -> Callable[[], None]:
@@ -59,72 +57,6 @@ def warm_up(call: Callable[[], Any], warmup: int, twin: bool, sync: Callable[[],
     with timed(sync) as t:
         call()
     return warmups, t.seconds
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's default)."""
-    if len(values) == 0:
-        raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-@dataclass(frozen=True)
-class Stats:
-    n: int
-    median: float
-    mean: float
-    p50: float
-    p90: float
-    p95: float
-    p99: float
-    min: float
-    max: float
-    stdev: float | None  # sample standard deviation; None with one sample
-    spread: float | None  # interquartile range / median; None with one sample or a zero median
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Stats":
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
-
-    def scaled(self, factor: float) -> "Stats":
-        """The same statistics in another unit (e.g. factor 1000: seconds -> milliseconds)."""
-        def s(v: float | None) -> float | None:
-            return None if v is None else v * factor
-        return Stats(self.n, self.median * factor, self.mean * factor, self.p50 * factor, self.p90 * factor,
-                     self.p95 * factor, self.p99 * factor, self.min * factor, self.max * factor, s(self.stdev),
-                     self.spread)
-
-    def latency_dict(self) -> dict[str, float]:
-        """The shared `latency_ms`-style subset."""
-        return {"p50": self.p50, "p90": self.p90, "p95": self.p95, "p99": self.p99}
-
-
-def summarize(samples: Sequence[float]) -> Stats:
-    if len(samples) == 0:
-        raise ValueError("no samples to summarize")
-    med = statistics.median(samples)
-    iqr = percentile(samples, 75) - percentile(samples, 25)
-    many = len(samples) > 1
-    return Stats(
-        n=len(samples),
-        median=med,
-        mean=statistics.fmean(samples),
-        p50=percentile(samples, 50),
-        p90=percentile(samples, 90),
-        p95=percentile(samples, 95),
-        p99=percentile(samples, 99),
-        min=min(samples),
-        max=max(samples),
-        stdev=statistics.stdev(samples) if many else None,
-        spread=(iqr / med) if many and med != 0 else None,
-    )
 
 
 @dataclass

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from inferlab.cli.device_arg import add_device_arg
+from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded, molecule_bounds
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
 
@@ -70,8 +71,10 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     e.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
                    help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA capability >= 8.9)")
+    add_input_bound_args(p, molecules=True)
+    add_overwrite_arg(p)
     add_scale_args(p)
-    add_config_arg(p, "conformers")  # inferlab tune's max_slots
+    add_config_arg(p, "conformers")  # inferlab tune's max_slots and kv_dtype
 
 
 def pipeline_config_from(args: argparse.Namespace):
@@ -88,6 +91,7 @@ def pipeline_config_from(args: argparse.Namespace):
         retry_errors=args.retry_errors,
         smiles_column=args.smiles_column,
         id_column=args.id_column,
+        input_bounds=molecule_bounds(args),
     )
 
 
@@ -113,15 +117,21 @@ def run_generate(args: argparse.Namespace) -> int:
     check_paths(args)
     config = pipeline_config_from(args)
     check_model(args.model)
-    if wants_scale_out(args):  # --gpus/--launcher: molecules sharded over workers (inferlab.scale)
-        if args.retry_errors:
-            raise ConfigError("--retry-errors runs without --gpus / --launcher for now: rerun the merged output's "
-                              "error rows with one process (the same --output), or rerun into a new output")
-        from inferlab.cli.scale_args import run_scaled_command
-        from inferlab.scale.workloads.conformer_pipeline import pipeline_params
+    if wants_scale_out(args) and args.retry_errors:
+        raise ConfigError("--retry-errors runs without --gpus / --launcher for now: rerun the merged output's "
+                          "error rows with one process (the same --output), or rerun into a new output")
+    from inferlab.scale.workloads.conformer_pipeline import CONFORMERS, pipeline_params
+    from inferlab.workloads.conformers.output import default_jsonl_path
 
-        return run_scaled_command(args, "conformers", pipeline_params(args.model, config, engine_options_from(args)))
-    return _run_here(args, config)
+    params = pipeline_params(args.model, config, engine_options_from(args))
+    outputs = [("--output", args.output, True), ("--output's rows", default_jsonl_path(args.output), True),
+               ("--summary-json", args.summary_json, False)]
+    with guarded(args, "conformers generate", CONFORMERS.settings(params), {"--input": args.input}, outputs):
+        if wants_scale_out(args):  # --gpus/--launcher: molecules sharded over workers (inferlab.scale)
+            from inferlab.cli.scale_args import run_scaled_command
+
+            return run_scaled_command(args, "conformers", params)
+        return _run_here(args, config)
 
 
 def check_paths(args: argparse.Namespace) -> None:
@@ -133,12 +143,12 @@ def check_paths(args: argparse.Namespace) -> None:
 
 
 def check_model(model: str) -> None:
-    """The checkpoint's config.json before any work starts: a missing folder is named as such (the tokenizer
-    check in the pipeline would otherwise report it as a folder without tokenizer files), here and before a
-    scale-out launches its workers."""
-    from inferlab.models.config import read_model_spec
+    """The checkpoint's config.json and weight files before any work starts (a missing folder is named as
+    such, a damaged config or pickle-only weights are refused), here and before a scale-out launches its
+    workers."""
+    from inferlab.models.checkpoint_check import check_engine_checkpoint
 
-    read_model_spec(model)
+    check_engine_checkpoint(model)
 
 
 def _run_here(args: argparse.Namespace, config) -> int:
@@ -187,12 +197,9 @@ def _run_here(args: argparse.Namespace, config) -> int:
 
 
 def write_summary_json(summary, path: str) -> None:
-    import json
-    from pathlib import Path
+    from inferlab.outputs.atomic import write_json_atomic
 
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(summary.as_dict(), indent=1, default=str) + "\n")
+    write_json_atomic(path, summary.as_dict())
 
 
 def print_summary(summary, output: str) -> None:

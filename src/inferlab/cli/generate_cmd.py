@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from inferlab.cli.device_arg import add_device_arg
+from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
 
@@ -69,13 +70,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="activations .safetensors (resumable with the JSONL: a rerun skips ids done in both)")
     t.add_argument("--collect-dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="dtype of the saved activations")
+    add_input_bound_args(p)
+    add_overwrite_arg(p)
     add_scale_args(p)
-    add_config_arg(p, "generate")  # inferlab tune's max_slots
+    add_config_arg(p, "generate")  # inferlab tune's max_slots and kv_dtype
     p.set_defaults(func=_generate, resumes=True)
 
 
 def _taps(args: argparse.Namespace, defaults):
-    """(SteerSettings | None, CollectSettings | None, run settings) from the flags; ConfigError on misuse."""
+    """(SteerSettings | None, CollectSettings | None, the activations' run settings) from the flags;
+    ConfigError on misuse."""
     from dataclasses import asdict
     from pathlib import Path
 
@@ -96,6 +100,18 @@ def _taps(args: argparse.Namespace, defaults):
     run_settings = {"model": str(Path(args.model).resolve()), "sampling": asdict(defaults), "seed": args.seed,
                     "dtype": args.dtype}
     return steer, collect, run_settings
+
+
+def check_model(model: str, backend: str) -> None:
+    """The checkpoint before any work: config.json checked, and where the engine will run it (not --backend
+    hf, nor an architecture the engine leaves to transformers) its config and safetensors weights."""
+    from inferlab.models.checkpoint_check import check_engine_checkpoint
+    from inferlab.models.config_file import read_config
+    from inferlab.workloads.text import engine_architecture_problem
+
+    read_config(model)
+    if backend != "hf" and engine_architecture_problem(model) is None:
+        check_engine_checkpoint(model)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -130,8 +146,7 @@ def _generate(args: argparse.Namespace) -> int:
         kv_dtype=args.kv_dtype,
     )
     steer, collect, run_settings = _taps(args, defaults)
-    if wants_scale_out(args):  # --gpus/--launcher: prompts sharded over workers by estimated tokens
-        from inferlab.cli.scale_args import run_scaled_command
+    if wants_scale_out(args):
         from inferlab.errors import ConfigError
 
         if steer is not None or collect is not None:
@@ -140,21 +155,35 @@ def _generate(args: argparse.Namespace) -> int:
         if args.retry_errors:
             raise ConfigError("--retry-errors runs without --gpus / --launcher for now: rerun the merged output's "
                               "error rows with one process (the same --output), or rerun into a new output")
-        from inferlab.scale.workloads.generate import generate_params
+    check_model(args.model, args.backend)
+    from inferlab.scale.workloads.generate import GENERATE, generate_params
+    from inferlab.workloads.activation_store import store_folder
 
-        engine_options = {k: v for k, v in options.items() if k != "device"}  # each worker has its own device
-        params = generate_params(args.model, defaults, backend=args.backend, engine_options=engine_options,
-                                 text_workload=True)
-        return run_scaled_command(args, "generate", params)
-    progress = TokenRateBar("row", smoothing=0.1)
-    try:
-        summary = run_text_generation(
-            args.input, args.output, lambda: open_backend(args.backend, args.model, options, steer and steer.vectors),
-            defaults, progress.start, progress.row, steer, collect, run_settings, args.retry_errors,
-            args.max_seq_len or model_positions(args.model),
-        )
-    finally:
-        progress.close()
+    engine_options = {k: v for k, v in options.items() if k != "device"}  # each worker has its own device
+    params = generate_params(args.model, defaults, backend=args.backend, engine_options=engine_options,
+                             text_workload=True, max_line_chars=args.max_line_chars)
+    settings = {**GENERATE.settings(params), "steering": steer.describe() if steer else None,
+                "collect": collect.describe() if collect else None}
+    outputs = [("--output", args.output, True)]
+    if collect is not None:
+        outputs += [("--collect-output", collect.output, True),
+                    ("--collect-output's shards", store_folder(collect.output), True)]
+    with guarded(args, "generate", settings, {"--input": args.input, "--steer": args.steer}, outputs):
+        if wants_scale_out(args):  # --gpus/--launcher: prompts sharded over workers by estimated tokens
+            from inferlab.cli.scale_args import run_scaled_command
+
+            return run_scaled_command(args, "generate", params)
+        progress = TokenRateBar("row", smoothing=0.1)
+        try:
+            summary = run_text_generation(
+                args.input, args.output,
+                lambda: open_backend(args.backend, args.model, options, steer and steer.vectors),
+                defaults, progress.start, progress.row, steer, collect, run_settings,
+                retry_errors=args.retry_errors, row_positions=args.max_seq_len or model_positions(args.model),
+                max_line_chars=args.max_line_chars,
+            )
+        finally:
+            progress.close()
     elapsed = time.perf_counter() - progress.started
     retried = f", {summary.retried} error rows of earlier runs run again" if summary.retried else ""
     print(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from inferlab.cli.hf_workload_args import add_batch_args, add_model_args
+from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 
 
@@ -25,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save-dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--shard-rows", type=int, default=1024, help="input lines per shard (tokenised and sorted together)")
     add_batch_args(p, text_field="prompt")
+    add_input_bound_args(p)
+    add_overwrite_arg(p)
     add_scale_args(p)
     p.set_defaults(func=_run, resumes=True)
 
@@ -49,16 +52,22 @@ def _run(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         shard_rows=args.shard_rows,
         save_dtype=args.save_dtype,
+        max_line_chars=args.max_line_chars,
     )
     require_paths(args, (".safetensors",), "a safetensors file of pooled hidden states")
-    if wants_scale_out(args):  # --gpus/--launcher: shards on several workers (inferlab.scale)
-        from inferlab.cli.scale_args import run_scaled_command
-        from inferlab.scale.workloads.hidden_states import hidden_states_params
+    from inferlab.scale.workloads.hidden_states import HIDDEN_STATES, hidden_states_params
+    from inferlab.workloads.activation_store import store_folder
 
-        return run_scaled_command(args, "hidden-states", hidden_states_params(load_config_from(args), options))
-    loaded = load_base_model(load_config_from(args))
-    with progress_bar(args.input, unit="prompt") as progress:
-        report = collect_hidden_states(loaded, args.input, args.output, options, progress=progress)
+    params = hidden_states_params(load_config_from(args), options)
+    with guarded(args, "hidden-states", HIDDEN_STATES.settings(params), {"--input": args.input},
+                 [("--output", args.output, True), ("--output's shards", store_folder(args.output), True)]):
+        if wants_scale_out(args):  # --gpus/--launcher: shards on several workers (inferlab.scale)
+            from inferlab.cli.scale_args import run_scaled_command
+
+            return run_scaled_command(args, "hidden-states", params)
+        loaded = load_base_model(load_config_from(args))
+        with progress_bar(args.input, unit="prompt") as progress:
+            report = collect_hidden_states(loaded, args.input, args.output, options, progress=progress)
     print_summary(report.summary())
     print(f"wrote {args.output}")
     return 0

@@ -1,30 +1,80 @@
 """The generation engine: static KV cache, CUDA-graph decode, GPU sampling, continuous batching.
 
-`Engine` and `EngineConfig` are imported lazily so that `import inferlab.engine.<module>` stays light.
+This package is the engine's whole public surface: code outside inferlab.engine imports these names from
+here, never from its submodules (an import-linter contract in pyproject.toml holds it). Each name is
+imported on first use, so `import inferlab.engine` stays light (no torch).
+
+- Engine, EngineConfig, EngineStats: the engine, its settings, its figures.
+- Request, Result, SamplingParams, Steer, Collect: the request and result types (inferlab.types).
+- compile_program: a constraint (segments) -> the ConstraintProgram a Request carries (inferlab.constraints).
+- SteeringVectors: named steering vectors from a safetensors file (Engine.add_steering_vectors).
+- resolve_steering, SteerEntry, resolve_collect, CollectPlan, wants_taps: the engine's host-side checks of a
+  request's steering and collection, pure functions that other backends (the transformers fallback) share
+  so that every backend refuses the same requests alike.
+- plan_without_loading, resolve_device, fp8_kv_supported: the memory plan an EngineConfig would get (no
+  weights loaded), the device "auto" resolves to, and whether that device runs an FP8 KV cache.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Engine", "EngineConfig", "EngineStats", "SteeringVectors"]
+__all__ = [
+    "Collect",
+    "CollectPlan",
+    "Engine",
+    "EngineConfig",
+    "EngineStats",
+    "Request",
+    "Result",
+    "SamplingParams",
+    "Steer",
+    "SteerEntry",
+    "SteeringVectors",
+    "compile_program",
+    "fp8_kv_supported",
+    "plan_without_loading",
+    "resolve_collect",
+    "resolve_device",
+    "resolve_steering",
+    "wants_taps",
+]
 
 
 def __getattr__(name: str) -> Any:
     if name == "Engine":
-        from inferlab.engine.engine import Engine
+        from inferlab.engine.engine import Engine as value
+    elif name == "EngineConfig":
+        from inferlab.engine.config import EngineConfig as value
+    elif name == "EngineStats":
+        from inferlab.engine.stats import EngineStats as value
+    elif name == "SteeringVectors":
+        from inferlab.engine.steering_vectors import SteeringVectors as value
+    elif name == "resolve_steering":
+        from inferlab.engine.steering import resolve_steering as value
+    elif name == "SteerEntry":
+        from inferlab.engine.steering import SteerEntry as value
+    elif name == "resolve_collect":
+        from inferlab.engine.collection import resolve_collect as value
+    elif name == "CollectPlan":
+        from inferlab.engine.collection import CollectPlan as value
+    elif name == "wants_taps":
+        from inferlab.engine.tap_support import wants_taps as value
+    elif name in ("plan_without_loading", "resolve_device", "fp8_kv_supported"):
+        import inferlab.engine.startup
 
-        return Engine
-    if name == "EngineConfig":
-        from inferlab.engine.config import EngineConfig
+        value = getattr(inferlab.engine.startup, name)
+    elif name == "compile_program":
+        from inferlab.constraints.program import compile_program as value
+    elif name in ("Request", "Result", "SamplingParams", "Steer", "Collect"):
+        import inferlab.types
 
-        return EngineConfig
-    if name == "SteeringVectors":
-        from inferlab.engine.steering_vectors import SteeringVectors
+        value = getattr(inferlab.types, name)
+    else:
+        raise AttributeError(f"module 'inferlab.engine' has no attribute {name!r}")
+    globals()[name] = value  # the next lookup finds it without this function
+    return value
 
-        return SteeringVectors
-    if name == "EngineStats":
-        from inferlab.engine.stats import EngineStats
 
-        return EngineStats
-    raise AttributeError(f"module 'inferlab.engine' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -9,7 +9,7 @@ first constrained request may arrive while rows are live. An engine that never s
 none of it, and unconstrained batches keep replaying graphs without the constraint. A failure to build
 (no tokenizer, a vocabulary smaller than the tokenizer, ...) is kept and returned as the reason for every
 constrained request, which then becomes an error Result.
-Not here: the runtime itself (constraints/runtime.py), the step (step.py), admission (runner.py).
+Not here: the runtime itself (engine/constraints/runtime.py), the step (step.py), admission (runner.py).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class EngineConstraints:
 
     def check(self, program: Any) -> str | None:
         """None when the engine can run `program`, else the reason (for the request's error Result)."""
-        from inferlab.engine.constraints.program import ConstraintProgram
+        from inferlab.constraints.program import ConstraintProgram
 
         if not isinstance(program, ConstraintProgram):
             return (
@@ -77,8 +77,8 @@ class EngineConstraints:
     def _ensure_runtime(self):
         if self.runtime is not None or self.failure is not None:
             return self.runtime
+        from inferlab.constraints.token_automaton import grammar_set_for
         from inferlab.engine.constraints.runtime import ConstraintRuntime
-        from inferlab.engine.constraints.token_automaton import grammar_set_for
 
         t0 = time.perf_counter()
         try:

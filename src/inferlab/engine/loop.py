@@ -26,23 +26,42 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
 from inferlab.engine.collection import AwaitingResults
+from inferlab.engine.config import EngineConfig
 from inferlab.engine.graphs import Variant, bucket_for
 from inferlab.engine.intake import Prepared, RequestSource, finished_result
 from inferlab.engine.rows import REASON_NAMES
+from inferlab.engine.runner import ModelRunner
 from inferlab.engine.scheduler import Scheduler
-from inferlab.engine.snapshots import HEADER, Snapshot
-from inferlab.engine.stats import PhaseClock
+from inferlab.engine.snapshots import HEADER, Snapshot, SnapshotBuffers
+from inferlab.engine.stats import EngineStats, PhaseClock
 from inferlab.types import Request, Result
 
-if TYPE_CHECKING:
-    from inferlab.engine.engine import Engine
-
 Indexed = tuple[int, Result]  # (the request's position in the caller's iterable, its Result)
+
+
+@dataclass(frozen=True)
+class LoopParts:
+    """What one generate/stream call uses of its Engine. The device-side objects (runner, snapshot buffers,
+    tokenizer) are fetched at each use, never kept: Engine.close() must be able to drop them under a live
+    stream, after which the fetch raises EngineClosedError."""
+
+    config: EngineConfig
+    stats: EngineStats
+    slots: int
+    max_prefill_tokens: int
+    kv_bytes_per_token: int  # the cache's bytes per position (fp8 scales included): decode bytes counted
+    cuda: bool
+    runner: Callable[[], ModelRunner]
+    snapshots: Callable[[], SnapshotBuffers]
+    tokenizer: Callable[[], Any]  # None for an engine started with load_tokenizer=False
+    prepare: Callable[[int, Request], Prepared | Result]  # intake of one request pulled from the iterable
+    sync_device: Callable[[], None]
+    after_run: Callable[[], None]  # the engine's figures that change after start-up (lazy graphs, peak memory)
 
 
 @dataclass
@@ -56,34 +75,34 @@ class _RowBook:
 
 
 class GenerationLoop:
-    def __init__(self, engine: "Engine", requests: Iterable[Request]) -> None:
-        self.engine = engine  # the runner is always reached through it: close() must be able to drop it
-        self.stats = engine.stats
-        config = engine.config
-        slots = engine.plan.slots
+    def __init__(self, parts: LoopParts, requests: Iterable[Request]) -> None:
+        self.parts = parts
+        self.stats = parts.stats
+        config = parts.config
+        slots = parts.slots
         min_admission = config.min_admission or max(1, slots // 16)
         self.scheduler: Scheduler[Prepared] = Scheduler(
-            slots, engine.max_prefill_tokens, config.batching, lambda p: p.prompt_len, min_admission,
+            slots, parts.max_prefill_tokens, config.batching, lambda p: p.prompt_len, min_admission,
             (lambda p: p.prompt_key) if config.share_prompts else None, config.prefill_by_length,
         )  # fmt: skip
         self.queue_ahead = config.queue_ahead if config.queue_ahead is not None else max(min_admission, slots // 8)
-        self.source = RequestSource(requests, engine._prepare_request)
-        self.clock = PhaseClock(cuda=engine.device.type == "cuda")
+        self.source = RequestSource(requests, parts.prepare)
+        self.clock = PhaseClock(cuda=parts.cuda)
         self.book = _RowBook([0] * slots, [0] * slots)
         self.pending: Snapshot | None = None  # the snapshot of the chunk in flight, read at the next sync point
         self._fresh: Snapshot | None = None  # the snapshot just launched (becomes `pending` once collected)
         self.awaiting = AwaitingResults()  # collecting Results, their activations in flight
 
     @property
-    def runner(self):
-        return self.engine.runner
+    def runner(self) -> ModelRunner:
+        return self.parts.runner()
 
     # ---- the call ---------------------------------------------------------------------------------------
     def run(self) -> Iterator[Indexed]:
         """Sync points until the iterable is exhausted and every request has its Result. The caller's code
         (the iterable, the consumer of the results) always runs outside inference mode."""
         started = time.perf_counter()
-        self.runner.release(range(self.engine.plan.slots))  # rows an abandoned stream left behind
+        self.runner.release(range(self.parts.slots))  # rows an abandoned stream left behind
         while True:
             yield from self._pull(self._needed_now(), blocking=True)
             if not self.scheduler.has_work() and self.pending is None:
@@ -95,13 +114,13 @@ class GenerationLoop:
             if steps > 0:  # the device has a chunk to run: pull ahead now rather than before the next launch
                 yield from self._pull(self.queue_ahead - len(self.scheduler.waiting), blocking=False)
         yield from self.awaiting.deliver()
-        self.engine._sync_device()
+        self.parts.sync_device()
         self.clock.resolve()
         stats = self.stats
         stats.prefill_s += self.clock.totals.get("prefill", 0.0)
         stats.decode_s += self.clock.totals.get("decode", 0.0)
         stats.generate_s += time.perf_counter() - started
-        self.engine._update_late_stats()
+        self.parts.after_run()
 
     def _needed_now(self) -> int:
         """Requests to pull before this sync point's launch (see the module docstring)."""
@@ -142,7 +161,7 @@ class GenerationLoop:
             live = scheduler.live_rows
             b = bucket_for(live[-1] + 1, self.runner.sizes)
             holders = [(r, scheduler.item(r)) for r in live]
-            self._fresh = self.engine._snapshots.take(self.runner.rows, b, steps + 1, holders)
+            self._fresh = self.parts.snapshots().take(self.runner.rows, b, steps + 1, holders)
         return steps
 
     @torch.inference_mode()
@@ -157,7 +176,7 @@ class GenerationLoop:
         if fresh is not None and steps == 0 and not results:  # nothing ran that the wait could overlap
             results += self._read(fresh)
             self.pending = None
-        if self.engine.config.compact_rows and not scheduler.waiting and self.source.exhausted:
+        if self.parts.config.compact_rows and not scheduler.waiting and self.source.exhausted:
             self._compact()  # with more requests to come, free rows refill instead
         return results
 
@@ -188,7 +207,7 @@ class GenerationLoop:
         items = [scheduler.item(r) for r in live]
         # a live row needs at most max_new - 1 decode steps after its prefill token
         remaining = max(item.sampling.max_new_tokens - 1 - book.steps_done[r] for r, item in zip(live, items))
-        steps = max(0, min(self.engine.config.decode_steps_per_sync, remaining))
+        steps = max(0, min(self.parts.config.decode_steps_per_sync, remaining))
         if steps == 0:
             return 0
         variant = Variant(max(item.filter_level for item in items), any(item.constraint is not None for item in items),
@@ -199,7 +218,7 @@ class GenerationLoop:
         # bytes read: all weights per step, and each row's KV up to its length (1 for idle rows)
         lengths = sum(book.last_len[r] for r in live) + (b - len(live))
         kv_tokens = steps * lengths + len(live) * steps * (steps - 1) // 2
-        stats.decode_bytes += steps * stats.weight_bytes + kv_tokens * self.engine.kv_bytes_per_token
+        stats.decode_bytes += steps * stats.weight_bytes + kv_tokens * self.parts.kv_bytes_per_token
         for r in range(b):
             book.steps_done[r] += steps
             book.last_len[r] += steps
@@ -212,7 +231,7 @@ class GenerationLoop:
         data = snapshot.rows()
         self.stats.syncs += 1
         self.clock.resolve()  # fold the finished phase events now: a long run must not hoard them
-        engine = self.engine
+        tokenizer, decode_text = self.parts.tokenizer(), self.parts.config.decode_text
         results, released = self.awaiting.deliver(), []
         collected: list[tuple[int, Result, Prepared]] = []
         for row, item in snapshot.holders:
@@ -227,7 +246,7 @@ class GenerationLoop:
                 self.scheduler.retire(item.row)
                 self.stats.generated_tokens += len(item.tokens)
                 result = finished_result(
-                    item, item.tokens, REASON_NAMES[reason], engine.tokenizer, engine.config.decode_text
+                    item, item.tokens, REASON_NAMES[reason], tokenizer, decode_text
                 )
                 if item.collect is not None:
                     collected.append((item.index, result, item))

@@ -79,7 +79,7 @@ def _powers_up_to(lo: int, cap: int) -> list[int]:
 class PrefillGraphs:
     def __init__(self, model: Any, cache: KVCache, row_slots: torch.Tensor, max_lanes: int, max_len: int,
                  max_tokens: int, capturer: Capturer, taps: RowTaps) -> None:
-        self.model = model  # models/llama.py or gemma.py: prefill(tokens, lengths, slots, cache, taps, out)
+        self.model = model  # forwards/llama.py or gemma.py: prefill(tokens, lengths, slots, cache, taps, out)
         self.cache = cache
         self.row_slots = row_slots  # RowState.slots [R]: row -> KV slot, read inside the graph
         self.max_lanes = max_lanes

@@ -3,7 +3,7 @@ collection ("taps" on the residual stream), and the runner's per-row side of the
 
 `LayerTaps` is built per forward call (per decode graph at capture, per prefill batch) over static buffers;
 the model calls `after_layer(i, delta, residual, weight, eps[, unit_offset, x_norm])` where it would call
-`ops.add_rms_norm` (models/llama.py, models/gemma.py: the same norm variant arguments):
+`ops.add_rms_norm` (forwards/llama.py, forwards/gemma.py: the same norm variant arguments):
     h, x = add_steer_rms_norm(delta, residual, next_norm)   # x: the residual after layer i, steered
     collect_rows(x (prefill: each prompt's last position), layer i's buffers)   # collected layers only
 `RowTaps` holds the runner's optional SteeringTable and ActivationBuffers (None until the engine meets a

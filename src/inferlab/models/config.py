@@ -19,24 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.errors import ConfigError, InputError, UnsupportedError
-
-
-@dataclass(frozen=True)
-class RopeSpec:
-    """Rotary embedding parameters; `rope_type` selects the inverse-frequency rule in models/rope.py."""
-
-    theta: float
-    rope_type: str = "default"
-    # The scaling parameters of the chosen type (e.g. llama3: factor, low_freq_factor, high_freq_factor,
-    # original_max_position_embeddings), as a sorted tuple of pairs so the spec stays hashable.
-    params: tuple[tuple[str, Any], ...] = ()
-    partial_rotary_factor: float = 1.0
-
-    def param(self, name: str) -> Any:
-        for key, value in self.params:
-            if key == name:
-                return value
-        raise ConfigError(f"rope_type {self.rope_type!r} needs {name!r} in the config's rope parameters")
+from inferlab.models.config_file import read_config
+from inferlab.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields
+from inferlab.models.registry import family_for
+from inferlab.models.rope_spec import RopeSpec, rope_from_parameters
 
 
 @dataclass(frozen=True)
@@ -60,7 +46,7 @@ class ModelSpec:
     o_bias: bool  # Llama with attention_bias
     qk_norm: bool  # Qwen3: RMSNorm over head_dim on q and k before rope
     sliding_window: int | None  # None when the model attends over the whole context
-    # --- Gemma family (models/gemma.py); the defaults are the Llama family's ---
+    # --- Gemma family (engine/forwards/gemma.py); the defaults are the Llama family's ---
     activation: str = "silu"  # the MLP's gate activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU, tanh approximation)
     embedding_scale: float | None = None  # Gemma: sqrt(hidden), rounded to the model dtype, times the embeddings
     norm_unit_offset: bool = False  # Gemma: every RMSNorm scales by (1 + w), computed in fp32 and rounded once
@@ -124,9 +110,12 @@ def _as_id_tuple(value: Any) -> tuple[int, ...]:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}); the checkpoint is damaged") from None
+        data = json.loads(path.read_text())
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"{path} is not valid JSON ({e}); the checkpoint is damaged") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path} holds a JSON {type(data).__name__}, not an object; the checkpoint is damaged")
+    return data
 
 
 def _rope_from_config(cfg: dict[str, Any]) -> RopeSpec:
@@ -136,19 +125,6 @@ def _rope_from_config(cfg: dict[str, Any]) -> RopeSpec:
         if "rope_theta" in cfg:
             params["rope_theta"] = cfg["rope_theta"]
     return rope_from_parameters(params, cfg, default_theta=10000.0)
-
-
-def rope_from_parameters(params: dict[str, Any], cfg: dict[str, Any], default_theta: float) -> RopeSpec:
-    """A RopeSpec from one rope parameter dict ({rope_type | type, rope_theta, scaling parameters...})."""
-    params = dict(params)
-    rope_type = params.pop("rope_type", None) or params.pop("type", None) or "default"
-    theta = params.pop("rope_theta", cfg.get("rope_theta", default_theta))
-    partial = params.pop("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
-    if partial != 1.0:
-        raise UnsupportedError(
-            f"partial_rotary_factor={partial} is not supported by the inferlab engine; use --backend hf"
-        )
-    return RopeSpec(theta=float(theta), rope_type=str(rope_type), params=tuple(sorted(params.items())))
 
 
 def _sliding_window(cfg: dict[str, Any]) -> int | None:
@@ -168,26 +144,24 @@ def read_model_spec(model_dir: str | Path) -> ModelSpec:
     """Parse `model_dir`/config.json (+ generation_config.json when present) into a ModelSpec."""
     root = Path(model_dir)
     config_path = root / "config.json"
-    if not root.is_dir():
-        raise InputError(f"model folder {root} does not exist; pass a local HuggingFace checkpoint folder as --model "
-                         "(or make one: inferlab model init --preset tiny --out DIR)")
-    if not config_path.exists():
-        raise InputError(f"{root} has no config.json, so it is not a HuggingFace checkpoint folder; pass one as "
-                         "--model (or make one: inferlab model init --preset tiny --out DIR)")
-    cfg = _read_json(config_path)
+    cfg = read_config(root)  # a JSON object whose sizes are whole numbers in range (config_file.py)
+    try:
+        return _spec_from_config(cfg, root, config_path)
+    except (TypeError, ValueError, AttributeError, KeyError) as e:  # a field of the wrong JSON type
+        raise InputError(f"{config_path} has a field of the wrong type ({type(e).__name__}: {e}); the checkpoint is "
+                         "damaged or not a HuggingFace model: re-download or re-save it") from None
+
+
+def _spec_from_config(cfg: dict[str, Any], root: Path, config_path: Path) -> ModelSpec:
     architectures = cfg.get("architectures") or []
-    if not architectures:
-        raise InputError(f"{config_path} has no 'architectures' entry; cannot tell which model this is")
+    if not isinstance(architectures, list) or not architectures:
+        raise InputError(f"{config_path} has no 'architectures' list; cannot tell which model this is")
     missing = [key for key in _REQUIRED_KEYS if key not in cfg]
     if missing:  # another family's config (GPT-2 names these n_head, n_layer...): say so before a KeyError
-        from inferlab.models.registry import implementation_for
-
-        implementation_for(str(architectures[0]))  # UnsupportedError for an architecture we do not implement
+        family_for(str(architectures[0]))  # UnsupportedError for an architecture we do not implement
         raise InputError(f"{config_path} lacks {', '.join(missing)}; is this a complete HuggingFace config?")
     if cfg.get("mlp_bias"):
         raise UnsupportedError("mlp_bias=true is not supported by the inferlab engine; use --backend hf")
-    from inferlab.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields  # it imports this module
-
     model_type = str(cfg.get("model_type", ""))
     if model_type in GEMMA_MODEL_TYPES:
         family = gemma_fields(cfg, model_type)  # activation, norms, soft-caps, windows, ropes (gemma_config.py)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferlab.errors import ConfigError, UnsupportedError
-from inferlab.models.config import RopeSpec, rope_from_parameters
+from inferlab.models.rope_spec import RopeSpec, rope_from_parameters
 
 GEMMA_MODEL_TYPES = ("gemma", "gemma2", "gemma3_text")
 SLIDING, GLOBAL = "sliding_attention", "full_attention"

@@ -1,48 +1,30 @@
-"""Which checkpoint architectures the engine implements, and with which model code.
+"""Which checkpoint architectures the engine implements, and in which forward family.
 
-`config.architectures[0]` is looked up here; the implementation is imported lazily so that reading the
-registry costs nothing. Anything not listed raises UnsupportedError naming the architecture, the supported
-list and the fallback (`--backend hf`, the transformers path of the workloads).
+`config.architectures[0]` is looked up here (names only: the forward classes are the engine's,
+engine/forwards/registry.py). Anything not listed raises UnsupportedError naming the architecture, the
+supported list and the fallback (`--backend hf`, the transformers path of the workloads).
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
-
 from inferlab.errors import UnsupportedError
 
-
-@dataclass(frozen=True)
-class Implementation:
-    module: str  # where the model class lives
-    cls: str  # the class: built with (spec, weights, ops, max_positions)
-
-    def load(self) -> type:
-        return getattr(importlib.import_module(self.module), self.cls)
-
-
-_LLAMA = Implementation("inferlab.models.llama", "LlamaModel")
-_GEMMA = Implementation("inferlab.models.gemma", "GemmaModel")
+LLAMA, GEMMA = "llama", "gemma"
 
 # One compact forward per family; ModelSpec carries the differences within it (bias, q/k norm, post-norms,
 # soft-caps, windows, ...). Gemma 3 means the text model (model_type gemma3_text), not the multimodal one.
-ARCHITECTURES: dict[str, Implementation] = {
-    "LlamaForCausalLM": _LLAMA,
-    "MistralForCausalLM": _LLAMA,
-    "Qwen2ForCausalLM": _LLAMA,
-    "Qwen3ForCausalLM": _LLAMA,
-    "GemmaForCausalLM": _GEMMA,
-    "Gemma2ForCausalLM": _GEMMA,
-    "Gemma3ForCausalLM": _GEMMA,
+ARCHITECTURES: dict[str, str] = {
+    "LlamaForCausalLM": LLAMA,
+    "MistralForCausalLM": LLAMA,
+    "Qwen2ForCausalLM": LLAMA,
+    "Qwen3ForCausalLM": LLAMA,
+    "GemmaForCausalLM": GEMMA,
+    "Gemma2ForCausalLM": GEMMA,
+    "Gemma3ForCausalLM": GEMMA,
 }
 
 
-def is_supported(architecture: str) -> bool:
-    return architecture in ARCHITECTURES
-
-
-def implementation_for(architecture: str) -> Implementation:
+def family_for(architecture: str) -> str:
     try:
         return ARCHITECTURES[architecture]
     except KeyError:

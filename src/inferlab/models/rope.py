@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from inferlab.errors import UnsupportedError
-from inferlab.models.config import RopeSpec
+from inferlab.models.rope_spec import RopeSpec
 
 
 def _default_inv_freq(rope: RopeSpec, head_dim: int) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""The engine's weight layout: what models/loader.py produces and models/llama.py / gemma.py read.
+"""The engine's weight layout: what models/loader.py produces and engine/forwards/llama.py / gemma.py read.
 
 Fused at load: q/k/v become one [q_size + 2 * kv_size, hidden] matrix and gate/up one [2 * intermediate,
 hidden] matrix, so a layer runs four matmuls instead of seven. Plain containers, no behaviour.

@@ -21,6 +21,8 @@ from typing import Any, Callable, Iterable
 import torch
 
 from inferlab.errors import ConfigError, InputError
+from inferlab.models.config_file import read_config
+from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS, check_max_line_chars
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
 from inferlab.workloads.batching import BatchLimits, pad_batch, reorder_jsonl
 from inferlab.workloads.hf_loading import (
@@ -54,9 +56,11 @@ class ClassifyOptions:
     max_batch_tokens: int | None = 131072  # rows x padded length of one batch
     text_field: str = "text"
     chunk_rows: int = 4096  # input lines tokenised in one call and length-sorted together
+    max_line_chars: int = DEFAULT_MAX_LINE_CHARS  # an input line over it is an error record
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
     def __post_init__(self) -> None:
+        check_max_line_chars(self.max_line_chars)
         BatchLimits(self.batch_size, self.max_batch_tokens)  # validates both
         if self.max_length is not None and self.max_length < 1:
             raise ConfigError(f"max_length={self.max_length} must be >= 1")
@@ -194,14 +198,10 @@ def load_classifier(load_config: ModelLoadConfig) -> Classifier:
 def _require_classification_head(model_dir: str | Path) -> None:
     """Refuse a checkpoint without a classification head: transformers would give it a random one (and
     random labels) with only a warning."""
-    import json
-
     path = check_model_dir(model_dir)
-    try:
-        architectures = json.loads((path / "config.json").read_text()).get("architectures") or []
-    except (OSError, ValueError):
-        return  # transformers reports an unreadable config itself
-    if architectures and not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+    architectures = read_config(path).get("architectures") or []
+    if isinstance(architectures, list) and architectures and not any(
+            str(a).endswith("ForSequenceClassification") for a in architectures):
         raise InputError(
             f"{path} is a {architectures[0]} checkpoint, without a sequence-classification head: classify would "
             "get a randomly initialised one. Pass a ...ForSequenceClassification checkpoint as --model (a test "
@@ -222,6 +222,7 @@ def classify_file(
     with ResumableJsonlWriter(output_path, kind_fields=("status",)) as writer:
         if writer.done:
             log.info("resuming: %d ids already in %s", len(writer.done), output_path)
-        report, ids_in_order = classify_records(classifier, read_jsonl_records(input_path), writer, options, progress)
+        records = read_jsonl_records(input_path, max_line_chars=options.max_line_chars)
+        report, ids_in_order = classify_records(classifier, records, writer, options, progress)
     reorder_jsonl(output_path, ids_in_order)
     return report

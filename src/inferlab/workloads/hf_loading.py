@@ -19,6 +19,7 @@ import transformers
 from packaging.version import Version
 
 from inferlab.errors import ConfigError, InputError, UnsupportedError
+from inferlab.models.config_file import read_config
 from inferlab.workloads.quantization import check_quantization_available, quantize_model, validate_quantization_name
 
 log = logging.getLogger(__name__)
@@ -103,10 +104,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 def check_model_dir(model_dir: str | Path) -> Path:
     path = Path(model_dir)
-    if not path.is_dir():
-        raise InputError(f"model directory {path} does not exist; pass a local HuggingFace checkpoint folder")
-    if not (path / "config.json").exists():
-        raise InputError(f"{path} has no config.json; pass a HuggingFace checkpoint folder (or `inferlab model init`)")
+    read_config(path)  # the folder, and a JSON object with sizes in range before transformers sizes anything by it
     return path
 
 

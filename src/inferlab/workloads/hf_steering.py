@@ -21,8 +21,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from inferlab.engine.collection import CollectPlan
-from inferlab.engine.steering import SteerEntry
+from inferlab.engine import CollectPlan, SteerEntry
 from inferlab.workloads.activations import find_decoder_layers
 from inferlab.workloads.hf_loading import text_config_of
 

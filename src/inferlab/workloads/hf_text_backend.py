@@ -28,10 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from inferlab.engine.collection import CollectPlan, resolve_collect
-from inferlab.engine.steering import SteerEntry, resolve_steering
-from inferlab.engine.steering_vectors import SteeringVectors
-from inferlab.engine.tap_support import wants_taps
+from inferlab.engine import CollectPlan, SteerEntry, SteeringVectors, resolve_collect, resolve_steering, wants_taps
 from inferlab.errors import ConfigError
 from inferlab.types import Request, Result, SamplingParams, Timings
 from inferlab.workloads.batching import BatchLimits

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import torch
 
 from inferlab.errors import ConfigError, InputError
+from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS, check_max_line_chars
 from inferlab.jsonl_io import read_jsonl_records
 from inferlab.workloads.activation_store import ActivationStore
 from inferlab.workloads.activations import POOLERS, HiddenStateCollector
@@ -55,9 +56,11 @@ class HiddenStatesOptions:
     text_field: str = "prompt"
     shard_rows: int = 1024  # input lines per chunk: one tokenizer call, one length sort, one shard
     save_dtype: str = "float32"
+    max_line_chars: int = DEFAULT_MAX_LINE_CHARS  # an input line over it is an error record
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
     def __post_init__(self) -> None:
+        check_max_line_chars(self.max_line_chars)
         BatchLimits(self.batch_size, self.max_batch_tokens)
         if self.pool not in POOLERS:
             raise ConfigError(f"pool {self.pool!r} is not known; use one of {', '.join(POOLERS)}")
@@ -158,7 +161,7 @@ def collect_hidden_states(
     )
     limits = BatchLimits(options.batch_size, options.max_batch_tokens)
     try:
-        records = read_jsonl_records(input_path)
+        records = read_jsonl_records(input_path, max_line_chars=options.max_line_chars)
         for rows, errors in preparer.chunks(records, options.shard_rows):
             for record in errors:
                 write_error(record)

@@ -24,15 +24,15 @@ the JSONL) are text_taps.py's; both backends run them.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from inferlab.engine.steering_vectors import SteeringVectors
-from inferlab.errors import ConfigError, UnsupportedError
+from inferlab.engine import SteeringVectors
+from inferlab.errors import ConfigError, InputError, UnsupportedError
 from inferlab.input_order import InputOrder
+from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
 from inferlab.types import Collect, Request, Result, SamplingParams
 from inferlab.workloads.text_taps import ActivationSink, CollectSettings, SteerSettings, line_steering
@@ -132,15 +132,13 @@ BACKENDS: dict[str, BackendFactory] = {"inferlab": engine_backend, "hf": hf_back
 
 def engine_architecture_problem(model_dir: str) -> str | None:
     """Why the engine cannot serve `model_dir`'s architecture (config.json, read cheaply), or None."""
-    from inferlab.models.registry import implementation_for
+    from inferlab.models.config_file import read_config
+    from inferlab.models.registry import family_for
 
+    architectures = read_config(model_dir).get("architectures") or []  # InputError for a damaged config.json
     try:
-        architectures = json.loads((Path(model_dir) / "config.json").read_text()).get("architectures") or []
-    except (OSError, ValueError):
-        return None  # the engine reports an unreadable checkpoint itself
-    try:
-        if architectures:
-            implementation_for(str(architectures[0]))
+        if isinstance(architectures, list) and architectures:
+            family_for(str(architectures[0]))
     except UnsupportedError as e:
         return str(e)
     return None
@@ -250,19 +248,10 @@ def plan_requests(
     steer: SteerSettings | None = None, collect: Collect | None = None,
 ) -> tuple[list[Request], list[dict[str, Any]]]:
     """Split input lines into requests to run and error rows to write; skip ids already done. Every row id
-    goes to summary.ids_in_order (done ones too)."""
-    requests, errors, seen = [], [], set()
+    goes to summary.ids_in_order (done ones too). Ids are unique (read_jsonl_records: a repeated id is an
+    error record under its own id)."""
+    requests, errors = [], []
     for record in records:
-        if record.id in seen:
-            row_id = f"line-{record.line_no}"
-            summary.ids_in_order.append(row_id)
-            if row_id in done:
-                summary.skipped += 1
-            else:
-                errors.append(error_row(
-                    row_id, f"line {record.line_no}: id {record.id!r} repeats an earlier line; ids must be unique"))
-            continue
-        seen.add(record.id)
         summary.ids_in_order.append(record.id)
         if record.id in done:
             summary.skipped += 1
@@ -278,11 +267,13 @@ def plan_requests(
 def model_positions(model_dir: str | Path) -> int | None:
     """The checkpoint's max_position_embeddings (its text config's, for a multimodal one), read from
     config.json; None when it is not there (the backend then reports the checkpoint's problem itself)."""
+    from inferlab.models.config_file import read_config
+
     try:
-        config = json.loads((Path(model_dir) / "config.json").read_text())
-        value = config.get("max_position_embeddings") or (config.get("text_config") or {}).get("max_position_embeddings")
-    except (OSError, ValueError, AttributeError):
+        config = read_config(model_dir)
+    except InputError:
         return None
+    value = config.get("max_position_embeddings") or (config.get("text_config") or {}).get("max_position_embeddings")
     return value if _is_int(value) and value > 0 else None
 
 
@@ -320,13 +311,14 @@ def run_text_generation(
     run_settings: dict[str, Any] | None = None,  # what the activations depend on (model, sampling): checked on resume
     retry_errors: bool = False,  # error rows of earlier runs are taken out and run again
     row_positions: int | None = None,  # prompt + output positions of a row (checked before any work), if known
+    max_line_chars: int = DEFAULT_MAX_LINE_CHARS,  # an input line over it is an error row
 ) -> TextJobSummary:
     """Rows are written in input order (input_order.py) as they finish; on any exit, interrupts included,
     every finished row is written before the output closes."""
     summary = TextJobSummary()
-    redo = (lambda row: row.get("error") is not None) if retry_errors else None
-    with ResumableJsonlWriter(output_path, kind_fields=("finish_reason",), redo=redo) as writer:
-        summary.retried = writer.redone
+    keep_row = (lambda row: row.get("error") is None) if retry_errors else None
+    with ResumableJsonlWriter(output_path, kind_fields=("finish_reason",), keep_row=keep_row) as writer:
+        summary.retried = writer.dropped
         order: InputOrder | None = None  # made once the rows to write are known
 
         def in_order(row: dict[str, Any]) -> None:
@@ -338,7 +330,8 @@ def run_text_generation(
             settings = {**(run_settings or {}), "steering": steer.describe() if steer is not None else None}
             sink = ActivationSink.open(collect, settings, in_order)
             done &= sink.done_ids  # both files must have the row; others are recomputed
-        requests, errors = plan_requests(read_jsonl_records(input_path), done, defaults, summary, steer,
+        records = read_jsonl_records(input_path, max_line_chars=max_line_chars)
+        requests, errors = plan_requests(records, done, defaults, summary, steer,
                                          collect.request_collect() if collect is not None else None)
         check_some_request_fits(requests, row_positions)
         order = InputOrder((i for i in summary.ids_in_order if i not in done), writer.write)

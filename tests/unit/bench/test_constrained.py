@@ -12,7 +12,7 @@ from inferlab.bench.plan import build_plan
 from inferlab.bench.scenarios.constrained_inputs import (MoleculeSelection, build_requests, load_molecules,
                                                          nci_molecules_path, plan_batches)
 from inferlab.bench.scenarios.constrained_run import _check_outputs
-from inferlab.engine.constraints.program import compile_program
+from inferlab.constraints.program import compile_program
 from inferlab.errors import ConfigError, InputError
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
 from inferlab.workloads.conformers.encode import encode_conformer

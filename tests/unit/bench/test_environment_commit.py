@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from inferlab.bench.environment import COMMIT_ENV_VAR, git_commit
+from inferlab.environment import COMMIT_ENV_VAR, git_commit
 
 
 def _git(repo, *args):

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferlab.bench.timing import Stats, measure, percentile, summarize, timed
+from inferlab.bench.timing import measure, timed
+from inferlab.workloads.stats import Stats, percentile, summarize
 
 samples = st.lists(st.floats(min_value=1e-6, max_value=1e3, allow_nan=False), min_size=1, max_size=60)
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferlab.engine.constraints.grammars import GRAMMARS
+from inferlab.constraints.grammars import GRAMMARS
 from inferlab.errors import InputError
 from inferlab.workloads.conformers.coordinates import COORDINATE_STYLES, format_fixed4, format_stripped
 

@@ -10,8 +10,8 @@ import time
 import pytest
 from conformer_molecules import nci_smiles
 
-from inferlab.engine.constraints.program import compile_program
-from inferlab.engine.constraints.token_automaton import grammar_set_for
+from inferlab.constraints.program import compile_program
+from inferlab.constraints.token_automaton import grammar_set_for
 from inferlab.errors import InferlabError
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
 from inferlab.models.tokenizer_loading import load_tokenizer

@@ -8,7 +8,7 @@ import pytest
 from conformer_molecules import EDGE_CASE_SMILES
 from rdkit import Chem
 
-from inferlab.engine.constraints.segments import Copy, EndOfSequence, Hole
+from inferlab.constraints.segments import Copy, EndOfSequence, Hole
 from inferlab.errors import InputError
 from inferlab.workloads.conformers.decode import decode_generation
 from inferlab.workloads.conformers.encode import encode_conformer

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rdkit import Chem
 
-from inferlab.engine.constraints.segments import Copy, EndOfSequence, Hole
+from inferlab.constraints.segments import Copy, EndOfSequence, Hole
 from inferlab.errors import ConfigError
 from inferlab.workloads.conformers.encode import encode_conformer
 from inferlab.workloads.conformers.profiles import PROFILES, get_profile

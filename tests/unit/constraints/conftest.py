@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 from transformers import AutoTokenizer
 
-from inferlab.engine.constraints.token_automaton import GrammarSet, grammar_set_for
+from inferlab.constraints.token_automaton import GrammarSet, grammar_set_for
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
 
 

@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from rdkit import RDConfig
 
-from inferlab.engine.constraints.program import compile_program
+from inferlab.constraints.program import compile_program
+from inferlab.constraints.simulate import AdversarialLogits, ReferenceSampling, reference_decode
 from inferlab.engine.constraints.runtime import ConstraintRuntime
 from inferlab.errors import InputError, UnsupportedError
-from inferlab.engine.constraints.simulate import AdversarialLogits, ReferenceSampling, reference_decode
 from inferlab.workloads.conformers.decode import decode_generation
 from inferlab.workloads.conformers.profiles import PROFILES, get_profile
 from inferlab.workloads.conformers.smiles import canonical_smiles

@@ -9,9 +9,9 @@ import pytest
 from constraint_helpers import patterns
 from hypothesis import HealthCheck, given, settings
 
-from inferlab.engine.constraints.fills import sample_fills
-from inferlab.engine.constraints.grammar import DEAD, compile_grammar
-from inferlab.engine.constraints.grammars import GRAMMARS
+from inferlab.constraints.fills import sample_fills
+from inferlab.constraints.grammar import DEAD, compile_grammar
+from inferlab.constraints.grammars import GRAMMARS
 from inferlab.errors import ConfigError
 
 

@@ -10,8 +10,8 @@ from constraint_helpers import ALPHABET, patterns
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferlab.engine.constraints.grammar import DEAD, compile_grammar
-from inferlab.engine.constraints.grammars import GRAMMARS
+from inferlab.constraints.grammar import DEAD, compile_grammar
+from inferlab.constraints.grammars import GRAMMARS
 from inferlab.errors import ConfigError
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,11 +10,11 @@ import torch
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from inferlab.engine.constraints.grammars import GRAMMARS
-from inferlab.engine.constraints.program import compile_program
+from inferlab.constraints.grammars import GRAMMARS
+from inferlab.constraints.program import compile_program
+from inferlab.constraints.segments import Copy, EndOfSequence, Hole
+from inferlab.constraints.simulate import AdversarialLogits, ReferenceSampling, check_output, reference_decode
 from inferlab.engine.constraints.runtime import ConstraintRuntime
-from inferlab.engine.constraints.segments import Copy, EndOfSequence, Hole
-from inferlab.engine.constraints.simulate import AdversarialLogits, ReferenceSampling, check_output, reference_decode
 from inferlab.errors import UnsupportedError
 
 STRUCTURE = "[]()=#/\\123456789%CcNnOoSsH@+-."  # bonds, branches, ring closures, atoms, charges

@@ -7,9 +7,9 @@ import random
 import pytest
 import torch
 
-from inferlab.engine.constraints.program import compile_program
+from inferlab.constraints.program import compile_program
 from inferlab.engine.constraints.runtime import ConstraintRuntime
-from inferlab.engine.constraints.simulate import (
+from inferlab.constraints.simulate import (
     AdversarialLogits,
     ReferenceSampling,
     reference_decode,

@@ -8,9 +8,9 @@ import pytest
 import torch
 from constraint_helpers import make_tokenizer
 
-from inferlab.engine.constraints.program import COPY, HOLE, compile_program
-from inferlab.engine.constraints.segments import Copy, EndOfSequence, Hole
-from inferlab.engine.constraints.token_automaton import build_grammar_set, grammar_set_for
+from inferlab.constraints.program import COPY, HOLE, compile_program
+from inferlab.constraints.segments import Copy, EndOfSequence, Hole
+from inferlab.constraints.token_automaton import build_grammar_set, grammar_set_for
 from inferlab.errors import InputError, UnsupportedError
 
 FIXED4 = Hole("coord3-fixed4")

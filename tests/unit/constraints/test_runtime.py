@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from inferlab.engine.constraints.program import compile_program
+from inferlab.constraints.program import compile_program
+from inferlab.constraints.segments import Copy, EndOfSequence, Hole
 from inferlab.engine.constraints.runtime import ConstraintRuntime
-from inferlab.engine.constraints.segments import Copy, EndOfSequence, Hole
 from inferlab.errors import CapacityError, ConfigError, InputError
 
 FIXED4 = Hole("coord3-fixed4")

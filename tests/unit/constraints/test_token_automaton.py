@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from inferlab.engine.constraints.grammars import GRAMMARS
-from inferlab.engine.constraints.token_automaton import DEAD_STATE, build_grammar_set, grammar_set_for
+from inferlab.constraints.grammars import GRAMMARS
+from inferlab.constraints.token_automaton import DEAD_STATE, build_grammar_set, grammar_set_for
 from inferlab.errors import ConfigError, UnsupportedError
 
 GRAMMAR_NAMES = sorted(GRAMMARS)
@@ -185,14 +185,14 @@ def test_multi_character_tokens_step_through_several_characters():
 
 
 def test_token_texts_fast_path_equals_batch_decode_for_every_id(case):
-    from inferlab.engine.constraints.token_automaton import _python_decode, token_texts
+    from inferlab.constraints.token_automaton import _python_decode, token_texts
 
     ids = [[i] for i in range(len(case.tokenizer))]
     assert token_texts(case.tokenizer) == _python_decode(case.tokenizer, ids)
 
 
 def test_token_texts_falls_back_when_the_backend_disagrees(llama_case, caplog):
-    from inferlab.engine.constraints.token_automaton import _python_decode, token_texts
+    from inferlab.constraints.token_automaton import _python_decode, token_texts
 
     class SkewedBackend:  # decodes id 0 differently from transformers
         def __init__(self, inner):

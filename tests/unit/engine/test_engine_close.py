@@ -12,8 +12,8 @@ import weakref
 
 import pytest
 
+from inferlab.constraints.program import compile_program
 from inferlab.engine import Engine, EngineConfig
-from inferlab.engine.constraints.program import compile_program
 from inferlab.errors import EngineClosedError, InferlabError
 from inferlab.types import Request, SamplingParams
 from inferlab.workloads.conformers.profiles import get_profile

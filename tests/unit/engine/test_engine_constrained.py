@@ -11,8 +11,8 @@ from functools import lru_cache
 import pytest
 from rdkit import RDConfig
 
+from inferlab.constraints.program import compile_program
 from inferlab.engine import Engine, EngineConfig
-from inferlab.engine.constraints.program import compile_program
 from inferlab.errors import InputError, UnsupportedError
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
 from inferlab.types import Request, SamplingParams
@@ -181,7 +181,7 @@ def test_an_engine_without_a_tokenizer_constrains_with_the_grammar_set_it_is_giv
     requests are refused naming the fix, and Result.text is None."""
     from concurrent.futures import Future
 
-    from inferlab.engine.constraints.token_automaton import grammar_set_for
+    from inferlab.constraints.token_automaton import grammar_set_for
 
     smiles = small_nci_molecules(12, 1)[0]
     request, _ = _conformer_request(llama_engine, "m", smiles, temperature=1.0, seed=3)

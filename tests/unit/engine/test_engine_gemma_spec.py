@@ -10,10 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from inferlab.engine.forwards.registry import forward_class
 from inferlab.errors import ConfigError, InputError, UnsupportedError
 from inferlab.models.config import read_model_spec
 from inferlab.models.loader import load_weights
-from inferlab.models.registry import implementation_for
 from inferlab.models.rope import RotaryTables
 
 BASE = {
@@ -135,11 +135,11 @@ def test_what_the_engine_cannot_run_is_refused_by_name(tmp_path, config, error, 
 
 
 def test_registry_lists_the_gemma_text_models_only():
-    assert {implementation_for(a).cls for a in ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")} == {
+    assert {forward_class(a).__name__ for a in ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")} == {
         "GemmaModel"
     }
     with pytest.raises(UnsupportedError, match="Gemma3ForConditionalGeneration.*--backend hf"):
-        implementation_for("Gemma3ForConditionalGeneration")
+        forward_class("Gemma3ForConditionalGeneration")
 
 
 def test_loader_checks_the_gemma_keys(tiny_checkpoint, tmp_path):

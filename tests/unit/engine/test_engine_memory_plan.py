@@ -9,6 +9,7 @@ import torch
 
 from inferlab.engine import Engine, EngineConfig
 from inferlab.engine.kv_cache import MemoryModel, kv_bytes_per_token, plan_memory
+from inferlab.engine.startup import plan_without_loading
 from inferlab.errors import CapacityError
 from inferlab.models.config import read_model_spec
 from inferlab.models.presets import get_preset
@@ -91,6 +92,13 @@ def test_engine_refuses_before_loading_anything(tiny_checkpoint):
         Engine(EngineConfig(max_slots=64, **small))
     engine = Engine(EngineConfig(**small))
     assert 1 <= engine.plan.slots < 64 and engine.stats.max_slots == engine.plan.slots
+    # the same plan without an engine (what `inferlab tune` asks), and past slot_cap when raised
+    assert plan_without_loading(EngineConfig(device="cpu", **small)) == engine.plan
+    beyond = plan_without_loading(EngineConfig(device="cpu", **{**small, "memory_budget_bytes": 1 << 32},
+                                               slot_cap=1 << 20))
+    assert beyond.slots > 256 and beyond.total_bytes <= 1 << 32
+    with pytest.raises(CapacityError, match="Largest feasible"):
+        plan_without_loading(EngineConfig(device="cpu", max_slots=64, **small))
 
 
 def test_a_gemma2_plan_with_an_fp8_cache_counts_the_scales_and_the_windowed_prefill(tmp_path):

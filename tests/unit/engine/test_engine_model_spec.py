@@ -9,7 +9,7 @@ import torch
 
 from inferlab.errors import ConfigError, InputError, UnsupportedError
 from inferlab.models.config import read_model_spec
-from inferlab.models.registry import ARCHITECTURES, implementation_for
+from inferlab.models.registry import ARCHITECTURES, family_for
 from inferlab.models.rope import RotaryTables, inverse_frequencies
 
 LLAMA_BASE = {
@@ -87,7 +87,7 @@ def test_bad_configs_are_refused_by_name(tmp_path):
 
 def test_unknown_architecture_names_the_supported_list_and_the_fallback():
     with pytest.raises(UnsupportedError) as err:
-        implementation_for("GPT2LMHeadModel")
+        family_for("GPT2LMHeadModel")
     message = str(err.value)
     assert "GPT2LMHeadModel" in message and "--backend hf" in message
     assert all(name in message for name in ARCHITECTURES)

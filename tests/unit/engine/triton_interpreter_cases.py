@@ -17,8 +17,8 @@ import torch
 
 from inferlab.engine import kv_quant, step, torch_ops
 from inferlab.engine.attention import decode_rope_attention_torch
-from inferlab.engine.gemm_plan import PROJECTIONS, GemmPlan, MlpChoice
 from inferlab.engine.collection import CollectLayer
+from inferlab.engine.gemm_plan import PROJECTIONS, GemmPlan, MlpChoice
 from inferlab.engine.kernels import (
     triton_attention,
     triton_collect,
@@ -41,8 +41,8 @@ from inferlab.engine.sampler import (
     race_argmax_torch,
     top_p_by_rejection,
 )
-from inferlab.models.config import RopeSpec
 from inferlab.models.rope import RotaryTables
+from inferlab.models.rope_spec import RopeSpec
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="run through the interpreter")
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=0.1, rtol=2 * 2**-8)}
@@ -443,8 +443,8 @@ def test_step_kernels_match_the_torch_bookkeeping():
 
 
 def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
+    from inferlab.constraints.program import compile_program
     from inferlab.engine import Engine, EngineConfig
-    from inferlab.engine.constraints.program import compile_program
     from inferlab.types import Request, SamplingParams
     from inferlab.workloads.conformers.profiles import get_profile
     from inferlab.workloads.conformers.template import build_template
@@ -594,10 +594,10 @@ def test_constrained_race_draws_the_masked_race_and_skips_forced_rows():
     row, decode (lane = row) and prefill (lanes -> row ids)."""
     import random
 
-    from inferlab.engine.constraints.program import compile_program
+    from inferlab.constraints.program import compile_program
+    from inferlab.constraints.simulate import synthetic_conformer_segments
+    from inferlab.constraints.token_automaton import grammar_set_for
     from inferlab.engine.constraints.runtime import ConstraintRuntime
-    from inferlab.engine.constraints.simulate import synthetic_conformer_segments
-    from inferlab.engine.constraints.token_automaton import grammar_set_for
     from inferlab.engine.sampler import FILTER_NONE
     from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
 
@@ -612,7 +612,7 @@ def test_constrained_race_draws_the_masked_race_and_skips_forced_rows():
     ours, ref = runtimes["triton"], runtimes["torch"]
     race = ours.fused_race(FILTER_NONE)  # the runtime's: 4096-token chunks, one for this vocabulary
     # and 256-token chunks, most of which a coordinate state has no move into (the chunk table's skip)
-    from inferlab.engine.constraints.program import COPY, HOLE
+    from inferlab.constraints.program import COPY, HOLE
     from inferlab.engine.constraints.runtime import chunks_with_moves
 
     view = triton_sampling.ConstraintView(

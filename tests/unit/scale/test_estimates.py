@@ -36,7 +36,7 @@ def test_text_units_count_prompt_tokens_exactly(tmp_path, tiny_dir):
     plan = CLASSIFY.read_units(inp, params)
     records = list(read_jsonl_records(inp))
     assert [u.line for u in plan.units] == [r.line_no for r in records]
-    assert [u.key for u in plan.units] == [r.id for r in records]
+    assert [u.key for u in plan.units] == [r.key for r in records]  # a repeated id keyed as its first line
     for unit, record in zip(plan.units, records):
         text = (record.data or {}).get("text")
         expected = len(tok(text)["input_ids"]) if text else 1.0  # unusable lines cost one token

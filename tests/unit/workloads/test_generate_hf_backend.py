@@ -18,7 +18,7 @@ from transformers import (
 )
 
 from inferlab.cli import main
-from inferlab.engine.constraints.program import compile_program
+from inferlab.constraints.program import compile_program
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
 from inferlab.types import Request, SamplingParams
 from inferlab.workloads.conformers.profiles import DEFAULT_PROFILE, get_profile

@@ -94,7 +94,7 @@ def test_errors_resume_and_settings_check(tmp_path, loaded, reference):
     assert ids == keys and meta["failed"] == "3"
     for row, key in enumerate(ids):
         torch.testing.assert_close(tensors["layer_1"][row], reference(TEXTS[key], "mean")[1], atol=1e-5, rtol=1e-5)
-    with pytest.raises(ConfigError, match="layers: was \\[1\\], now \\[2\\]"):
+    with pytest.raises(ConfigError, match="layers=\\[1\\] then, \\[2\\] now"):
         collect_hidden_states(loaded, tmp_path / "b.jsonl", out, HiddenStatesOptions(layers=(2,), pool="mean",
                                                                                      max_length=200, shard_rows=2))
 

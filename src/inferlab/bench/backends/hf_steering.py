@@ -47,7 +47,7 @@ class HFSteeringBackend:
     def load(self, model_dir: Path, device: Any, dtype: Any, vector: Any) -> None:
         from transformers import AutoModelForCausalLM
 
-        from inferlab.engine.steering import SteerEntry
+        from inferlab.engine import SteerEntry
         from inferlab.workloads.hf_loading import from_pretrained_for_inference
         from inferlab.workloads.hf_steering import HFTaps
 
@@ -66,7 +66,7 @@ class HFSteeringBackend:
         import torch
 
         from inferlab.bench.backends.hf_stop_after import StopAtLength
-        from inferlab.engine.collection import CollectPlan
+        from inferlab.engine import CollectPlan
         from inferlab.workloads.batching import pad_batch
 
         s, rows = self.spec, self.config["batch_size"]

@@ -81,7 +81,7 @@ class HFXGrammarBackend:
     def prepare(self, requests: list[ConformerRequest]) -> None:
         import xgrammar as xgr
 
-        from inferlab.engine.constraints.token_automaton import grammar_set_for
+        from inferlab.constraints.token_automaton import grammar_set_for
         from inferlab.workloads.conformers.profiles import get_profile
         from inferlab.workloads.conformers.template_regex import template_regex
 

@@ -125,7 +125,8 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
 def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     from inferlab.bench.scenarios.constrained_run import measure_constrained
 
-    return measure_constrained(cell, ctx, SAMPLINGS[cell.config["sampling"]])
+    c = cell.config
+    return measure_constrained(cell, ctx, SAMPLINGS[c["sampling"]], molecule_selection(c), measured_requests(c))
 
 
 SCENARIO = Scenario(

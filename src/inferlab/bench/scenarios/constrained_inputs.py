@@ -69,7 +69,7 @@ def load_molecules(path: Path, count: int, profile: FormatProfile, tokenizer, ma
                    selection: MoleculeSelection = MoleculeSelection()) -> MoleculeSet:
     """The first `count` molecules of `path` that pass `selection`, can be templated and fit
     `max_positions`; InputError when the file holds fewer."""
-    from inferlab.engine.constraints.token_automaton import grammar_set_for
+    from inferlab.constraints.token_automaton import grammar_set_for
     from inferlab.workloads.conformers.inputs import read_molecule_inputs
 
     grammar = profile.hole_grammar

@@ -55,7 +55,9 @@ def _check_outputs(requests: list, outputs: list[list[int]], eos: frozenset[int]
             "invalid_examples": reasons, "sample_outputs": samples}
 
 
-def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, float, float, int]) -> dict[str, Any]:
+def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, float, float, int], selection: Any,
+                        measured_count: int) -> dict[str, Any]:
+    """`selection`: the MoleculeSelection; `measured_count`: how many of the requests (molecule order) are timed."""
     import torch
     from inferlab.models.tokenizer_loading import load_hf_tokenizer
 
@@ -64,7 +66,6 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
     from inferlab.bench.backends.constrained_base import ConstrainedSpec
     from inferlab.bench.compile_watch import compiled_graphs
     from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
-    from inferlab.bench.scenarios.constrained import measured_requests, molecule_selection
     from inferlab.bench.scenarios.constrained_inputs import build_requests, load_molecules, molecule_file, plan_batches
     from inferlab.bench.scenarios.generate_traffic import count_generated
     from inferlab.bench.timing import device_synchronizer, measure, timed, warm_up
@@ -78,9 +79,9 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
     tokenizer = load_hf_tokenizer(ctx.model_path)
     with timed(sync) as setup:
         molecules = load_molecules(molecule_file(c["molecules_file"]), c["num_molecules"], profile, tokenizer,
-                                   min(c["context"], _max_positions(ctx.model_path)), molecule_selection(c))
+                                   min(c["context"], _max_positions(ctx.model_path)), selection)
         requests = build_requests(molecules, c["num_conformers"])
-    measured = requests[:measured_requests(c)]
+    measured = requests[:measured_count]
     bounds = [m.max_output_tokens for m in molecules.molecules]
     batches = plan_batches(measured, bounds, c["batch_size"], c["sort_by_length"])
     do_sample, temperature, top_p, top_k = sampling

@@ -115,7 +115,7 @@ def check_activations(backend: Any, model_dir: Any, prompts: list[list[int]], sp
     import torch
     from transformers import AutoModelForCausalLM
 
-    from inferlab.engine.steering import SteerEntry
+    from inferlab.engine import SteerEntry
     from inferlab.workloads.hf_loading import from_pretrained_for_inference
     from inferlab.workloads.hf_steering import HFTaps
 

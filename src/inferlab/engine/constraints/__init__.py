@@ -1,2 +1,2 @@
-"""Constrained decoding on the device: a program of copy runs and grammar holes, compiled once on the host
-into token-level tables, enforced inside the captured decode step."""
+"""Constrained decoding on the device: the per-row runtime state and the step's kernels that enforce a
+ConstraintProgram (compiled on the host by inferlab.constraints) inside the captured decode step."""

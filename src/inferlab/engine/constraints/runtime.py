@@ -12,19 +12,20 @@ rest (never B x program length), so the engine can capture them in its CUDA grap
 None inside the decode step (rows 0..B-1 of the bucket) or the admitted row ids in the engine's prefill.
 The host-side calls run between decode chunks, outside the graph: `check` (intake), `assign_rows`
 (admission, one staged copy), `move_rows` (compaction), `release_rows` (retirement). Owns the device
-state; not the sampler, not the tables' construction (token_automaton.py), not the programs (program.py).
+state; not the sampler, not the tables' construction (inferlab/constraints/token_automaton.py), not the
+programs (inferlab/constraints/program.py).
 
 Two implementations, chosen at construction (`mask_impl`, default "auto" = Triton on CUDA):
 - "triton" (step_kernels.py): two launches per step. The mask kernel looks up each row's op and state
   itself and stores -inf where forbidden, reading only the token classes [V] int32 and a [S, C] int8
   allowed-by-class table (rows not in a hole cost nothing); the emit kernel chooses and advances per row.
 - "torch": choose / advance as below (`choose` and `advance` stay public: the reference decode loop of
-  simulate.py uses them); the mask gathers one bool row per state from `forbidden [S + 1, V]` (row S
-  forbids nothing, for rows not in a hole), opens the exit token, masked_fill. Measured on CPU (B=16..256,
-  V=151936) this gather costs about as much as the fill itself, while deriving the mask from the [S, C]
-  class table in torch costs 2-3x and unpacking a bit-packed [S, V/32] table 5-8x; the table is (S + 1) x V
-  bytes (13.5 MB for the two coordinate grammars and Qwen's vocabulary). It is the CPU path and the
-  reference the kernels are tested on.
+  inferlab/constraints/simulate.py uses them); the mask gathers one bool row per state from
+  `forbidden [S + 1, V]` (row S forbids nothing, for rows not in a hole), opens the exit token,
+  masked_fill. Measured on CPU (B=16..256, V=151936) this gather costs about as much as the fill itself,
+  while deriving the mask from the [S, C] class table in torch costs 2-3x and unpacking a bit-packed
+  [S, V/32] table 5-8x; the table is (S + 1) x V bytes (13.5 MB for the two coordinate grammars and
+  Qwen's vocabulary). It is the CPU path and the reference the kernels are tested on.
 """
 
 from __future__ import annotations
@@ -34,14 +35,13 @@ from typing import Sequence
 
 import torch
 
-from inferlab.engine.constraints.program import COPY, HOLE, ConstraintProgram
-from inferlab.engine.constraints.step_kernels import constrained_race, emit_step, mask_step, triton_available
-from inferlab.engine.constraints.token_automaton import DEAD_STATE, GrammarSet
+from inferlab.constraints.program import COPY, HOLE, ConstraintProgram
+from inferlab.constraints.token_automaton import DEAD_STATE, GrammarSet
+from inferlab.engine.constraints.step_kernels import RACE_BLOCK, constrained_race, emit_step, mask_step, triton_available
 from inferlab.engine.transfer import tensor_on, to_device
 from inferlab.errors import CapacityError, ConfigError, InputError, UnsupportedError
 
 MASK_IMPLS = ("auto", "torch", "triton")
-RACE_BLOCK = 4096  # token ids per program of the constrained race (kernels/triton_sampling.py)
 
 
 def chunks_with_moves(transitions: torch.Tensor, token_class: torch.Tensor, block: int = RACE_BLOCK) -> torch.Tensor:

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import torch
 
-from inferlab.engine.constraints.program import COPY, HOLE
+from inferlab.constraints.program import COPY, HOLE
 
 try:
     import triton
@@ -33,6 +33,7 @@ except ImportError:  # the torch path serves when Triton is missing
     triton = None
 
 BLOCK = 1024  # token ids per mask program
+RACE_BLOCK = 4096  # token ids per program of the constrained race (kernels/triton_sampling.py)
 
 
 def triton_available() -> bool:
@@ -148,8 +149,6 @@ def constrained_race(
     from inferlab.engine.kernels.triton_sampling import ConstraintView, constrained_race_argmax
 
     rt = runtime
-    from inferlab.engine.constraints.runtime import RACE_BLOCK
-
     view = ConstraintView(rt.active, rt.ptr, rt.last_op, rt.op_kind, rt.op_arg, rt.state, rt.accepting,
                           rt.token_class_i32, rt.allowed_by_class, rt.chunk_allowed, COPY, HOLE)
     return constrained_race_argmax(logits, temperature, seeds, token_index, view, rows, block=RACE_BLOCK)

@@ -28,13 +28,13 @@ decode_rope_attention_torch (the test reference); prefill keeps triton_rope.rope
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
+from inferlab.engine.kernels import device_props
 from inferlab.engine.kernels.triton_fp8 import e4m3_scale, to_e4m3
 from inferlab.engine.kernels.triton_math import tanh
 
@@ -241,9 +241,8 @@ def _rope_attention_kernel(
             tl.atomic_xchg(counter, 0)  # ready for the next layer's launch and the next replay
 
 
-@functools.lru_cache(maxsize=None)
 def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
+    return device_props.sm_count(device, cpu_value=8)
 
 
 # head_dim 256 (Gemma): the K/V tiles and the [BLOCK_H, 256] accumulator are twice head_dim 128's; a

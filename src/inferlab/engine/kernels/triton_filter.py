@@ -22,11 +22,11 @@ reference (sampler.filter_threshold) up to the order of fp32 summation (boundary
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
+
+from inferlab.engine.kernels import device_props
 
 DIGIT_BITS = 4  # the kernels spell it as 4, 16 bins and `& 15`
 BINS = 1 << DIGIT_BITS
@@ -207,10 +207,9 @@ def _finish_kernel(
     tl.store(TAU + row, tl.minimum(tau, _signed_key(_ukey(top))))  # the maximum always survives
 
 
-@functools.lru_cache(maxsize=None)
 def _sm_count(device: torch.device) -> int:
     """Streaming multiprocessors; 1 on CPU (the interpreter runs programs one by one: fewer is faster)."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+    return device_props.sm_count(device, cpu_value=1)
 
 
 def choose_chunks(rows: int, vocab: int, block: int, sm_count: int) -> int:

@@ -22,6 +22,7 @@ from inferlab.scale.order import OrderIndex
 from inferlab.scale.params import from_params, to_params
 from inferlab.scale.units import UnitPlan
 from inferlab.scale.workloads.text_units import load_tokenizer, read_jsonl_units
+from inferlab.workloads.activation_store import store_folder
 from inferlab.workloads.hf_loading import ModelLoadConfig
 from inferlab.workloads.hidden_states import HiddenStatesOptions
 from inferlab.workloads.rows import text_field_getter
@@ -32,7 +33,7 @@ def hidden_states_params(load: ModelLoadConfig, options: HiddenStatesOptions) ->
 
 
 def _store_index(output: Path) -> Path:
-    return output.with_name(output.name + ".d") / "index.jsonl"
+    return store_folder(output) / "index.jsonl"
 
 
 def _read_units(input_path: Path, params: dict[str, Any]) -> UnitPlan:

@@ -7,7 +7,7 @@ Values are truncated toward zero at 4 decimals, exactly: the float's binary valu
 a model cannot tell apart. fixed4 always writes 4 decimals; stripped removes trailing zeros and a trailing '.'.
 Neither ever writes `-0.0000` / `-0`. |value| >= 1000 and non-finite values are refused.
 
-Parsing is strict: a block must fullmatch the style's grammar (engine/constraints/grammars.py), so
+Parsing is strict: a block must fullmatch the style's grammar (constraints/grammars.py), so
 `0.9587abra` or `1.2.3` is an error, never a number.
 """
 
@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inferlab.engine.constraints.grammars import GRAMMARS
+from inferlab.constraints.grammars import GRAMMARS
 from inferlab.errors import InputError
 
 DECIMALS = 4

@@ -1,11 +1,14 @@
 """Molecule inputs: .smi (`SMILES [whitespace id]`) and .csv/.tsv (a SMILES column, an optional id column).
 
-Reading never stops on a bad line: an unparsable SMILES, an empty field, a malformed CSV row or a
-repeated id becomes a record with `error` set (and the RDKit reason), so a long batch goes on and the
-error is reported beside the results. A missing id becomes `line-<n>`. Ids are unique: a line that repeats
-an earlier id is an error record filed under `line-<n>` (as the text workloads do; `given_id` keeps the id
-it declared), so its output rows never collide with the first line's. Which columns were used is told in
-`MoleculeInputs.description`. Not here: canonicalisation (smiles.py) and the molecules' templates.
+Reading never stops on a bad line: each line is bounded and decoded on its own (inputs/lines.py: a line
+over `max_line_chars` or not UTF-8 is an error record), and a malformed CSV row, a CSV field over Python's
+csv limit, an empty field, a SMILES with whitespace or characters no SMILES has, one over `max_atoms`
+atoms (counted from the text, before RDKit parses it: RDKit crashes the process on tens of thousands), an
+unparsable SMILES or a repeated id becomes a record with `error` set (and the reason), so a long batch goes
+on and the error is reported beside the results. Ids come from inputs/record_ids.py: a missing id becomes
+`line-<n>`, a line repeating an earlier id is an error record under its own `line-<n>` (`given_id` keeps
+the id it declared). Which columns were used is told in `MoleculeInputs.description`. Not here:
+canonicalisation (smiles.py) and the molecules' templates.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferlab.errors import InputError
-from inferlab.workloads.conformers.smiles import parse_smiles
+from inferlab.inputs.lines import InputLine, read_lines
+from inferlab.inputs.record_ids import RecordIds
+from inferlab.workloads.conformers.input_bounds import InputBounds
+from inferlab.workloads.conformers.smiles import parse_smiles, smiles_text_problem
 
 SMILES_COLUMN_NAMES = ("smiles", "canonical_smiles", "isomeric_smiles", "smi")
 ID_COLUMN_NAMES = ("id", "name", "mol_id", "molecule_id", "compound_id", "title")
@@ -56,70 +62,64 @@ class MoleculeInputs:
 
 
 def read_molecule_inputs(
-    path: str | Path, smiles_column: str | None = None, id_column: str | None = None
+    path: str | Path, smiles_column: str | None = None, id_column: str | None = None,
+    bounds: InputBounds = InputBounds(),
 ) -> MoleculeInputs:
-    """Read every record of `path`; raises InputError only for a missing file, an unknown kind or no
-    SMILES column."""
+    """Read every record of `path`; raises InputError only for a missing file, an unknown kind, an unreadable
+    header or no SMILES column."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"input file {p} does not exist")
     reader = _READERS.get(p.suffix.lower())
     if reader is None:
         raise InputError(f"input {p}: unknown file kind {p.suffix!r}; use one of {', '.join(_READERS)}")
-    rows, description = reader(p, smiles_column, id_column)
+    rows, description = reader(p, smiles_column, id_column, bounds.max_line_chars)
     records: list[MoleculeInput] = []
-    first_line: dict[str, int] = {}  # id -> the line that used it first
-    for line_no, record_id, smiles, error in rows:
-        given_id = None
-        if record_id in first_line:
-            given_id, record_id = record_id, _unused_id(f"line-{line_no}", first_line)
-            error = (
-                f"id {given_id!r} repeats line {first_line[given_id]}; ids must be unique "
-                f"(this line's rows are filed under {record_id!r})"
-            )
+    ids = RecordIds()
+    for line_no, declared_id, smiles, error in rows:
+        claim = ids.claim(declared_id, line_no)
         num_atoms = None
-        if error is None:
-            error, num_atoms = _parse(smiles)
-        first_line[record_id] = line_no
-        records.append(MoleculeInput(line_no, record_id, smiles, error, num_atoms, given_id))
+        if claim.repeated:
+            error = claim.repeat_error()
+        elif error is None:
+            error, num_atoms = _parse(smiles, bounds.max_atoms)
+        records.append(MoleculeInput(line_no, claim.id, smiles, error, num_atoms, claim.given_id))
     return MoleculeInputs(tuple(records), description)
 
 
-Row = tuple[int, str, str | None, str | None]  # line, id, smiles, error
+Row = tuple[int, str | None, str | None, str | None]  # line, declared id (None: none), smiles, error
+Reader = Callable[[Path, str | None, str | None, int], tuple[Iterator[Row], str]]
 
 
-def _unused_id(candidate: str, taken: dict[str, int]) -> str:
-    """`candidate`, or `candidate.2`, `candidate.3`... when an explicit id already took it."""
-    unique, n = candidate, 1
-    while unique in taken:
-        n += 1
-        unique = f"{candidate}.{n}"
-    return unique
-
-
-def _parse(smiles: str | None) -> tuple[str | None, int | None]:
+def _parse(smiles: str | None, max_atoms: int) -> tuple[str | None, int | None]:
     """(error, None) for an unusable SMILES, else (None, its atom count)."""
     if not smiles:
         return "no SMILES on this line", None
+    problem = smiles_text_problem(smiles, max_atoms)
+    if problem is not None:
+        return problem, None
     try:
         return None, parse_smiles(smiles).GetNumAtoms()
     except InputError as e:
         return str(e), None
 
 
-def _read_smi(path: Path, smiles_column: str | None, id_column: str | None) -> tuple[Iterator[Row], str]:
+def _read_smi(path: Path, smiles_column: str | None, id_column: str | None,
+              max_line_chars: int) -> tuple[Iterator[Row], str]:
     if smiles_column or id_column:
         raise InputError(f"input {path}: --smiles-column/--id-column apply to .csv/.tsv files, not .smi")
 
     def rows() -> Iterator[Row]:
-        with path.open(encoding="utf-8") as f:
-            for line_no, line in enumerate(f, start=1):
-                fields = line.strip().split(maxsplit=1)
-                if not fields or fields[0].startswith("#"):
-                    continue
-                if line_no == 1 and fields[0].lower() in SMILES_COLUMN_NAMES:
-                    continue  # a header line
-                yield line_no, (fields[1].strip() if len(fields) > 1 else f"line-{line_no}"), fields[0], None
+        for line in read_lines(path, max_line_chars):
+            if line.error is not None:
+                yield line.line_no, None, None, line.error
+                continue
+            fields = line.text.strip().split(maxsplit=1)
+            if not fields or fields[0].startswith("#"):
+                continue
+            if line.line_no == 1 and fields[0].lower() in SMILES_COLUMN_NAMES:
+                continue  # a header line
+            yield line.line_no, (fields[1].strip() if len(fields) > 1 else None), fields[0], None
 
     return rows(), f"SMILES file {path} (SMILES, then an optional id after whitespace)"
 
@@ -139,32 +139,46 @@ def _pick_column(header: list[str], wanted: str | None, candidates: tuple[str, .
     return found
 
 
-def _delimited_reader(delimiter: str) -> Callable[[Path, str | None, str | None], tuple[Iterator[Row], str]]:
-    def read(path: Path, smiles_column: str | None, id_column: str | None) -> tuple[Iterator[Row], str]:
-        with path.open(encoding="utf-8-sig", newline="") as f:
-            header = next(csv.reader(f, delimiter=delimiter), None)
-        if not header:
-            raise InputError(f"input {path}: the file is empty; the first line must name the columns")
+def _delimited_reader(delimiter: str) -> Reader:
+    def read(path: Path, smiles_column: str | None, id_column: str | None,
+             max_line_chars: int) -> tuple[Iterator[Row], str]:
+        lines = read_lines(path, max_line_chars)
+        header = _header(next(lines, None), delimiter, path)
         smiles_col = _pick_column(header, smiles_column, SMILES_COLUMN_NAMES, "SMILES", path)
         id_col = _pick_column(header, id_column, ID_COLUMN_NAMES, "id", path)
 
         def rows() -> Iterator[Row]:
-            with path.open(encoding="utf-8-sig", newline="") as f:
-                reader = csv.reader(f, delimiter=delimiter)
-                next(reader)
-                for fields in reader:
-                    line_no = reader.line_num
-                    if not fields or not any(x.strip() for x in fields):
-                        continue
-                    row_id = f"line-{line_no}"
-                    if len(fields) != len(header):
-                        problem = f"line {line_no} has {len(fields)} fields; the header has {len(header)}"
-                        yield line_no, row_id, None, problem
-                        continue
-                    values = dict(zip(header, fields))
-                    if id_col is not None and values[id_col].strip():
-                        row_id = values[id_col].strip()
-                    yield line_no, row_id, values[smiles_col].strip() or None, None
+            unreadable: dict[int, str] = {}  # line -> why (too long, not UTF-8): the csv reader sees it empty
+
+            def text_lines() -> Iterator[str]:
+                for line in lines:
+                    if line.error is not None:
+                        unreadable[line.line_no] = line.error
+                    yield (line.text or "") + "\n"
+
+            reader = csv.reader(text_lines(), delimiter=delimiter)
+            while True:
+                try:
+                    fields = next(reader)
+                except StopIteration:
+                    return
+                except csv.Error as e:  # a field over the csv limit, a stray quote or carriage return
+                    line_no = reader.line_num + 1
+                    yield line_no, None, None, f"line {line_no} is not a readable CSV row ({e})"
+                    continue
+                line_no = reader.line_num + 1  # the header is line 1
+                if line_no in unreadable:
+                    yield line_no, None, None, unreadable.pop(line_no)
+                    continue
+                if not fields or not any(x.strip() for x in fields):
+                    continue
+                if len(fields) != len(header):
+                    problem = f"line {line_no} has {len(fields)} fields; the header has {len(header)}"
+                    yield line_no, None, None, problem
+                    continue
+                values = dict(zip(header, fields))
+                row_id = values[id_col].strip() if id_col is not None else ""
+                yield line_no, row_id or None, values[smiles_col].strip() or None, None
 
         id_text = f"id column {id_col!r}" if id_col else "no id column (ids are line-<n>)"
         return rows(), f"table {path}: SMILES column {smiles_col!r}, {id_text}"
@@ -172,7 +186,19 @@ def _delimited_reader(delimiter: str) -> Callable[[Path, str | None, str | None]
     return read
 
 
-_READERS = {
+def _header(first: InputLine | None, delimiter: str, path: Path) -> list[str]:
+    if first is None or (first.error is None and not first.text.strip()):
+        raise InputError(f"input {path}: the file is empty; the first line must name the columns")
+    if first.error is not None:
+        raise InputError(f"input {path}: the header cannot be read: {first.error}")
+    try:
+        return next(csv.reader([first.text], delimiter=delimiter))
+    except csv.Error as e:
+        raise InputError(f"input {path}: the header is not a CSV row ({e}); the first line must name the columns") \
+            from None
+
+
+_READERS: dict[str, Reader] = {
     ".smi": _read_smi,
     ".smiles": _read_smi,
     ".csv": _delimited_reader(","),

@@ -2,8 +2,12 @@
 
 A JSONL row (`id` = `<input_id>#<conformer_index>`, input_id, smiles, conformer_index, profile, status
 `ok`|`error`, error, plus any extra fields) is written after the conformer's SDF record, so every row
-marked ok has its record. Reopening the pair resumes: the JSONL's finished ids are skipped by the caller
-(`is_done`), and SDF records without a row (a crash between the two writes) are dropped.
+marked ok has its record. Reopening the pair resumes, and first makes the two agree: an ok row whose
+record is missing (the SDF was deleted or cut) is dropped, so the caller generates it again
+(`is_done`), and an SDF record without an ok row (a crash between the two writes) is dropped; each file
+is rewritten through a temporary file and a rename. An SDF with records but neither its JSONL nor a job
+manifest beside it (outputs/guard.py, which checked it is this job's) was not written by this job (another
+tool, or a copy) and is refused, never replaced. Nothing is created until the first row.
 
 Not here: generation and validation; the caller hands in molecules that passed the template check.
 """
@@ -15,8 +19,10 @@ from typing import Any
 
 from rdkit import Chem
 
+from inferlab.errors import InputError
 from inferlab.jsonl_io import ResumableJsonlWriter
-from inferlab.workloads.conformers.sdf import ConformerSdfWriter, row_id
+from inferlab.outputs.guard import manifest_path
+from inferlab.workloads.conformers.sdf import ConformerSdfWriter, record_row_ids, row_id
 
 
 def default_jsonl_path(sdf_path: str | Path) -> Path:
@@ -30,20 +36,31 @@ class ConformerResultWriter:
     def __init__(self, sdf_path: str | Path, jsonl_path: str | Path | None = None, profile: str = "",
                  retry_errors: bool = False) -> None:
         self.profile = profile
-        redo = (lambda row: row.get("status") == "error") if retry_errors else None
-        self._rows = ResumableJsonlWriter(jsonl_path or default_jsonl_path(sdf_path), id_field="id",
-                                          kind_fields=("conformer_index",), redo=redo)
-        self._sdf = ConformerSdfWriter(sdf_path, keep_row_ids=self._rows.done)
+        rows_path = Path(jsonl_path or default_jsonl_path(sdf_path))
+        sdf = Path(sdf_path)
+        records = record_row_ids(sdf) if sdf.is_file() else set()
+        if records and not rows_path.exists() and not manifest_path(sdf).exists():
+            raise InputError(f"{sdf} holds {len(records)} conformer records but neither a rows file {rows_path} nor "
+                             "a job manifest beside it, so no run of this job wrote it; write to another output "
+                             "(inferlab conformers generate --overwrite replaces it)")
+        self.retried = 0  # error rows of earlier runs taken out to generate again (retry_errors)
+
+        def keep_row(row: dict[str, Any]) -> bool:
+            if row.get("status") == "ok":
+                return row.get("id") in records  # an ok row whose record is gone is generated again
+            if retry_errors and row.get("status") == "error":
+                self.retried += 1
+                return False
+            return True
+
+        self._rows = ResumableJsonlWriter(rows_path, id_field="id", kind_fields=("conformer_index",),
+                                          keep_row=keep_row)
+        self._sdf = ConformerSdfWriter(sdf, keep_row_ids=self._rows.done)
 
     @property
     def done(self) -> set[str]:
         """Row ids written by this or earlier runs."""
         return self._rows.done
-
-    @property
-    def retried(self) -> int:
-        """Error rows of earlier runs taken out to generate again."""
-        return self._rows.redone
 
     def is_done(self, input_id: str, conformer_index: int) -> bool:
         return row_id(input_id, conformer_index) in self._rows.done

@@ -68,7 +68,7 @@ def generate_conformers(
     profile = get_profile(config.profile)
     phase = on_phase or (lambda what: None)
     phase("reading the molecules")
-    inputs = read_molecule_inputs(input_path, config.smiles_column, config.id_column)
+    inputs = read_molecule_inputs(input_path, config.smiles_column, config.id_column, config.input_bounds)
     summary = PipelineSummary(molecules=len(inputs.records))
     with ConformerResultWriter(output_path, config.rows_output, profile.name, config.retry_errors) as writer:
         summary.conformers_retried = writer.retried

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from inferlab.errors import ConfigError
 from inferlab.types import SamplingParams
+from inferlab.workloads.conformers.input_bounds import InputBounds
 from inferlab.workloads.conformers.profiles import DEFAULT_PROFILE, get_profile
 
 SAMPLING_MODES = ("greedy", "top-p")
@@ -81,6 +82,7 @@ class PipelineConfig:
     # workers get their share of the host)
     smiles_column: str | None = None  # .csv/.tsv inputs; None: detected
     id_column: str | None = None
+    input_bounds: InputBounds = field(default_factory=InputBounds)  # a line or molecule over them: an error row
     rows_output: str | None = None  # the JSONL beside the SDF; None: the SDF path with .jsonl
 
     def __post_init__(self) -> None:

@@ -20,9 +20,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from inferlab.engine.constraints.fills import sample_fills
-from inferlab.engine.constraints.grammar import compile_grammar
-from inferlab.engine.constraints.grammars import GRAMMARS
+from inferlab.constraints.fills import sample_fills
+from inferlab.constraints.grammar import compile_grammar
+from inferlab.constraints.grammars import GRAMMARS
 from inferlab.errors import InferlabError
 from inferlab.workloads.conformers.inputs import MoleculeInput, MoleculeInputs
 from inferlab.workloads.conformers.profiles import FormatProfile

@@ -1,5 +1,5 @@
 """Per-molecule preparation of the conformer pipeline, in a process pool: SMILES -> canonical form and
-template (template.py) -> prompt token ids and the compiled ConstraintProgram (engine/constraints).
+template (template.py) -> prompt token ids and the compiled ConstraintProgram (inferlab.constraints).
 
 Compiling costs ~25 ms per molecule of 16 atoms with the qwen3-chem tokenizer (the tokenizer runs over
 44 sample fills per hole), so `workers` processes prepare molecules ahead of the engine while it decodes
@@ -69,7 +69,7 @@ _STATE: _PreparerState | None = None  # one per worker process, set by its initi
 
 
 def _load_state(model_dir: str, profile_name: str) -> _PreparerState:
-    from inferlab.engine.constraints.token_automaton import grammar_set_for
+    from inferlab.constraints.token_automaton import grammar_set_for
     from inferlab.errors import InputError
     from inferlab.models.tokenizer_loading import shared_tokenizer
 
@@ -91,7 +91,7 @@ def _init_worker(model_dir: str, profile_name: str) -> None:
 
 def prepare_with(state: _PreparerState, smiles: str) -> PreparedMolecule:
     """Template, prompt ids and program of one molecule (errors become PreparedMolecule.error)."""
-    from inferlab.engine.constraints.program import compile_program
+    from inferlab.constraints.program import compile_program
 
     start = time.perf_counter()
     try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferlab.engine.constraints.grammars import GRAMMARS
+from inferlab.constraints.grammars import GRAMMARS
 from inferlab.errors import ConfigError
 from inferlab.workloads.conformers.coordinates import COORDINATE_STYLES, CoordinateStyle
 from inferlab.workloads.conformers.descriptors import DESCRIPTOR_STYLES, DescriptorStyle
@@ -55,7 +55,7 @@ class FormatProfile:
 
     @property
     def hole_grammar(self) -> str:
-        """Name of the grammar (engine/constraints/grammars.py) of one block's content `x,y,z`."""
+        """Name of the grammar (constraints/grammars.py) of one block's content `x,y,z`."""
         return COORDINATE_STYLES[self.coordinate_style].grammar
 
     def prompt_text(self, canonical_smiles: str) -> str:

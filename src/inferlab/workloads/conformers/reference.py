@@ -9,6 +9,7 @@ reported in the summary and skipped. Not here: reading the inputs (inputs.py).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from rdkit import Chem
 from rdkit.Chem import AllChem
 
 from inferlab.errors import ConfigError, InputError
+from inferlab.outputs.atomic import write_text_atomic
 from inferlab.workloads.conformers.inputs import MoleculeInputs
 from inferlab.workloads.conformers.sdf import ConformerSdfWriter
 from inferlab.workloads.conformers.smiles import canonicalize_mol, parse_smiles
@@ -68,12 +70,13 @@ def write_reference_sdf(
     config: ReferenceConfig = ReferenceConfig(),
     progress: Callable[[int], None] | None = None,
 ) -> ReferenceSummary:
-    """Write a fresh SDF at `output` (an existing file is replaced)."""
+    """Write a fresh SDF at `output`: built beside it and renamed onto it when complete, so an existing file
+    is replaced only by a finished set (a crash leaves it as it was)."""
     path = Path(output)
-    if path.exists():
-        path.unlink()
+    building = path.with_name(f".{path.name}.{os.getpid()}.building")
+    building.unlink(missing_ok=True)
     summary = ReferenceSummary()
-    with ConformerSdfWriter(path) as writer:
+    with ConformerSdfWriter(building) as writer:
         for record in inputs.records:
             if progress:
                 progress(1)
@@ -90,5 +93,9 @@ def write_reference_sdf(
                 writer.write(mol, record.id, key, index, conf_id=conformer.GetId())
             summary.molecules_written += 1
             summary.conformers_written += mol.GetNumConformers()
+    if building.exists():
+        os.replace(building, path)
+    else:
+        write_text_atomic(path, "")  # no molecule could be embedded
     log.info("wrote %d conformers of %d molecules to %s", summary.conformers_written, summary.molecules_written, path)
     return summary

@@ -2,10 +2,13 @@
 
 Each record carries `input_id`, `canonical_smiles` (the key evaluation matches molecules by),
 `conformer_index`, `profile` and `row_id` (`<input_id>#<conformer_index>`, the id of the matching JSONL
-row). A record is formatted in memory by RDKit's SDWriter (`format_record`, which the conformer pipeline
-calls in its judge processes) and appended in one write, then flushed, so a crash loses at most the
-record being written; reopening drops such a torn tail and, when told which rows are done, any record
-whose JSONL row never made it.
+row). Ids are written through `sdf_text`: `%`, `$`, `<`, `>` and any character that is not printable (a
+newline, a tab) become %XX escapes of their UTF-8 bytes, so no id can end a record (`$$$$`), start a
+property (`> <`) or break a line; `sdf_id` reverses it, and the JSONL keeps the id as given. A record is
+formatted in memory by RDKit's SDWriter (`format_record`, which the conformer pipeline calls in its judge
+processes) and appended in one write, then flushed, so a crash loses at most the record being written;
+reopening drops such a torn tail and, when told which rows to keep, any record whose row is not among
+them, rewriting the file through a temporary file and a rename. The file is created by the first record.
 
 Not here: the JSONL side and resume bookkeeping (output.py).
 """
@@ -13,21 +16,35 @@ Not here: the JSONL side and resume bookkeeping (output.py).
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 from rdkit import Chem
 
+from inferlab.outputs.atomic import write_text_atomic
 from inferlab.workloads.conformers.rdkit_messages import rdkit_log
 
-RECORD_END = "$$$$\n"
+RECORD_END = "$$$$"  # the line that ends a record
 PROPERTIES = ("input_id", "canonical_smiles", "conformer_index", "profile", "row_id")
+_ESCAPED = frozenset("%$<>")
 
 
 def row_id(input_id: str, conformer_index: int) -> str:
     return f"{input_id}#{conformer_index}"
+
+
+def sdf_text(value: str) -> str:
+    """`value` safe for an SDF title or property line (see the module docstring); the identity for ids
+    made of printable characters other than % $ < >."""
+    return "".join(c if c not in _ESCAPED and (c.isprintable() or c == " ") else
+                   "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass")) for c in value)
+
+
+def sdf_id(text: str) -> str:
+    """The id `sdf_text` was given."""
+    return unquote(text, errors="surrogatepass") if "%" in text else text
 
 
 class ConformerSdfWriter:
@@ -35,10 +52,9 @@ class ConformerSdfWriter:
 
     def __init__(self, path: str | Path, keep_row_ids: set[str] | None = None) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = None  # opened by the first record
         if self.path.exists():
             _repair(self.path, keep_row_ids)
-        self._file = self.path.open("a", encoding="utf-8")
 
     def write(
         self,
@@ -53,11 +69,15 @@ class ConformerSdfWriter:
 
     def append(self, record: str) -> None:
         """Append one record made by `format_record` (e.g. in a worker process) and flush it."""
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
         self._file.write(record)
         self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
     def __enter__(self) -> ConformerSdfWriter:
         return self
@@ -76,8 +96,9 @@ def format_record(
 ) -> str:
     """One SDF record (ending with `$$$$`) of `mol`'s conformer with our properties; `mol` is left alone."""
     mol = Chem.Mol(mol)  # properties are set on a copy
-    mol.SetProp("_Name", input_id)
-    values = (input_id, canonical_smiles, str(conformer_index), profile, row_id(input_id, conformer_index))
+    mol.SetProp("_Name", sdf_text(input_id))
+    values = (sdf_text(input_id), canonical_smiles, str(conformer_index), profile,
+              sdf_text(row_id(input_id, conformer_index)))
     for name, value in zip(PROPERTIES, values):
         mol.SetProp(name, value)
     buffer = io.StringIO()
@@ -88,24 +109,37 @@ def format_record(
     return buffer.getvalue()
 
 
+def record_row_ids(path: str | Path) -> set[str]:
+    """The row ids (as given, not escaped) of the complete records of `path`."""
+    return {sdf_id(r) for r in (_property(record, "row_id") for record in _records(Path(path))[0]) if r is not None}
+
+
 def _repair(path: Path, keep_row_ids: set[str] | None) -> None:
-    text = path.read_text(encoding="utf-8")
-    records = text.split(RECORD_END)
-    complete = records[:-1]  # the last piece is empty after a clean write, a torn record after a crash
+    complete, torn = _records(path)
+    kept = complete
     if keep_row_ids is not None:
-        complete = [r for r in complete if _property(r, "row_id") in keep_row_ids]
-    repaired = "".join(r + RECORD_END for r in complete)
-    if repaired != text:
-        tmp = path.with_name(path.name + ".repair")
-        tmp.write_text(repaired, encoding="utf-8")
-        os.replace(tmp, path)
+        kept = [r for r in complete if sdf_id(_property(r, "row_id") or "") in keep_row_ids]
+    if torn or len(kept) < len(complete):
+        write_text_atomic(path, "".join(kept))
+
+
+def _records(path: Path) -> tuple[list[str], bool]:
+    """(every complete record of `path` with its `$$$$` line, whether a torn record follows them)."""
+    records, current = [], []
+    with path.open(encoding="utf-8", errors="replace", newline="") as f:
+        for line in f:
+            current.append(line)
+            if line.rstrip("\r\n") == RECORD_END and line.endswith("\n"):
+                records.append("".join(current))
+                current = []
+    return records, bool(current)
 
 
 def _property(record: str, name: str) -> str | None:
     lines = record.split("\n")
     for i, line in enumerate(lines[:-1]):
         if line.startswith(">") and f"<{name}>" in line:
-            return lines[i + 1]
+            return lines[i + 1].rstrip("\r")
     return None
 
 

@@ -6,7 +6,8 @@ atoms `[C@@H]`, bare atoms `C`, `c`, `Cl`, `*`) and structure tokens (bonds `- =
 ring digits, `%NN`, `%(NNN)`, `.`), each bare atom checked against the expected atom in output order, which
 also settles any letter ambiguity (`Sc` is S then aromatic c, scandium is always `[Sc]`).
 
-This module owns parsing user SMILES (InputError with RDKit's reason) and canonicalisation. It knows
+This module owns parsing user SMILES (InputError with RDKit's reason), the checks of a SMILES text made
+before RDKit sees it (`smiles_text_problem`: characters, atom count) and canonicalisation. It knows
 nothing of descriptors or coordinates.
 """
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from rdkit import Chem
 
 from inferlab.errors import InputError, UnsupportedError
+from inferlab.workloads.conformers.input_bounds import DEFAULT_MAX_ATOMS
 from inferlab.workloads.conformers.rdkit_messages import rdkit_log
 
 _STRUCTURE_TOKEN = re.compile(r"%\(\d+\)|%\d\d|[-=#:/\\$~().]|\d")
@@ -48,6 +50,28 @@ class CanonicalMolecule:
     def atom_order(self) -> tuple[int, ...]:
         """Atom indices of `mol` in the order the SMILES writes them."""
         return tuple(t.atom_index for t in self.tokens if t.atom_index is not None)
+
+
+_ATOM_TOKEN = re.compile(r"\[[^\]]*\]|Br|Cl|[BCNOPSFIbcnops*]")
+
+
+def smiles_text_problem(text: str, max_atoms: int = DEFAULT_MAX_ATOMS) -> str | None:
+    """Why `text` cannot be a SMILES of at most `max_atoms` atoms, decided without RDKit (so a hostile line
+    never reaches it), or None. Atoms are counted from the text: bracket atoms and bare element symbols."""
+    odd = next((ch for ch in text if ch.isspace() or not ch.isascii() or not ch.isprintable()), None)
+    if odd is not None:
+        where = "whitespace" if odd.isspace() else "a character"
+        return (f"SMILES {_clipped(text)} holds {where} ({odd!r}) no SMILES has; give one molecule per line "
+                "(in a CSV, check the quoting of the SMILES field)")
+    atoms = sum(1 for _ in _ATOM_TOKEN.finditer(text))
+    if atoms > max_atoms:
+        return (f"SMILES {_clipped(text)} has {atoms:,} atoms, over the limit of {max_atoms:,}; raise it with "
+                "--max-atoms if the molecule is meant to be this large")
+    return None
+
+
+def _clipped(text: str, keep: int = 60) -> str:
+    return repr(text) if len(text) <= keep else repr(text[:keep]) + f"... ({len(text):,} characters)"
 
 
 def parse_smiles(smiles: str) -> Chem.Mol:

@@ -6,7 +6,7 @@ The segments are the encoder's output for that molecule with every block's conte
 the automaton always knows where a block ends. The template also checks a finished generation: every
 block well formed and every descriptor and structure token exactly the template's.
 
-Not here: tokenisation and compilation (inferlab.engine.constraints), caching (the generation workload).
+Not here: tokenisation and compilation (inferlab.constraints), caching (the generation workload).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from inferlab.engine.constraints.segments import Copy, EndOfSequence, Hole, Segment
+from inferlab.constraints.segments import Copy, EndOfSequence, Hole, Segment
 from inferlab.errors import InputError
 from inferlab.workloads.conformers.decode import DecodedConformer, molecule_with_positions, read_units, strip_tags
 from inferlab.workloads.conformers.encode import enriched_layout

@@ -2,7 +2,7 @@
 xgrammar, llguidance) constrains a conformer today, so the lab can put those peers beside our engine.
 
 `template_regex(template.segments)`: each `Copy` escaped as literal text, each `Hole` replaced by its
-named grammar (engine/constraints/grammars.py, already written in the regex subset every engine reads),
+named grammar (constraints/grammars.py, already written in the regex subset every engine reads),
 and the template's `EndOfSequence` as the end of the pattern: a peer's grammar matcher allows only EOS
 once the pattern is complete, so the output ends exactly where ours does. The language is the same as our
 constraint's (the same grammars, the same literal text); only the tokenisation is free, since a regex
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from inferlab.engine.constraints.grammars import GRAMMARS
-from inferlab.engine.constraints.segments import Copy, EndOfSequence, Hole, Segment
+from inferlab.constraints.grammars import GRAMMARS
+from inferlab.constraints.segments import Copy, EndOfSequence, Hole, Segment
 from inferlab.errors import ConfigError
 
 _SPECIAL = frozenset("\\.^$|?*+()[]{}")

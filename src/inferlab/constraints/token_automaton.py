@@ -1,5 +1,6 @@
 """Lift character automata (grammar.py) to one tokenizer's tokens: the GrammarSet, built once per tokenizer
-and cached, holding the host-side tables that runtime.py moves to the device.
+and cached, holding the host-side tables that the engine's runtime (engine/constraints/runtime.py) moves
+to the device.
 
 A token is a candidate of a grammar when its text (the token decoded alone) is non-empty, consists only of
 characters of the grammar's alphabet, and decodes the same inside a sequence (so byte-level pieces of a
@@ -11,7 +12,7 @@ All grammars share one state space: state 0 is dead, each grammar owns a contigu
 which no token path reaches acceptance are removed, so every live state offers at least one token or the
 exit. Tokens that behave identically in every state share a class: transitions are [S, C] over classes,
 class 0 = "dead everywhere" (every non-candidate token, padded ids included). Owns the tables only; the
-program compiler (program.py) and the device runtime (runtime.py) use them.
+program compiler (program.py) and the device runtime (engine/constraints/runtime.py) use them.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from inferlab.engine.constraints.grammar import DEAD, CharDFA, compile_grammar
-from inferlab.engine.constraints.grammars import GRAMMARS
+from inferlab.constraints.grammar import DEAD, CharDFA, compile_grammar
+from inferlab.constraints.grammars import GRAMMARS
 from inferlab.errors import ConfigError, UnsupportedError
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 
-from inferlab.engine.constraints.regex_syntax import Alternation, CharSet, Concat, Node, Repeat, parse_regex
+from inferlab.constraints.regex_syntax import Alternation, CharSet, Concat, Node, Repeat, parse_regex
 from inferlab.errors import ConfigError
 
 DEAD = -1

@@ -1,5 +1,6 @@
 """Compile a segment list (segments.py) against a tokenizer into a ConstraintProgram: the host-side,
-immutable, cacheable op arrays that runtime.py copies into a row's device buffers at admission.
+immutable, cacheable op arrays that the engine's runtime (engine/constraints/runtime.py) copies into a
+row's device buffers at admission.
 
 Ops: COPY(token id) forces that token; HOLE(start state) lets the model write any string of the grammar,
 token by token, until it emits the next op's token (the "exit token", e.g. `>[` or `>`), which the
@@ -21,9 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from inferlab.engine.constraints.fills import sample_fills
-from inferlab.engine.constraints.segments import Copy, EndOfSequence, Hole, Segment
-from inferlab.engine.constraints.token_automaton import GrammarSet, grammar_set_for
+from inferlab.constraints.fills import sample_fills
+from inferlab.constraints.segments import Copy, EndOfSequence, Hole, Segment
+from inferlab.constraints.token_automaton import GrammarSet, grammar_set_for
 from inferlab.errors import InputError, UnsupportedError
 
 COPY = 1

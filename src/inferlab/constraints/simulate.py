@@ -13,12 +13,12 @@ import bisect
 import random
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-from inferlab.engine.constraints.program import ConstraintProgram
-from inferlab.engine.constraints.runtime import ConstraintRuntime
-from inferlab.engine.constraints.segments import Copy, EndOfSequence, Hole
+from inferlab.constraints.program import ConstraintProgram
+from inferlab.constraints.segments import Copy, EndOfSequence, Hole
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,18 @@ def sample_tokens(
     return choice if ids is None else ids.gather(1, choice[:, None])[:, 0]
 
 
+class StepRuntime(Protocol):
+    """The torch-path steps of a constraint runtime (the engine's ConstraintRuntime), rows 0..B-1."""
+
+    def mask_logits(self, logits: torch.Tensor) -> torch.Tensor: ...  # [B, V] -> [B, V], -inf where forbidden
+
+    def choose(self, sampled: torch.Tensor) -> torch.Tensor: ...  # [B] -> [B], forced copy tokens in place
+
+    def advance(self, tokens: torch.Tensor) -> None: ...  # [B]: pointer and automaton state
+
+
 def reference_decode(
-    runtime: ConstraintRuntime,
+    runtime: StepRuntime,
     num_steps: int,
     logits_for_step,
     sampling: ReferenceSampling,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from functools import lru_cache
 
-from inferlab.engine.constraints.grammar import CharDFA
+from inferlab.constraints.grammar import CharDFA
 from inferlab.errors import ConfigError
 
 

@@ -1,6 +1,6 @@
 """The Gemma-family forward (Gemma, Gemma 2, Gemma 3 text) over the engine's static KV cache.
 
-Why a second forward beside models/llama.py rather than flags in it: Gemma 2/3 layers have another shape
+Why a second forward beside llama.py rather than flags in it: Gemma 2/3 layers have another shape
 (a norm on each sublayer's output before the residual add, and the MLP's own input norm), every norm is the
 (1 + w) kind, the embeddings are scaled, and attention varies per layer (window, rope, soft-cap). Folding
 that into llama.py would put a Gemma branch in every line of its loop; here the loop reads as the model
@@ -37,12 +37,12 @@ import torch
 import torch.nn.functional as F
 
 from inferlab.engine.attention import PrefillAttention
+from inferlab.engine.forwards.prefill_layout import heads_first, last_positions, tokens_first
 from inferlab.engine.gemm_plan import GemmPlan
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
 from inferlab.engine.taps import LayerTaps
 from inferlab.models.config import ModelSpec
-from inferlab.models.prefill_layout import heads_first, last_positions, tokens_first
 from inferlab.models.rope import RotaryTables
 from inferlab.models.weights import LayerWeights, ModelWeights
 

@@ -1,7 +1,7 @@
 """The environment recorded in every result row (GPU, driver, versions, commit, host, date) and the check
 that the GPU is otherwise idle before a cell starts.
 
-`python -m inferlab.bench.environment` prints the environment as JSON: the launcher runs it once per
+`python -m inferlab.environment` prints the environment as JSON: the launcher runs it once per
 launch in a child, so the parent never imports torch. Owns nvidia-smi queries; does not time anything.
 """
 
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-_REPO_ROOT = Path(__file__).resolve().parents[3]
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(cmd: list[str], timeout: float = 10.0) -> str | None:

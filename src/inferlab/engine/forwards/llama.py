@@ -23,12 +23,12 @@ import torch
 import torch.nn.functional as F
 
 from inferlab.engine.attention import PrefillAttention
+from inferlab.engine.forwards.prefill_layout import heads_first, last_positions, tokens_first
 from inferlab.engine.gemm_plan import GemmPlan
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
 from inferlab.engine.taps import LayerTaps
 from inferlab.models.config import ModelSpec
-from inferlab.models.prefill_layout import heads_first, last_positions, tokens_first
 from inferlab.models.rope import RotaryTables
 from inferlab.models.weights import LayerWeights, ModelWeights
 
