@@ -30,15 +30,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     triton_interpreter_child.stop(config)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    """Say up front where the qwen3-chem tokenizer is (the conformer tests need it), or why those tests will
-    error: a fresh clone away from ../shared has to name it."""
+def tokenizer_line() -> str:
+    """Where the qwen3-chem tokenizer is (the conformer tests need it), or why those tests will error: a
+    fresh clone away from ../shared has to name it."""
     from inferlab.errors import InputError
 
     try:
         return f"qwen3-chem tokenizer: {qwen3_chem_tokenizer_dir()}"
     except InputError as e:
         return f"qwen3-chem tokenizer: NOT FOUND, the tests that use it will error: {e}"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return tokenizer_line()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """`pytest -q` hides the header: the line is said again at the end, where -q shows it too."""
+    if config.get_verbosity() < 0:
+        terminalreporter.write_line(tokenizer_line())
 
 
 @pytest.fixture(scope="module")

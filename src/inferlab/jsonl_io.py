@@ -99,7 +99,9 @@ class ResumableJsonlWriter:
     """Append-only JSONL output keyed by `id_field`; `done` holds the ids already written by earlier runs.
     `kind_fields`: fields every row of this output has; an existing file whose first row lacks one holds
     another job's rows (say `conformers generate`'s out.jsonl given to `generate`) and is refused, never
-    resumed into. `keep_row`: rows of an earlier run to keep (the others are dropped and done again)."""
+    resumed into. `keep_row(row)`: whether a row of an earlier run stands; the others (error rows on a
+    rerun with --retry-errors, ok rows whose other output is gone) are taken out of the file and are not
+    `done`, so they are run again and each id keeps one row; `dropped` counts them."""
 
     def __init__(self, path: str | Path, id_field: str = "id", fsync: bool = False,
                  kind_fields: tuple[str, ...] = (), keep_row: Callable[[dict[str, Any]], bool] | None = None) -> None:
@@ -108,6 +110,7 @@ class ResumableJsonlWriter:
         self.fsync = fsync
         self.kind_fields = kind_fields
         self.done: set[str] = set()
+        self.dropped = 0  # rows of earlier runs taken out to run again (keep_row)
         self._file = None  # opened by the first row
         if self.path.is_dir():
             raise InputError(f"output {self.path} is a folder; give a file path for the JSONL output")
@@ -117,7 +120,7 @@ class ResumableJsonlWriter:
     def _load_and_repair(self, keep_row: Callable[[dict[str, Any]], bool] | None) -> None:
         raw = self.path.read_bytes()
         kept: list[bytes] = []
-        good_end = dropped = 0
+        good_end = 0
         for line in raw.splitlines(keepends=True):
             if not line.endswith(b"\n"):
                 break  # a torn last line from a crash: drop it
@@ -129,12 +132,12 @@ class ResumableJsonlWriter:
                 self._check_kind(row)
             good_end += len(line)
             if isinstance(row, dict) and keep_row is not None and not keep_row(row):
-                dropped += 1
+                self.dropped += 1
                 continue
             kept.append(line)
             if isinstance(row, dict) and self.id_field in row:
                 self.done.add(str(row[self.id_field]))
-        if dropped:
+        if self.dropped:
             write_bytes_atomic(self.path, b"".join(kept))
         elif good_end < len(raw):
             with self.path.open("r+b") as f:

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_overwrite_arg(p)
     add_scale_args(p)
     add_config_arg(p, "classify")  # inferlab tune's batch size, dtype, attention
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, resumes=True)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -21,12 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "flags below run `generate`",
     )
     add_generation_args(conformers, required=False)  # `inferlab conformers --model M --input ...` generates
-    conformers.set_defaults(func=run_generate)
+    conformers.set_defaults(func=run_generate, resumes=True)
     csub = conformers.add_subparsers(dest="conformers_command", required=False, metavar="ACTION")
 
     gen = csub.add_parser("generate", help=GENERATE_HELP, description=GENERATE_DESCRIPTION)
     add_generation_args(gen, required=True)
-    gen.set_defaults(func=run_generate)
+    gen.set_defaults(func=run_generate, resumes=True)
 
     ev = csub.add_parser(
         "evaluate",
@@ -38,18 +38,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--workers", type=int, default=0, help="processes (default 0: one per CPU core)")
     ev.add_argument("--output", default=None, help="write the full report as JSON here")
     ev.add_argument("--matrices", action="store_true", help="include each molecule's RMSD matrix in the JSON")
-    ev.set_defaults(func=_evaluate)
+    ev.set_defaults(func=_evaluate, resumes=False)
 
     ref = csub.add_parser("reference", help="write K RDKit ETKDG conformers per molecule of a .smi/.csv to an SDF")
     ref.add_argument("--input", required=True, help=".smi (SMILES [id]) or .csv/.tsv with a SMILES column")
-    ref.add_argument("--num-confs", type=int, default=5, help="conformers per molecule (default 5)")
+    ref.add_argument("--num-conformers", type=int, default=5, metavar="K", help="conformers per molecule (default 5)")
     ref.add_argument("--output", required=True, help="SDF to write (replaced if it exists)")
     ref.add_argument("--seed", type=int, default=0)
     ref.add_argument("--optimize", action="store_true", help="MMFF-optimise the conformers")
     ref.add_argument("--smiles-column", default=None, help="CSV column holding SMILES (default: detected)")
     ref.add_argument("--id-column", default=None, help="CSV column holding ids (default: detected)")
     add_input_bound_args(ref, molecules=True)
-    ref.set_defaults(func=_reference)
+    ref.set_defaults(func=_reference, resumes=False)
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -93,7 +93,7 @@ def _reference(args: argparse.Namespace) -> int:
 
     input_file("--input", args.input, None, "a molecule file (.smi, .csv or .tsv)")
     output_file("--output", args.output, (".sdf",), "an SDF of conformers", {"--input": args.input})
-    config = ReferenceConfig(num_confs=args.num_confs, seed=args.seed, optimize=args.optimize)
+    config = ReferenceConfig(num_confs=args.num_conformers, seed=args.seed, optimize=args.optimize)
     inputs = read_molecule_inputs(args.input, args.smiles_column, args.id_column, molecule_bounds(args))
     print(f"reading {inputs.description}: {len(inputs.records)} records, {len(inputs.errors)} unusable")
     with tqdm(total=len(inputs.records), desc="embedding", unit="mol", dynamic_ncols=True) as bar:

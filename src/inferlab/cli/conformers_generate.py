@@ -8,6 +8,7 @@ import argparse
 import time
 from typing import Any
 
+from inferlab.cli.device_arg import add_device_arg
 from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded, molecule_bounds
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
@@ -49,6 +50,8 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     g.add_argument("--judge-workers", type=int, default=None,
                    help="processes checking finished conformers (strict and plain decoding, stereo, SDF records) off "
                         "the engine's path (default 2; small jobs and 0: in this process)")
+    g.add_argument("--retry-errors", action="store_true",
+                   help="generate the error rows of earlier runs again (each replaced by its new row)")
     g.add_argument("--stereo-retries", type=int, default=0, metavar="N",
                    help="generate a conformer again, up to N times, while its coordinates contradict the input's "
                         "specified stereo (default 0: keep it, marked stereo_ok=false)")
@@ -57,13 +60,14 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     g.add_argument("--smiles-column", default=None, help="CSV column holding SMILES (default: detected)")
     g.add_argument("--id-column", default=None, help="CSV column holding ids (default: detected)")
     e = p.add_argument_group("engine")
-    e.add_argument("--max-slots", type=int, default=None, help="concurrent rows (default: as memory allows)")
-    e.add_argument("--max-seq-len", type=int, default=None,
+    e.add_argument("--max-slots", "--max-num-seqs", type=int, default=None,
+                   help="concurrent rows (default: as memory allows)")
+    e.add_argument("--max-seq-len", "--max-model-len", type=int, default=None,
                    help="prompt + conformer tokens per row (default: fits the input's largest molecules)")
-    e.add_argument("--gpu-memory-fraction", type=float, default=0.9,
+    e.add_argument("--gpu-memory-fraction", "--gpu-memory-utilization", type=float, default=0.9,
                    help="share of the device memory free at start-up the engine plans for (weights, KV cache, "
                         "workspace)")
-    e.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    add_device_arg(e)
     e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     e.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
                    help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA capability >= 8.9)")
@@ -84,6 +88,7 @@ def pipeline_config_from(args: argparse.Namespace):
         workers=args.workers,
         judge_workers=args.judge_workers,
         stereo_retries=args.stereo_retries,
+        retry_errors=args.retry_errors,
         smiles_column=args.smiles_column,
         id_column=args.id_column,
         input_bounds=molecule_bounds(args),
@@ -112,6 +117,9 @@ def run_generate(args: argparse.Namespace) -> int:
     check_paths(args)
     config = pipeline_config_from(args)
     check_model(args.model)
+    if wants_scale_out(args) and args.retry_errors:
+        raise ConfigError("--retry-errors runs without --gpus / --launcher for now: rerun the merged output's "
+                          "error rows with one process (the same --output), or rerun into a new output")
     from inferlab.scale.workloads.conformer_pipeline import CONFORMERS, pipeline_params
     from inferlab.workloads.conformers.output import default_jsonl_path
 
@@ -160,6 +168,10 @@ def _run_here(args: argparse.Namespace, config) -> int:
             print(f"resuming: {done_before} conformer rows already in {default_jsonl_path(args.output)}")
         bar = tqdm(total=todo, unit="conf", dynamic_ncols=True, smoothing=0.1, desc="conformers")
 
+    def on_phase(what: str) -> None:  # until the first row: what the run is doing
+        if bar is not None and bar.n == 0:
+            bar.set_description(f"conformers ({what})")
+
     def on_row(row: dict) -> None:
         counts["generated"] += row["generated"]
         counts["valid"] += row["status"] == "ok"
@@ -167,12 +179,14 @@ def _run_here(args: argparse.Namespace, config) -> int:
         elapsed = max(time.perf_counter() - started, 1e-9)
         valid = 100.0 * counts["valid"] / max(counts["generated"], 1)  # of the engine's outputs
         bar.set_postfix_str(f"{counts['tokens'] / elapsed:,.0f} tok/s, valid {valid:.1f}%", refresh=False)
+        if bar.n == 0:
+            bar.set_description("conformers", refresh=False)
         bar.update(1)
 
     try:
         with logging_redirect_tqdm():
             summary = generate_conformers(args.model, args.input, args.output, config, engine_options_from(args),
-                                          on_start, on_row)
+                                          on_start, on_row, on_phase)
     finally:
         if bar is not None:
             bar.close()
@@ -194,8 +208,10 @@ def print_summary(summary, output: str) -> None:
     s = summary.as_dict()
     valid = s["valid_fraction"]
     print(f"molecules: {s['molecules']} in the input, {s['molecules_run']} generated in this run")
+    retried = (f" ({s['conformers_retried']} error rows of earlier runs generated again)"
+               if s["conformers_retried"] else "")
     print(f"conformers: {s['conformers_ok']} valid, {s['conformers_error']} error rows, "
-          f"{s['conformers_skipped']} written by earlier runs")
+          f"{s['conformers_skipped']} written by earlier runs{retried}")
     if s["conformers_generated"]:
         print(f"validity: {s['conformers_generated'] - s['conformers_rejected']} of {s['conformers_generated']} "
               f"generated conformers are valid ({100 * valid:.1f}%); the plain decoder gives the input's graph for "

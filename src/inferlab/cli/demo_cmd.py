@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from inferlab.cli.device_arg import add_device_arg
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -19,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-molecules", type=int, default=8, help="molecules taken from RDKit's NCI set (default 8)")
     p.add_argument("--num-conformers", type=int, default=2, metavar="K", help="conformers per molecule (default 2)")
     p.add_argument("--max-atoms", type=int, default=10, help="largest molecules taken (heavy atoms, default 10)")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
+    add_device_arg(p)
     p.add_argument("--sampling", default="top-p", choices=["greedy", "top-p"],
                    help="top-p: sample (each conformer its own seed); greedy: the most likely token each step")
     p.add_argument("--temperature", type=float, default=1.0, help="top-p sampling's temperature (default 1.0)")
@@ -56,7 +58,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     try:
         with logging_redirect_tqdm():
-            run = run_demo(config, on_ready, progress.start, progress.row)
+            run = run_demo(config, on_ready, progress.start, progress.row, progress.phase)
     finally:
         progress.close()
     s = run.summary

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from inferlab.cli.device_arg import add_device_arg
+
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="local HuggingFace checkpoint folder")
@@ -25,7 +27,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantization", default="none", choices=["none", "int8", "fp8"],
                    help="transformers only (torchao): int8 weight-only, or fp8 (compute capability >= 8.9); "
                         "with --backend auto it selects transformers")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    add_device_arg(p)
 
 
 def add_batch_args(p: argparse.ArgumentParser, text_field: str) -> None:

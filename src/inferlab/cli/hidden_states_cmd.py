@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_input_bound_args(p)
     add_overwrite_arg(p)
     add_scale_args(p)
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, resumes=True)
 
 
 def _run(args: argparse.Namespace) -> int:

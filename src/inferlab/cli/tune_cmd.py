@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from inferlab.cli.device_arg import add_device_arg
+
 WORKLOADS = ("generate", "classify", "conformers")
 INCOMPLETE_EXIT = 3
 
@@ -59,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="timed seconds per pass: the sample runs until then (default 2)")
     p.add_argument("--passes", type=int, default=MIN_REPEATS,
                    help=f"timed passes per candidate, >= {MIN_REPEATS} (their spread judges the margins)")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    add_device_arg(p)
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="generate/conformers: the engine's dtype; classify: try only this one (auto: the device's)")
     p.add_argument("--backend", default="auto", choices=["auto", "inferlab", "hf"], help="generate's backend")

@@ -32,7 +32,10 @@ def resolve_device(name: str) -> torch.device:
     Triton launches and graph capture need one."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device={name!r} is not a torch device; use 'auto', 'cpu', 'cuda' or 'cuda:N'") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device={name!r} but CUDA is not available here; use device='cpu' or 'auto'")
     if device.type == "cuda" and device.index is None:

@@ -87,7 +87,10 @@ class LoadedModel:
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device {name!r} is not a torch device; use auto, cpu or cuda[:N]") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UnsupportedError(f"device {name!r} asked for, but torch sees no CUDA device; use --device cpu")
     return device

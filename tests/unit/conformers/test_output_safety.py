@@ -1,10 +1,12 @@
 """`inferlab conformers generate` never loses data: no output may be an input, an SDF nobody can vouch for
 is refused (not replaced), a rerun with other settings is refused by name, a second run on the same output
-is refused, a resume regenerates rows whose SDF records are gone, and hostile ids cannot corrupt the SDF."""
+is refused, a resume regenerates rows whose SDF records are gone, the rerun an error row advises (a larger
+--max-seq-len with --retry-errors) resumes, and hostile ids cannot corrupt the SDF."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -61,6 +63,22 @@ def test_a_rerun_resumes_only_its_own_job_and_regenerates_lost_records(tmp_path,
     assert run(model, inp, out) == 0
     assert "0 written by earlier runs" in capsys.readouterr().out
     assert len(rows(out)) == 2 and len(list(read_sdf(out))) == 2
+
+
+def test_the_rerun_an_error_row_advises_resumes_its_output(tmp_path, model, capsys):
+    inp = tmp_path / "mols.smi"
+    inp.write_text("CCO ethanol\nCCCCCCCCCC decane\n")
+    out = tmp_path / "out.sdf"
+    assert run(model, inp, out, "--max-seq-len", "256") == 0
+    error = {r["input_id"]: r for r in rows(out)}["decane"]["error"]
+    advised = re.search(r"rerun with --max-seq-len (\d+) .*and --retry-errors", error)
+    assert advised, error
+    capsys.readouterr()
+    assert run(model, inp, out, "--max-seq-len", advised.group(1), "--retry-errors") == 0  # not another job
+    assert "1 error rows of earlier runs generated again" in capsys.readouterr().out
+    after = rows(out)
+    assert sorted((r["input_id"], r["status"]) for r in after) == [("decane", "ok"), ("ethanol", "ok")]
+    assert sorted(sdf_id(r.prop("row_id")) for r in read_sdf(out)) == sorted(r["id"] for r in after)
 
 
 def test_hostile_ids_cannot_corrupt_the_sdf(tmp_path, model):

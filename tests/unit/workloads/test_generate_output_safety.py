@@ -1,6 +1,6 @@
 """`inferlab generate` never loses data: an output that is an input is refused before a byte is written, a
-rerun with another setting is refused by name, the identical command resumes its activations after a
-kill, every input line gets one row under an id no other row has, and a bad byte is one error row."""
+rerun with another setting is refused by name (a larger --max-seq-len with --retry-errors, as a row too long
+for the rows advises, is not another setting), the identical command resumes its activations after a kill, every input line gets one row under an id no other row has, and a bad byte is one error row."""
 
 from __future__ import annotations
 
@@ -49,6 +49,20 @@ def test_rows_are_unique_and_a_changed_setting_is_refused(tiny_checkpoint, tmp_p
     assert "sampling.max_new_tokens=3 then, 5 now" in capsys.readouterr().err
     assert out.read_text().count("\n") == 6  # nothing appended
     assert generate(model, inp, out) == 0 and out.read_text().count("\n") == 6  # the same job resumes
+
+
+def test_a_larger_max_seq_len_with_retry_errors_resumes_the_output(tiny_checkpoint, tmp_path, capsys):
+    model = tiny_checkpoint("tiny")
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text('{"id": "short", "prompt_ids": [5]}\n{"id": "long", "prompt_ids": [5, 6, 7, 8, 9, 10, 11, 12]}\n')
+    assert generate(model, inp, out, "--max-seq-len", "8") == 0
+    errors = {r["id"]: r["error"] for r in map(json.loads, out.read_text().splitlines())}
+    assert errors["short"] is None and "larger max_seq_len" in errors["long"]
+    capsys.readouterr()
+    assert generate(model, inp, out, "--max-seq-len", "64", "--retry-errors") == 0
+    assert "1 error rows of earlier runs run again" in capsys.readouterr().out
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["id"], r["status"]) for r in rows] == [("short", "ok"), ("long", "ok")]
 
 
 def test_the_identical_command_resumes_its_activation_store(tmp_path):

@@ -21,7 +21,10 @@ from inferlab.scale.workloads.conformers import conformer_adapter
 from inferlab.workloads.conformers.pipeline_config import PipelineConfig
 
 # Settings whose change changes the rows: a rerun with other values is refused (slots, workers, judges and
-# memory only change the speed; a request's tokens depend on its seed, not on its batch).
+# memory only change the speed; a request's tokens depend on its seed, not on its batch). max_seq_len is
+# not one: it only decides which molecules fit a row, and one that does not is an error row advising a
+# larger --max-seq-len with --retry-errors (which is not one either: it reruns those rows), so that rerun
+# resumes; an ok row is the same at any length.
 RESULT_SETTINGS = ("num_conformers", "profile", "sampling", "seed", "stereo_retries", "smiles_column", "id_column")
 
 
@@ -60,7 +63,6 @@ def _settings(params: dict[str, Any]) -> dict[str, Any]:
         "model": str(Path(params["model"]).resolve()),
         **{key: pipeline.get(key) for key in RESULT_SETTINGS},
         "dtype": options.get("dtype", "auto"),
-        "max_seq_len": options.get("max_seq_len"),  # which molecules fit the rows
     }
 
 

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import logging
 import math
-import multiprocessing
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 from rdkit import Chem
 
+from inferlab.child_processes import spawn_pool
 from inferlab.errors import ConfigError, InputError
 from inferlab.workloads.conformers.metrics import DEFAULT_THRESHOLD, best_rms_matrix, coverage_matching
 from inferlab.workloads.conformers.sdf import read_sdf
@@ -173,9 +173,8 @@ def _run(tasks: list[tuple], workers: int, progress: Callable[[int, int], None] 
             if progress:
                 progress(len(results), len(tasks))
         return results
-    # spawn, not fork: the caller may hold CUDA or threads that a forked child must not inherit.
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
+    # spawn, not fork: the caller may hold CUDA or threads that a forked child must not inherit
+    with spawn_pool(min(workers, len(tasks))) as pool:
         futures = [pool.submit(evaluate_molecule, *task) for task in tasks]
         for future in as_completed(futures):
             results.append(future.result())

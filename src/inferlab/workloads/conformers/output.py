@@ -30,7 +30,11 @@ def default_jsonl_path(sdf_path: str | Path) -> Path:
 
 
 class ConformerResultWriter:
-    def __init__(self, sdf_path: str | Path, jsonl_path: str | Path | None = None, profile: str = "") -> None:
+    """`retry_errors`: the error rows of earlier runs are taken out of the JSONL (they have no SDF record)
+    and are not done, so the caller generates them again."""
+
+    def __init__(self, sdf_path: str | Path, jsonl_path: str | Path | None = None, profile: str = "",
+                 retry_errors: bool = False) -> None:
         self.profile = profile
         rows_path = Path(jsonl_path or default_jsonl_path(sdf_path))
         sdf = Path(sdf_path)
@@ -39,8 +43,18 @@ class ConformerResultWriter:
             raise InputError(f"{sdf} holds {len(records)} conformer records but neither a rows file {rows_path} nor "
                              "a job manifest beside it, so no run of this job wrote it; write to another output "
                              "(inferlab conformers generate --overwrite replaces it)")
+        self.retried = 0  # error rows of earlier runs taken out to generate again (retry_errors)
+
+        def keep_row(row: dict[str, Any]) -> bool:
+            if row.get("status") == "ok":
+                return row.get("id") in records  # an ok row whose record is gone is generated again
+            if retry_errors and row.get("status") == "error":
+                self.retried += 1
+                return False
+            return True
+
         self._rows = ResumableJsonlWriter(rows_path, id_field="id", kind_fields=("conformer_index",),
-                                          keep_row=lambda row: row.get("status") != "ok" or row.get("id") in records)
+                                          keep_row=keep_row)
         self._sdf = ConformerSdfWriter(sdf, keep_row_ids=self._rows.done)
 
     @property

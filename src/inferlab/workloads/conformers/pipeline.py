@@ -14,12 +14,14 @@ The wiring, in input order:
      handed to one Engine.stream call, which pulls requests as rows free up: no waves, no drains
   -> each result handed at once to the judge processes (pipeline_judge.py, pipeline_judge_pool.py:
      text from the token ids, strict check, plain decoding, stereo agreement, the SDF record), so the engine's path holds only
-     the hand-off; the verdicts written here in finishing order (pipeline_collect.py, output.py), each
-     flushed, so a rerun skips every (molecule, conformer) already written.
+     the hand-off; the verdicts written here in input order (pipeline_collect.py, output.py; a verdict
+     waits for the rows before it), each flushed, so a rerun skips every (molecule, conformer) already
+     written.
 A molecule that cannot be prepared, or whose prompt + program bound exceeds the engine's max_seq_len,
 becomes error rows; so does anything the engine refuses. A stereo retry given after the generator ended
-(the last rows' retries) goes to a further Engine.stream call. Rows are written as they finish (the
-scale-out merge puts shards in input order).
+(the last rows' retries) goes to a further Engine.stream call. However the call ends (an interrupt
+included), every finished row is written before the files close. `on_phase` tells the caller what the
+run is doing before its first row (reading, starting the pools, starting the engine, generating).
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def generate_conformers(
     config: PipelineConfig,
     engine_options: Mapping[str, Any] | None = None,  # EngineConfig fields: device, dtype, max_slots, ...
     on_start: Callable[[int, int], None] | None = None,  # (rows to write now, rows written by earlier runs)
-    on_row: RowCallback | None = None,  # after each row is written
+    on_row: RowCallback | None = None,  # as each row finishes
+    on_phase: Callable[[str], None] | None = None,  # what the run is doing now, in a few words
 ) -> PipelineSummary:
     started = time.perf_counter()
     options = dict(engine_options or {})
@@ -63,30 +66,36 @@ def generate_conformers(
         raise ConfigError("engine_options must not hold model, seed or load_tokenizer; pass the model and "
                           "config.seed (the pipeline's engine loads no tokenizer: the judges decode)")
     profile = get_profile(config.profile)
+    phase = on_phase or (lambda what: None)
+    phase("reading the molecules")
     inputs = read_molecule_inputs(input_path, config.smiles_column, config.id_column, config.input_bounds)
     summary = PipelineSummary(molecules=len(inputs.records))
-    with ConformerResultWriter(output_path, config.rows_output, profile=profile.name) as writer:
-        plan = plan_molecules(inputs, writer.is_done, config.num_conformers)
+    with ConformerResultWriter(output_path, config.rows_output, profile.name, config.retry_errors) as writer:
+        summary.conformers_retried = writer.retried
+        plan = plan_molecules(inputs, writer.done, config.num_conformers)
         summary.conformers_skipped = plan.rows_done
-        todo_rows = sum(len(job.todo) for job in plan.jobs + plan.unusable)
         log.info("%s: %d records (%d unusable), K=%d: %d rows to write, %d written before",
-                 inputs.description, len(inputs.records), len(inputs.errors), config.num_conformers, todo_rows,
+                 inputs.description, len(inputs.records), len(inputs.errors), config.num_conformers, plan.rows_todo,
                  plan.rows_done)
         if on_start is not None:
-            on_start(todo_rows, plan.rows_done)
-        rows = RowWriter(writer, summary, on_row)
-        for job in plan.unusable:
-            rows.error(job, job.record.error or "unusable input")
-        if plan.jobs:
-            _generate(model, plan.jobs, config, options, rows, summary, started)
+            on_start(plan.rows_todo, plan.rows_done)
+        rows = RowWriter(writer, summary, on_row, plan.row_ids())
+        try:
+            for job in plan.unusable:
+                rows.error(job, job.record.error or "unusable input")
+            if plan.jobs:
+                _generate(model, plan.jobs, config, options, rows, summary, started, phase)
+        finally:
+            rows.flush()
     summary.wall_s = time.perf_counter() - started
     return summary
 
 
 def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: dict[str, Any], rows: RowWriter,
-              summary: PipelineSummary, started: float) -> None:
+              summary: PipelineSummary, started: float, phase: Callable[[str], None]) -> None:
     profile = get_profile(config.profile)
     summary.judge_workers = config.judge_pool_workers(len(jobs))
+    phase("starting the worker processes")
     with MoleculePreparer(model, profile.name, config.pool_workers(len(jobs))) as preparer, \
             JudgePool(summary.judge_workers, str(model)) as judges, ExitStack() as life:
         grammar_set = preparer.grammar_set()  # the engine's GrammarSet, the pool's first task
@@ -96,10 +105,12 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
         from inferlab.engine import Engine, EngineConfig
         from inferlab.models.config import read_model_spec
 
+        model_positions = read_model_spec(model).max_position_embeddings
         if options.get("max_seq_len") is None:
-            options["max_seq_len"] = auto_max_seq_len(jobs, profile, read_model_spec(model).max_position_embeddings)
+            options["max_seq_len"] = auto_max_seq_len(jobs, profile, model_positions)
         t0 = time.perf_counter()
         summary.before_engine_s = t0 - started
+        phase("starting the engine")
         # no tokenizer in this process: the preparing processes' GrammarSet constrains, the judges decode
         engine_config = EngineConfig(model=model, seed=config.seed, load_tokenizer=False, **options)
         engine = life.enter_context(Engine(engine_config, grammar_set=grammar_set))
@@ -109,7 +120,8 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
         log.info("engine ready in %.1f s: %d slots x %d tokens, %s; %d judge processes",
                  summary.engine_start_s, summary.slots, summary.max_seq_len, config.sampling.describe(),
                  summary.judge_workers)
-        feed = RequestFeed(molecules, engine.plan.max_seq_len, config.sampling.params(), rows)
+        phase("generating")
+        feed = RequestFeed(molecules, engine.plan.max_seq_len, model_positions, config.sampling.params(), rows)
         collector = ResultCollector(judges, feed, rows, summary, profile.name, config.stereo_retries, JUDGE_WINDOW,
                                     str(model))
         while feed.has_work:  # one call for the job; more only for retries of its last rows

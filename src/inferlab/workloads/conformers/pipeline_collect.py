@@ -1,8 +1,9 @@
 """The engine's results -> the job's rows, with as little as possible on the engine's path.
 
 `ResultCollector.take(result)` is all the consumer loop does per result: it builds a plain JudgeTask and
-hands it to the judge pool (pipeline_judge_pool.py), then writes whatever verdicts are ready, oldest
-first, so rows are written in the order the engine finished them. A verdict becomes:
+hands it to the judge pool (pipeline_judge_pool.py), then takes whatever verdicts are ready, oldest
+first. The RowWriter writes rows in input order (input_order.py): a row that finished before an earlier
+one waits for it. A verdict becomes:
 - an ok row: its SDF record (made in the worker) appended and flushed, then its JSONL row;
 - an error row (the engine refused the request, or the output is not a valid conformer);
 - a retry (its geometry contradicts the input's stereo and attempts are left): the next attempt goes
@@ -10,7 +11,8 @@ first, so rows are written in the order the engine finished them. A verdict beco
 At most `window` results are in the pool: a full window waits for the oldest (backpressure: memory stays
 bounded, and a pool that cannot keep up slows the engine rather than hoarding results). `drain()` waits
 for everything. All writing happens here, in the calling thread, so the writer needs no locks; a crash
-loses only rows not written yet, and a rerun generates them again.
+loses only rows not written yet (an interrupt loses no finished row: RowWriter.flush), and a rerun generates
+them again.
 
 Not here: judging (pipeline_judge.py), the requests (pipeline_feed.py).
 """
@@ -19,10 +21,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
+from inferlab.input_order import InputOrder
 from inferlab.types import Result
 from inferlab.workloads.conformers.output import ConformerResultWriter
 from inferlab.workloads.conformers.pipeline_feed import RequestFeed
@@ -30,29 +33,41 @@ from inferlab.workloads.conformers.pipeline_judge import JudgeTask, Verdict
 from inferlab.workloads.conformers.pipeline_judge_pool import JudgePool
 from inferlab.workloads.conformers.pipeline_plan import MoleculeJob
 from inferlab.workloads.conformers.pipeline_stats import PipelineSummary
+from inferlab.workloads.conformers.sdf import row_id
 
 RowCallback = Callable[[dict[str, Any]], None]
 
 
 class RowWriter:
-    """Writes rows through the ConformerResultWriter, keeps the summary's counts and tells `on_row`
-    ({"id", "input_id", "conformer_index", "status", "generated", "output_tokens"}) after each; `generated`
-    is False for rows of molecules that never reached the engine, `output_tokens` counts every attempt."""
+    """Writes rows through the ConformerResultWriter in the order of `row_ids` (the plan's, input order),
+    keeps the summary's counts and tells `on_row` ({"id", "input_id", "conformer_index", "status",
+    "generated", "output_tokens"}) as each finishes; `generated` is False for rows of molecules that never
+    reached the engine, `output_tokens` counts every attempt. `flush()` writes the finished rows still
+    waiting for an earlier one (the run is ending)."""
 
-    def __init__(self, writer: ConformerResultWriter, summary: PipelineSummary, on_row: RowCallback | None) -> None:
+    def __init__(self, writer: ConformerResultWriter, summary: PipelineSummary, on_row: RowCallback | None,
+                 row_ids: Iterable[str]) -> None:
         self.writer, self.summary, self.on_row = writer, summary, on_row
+        self._order = InputOrder(row_ids, lambda write: write())
 
     def error(self, job: MoleculeJob, message: str, indices=None, fields: dict | None = None) -> None:
+        record = job.record
         for k in job.todo if indices is None else indices:
-            self.writer.write_error(job.record.id, job.record.smiles, k, message, fields)
+            self._order.put(row_id(record.id, k), lambda k=k: self.writer.write_error(
+                record.id, record.smiles, k, message, fields))
             self.summary.conformers_error += 1
             self._tell(job, k, "error", fields)
 
     def ok(self, job: MoleculeJob, k: int, canonical: str, record: str, fields: dict) -> None:
         # the row's `smiles` is the input's, as in error rows (the writer would put the canonical form there)
-        self.writer.write_ok_record(job.record.id, canonical, k, record, {"smiles": job.record.smiles, **fields})
+        row = {"smiles": job.record.smiles, **fields}
+        self._order.put(row_id(job.record.id, k), lambda: self.writer.write_ok_record(
+            job.record.id, canonical, k, record, row))
         self.summary.conformers_ok += 1
         self._tell(job, k, "ok", fields)
+
+    def flush(self) -> None:
+        self._order.flush()
 
     def _tell(self, job: MoleculeJob, k: int, status: str, fields: dict | None) -> None:
         if self.on_row is not None:

@@ -74,6 +74,7 @@ class PipelineConfig:
     # A conformer whose coordinates contradict the input's specified stereo is generated again, with a new
     # seed, up to this many times; the row records its attempts.
     stereo_retries: int = 0
+    retry_errors: bool = False  # the error rows of earlier runs are generated again (each replaced)
     # Molecules the pool prepares ahead of the requests handed to the engine, in requests' worth;
     # None: max(1024, 4 x the engine's slots).
     lookahead_requests: int | None = None

@@ -67,8 +67,10 @@ def conformer_request(job: MoleculeJob, molecule: PreparedMolecule, k: int, samp
 
 
 class RequestFeed:
-    def __init__(self, molecules: MoleculeFeed, max_seq_len: int, sampling: SamplingParams, rows: Any) -> None:
+    def __init__(self, molecules: MoleculeFeed, max_seq_len: int, model_positions: int, sampling: SamplingParams,
+                 rows: Any) -> None:
         self.max_seq_len = max_seq_len
+        self.model_positions = model_positions  # the model's max_position_embeddings: no row may be longer
         self.sampling = sampling
         self.rows = rows  # pipeline_collect.RowWriter: error rows of molecules that cannot run
         self._molecules = iter(molecules)
@@ -106,9 +108,17 @@ class RequestFeed:
             self.rows.error(job, molecule.error)
             return False
         if molecule.tokens_needed > self.max_seq_len:
-            self.rows.error(job, f"the prompt ({len(molecule.prompt_ids)} tokens) and the longest conformer of this "
-                                 f"molecule ({molecule.program.max_new_tokens} tokens, {molecule.template.num_atoms} "
-                                 f"atoms) need {molecule.tokens_needed} positions, over max_seq_len={self.max_seq_len}; "
-                                 f"rerun with --max-seq-len {molecule.tokens_needed} or more (memory allowing)")
+            self.rows.error(job, self._too_long(molecule))
             return False
         return True
+
+    def _too_long(self, molecule: PreparedMolecule) -> str:
+        """Why a molecule does not fit the rows, and a fix only where one exists."""
+        need = (f"the prompt ({len(molecule.prompt_ids)} tokens) and the longest conformer of this molecule "
+                f"({molecule.program.max_new_tokens} tokens, {molecule.template.num_atoms} atoms) need "
+                f"{molecule.tokens_needed} positions")
+        if molecule.tokens_needed > self.model_positions:
+            return (f"{need}, more than the model's {self.model_positions} (max_position_embeddings): this molecule "
+                    "is too large for this model")
+        return (f"{need}, over max_seq_len={self.max_seq_len}; rerun with --max-seq-len {molecule.tokens_needed} "
+                f"(up to the model's {self.model_positions}; memory allowing) and --retry-errors")

@@ -5,17 +5,18 @@ pipeline does before asking for the next result is time the GPU may stand idle. 
 of CPU per drug-sized conformer and holds the GIL throughout (RDKit's parsing, stereo perception and
 SDF writing do not release it: two threads judge no faster than one), so threads would only slow the
 engine's own host loop: judging runs in `workers` spawn processes (spawn: the parent holds CUDA state)
-that import RDKit and the conformer modules only, never torch. `workers=0` judges inline (tests, small
-jobs); a task then is judged at `submit`, and its future is already done.
+that import RDKit and the conformer modules only, never torch, and end with this process however it ends
+(child_processes.py). `workers=0` judges inline (tests, small jobs); a task then is judged at `submit`,
+and its future is already done.
 
 Not here: what to do with a verdict (pipeline_collect.py).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 from concurrent.futures import Future, ProcessPoolExecutor
 
+from inferlab.child_processes import spawn_pool
 from inferlab.workloads.conformers.pipeline_judge import JudgeTask, Verdict, judge, tokenizer_for
 
 
@@ -30,7 +31,7 @@ class JudgePool:
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
         if workers > 0:
-            self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = spawn_pool(workers)  # they end with this process, however it ends
             for _ in range(workers):  # start every process now (imports, tokenizer), while the engine starts up
                 self._pool.submit(_ready, model_dir)
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import multiprocessing
 import time
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inferlab.child_processes import spawn_pool
 from inferlab.errors import InferlabError
 from inferlab.workloads.conformers.profiles import get_profile
 from inferlab.workloads.conformers.template import ConformerTemplate, build_template
@@ -140,13 +140,9 @@ class MoleculePreparer:
         self._pool: Executor | None = None
         self._inline: _PreparerState | None = None
         if workers > 0:
-            # spawn, not fork: the parent may hold CUDA state and tokenizer threads that a fork would copy
-            self._pool = ProcessPoolExecutor(
-                workers,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker,
-                initargs=(self.model_dir, profile_name),
-            )
+            # spawn, not fork: the parent may hold CUDA state and tokenizer threads that a fork would copy;
+            # the processes end with this one, however it ends (child_processes.py)
+            self._pool = spawn_pool(workers, _init_worker, (self.model_dir, profile_name))
 
     def submit(self, smiles: str) -> Future:
         future = self._futures.get(smiles)

@@ -34,6 +34,7 @@ class PipelineSummary:
     conformers_generated: int = 0  # outputs the engine returned (ok or rejected by the strict decoder)
     conformers_rejected: int = 0  # of those, outputs that are not a valid conformer of the input
     conformers_skipped: int = 0  # rows written by earlier runs
+    conformers_retried: int = 0  # error rows of earlier runs generated again (retry_errors)
     graph_matches: int = 0  # ok rows whose plain decoding gave the input's graph
     stereo_checked: int = 0  # ok rows whose input specifies stereo (tetrahedral centres or double bonds)
     stereo_matches: int = 0  # of those, rows whose coordinates have the input's stereo
@@ -91,6 +92,7 @@ class PipelineSummary:
             "conformers_ok": self.conformers_ok,
             "conformers_error": self.conformers_error,
             "conformers_skipped": self.conformers_skipped,
+            "conformers_retried": self.conformers_retried,
             "conformers_generated": self.conformers_generated,
             "conformers_rejected": self.conformers_rejected,
             "valid_fraction": self.valid_fraction,

@@ -40,7 +40,7 @@ def conformers_row_length(sample: Path, model: str, profile: str, num_conformers
     from inferlab.workloads.conformers.pipeline_plan import auto_max_seq_len, plan_molecules
     from inferlab.workloads.conformers.profiles import get_profile
 
-    plan = plan_molecules(read_molecule_inputs(sample), lambda *_: False, num_conformers)
+    plan = plan_molecules(read_molecule_inputs(sample), (), num_conformers)
     length = auto_max_seq_len(plan.jobs, get_profile(profile), read_model_spec(model).max_position_embeddings)
     if length is None:
         raise InputError(f"--sample {sample} has no usable molecule; run inferlab conformers generate on it to see why")
