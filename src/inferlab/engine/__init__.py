@@ -13,6 +13,8 @@ imported on first use, so `import inferlab.engine` stays light (no torch).
   so that every backend refuses the same requests alike.
 - plan_without_loading, resolve_device, fp8_kv_supported: the memory plan an EngineConfig would get (no
   weights loaded), the device "auto" resolves to, and whether that device runs an FP8 KV cache.
+- DecodeStepProbe: the engine's decode step on its own (rows, context, sampling fixed) for measuring it: timed
+  steps, and eager steps with every operation inside a profiler range named after its kernel family.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 __all__ = [
     "Collect",
     "CollectPlan",
+    "DecodeStepProbe",
     "Engine",
     "EngineConfig",
     "EngineStats",
@@ -58,6 +61,8 @@ def __getattr__(name: str) -> Any:
         from inferlab.engine.collection import resolve_collect as value
     elif name == "CollectPlan":
         from inferlab.engine.collection import CollectPlan as value
+    elif name == "DecodeStepProbe":
+        from inferlab.engine.step_probe import DecodeStepProbe as value
     elif name == "wants_taps":
         from inferlab.engine.tap_support import wants_taps as value
     elif name in ("plan_without_loading", "resolve_device", "fp8_kv_supported"):
