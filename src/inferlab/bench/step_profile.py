@@ -1,12 +1,11 @@
 """Which kernel family (bench/roofline.py) each kernel of a decode step belongs to, and its device time
 (scenario decode-profile). Child process only.
 
-Labels: `labelled(runner)` gives the model and the runner, for the steps run inside it, an op set
-(engine/ops.py) whose every operation runs inside a torch.profiler range named after its family, and wraps
-the GEMM plan's projections (`gemm qkv`, `gemm o`, `gemm mlp`: gate_up, the activation and down) and the LM
-head the same way; each step runs inside the range `other` (`step_range`: what launches outside a family's
-range). On CUDA every range is synchronised (the device drained before it opens and before it closes), so a
-range's kernels run inside its time span.
+Labels: the engine's DecodeStepProbe runs eager steps with every operation (the op set, the GEMM plan's
+projections, the LM head) inside a range its `labelled(range_for)` names by family; `family_range` is the
+range given to it here, a torch.profiler range; each step runs inside the range `other` (`step_range`: what
+launches outside a family's range). On CUDA every range is synchronised (the device drained before it opens
+and before it closes), so a range's kernels run inside its time span.
 Attribution on CUDA: by the innermost of torch's device-side copies of the ranges (it records the span of each
 range's kernels on the device timeline) that holds the kernel's start; where those are missing, by a kernel's
 correlation id, which is the id of the runtime call that launched it (cudaLaunchKernel, cuLaunchKernelEx,
@@ -32,13 +31,6 @@ from inferlab.bench.roofline import FAMILIES, Measured
 
 PREFIX = "roofline:"
 OUTSIDE = "other"  # the range each profiled step runs in: kernels of no family's range
-OP_FAMILIES = {  # engine/ops.Ops fields -> family
-    "embed_rms_norm": "norm", "rms_norm": "norm", "add_rms_norm": "norm", "add_steer_rms_norm": "norm",
-    "decode_rope_attention": "attention", "rope_qkv": "attention", "silu_mul": "gemm mlp",
-    "gelu_tanh_mul": "gemm mlp", "sampling_logits": "sampling", "filter_threshold": "sampling",
-    "race_argmax": "sampling", "top_p_draw": "sampling", "mask_stops": "bookkeeping", "record": "bookkeeping",
-    "collect_rows": "other",
-}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -67,54 +59,6 @@ def family_range(family: str, synchronise: bool = False) -> Iterator[None]:
 def step_range(synchronise: bool):
     """The range a profiled step runs in (its kernels outside every family's range count as `other`)."""
     return family_range(OUTSIDE, synchronise)
-
-
-def _ranged(fn: Callable, family: str, synchronise: bool) -> Callable:
-    def call(*args, **kwargs):
-        with family_range(family, synchronise):
-            return fn(*args, **kwargs)
-
-    return call
-
-
-class _LabelledGemm:
-    """A GemmPlan whose projections run inside their family's range (everything else is the plan's)."""
-
-    def __init__(self, plan: Any, synchronise: bool) -> None:
-        self._plan = plan
-        self._synchronise = synchronise
-
-    def linear(self, x, w, bias, name: str):
-        with family_range(f"gemm {name}", self._synchronise):
-            return self._plan.linear(x, w, bias, name)
-
-    def mlp(self, h, w_gate_up, w_down):
-        with family_range("gemm mlp", self._synchronise):
-            return self._plan.mlp(h, w_gate_up, w_down)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._plan, name)
-
-
-@contextmanager
-def labelled(runner: Any, synchronise: bool = False) -> Iterator[None]:
-    """The runner's model and sampler ops in family ranges while inside (see the module docstring);
-    `synchronise` on CUDA."""
-    model = runner.model
-    model_ops, runner_ops, gemm = model.ops, runner.ops, model.gemm
-    ops = dataclasses.replace(runner_ops, **{name: _ranged(getattr(runner_ops, name), family, synchronise)
-                                             for name, family in OP_FAMILIES.items() if hasattr(runner_ops, name)})
-    model.ops = runner.ops = ops
-    model.gemm = _LabelledGemm(gemm, synchronise)
-    has_head = hasattr(model, "_logits")
-    if has_head:  # an instance attribute in front of the method, deleted on the way out
-        model._logits = _ranged(model._logits, "gemm lm_head", synchronise)
-    try:
-        yield
-    finally:
-        model.ops, runner.ops, model.gemm = model_ops, runner_ops, gemm
-        if has_head:
-            del model._logits
 
 
 def profile_events(fn: Callable[[], Any], on_cuda: bool) -> list[Any]:

@@ -17,6 +17,8 @@ imported on first use, so `import inferlab.engine` stays light (no torch).
 - Encoder, EncoderConfig, encoder_support: the encoder (engine/packed), its settings, and whether it runs a
   checkpoint (None, else the reason); PackedBatch, pack_rows: rows packed into one varlen prefill batch;
   prefill_flops: the model FLOPs of a prefill over given lengths (the same count for every backend).
+- DecodeStepProbe: the engine's decode step on its own (rows, context, sampling fixed) for measuring it: timed
+  steps, and eager steps with every operation inside a profiler range named after its kernel family.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 __all__ = [
     "Collect",
     "CollectPlan",
+    "DecodeStepProbe",
     "Encoder",
     "EncoderConfig",
     "Engine",
@@ -68,6 +71,8 @@ def __getattr__(name: str) -> Any:
         from inferlab.engine.collection import resolve_collect as value
     elif name == "CollectPlan":
         from inferlab.engine.collection import CollectPlan as value
+    elif name == "DecodeStepProbe":
+        from inferlab.engine.step_probe import DecodeStepProbe as value
     elif name == "wants_taps":
         from inferlab.engine.tap_support import wants_taps as value
     elif name in ("plan_without_loading", "resolve_device", "fp8_kv_supported"):

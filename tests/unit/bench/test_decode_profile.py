@@ -21,7 +21,7 @@ from inferlab.bench.roofline import (
     minimum_work,
     weight_bytes,
 )
-from inferlab.bench.step_profile import Kernel, carry_labels, labelled, one_step, per_step
+from inferlab.bench.step_profile import Kernel, carry_labels, one_step, per_step
 
 QWEN = dict(layers=28, hidden=1024, heads=16, kv_heads=8, head_dim=128, intermediate=3072, vocab=151936,
             dtype_bytes=2, kv_bytes_per_token=2 * 28 * 8 * 128 * 2, logits_bytes=2, stop_ids=8)  # fmt: skip
@@ -98,25 +98,24 @@ def test_replayed_kernels_take_the_eager_steps_labels_only_when_they_are_its_lau
     assert carry_labels(eager, [Kernel("x", 0, 1.0, "")] * 3) is None  # other launches
 
 
-def test_the_labelled_step_ranges_every_op_and_puts_the_engine_back(tiny_checkpoint):
+def test_the_probes_labelled_step_puts_every_family_into_the_profile(tiny_checkpoint):
+    from functools import partial
+
     from torch.profiler import ProfilerActivity, profile
 
-    from inferlab.bench.step_profile import labelled_kernels, step_range
-    from inferlab.engine import Engine, EngineConfig
-    from inferlab.engine.graphs import Variant
+    from inferlab.bench.roofline import FAMILIES
+    from inferlab.bench.step_profile import family_range, labelled_kernels, step_range
+    from inferlab.engine import DecodeStepProbe, Engine, EngineConfig, SamplingParams
 
+    assert set(DecodeStepProbe.FAMILIES) <= set(FAMILIES)  # the engine's labels are families the table knows
     engine = Engine(EngineConfig(model=str(tiny_checkpoint()), device="cpu", max_slots=2, max_seq_len=16,
                                  decode_text=False, load_tokenizer=False))  # fmt: skip
-    with engine, torch.inference_mode():
-        runner = engine.runner
-        ops, gemm = runner.ops, runner.model.gemm
-        with labelled(runner), profile(activities=[ProfilerActivity.CPU]) as prof:
-            assert runner.ops is not ops and runner.model.ops is runner.ops
+    sampling = SamplingParams(temperature=1.0, top_p=0.9)
+    with engine, DecodeStepProbe(engine, rows=2, context=6, sampling=sampling) as probe:
+        with probe.labelled(partial(family_range, synchronise=False)), profile(activities=[ProfilerActivity.CPU]) as p:
             with step_range(synchronise=False):
-                runner.decode_step(2, Variant(0), None)
-        assert runner.ops is ops and runner.model.ops is ops and runner.model.gemm is gemm
-        assert "_logits" not in vars(runner.model)
-    kernels, how = labelled_kernels(list(prof.events()), on_cuda=False)
+                probe.eager_step()
+    kernels, how = labelled_kernels(list(p.events()), on_cuda=False)
     families = {k.family for k in kernels}
     assert how == "cpu ops"
     assert {"gemm qkv", "gemm o", "gemm mlp", "gemm lm_head", "attention", "norm", "sampling", "bookkeeping"} <= families

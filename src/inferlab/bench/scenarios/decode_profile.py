@@ -1,14 +1,14 @@
 """Scenario `decode-profile`: one decode step of the engine against its bound, kernel family by kernel family.
 
-`batch_size` rows of one prompt of `context_tokens - 1` random ids are admitted and prefilled (one prefill,
-the K/V copied to the other rows), so each row's attention reads `context_tokens` positions; the rows' state
-is then frozen (the runner's preserved_rows: every step reads and writes the same positions) while the step is
-measured (decode_profile_run.py):
+The engine's DecodeStepProbe sets the step up: `batch_size` rows of one prompt of `context_tokens - 1` random
+ids admitted and prefilled (one prefill, the K/V copied to the other rows), so each row's attention reads
+`context_tokens` positions, and their state frozen (every step reads and writes the same positions) while the
+step is measured (decode_profile_run.py):
   step time     the decode step's CUDA-graph replays (eager steps on CPU), `warmup` steps first, then batches
                 of 10 steps between device synchronisations until `min_repeats` and `min_duration_s`
   kernel time   `profile_steps` replays under torch.profiler: each kernel's device time, its family carried
                 over from one eager step run with every operation in its family's profiler range
-                (bench/step_profile.py); on CPU the aten ops' self times
+                (the probe's `labelled`; bench/step_profile.py); on CPU the aten ops' self times
   bound         each family's fewest bytes and FLOPs (bench/roofline.py) at the device's measured copy
                 bandwidth, bf16 matrix rate and launch floor (bench/bandwidth.py, bench/device_limits.py,
                 measured in the same run)

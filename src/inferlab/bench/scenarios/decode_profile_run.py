@@ -1,11 +1,13 @@
 """The child side of scenario decode-profile (see decode_profile.py for the protocol): the engine built for the
-cell, its rows set up at the cell's length, the step timed and profiled, the roofline table assembled."""
+cell, its decode step set up at the cell's rows and length (the engine's DecodeStepProbe), the step timed and
+profiled, the roofline table assembled."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import statistics
+from functools import partial
 from typing import Any
 
 from inferlab.bench.cells import Cell
@@ -13,8 +15,8 @@ from inferlab.bench.roofline import Ceilings, StepShape, family_rows, gemm_tiles
 from inferlab.bench.scenarios.base import CellContext
 from inferlab.bench.step_profile import (
     carry_labels,
+    family_range,
     graph_kernels,
-    labelled,
     labelled_kernels,
     one_step,
     per_step,
@@ -34,7 +36,7 @@ def profile_decode_step(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     from inferlab.bench.device_limits import device_limits
     from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device
     from inferlab.bench.timing import device_synchronizer, measure, timed
-    from inferlab.engine import Engine, EngineConfig
+    from inferlab.engine import DecodeStepProbe, Engine, EngineConfig, SamplingParams
 
     c = cell.config
     assert ctx.model_path is not None
@@ -49,42 +51,27 @@ def profile_decode_step(cell: Cell, ctx: CellContext) -> dict[str, Any]:
             model=str(ctx.model_path), device=str(device), dtype=c["dtype"], max_slots=b, max_seq_len=context + 8,
             kv_dtype=c["kv_dtype"], decode_text=False, load_tokenizer=False, seed=c["seed"],
         ))  # fmt: skip
-    with engine, torch.inference_mode():
-        runner = engine.runner
-        items = _rows(engine, b, context, c)
-        runner.admit(range(b), items)
-        runner.prefill(range(b), items)  # one lane: the rows share the prompt
-        variant = _variant(max(item.filter_level for item in items))
-        graphs = runner.graphs is not None
-        if graphs:
-            runner.ensure_graph(b, variant)
-
-        def step() -> None:
-            if graphs:
-                runner.graphs.replay(b, variant)
-            else:
-                runner.decode_step(b, variant, None)
+    sampling = SamplingParams(temperature=c["temperature"], top_p=c["top_p"], max_new_tokens=8, ignore_eos=True)
+    with engine, DecodeStepProbe(engine, rows=b, context=context, sampling=sampling, seed=c["seed"]) as probe:
 
         def labelled_step() -> None:
             with step_range(on_cuda):
-                runner.decode_step(b, variant, None)
+                probe.eager_step()
 
-        with runner.preserved_rows():  # every step reads and writes the same positions
-            m = measure(lambda: [step() for _ in range(STEPS_PER_SAMPLE)], warmup=c["warmup"],
-                        min_repeats=c["min_repeats"], min_duration_s=c["min_duration_s"], sync=sync)
-            ctx.save_partial({"step_us": m.stats.median / STEPS_PER_SAMPLE * 1e6}, "the kernel profile")
-            replay_events = profile_events(lambda: [step() for _ in range(c["profile_steps"])], on_cuda)
-            with labelled(runner, synchronise=on_cuda):
-                eager_events = profile_events(lambda: [labelled_step() for _ in range(EAGER_STEPS)], on_cuda)
-        runner.release(range(b))
+        m = measure(lambda: [probe.step() for _ in range(STEPS_PER_SAMPLE)], warmup=c["warmup"],
+                    min_repeats=c["min_repeats"], min_duration_s=c["min_duration_s"], sync=sync)
+        ctx.save_partial({"step_us": m.stats.median / STEPS_PER_SAMPLE * 1e6}, "the kernel profile")
+        replay_events = profile_events(lambda: [probe.step() for _ in range(c["profile_steps"])], on_cuda)
+        with probe.labelled(partial(family_range, synchronise=on_cuda)):
+            eager_events = profile_events(lambda: [labelled_step() for _ in range(EAGER_STEPS)], on_cuda)
         shape = StepShape(
             rows=b, context=context, layers=engine.spec.num_layers, hidden=engine.spec.hidden_size,
             heads=engine.spec.num_heads, kv_heads=engine.spec.num_kv_heads, head_dim=engine.spec.head_dim,
             intermediate=engine.spec.intermediate_size, vocab=engine.spec.vocab_size,
             dtype_bytes=dtype.itemsize, kv_bytes_per_token=engine.kv_bytes_per_token, logits_bytes=dtype.itemsize,
-            stop_ids=runner.rows.stop_ids.shape[1],
+            stop_ids=probe.stop_ids_width,
         )  # fmt: skip
-        kv_dtype = str(engine.kv_dtype).removeprefix("torch.")
+        graphs, filter_level = probe.cuda_graphs, probe.filter_level
     memory = peak_memory(device)  # before the ceilings allocate their buffers
     # the ceilings once the engine is closed (its memory free), and after its graphs: a profiler session before
     # any graph capture can leave CUPTI unable to see later kernels (cached for the run's other cells)
@@ -113,35 +100,14 @@ def profile_decode_step(cell: Cell, ctx: CellContext) -> dict[str, Any]:
         "top_kernels": top_kernels(kernels, steps),
         "ceilings": dataclasses.asdict(ceilings),
         "shape": dataclasses.asdict(shape),
-        "kv_cache_dtype": kv_dtype,
-        "filter_level": variant.level,
+        "kv_cache_dtype": engine.stats.kv_dtype,
+        "filter_level": filter_level,
         "cuda_graphs": graphs,
         "spread": m.stats.spread,
         "load_s": load.seconds,
         "device": str(device),
         **memory,
     }
-
-
-def _rows(engine: Any, b: int, context: int, c: dict[str, Any]) -> list:
-    """b requests of one prompt of context - 1 random ids (seeded): each row's first decode step attends over
-    `context` positions."""
-    import torch
-
-    from inferlab.engine.intake import Prepared
-    from inferlab.types import Request, SamplingParams, Timings
-
-    g = torch.Generator().manual_seed(c["seed"])
-    prompt = torch.randint(0, engine.spec.vocab_size, (context - 1,), generator=g).tolist()
-    sampling = SamplingParams(temperature=c["temperature"], top_p=c["top_p"], max_new_tokens=8, ignore_eos=True)
-    return [Prepared(i, Request(id=f"row{i}", prompt_ids=(0,)), prompt, sampling, c["seed"] * 100_003 + i, [], 0,
-                     Timings()) for i in range(b)]  # fmt: skip
-
-
-def _variant(level: int) -> Any:
-    from inferlab.engine.graphs import Variant
-
-    return Variant(level)
 
 
 def _profile(eager: list, replayed: list, replays: int, on_cuda: bool) -> tuple[list, int, str]:
