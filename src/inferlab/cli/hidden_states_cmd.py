@@ -77,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
             from inferlab.cli.scale_args import run_scaled_command
 
             return run_scaled_command(args, "hidden-states", params)
-        source, choice = open_hidden_states(load_config_from(args), backend, args.max_length)
+        source, choice = open_hidden_states(load_config_from(args), backend, options)
         say_backend(choice)
         with progress_bar(args.input, unit="prompt") as progress:
             report = collect_hidden_states(source, args.input, args.output, options, progress=progress)

@@ -1,4 +1,5 @@
-"""Which backend runs `inferlab classify` / `inferlab hidden-states`, and opening it.
+"""Which encode backend runs `inferlab classify` / `inferlab hidden-states` (workloads/encode_backends.py), and
+opening it.
 
 `--backend auto` (the default) takes the engine (inferlab.engine.Encoder: packed prefill) when it runs the
 checkpoint's architecture for the task and no transformers-only option was asked for (`--quantization`:
@@ -13,7 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferlab.errors import ConfigError, UnsupportedError
-from inferlab.workloads.hf_loading import ModelLoadConfig
+from inferlab.workloads.backend import Backend
+from inferlab.workloads.classify import require_classification_head
+from inferlab.workloads.encode_backends import EncodeSpec, EngineEncodeBackend, HFEncodeBackend
+from inferlab.workloads.hf_loading import ModelLoadConfig, load_tokenizer
+from inferlab.workloads.hidden_states import HiddenStatesOptions
 from inferlab.workloads.packed_run import PackedOptions
 
 BACKENDS = ("auto", "inferlab", "hf")
@@ -71,33 +76,45 @@ def choose_backend(request: WorkloadBackend, load: ModelLoadConfig, task: str) -
     return BackendChoice("inferlab", "the engine runs this checkpoint (packed prefill)")
 
 
-def encoder_config(load: ModelLoadConfig, request: WorkloadBackend, task: str, max_length: int | None):
-    """The engine's EncoderConfig for a workload run (its dtype and device as transformers would load them)."""
-    from inferlab.engine import EncoderConfig
-
-    return EncoderConfig(model=load.model_dir, task=task, device=load.device, dtype=load.dtype, weights=request.weights,
-                         max_batch_tokens=request.max_batch_tokens or ENGINE_MAX_BATCH_TOKENS, max_length=max_length)
+def open_encode_backend(choice: BackendChoice, load: ModelLoadConfig, request: WorkloadBackend, spec: EncodeSpec,
+                        max_length: int | None = None, pad_id: int | None = None) -> Backend:
+    """The chosen encode backend (workloads/encode_backends.py), loaded: transformers with `load`'s attention and
+    quantization, or the engine with the request's knobs, its dtype and device as transformers would load them
+    (pad_id: classify reads each row's last token that is not it)."""
+    if choice.name == "hf":
+        backend: Backend = HFEncodeBackend(spec, load.attn, load.quantization)
+    else:
+        options = {"weights": request.weights, "max_batch_tokens": request.max_batch_tokens or ENGINE_MAX_BATCH_TOKENS,
+                   "max_length": max_length, "pad_id": pad_id}
+        backend = EngineEncodeBackend(spec, options, request.max_batch_latency_ms)
+    backend.load(load.model_dir, load.device, load.dtype)
+    return backend
 
 
 def open_classifier(load: ModelLoadConfig, request: WorkloadBackend, max_length: int | None = None):
-    """(the classifier classify_file runs, the BackendChoice)."""
-    choice = choose_backend(request, load, "classify")
+    """(the classifier classify_file runs: the transformers backend's Classifier, or the engine's
+    EngineClassifier over its encode backend; the BackendChoice)."""
+    spec = EncodeSpec("classify")
+    choice = choose_backend(request, load, spec.task)
     if choice.name == "hf":
-        from inferlab.workloads.classify import load_classifier
+        return open_encode_backend(choice, load, request, spec).classifier, choice
+    from inferlab.workloads.classify_engine import EngineClassifier
 
-        return load_classifier(load), choice
-    from inferlab.workloads.classify_engine import load_engine_classifier
+    require_classification_head(load.model_dir)
+    tokenizer = load_tokenizer(load.model_dir)  # its pad id, as transformers' classifier reads it
+    backend = open_encode_backend(choice, load, request, spec, max_length, tokenizer.pad_token_id)
+    return EngineClassifier(backend, tokenizer, request.packed()), choice
 
-    return load_engine_classifier(encoder_config(load, request, "classify", max_length), request.packed()), choice
 
-
-def open_hidden_states(load: ModelLoadConfig, request: WorkloadBackend, max_length: int | None = None):
-    """(a transformers LoadedModel for collect_hidden_states, or the engine's EngineHiddenStates; the choice)."""
-    choice = choose_backend(request, load, "hidden-states")
+def open_hidden_states(load: ModelLoadConfig, request: WorkloadBackend, options: HiddenStatesOptions):
+    """(what collect_hidden_states runs: the transformers backend's LoadedModel, or the engine's
+    EngineHiddenStates over its encode backend; the BackendChoice)."""
+    spec = EncodeSpec("hidden-states", options.layers, options.pool)
+    choice = choose_backend(request, load, spec.task)
     if choice.name == "hf":
-        from inferlab.workloads.hidden_states import load_base_model
+        return open_encode_backend(choice, load, request, spec).loaded, choice
+    from inferlab.workloads.hidden_states_engine import EngineHiddenStates
 
-        return load_base_model(load), choice
-    from inferlab.workloads.hidden_states_engine import load_engine_hidden_states
-
-    return load_engine_hidden_states(encoder_config(load, request, "hidden-states", max_length), request.packed()), choice
+    tokenizer = load_tokenizer(load.model_dir)
+    backend = open_encode_backend(choice, load, request, spec, options.max_length)
+    return EngineHiddenStates(backend, tokenizer, request.packed()), choice

@@ -1,5 +1,5 @@
-"""`inferlab classify` on the engine: the packed prefill (inferlab.engine.Encoder) over batches cut by a token
-budget, the tokenizer a chunk ahead on a reader thread and the rows written by a writer thread
+"""`inferlab classify` on the engine: its encode backend (workloads/encode_backends.py: the packed prefill) over
+batches cut by a token budget, the tokenizer a chunk ahead on a reader thread and the rows written by a writer thread
 (workloads/packed_run.py), so the device goes from one batch to the next without waiting for the host.
 Same options, output rows, resume and report as the transformers classifier (workloads/classify.py).
 """
@@ -7,26 +7,25 @@ Same options, output rows, resume and report as the transformers classifier (wor
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Callable, Iterable
 
 import torch
 
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter
 from inferlab.workloads.classifier_labels import ClassifierLabels
-from inferlab.workloads.classify import ClassifyOptions, ClassifyReport, length_policy, ok_record, \
-    require_classification_head
-from inferlab.workloads.hf_loading import load_tokenizer
+from inferlab.workloads.classify import ClassifyOptions, ClassifyReport, length_policy, ok_record
+from inferlab.workloads.encode_backends import EngineEncodeBackend
 from inferlab.workloads.packed_run import BackgroundWriter, PackedOptions, PrefetchedChunks, run_packed
 from inferlab.workloads.rows import RowPreparer, TextRow, text_field_getter
 
 
 class EngineClassifier:
-    def __init__(self, encoder, tokenizer, packed: PackedOptions) -> None:
-        self.encoder = encoder  # inferlab.engine.Encoder (task classify)
+    def __init__(self, backend: EngineEncodeBackend, tokenizer, packed: PackedOptions) -> None:
+        self.backend = backend  # task classify
+        self.encoder = backend.encoder
         self.tokenizer = tokenizer
         self.packed = packed
-        self.labels = ClassifierLabels.from_config(encoder.spec.raw)
+        self.labels = ClassifierLabels.from_config(self.encoder.spec.raw)
 
     def classify_records(self, records: Iterable[InputRecord], writer: ResumableJsonlWriter, options: ClassifyOptions,
                          progress: Callable[[int], None] | None = None) -> tuple[ClassifyReport, list[str]]:
@@ -53,21 +52,10 @@ class EngineClassifier:
         with BackgroundWriter() as background, PrefetchedChunks(preparer, records, self.packed.chunk_rows) as chunks:
             report.backoff = run_packed(
                 chunks, background, encoder.config.max_batch_tokens, self.packed, encoder.predict_s,
-                run_rows=lambda rows: list(encoder.classify(encoder.pack([r.token_ids for r in rows]))),
+                run_rows=lambda rows: list(self.backend.encode([r.token_ids for r in rows])),
                 on_results=on_results, on_error=on_error, backoff=options.backoff,
             )
         report.rows_skipped = preparer.skipped
         report.engine = encoder.stats.as_dict()
         report.wall_s = time.perf_counter() - start
         return report, preparer.ids_in_order
-
-
-def load_engine_classifier(config, packed: PackedOptions = PackedOptions()) -> EngineClassifier:
-    """An EngineClassifier from an inferlab.engine.EncoderConfig (its task and pad id are set here: the pad id
-    is the tokenizer's, as transformers' classifier reads it)."""
-    from inferlab.engine import Encoder
-
-    require_classification_head(config.model)
-    tokenizer = load_tokenizer(config.model)
-    encoder = Encoder(replace(config, task="classify", pad_id=tokenizer.pad_token_id))
-    return EngineClassifier(encoder, tokenizer, packed)

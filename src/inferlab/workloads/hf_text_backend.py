@@ -1,5 +1,5 @@
-"""The "hf" backend of the text workload (workloads/text.py): transformers' `generate` behind the same
-contract as the engine, Requests in and Results out as batches finish, so `inferlab generate` keeps one
+"""The "hf" backend of the text workload (workloads/text.py): transformers' `generate` behind the backend
+protocol (workloads/backend.py), as the engine is, Requests in and Results out as batches finish, so `inferlab generate` keeps one
 input format (prompts, token ids, per-line sampling overrides) and one row format on either path.
 
 It serves any causal LM transformers loads: the fallback for architectures the engine does not implement.
@@ -15,8 +15,7 @@ apply and are ignored. Constrained requests are refused (constraints run inside 
 
 Steering and collection (Request.steering, Request.collect) run through forward hooks (hf_steering.py)
 with the engine's semantics and checks: a batch may mix steered and unsteered rows (per-row deltas), and
-Result.activations holds the same pooled hidden states. Named vectors come from the SteeringVectors set
-the factory is given.
+Result.activations holds the same pooled hidden states. Named vectors come from add_steering_vectors.
 """
 
 from __future__ import annotations
@@ -26,11 +25,13 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from inferlab.engine import CollectPlan, SteerEntry, SteeringVectors, resolve_collect, resolve_steering, wants_taps
 from inferlab.errors import ConfigError
 from inferlab.types import Request, Result, SamplingParams, Timings
+from inferlab.workloads.backend import Backend, Supports, dtype_name, error_result
 from inferlab.workloads.batching import BatchLimits
 from inferlab.workloads.hf_loading import (
     LoadedModel,
@@ -62,13 +63,13 @@ class HFBackendSettings:
                                  options.get("seed", 0))
 
 
-def hf_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None):
-    """BACKENDS["hf"]: load `model_dir` with AutoModelForCausalLM; options are the engine's (see above)."""
-    from transformers import AutoModelForCausalLM
-
-    load = ModelLoadConfig(str(model_dir), dtype=options.get("dtype", "auto"), device=options.get("device", "auto"))
-    return HFTextBackend(load_hf_model(load, AutoModelForCausalLM), HFBackendSettings.from_engine_options(options),
-                         steering)
+def hf_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> HFTextBackend:
+    """BACKENDS["hf"]: `model_dir` loaded with AutoModelForCausalLM; options are the engine's (see above)."""
+    backend = HFTextBackend(HFBackendSettings.from_engine_options(options))
+    backend.load(model_dir, options.get("device", "auto"), options.get("dtype", "auto"))
+    if steering is not None:
+        backend.add_steering_vectors(steering)
+    return backend
 
 
 @dataclass(frozen=True)
@@ -78,26 +79,35 @@ class _Checked:
     collect: CollectPlan | None
 
 
-class HFTextBackend:
+class HFTextBackend(Backend):
     name = "hf"  # the rows' "backend"
+    supports = Supports(steering=True, collect=True)
 
-    def __init__(self, loaded: LoadedModel, settings: HFBackendSettings,
-                 steering: SteeringVectors | None = None) -> None:
-        self.loaded = loaded
+    def __init__(self, settings: HFBackendSettings) -> None:
         self.settings = settings
-        self.context = settings.max_seq_len or model_max_positions(loaded.model)
+        self.loaded: LoadedModel | None = None
+        self.named: dict[str, SteeringVectors] = {}  # entry name -> its registered set
+
+    def load(self, model_dir: str | Path, device: Any = "auto", dtype: Any = "auto") -> None:
+        from transformers import AutoModelForCausalLM
+
+        load = ModelLoadConfig(str(model_dir), dtype=dtype_name(dtype), device=str(device))
+        self.loaded = load_hf_model(load, AutoModelForCausalLM)
+        self.context = self.settings.max_seq_len or model_max_positions(self.loaded.model)
         if self.context is None:
             raise ConfigError("the model config has no max_position_embeddings; pass --max-seq-len")
-        self.vocab_size = loaded.model.get_input_embeddings().num_embeddings
-        self.taps = HFTaps(loaded.model)
-        self.named = {name: steering for name in steering.names} if steering is not None else {}
+        self.vocab_size = self.loaded.model.get_input_embeddings().num_embeddings
+        self.taps = HFTaps(self.loaded.model)
+
+    def add_steering_vectors(self, vectors: SteeringVectors) -> None:
+        self.named.update({name: vectors for name in vectors.names})
 
     def close(self) -> None:
         """Drop the model (the text workload closes its backend when a run ends)."""
         self.loaded = None
         free_device_memory()
 
-    def __call__(self, requests: list[Request]) -> Iterator[Result]:
+    def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
         groups: dict[SamplingParams, list[tuple[TextRow, Request, _Checked]]] = {}
         for position, request in enumerate(requests):
             checked = self._check(request)
@@ -114,23 +124,24 @@ class HFTextBackend:
 
     def _check(self, request: Request) -> _Checked | Result:
         """The request's prompt ids, steering and collection, or an error Result naming the problem."""
-        if request.constraint is not None:
-            return _error(request, "constrained requests run on the inferlab engine only, not on --backend hf")
+        problem = self.unsupported(request)
+        if problem is not None:
+            return error_result(request, problem)
         if request.prompt_ids is not None:
             ids = [int(t) for t in request.prompt_ids]
         elif not request.prompt.strip():  # as the engine: a BOS alone is no prompt
-            return _error(request, "the prompt is empty; give at least one token of text")
+            return error_result(request, "the prompt is empty; give at least one token of text")
         else:
             ids = list(self.loaded.tokenizer(request.prompt).input_ids)  # special tokens as the engine adds them
         if not ids:
-            return _error(request, "the prompt is empty (0 tokens); give at least one token")
+            return error_result(request, "the prompt is empty (0 tokens); give at least one token")
         bad = [t for t in ids if not 0 <= t < self.vocab_size]
         if bad:
-            return _error(request, f"prompt token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})",
+            return error_result(request, f"prompt token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})",
                           len(ids))
         need = len(ids) + request.sampling.max_new_tokens
         if need > self.context:
-            return _error(request, f"prompt of {len(ids)} tokens + max_new_tokens={request.sampling.max_new_tokens} "
+            return error_result(request, f"prompt of {len(ids)} tokens + max_new_tokens={request.sampling.max_new_tokens} "
                                    f"= {need} exceeds the {self.context} positions of this model; shorten the "
                                    "prompt or lower max_new_tokens", len(ids))
         steering, collect = [], None
@@ -139,11 +150,11 @@ class HFTextBackend:
             steering = resolve_steering(request.steering or (), self.named, taps.num_layers, taps.hidden_size,
                                         taps.dtype, MAX_STEERED_LAYERS)
             if isinstance(steering, str):
-                return _error(request, steering, len(ids))
+                return error_result(request, steering, len(ids))
             if request.collect is not None:
                 collect = resolve_collect(request.collect, taps.num_layers, request.sampling.max_new_tokens)
                 if isinstance(collect, str):
-                    return _error(request, collect, len(ids))
+                    return error_result(request, collect, len(ids))
         return _Checked(ids, steering, collect)
 
     def _generate(self, sampling: SamplingParams, items: list[tuple[TextRow, Request, _Checked]]) -> Iterator[Result]:
@@ -160,7 +171,7 @@ class HFTextBackend:
                                        Timings(finished_s=now), metadata=request.metadata, activations=activations))
 
         def on_oom_row(row: TextRow, message: str) -> None:
-            finished.append(_error(by_id[row.id][0], message, len(row.token_ids)))
+            finished.append(error_result(by_id[row.id][0], message, len(row.token_ids)))
 
         def run_batch(rows: list[TextRow]) -> list[tuple[Generated, dict | None]]:
             checked = [by_id[r.id][1] for r in rows]
@@ -184,5 +195,3 @@ class HFTextBackend:
             finished.clear()
 
 
-def _error(request: Request, message: str, prompt_tokens: int = 0) -> Result:
-    return Result(request.id, [], None, "error", prompt_tokens, error=message, metadata=request.metadata)

@@ -9,12 +9,12 @@ are. A rerun on the same output skips the ids already written (with retry_errors
 taken out and run again). Bad JSON, a missing or duplicated id, bad overrides, empty and over-long prompts
 become error rows; the run goes on; defaults that no line can run with are refused before any work.
 
-The generation itself is a *backend*: a callable from a list of Requests to an iterator of Results as
-they finish, with a `close()` that gives its model's memory back. BACKENDS maps names to backend
-factories; "inferlab" is our engine, "hf" is transformers' generate for any causal LM (hf_text_backend.py);
-"auto" picks the engine and falls back to "hf" (logged) for an architecture the engine's registry does not
-list or any UnsupportedError at engine start-up. run_text_generation closes the backend it opened when the
-run ends (`borrowed(backend)` keeps one open across runs: its owner closes it).
+The generation itself is a backend (workloads/backend.py: `generate` gives Results as they finish, `close`
+gives the model's memory back). BACKENDS maps names to factories of loaded backends; "inferlab" is our
+engine (engine_backend.py), "hf" is transformers' generate for any causal LM (hf_text_backend.py); "auto"
+picks the engine and falls back to "hf" (logged) for an architecture the engine's registry does not list or
+any UnsupportedError at engine start-up. run_text_generation closes the backend it opened when the run ends
+(`borrowed(backend)` keeps one open across runs: its owner closes it).
 
 Steering (`--steer FILE` and per-line "steer_layer" / "steer_scale" / "steer_vector") and hidden states
 collected while generating (`--collect-layers ... --collect-output acts.safetensors`, resumable alongside
@@ -35,12 +35,13 @@ from inferlab.input_order import InputOrder
 from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
 from inferlab.types import Collect, Request, Result, SamplingParams
+from inferlab.workloads.backend import Backend
+from inferlab.workloads.engine_backend import EngineBackend
 from inferlab.workloads.text_taps import ActivationSink, CollectSettings, SteerSettings, line_steering
 
 log = logging.getLogger(__name__)
 
-Backend = Callable[[list[Request]], Iterator[Result]]
-# (model_dir, engine options, named steering vectors or None) -> backend
+# (model_dir, engine options, named steering vectors or None) -> a loaded backend
 BackendFactory = Callable[[str, dict[str, Any], SteeringVectors | None], Backend]
 
 
@@ -62,56 +63,28 @@ OVERRIDE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-class EngineTextBackend:
-    """BACKENDS["inferlab"]: the engine's stream; close() ends the engine's life (Engine.close)."""
-
-    name = "inferlab"  # the rows' "backend"
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-
-    def __call__(self, requests: list[Request]) -> Iterator[Result]:
-        return self.engine.stream(requests)
-
-    def close(self) -> None:
-        self.engine.close()
-
-
 def engine_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> Backend:
     """Our engine: options are EngineConfig fields (max_slots, max_seq_len, device, dtype, ...)."""
-    from inferlab.engine import Engine, EngineConfig
-
-    engine = Engine(EngineConfig(model=model_dir, **options))
+    backend = EngineBackend(options)
+    backend.load(model_dir)
     if steering is not None:
-        engine.add_steering_vectors(steering)
-    return EngineTextBackend(engine)
+        backend.add_steering_vectors(steering)
+    return backend
 
 
-def close_backend(backend: Backend) -> None:
-    """Give the backend's model memory back (its close(), where it has one)."""
-    close = getattr(backend, "close", None)
-    if close is not None:
-        close()
-
-
-class _Borrowed:
-    """A backend run without being closed (no close()), under its own name."""
+class _Borrowed(Backend):
+    """A backend run without being closed, under its own name."""
 
     def __init__(self, backend: Backend) -> None:
-        self._backend, self.name = backend, backend_name(backend)
+        self._backend, self.name = backend, backend.name
 
-    def __call__(self, requests: list[Request]) -> Iterator[Result]:
-        return self._backend(requests)
+    def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
+        return self._backend.generate(requests, stop_after_steps)
 
 
 def borrowed(backend: Backend) -> Backend:
     """`backend` without its close(): for run_text_generation runs that share one backend its owner closes."""
     return _Borrowed(backend)
-
-
-def backend_name(backend: Backend) -> str | None:
-    """What the rows name as their backend: "inferlab", "hf", or None for a backend without a name."""
-    return getattr(backend, "name", None)
 
 
 def hf_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> Backend:
@@ -355,10 +328,10 @@ def run_text_generation(
             if requests:
                 backend = open_backend()
                 try:
-                    for result in backend(requests):
-                        emit(result_row(result, backend_name(backend)), result)
+                    for result in backend.generate(requests):
+                        emit(result_row(result, backend.name or None), result)
                 finally:
-                    close_backend(backend)
+                    backend.close()
         finally:
             try:
                 if sink is not None:

@@ -9,6 +9,7 @@ import pytest
 from inferlab.cli import main
 from inferlab.errors import ConfigError
 from inferlab.types import Result, SamplingParams
+from inferlab.workloads.backend import Backend
 from inferlab.workloads.text import run_text_generation
 
 LINES = [
@@ -21,6 +22,16 @@ LINES = [
     '{"id": "both", "prompt": "x", "prompt_ids": [1]}',
     '{"id": "a", "prompt": "again"}',
 ]
+
+
+class FunctionBackend(Backend):
+    """A backend whose generate is a plain function of the requests."""
+
+    def __init__(self, generate) -> None:
+        self.generate_fn = generate
+
+    def generate(self, requests, stop_after_steps=None):
+        return self.generate_fn(requests)
 
 
 def _read(path):
@@ -79,9 +90,9 @@ def test_finished_rows_survive_a_crash_and_a_rerun_does_only_the_rest(tmp_path):
             yield Result(id=request.id, token_ids=[1, 2], text="ok", finish_reason="length", prompt_tokens=1)
 
     with pytest.raises(RuntimeError, match="device lost"):
-        run_text_generation(src, out, lambda: crashing_backend, SamplingParams())
+        run_text_generation(src, out, lambda: FunctionBackend(crashing_backend), SamplingParams())
     assert [r["id"] for r in _read(out)] == ["r0", "r1"]
-    summary = run_text_generation(src, out, lambda: crashing_backend, SamplingParams())
+    summary = run_text_generation(src, out, lambda: FunctionBackend(crashing_backend), SamplingParams())
     assert seen[1] == ["r2", "r3", "r4"] and summary.skipped == 2 and summary.written == 3
     assert sorted(r["id"] for r in _read(out)) == [f"r{i}" for i in range(5)]
 
@@ -98,7 +109,8 @@ def test_rows_are_written_in_input_order_whatever_order_they_finish_in(tmp_path)
     lines[3] = {"id": "r3", "prompt": 5}  # an error row, known before the backend runs
     src.write_text("".join(json.dumps(line) + "\n" for line in lines))
     finished: list[str] = []
-    run_text_generation(src, out, lambda: reversed_backend, SamplingParams(), on_row=lambda r: finished.append(r["id"]))
+    run_text_generation(src, out, lambda: FunctionBackend(reversed_backend), SamplingParams(),
+                        on_row=lambda r: finished.append(r["id"]))
     assert [r["id"] for r in _read(out)] == [f"r{i}" for i in range(6)]
     assert finished[0] == "r3" and finished[1:] == ["r5", "r4", "r2", "r1", "r0"]  # counted as they finish
 
@@ -112,9 +124,9 @@ def test_an_interrupted_run_writes_every_finished_row(tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_text_generation(src, out, lambda: interrupted, SamplingParams())
+        run_text_generation(src, out, lambda: FunctionBackend(interrupted), SamplingParams())
     assert [r["id"] for r in _read(out)] == ["r2", "r3", "r4"]
-    run_text_generation(src, out, lambda: reversed_backend, SamplingParams())
+    run_text_generation(src, out, lambda: FunctionBackend(reversed_backend), SamplingParams())
     assert [r["id"] for r in _read(out)] == ["r2", "r3", "r4", "r0", "r1"]
 
 
@@ -129,9 +141,9 @@ def test_retry_errors_runs_the_error_rows_again_and_keeps_one_row_per_id(tmp_pat
             else:
                 yield Result(id=r.id, token_ids=[1], text="ok", finish_reason="length", prompt_tokens=1)
 
-    run_text_generation(src, out, lambda: fails_odd_rows, SamplingParams())
+    run_text_generation(src, out, lambda: FunctionBackend(fails_odd_rows), SamplingParams())
     assert [r["status"] for r in _read(out)] == ["ok", "error", "ok", "error"]
-    again = run_text_generation(src, out, lambda: fails_odd_rows, SamplingParams())
+    again = run_text_generation(src, out, lambda: FunctionBackend(fails_odd_rows), SamplingParams())
     assert again.written == 0 and again.skipped == 4  # without the flag, an error row is a finished row
     ran: list[str] = []
 
@@ -139,7 +151,7 @@ def test_retry_errors_runs_the_error_rows_again_and_keeps_one_row_per_id(tmp_pat
         ran.extend(r.id for r in requests)
         return reversed_backend(requests)
 
-    summary = run_text_generation(src, out, lambda: works, SamplingParams(), retry_errors=True)
+    summary = run_text_generation(src, out, lambda: FunctionBackend(works), SamplingParams(), retry_errors=True)
     rows = _read(out)
     assert ran == ["r1", "r3"] and summary.retried == 2 and summary.skipped == 2
     assert sorted(r["id"] for r in rows) == ["r0", "r1", "r2", "r3"] and all(r["status"] == "ok" for r in rows)
@@ -155,8 +167,9 @@ def test_a_max_new_tokens_no_row_can_take_is_refused_before_any_work(tmp_path):
     assert opened == [] and not out.exists()  # refused before the output is created
     with pytest.raises(ConfigError, match="cannot hold the shortest prompt"):
         run_text_generation(src, out, lambda: opened.append(1), SamplingParams(max_new_tokens=4), row_positions=1)
-    summary = run_text_generation(src, out, lambda: reversed_backend, SamplingParams(max_new_tokens=511),
-                                  row_positions=512)  # the text prompt may fit: its line says so if not
+    # the text prompt may fit: its line says so if not
+    summary = run_text_generation(src, out, lambda: FunctionBackend(reversed_backend),
+                                  SamplingParams(max_new_tokens=511), row_positions=512)
     assert summary.written == 2
 
 
@@ -179,7 +192,7 @@ def test_overrides_are_type_checked_per_line(tmp_path):
         received.extend(requests)
         return iter(())
 
-    summary = run_text_generation(src, out, lambda: backend, SamplingParams())
+    summary = run_text_generation(src, out, lambda: FunctionBackend(backend), SamplingParams())
     assert summary.errors == 1 and "max_new_tokens=2.5 must be an integer" in _read(out)[0]["error"]
     assert [r.sampling.seed for r in received] == [7]
 

@@ -125,7 +125,7 @@ def test_over_long_prompt_and_constrained_request_are_error_results(gpt2_dir, tm
     template = build_template("CO", get_profile(DEFAULT_PROFILE))
     program = compile_program(template.segments, tokenizer)
     greedy = SamplingParams(temperature=0.0, max_new_tokens=4)
-    results = {r.id: r for r in backend([
+    results = {r.id: r for r in backend.generate([
         Request("constrained", prompt_ids=tuple(template.prompt_ids(tokenizer)), sampling=greedy, constraint=program),
         Request("plain", prompt="x", sampling=greedy),
     ])}

@@ -13,11 +13,22 @@ from safetensors.torch import save_file
 
 from inferlab.cli import main
 from inferlab.types import Result, SamplingParams
+from inferlab.workloads.backend import Backend
 from inferlab.workloads.text import run_text_generation
 from inferlab.workloads.text_taps import CollectSettings
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 HIDDEN, LAYERS = 64, 2  # the tiny preset
+
+
+class FunctionBackend(Backend):
+    """A backend whose generate is a plain function of the requests."""
+
+    def __init__(self, generate) -> None:
+        self.generate_fn = generate
+
+    def generate(self, requests, stop_after_steps=None):
+        return self.generate_fn(requests)
 
 
 def _rows(path) -> dict[str, dict]:
@@ -98,16 +109,16 @@ def test_activations_resume_with_the_jsonl(tmp_path):
                          activations={0: torch.full((HIDDEN,), float(k)), 1: torch.full((HIDDEN,), -float(k))})
 
     with pytest.raises(RuntimeError, match="device lost"):
-        run_text_generation(src, out, lambda: backend, SamplingParams(), collect=collect)
+        run_text_generation(src, out, lambda: FunctionBackend(backend), SamplingParams(), collect=collect)
     assert sorted(_rows(out)) == ["r0", "r1", "r2"]
-    summary = run_text_generation(src, out, lambda: backend, SamplingParams(), collect=collect)
+    summary = run_text_generation(src, out, lambda: FunctionBackend(backend), SamplingParams(), collect=collect)
     assert seen[1] == ["r3", "r4"] and summary.skipped == 3 and summary.activation_rows == 5
     tensors, meta = _tensors(acts)
     assert json.loads(meta["ids"]) == [f"r{i}" for i in range(5)]
     assert tensors["layer_0"][:, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert sorted(_rows(out)) == [f"r{i}" for i in range(5)] and len(out.read_text().splitlines()) == 5
     with pytest.raises(Exception, match="other settings"):
-        run_text_generation(src, out, lambda: backend, SamplingParams(),
+        run_text_generation(src, out, lambda: FunctionBackend(backend), SamplingParams(),
                             collect=CollectSettings(acts, (1,), LAYERS, HIDDEN, "last"))
 
 

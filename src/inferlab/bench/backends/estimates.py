@@ -96,7 +96,7 @@ def hf_xgrammar(cell: Cell, accelerator: bool) -> float | None:
 def _encode_pass_s(cell: Cell, tflops: float) -> float:
     """One pass over the classify / hidden-states sample at `tflops` of useful work (2 FLOPs per parameter per
     token, attention left out), from the scenario's mean text length."""
-    from inferlab.bench.scenarios.text_workload import approx_params_b
+    from inferlab.bench.scenarios.encode_measurement import approx_params_b
 
     c = cell.config
     count = c.get("num_samples") or c.get("num_prompts")
@@ -105,7 +105,7 @@ def _encode_pass_s(cell: Cell, tflops: float) -> float:
 
 
 def _encode_s(cell: Cell, fixed_s: float, tflops: float) -> float:
-    from inferlab.bench.scenarios.text_workload import check_s
+    from inferlab.bench.scenarios.encode_measurement import check_s
 
     c = cell.config
     one_pass = _encode_pass_s(cell, tflops)

@@ -18,10 +18,11 @@ from typing import Any
 from inferlab.bench import model_refs
 from inferlab.bench.backends import estimates, vllm_support
 from inferlab.bench.backends.base import BackendSpec
-from inferlab.bench.backends.encode_base import EncodeSpec
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError, UnsupportedError
+from inferlab.workloads.backend import Backend, Supports
+from inferlab.workloads.encode_backends import EncodeSpec
 
 KNOBS = (
     *vllm_support.COMMON_KNOBS,
@@ -31,8 +32,10 @@ KNOBS = (
 )
 
 
-class VllmEncodeBackend:
-    pads = False  # rows packed / scheduled without padding
+class VllmEncodeBackend(Backend):
+    name = "vllm"
+    supports = Supports(encode=True)
+    pads = False  # rows scheduled without padding
     kernels_visible = False  # vLLM's kernels run in its engine-core process
 
     def __init__(self, config: dict[str, Any], spec: EncodeSpec) -> None:
@@ -54,11 +57,11 @@ class VllmEncodeBackend:
             kwargs["pooler_config"] = _pooler_config(self.spec.pool)
         self.llm = vllm.LLM(**kwargs)
 
-    def batches(self, token_ids: list[list[int]]) -> list[list[int]]:
+    def encode_batches(self, token_ids: list[list[int]]) -> list[list[int]]:
         size = self.config["requests_per_call"] or len(token_ids)
         return [list(range(i, min(i + size, len(token_ids)))) for i in range(0, len(token_ids), size)]
 
-    def run(self, rows: list[list[int]]) -> Any:
+    def encode(self, rows: list[list[int]]) -> Any:
         import torch
         from vllm.inputs import TokensPrompt
 

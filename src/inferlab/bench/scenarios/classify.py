@@ -1,6 +1,6 @@
 """Scenario `classify`: sequence classification of a synthetic sample of long texts through a backend
 (`hf`: transformers, padded batches, the default and the baseline; `inferlab`: the engine's packed prefill;
-`vllm`: vLLM's pooling runner), measured the same way for each (scenarios/encode_run.py).
+`vllm`: vLLM's pooling runner), measured the same way for each (scenarios/encode_measurement.py).
 
 Knobs: the sample (count, token-length range and spread; by default spread like seed 004's texts of
 524-22,229 characters, i.e. about 131-5,557 tokens, log-uniformly: the seed gives only the range), the dtype,
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferlab.bench.backends.encode_base import EncodeSpec
 from inferlab.bench.cells import Cell
 from inferlab.bench.scenarios.base import CellContext, Scenario
-from inferlab.bench.scenarios.text_workload import (approx_params_b, estimate_text_s, measuring_knobs, sample_knobs,
-                                                    validate_text_workload)
+from inferlab.bench.scenarios.encode_measurement import (approx_params_b, estimate_text_s, measure_encode,
+                                                         measuring_knobs, sample_knobs, validate_text_workload)
+from inferlab.workloads.encode_backends import EncodeSpec
 
 KNOBS = (
     *sample_knobs("num_samples", 256, 131, 5557, "log-uniform"),
@@ -42,7 +42,6 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
 
 
 def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
-    from inferlab.bench.scenarios.encode_run import measure_encode
 
     metrics = measure_encode(cell, ctx, EncodeSpec("classify"), cell.config["num_samples"])
     return {**metrics, "samples_per_s": metrics["requests_per_s"]}

@@ -1,7 +1,7 @@
 """Scenario `hidden-states`: pooled activations of chosen layers for a synthetic sample of prompts through a
 backend (`hf`: transformers with hooks on the layers asked for, the forward stopped after the deepest, the
 default and the baseline; `inferlab`: the engine's packed prefill; `vllm`: vLLM's pooling runner, the final
-layer only), measured the same way for each (scenarios/encode_run.py).
+layer only), measured the same way for each (scenarios/encode_measurement.py).
 
 Knobs: layers (transformers' hidden-state numbers, e.g. "8,-1"), pool (last / mean), the sample (count,
 token-length range and spread), the dtype, the check against transformers, and each backend's own.
@@ -15,13 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from inferlab.bench import model_refs
-from inferlab.bench.backends.encode_base import EncodeSpec
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.bench.scenarios.base import CellContext, Scenario
-from inferlab.bench.scenarios.text_workload import (approx_params_b, estimate_text_s, measuring_knobs, sample_knobs,
-                                                    validate_text_workload)
+from inferlab.bench.scenarios.encode_measurement import (approx_params_b, estimate_text_s, measure_encode,
+                                                         measuring_knobs, sample_knobs, validate_text_workload)
 from inferlab.errors import ConfigError
+from inferlab.workloads.encode_backends import EncodeSpec
 
 KNOBS = (
     Knob("layers", str, "-1", "hidden-state numbers separated by ',' or ':' (0 = embeddings, L = final normed, "
@@ -69,7 +69,6 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
 
 
 def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
-    from inferlab.bench.scenarios.encode_run import measure_encode
     from inferlab.workloads.activations import resolve_layers
 
     c = cell.config

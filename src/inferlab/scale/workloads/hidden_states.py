@@ -52,7 +52,7 @@ def _run_shard(params: dict[str, Any], ctx: ShardContext) -> dict[str, Any]:
     load = from_params(ModelLoadConfig, {**params["load"], "device": ctx.device})
     options = from_params(HiddenStatesOptions, params["options"])
     start = time.perf_counter()
-    source, _ = open_hidden_states(load, from_params(WorkloadBackend, params.get("backend", {})), options.max_length)
+    source, _ = open_hidden_states(load, from_params(WorkloadBackend, params.get("backend", {})), options)
     load_s = time.perf_counter() - start
     report = collect_hidden_states(source, ctx.input, ctx.output, options, progress=ctx.progress)
     return {"load_s": load_s, "run_s": report.wall_s, **report.summary()}

@@ -143,7 +143,7 @@ class GenerateRunner:
 
     def measure(self, candidate: dict[str, Any], index: int) -> dict[str, Any]:
         from inferlab.types import SamplingParams
-        from inferlab.workloads.text import borrowed, close_backend, open_backend, run_text_generation
+        from inferlab.workloads.text import borrowed, open_backend, run_text_generation
 
         job = self.job
         defaults = SamplingParams(max_new_tokens=job.max_new_tokens)
@@ -161,7 +161,7 @@ class GenerateRunner:
                 warmup_s, _ = run(folder, "warmup")
                 passes = timed_passes(lambda n: run(folder, f"run-{n}"), job.passes, job.min_seconds)
         finally:
-            close_backend(backend)
+            backend.close()
             peak = _peak_gb(job.device)
             _release()
         figures = pass_figures(passes, "output_tokens", self.metric)

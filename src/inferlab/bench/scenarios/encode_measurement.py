@@ -1,0 +1,213 @@
+"""What the `classify` and `hidden-states` scenarios share: the knobs of a synthetic text sample (count, token-length
+range and spread), the dtype, the check against transformers; their checks; transformers' GPU time model (the
+engine's and vLLM's are in backends/estimates.py); and the measurement of one cell (child process), whatever the
+backend. Each backend's own knobs (transformers' batch size, bucketing, attention and quantization; the engine's
+token budget; vLLM's calls) are its own (backends/hf_encode.py, inferlab_encode.py, vllm_encode.py).
+
+The measurement: synthetic texts (seeded, the checkpoint's tokenizer) tokenised before anything is timed; the
+backend loads (timed: load_s; the engine's includes its warm-up, vLLM's its compile and graph capture); the
+backend cuts the sample into its own batches (`encode_batches`), run in a seeded shuffled order (a prefix is a
+fair mix of lengths) by workloads/measure.py, the loop `inferlab classify` / `hidden-states` measure with: the
+first batch timed apart, warm-up, then whole passes until min_repeats batches and min_duration_s, cut at
+max_duration_s. Every batch is timed from its start to its results on the host, which is each of its requests'
+latency (latency_ms p50/p90/p95/p99 per request). Figures: requests_per_s (samples/s, prompts/s),
+input_tokens_per_s, achieved TFLOP/s (model FLOPs of the texts' real tokens: inferlab.engine.prefill_flops, the
+same count for every backend, padding never counted) and its percentage of this device's measured bf16 matmul
+rate (bench/matmul_peak.py). With check_texts, the first texts' outputs are taken from the backend, the backend
+is closed, and transformers (the cell's dtype, SDPA, batches of 16) computes them again: labels_agree_with_hf
+and max_prob_diff_vs_hf (classify), states_max_rel_diff_vs_hf and states_min_cosine_vs_hf (hidden states).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from inferlab.bench import model_refs
+from inferlab.bench.cells import Cell
+from inferlab.bench.knobs import Knob, common_knobs
+from inferlab.bench.scenarios.base import CellContext
+from inferlab.errors import ConfigError
+from inferlab.workloads.encode_backends import EncodeSpec
+
+LENGTH_DISTRIBUTIONS = ("uniform", "log-uniform")  # workloads/measure.py LENGTH_DISTRIBUTIONS
+
+
+def sample_knobs(count_name: str, count: int, min_tokens: int, max_tokens: int, distribution: str) -> tuple[Knob, ...]:
+    return (
+        Knob(count_name, int, count, "synthetic texts in the sample (random prose of drawn token lengths)", minimum=1),
+        Knob("min_tokens", int, min_tokens, "shortest text, in tokens", minimum=1),
+        Knob("max_tokens", int, max_tokens, "longest text, in tokens", minimum=1),
+        Knob("length_distribution", str, distribution, "how token lengths spread over [min_tokens, max_tokens]",
+             choices=LENGTH_DISTRIBUTIONS),
+        Knob("dtype", str, "bfloat16", "weights and activations", choices=("bfloat16", "float16", "float32")),
+        Knob("check_texts", int, 0, "texts whose outputs are compared with transformers' (the dtype, SDPA) after the "
+             "timing: label agreement, probability / hidden-state differences (0: no check)", minimum=0),
+    )
+
+
+def measuring_knobs(min_batches: int, min_duration_s: float, max_duration_s: float, warmup: int) -> tuple[Knob, ...]:
+    return (
+        Knob("max_duration_s", float, max_duration_s, "stop timing batches after this long, even mid-pass (batches "
+             "run in a seeded shuffled order, so a prefix is a fair mix of lengths)", minimum=0.01),
+        *common_knobs(min_repeats=min_batches, min_duration_s=min_duration_s, warmup=warmup,
+                      repeats_help="timed batches (at least; whole passes over the sample unless max_duration_s ends it)"),
+    )
+
+
+def validate_text_workload(cell: Cell, task: str) -> None:
+    c = cell.config
+    assert cell.model is not None
+    if model_refs.model_task(cell.model) != task:
+        raise ConfigError(f"model {cell.model} is not a {task} model; the {cell.scenario} scenario needs one "
+                          f"(presets: {', '.join(n for n in model_refs.preset_names() if model_refs.model_task(n) == task)})")
+    if c["min_tokens"] > c["max_tokens"]:
+        raise ConfigError(f"min_tokens={c['min_tokens']} is above max_tokens={c['max_tokens']}; swap them")
+    config = model_refs.model_config(cell.model)
+    limit = config.get("text_config", config).get("max_position_embeddings")
+    if limit and c["max_tokens"] > limit:
+        raise ConfigError(f"max_tokens={c['max_tokens']} exceeds the model's max_position_embeddings={limit}; lower it")
+    if c["max_duration_s"] < c["min_duration_s"]:
+        raise ConfigError(f"max_duration_s={c['max_duration_s']:g} is below min_duration_s={c['min_duration_s']:g}")
+
+
+def measure_spec(c: dict[str, Any]) -> Any:
+    from inferlab.workloads.measure import MeasureSpec
+
+    return MeasureSpec(c.get("batch_size", 1), warmup_batches=c["warmup"], min_batches=c["min_repeats"],
+                       min_seconds=c["min_duration_s"], max_seconds=c["max_duration_s"], seed=c["seed"])
+
+
+def estimate_text_s(c: dict[str, Any], accelerator: bool, count: int, params_b: float) -> float:
+    """Rough seconds: process, imports and load (~10 s on a GPU host, +2 s for torchao), then the first
+    call, warm-up and timed batches. A batch costs ~15 ms of launches plus ~2 GFLOP per padded token per
+    billion parameters at ~200 TFLOP/s (int8 weight-only: twice that); unbucketed batches pad to the
+    longest text. CPU: tiny models, ~5 ms + 2 us per padded token. Plus the check against transformers."""
+    mean = (c["min_tokens"] + c["max_tokens"]) / 2
+    rows = c.get("batch_size", 16)  # a backend without batch_size (the engine, vLLM on a CPU): like 16 sorted rows
+    padded = c["max_tokens"] if not c.get("bucket_by_length", True) and rows > 1 else mean
+    tokens = min(rows, count) * padded
+    if accelerator:
+        batch_s = 0.015 + tokens * params_b * 2e9 / 200e12 * (2 if c.get("quantization") == "int8" else 1)
+        fixed = 10.0 + (2.0 if c.get("quantization", "none") != "none" else 0.0)
+    else:
+        batch_s = 0.005 + tokens * 2e-6
+        fixed = 6.0
+    timed = min(c["max_duration_s"], max(c["min_duration_s"], c["min_repeats"] * batch_s))
+    return fixed + (1 + c["warmup"]) * batch_s + timed + check_s(c, accelerator)
+
+
+def check_s(c: dict[str, Any], accelerator: bool) -> float:
+    """The check against transformers: its load, then batches of 16 over check_texts texts."""
+    if not c["check_texts"]:
+        return 0.0
+    return (4.0 + 0.01 * c["check_texts"]) if accelerator else (2.0 + 0.05 * c["check_texts"])
+
+
+def approx_params_b(model: str) -> float:
+    """Billions of parameters from the config (decoder layers + embedding), for time estimates only."""
+    config = model_refs.model_config(model)
+    config = config.get("text_config", config)
+    hidden, layers = config["hidden_size"], config["num_hidden_layers"]
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    kv = config.get("num_key_value_heads") or heads
+    attention = hidden * head_dim * (2 * heads + 2 * kv)
+    mlp = 3 * hidden * config.get("intermediate_size", 4 * hidden)
+    return (layers * (attention + mlp) + config["vocab_size"] * hidden) / 1e9
+
+
+CHECK_BATCH = 16
+
+
+def measure_encode(cell: Cell, ctx: CellContext, spec: EncodeSpec, count: int) -> dict[str, Any]:
+    import torch
+
+    from inferlab.bench.backends import get_backend
+    from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
+    from inferlab.bench.matmul_peak import device_matmul_tflops
+    from inferlab.bench.timing import device_synchronizer, timed
+    from inferlab.engine import prefill_flops
+    from inferlab.models.config import read_model_spec
+    from inferlab.workloads.batching import tokenize_chunk
+    from inferlab.workloads.hf_loading import load_tokenizer
+    from inferlab.workloads.measure import measure_batches, synthetic_texts
+
+    c = cell.config
+    assert ctx.model_path is not None and cell.backend is not None
+    device = resolve_device(c["device"])
+    peak = device_matmul_tflops(device, ctx.cache_dir)  # before the model loads: the whole device is free
+    tokenizer = load_tokenizer(ctx.model_path)
+    texts = synthetic_texts(tokenizer, count, c["min_tokens"], c["max_tokens"], seed=c["seed"],
+                            distribution=c["length_distribution"])
+    token_ids = tokenize_chunk(tokenizer, texts)
+    model_spec = read_model_spec(ctx.model_path)
+    backend = get_backend(cell.backend, cell.scenario).create(dict(c), spec)
+    reset_peak_memory(device)
+    with timed(device_synchronizer(device)) as load:
+        backend.load(ctx.model_path, device, torch_dtype(c["dtype"]))
+    batches = backend.encode_batches(token_ids)
+    random.Random(c["seed"]).shuffle(batches)
+    with torch.inference_mode():
+        metrics = measure_batches(backend.encode, [[token_ids[i] for i in batch] for batch in batches],
+                                  measure_spec(c), device,
+                                  work=lambda rows: prefill_flops(model_spec, [len(r) for r in rows]),
+                                  pads=backend.pads)
+    if not metrics["whole_passes"]:
+        ctx.warn(f"max_duration_s={c['max_duration_s']:g} ended the timing within the first pass over the sample "
+                 "(batches run in a shuffled order)")
+    tflops = metrics.pop("flops_timed") / metrics["steady_s"] / 1e12
+    metrics.update({"load_s": load.seconds, "tflops_per_s": tflops, "matmul_peak_tflops": peak,
+                    "pct_of_matmul_peak": 100 * tflops / peak if peak else None, "batches_per_pass": len(batches),
+                    "texts": count, "sample_tokens": sum(map(len, token_ids)), "device": str(device),
+                    **peak_memory(device)})
+    ctx.add_backend_metrics(metrics, backend)
+    if c["check_texts"]:
+        check_rows = token_ids[: c["check_texts"]]
+        with torch.inference_mode():
+            ours = _outputs(backend, check_rows)
+        backend.close()
+        metrics.update(_compare_with_hf(cell, ctx, spec, check_rows, ours, device))
+    else:
+        backend.close()
+    return metrics
+
+
+def _outputs(backend: Any, rows: list[list[int]]) -> Any:
+    """The backend's outputs for `rows` in order, batched its own way: classify [n, labels]; hidden {layer: [n, h]}."""
+    import torch
+
+    by_row: dict[int, Any] = {}
+    for batch in backend.encode_batches(rows):
+        out = backend.encode([rows[i] for i in batch])
+        for k, i in enumerate(batch):
+            by_row[i] = {layer: t[k] for layer, t in out.items()} if isinstance(out, dict) else out[k]
+    ordered = [by_row[i] for i in range(len(rows))]
+    if isinstance(ordered[0], dict):
+        return {layer: torch.stack([o[layer] for o in ordered]) for layer in ordered[0]}
+    return torch.stack(ordered)
+
+
+def _compare_with_hf(cell: Cell, ctx: CellContext, spec: EncodeSpec, rows: list[list[int]], ours: Any,
+                     device: Any) -> dict[str, Any]:
+    import torch
+
+    from inferlab.bench.devices import torch_dtype
+    from inferlab.workloads.encode_backends import HFEncodeBackend
+
+    reference = HFEncodeBackend(spec, attn="sdpa", batch_size=CHECK_BATCH, bucket_by_length=True)
+    reference.load(ctx.model_path, device, torch_dtype(cell.config["dtype"]))
+    with torch.inference_mode():
+        theirs = _outputs(reference, rows)
+    reference.close()
+    if spec.task == "classify":
+        p, q = ours.float().softmax(-1), theirs.float().softmax(-1)
+        return {"check_texts": len(rows), "labels_agree_with_hf": (p.argmax(-1) == q.argmax(-1)).float().mean().item(),
+                "max_prob_diff_vs_hf": (p - q).abs().max().item()}
+    worst_rel, worst_cos = 0.0, 1.0
+    for layer, mine in ours.items():
+        ref = theirs[layer].float()
+        rel = ((mine.float() - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-12)).max().item()
+        cos = torch.nn.functional.cosine_similarity(mine.float(), ref, dim=-1).min().item()
+        worst_rel, worst_cos = max(worst_rel, rel), min(worst_cos, cos)
+    return {"check_texts": len(rows), "states_max_rel_diff_vs_hf": worst_rel, "states_min_cosine_vs_hf": worst_cos}
