@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from rdkit import Chem, rdBase
 from rdkit.Chem import AllChem
 
-from inferlab.bench.scenarios.constrained_inputs import nci_molecules_path, with_assigned_stereo
+from inferlab.bench.scenarios.molecules import nci_molecules_path, with_assigned_stereo
 from inferlab.errors import InferlabError
 from inferlab.workloads.conformers.decode import decode_generation
 from inferlab.workloads.conformers.encode import encode_conformer

@@ -44,7 +44,7 @@ def drug_sized_molecules(path: Path, count: int, min_atoms: int, max_atoms: int)
     """The first `count` NCI first_5K molecules with min-max heavy atoms, stereo assigned where open."""
     from rdkit import Chem, rdBase
 
-    from inferlab.bench.scenarios.constrained_inputs import nci_molecules_path, with_assigned_stereo
+    from inferlab.bench.scenarios.molecules import nci_molecules_path, with_assigned_stereo
 
     if path.is_file() and len(path.read_text().splitlines()) == count:
         return path

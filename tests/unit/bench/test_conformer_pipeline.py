@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 from inferlab.bench.plan import build_plan
 from inferlab.bench.plan_presets import get_plan_preset
 from inferlab.bench.scenarios.conformer_output_check import check_outputs, graph_key
-from inferlab.bench.scenarios.constrained_inputs import MoleculeSelection, load_molecules, nci_molecules_path
+from inferlab.bench.scenarios.molecules import MoleculeSelection, load_molecules, nci_molecules_path
 from inferlab.errors import ConfigError
 from inferlab.workloads.conformers.output import ConformerResultWriter
 from inferlab.workloads.conformers.profiles import get_profile

@@ -9,12 +9,13 @@ from rdkit.Chem import AllChem
 from transformers import AutoTokenizer
 
 from inferlab.bench.plan import build_plan
-from inferlab.bench.scenarios.constrained_inputs import (MoleculeSelection, build_requests, load_molecules,
-                                                         nci_molecules_path, plan_batches)
-from inferlab.bench.scenarios.constrained_run import _check_outputs
+from inferlab.bench.scenarios.conformer_output_check import check_generations
+from inferlab.bench.scenarios.constrained import ConformerRequests
+from inferlab.bench.scenarios.molecules import MoleculeSelection, load_molecules, nci_molecules_path
 from inferlab.constraints.program import compile_program
 from inferlab.errors import ConfigError, InputError
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
+from inferlab.types import SamplingParams
 from inferlab.workloads.conformers.encode import encode_conformer
 from inferlab.workloads.conformers.hf_baseline_processor import build_baseline_template
 from inferlab.workloads.conformers.profiles import get_profile
@@ -45,21 +46,29 @@ def test_molecules_fit_by_a_bound_that_covers_the_compiled_constraint(which, che
 
 def test_requests_are_k_per_molecule_and_batches_run_longest_first(chem_tokenizer):
     found = load_molecules(nci_molecules_path(), 6, PROFILE, chem_tokenizer, max_positions=4096)
-    requests = build_requests(found, 3)
-    assert [(r.molecule_index, r.conformer_index) for r in requests[:4]] == [(0, 0), (0, 1), (0, 2), (1, 0)]
-    assert [r.index for r in requests] == list(range(18))
+    requests = ConformerRequests(found, 3, SamplingParams(temperature=0.0))
+    sent = requests.call(list(range(18)))
+    assert [(r.constraint.molecule, r.constraint.conformer) for r in sent[:4]] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    assert [r.id for r in sent[:2]] == ["1-0", "1-1"] and requests.call([5])[0].id == "2-5"  # fresh ids per call
+    assert sent[3].prompt_ids == found.molecules[1].prompt_ids
+    assert sent[3].constraint.smiles == found.molecules[1].smiles
     bounds = [m.max_output_tokens for m in found.molecules]
-    batches = plan_batches(requests, bounds, 4, sort_by_length=True)
-    flat = [r for b in batches for r in b]
-    assert sorted(r.index for r in flat) == list(range(18)) and [len(b) for b in batches] == [4, 4, 4, 4, 2]
-    ordered = [bounds[r.molecule_index] for r in flat]
+    batches = requests.batches(18, 4, sort_by_length=True)
+    flat = [i for b in batches for i in b]
+    assert sorted(flat) == list(range(18)) and [len(b) for b in batches] == [4, 4, 4, 4, 2]
+    ordered = [bounds[i // 3] for i in flat]
     assert ordered == sorted(ordered, reverse=True)
-    assert plan_batches(requests, bounds, 4, sort_by_length=False)[0] == requests[:4]
+    assert requests.batches(18, 4, sort_by_length=False)[0] == [0, 1, 2, 3]
+    assert requests.batches(6, 4, sort_by_length=False) == [[0, 1, 2, 3], [4, 5]]  # the measured prefix
+
+
+def _constraints(found):
+    return [ConformerRequests(found, 1, SamplingParams()).items[i][1] for i in range(len(found.molecules))]
 
 
 def test_validity_is_the_templates_strict_check(chem_tokenizer):
     found = load_molecules(nci_molecules_path(), 2, PROFILE, chem_tokenizer, max_positions=4096)
-    requests = build_requests(found, 1)
+    requests = _constraints(found)
     eos = chem_tokenizer.eos_token_id
     outputs = []
     for r in requests:  # a real conformer, encoded by the encoder: what a perfect model writes
@@ -67,11 +76,11 @@ def test_validity_is_the_templates_strict_check(chem_tokenizer):
         assert AllChem.EmbedMolecule(mol, randomSeed=1) == 0
         text = encode_conformer(mol, PROFILE).generation_text(PROFILE)
         outputs.append(chem_tokenizer(text, add_special_tokens=False)["input_ids"] + [eos, 0, 0])  # padded after EOS
-    whole = _check_outputs(requests, outputs, frozenset([eos]), chem_tokenizer, PROFILE)
+    whole = check_generations(list(zip(requests, outputs)), frozenset([eos]), chem_tokenizer, PROFILE)
     assert whole["valid_fraction"] == 1.0 and whole["graph_match_fraction"] == 1.0
     broken = [outputs[0], outputs[1][:-3]]  # row 2: the whole text, but no EOS
     broken[0] = broken[0][:5] + broken[0][6:]  # a character of the first block dropped
-    result = _check_outputs(requests, broken, frozenset([eos]), chem_tokenizer, PROFILE)
+    result = check_generations(list(zip(requests, broken)), frozenset([eos]), chem_tokenizer, PROFILE)
     assert result["valid_rows"] == 1 and result["ended_with_eos_fraction"] == 0.5
     assert result["graph_match_rows"] == 1  # the broken block reads as no molecule at all
     assert len(result["invalid_examples"]) == 1 and requests[0].smiles in result["invalid_examples"][0]
@@ -81,7 +90,7 @@ def test_validity_reports_the_stereo_of_the_coordinates(chem_tokenizer):
     """Stereo assigned to drug-sized NCI molecules; ETKDG conformers of the input isomer match it, their
     mirror images (the same text skeleton, mirrored coordinates) do not."""
     found = load_molecules(nci_molecules_path(), 20, PROFILE, chem_tokenizer, 4096, MoleculeSelection(20, 50, True))
-    requests = [r for r in build_requests(found, 1) if "@" in r.smiles][:2]
+    requests = [r for r in _constraints(found) if "@" in r.smiles][:2]
     assert len(requests) == 2
     eos = chem_tokenizer.eos_token_id
     for mirror, expected in ((1, 1.0), (-1, 0.0)):
@@ -94,7 +103,7 @@ def test_validity_reports_the_stereo_of_the_coordinates(chem_tokenizer):
                 mol.GetConformer().SetAtomPosition(i, (mirror * p.x, p.y, p.z))
             text = encode_conformer(mol, PROFILE).generation_text(PROFILE)
             outputs.append(chem_tokenizer(text, add_special_tokens=False)["input_ids"] + [eos])
-        result = _check_outputs(requests, outputs, frozenset([eos]), chem_tokenizer, PROFILE)
+        result = check_generations(list(zip(requests, outputs)), frozenset([eos]), chem_tokenizer, PROFILE)
         assert result["valid_fraction"] == 1.0 and result["stereo_checked"] == 2
         assert result["stereo_agreement"] == expected
 
@@ -176,3 +185,37 @@ def test_drug_sized_molecules_are_kept_by_their_heavy_atoms(chem_tokenizer):
     with pytest.raises(ConfigError, match="max_heavy_atoms=20 is below min_heavy_atoms=30"):
         build_plan({"sweep": [{"scenario": "constrained", "model": "tiny-qwen3", "backend": "hf",
                                "set": {**TINY, "min_heavy_atoms": 30, "max_heavy_atoms": 20}}]})
+
+
+@pytest.mark.slow  # ~10 s: two engines decoding on CPU
+def test_the_engine_backend_serves_conformer_requests_with_the_constraint_on_and_off(tiny_checkpoint, tmp_path):
+    """Requests carry a ConformerConstraint; the engine backend compiles it in prepare and generates valid
+    conformers, or (constraint=off) unconstrained rows of exactly the constrained lengths. A request it was not
+    prepared for is an error Result; a warm-up call runs the first `slots` requests."""
+    import torch
+
+    from inferlab.bench.backends import get_backend
+    from inferlab.bench.backends.base import ConstrainedSpec
+
+    tokenizer = build_builtin_tokenizer()
+    (tmp_path / "small.smi").write_text("C m0\nCO m1\n")  # short conformers: a few seconds of CPU decoding
+    found = load_molecules(tmp_path / "small.smi", 2, PROFILE, tokenizer, 512)
+    requests = ConformerRequests(found, 2, SamplingParams(temperature=0.0))
+    lengths = {}
+    for constraint in ("on", "off"):
+        knobs = {"slots": 2, "batch_size": 2, "constraint": constraint, "decode_steps_per_sync": 8, "kv_dtype": "auto"}
+        backend = get_backend("inferlab", "constrained").create(knobs, ConstrainedSpec(seed=0, profile="v3-fixed4"))
+        backend.load(tiny_checkpoint("tiny"), torch.device("cpu"), torch.float32)
+        backend.prepare(requests.requests([0, 1]))
+        sent = requests.call([0, 1, 2])  # request 2 (the second molecule) was not prepared
+        results = {r.id: r for r in backend.generate(sent)}
+        assert "prepare" in results[sent[2].id].error
+        outputs = [(sent[i].constraint, results[sent[i].id].token_ids) for i in (0, 1)]
+        if constraint == "on":
+            lengths = {i: len(ids) for i, (_, ids) in enumerate(outputs)}
+            assert check_generations(outputs, backend.eos_token_ids, tokenizer, PROFILE)["valid_fraction"] == 1.0
+            assert len(list(backend.generate(requests.call([0, 1, 0]), stop_after_steps=4))) == 2  # the 2 slots
+        else:
+            assert {i: len(ids) for i, (_, ids) in enumerate(outputs)} == lengths
+            assert all(results[sent[i].id].finish_reason == "length" for i in (0, 1))
+        backend.close()

@@ -10,9 +10,10 @@ import pytest
 
 from inferlab.bench.backends import GenerateSpec, get_backend
 from inferlab.bench.backends.python_logits_processor import SeedStylePythonProcessor
+from inferlab.bench.scenarios.decode_traffic import ModelTraffic, count_generated
 from inferlab.bench.scenarios.generate import make_prompts
-from inferlab.bench.scenarios.generate_traffic import ModelTraffic, count_generated
 from inferlab.errors import UnsupportedError
+from inferlab.types import Request, SamplingParams
 
 HF_DEFAULTS = {"attn_implementation": "sdpa", "sdpa_backend": "auto", "kv_cache": "dynamic", "compile": False,
                "compile_backend": "inductor", "processor": "none"}
@@ -71,10 +72,13 @@ def test_the_python_processor_masks_per_row_and_never_ends_rows_early(tiny_check
 
 
 def _backend(path, **knobs):
-    spec = GenerateSpec(new_tokens=6, do_sample=True, temperature=1.0, top_p=0.9, top_k=0, seed=0)
-    backend = get_backend("hf").create({**HF_DEFAULTS, **knobs}, spec)
+    backend = get_backend("hf").create({**HF_DEFAULTS, **knobs}, GenerateSpec(new_tokens=6, seed=0))
     backend.load(path, torch.device("cpu"), torch.float32)
     return backend
+
+
+def _requests(prompts, sampling=SamplingParams(top_p=0.9, max_new_tokens=6, min_new_tokens=6)):
+    return [Request(id=str(i), prompt_ids=tuple(row), sampling=sampling) for i, row in enumerate(prompts.tolist())]
 
 
 def test_hf_backend_generates_exact_lengths_and_stops_early_for_profiling(tiny_checkpoint):
@@ -83,12 +87,26 @@ def test_hf_backend_generates_exact_lengths_and_stops_early_for_profiling(tiny_c
     for knobs in ({}, {"kv_cache": "static"}, {"processor": "python"}, {"attn_implementation": "eager"},
                   {"sdpa_backend": "math"}):
         backend = _backend(path, **knobs)
-        out = backend.generate(prompts)
-        assert tuple(out.shape) == (2, 6), knobs
-        assert count_generated(out, backend.eos_token_ids) == [6, 6]
-        assert tuple(backend.generate(prompts, stop_after_steps=2).shape) == (2, 2)
+        out = list(backend.generate(_requests(prompts)))
+        assert [len(r.token_ids) for r in out] == [6, 6] and all(r.ok for r in out), knobs
+        assert [len(r.token_ids) for r in backend.generate(_requests(prompts), stop_after_steps=2)] == [2, 2]
         extra = backend.extra_metrics()
         assert extra["compile_observed"] is False and extra["attention_kernel_requested"]
+
+
+def test_a_batch_backend_turns_what_one_call_cannot_run_into_error_results(tiny_checkpoint):
+    """Requests asking for a constraint, another sampling or another prompt length than the call's first are
+    error Results; the others run."""
+    path = tiny_checkpoint()
+    backend = _backend(path)
+    ok = _requests(make_prompts(path, 2, 5, seed=0))
+    odd = [Request("constrained", prompt_ids=(1, 2, 3, 4, 5), sampling=ok[0].sampling, constraint=object()),
+           Request("greedy", prompt_ids=(1, 2, 3, 4, 5), sampling=SamplingParams(temperature=0.0)),
+           Request("short", prompt_ids=(1, 2), sampling=ok[0].sampling)]
+    results = {r.id: r for r in backend.generate(ok + odd)}
+    assert all(results[r.id].ok and len(results[r.id].token_ids) == 6 for r in ok)
+    assert "constrained requests do not run on backend hf" in results["constrained"].error
+    assert "one sampling setting" in results["greedy"].error and "one length" in results["short"].error
 
 
 def test_hf_backend_says_what_it_cannot_do(tiny_checkpoint):

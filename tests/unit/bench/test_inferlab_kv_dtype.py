@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from inferlab.bench.scenarios.generate_traffic import ModelTraffic
+from inferlab.bench.scenarios.decode_traffic import ModelTraffic
 
 
 def test_generate_with_an_fp8_cache_counts_its_bytes(tiny_checkpoint, run_cell):
@@ -36,15 +36,17 @@ def test_the_constrained_backend_builds_its_engine_with_the_kv_dtype(tiny_checkp
     import torch
 
     from inferlab.bench.backends import get_backend
-    from inferlab.bench.backends.constrained_base import ConstrainedSpec
-    from inferlab.bench.scenarios.constrained_inputs import build_requests, load_molecules, nci_molecules_path
+    from inferlab.bench.backends.base import ConstrainedSpec
+    from inferlab.bench.scenarios.constrained import ConformerRequests
+    from inferlab.bench.scenarios.molecules import load_molecules, nci_molecules_path
     from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
+    from inferlab.types import SamplingParams
     from inferlab.workloads.conformers.profiles import get_profile
 
-    spec = ConstrainedSpec(do_sample=False, temperature=1.0, top_p=1.0, top_k=0, seed=0, profile="v3-fixed4")
     backend = get_backend("inferlab", "constrained").create(
-        {"slots": 2, "batch_size": 2, "constraint": "on", "decode_steps_per_sync": 8, "kv_dtype": "fp8"}, spec)
+        {"slots": 2, "batch_size": 2, "constraint": "on", "decode_steps_per_sync": 8, "kv_dtype": "fp8"},
+        ConstrainedSpec(seed=0, profile="v3-fixed4"))
     backend.load(tiny_checkpoint("tiny"), torch.device("cpu"), torch.float32)
     found = load_molecules(nci_molecules_path(), 1, get_profile("v3-fixed4"), build_builtin_tokenizer(), 512)
-    backend.prepare(build_requests(found, 2))
+    backend.prepare(ConformerRequests(found, 2, SamplingParams(temperature=0.0)).requests([0, 1]))
     assert backend.extra_metrics()["engine"]["kv_dtype"] == "float8_e4m3fn"

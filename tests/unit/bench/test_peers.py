@@ -246,6 +246,7 @@ def test_hf_continuous_never_ends_a_row_early(tiny_checkpoint, tmp_path):
 
     from inferlab.bench.backends.base import GenerateSpec
     from inferlab.bench.backends.hf_continuous import HFContinuousBackend, KNOBS
+    from inferlab.types import Request, SamplingParams
 
     source = tiny_checkpoint()
     prompts = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
@@ -256,12 +257,13 @@ def test_hf_continuous_never_ends_a_row_early(tiny_checkpoint, tmp_path):
     config = json.loads((path / "generation_config.json").read_text())
     (path / "generation_config.json").write_text(json.dumps({**config, "eos_token_id": first}))
     knobs = {k.name: k.default for k in KNOBS} | {"batch_size": 2, "prompt_tokens": 4, "block_size": 16}
-    spec = GenerateSpec(new_tokens=5, do_sample=False, temperature=1.0, top_p=1.0, top_k=0, seed=0)
-    backend = HFContinuousBackend(knobs, spec)
+    backend = HFContinuousBackend(knobs, GenerateSpec(new_tokens=5, seed=0))
     backend.load(path, torch.device("cpu"), torch.float32)
     assert backend.eos_token_ids == {first}
-    rows = backend.generate(prompts)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=5, min_new_tokens=5)
+    requests = [Request(str(i), prompt_ids=tuple(row), sampling=greedy) for i, row in enumerate(prompts.tolist())]
+    rows = [r.token_ids for r in backend.generate(requests)]
     assert [len(r) for r in rows] == [5, 5] and all(first not in r for r in rows)
     backend.model.destroy_cached_continuous_batching_manager()
-    backend.generation_config.suppress_tokens = None  # negative control
-    assert backend.generate(prompts)[0][0] == first
+    backend.generation_configs[greedy].suppress_tokens = None  # negative control
+    assert next(iter(backend.generate(requests))).token_ids == [first]

@@ -6,9 +6,8 @@ import torch
 
 from inferlab.bench.cell_main import execute
 from inferlab.bench.plan import build_plan
-from inferlab.bench.scenarios.attention_calls import build_call, math_reference
-from inferlab.bench.scenarios.attention_kernels import flops_per_call
-from inferlab.bench.scenarios.generate_traffic import ModelTraffic
+from inferlab.bench.scenarios.attention_kernels import build_call, flops_per_call, math_reference
+from inferlab.bench.scenarios.decode_traffic import ModelTraffic
 
 SHARED_METRICS = ("output_tokens", "output_tokens_per_s", "requests_per_s", "first_call_s", "steady_s",
                   "peak_memory_gb", "achieved_gb_per_s", "latency_ms")

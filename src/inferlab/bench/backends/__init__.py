@@ -1,15 +1,15 @@
 """The backend registry, keyed by (scenario, name): `hf` for `generate` and `hf` for `constrained` are
 different backends with their own knobs. A new backend is a module in this folder that defines `BACKEND`
-(backends.base.BackendSpec, whose `scenario` says which scenario it serves), or `BACKENDS` (one per scenario
-it serves), and is added to BUILTIN_MODULES; out-of-tree ones call register_backend from a plugin file (see
-bench/plugins.py)."""
+(backends.base.BackendSpec, whose `scenario` says which scenario it serves and whose `create` makes the child's
+workloads.backend.Backend), or `BACKENDS` (one per scenario it serves), and is added to BUILTIN_MODULES;
+out-of-tree ones call register_backend from a plugin file (see bench/plugins.py)."""
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-from inferlab.bench.backends.base import BackendSpec, GenerateBackend, GenerateSpec
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec
 from inferlab.errors import ConfigError
 
 BUILTIN_MODULES = [
@@ -61,5 +61,5 @@ for _module in BUILTIN_MODULES:
     for _spec in getattr(_loaded, "BACKENDS", None) or [_loaded.BACKEND]:
         register_backend(_spec)
 
-__all__ = ["BACKENDS", "BackendSpec", "GenerateBackend", "GenerateSpec", "backend_estimate_s", "backends_for",
+__all__ = ["BACKENDS", "BackendSpec", "GenerateSpec", "backend_estimate_s", "backends_for",
            "get_backend", "register_backend"]

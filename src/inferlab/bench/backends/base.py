@@ -1,31 +1,33 @@
-"""What a backend is (BackendSpec, declared in the parent) and what a generate backend does in the
-child (GenerateBackend). Backends are thin: the scenario owns prompts, timing, token counting and
-metrics; a backend loads a model, runs one batch of prompts and returns the raw generated ids.
+"""What a lab backend is in the parent (BackendSpec: its knobs, checks and estimate; `create` builds the child's
+object) and what the scenarios make their backends for (the specs). In the child a backend is a
+workloads.backend.Backend, the protocol the workloads' own backends implement: load, optional prepare,
+generate (Requests in, Results out) or encode, close. Backends are thin: the scenario owns prompts, requests,
+timing, token counting and metrics.
 
-A BackendSpec belongs to one scenario (`generate` unless it says otherwise): the same name (`hf`,
-`inferlab`) can serve several scenarios with different knobs and a different child-side protocol (the
-`constrained` scenario's is in backends/constrained_base.py)."""
+A BackendSpec belongs to one scenario (`generate` unless it says otherwise): the same name (`hf`, `inferlab`)
+can serve several scenarios with different knobs and a different spec."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable
 
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob, knob_table
 from inferlab.errors import ConfigError, UnsupportedError
+from inferlab.types import Request, Result
+from inferlab.workloads.backend import error_result
+
+if TYPE_CHECKING:  # the parent process validates plans without RDKit
+    from inferlab.workloads.conformers.template import ConformerTemplate
 
 
 @dataclass(frozen=True)
 class GenerateSpec:
-    """What every backend must produce, identical across backends of one comparison."""
+    """What a generating backend (scenarios generate and steering) is sized and seeded for; the requests carry
+    the rest (prompts, sampling, steering, collection)."""
 
-    new_tokens: int  # every row produces exactly this many tokens (min == max new tokens)
-    do_sample: bool
-    temperature: float
-    top_p: float
-    top_k: int
+    new_tokens: int  # the most tokens a request asks for
     seed: int
 
     def __post_init__(self) -> None:
@@ -33,37 +35,25 @@ class GenerateSpec:
             raise ConfigError(f"new_tokens={self.new_tokens} must be >= 1")
 
 
-class GenerateBackend(Protocol):
-    """The child-side object. `generate` must leave the device busy-free on return only if the caller
-    synchronises; the scenario synchronises before reading clocks."""
+@dataclass(frozen=True)
+class ConstrainedSpec:
+    """What every backend of the `constrained` scenario is made for."""
 
-    eos_token_ids: frozenset[int]  # tokens that end a row; counting stops after the first one
-
-    def load(self, model_dir: Path, device: Any, dtype: Any) -> None: ...
-
-    def generate(self, prompt_ids: Any, stop_after_steps: int | None = None) -> Any:
-        """prompt_ids  # [batch, prompt_tokens] int64 on the device. Returns the generated ids only,
-        [batch, new] as a tensor or a list of lists; rows may be padded after their EOS.
-        stop_after_steps: end after that many decode steps without changing any shape (for profiling)."""
-        ...
-
-    def extra_metrics(self) -> dict[str, Any]:
-        """Backend-specific figures for the row (e.g. whether compile ran, graph capture time); a
-        `warnings` list, if present, goes to the row's warnings instead."""
-        ...
-
-    # Optional, on any backend of any scenario:
-    #   kernels_visible: bool = True   False when the model runs in another process (vLLM's engine core):
-    #                                  the cell's kernel profile would see nothing, so it is skipped
-    #   close() -> None                ends what the backend started (a peer's engine process) once the
-    #                                  figures are taken; called through close_backend
+    seed: int
+    profile: str  # the format profile of the templates
 
 
-def close_backend(backend: Any) -> None:
-    """Call the backend's optional close() (see GenerateBackend)."""
-    close = getattr(backend, "close", None)
-    if close is not None:
-        close()
+@dataclass(frozen=True)
+class ConformerConstraint:
+    """A `constrained` request's constraint: conformer `conformer` of molecule `molecule` (its place in the
+    scenario's molecules), whose SMILES (as read) and template (the prompt, the constraint segments Copy / Hole /
+    EndOfSequence, the strict check) it carries. Each backend turns it into its own constraint once per molecule
+    in prepare (a ConstraintProgram, a regex, the seeds' skeleton)."""
+
+    smiles: str
+    template: "ConformerTemplate"
+    molecule: int
+    conformer: int
 
 
 def _no_checks(cell: Cell) -> None:
@@ -83,7 +73,7 @@ class BackendSpec:
     name: str
     description: str
     knobs: tuple[Knob, ...]
-    create: Callable[[dict[str, Any], Any], Any]  # child only, imports inside: (config, spec) -> backend
+    create: Callable[[dict[str, Any], Any], Any]  # child only, imports inside: (config, spec) -> Backend
     validate: Callable[[Cell], None] = _no_checks
     resolve: Callable[[dict[str, Any]], dict[str, Any]] = _unchanged
     scenario: str = "generate"  # the scenario whose cells this backend serves
@@ -109,3 +99,21 @@ def require_attention_package(attn_implementation: str) -> None:
     except Exception as e:
         raise UnsupportedError(f"flash_attention_2 needs the flash-attn package: {type(e).__name__}: {e}") from None
 
+
+def one_call(requests: list[Request], same_length: bool = False) -> tuple[list[Request], list[Result]]:
+    """(the requests one batched call can run: those with the first request's sampling, and its prompt length
+    with `same_length`; an error Result for each other)."""
+    if not requests:
+        return [], []
+    first = requests[0]
+    runs, refused = [], []
+    for r in requests:
+        if r.sampling != first.sampling:
+            refused.append(error_result(r, "one call runs one sampling setting: send requests with other "
+                                           "sampling in a call of their own"))
+        elif same_length and len(r.prompt_ids or ()) != len(first.prompt_ids or ()):
+            refused.append(error_result(r, "one call runs prompts of one length (no padding): send requests "
+                                           "of other lengths in a call of their own"))
+        else:
+            runs.append(r)
+    return runs, refused

@@ -15,14 +15,16 @@ Heavy imports happen in the child only.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from inferlab.bench.backends import hf_knobs
-from inferlab.bench.backends.base import BackendSpec, require_attention_package
-from inferlab.bench.backends.constrained_base import ConformerRequest, ConstrainedSpec
+from inferlab.bench.backends.base import BackendSpec, ConformerConstraint, ConstrainedSpec, one_call, \
+    require_attention_package
 from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for
 from inferlab.bench.knobs import Knob
 from inferlab.errors import UnsupportedError
+from inferlab.types import Request, Result
+from inferlab.workloads.backend import Backend, Supports, finished_result
 
 KNOBS = (
     Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
@@ -36,14 +38,19 @@ KNOBS = (
 PROMPT_PAD_MULTIPLE = 64
 
 
-class HFConstrainedBackend:
+class HFConstrainedBackend(Backend):
+    """Requests carry a ConformerConstraint and share their sampling within a call; others are error Results."""
+
+    name = "hf"
+    supports = Supports(constraint=True)
+
     def __init__(self, config: dict[str, Any], spec: ConstrainedSpec) -> None:
         self.config = config
         self.spec = spec
         self.model: Any = None
         self.tokenizer: Any = None
         self.masks: Any = None
-        self.templates: dict[int, Any] = {}  # request index -> BaselineTemplate
+        self.templates: dict[str, Any] = {}  # SMILES -> BaselineTemplate (the K conformers of a molecule share it)
         self.prompt_length = 0  # every batch is left-padded to this
         self.max_new_tokens = 0  # every batch generates up to this (the longest skeleton + EOS)
         self.compile_config: Any = None
@@ -68,33 +75,41 @@ class HFConstrainedBackend:
         if c["compile"]:
             self.compile_config = compile_config_for(c["compile_backend"], device)
 
-    def prepare(self, requests: list[ConformerRequest]) -> None:
+    def prepare(self, requests: list[Request]) -> None:
         from inferlab.workloads.conformers.hf_baseline_processor import SeedsVocabMasks, build_baseline_template
         from inferlab.workloads.conformers.profiles import get_profile
 
         profile = get_profile(self.spec.profile)
         vocab = self.model.config.get_text_config().vocab_size
         self.masks = SeedsVocabMasks.build(self.tokenizer, vocab, self.model.device)
-        by_smiles: dict[str, Any] = {}  # the K conformers of a molecule share its template
         for r in requests:
-            if r.smiles not in by_smiles:
-                by_smiles[r.smiles] = build_baseline_template(r.smiles, profile, self.tokenizer)
-            self.templates[r.index] = by_smiles[r.smiles]
+            smiles = r.constraint.smiles
+            if smiles not in self.templates:
+                self.templates[smiles] = build_baseline_template(smiles, profile, self.tokenizer)
         longest_prompt = max(len(r.prompt_ids) for r in requests)
         self.prompt_length = -(-longest_prompt // PROMPT_PAD_MULTIPLE) * PROMPT_PAD_MULTIPLE
-        self.max_new_tokens = max(len(t) for t in by_smiles.values()) + 1
+        self.max_new_tokens = max(len(t) for t in self.templates.values()) + 1
 
-    def generate(self, requests: list[ConformerRequest], stop_after_steps: int | None = None) -> list[list[int]]:
+    def unsupported(self, request: Request) -> str | None:
+        if not isinstance(request.constraint, ConformerConstraint) or request.constraint.smiles not in self.templates:
+            return "the hf baseline runs conformer requests that were prepared (prepare(requests) first)"
+        return super().unsupported(request)
+
+    def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
         import torch
         from transformers import StoppingCriteriaList
 
         from inferlab.bench.backends.hf_stop_after import StopAtLength
         from inferlab.workloads.conformers.hf_baseline_run import run_baseline_batch
 
-        s = self.spec
-        kwargs: dict[str, Any] = {"do_sample": s.do_sample}
-        if s.do_sample:
-            kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
+        served, refused = self.split_supported(requests)
+        runs, other = one_call(served)
+        if not runs:
+            return iter(refused + other)
+        sampling = runs[0].sampling
+        kwargs: dict[str, Any] = {"do_sample": not sampling.greedy}
+        if not sampling.greedy:
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
         if self.config["kv_cache"] == "static":
             kwargs["cache_implementation"] = "static"
         if not self.config["compile"] and hasattr(self.model.generation_config, "disable_compile"):
@@ -103,10 +118,12 @@ class HFConstrainedBackend:
             kwargs["compile_config"] = self.compile_config
         if stop_after_steps is not None:
             kwargs["stopping_criteria"] = StoppingCriteriaList([StopAtLength(self.prompt_length + stop_after_steps)])
-        torch.manual_seed(s.seed)
-        rows = run_baseline_batch(self.model, self.tokenizer, [self.templates[r.index] for r in requests], self.masks,
-                                  max_new_tokens=self.max_new_tokens, pad_to_multiple_of=self.prompt_length, **kwargs)
-        return [list(row.token_ids) for row in rows]
+        torch.manual_seed(self.spec.seed)
+        templates = [self.templates[r.constraint.smiles] for r in runs]
+        rows = run_baseline_batch(self.model, self.tokenizer, templates, self.masks, max_new_tokens=self.max_new_tokens,
+                                  pad_to_multiple_of=self.prompt_length, **kwargs)
+        return iter(refused + other + [finished_result(r, list(row.token_ids), self.eos_token_ids)
+                                       for r, row in zip(runs, rows)])
 
     def extra_metrics(self) -> dict[str, Any]:
         compiled = hasattr(self.model, "_compiled_call")

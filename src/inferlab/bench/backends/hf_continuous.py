@@ -33,13 +33,15 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates, hf_knobs
-from inferlab.bench.backends.base import BackendSpec, GenerateSpec, require_attention_package
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call, require_attention_package
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError
+from inferlab.types import Request, Result, SamplingParams
+from inferlab.workloads.backend import Backend, finished_result
 
 KNOBS = (
     Knob("attn_implementation", str, "sdpa", "attention, made paged by transformers (flash_attention_2 enables the "
@@ -83,19 +85,22 @@ def continuous_batching_config(c: dict[str, Any], new_tokens: int, seed: int) ->
     })
 
 
-class HFContinuousBackend:
-    kernels_visible = True
+class HFContinuousBackend(Backend):
+    """Requests of one call share their sampling (one GenerationConfig per call); others are error Results."""
+
+    name = "hf-continuous"
 
     def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
         self.config = config
         self.spec = spec
         self.model: Any = None
         self.eos_token_ids: frozenset[int] = frozenset()
-        self.generation_config: Any = None
+        self.pad_token_id: int | None = None
+        self.generation_configs: dict[SamplingParams, Any] = {}  # one per sampling setting, made at its first call
         self.cb_config: Any = None
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
-        from transformers import AutoModelForCausalLM, GenerationConfig
+        from transformers import AutoModelForCausalLM
 
         from inferlab.workloads.hf_loading import from_pretrained_for_inference
 
@@ -106,28 +111,44 @@ class HFContinuousBackend:
         gen = self.model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else self.model.config.eos_token_id
         self.eos_token_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
-        sampling = {"do_sample": s.do_sample}
-        if s.do_sample:
-            sampling.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
-        self.generation_config = GenerationConfig(
-            max_new_tokens=s.new_tokens, eos_token_id=min(self.eos_token_ids) if self.eos_token_ids else None,
-            pad_token_id=gen.pad_token_id if gen.pad_token_id is not None else (min(self.eos_token_ids, default=0)),
-            suppress_tokens=sorted(self.eos_token_ids) or None, **sampling,
-        )
+        self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else min(self.eos_token_ids, default=0)
         self.cb_config = continuous_batching_config(c, s.new_tokens, s.seed)
 
-    def generate(self, prompt_ids: Any, stop_after_steps: int | None = None) -> list[list[int]]:
-        new_tokens = min(stop_after_steps, self.spec.new_tokens) if stop_after_steps else self.spec.new_tokens
+    def _generation_config(self, sampling: SamplingParams) -> Any:
+        """Continuous batching drops min_new_tokens: a request asking for exactly max_new_tokens has EOS
+        suppressed instead, which is what min_new_tokens == max_new_tokens does in the other rows."""
+        from transformers import GenerationConfig
+
+        if sampling not in self.generation_configs:
+            do_sample = not sampling.greedy
+            options = {"do_sample": do_sample}
+            if do_sample:
+                options.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+            exact = sampling.min_new_tokens >= sampling.max_new_tokens
+            self.generation_configs[sampling] = GenerationConfig(
+                max_new_tokens=sampling.max_new_tokens,
+                eos_token_id=min(self.eos_token_ids) if self.eos_token_ids else None, pad_token_id=self.pad_token_id,
+                suppress_tokens=(sorted(self.eos_token_ids) or None) if exact else None, **options,
+            )
+        return self.generation_configs[sampling]
+
+    def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
+        served, refused = self.split_supported(requests)
+        runs, other = one_call(served)
+        if not runs:
+            return iter(refused + other)
+        sampling = runs[0].sampling
+        new_tokens = min(stop_after_steps, sampling.max_new_tokens) if stop_after_steps else sampling.max_new_tokens
         results = self.model.generate_batch(
-            prompt_ids.tolist(), generation_config=self.generation_config,
+            [list(r.prompt_ids) for r in runs], generation_config=self._generation_config(sampling),
             continuous_batching_config=self.cb_config, persistent_manager=True, progress_bar=False,
             max_new_tokens=new_tokens,
         )
         failed = [r.error for r in results.values() if r.error is not None]
-        if failed or len(results) != prompt_ids.shape[0]:
-            raise RuntimeError(f"generate_batch returned {len(results)} of {prompt_ids.shape[0]} rows; errors: "
-                               f"{failed[:2]}")
-        return [list(r.generated_tokens) for r in results.values()]
+        if failed or len(results) != len(runs):
+            raise RuntimeError(f"generate_batch returned {len(results)} of {len(runs)} rows; errors: {failed[:2]}")
+        return iter(refused + other + [finished_result(r, list(out.generated_tokens), self.eos_token_ids)
+                                       for r, out in zip(runs, results.values())])
 
     def extra_metrics(self) -> dict[str, Any]:
         manager = getattr(self.model, "_cached_continuous_batching_manager", None)

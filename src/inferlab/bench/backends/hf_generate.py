@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from inferlab.bench.backends import hf_knobs
-from inferlab.bench.backends.base import BackendSpec, GenerateSpec, require_attention_package
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call, require_attention_package
 from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for, compile_forward_by_hand
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError, UnsupportedError
+from inferlab.types import Request, Result, SamplingParams
+from inferlab.workloads.backend import Backend, finished_result
 
 KNOBS = (
     Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
@@ -54,7 +56,12 @@ def requested_kernel(c: dict[str, Any]) -> str:
     return c["attn_implementation"]
 
 
-class HFGenerateBackend:
+class HFGenerateBackend(Backend):
+    """Requests of one call share their sampling and their prompt length (the scenario's prompts need no
+    padding); others are error Results."""
+
+    name = "hf"
+
     def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
         self.config = config
         self.spec = spec
@@ -92,14 +99,16 @@ class HFGenerateBackend:
             compile_forward_by_hand(self.model, c["compile_backend"])
             self.manual_compile = True
 
-    def _generate_kwargs(self, prompt_len: int, stop_after_steps: int | None) -> dict[str, Any]:
+    def _generate_kwargs(self, sampling: SamplingParams, prompt_len: int,
+                         stop_after_steps: int | None) -> dict[str, Any]:
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
-        s, c = self.spec, self.config
-        kwargs: dict[str, Any] = {"max_new_tokens": s.new_tokens, "min_new_tokens": s.new_tokens,
-                                  "do_sample": s.do_sample, "pad_token_id": self.pad_token_id}
-        if s.do_sample:
-            kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
+        c = self.config
+        do_sample = not sampling.greedy
+        kwargs: dict[str, Any] = {"max_new_tokens": sampling.max_new_tokens, "min_new_tokens": sampling.min_new_tokens,
+                                  "do_sample": do_sample, "pad_token_id": self.pad_token_id}
+        if do_sample:
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
         if c["kv_cache"] == "static":
             kwargs["cache_implementation"] = "static"
         if self.auto_compile and not c["compile"]:
@@ -110,22 +119,29 @@ class HFGenerateBackend:
             from inferlab.bench.backends.python_logits_processor import make_processor
 
             vocab = self.model.config.get_text_config().vocab_size
-            kwargs["logits_processor"] = LogitsProcessorList([make_processor(vocab, self.eos_token_ids, s.seed)])
+            kwargs["logits_processor"] = LogitsProcessorList([make_processor(vocab, self.eos_token_ids,
+                                                                             self.spec.seed)])
         if stop_after_steps is not None:
             from inferlab.bench.backends.hf_stop_after import StopAtLength
 
             kwargs["stopping_criteria"] = StoppingCriteriaList([StopAtLength(prompt_len + stop_after_steps)])
         return kwargs
 
-    def generate(self, prompt_ids: Any, stop_after_steps: int | None = None) -> Any:
+    def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
         import torch
 
+        served, refused = self.split_supported(requests)
+        runs, other = one_call(served, same_length=True)
+        if not runs:
+            return iter(refused + other)
+        prompt_ids = torch.tensor([r.prompt_ids for r in runs], device=self.model.device)  # [batch, prompt]
         prompt_len = prompt_ids.shape[1]
-        kwargs = self._generate_kwargs(prompt_len, stop_after_steps)
+        kwargs = self._generate_kwargs(runs[0].sampling, prompt_len, stop_after_steps)
         torch.manual_seed(self.spec.seed)
         with self._sdpa_context():
             out = self.model.generate(prompt_ids, attention_mask=torch.ones_like(prompt_ids), **kwargs)
-        return out[:, prompt_len:]  # [batch, new tokens]
+        rows = out[:, prompt_len:].tolist()  # [batch, new tokens]
+        return iter(refused + other + [finished_result(r, row, self.eos_token_ids) for r, row in zip(runs, rows)])
 
     def _sdpa_context(self) -> Any:
         backend = self.config["sdpa_backend"]

@@ -13,13 +13,14 @@ step itself, hooks included: whatever it makes of them is what the row measures)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from inferlab.bench.backends.base import BackendSpec, require_attention_package
-from inferlab.bench.backends.steering_base import PassOutput, SteeringSpec
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call, require_attention_package
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError
+from inferlab.types import Request, Result
+from inferlab.workloads.backend import Backend, Supports, error_result
 
 KNOBS = (
     Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
@@ -34,20 +35,25 @@ def validate(cell: Cell) -> None:
         raise ConfigError("flash_attention_2 needs bfloat16 or float16; set dtype or attn_implementation=sdpa")
 
 
-class HFSteeringBackend:
-    def __init__(self, config: dict[str, Any], spec: SteeringSpec) -> None:
+class HFSteeringBackend(Backend):
+    """Requests of one call share their sampling; others are error Results. Steering names entries of the set
+    add_steering_vectors registered, checked by the engine's rules (as the text workload's hf backend does)."""
+
+    name = "hf"
+    supports = Supports(steering=True, collect=True)
+
+    def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
         self.config = config
         self.spec = spec
         self.model: Any = None
         self.taps: Any = None
-        self.entry: Any = None
+        self.named: dict[str, Any] = {}  # entry name -> its SteeringVectors set
         self.pad_id = 0
         self.calls = 0
 
-    def load(self, model_dir: Path, device: Any, dtype: Any, vector: Any) -> None:
+    def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
         from transformers import AutoModelForCausalLM
 
-        from inferlab.engine import SteerEntry
         from inferlab.workloads.hf_loading import from_pretrained_for_inference
         from inferlab.workloads.hf_steering import HFTaps
 
@@ -55,53 +61,79 @@ class HFSteeringBackend:
         self.model = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype,
                                                    self.config["attn_implementation"], device)
         self.taps = HFTaps(self.model)
-        self.entry = SteerEntry(self.spec.layer, vector, self.spec.scale, b"")
         gen = self.model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else self.model.config.eos_token_id
         eos = eos[0] if isinstance(eos, (list, tuple)) else eos
         self.pad_id = gen.pad_token_id if gen.pad_token_id is not None else (eos if eos is not None else 0)
 
-    def run(self, prompts: list[list[int]], mode: str, new_tokens: int | None = None,
-            pool: str | None = None) -> PassOutput:
+    def add_steering_vectors(self, vectors: Any) -> None:
+        self.named.update({name: vectors for name in vectors.names})
+
+    def _taps(self, request: Request) -> tuple[list[Any], Any] | str:
+        """The request's checked steering entries and collection plan, or why it cannot run."""
+        from inferlab.engine import resolve_collect, resolve_steering
+        from inferlab.workloads.hf_text_backend import MAX_STEERED_LAYERS
+
+        taps = self.taps
+        steering = resolve_steering(request.steering or (), self.named, taps.num_layers, taps.hidden_size, taps.dtype,
+                                    MAX_STEERED_LAYERS)
+        if isinstance(steering, str) or request.collect is None:
+            return steering if isinstance(steering, str) else (steering, None)
+        plan = resolve_collect(request.collect, taps.num_layers, request.sampling.max_new_tokens)
+        return plan if isinstance(plan, str) else (steering, plan)
+
+    def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
+        """Prompts sorted by length, batches of batch_size rows, left-padded; every row gets exactly
+        max_new_tokens tokens (EOS masked until then)."""
         import torch
+        from transformers import StoppingCriteriaList
 
         from inferlab.bench.backends.hf_stop_after import StopAtLength
-        from inferlab.engine import CollectPlan
         from inferlab.workloads.batching import pad_batch
 
-        s, rows = self.spec, self.config["batch_size"]
-        n = new_tokens or s.new_tokens
-        plan = CollectPlan(s.collect_layers, pool or s.collect_pool, s.new_tokens) if "collect" in mode else None
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # length-sorted: least padding
-        activations: list[Any] = [None] * len(prompts)
-        token_ids: list[list[int]] = [[] for _ in prompts]
-        kwargs: dict[str, Any] = dict(max_new_tokens=s.new_tokens, min_new_tokens=s.new_tokens, do_sample=s.do_sample,
-                                      num_beams=1, pad_token_id=self.pad_id, use_cache=True)
-        if s.do_sample:
-            kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=0)
+        served, refused = self.split_supported(requests)
+        runs, other = one_call(served)
+        checked = {}
+        for r in runs:
+            taps = self._taps(r)
+            if isinstance(taps, str):
+                other.append(error_result(r, taps))
+            else:
+                checked[r.id] = taps
+        runs = [r for r in runs if r.id in checked]
+        if not runs:
+            return iter(refused + other)
+        sampling, rows = runs[0].sampling, self.config["batch_size"]
+        kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, min_new_tokens=sampling.min_new_tokens,
+                                      do_sample=not sampling.greedy, num_beams=1, pad_token_id=self.pad_id,
+                                      use_cache=True)
+        if not sampling.greedy:
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
         if self.config["kv_cache"] == "static":
             kwargs["cache_implementation"] = "static"
-        tokens = 0
+        order = sorted(runs, key=lambda r: len(r.prompt_ids))  # length-sorted: least padding
+        results = []
         for start in range(0, len(order), rows):
             batch = order[start : start + rows]
-            input_ids, mask = pad_batch([prompts[i] for i in batch], self.pad_id, side="left")
+            input_ids, mask = pad_batch([list(r.prompt_ids) for r in batch], self.pad_id, side="left")
             input_ids, mask = input_ids.to(self.model.device), mask.to(self.model.device)
-            if n < s.new_tokens:  # a short call with the shapes of a full one (a static cache keeps its size)
-                from transformers import StoppingCriteriaList
-
-                kwargs["stopping_criteria"] = StoppingCriteriaList([StopAtLength(input_ids.shape[1] + n)])
-            steering = [[self.entry] if "steer" in mode else [] for _ in batch]
-            torch.manual_seed(s.seed + self.calls)
+            if stop_after_steps is not None and stop_after_steps < sampling.max_new_tokens:
+                # a short call with the shapes of a full one (a static cache keeps its size)
+                stop = StopAtLength(input_ids.shape[1] + stop_after_steps)
+                kwargs["stopping_criteria"] = StoppingCriteriaList([stop])
+            steering = [checked[r.id][0] for r in batch]
+            plans = [checked[r.id][1] for r in batch]
+            layers = sorted({layer for plan in plans if plan is not None for layer in plan.layers})
+            torch.manual_seed(self.spec.seed + self.calls)
             self.calls += 1
-            with torch.inference_mode(), self.taps.attached(steering, plan.layers if plan else ()) as recording:
+            with torch.inference_mode(), self.taps.attached(steering, layers) as recording:
                 out = self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
             new = out[:, input_ids.shape[1]:]  # [rows, n]
-            tokens += new.numel()
-            pooled = recording.pooled([new.shape[1]] * len(batch), [plan] * len(batch))
-            for k, i in enumerate(batch):
-                token_ids[i] = new[k].tolist()
-                activations[i] = pooled[k]
-        return PassOutput(tokens, activations if plan is not None else None, token_ids=token_ids)
+            pooled = recording.pooled([new.shape[1]] * len(batch), plans)
+            for k, r in enumerate(batch):
+                results.append(Result(r.id, new[k].tolist(), None, "length", len(r.prompt_ids), metadata=r.metadata,
+                                      activations=pooled[k]))
+        return iter(refused + other + results)
 
     def extra_metrics(self) -> dict[str, Any]:
         return {"attention_kernel_requested": self.config["attn_implementation"],

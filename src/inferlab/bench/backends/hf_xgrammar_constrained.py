@@ -18,17 +18,19 @@ where it cannot be found the cells are `unavailable` rows without a process.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates, hf_knobs
-from inferlab.bench.backends.base import BackendSpec, require_attention_package
-from inferlab.bench.backends.constrained_base import ConformerRequest, ConstrainedSpec
+from inferlab.bench.backends.base import BackendSpec, ConformerConstraint, ConstrainedSpec, one_call, \
+    require_attention_package
 from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for
 from inferlab.bench.backends.hf_constrained import PROMPT_PAD_MULTIPLE
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.bench.packages import missing_package
 from inferlab.errors import UnsupportedError
+from inferlab.types import Request, Result
+from inferlab.workloads.backend import Backend, Supports, finished_result
 
 KNOBS = (
     Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
@@ -44,8 +46,11 @@ def precheck(cell: Cell) -> str | None:
             or hf_knobs.precheck(cell))
 
 
-class HFXGrammarBackend:
-    kernels_visible = True
+class HFXGrammarBackend(Backend):
+    """Requests carry a ConformerConstraint and share their sampling within a call; others are error Results."""
+
+    name = "hf-xgrammar"
+    supports = Supports(constraint=True)
 
     def __init__(self, config: dict[str, Any], spec: ConstrainedSpec) -> None:
         self.config = config
@@ -53,7 +58,7 @@ class HFXGrammarBackend:
         self.model: Any = None
         self.tokenizer: Any = None
         self.compile_config: Any = None
-        self.grammars: dict[int, Any] = {}  # request index -> xgrammar CompiledGrammar
+        self.grammars: dict[str, Any] = {}  # SMILES -> xgrammar CompiledGrammar (a molecule's K conformers share it)
         self.prompt_length = 0
         self.max_new_tokens = 0
         self.eos_token_ids: frozenset[int] = frozenset()
@@ -78,7 +83,7 @@ class HFXGrammarBackend:
                 raise UnsupportedError("compile=true needs transformers' auto-compile (transformers >= 4.48)")
             self.compile_config = compile_config_for(c["compile_backend"], device)
 
-    def prepare(self, requests: list[ConformerRequest]) -> None:
+    def prepare(self, requests: list[Request]) -> None:
         import xgrammar as xgr
 
         from inferlab.constraints.token_automaton import grammar_set_for
@@ -91,35 +96,44 @@ class HFXGrammarBackend:
         info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=vocab,
                                                   stop_token_ids=sorted(self.eos_token_ids))
         compiler = xgr.GrammarCompiler(info)
-        by_smiles: dict[str, Any] = {}
         for r in requests:
-            if r.smiles not in by_smiles:
-                by_smiles[r.smiles] = compiler.compile_regex(template_regex(r.template.segments))
-            self.grammars[r.index] = by_smiles[r.smiles]
+            smiles = r.constraint.smiles
+            if smiles not in self.grammars:
+                self.grammars[smiles] = compiler.compile_regex(template_regex(r.constraint.template.segments))
         longest_prompt = max(len(r.prompt_ids) for r in requests)
         self.prompt_length = -(-longest_prompt // PROMPT_PAD_MULTIPLE) * PROMPT_PAD_MULTIPLE
-        self.max_new_tokens = max(len(r.template.skeleton) + r.template.num_atoms * hole_tokens + 1 for r in requests)
+        self.max_new_tokens = max(len(t.skeleton) + t.num_atoms * hole_tokens + 1
+                                  for t in (r.constraint.template for r in requests))
 
-    def generate(self, requests: list[ConformerRequest], stop_after_steps: int | None = None) -> list[list[int]]:
+    def unsupported(self, request: Request) -> str | None:
+        if not isinstance(request.constraint, ConformerConstraint) or request.constraint.smiles not in self.grammars:
+            return "the hf-xgrammar backend runs conformer requests that were prepared (prepare(requests) first)"
+        return super().unsupported(request)
+
+    def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
         import torch
         import xgrammar.contrib.hf
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         from inferlab.bench.backends.hf_stop_after import StopAtLength
 
-        s, c = self.spec, self.config
+        served, refused = self.split_supported(requests)
+        runs, other = one_call(served)
+        if not runs:
+            return iter(refused + other)
+        c, sampling = self.config, runs[0].sampling
         eos = min(self.eos_token_ids)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
         width = self.prompt_length
-        ids = torch.full((len(requests), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(requests), width), dtype=torch.long)
-        for row, r in enumerate(requests):  # left padding: generate appends on the right
+        ids = torch.full((len(runs), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(runs), width), dtype=torch.long)
+        for row, r in enumerate(runs):  # left padding: generate appends on the right
             ids[row, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
             mask[row, width - len(r.prompt_ids):] = 1
-        kwargs: dict[str, Any] = {"do_sample": s.do_sample, "max_new_tokens": self.max_new_tokens,
+        kwargs: dict[str, Any] = {"do_sample": not sampling.greedy, "max_new_tokens": self.max_new_tokens,
                                   "eos_token_id": eos, "pad_token_id": pad}
-        if s.do_sample:
-            kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
+        if not sampling.greedy:
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
         if c["kv_cache"] == "static":
             kwargs["cache_implementation"] = "static"
         if not c["compile"] and hasattr(self.model.generation_config, "disable_compile"):
@@ -128,17 +142,14 @@ class HFXGrammarBackend:
             kwargs["compile_config"] = self.compile_config
         if stop_after_steps is not None:
             kwargs["stopping_criteria"] = StoppingCriteriaList([StopAtLength(width + stop_after_steps)])
-        processor = xgrammar.contrib.hf.LogitsProcessor([self.grammars[r.index] for r in requests])
-        torch.manual_seed(s.seed)
+        processor = xgrammar.contrib.hf.LogitsProcessor([self.grammars[r.constraint.smiles] for r in runs])
+        torch.manual_seed(self.spec.seed)
         device = self.model.device
         with torch.inference_mode():
             out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
                                       logits_processor=LogitsProcessorList([processor]), **kwargs)
-        rows = []
-        for generated in out[:, width:].tolist():
-            end = generated.index(eos) + 1 if eos in generated else len(generated)
-            rows.append(generated[:end])
-        return rows
+        return iter(refused + other + [finished_result(r, row, self.eos_token_ids)
+                                       for r, row in zip(runs, out[:, width:].tolist())])
 
     def extra_metrics(self) -> dict[str, Any]:
         import importlib.metadata
@@ -146,7 +157,7 @@ class HFXGrammarBackend:
         compiled = hasattr(self.model, "_compiled_call")
         return {"xgrammar_version": importlib.metadata.version("xgrammar"), "compile_observed": compiled,
                 "prompt_padded_to": self.prompt_length, "max_new_tokens": self.max_new_tokens,
-                "distinct_grammars": len({id(g) for g in self.grammars.values()})}
+                "distinct_grammars": len(self.grammars)}
 
 
 BACKEND = BackendSpec(

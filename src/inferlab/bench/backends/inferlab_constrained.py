@@ -3,8 +3,9 @@
 - prepare: compiles each molecule's ConstraintProgram once (the K conformers of a molecule share it),
   then builds the engine sized for the measured requests (max_seq_len = the longest prompt + program
   bound), so engine start-up (weights, Triton JIT, GEMM choice, graph capture) lands in `prepare_s`;
-- generate: one Engine.generate over the batch; `slots` rows (0 = as many as the batch has requests),
-  refilled continuously when the batch has more requests than rows;
+- generate: the batch streamed through the engine (workloads/engine_backend.py), each request's constraint
+  replaced by its molecule's program; `slots` rows (0 = as many as the batch has requests), refilled
+  continuously when the batch has more requests than rows;
 - constraint=off: the same requests without the constraint, each asked for exactly the number of tokens a
   constrained pass over the same requests produced (that pass runs in prepare, untimed), so the two
   cells compare the step's cost at equal output lengths (its outputs are not conformers: validity ~0);
@@ -15,13 +16,16 @@ constrained request's length is its program's, so there is no shorter call with 
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates
-from inferlab.bench.backends.base import BackendSpec
-from inferlab.bench.backends.constrained_base import ConformerRequest, ConstrainedSpec
+from inferlab.bench.backends.base import BackendSpec, ConformerConstraint, ConstrainedSpec
 from inferlab.bench.knobs import Knob
+from inferlab.types import Request, Result
+from inferlab.workloads.engine_backend import EngineBackend
 
 KNOBS = (
     Knob("slots", int, 0, "engine rows (KV slots); 0 = the scenario's batch_size", minimum=0),
@@ -33,81 +37,71 @@ KNOBS = (
 )
 
 
-class InferlabConstrainedBackend:
+class InferlabConstrainedBackend(EngineBackend):
+    """The workloads' engine backend, built in prepare once the programs are known; requests carry a
+    ConformerConstraint, replaced by its molecule's program (or, constraint=off, by exact lengths)."""
+
     def __init__(self, config: dict[str, Any], spec: ConstrainedSpec) -> None:
+        super().__init__({"max_slots": config["slots"] or config["batch_size"], "seed": spec.seed,
+                          "decode_steps_per_sync": config["decode_steps_per_sync"], "cuda_graphs": None,  # on for CUDA
+                          "kv_dtype": config["kv_dtype"], "decode_text": False})
         self.config = config
-        self.spec = spec
         self.model_dir: Path | None = None
-        self.device: Any = None
-        self.dtype_name = ""
+        self.device_dtype: tuple[Any, Any] = (None, None)
         self.tokenizer: Any = None
-        self.engine: Any = None
-        self.programs: dict[int, Any] = {}  # request index -> ConstraintProgram
-        self.lengths: dict[int, int] = {}  # request index -> tokens of its constrained output (constraint=off)
-        self.eos_token_ids: frozenset[int] = frozenset()
-        self.calls = 0
+        self.programs: dict[str, Any] = {}  # SMILES -> ConstraintProgram (the K conformers of a molecule share it)
+        self.lengths: dict[tuple[int, int], int] = {}  # (molecule, conformer) -> its constrained output's tokens
 
     @property
     def slots(self) -> int:
-        return self.config["slots"] or self.config["batch_size"]
+        return self.options["max_slots"]
 
-    def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
-        import torch
+    def load(self, model_dir: str | Path, device: Any = None, dtype: Any = None) -> None:
         from inferlab.models.tokenizer_loading import load_hf_tokenizer
 
-        self.model_dir, self.device = model_dir, device
-        self.dtype_name = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}[dtype]
+        self.model_dir, self.device_dtype = Path(model_dir), (device, dtype)
         self.tokenizer = load_hf_tokenizer(model_dir)
         self.eos_token_ids = frozenset([self.tokenizer.eos_token_id])
 
-    def prepare(self, requests: list[ConformerRequest]) -> None:
+    def prepare(self, requests: list[Request]) -> None:
         from inferlab.constraints.program import compile_program
-        from inferlab.engine import Engine, EngineConfig
 
-        by_smiles: dict[str, Any] = {}
         for r in requests:
-            if r.smiles not in by_smiles:
-                by_smiles[r.smiles] = compile_program(r.template.segments, self.tokenizer)
-            self.programs[r.index] = by_smiles[r.smiles]
-        longest = max(len(r.prompt_ids) + self.programs[r.index].max_new_tokens for r in requests)
-        self.engine = Engine(EngineConfig(
-            model=str(self.model_dir), device=str(self.device), dtype=self.dtype_name, max_slots=self.slots,
-            max_seq_len=longest, seed=self.spec.seed, decode_steps_per_sync=self.config["decode_steps_per_sync"],
-            cuda_graphs=self.device.type == "cuda", kv_dtype=self.config["kv_dtype"], decode_text=False,
-        ))
+            smiles = r.constraint.smiles
+            if smiles not in self.programs:
+                self.programs[smiles] = compile_program(r.constraint.template.segments, self.tokenizer)
+        longest = max(len(r.prompt_ids) + self.programs[r.constraint.smiles].max_new_tokens for r in requests)
+        self.options["max_seq_len"] = longest
+        super().load(self.model_dir, *self.device_dtype)
+        self.eos_token_ids = frozenset([self.tokenizer.eos_token_id])  # the templates' EOS, as load set it
         if self.config["constraint"] == "off":
-            results = self.engine.generate(self._requests(requests, constrained=True))
-            self.lengths = {r.index: len(out.token_ids) for r, out in zip(requests, results)}
+            results = self.engine.generate([self._engine_request(r, constrained=True) for r in requests])
+            self.lengths = {self._key(r): len(out.token_ids) for r, out in zip(requests, results)}
 
-    def _requests(self, requests: list[ConformerRequest], constrained: bool) -> list[Any]:
-        from inferlab.types import Request, SamplingParams
+    @staticmethod
+    def _key(request: Request) -> tuple[int, int]:
+        return request.constraint.molecule, request.constraint.conformer
 
-        s = self.spec
-        temperature = s.temperature if s.do_sample else 0.0
-        self.calls += 1
-        out = []
-        for r in requests:
-            if constrained:
-                sampling = SamplingParams(temperature=temperature, top_p=s.top_p, top_k=s.top_k)
-                out.append(Request(id=f"{self.calls}-{r.index}", prompt_ids=r.prompt_ids, sampling=sampling,
-                                   constraint=self.programs[r.index]))
-            else:
-                n = self.lengths[r.index]
-                sampling = SamplingParams(temperature=temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=n,
-                                          min_new_tokens=n, ignore_eos=True)
-                out.append(Request(id=f"{self.calls}-{r.index}", prompt_ids=r.prompt_ids, sampling=sampling))
-        return out
+    def _engine_request(self, request: Request, constrained: bool) -> Request:
+        if constrained:
+            return dataclasses.replace(request, constraint=self.programs[request.constraint.smiles])
+        n = self.lengths[self._key(request)]
+        sampling = dataclasses.replace(request.sampling, max_new_tokens=n, min_new_tokens=n, ignore_eos=True)
+        return dataclasses.replace(request, sampling=sampling, constraint=None)
 
-    def generate(self, requests: list[ConformerRequest], stop_after_steps: int | None = None) -> list[list[int]]:
+    def unsupported(self, request: Request) -> str | None:
+        if not isinstance(request.constraint, ConformerConstraint) or request.constraint.smiles not in self.programs:
+            return "the constrained engine backend runs conformer requests that were prepared (prepare(requests) first)"
+        return None
+
+    def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
+        """A warm-up call (stop_after_steps given) runs the first `slots` requests in full: a constrained
+        request's length is its program's."""
         if stop_after_steps is not None:
             requests = requests[: self.slots]
-        results = self.engine.generate(self._requests(requests, constrained=self.config["constraint"] == "on"))
-        return [list(r.token_ids) for r in results]
-
-    def close(self) -> None:
-        """End the engine's life (Engine.close): the scenario calls it after its last use."""
-        if self.engine is not None:
-            self.engine.close()
+        served, refused = self.split_supported(requests)
+        constrained = self.config["constraint"] == "on"
+        return itertools.chain(refused, self.engine.stream([self._engine_request(r, constrained) for r in served]))
 
     def extra_metrics(self) -> dict[str, Any]:
         stats = self.engine.stats.as_dict()

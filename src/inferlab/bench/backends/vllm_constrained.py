@@ -21,12 +21,13 @@ strictly (`template.check`), as for every other backend.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates, vllm_support
-from inferlab.bench.backends.base import BackendSpec
-from inferlab.bench.backends.constrained_base import ConformerRequest, ConstrainedSpec
+from inferlab.bench.backends.base import BackendSpec, ConformerConstraint, ConstrainedSpec
 from inferlab.bench.knobs import Knob
+from inferlab.types import Request, Result
+from inferlab.workloads.backend import Backend, Supports, finished_result
 
 KNOBS = (
     *vllm_support.COMMON_KNOBS,
@@ -38,7 +39,11 @@ KNOBS = (
 )
 
 
-class VLLMConstrainedBackend:
+class VLLMConstrainedBackend(Backend):
+    """Requests carry a ConformerConstraint; each keeps its own sampling."""
+
+    name = "vllm"
+    supports = Supports(constraint=True)
     kernels_visible = False
 
     def __init__(self, config: dict[str, Any], spec: ConstrainedSpec) -> None:
@@ -47,7 +52,7 @@ class VLLMConstrainedBackend:
         self.llm: Any = None
         self.environment: dict[str, Any] = {}
         self.eos_token_ids: frozenset[int] = frozenset()
-        self.regexes: dict[int, str] = {}  # request index -> its template's regex
+        self.regexes: dict[str, str] = {}  # SMILES -> its template's regex (the K conformers of a molecule share it)
         self.max_model_len = 0
         self.distinct_regexes = 0
         self.validation_s_per_request: float | None = None
@@ -72,38 +77,43 @@ class VLLMConstrainedBackend:
             **vllm_support.engine_arguments(c, device, dtype),
         )
 
-    def prepare(self, requests: list[ConformerRequest]) -> None:
+    def prepare(self, requests: list[Request]) -> None:
         from inferlab.workloads.conformers.template_regex import template_regex
 
-        by_smiles: dict[str, str] = {}
-        first_of_each: list[ConformerRequest] = []
+        first_of_each: list[Request] = []
         for r in requests:
-            if r.smiles not in by_smiles:
-                by_smiles[r.smiles] = template_regex(r.template.segments)
+            smiles = r.constraint.smiles
+            if smiles not in self.regexes:
+                self.regexes[smiles] = template_regex(r.constraint.template.segments)
                 first_of_each.append(r)
-            self.regexes[r.index] = by_smiles[r.smiles]
-        self.distinct_regexes = len(by_smiles)
-        self.validation_s_per_request = _validation_seconds(self.config["structured_outputs"], list(by_smiles.values()))
+        self.distinct_regexes = len(self.regexes)
+        self.validation_s_per_request = _validation_seconds(self.config["structured_outputs"],
+                                                            list(self.regexes.values()))
         self._run(first_of_each, max_tokens=1)  # compiles every grammar once, untimed
         if self.config["prefix_caching"]:
             self.llm.reset_prefix_cache()
 
-    def _run(self, requests: list[ConformerRequest], max_tokens: int | None = None) -> list[list[int]]:
+    def unsupported(self, request: Request) -> str | None:
+        if not isinstance(request.constraint, ConformerConstraint) or request.constraint.smiles not in self.regexes:
+            return "the vllm constrained backend runs conformer requests that were prepared (prepare(requests) first)"
+        return super().unsupported(request)
+
+    def _run(self, requests: list[Request], max_tokens: int | None = None) -> list[Result]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import StructuredOutputsParams
 
-        s = self.spec
         prompts, params = [], []
         for r in requests:
+            s = r.sampling
             prompts.append(TokensPrompt(prompt_token_ids=list(r.prompt_ids)))
             params.append(SamplingParams(
-                n=1, temperature=s.temperature if s.do_sample else 0.0, top_p=s.top_p if s.do_sample else 1.0,
-                top_k=s.top_k if s.do_sample else 0, max_tokens=max_tokens or self.max_model_len - len(r.prompt_ids),
-                structured_outputs=StructuredOutputsParams(regex=self.regexes[r.index]), detokenize=False,
+                n=1, temperature=s.temperature, top_p=s.top_p if not s.greedy else 1.0,
+                top_k=s.top_k if not s.greedy else 0, max_tokens=max_tokens or self.max_model_len - len(r.prompt_ids),
+                structured_outputs=StructuredOutputsParams(regex=self.regexes[r.constraint.smiles]), detokenize=False,
             ))
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [self._with_eos(o.outputs[0]) for o in outputs]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False) if requests else []
+        return [finished_result(r, self._with_eos(o.outputs[0]), self.eos_token_ids) for r, o in zip(requests, outputs)]
 
     def _with_eos(self, completion: Any) -> list[int]:
         """The row's ids up to and including EOS, whether or not vLLM kept the stop token in token_ids."""
@@ -113,13 +123,15 @@ class VLLMConstrainedBackend:
             ids.append(min(self.eos_token_ids))
         return ids
 
-    def generate(self, requests: list[ConformerRequest], stop_after_steps: int | None = None) -> list[list[int]]:
+    def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
+        """A warm-up call (stop_after_steps given) runs the first `slots` requests, that many tokens each."""
         if stop_after_steps is not None:
-            out = self._run(requests[: self.config["slots"]], max_tokens=stop_after_steps)
-            if self.config["prefix_caching"]:
-                self.llm.reset_prefix_cache()  # no timed prompt may have been prefilled by a warm-up
-            return out
-        return self._run(requests)
+            requests = requests[: self.config["slots"]]
+        served, refused = self.split_supported(requests)
+        out = self._run(served, max_tokens=stop_after_steps)
+        if stop_after_steps is not None and self.config["prefix_caching"]:
+            self.llm.reset_prefix_cache()  # no timed prompt may have been prefilled by a warm-up
+        return iter(refused + out)
 
     def extra_metrics(self) -> dict[str, Any]:
         return {**vllm_support.engine_facts(self.llm, self.environment),

@@ -22,11 +22,13 @@ scenario's kernel profile is skipped (`kernels_visible = False`); the row names 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates, vllm_support
 from inferlab.bench.backends.base import BackendSpec, GenerateSpec
 from inferlab.bench.knobs import Knob
+from inferlab.types import Request, Result, SamplingParams
+from inferlab.workloads.backend import Backend, finished_result
 
 KNOBS = (
     *vllm_support.COMMON_KNOBS,
@@ -49,7 +51,8 @@ def read_eos_token_ids(model_dir: Path) -> frozenset[int]:
     return frozenset()
 
 
-class VLLMGenerateBackend:
+class VLLMGenerateBackend(Backend):
+    name = "vllm"
     kernels_visible = False  # vLLM's kernels run in its engine-core process, not in the profiled cell
 
     def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
@@ -70,26 +73,30 @@ class VLLMGenerateBackend:
             **vllm_support.engine_arguments(c, device, dtype),
         )
 
-    def _sampling(self, new_tokens: int, row: int) -> Any:
-        from vllm import SamplingParams
+    def _sampling(self, sampling: SamplingParams, new_tokens: int, row: int) -> Any:
+        from vllm import SamplingParams as VllmSamplingParams
 
-        s = self.spec
-        return SamplingParams(
-            n=1, temperature=s.temperature if s.do_sample else 0.0, top_p=s.top_p if s.do_sample else 1.0,
-            top_k=s.top_k if s.do_sample else 0, max_tokens=new_tokens, min_tokens=new_tokens,
-            stop_token_ids=sorted(self.eos_token_ids),  # masked by min_tokens: never produced
-            seed=s.seed + row if self.config["request_seeds"] else None, detokenize=False,
+        do_sample = not sampling.greedy
+        return VllmSamplingParams(
+            n=1, temperature=sampling.temperature if do_sample else 0.0, top_p=sampling.top_p if do_sample else 1.0,
+            top_k=sampling.top_k if do_sample else 0, max_tokens=new_tokens,
+            min_tokens=min(sampling.min_new_tokens, new_tokens),
+            stop_token_ids=sorted(self.eos_token_ids),  # masked by min_tokens: never produced before it
+            seed=self.spec.seed + row if self.config["request_seeds"] else None, detokenize=False,
         )
 
-    def generate(self, prompt_ids: Any, stop_after_steps: int | None = None) -> list[list[int]]:
+    def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
         from vllm.inputs import TokensPrompt
 
-        new_tokens = min(stop_after_steps, self.spec.new_tokens) if stop_after_steps else self.spec.new_tokens
-        rows = prompt_ids.tolist()
-        prompts = [TokensPrompt(prompt_token_ids=row) for row in rows]
-        params = [self._sampling(new_tokens, i) for i in range(len(rows))]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [list(o.outputs[0].token_ids) for o in outputs]
+        runs, refused = self.split_supported(requests)
+        prompts, params = [], []
+        for i, r in enumerate(runs):
+            new_tokens = min(stop_after_steps or r.sampling.max_new_tokens, r.sampling.max_new_tokens)
+            prompts.append(TokensPrompt(prompt_token_ids=list(r.prompt_ids)))
+            params.append(self._sampling(r.sampling, new_tokens, i))
+        outputs = self.llm.generate(prompts, params, use_tqdm=False) if runs else []
+        return iter(refused + [finished_result(r, list(o.outputs[0].token_ids), self.eos_token_ids)
+                               for r, o in zip(runs, outputs)])
 
     def extra_metrics(self) -> dict[str, Any]:
         return vllm_support.engine_facts(self.llm, self.environment)

@@ -8,10 +8,11 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob, knob_table
+from inferlab.types import Result
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,15 @@ class CellContext:
         tmp = self.outcome_path.with_name(self.outcome_path.name + ".partial")
         tmp.write_text(json.dumps(data, default=str))
         os.replace(tmp, self.outcome_path)
+
+
+def completed(results: Iterable[Result]) -> list[Result]:
+    """Every Result of a backend call; an error Result means the cell's requests are broken: RuntimeError."""
+    results = list(results)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(results)} requests failed, e.g. {failed[0].id}: {failed[0].error}")
+    return results
 
 
 def _no_checks(cell: Cell) -> None:

@@ -1,7 +1,8 @@
-"""An independent reading of a conformer run's output files (child process only: RDKit), for the
-`conformer-pipeline` scenario's rows and the constraint soak.
+"""Readings of conformer outputs (child process only: RDKit): the `constrained` scenario's generated token ids
+(check_generations: strict template check, plain decoding, stereo), and, independently, a conformer run's output
+files (check_outputs), for the `conformer-pipeline` scenario's rows and the constraint soak.
 
-Nothing of the pipeline's own judgement is reused except the stereo comparison function:
+check_outputs reuses nothing of the pipeline's own judgement except the stereo comparison function:
 - the JSONL: exactly K rows per input molecule, each once; error rows counted, and among them outputs
   the engine generated that the strict template check rejected (`invalid_strict`);
 - the SDF, read back by RDKit's SDMolSupplier (sdf.read_sdf): a record per ok row and none other;
@@ -30,6 +31,48 @@ def graph_key(mol) -> str:
     plain = Chem.RemoveHs(Chem.Mol(mol))
     Chem.RemoveStereochemistry(plain)
     return Chem.MolToSmiles(plain)
+
+
+def check_generations(outputs: list[tuple[Any, list[int]]], eos: frozenset[int], tokenizer,
+                      profile) -> dict[str, Any]:
+    """The `constrained` scenario's outputs: (each request's ConformerConstraint, its generated ids). Validity of
+    each output, decoded up to its first EOS, read twice: strictly by the template's check
+    (`valid_fraction`), and by the plain decoder that knows nothing of the input, whose RDKit molecule must
+    have the input's canonical SMILES, stereo included, with one block per atom (`graph_match_fraction`).
+    Valid outputs of inputs with specified stereo also say whether their coordinates have it
+    (`stereo_agreement`, workloads/conformers/stereo.py). Keeps the first texts (cut to 300 characters)
+    and the first reasons for the reader."""
+    from inferlab.errors import InferlabError
+    from inferlab.workloads.conformers.decode import decode_generation
+    from inferlab.workloads.conformers.pipeline_judge import stereo_fields
+
+    valid, graph_matches, ended, reasons, samples = 0, 0, 0, [], []
+    stereo_checked = stereo_matches = 0
+    for constraint, ids in outputs:  # (the request's ConformerConstraint, its output)
+        end = next((i for i, t in enumerate(ids) if t in eos), None)
+        ended += end is not None
+        text = tokenizer.decode(ids[:end] if end is not None else ids, skip_special_tokens=False)
+        if len(samples) < 2:
+            samples.append(text[:300])
+        try:
+            mol = constraint.template.check(text, profile).mol
+            valid += 1
+            stereo = stereo_fields(mol)["stereo_ok"]
+            stereo_checked += stereo is not None
+            stereo_matches += stereo is True
+        except InferlabError as e:
+            if len(reasons) < 3:
+                reasons.append(f"{constraint.smiles}: {e}")
+        try:
+            graph_matches += decode_generation(text, profile).canonical_smiles == constraint.template.canonical_smiles
+        except InferlabError:
+            pass
+    n = len(outputs)
+    return {"valid_fraction": valid / n, "valid_rows": valid, "checked_rows": n, "graph_match_fraction": graph_matches / n,
+            "graph_match_rows": graph_matches, "ended_with_eos_fraction": ended / n,
+            "stereo_checked": stereo_checked, "stereo_matches": stereo_matches,
+            "stereo_agreement": stereo_matches / stereo_checked if stereo_checked else None,
+            "invalid_examples": reasons, "sample_outputs": samples}
 
 
 def check_outputs(sdf_path: Path, jsonl_path: Path, inputs: dict[str, str], num_conformers: int) -> dict[str, Any]:

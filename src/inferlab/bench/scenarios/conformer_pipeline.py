@@ -1,6 +1,6 @@
 """Scenario `conformer-pipeline`: `inferlab conformers generate` end to end, run as a user runs it.
 
-The cell picks its molecules exactly as the `constrained` scenario does (constrained_inputs.py: the
+The cell picks its molecules exactly as the `constrained` scenario does (molecules.py: the
 first `num_molecules` of the file that pass the selection and fit the context, e.g. NCI's drug-sized
 molecules with stereo assigned), writes them as a .smi file, and runs the CLI on it in a subprocess
 (`python -m inferlab.cli conformers generate ... --summary-json`): the command's wall clock gives the
@@ -13,21 +13,36 @@ records readable and of the input's graph, stereo of the written coordinates; `i
 
 The engine alone on the same molecules is the `constrained` scenario with backend `inferlab` (the
 `conformer-pipeline` preset puts both in one run).
+
+Files live in RUN_DIR/conformer-pipeline/<cell key>/ (emptied when the cell starts, so every run writes a
+fresh output): molecules.smi, and per run run-N/out.sdf, out.jsonl, summary.json and cli.log (the
+command's output, whose tail an error row quotes).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.bench.scenarios.base import CellContext, Scenario
-from inferlab.bench.scenarios.constrained import SELECTION_KNOBS, validate_selection
-from inferlab.errors import ConfigError
+from inferlab.bench.scenarios.molecules import SELECTION_KNOBS, validate_selection
+from inferlab.errors import ConfigError, UnsupportedError
 
 TOKENS_PER_HEAVY_ATOM = 24  # a fixed4 conformer with the qwen3-chem tokenizer (CONFORMERS.md: ~640 for drug-sized)
 GPU_TOKENS_PER_S = 38_000.0  # the engine on this job, qwen3-0.6b on an H100 (issue 11: 35.9k engine-only)
+LOG_TAIL_LINES = 8
+MIN_RERUN_S = 30
+RERUN_FIGURES = ("wall_s", "engine_start_s", "output_tokens_per_s", "molecules_per_s", "generation_output_tokens_per_s",
+                 "prefill_share", "consumer_s", "valid_fraction")
 
 KNOBS = (
     Knob("num_molecules", int, 400, "the first N molecules of the file that pass the selection and fit", minimum=1),
@@ -80,10 +95,128 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
     return 10.0 + c["runs"] * (start + max(tokens / rate, conformers * 0.001)) + check
 
 
-def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
-    from inferlab.bench.scenarios.conformer_pipeline_run import measure_pipeline
+def cli_argv(c: dict[str, Any], model: Path, smi: Path, out: Path) -> list[str]:
+    """The command a user would type for this cell (with --summary-json for the figures)."""
+    argv = [sys.executable, "-m", "inferlab.cli", "conformers", "generate", "--model", str(model), "--input", str(smi),
+            "--output", str(out / "out.sdf"), "--num-conformers", str(c["num_conformers"]), "--profile", c["profile"],
+            "--seed", str(c["seed"]), "--dtype", c["dtype"], "--device", c["device"],
+            "--summary-json", str(out / "summary.json")]
+    if c["temperature"] == 0:
+        argv += ["--sampling", "greedy"]
+    else:
+        argv += ["--sampling", "top-p", "--temperature", str(c["temperature"]), "--top-p", str(c["top_p"])]
+    if c["max_slots"]:
+        argv += ["--max-slots", str(c["max_slots"])]
+    if c["stereo_retries"]:
+        argv += ["--stereo-retries", str(c["stereo_retries"])]
+    if c["kv_dtype"] != "auto":
+        argv += ["--kv-dtype", c["kv_dtype"]]
+    return argv
 
-    return measure_pipeline(cell, ctx)
+
+def run_cli(c: dict[str, Any], model: Path, smi: Path, out: Path, timeout_s: float) -> dict[str, Any]:
+    """One run of the command into `out`; its figures (wall clock from here, the rest from its summary)."""
+    out.mkdir(parents=True)
+    env = dict(os.environ)
+    if c["cpu_threads"]:
+        env["OMP_NUM_THREADS"] = str(c["cpu_threads"])
+    log = out / "cli.log"
+    started = time.perf_counter()
+    with log.open("w") as sink:
+        code = subprocess.run(cli_argv(c, model, smi, out), stdout=sink, stderr=subprocess.STDOUT, env=env,
+                              timeout=timeout_s).returncode
+    wall = time.perf_counter() - started
+    if code != 0:
+        tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-LOG_TAIL_LINES:])
+        if "unrecognized arguments: --kv-dtype" in tail:
+            raise UnsupportedError(f"this build of inferlab has no --kv-dtype (the fp8 KV cache): {tail}")
+        raise RuntimeError(f"`inferlab conformers generate` exited {code} (log {log}): {tail}")
+    return figures_from_summary(json.loads((out / "summary.json").read_text()), wall)
+
+
+def figures_from_summary(s: dict[str, Any], wall: float) -> dict[str, Any]:
+    engine = s.get("engine") or {}
+    ok = s["conformers_ok"]
+    return {
+        "wall_s": wall,  # the command, process start to exit
+        "pipeline_wall_s": s["wall_s"],  # inside generate_conformers
+        "cli_start_s": wall - s["wall_s"],  # interpreter, imports, argument parsing, exit
+        "output_tokens": s["output_tokens"],
+        "output_tokens_per_s": s["output_tokens"] / wall,
+        "molecules_per_s": s["molecules_run"] / wall,
+        "conformers_per_s": (ok + s["conformers_error"]) / wall,
+        "engine_start_s": s["engine_start_s"],
+        "generate_s": s["generate_s"],
+        "generation_output_tokens_per_s": s["generate_output_tokens_per_s"],
+        "prefill_share": s["prefill_share"],
+        "engine_prefill_s": engine.get("prefill_s"),
+        "engine_decode_s": engine.get("decode_s"),
+        "engine_stats": engine,
+        "consumer_s": s["consumer_s"],
+        "judge_wait_s": s["judge_wait_s"],
+        "drain_s": s["drain_s"],
+        "other_s": s["other_s"],
+        "judge_cpu_s": s["decode_s"],
+        "write_s": s["write_s"],
+        "template_wait_s": s["template_wait_s"],
+        "template_cpu_s": s["template_cpu_s"],
+        "stream_calls": s["stream_calls"],
+        "slots": s["slots"],
+        "max_seq_len": s["max_seq_len"],
+        "conformers_ok": ok,
+        "conformers_error": s["conformers_error"],
+        "conformers_generated": s["conformers_generated"],
+        "conformers_rejected": s["conformers_rejected"],
+        "valid_fraction": s["valid_fraction"],
+        "graph_match_fraction": s["graph_matches"] / ok if ok else None,
+        "stereo_agreement": s["stereo_agreement"],
+        "stereo_checked": s["stereo_checked"],
+        "stereo_matches": s["stereo_matches"],
+        "stereo_retries": s["stereo_retries"],
+        "retry_output_tokens": s["retry_output_tokens"],
+    }
+
+
+def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
+    from inferlab.bench.scenarios.conformer_output_check import check_outputs
+    from inferlab.bench.scenarios.molecules import (load_molecules, model_positions, molecule_file,
+                                                    molecule_selection, write_smi)
+    from inferlab.models.tokenizer_loading import load_hf_tokenizer
+    from inferlab.workloads.conformers.profiles import get_profile
+
+    c = cell.config
+    assert ctx.model_path is not None
+    deadline = time.monotonic() + cell.timeout_s - 15  # leave the row time to be written
+    work = ctx.run_dir / "conformer-pipeline" / cell.key
+    shutil.rmtree(work, ignore_errors=True)
+    tokenizer = load_hf_tokenizer(ctx.model_path)
+    molecules = load_molecules(molecule_file(c["molecules_file"]), c["num_molecules"], get_profile(c["profile"]),
+                               tokenizer, min(c["context"], model_positions(ctx.model_path)), molecule_selection(c))
+    smi = write_smi(molecules, work / "molecules.smi")
+    metrics: dict[str, Any] = {
+        "molecules": len(molecules.molecules),
+        "molecules_with_stereo": sum(any(ch in m.smiles for ch in "@/\\") for m in molecules.molecules),
+        "mean_heavy_atoms": sum(m.template.num_atoms for m in molecules.molecules) / len(molecules.molecules),
+        "molecules_selection": molecules.selection.describe(),
+        "molecules_source": molecules.source,
+        "command": " ".join(cli_argv(c, ctx.model_path, smi, work / "run-1")[1:]),
+    }
+    metrics.update(run_cli(c, ctx.model_path, smi, work / "run-1", deadline - time.monotonic()))
+    ctx.save_partial(metrics, "the second run or the independent check")
+    if c["runs"] == 2 and deadline - time.monotonic() < MIN_RERUN_S:
+        ctx.warn(f"the second run was not started: under {MIN_RERUN_S} s of the cell's timeout were left")
+    elif c["runs"] == 2:
+        rerun = run_cli(c, ctx.model_path, smi, work / "run-2", deadline - time.monotonic())
+        metrics.update({f"rerun_{key}": rerun[key] for key in RERUN_FIGURES})
+    if c["verify_sdf"]:
+        t = time.perf_counter()
+        inputs = {m.id: m.smiles for m in molecules.molecules}
+        metrics.update(check_outputs(work / "run-1" / "out.sdf", work / "run-1" / "out.jsonl", inputs,
+                                     c["num_conformers"]))
+        metrics["verify_s"] = time.perf_counter() - t
+        if metrics["invalid_total"]:
+            ctx.warn(f"{metrics['invalid_total']} invalid outputs found by the independent reading of the SDF/JSONL")
+    return metrics
 
 
 SCENARIO = Scenario(

@@ -1,16 +1,16 @@
-"""Scenario `constrained`: conformers of real molecules generated under the conformer constraint through
-a backend (backends of scenario `constrained`: `hf` = the seeds' HF generate + per-token Python
-LogitsProcessor; the engine adds `inferlab`), measured the same way for every backend.
+"""Scenario `constrained`: conformers of real molecules generated under the conformer constraint through a
+backend (backends of scenario `constrained`: `hf` = the seeds' HF generate + per-token Python LogitsProcessor,
+the baseline; `inferlab` = the engine; peers `vllm`, `hf-xgrammar`), measured the same way for every backend.
 
-The scenario owns everything a comparison depends on (constrained_inputs.py): the molecules (the first
-`num_molecules` of the file that fit the context), K requests per molecule, the measured prefix
-(`max_requests`: the baseline is slow, so its rate may be measured on the first requests; the row says
-how many of how many), the batches (longest first with `sort_by_length`), the sampling settings.
-Protocol, as in `generate`: load, then `prepare` (the backend's host work for every measured request,
-timed apart), a first call on the first batch stopped after `warmup_steps` decode steps with every shape
-kept (compile, capture), its warm twin, then the timed passes over the measured batches. Tokens are
-counted per row up to and including the first EOS; every output of the first pass is decoded and
-checked strictly against its template (`valid_fraction`).
+The scenario owns everything a comparison depends on: the molecules (molecules.py: the first `num_molecules`
+of the file that pass the selection and fit the context), K requests per molecule, each carrying its
+conformer's constraint (backends/base.py ConformerConstraint) and the sampling settings, the measured prefix
+(`max_requests`: the baseline is slow, so its rate may be measured on the first requests; the row says how
+many of how many), the batches (longest first with `sort_by_length`). Protocol, as in `generate`: load, then
+`prepare` (the backend's host work for every measured request, timed apart), a first call on the first batch
+stopped after `warmup_steps` decode steps with every shape kept (compile, capture), its warm twin, then the
+timed passes over the measured batches. Tokens are counted per row up to and including the first EOS; every
+output of the first pass is decoded and checked strictly against its template (`valid_fraction`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Any
 from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob, common_knobs
-from inferlab.bench.scenarios.base import CellContext, Scenario
+from inferlab.bench.scenarios.base import CellContext, Scenario, completed
+from inferlab.bench.scenarios.molecules import SELECTION_KNOBS, validate_selection
 from inferlab.errors import ConfigError
 
 SAMPLINGS = {  # name -> (do_sample, temperature, top_p, top_k)
@@ -29,7 +30,7 @@ SAMPLINGS = {  # name -> (do_sample, temperature, top_p, top_k)
     "top-p": (True, 1.0, 1.0, 0),  # the seeds' production setting: T = 1, top-p 1.0 (pure sampling)
 }
 
-SELECTION_KNOBS = (  # shared with the conformer-pipeline scenario: the same molecules for both
+KNOBS = (  # shared with the conformer-pipeline scenario: the same molecules for both
     Knob("min_heavy_atoms", int, 0, "only molecules with at least this many heavy atoms (drug-sized: 20)", minimum=0),
     Knob("max_heavy_atoms", int, 0, "only molecules with at most this many heavy atoms (0 = no bound; drug-sized: 50)",
          minimum=0),
@@ -62,18 +63,6 @@ KNOBS = (
 def measured_requests(c: dict[str, Any]) -> int:
     total = c["num_molecules"] * c["num_conformers"]
     return min(c["max_requests"], total) if c["max_requests"] else total
-
-
-def molecule_selection(c: dict[str, Any]):
-    from inferlab.bench.scenarios.constrained_inputs import MoleculeSelection
-
-    return MoleculeSelection(c["min_heavy_atoms"], c["max_heavy_atoms"], c["assign_stereo"])
-
-
-def validate_selection(c: dict[str, Any]) -> None:
-    if c["max_heavy_atoms"] and c["max_heavy_atoms"] < c["min_heavy_atoms"]:
-        raise ConfigError(f"max_heavy_atoms={c['max_heavy_atoms']} is below min_heavy_atoms={c['min_heavy_atoms']}; "
-                          "raise it, or set 0 for no upper bound")
 
 
 def validate(cell: Cell) -> None:
@@ -122,11 +111,147 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
     return fixed + (batches * c["min_repeats"] * steps + 2 * c["warmup_steps"]) * step_ms / 1000
 
 
+class ConformerRequests:
+    """K requests per molecule, each molecule's K adjacent (as the seeds batched them), built for each call: ids
+    `<call>-<index>` with `call` counting the backend's calls (0: prepare), so an engine that seeds each request
+    from its id draws fresh samples on every call. `index` is the request's place in this list."""
+
+    def __init__(self, molecules: Any, num_conformers: int, sampling: Any) -> None:
+        from inferlab.bench.backends.base import ConformerConstraint
+
+        self.items = [(m.prompt_ids, ConformerConstraint(m.smiles, m.template, m_index, k), m.max_output_tokens)
+                      for m_index, m in enumerate(molecules.molecules)
+                      for k in range(num_conformers)]  # (prompt ids, constraint, output bound) per request
+        self.sampling = sampling
+        self.calls = 0
+
+    def call(self, indices: list[int]) -> list[Any]:
+        self.calls += 1
+        return self.requests(indices, self.calls)
+
+    def requests(self, indices: list[int], call: int = 0) -> list[Any]:
+        from inferlab.types import Request
+
+        return [Request(id=f"{call}-{i}", prompt_ids=self.items[i][0], sampling=self.sampling,
+                        constraint=self.items[i][1]) for i in indices]
+
+    def batches(self, count: int, batch_size: int, sort_by_length: bool) -> list[list[int]]:
+        """The first `count` requests in consecutive batches of `batch_size`; with sort_by_length, longest output
+        bound first (the seeds' PR #11: rows of a batch end close together, and the hungriest batch runs first)."""
+        order = list(range(count))
+        if sort_by_length:
+            order.sort(key=lambda i: -self.items[i][2])
+        return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+
+
 def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
-    from inferlab.bench.scenarios.constrained_run import measure_constrained
+    import torch
+
+    from inferlab.bench.backends import get_backend
+    from inferlab.bench.backends.base import ConstrainedSpec
+    from inferlab.bench.compile_watch import compiled_graphs
+    from inferlab.bench.scenarios.conformer_output_check import check_generations
+    from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
+    from inferlab.bench.scenarios.decode_traffic import count_generated
+    from inferlab.bench.scenarios.molecules import load_molecules, model_positions, molecule_file, molecule_selection
+    from inferlab.bench.timing import device_synchronizer, measure, timed, warm_up
+    from inferlab.models.tokenizer_loading import load_hf_tokenizer
+    from inferlab.types import SamplingParams
+    from inferlab.workloads.conformers.profiles import get_profile
 
     c = cell.config
-    return measure_constrained(cell, ctx, SAMPLINGS[c["sampling"]], molecule_selection(c), measured_requests(c))
+    assert ctx.model_path is not None and cell.backend is not None
+    device = resolve_device(c["device"])
+    sync = device_synchronizer(device)
+    profile = get_profile(c["profile"])
+    tokenizer = load_hf_tokenizer(ctx.model_path)
+    do_sample, temperature, top_p, top_k = SAMPLINGS[c["sampling"]]
+    sampling = SamplingParams(temperature=temperature if do_sample else 0.0, top_p=top_p, top_k=top_k)
+    with timed(sync) as setup:
+        molecules = load_molecules(molecule_file(c["molecules_file"]), c["num_molecules"], profile, tokenizer,
+                                   min(c["context"], model_positions(ctx.model_path)), molecule_selection(c))
+        requests = ConformerRequests(molecules, c["num_conformers"], sampling)
+    measured = measured_requests(c)
+    batches = requests.batches(measured, c["batch_size"], c["sort_by_length"])
+    backend = get_backend(cell.backend, "constrained").create(dict(c), ConstrainedSpec(c["seed"], profile.name))
+    reset_peak_memory(device)
+    with timed(sync) as load:
+        backend.load(ctx.model_path, device, torch_dtype(c["dtype"]))
+    with timed(sync) as prepare:
+        backend.prepare(requests.requests(list(range(measured))))
+    # A dynamic KV cache meets a new length at every step (cuDNN builds a plan per shape): only a full-length
+    # warm-up reaches the steady state there (see generate.py).
+    warm_steps = None if c.get("kv_cache") == "dynamic" else (c["warmup_steps"] or None)
+
+    def generate(batch: int, stop_after_steps: int | None = None) -> tuple[list[Any], list[int], list[Any]]:
+        sent = requests.call(batches[batch])
+        return sent, batches[batch], completed(backend.generate(sent, stop_after_steps))
+
+    with torch.no_grad():
+        warmups, warm_short_s = warm_up(lambda: generate(0, warm_steps), c["warmup"], warm_steps is not None, sync)
+        order = iter(range(10**9))
+        outputs: dict[int, list[int]] = {}  # request index -> its output in the first pass
+        tokens_per_call: list[int] = []
+
+        def count(call: tuple[list[Any], list[int], list[Any]]) -> None:
+            sent, indices, results = call
+            index_of = {r.id: i for r, i in zip(sent, indices)}
+            for result in results:
+                outputs.setdefault(index_of[result.id], result.token_ids)
+            tokens_per_call.append(sum(count_generated([r.token_ids for r in results], backend.eos_token_ids)))
+
+        graphs_before = compiled_graphs()
+        m = measure(lambda: generate(next(order) % len(batches)), warmup=0, min_repeats=c["min_repeats"] * len(batches),
+                    min_duration_s=c["min_duration_s"], sync=sync, on_result=count)
+        compiled_while_timed = compiled_graphs() - graphs_before
+
+    if compiled_while_timed:
+        ctx.warn(f"{compiled_while_timed} graph(s) were compiled during the timed calls: the figures include compilation")
+    first_pass = [i for batch in batches for i in batch]
+    validity = check_generations([(requests.items[i][1], outputs[i]) for i in first_pass], backend.eos_token_ids,
+                              tokenizer, profile)
+    steady_s = m.total_s
+    rows_timed = m.stats.n * c["batch_size"]
+    total = len(requests.items)
+    prefix = f"the first {measured} of {total} requests ({c['num_molecules']} molecules x {c['num_conformers']})"
+    if measured < total:
+        ctx.warn(f"measured on {prefix} (max_requests): compare the rates, not totals")
+    output_tokens = sum(tokens_per_call)
+    metrics: dict[str, Any] = {
+        "output_tokens": output_tokens,
+        "output_tokens_per_s": output_tokens / steady_s,
+        "requests_per_s": rows_timed / steady_s,
+        "molecules_per_s": rows_timed / c["num_conformers"] / steady_s,
+        "mean_output_tokens": output_tokens / rows_timed,
+        "measured_on": prefix,
+        "requests_measured": measured,
+        "requests_total": total,
+        "setup_s": setup.seconds,  # reading molecules, templates, prompts (scenario side)
+        "load_s": load.seconds,
+        "prepare_s": prepare.seconds,  # the backend's host work (templates, constraints), apart
+        "first_call_s": warmups[0],
+        "first_call_steps": warm_steps,
+        "first_call_extra_s": warmups[0] - (warm_short_s if warm_short_s is not None else m.stats.median),
+        "warmup_s": warmups,
+        "warm_short_call_s": warm_short_s,
+        "steady_s": steady_s,
+        "steady_calls": m.stats.n,
+        "call_s_stats": m.stats.to_dict(),
+        "latency_ms": m.stats.scaled(1000.0).latency_dict(),  # a request's latency = its batch call's
+        "spread": m.stats.spread,
+        "graphs_compiled_while_timed": compiled_while_timed,
+        "molecules_skipped_too_long": molecules.skipped_too_long,
+        "molecules_skipped_unreadable": molecules.skipped_unreadable,
+        "molecules_source": molecules.source,
+        "molecules_selection": molecules.selection.describe(),
+        "molecules_skipped_by_size": molecules.skipped_by_size,
+        "device": str(device),
+        **validity,
+        **peak_memory(device),
+    }
+    ctx.add_backend_metrics(metrics, backend)
+    backend.close()
+    return metrics
 
 
 SCENARIO = Scenario(

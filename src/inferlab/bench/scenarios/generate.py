@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable
 
 from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob, common_knobs
-from inferlab.bench.scenarios.base import CellContext, Scenario
+from inferlab.bench.scenarios.base import CellContext, Scenario, completed
 from inferlab.errors import ConfigError
 
 KNOBS = (
@@ -155,53 +155,72 @@ def make_prompts(model_dir: Any, num_prompts: int, prompt_tokens: int, seed: int
     return allowed[picks]
 
 
+class CallRequests:
+    """Each call's requests, built as the call starts: ids `<call>-<row>` with `call` counting every generate call
+    of the cell (warm-ups and the profile included), so an engine that seeds each request from its id draws
+    fresh samples on every call."""
+
+    def __init__(self, batches: list[list[tuple[int, ...]]], sampling: Any) -> None:
+        self.batches = batches  # each: batch_size prompts of prompt_tokens ids
+        self.sampling = sampling
+        self.calls = 0
+
+    def __call__(self, batch: int) -> list[Any]:
+        from inferlab.types import Request
+
+        self.calls += 1
+        return [Request(id=f"{self.calls}-{i}", prompt_ids=ids, sampling=self.sampling)
+                for i, ids in enumerate(self.batches[batch])]
+
+
 def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     import torch
 
     from inferlab.bench.backends import GenerateSpec, get_backend
-    from inferlab.bench.backends.base import close_backend
     from inferlab.bench.compile_watch import compiled_graphs
     from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
-    from inferlab.bench.scenarios.generate_traffic import ModelTraffic, count_generated
+    from inferlab.bench.scenarios.decode_traffic import ModelTraffic, count_generated
     from inferlab.bench.timing import device_synchronizer, measure, timed, warm_up
+    from inferlab.types import SamplingParams
 
     c = cell.config
     assert ctx.model_path is not None and cell.backend is not None
     device = resolve_device(c["device"])
     sync = device_synchronizer(device)
-    spec = GenerateSpec(new_tokens=c["new_tokens"], do_sample=c["do_sample"], temperature=c["temperature"],
-                        top_p=c["top_p"], top_k=c["top_k"], seed=c["seed"])
-    backend = get_backend(cell.backend, "generate").create(dict(c), spec)
+    backend = get_backend(cell.backend, "generate").create(dict(c), GenerateSpec(c["new_tokens"], c["seed"]))
     reset_peak_memory(device)
     with timed(sync) as load:
         backend.load(ctx.model_path, device, torch_dtype(c["dtype"]))
-    prompts = make_prompts(ctx.model_path, c["num_prompts"], c["prompt_tokens"], c["seed"]).to(device)
-    batches = list(torch.split(prompts, c["batch_size"]))  # each [batch_size, prompt_tokens]
+    prompts = make_prompts(ctx.model_path, c["num_prompts"], c["prompt_tokens"], c["seed"]).tolist()
+    sampling = SamplingParams(temperature=c["temperature"] if c["do_sample"] else 0.0, top_p=c["top_p"],
+                              top_k=c["top_k"], max_new_tokens=c["new_tokens"], min_new_tokens=c["new_tokens"])
+    requests = CallRequests([[tuple(p) for p in prompts[i : i + c["batch_size"]]]
+                             for i in range(0, len(prompts), c["batch_size"])], sampling)
+    batches = len(requests.batches)
     traffic = ModelTraffic.from_checkpoint(ctx.model_path, c["dtype"])
     if hasattr(backend, "kv_bytes_per_position"):  # a cache stored otherwise than in the model dtype (fp8 KV)
         traffic = dataclasses.replace(traffic, kv_bytes_per_position=float(backend.kv_bytes_per_position()))
     warm_steps = _short_warmup_steps(c)  # None: full length
 
+    def generate(batch: int, stop_after_steps: int | None = None) -> list[Any]:
+        return completed(backend.generate(requests(batch), stop_after_steps))
+
     with torch.no_grad():
-        warmups, warm_short_s = warm_up(lambda: backend.generate(batches[0], stop_after_steps=warm_steps),
-                                        c["warmup"], warm_steps is not None, sync)
+        warmups, warm_short_s = warm_up(lambda: generate(0, warm_steps), c["warmup"], warm_steps is not None, sync)
         order = iter(range(10**9))
         tokens_per_call: list[int] = []
         bytes_per_call: list[float] = []
         short_rows = 0
 
-        def one_call() -> Any:
-            return backend.generate(batches[next(order) % len(batches)])
-
-        def count(out: Any) -> None:
+        def count(results: list[Any]) -> None:
             nonlocal short_rows
-            rows = count_generated(out, backend.eos_token_ids)
+            rows = count_generated([r.token_ids for r in results], backend.eos_token_ids)
             short_rows += sum(1 for n in rows if n < c["new_tokens"])
             tokens_per_call.append(sum(rows))
             bytes_per_call.append(traffic.decode_bytes(c["prompt_tokens"], rows))
 
         graphs_before = compiled_graphs()
-        m = measure(one_call, warmup=0, min_repeats=c["min_repeats"] * len(batches),
+        m = measure(lambda: generate(next(order) % batches), warmup=0, min_repeats=c["min_repeats"] * batches,
                     min_duration_s=c["min_duration_s"], max_duration_s=c["max_duration_s"] or None, sync=sync,
                     on_result=count)
         compiled_while_timed = compiled_graphs() - graphs_before
@@ -214,7 +233,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     if compiled_while_timed:
         ctx.warn(f"{compiled_while_timed} graph(s) were compiled during the timed calls: the figures include "
                  "compilation (a shape changed after the warm-up)")
-    planned_calls = c["min_repeats"] * len(batches)
+    planned_calls = c["min_repeats"] * batches
     if call_stats.n < planned_calls:
         ctx.warn(f"timed {call_stats.n} of the {planned_calls} calls of min_repeats={c['min_repeats']} pass(es): "
                  f"max_duration_s={c['max_duration_s']:g} was reached (every batch has the same shape)")
@@ -246,12 +265,12 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
         **peak_memory(device),  # read before the profile and the bandwidth copy allocate anything
     }
     ctx.add_backend_metrics(metrics, backend)
-    metrics.update(_after_measuring(cell, ctx, backend, batches[0], device, metrics))
-    close_backend(backend)
+    metrics.update(_after_measuring(cell, ctx, backend, lambda steps: generate(0, steps), device, metrics))
+    backend.close()
     return metrics
 
 
-def _after_measuring(cell: Cell, ctx: CellContext, backend: Any, batch: Any, device: Any,
+def _after_measuring(cell: Cell, ctx: CellContext, backend: Any, short_call: Callable[[int], Any], device: Any,
                      metrics: dict[str, Any]) -> dict[str, Any]:
     """Steps that measure nothing the headline depends on, run last so they cannot disturb it: the
     profiled short call (which attention kernel ran) and the device's copy bandwidth."""
@@ -265,8 +284,7 @@ def _after_measuring(cell: Cell, ctx: CellContext, backend: Any, batch: Any, dev
         ctx.save_partial(metrics, "the kernel profile")
         try:
             with torch.no_grad():
-                kernels = observe_attention(
-                    lambda: backend.generate(batch, stop_after_steps=cell.config["profile_steps"]), device)
+                kernels = observe_attention(lambda: short_call(cell.config["profile_steps"]), device)
             extra.update(attention_kernel_observed=kernels.observed, attention_kernels_profile=kernels.to_json())
         except Exception as e:  # the profile is a diagnosis; the figures above stand without it
             ctx.warn(f"kernel profile failed: {type(e).__name__}: {e}")

@@ -7,26 +7,32 @@ their lengths drawn uniformly from [prompt_min_tokens, prompt_max_tokens] (seede
 every cell), exactly `new_tokens` tokens per row, the sampling settings, and one steering vector (seeded,
 unit norm, times `steer_scale`) added after decoder layer `steer_layer`; collection of `collect_layers`
 pooled `collect_pool`. Modes (`modes`, run by one loaded backend, each over every prompt): plain, steer,
-collect, steer+collect. Protocol (steering_run.py): load (timed), one short warm-up pass per mode over
-one batch (capture of the mode's graphs, compile), then `min_repeats` rounds of timed passes, the modes
-interleaved within a round, each timed between device synchronisations, tokens counted per row.
-Figures: tok/s per mode (the headline: steer+collect, or the first mode), the engine's decode step time
-per mode (its device clock) and from it the steering cost (steer vs plain), the collection cost and
-both; peak memory; and, for the engine, an activation check: `check_prompts` prompts generated with
-steer+collect ("all" pool) and the same tokens fed through transformers with the same steering hook,
-whose decoder-layer outputs at the positions that produced each token must match.
+collect, steer+collect, each a set of requests carrying Steer(steer_layer, "steer", scale) (the vector the
+backend was given by name) and/or Collect(collect_layers, pool). Protocol: load (timed), one short warm-up pass
+per mode over one batch (capture of the mode's graphs, compile), then `min_repeats` rounds of timed passes, the
+modes interleaved within a round, each timed between device synchronisations, tokens counted per row.
+Figures: tok/s per mode (the headline: steer+collect, or the first mode), the engine's decode step time per
+mode (its device clock) and from it the steering cost (steer vs plain), the collection cost and both; peak
+memory; and, for the engine, an activation check (steering_check.py): `check_prompts` prompts generated with
+steer+collect ("all" pool) and the same tokens fed through transformers with the same steering hook, whose
+decoder-layer outputs at the positions that produced each token must match.
 """
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass
 from typing import Any
 
 from inferlab.bench import model_refs
-from inferlab.bench.backends.steering_base import MODES
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob, common_knobs
-from inferlab.bench.scenarios.base import CellContext, Scenario
+from inferlab.bench.scenarios.base import CellContext, Scenario, completed
 from inferlab.errors import ConfigError
+
+MODES = ("plain", "steer", "collect", "steer+collect")
+HEADLINE_MODE = "steer+collect"  # the seed's job
+VECTOR = "steer"  # the name the scenario's vector is registered under
 
 KNOBS = (
     Knob("batch_size", int, 64, "rows per batch: the engine's slots, HF's generate batch", minimum=1),
@@ -121,11 +127,147 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
     return fixed + modes * (c["min_repeats"] * per_pass + per_pass * c["warmup_tokens"] / n)
 
 
-def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
-    from inferlab.bench.scenarios.steering_run import measure_steering
+def ragged_prompts(model_dir: Any, num: int, shortest: int, longest: int, seed: int) -> list[list[int]]:
+    """`num` prompts of non-special token ids, lengths uniform in [shortest, longest] (seeded)."""
+    import torch
 
-    return measure_steering(cell, ctx, parse_modes(cell.config["modes"]), parse_layers(cell.config["collect_layers"]),
-                            num_layers(str(ctx.model_path)))
+    from inferlab.bench.scenarios.generate import make_prompts
+
+    ids = make_prompts(model_dir, num, longest, seed)  # [num, longest]
+    lengths = torch.randint(shortest, longest + 1, (num,), generator=torch.Generator().manual_seed(seed + 1))
+    return [ids[i, : int(lengths[i])].tolist() for i in range(num)]
+
+
+def steering_vector(hidden: int, seed: int) -> Any:
+    """A seeded unit vector [hidden] fp32 (the backends scale it by steer_scale)."""
+    import torch
+
+    v = torch.randn(hidden, generator=torch.Generator().manual_seed(seed + 2))
+    return v / v.norm()
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One timed pass of a mode over every prompt."""
+
+    seconds: float
+    tokens: int  # generated tokens counted (every row: new_tokens)
+    decode_s: float | None  # device time of the decode steps (the engine's clock), where the backend reports it
+    decode_steps: int | None
+
+
+def mode_requests(prompts: list[list[int]], mode: str, sampling: Any, layer: int, scale: float,
+                  collect_layers: tuple[int, ...], pool: str) -> list[Any]:
+    """One request per prompt (ids `p<i>` in every pass: the same per-request seeds), steered and/or collecting
+    as `mode` says."""
+    from inferlab.types import Collect, Request, Steer
+
+    steering = (Steer(layer, VECTOR, scale),) if "steer" in mode else ()
+    collect = Collect(collect_layers, pool) if "collect" in mode else None
+    return [Request(id=f"p{i}", prompt_ids=tuple(p), sampling=sampling, steering=steering, collect=collect)
+            for i, p in enumerate(prompts)]
+
+
+def _engine_clock(backend: Any) -> tuple[float, int] | None:
+    """(decode seconds, decode steps) so far on the engine's device clock, or None for a backend without one."""
+    engine = backend.extra_metrics().get("engine")
+    return (engine["decode_s"], engine["decode_steps"]) if engine else None
+
+
+def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
+    import json
+
+    import torch
+
+    from inferlab.bench.backends import GenerateSpec, get_backend
+    from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
+    from inferlab.bench.timing import device_synchronizer, timed
+    from inferlab.engine import SteeringVectors
+    from inferlab.types import SamplingParams
+
+    c = cell.config
+    assert ctx.model_path is not None and cell.backend is not None
+    modes = parse_modes(c["modes"])
+    layers = num_layers(str(ctx.model_path))
+    layer, collect_layers = c["steer_layer"] % layers, tuple(x % layers for x in parse_layers(c["collect_layers"]))
+    device = resolve_device(c["device"])
+    sync = device_synchronizer(device)
+    backend = get_backend(cell.backend, "steering").create(dict(c), GenerateSpec(c["new_tokens"], c["seed"]))
+    prompts = ragged_prompts(ctx.model_path, c["num_prompts"], c["prompt_min_tokens"], c["prompt_max_tokens"],
+                             c["seed"])
+    config = json.loads((ctx.model_path / "config.json").read_text())
+    vector = steering_vector(int(config.get("text_config", config)["hidden_size"]), c["seed"])
+    sampling = SamplingParams(temperature=c["temperature"] if c["do_sample"] else 0.0, top_p=c["top_p"],
+                              max_new_tokens=c["new_tokens"], min_new_tokens=c["new_tokens"])  # exactly new_tokens
+
+    def requests(mode: str, rows: list[list[int]], pool: str = c["collect_pool"]) -> list[Any]:
+        return mode_requests(rows, mode, sampling, layer, c["steer_scale"], collect_layers, pool)
+
+    reset_peak_memory(device)
+    with timed(sync) as load:
+        backend.load(ctx.model_path, device, torch_dtype(c["dtype"]))
+        backend.add_steering_vectors(SteeringVectors({VECTOR: vector}, source="the scenario's vector"))
+    first: dict[str, float] = {}
+    passes: dict[str, list[Pass]] = {mode: [] for mode in modes}
+    with torch.no_grad():
+        for mode in modes:  # each mode's first call: graph capture / compile, apart from the figures
+            with timed(sync) as t:
+                completed(backend.generate(requests(mode, prompts[: c["batch_size"]]),
+                                           stop_after_steps=min(c["warmup_tokens"], c["new_tokens"])))
+            first[mode] = t.seconds
+        for _ in range(c["min_repeats"]):
+            for mode in modes:  # interleaved: a drift of the device touches every mode alike
+                sent = requests(mode, prompts)
+                before = _engine_clock(backend)
+                with timed(sync) as t:
+                    results = completed(backend.generate(sent))
+                after = _engine_clock(backend)
+                steps = (after[0] - before[0], after[1] - before[1]) if before and after else (None, None)
+                passes[mode].append(Pass(t.seconds, sum(len(r.token_ids) for r in results), *steps))
+    metrics: dict[str, Any] = {"load_s": load.seconds, "first_call_s_per_mode": first, "prompts": len(prompts),
+                               "prompt_tokens": sum(map(len, prompts)), "device": str(device), **peak_memory(device)}
+    metrics.update(mode_figures(passes))
+    headline = HEADLINE_MODE if HEADLINE_MODE in modes else modes[0]
+    metrics["headline_mode"] = headline
+    metrics["output_tokens_per_s"] = metrics["modes"][headline]["output_tokens_per_s"]
+    metrics["output_tokens"] = metrics["modes"][headline]["output_tokens"]
+    metrics["first_call_s"] = first[headline]  # its warm-up pass over one batch (capture, compile)
+    ctx.add_backend_metrics(metrics, backend)
+    if cell.backend == "inferlab" and c["check_prompts"]:
+        from inferlab.bench.scenarios.steering_check import check_activations
+
+        ctx.save_partial(metrics, "the activation check against transformers")
+        tolerance = c["check_tolerance"] or (1e-4 if c["dtype"] == "float32" else 0.05)
+        check_prompts = prompts[: c["check_prompts"]]
+        results = {r.id: r for r in completed(backend.generate(requests("steer+collect", check_prompts, "all")))}
+        check = check_activations([results[f"p{i}"] for i in range(len(check_prompts))], ctx.model_path,
+                                  check_prompts, layer, c["steer_scale"], collect_layers, vector,
+                                  torch_dtype(c["dtype"]), device, tolerance)
+        metrics["activation_check"] = check
+        if not check["match"]:
+            ctx.warn(f"activation check failed: max relative error {check['max_rel_error']:.3g} > {tolerance:g}")
+    backend.close()
+    return metrics
+
+
+def mode_figures(passes: dict[str, list[Pass]]) -> dict[str, Any]:
+    """Per mode: tok/s over its timed passes, the engine's decode step time; costs relative to plain."""
+    modes: dict[str, dict[str, Any]] = {}
+    for mode, done in passes.items():
+        seconds = sum(p.seconds for p in done)
+        tokens = sum(p.tokens for p in done)
+        steps = [p.decode_s / p.decode_steps * 1000 for p in done if p.decode_steps]
+        modes[mode] = {"output_tokens": tokens, "seconds": seconds, "output_tokens_per_s": tokens / seconds,
+                       "step_ms": statistics.median(steps) if steps else None,
+                       "step_ms_passes": steps, "pass_s": [p.seconds for p in done]}
+    figures: dict[str, Any] = {"modes": modes}
+    plain = modes.get("plain", {}).get("step_ms")
+    for mode, key in (("steer", "steering_cost"), ("collect", "collection_cost"), ("steer+collect", "steer_collect_cost")):
+        step = modes.get(mode, {}).get("step_ms")
+        figures[key] = step / plain - 1 if plain and step else None  # fraction of the plain step
+        if mode in modes and "plain" in modes:
+            figures[key + "_tok_s"] = 1 - modes[mode]["output_tokens_per_s"] / modes["plain"]["output_tokens_per_s"]
+    return figures
 
 
 SCENARIO = Scenario(

@@ -1,19 +1,18 @@
-"""The `constrained` scenario's inputs, the same for every backend (and for the `conformer-pipeline`
-scenario, which hands the same molecules to the CLI): molecules (the first N of a molecule file, RDKit's
-NCI first_5K.smi by default, that parse, pass the selection and fit the model's context), their conformer
-templates and tokenised prompts, the requests (K conformers per molecule, molecule after molecule), the
-measured prefix of them, and the batches.
+"""The molecules the conformer scenarios run on (`constrained` generates their conformers through a backend,
+`conformer-pipeline` hands the same molecules to the CLI): the first N of a molecule file (RDKit's NCI
+first_5K.smi by default) that parse, pass the selection and fit the model's context, with their conformer
+templates and tokenised prompts.
 
-Selection (`MoleculeSelection`): heavy atoms within [min, max] (drug-sized: 20-50), and optionally
-stereo assigned where the file leaves it open: NCI's SMILES specify none, so without it a stereo
-agreement figure has nothing to compare. `assign_stereo` gives each unspecified tetrahedral centre and
-double bond a configuration (RDKit's EnumerateStereoisomers, the first isomer, deterministic); the
-molecular graphs stay the file's.
+Selection (`MoleculeSelection`, knobs SELECTION_KNOBS): heavy atoms within [min, max] (drug-sized: 20-50), and
+optionally stereo assigned where the file leaves it open: NCI's SMILES specify none, so without it a stereo
+agreement figure has nothing to compare. `assign_stereo` gives each unspecified tetrahedral centre and double
+bond a configuration (RDKit's EnumerateStereoisomers, the first isomer, deterministic); the molecular graphs
+stay the file's.
 
-"Fits the context": prompt tokens + an upper bound of the output tokens <= the model's positions. The
-bound needs no compiled constraint: every copy token holds at least one character of the template's
-skeleton, each hole holds at most the hole grammar's `max_tokens` for this tokenizer, plus EOS.
-Child process only (RDKit, tokenizers).
+"Fits the context": prompt tokens + an upper bound of the output tokens <= the model's positions. The bound
+needs no compiled constraint: every copy token holds at least one character of the template's skeleton, each
+hole holds at most the hole grammar's `max_tokens` for this tokenizer, plus EOS. Loading runs in the child
+process only (RDKit, tokenizers).
 """
 
 from __future__ import annotations
@@ -21,11 +20,33 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from inferlab.bench.backends.constrained_base import ConformerRequest
-from inferlab.errors import InferlabError, InputError
-from inferlab.workloads.conformers.profiles import FormatProfile
-from inferlab.workloads.conformers.template import ConformerTemplate, build_template
+from inferlab.bench.knobs import Knob
+from inferlab.errors import ConfigError, InferlabError, InputError
+
+if TYPE_CHECKING:  # the parent process validates plans without RDKit
+    from inferlab.workloads.conformers.profiles import FormatProfile
+    from inferlab.workloads.conformers.template import ConformerTemplate
+
+SELECTION_KNOBS = (  # both conformer scenarios: the same molecules for both
+    Knob("min_heavy_atoms", int, 0, "only molecules with at least this many heavy atoms (drug-sized: 20)", minimum=0),
+    Knob("max_heavy_atoms", int, 0, "only molecules with at most this many heavy atoms (0 = no bound; drug-sized: 50)",
+         minimum=0),
+    Knob("assign_stereo", bool, False, "give unspecified stereocentres and double bonds a configuration (RDKit's first "
+         "enumerated isomer), so stereo agreement is measured; NCI's SMILES specify none"),
+)
+
+
+def validate_selection(c: dict[str, Any]) -> None:
+    if c["max_heavy_atoms"] and c["max_heavy_atoms"] < c["min_heavy_atoms"]:
+        raise ConfigError(f"max_heavy_atoms={c['max_heavy_atoms']} is below min_heavy_atoms={c['min_heavy_atoms']}; "
+                          "raise it, or set 0 for no upper bound")
+
+
+def molecule_selection(c: dict[str, Any]) -> "MoleculeSelection":
+    """The selection a cell's SELECTION_KNOBS ask for."""
+    return MoleculeSelection(c["min_heavy_atoms"], c["max_heavy_atoms"], c["assign_stereo"])
 
 
 def nci_molecules_path() -> Path:
@@ -50,7 +71,7 @@ class MoleculeSelection:
 class Molecule:
     id: str  # the file's id for the line
     smiles: str  # as read (with stereo assigned when the selection asks)
-    template: ConformerTemplate
+    template: "ConformerTemplate"
     prompt_ids: tuple[int, ...]
     max_output_tokens: int  # upper bound of the generated tokens, EOS included
 
@@ -65,12 +86,13 @@ class MoleculeSet:
     selection: MoleculeSelection = MoleculeSelection()
 
 
-def load_molecules(path: Path, count: int, profile: FormatProfile, tokenizer, max_positions: int,
+def load_molecules(path: Path, count: int, profile: "FormatProfile", tokenizer, max_positions: int,
                    selection: MoleculeSelection = MoleculeSelection()) -> MoleculeSet:
     """The first `count` molecules of `path` that pass `selection`, can be templated and fit
     `max_positions`; InputError when the file holds fewer."""
     from inferlab.constraints.token_automaton import grammar_set_for
     from inferlab.workloads.conformers.inputs import read_molecule_inputs
+    from inferlab.workloads.conformers.template import build_template
 
     grammar = profile.hole_grammar
     hole_tokens = grammar_set_for(tokenizer, (grammar,)).grammars[grammar].max_tokens
@@ -134,31 +156,19 @@ def with_assigned_stereo(mol) -> str:
     return Chem.MolToSmiles(next(iter(EnumerateStereoisomers(mol, options=options)), mol))
 
 
-def build_requests(molecules: MoleculeSet, num_conformers: int) -> list[ConformerRequest]:
-    """K requests per molecule, each molecule's K adjacent (as the seeds batched them)."""
-    requests = []
-    for m_index, m in enumerate(molecules.molecules):
-        for k in range(num_conformers):
-            requests.append(ConformerRequest(len(requests), m_index, k, m.smiles, m.template, m.prompt_ids))
-    return requests
-
-
-def plan_batches(requests: list[ConformerRequest], bounds: list[int], batch_size: int,
-                 sort_by_length: bool) -> list[list[ConformerRequest]]:
-    """Consecutive batches of `batch_size`; with sort_by_length, longest output bound first (the seeds'
-    PR #11: rows of a batch end close together, and the hungriest batch runs first).
-    bounds[m] is molecule m's output bound (Molecule.max_output_tokens)."""
-    order = list(range(len(requests)))
-    if sort_by_length:
-        order.sort(key=lambda i: -bounds[requests[i].molecule_index])
-    return [[requests[i] for i in order[s:s + batch_size]] for s in range(0, len(order), batch_size)]
-
-
 def write_smi(molecules: MoleculeSet, path: Path) -> Path:
     """The molecules as a .smi file (`SMILES id` per line), e.g. the input of a CLI run."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(f"{m.smiles} {m.id}\n" for m in molecules.molecules))
     return path
+
+
+def model_positions(model_dir: Path) -> int:
+    """The checkpoint's max_position_embeddings (its text config's): the context molecules must fit."""
+    import json
+
+    config = json.loads((model_dir / "config.json").read_text())
+    return int(config.get("text_config", config)["max_position_embeddings"])
 
 
 def molecule_file(knob: str) -> Path:
