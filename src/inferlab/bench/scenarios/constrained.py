@@ -30,14 +30,6 @@ SAMPLINGS = {  # name -> (do_sample, temperature, top_p, top_k)
     "top-p": (True, 1.0, 1.0, 0),  # the seeds' production setting: T = 1, top-p 1.0 (pure sampling)
 }
 
-KNOBS = (  # shared with the conformer-pipeline scenario: the same molecules for both
-    Knob("min_heavy_atoms", int, 0, "only molecules with at least this many heavy atoms (drug-sized: 20)", minimum=0),
-    Knob("max_heavy_atoms", int, 0, "only molecules with at most this many heavy atoms (0 = no bound; drug-sized: 50)",
-         minimum=0),
-    Knob("assign_stereo", bool, False, "give unspecified stereocentres and double bonds a configuration (RDKit's first "
-         "enumerated isomer), so stereo agreement is measured; NCI's SMILES specify none"),
-)
-
 KNOBS = (
     Knob("num_molecules", int, 1000, "the first N molecules of the file that fit the context", minimum=1),
     Knob("context", int, 2048, "positions a request may use (prompt + longest output), capped by the model's; "
@@ -150,8 +142,8 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     from inferlab.bench.backends import get_backend
     from inferlab.bench.backends.base import ConstrainedSpec
     from inferlab.bench.compile_watch import compiled_graphs
-    from inferlab.bench.scenarios.conformer_output_check import check_generations
     from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device, torch_dtype
+    from inferlab.bench.scenarios.conformer_output_check import check_generations
     from inferlab.bench.scenarios.decode_traffic import count_generated
     from inferlab.bench.scenarios.molecules import load_molecules, model_positions, molecule_file, molecule_selection
     from inferlab.bench.timing import device_synchronizer, measure, timed, warm_up
@@ -209,7 +201,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
         ctx.warn(f"{compiled_while_timed} graph(s) were compiled during the timed calls: the figures include compilation")
     first_pass = [i for batch in batches for i in batch]
     validity = check_generations([(requests.items[i][1], outputs[i]) for i in first_pass], backend.eos_token_ids,
-                              tokenizer, profile)
+                                 tokenizer, profile)
     steady_s = m.total_s
     rows_timed = m.stats.n * c["batch_size"]
     total = len(requests.items)

@@ -8,7 +8,6 @@ import statistics
 from typing import Any
 
 
-
 def check_activations(results: list[Any], model_dir: Any, prompts: list[list[int]], steered_layer: int, scale: float,
                       layers: tuple[int, ...], vector: Any, dtype: Any, device: Any,
                       tolerance: float) -> dict[str, Any]:
