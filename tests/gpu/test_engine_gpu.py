@@ -191,10 +191,10 @@ def test_constrained_conformers_on_the_device(tmp_path):
     from inferlab.models.checkpoint_init import init_checkpoint
     from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
     from inferlab.types import Request, SamplingParams
-    from inferlab.workloads.conformers.decode import decode_generation
-    from inferlab.workloads.conformers.profiles import get_profile
-    from inferlab.workloads.conformers.smiles import canonical_smiles
-    from inferlab.workloads.conformers.template import build_template
+    from inferlab.workloads.conformers.chemistry.decode import decode_generation
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.smiles import canonical_smiles
+    from inferlab.workloads.conformers.chemistry.template import build_template
 
     path = init_checkpoint("tiny-qwen3", tmp_path / "q", dtype="bfloat16", tokenizer_dir=qwen3_chem_tokenizer_dir())
     engine = Engine(EngineConfig(model=path, max_slots=8, max_seq_len=512))

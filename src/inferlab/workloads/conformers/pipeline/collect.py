@@ -1,7 +1,7 @@
 """The engine's results -> the job's rows, with as little as possible on the engine's path.
 
 `ResultCollector.take(result)` is all the consumer loop does per result: it builds a plain JudgeTask and
-hands it to the judge pool (pipeline_judge_pool.py), then takes whatever verdicts are ready, oldest
+hands it to the judge pool (judge_pool.py), then takes whatever verdicts are ready, oldest
 first. The RowWriter writes rows in input order (input_order.py): a row that finished before an earlier
 one waits for it. A verdict becomes:
 - an ok row: its SDF record (made in the worker) appended and flushed, then its JSONL row;
@@ -14,7 +14,7 @@ for everything. All writing happens here, in the calling thread, so the writer n
 loses only rows not written yet (an interrupt loses no finished row: RowWriter.flush), and a rerun generates
 them again.
 
-Not here: judging (pipeline_judge.py), the requests (pipeline_feed.py).
+Not here: judging (judge.py), the requests (feed.py).
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from typing import Any
 
 from inferlab.input_order import InputOrder
 from inferlab.types import Result
-from inferlab.workloads.conformers.output import ConformerResultWriter
-from inferlab.workloads.conformers.pipeline_feed import RequestFeed
-from inferlab.workloads.conformers.pipeline_judge import JudgeTask, Verdict
-from inferlab.workloads.conformers.pipeline_judge_pool import JudgePool
-from inferlab.workloads.conformers.pipeline_plan import MoleculeJob
-from inferlab.workloads.conformers.pipeline_stats import PipelineSummary
-from inferlab.workloads.conformers.sdf import row_id
+from inferlab.workloads.conformers.chemistry.sdf import row_id
+from inferlab.workloads.conformers.pipeline.feed import RequestFeed
+from inferlab.workloads.conformers.pipeline.judge import JudgeTask, Verdict
+from inferlab.workloads.conformers.pipeline.judge_pool import JudgePool
+from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
+from inferlab.workloads.conformers.pipeline.plan import MoleculeJob
+from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
 
 RowCallback = Callable[[dict[str, Any]], None]
 

@@ -13,7 +13,7 @@ the moment it is asked; retries queued after that are given by the next call of 
 pipeline calls the engine again while `has_work`), so a row is never lost, only its retry is late.
 
 A retry's request id is `<input id>#<k>@retry<n>`: the engine derives its seed from the run's seed and
-that id, so a rerun draws the same attempts. Not here: what happens to the results (pipeline_collect.py).
+that id, so a rerun draws the same attempts. Not here: what happens to the results (collect.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from inferlab.types import Request, SamplingParams
-from inferlab.workloads.conformers.pipeline_plan import MoleculeJob
-from inferlab.workloads.conformers.pipeline_prepare import MoleculePreparer, PreparedMolecule
+from inferlab.workloads.conformers.pipeline.plan import MoleculeJob
+from inferlab.workloads.conformers.pipeline.prepare import MoleculePreparer, PreparedMolecule
 
 
 class MoleculeFeed:
@@ -72,7 +72,7 @@ class RequestFeed:
         self.max_seq_len = max_seq_len
         self.model_positions = model_positions  # the model's max_position_embeddings: no row may be longer
         self.sampling = sampling
-        self.rows = rows  # pipeline_collect.RowWriter: error rows of molecules that cannot run
+        self.rows = rows  # collect.RowWriter: error rows of molecules that cannot run
         self._molecules = iter(molecules)
         self._retries: deque[Request] = deque()
         self._exhausted = False
