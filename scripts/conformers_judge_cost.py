@@ -7,8 +7,8 @@ ETKDG conformer each, encoded as a model would write it and tokenized with the q
 ($INFERLAB_QWEN3_CHEM_TOKENIZER or ../shared/tokenizers). Prints per conformer: decoding the token ids,
 the strict check, the plain decoding, the stereo comparison, the SDF record, the whole judgement; whether RDKit releases the
 GIL for it (two threads judging: wall clock and the process's CPU time against one thread's); and what
-the consumer loop pays per result to hand it to the judge processes (workloads/conformers/pipeline/judge_pool.py) against
-judging it inline.
+the consumer loop pays per result to hand it to the judge processes
+(workloads/conformers/pipeline/judge_pool.py) against judging it inline.
 """
 
 from __future__ import annotations

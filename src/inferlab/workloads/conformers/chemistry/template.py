@@ -16,7 +16,12 @@ from dataclasses import dataclass
 
 from inferlab.constraints.segments import Copy, EndOfSequence, Hole, Segment
 from inferlab.errors import InputError
-from inferlab.workloads.conformers.chemistry.decode import DecodedConformer, molecule_with_positions, read_units, strip_tags
+from inferlab.workloads.conformers.chemistry.decode import (
+    DecodedConformer,
+    molecule_with_positions,
+    read_units,
+    strip_tags,
+)
 from inferlab.workloads.conformers.chemistry.encode import enriched_layout
 from inferlab.workloads.conformers.chemistry.profiles import FormatProfile
 from inferlab.workloads.conformers.chemistry.smiles import canonicalize_smiles
