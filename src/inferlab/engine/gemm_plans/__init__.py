@@ -1,6 +1,6 @@
 """GEMM plans measured on the GPUs we run, shipped with the package: one JSON file per GPU model here.
 
-Timing the plan (gemm_plan.py) costs a fresh machine ~15-20 s of its first start-up, and on a cluster every
+Timing the plan (gemm_plan.py) costs a fresh machine seconds of its first start-up, and on a cluster every
 new node is a fresh machine. `known_plan` is what the engine asks at start-up: the local start-up cache's
 entry first (startup_cache.py: this machine's own measurement), then a shipped one, else nothing (the
 engine times the plan and caches it). `python -m inferlab.engine.gemm_plans.measure` writes the files.

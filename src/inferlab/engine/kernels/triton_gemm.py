@@ -56,7 +56,7 @@ def _skinny_kernel(
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # GATED: W is [gate; up] (2N rows), out = silu(gate) * up
     for kb in range(0, k_blocks):
         # a whole number of BLOCK_K from 0, stated to the compiler: without it a split's start offset has
-        # unknown alignment and every weight load is issued element by element (~3x slower, first GPU sweep)
+        # unknown alignment and every weight load is issued element by element
         k0 = tl.multiple_of((pid_k * k_blocks + kb) * BLOCK_K, BLOCK_K)
         rk = k0 + tl.arange(0, BLOCK_K)
         k_ok = rk < K
