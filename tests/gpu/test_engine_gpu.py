@@ -231,9 +231,9 @@ def test_steered_and_collecting_graphs_equal_eager_with_a_capture_between_chunks
 
     vector = torch.randn(1024, generator=torch.Generator().manual_seed(5))
     plain = _requests(128256)[:4]
-    taps = [dict(), dict(steering=(Steer(6, vector, 4.0),)), dict(collect=Collect((3, -1), "mean")),
-            dict(steering=(Steer(-1, vector, -2.0),), collect=Collect((6,), "all"))]
-    requests = [dataclasses.replace(r, **t) for r, t in zip(plain, taps)]
+    hooks = [dict(), dict(steering=(Steer(6, vector, 4.0),)), dict(collect=Collect((3, -1), "mean")),
+             dict(steering=(Steer(-1, vector, -2.0),), collect=Collect((6,), "all"))]
+    requests = [dataclasses.replace(r, **t) for r, t in zip(plain, hooks)]
     outputs = []
     for graphs in (True, False):
         engine = Engine(EngineConfig(model=llama, max_slots=2, max_seq_len=256, cuda_graphs=graphs, gemm="cublas"))

@@ -1,6 +1,6 @@
-"""`inferlab conformers generate|evaluate|reference`: generate conformers with the engine (the flags and
-handler live in conformers_generate.py; `inferlab conformers --model ...` is the same command, as issue 4
-spells it), score generated conformers, make ETKDG reference sets.
+"""`inferlab conformers generate|evaluate|reference`: generate conformers with the engine (flags and handler in
+conformers_generate.py; `inferlab conformers --model ...` is the same command), score generated conformers,
+make ETKDG reference sets.
 """
 
 from __future__ import annotations

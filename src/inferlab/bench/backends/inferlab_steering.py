@@ -69,7 +69,8 @@ class InferlabSteeringBackend:
 
     def extra_metrics(self) -> dict[str, Any]:
         stats = self.engine.stats.as_dict()
-        return {"engine": stats, "graph_capture_s": stats.get("capture_s"), "taps_setup_s": stats.get("taps_setup_s")}
+        return {"engine": stats, "graph_capture_s": stats.get("capture_s"),
+                "steering_collection_setup_s": stats.get("steering_collection_setup_s")}
 
 
 BACKEND = BackendSpec(

@@ -27,10 +27,9 @@ from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
 from inferlab.workloads.conformers.chemistry.sdf import sdf_id
 from inferlab.workloads.conformers.pipeline.output import default_jsonl_path
 
-# Tokens of one conformer, measured with the qwen3-chem tokenizer on the v3-fixed4 profile over 300 NCI
-# molecules (ETKDG conformers): the generation takes 24.3 tokens per atom (23.7 to 25.4 across the set),
-# the prompt 1.5 + 1.14 per atom. Only ratios between molecules matter for balancing, and another
-# tokenizer scales every molecule alike.
+# Tokens of one conformer per atom, counted with the qwen3-chem tokenizer on the v3-fixed4 profile (ETKDG
+# conformers of NCI molecules). Only ratios between molecules matter for balancing, and another tokenizer
+# scales every molecule alike.
 GENERATED_TOKENS_PER_ATOM = 24.3
 PROMPT_TOKENS_PER_ATOM = 1.14
 FIXED_TOKENS = 2.5  # the prompt's tags and the EOS
