@@ -7,8 +7,8 @@ ETKDG conformer each, encoded as a model would write it and tokenized with the q
 ($INFERLAB_QWEN3_CHEM_TOKENIZER or ../shared/tokenizers). Prints per conformer: decoding the token ids,
 the strict check, the plain decoding, the stereo comparison, the SDF record, the whole judgement; whether RDKit releases the
 GIL for it (two threads judging: wall clock and the process's CPU time against one thread's); and what
-the consumer loop pays per result to hand it to the judge processes (pipeline_judge_pool.py) against
-judging it inline.
+the consumer loop pays per result to hand it to the judge processes
+(workloads/conformers/pipeline/judge_pool.py) against judging it inline.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from rdkit.Chem import AllChem
 
 from inferlab.bench.scenarios.molecules import nci_molecules_path, with_assigned_stereo
 from inferlab.errors import InferlabError
-from inferlab.workloads.conformers.decode import decode_generation
-from inferlab.workloads.conformers.encode import encode_conformer
 from inferlab.models.output_text import output_text
 from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
-from inferlab.workloads.conformers.pipeline_judge import JudgeTask, judge, stereo_fields, tokenizer_for
-from inferlab.workloads.conformers.pipeline_judge_pool import JudgePool
-from inferlab.workloads.conformers.profiles import get_profile
-from inferlab.workloads.conformers.sdf import format_record
-from inferlab.workloads.conformers.template import build_template
+from inferlab.workloads.conformers.chemistry.decode import decode_generation
+from inferlab.workloads.conformers.chemistry.encode import encode_conformer
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.sdf import format_record
+from inferlab.workloads.conformers.chemistry.template import build_template
+from inferlab.workloads.conformers.pipeline.judge import JudgeTask, judge, stereo_fields, tokenizer_for
+from inferlab.workloads.conformers.pipeline.judge_pool import JudgePool
 
 PROFILE = get_profile("v3-fixed4")
 

@@ -19,10 +19,10 @@ from rdkit import Chem, RDConfig, rdBase
 from rdkit.Chem import AllChem
 
 from inferlab.errors import InferlabError
-from inferlab.workloads.conformers.decode import decode_generation
-from inferlab.workloads.conformers.encode import encode_conformer
-from inferlab.workloads.conformers.profiles import PROFILES
-from inferlab.workloads.conformers.template import build_template
+from inferlab.workloads.conformers.chemistry.decode import decode_generation
+from inferlab.workloads.conformers.chemistry.encode import encode_conformer
+from inferlab.workloads.conformers.chemistry.profiles import PROFILES
+from inferlab.workloads.conformers.chemistry.template import build_template
 
 
 def main() -> None:

@@ -90,7 +90,7 @@ def main() -> None:
     if args.graphs:
         runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.rows.slots,
                                               min(runner.num_rows, engine.max_prefill_tokens), runner.cache.max_len,
-                                              engine.max_prefill_tokens, _EagerCapturer(), runner.taps)
+                                              engine.max_prefill_tokens, _EagerCapturer(), runner.hook_tables)
     batch = requests(args.prompts, engine.spec.vocab_size, args.min_len, args.max_len, args.new)
     engine.generate(batch[:8])  # first-use costs out of the way
     before = engine.stats.as_dict()

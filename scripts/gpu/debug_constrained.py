@@ -9,8 +9,8 @@ from inferlab.engine import Engine, EngineConfig
 from inferlab.models.checkpoint_init import init_checkpoint
 from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
 from inferlab.types import Request, SamplingParams
-from inferlab.workloads.conformers.profiles import get_profile
-from inferlab.workloads.conformers.template import build_template
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.template import build_template
 
 graphs = "--no-graphs" not in sys.argv
 path = init_checkpoint("tiny-qwen3", tempfile.mkdtemp() + "/m", dtype="bfloat16", tokenizer_dir=qwen3_chem_tokenizer_dir())

@@ -28,10 +28,10 @@ def nci_molecules(count: int, max_atoms: int) -> list[str]:
     from rdkit import RDConfig
 
     from inferlab.errors import InputError, UnsupportedError
-    from inferlab.workloads.conformers.decode import decode_generation
-    from inferlab.workloads.conformers.profiles import get_profile
-    from inferlab.workloads.conformers.smiles import canonical_smiles
-    from inferlab.workloads.conformers.template import build_template
+    from inferlab.workloads.conformers.chemistry.decode import decode_generation
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.smiles import canonical_smiles
+    from inferlab.workloads.conformers.chemistry.template import build_template
 
     profile, chosen = get_profile(PROFILE), []
     with open(os.path.join(RDConfig.RDDataDir, "NCI", "first_5K.smi")) as f:
@@ -55,8 +55,8 @@ def conformer_requests(engine, molecules: list[str], per_molecule: int, sampling
     """[(request, template, smiles)], the template compiled once per molecule and shared by its conformers."""
     from inferlab.constraints.program import compile_program
     from inferlab.types import Request, SamplingParams
-    from inferlab.workloads.conformers.profiles import get_profile
-    from inferlab.workloads.conformers.template import build_template
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.template import build_template
 
     out = []
     for i, smiles in enumerate(molecules):
@@ -74,9 +74,9 @@ def conformer_requests(engine, molecules: list[str], per_molecule: int, sampling
 
 def check_output(result, template, smiles: str) -> str | None:
     """None when the output is a valid conformer of `smiles`, else why not."""
-    from inferlab.workloads.conformers.decode import decode_generation
-    from inferlab.workloads.conformers.profiles import get_profile
-    from inferlab.workloads.conformers.smiles import canonical_smiles
+    from inferlab.workloads.conformers.chemistry.decode import decode_generation
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.smiles import canonical_smiles
 
     if result.finish_reason != "eos":
         return f"finish_reason {result.finish_reason} ({result.error})"

@@ -38,8 +38,8 @@ def drug_molecules(count: int, lo: int, hi: int) -> list[str]:
     from rdkit import Chem, RDConfig, RDLogger
 
     from inferlab.errors import InferlabError
-    from inferlab.workloads.conformers.profiles import get_profile
-    from inferlab.workloads.conformers.template import build_template
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.template import build_template
 
     RDLogger.DisableLog("rdApp.*")
     profile, out = get_profile(PROFILE), []
@@ -97,8 +97,8 @@ def prepare_job(ctx, molecules: int, k: int) -> tuple[Any, Job]:
     """The checkpoint's tokenizer, the job's molecules prepared with it."""
     from inferlab.constraints.program import compile_program
     from inferlab.models.tokenizer_loading import load_tokenizer
-    from inferlab.workloads.conformers.profiles import get_profile
-    from inferlab.workloads.conformers.template import build_template
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.template import build_template
 
     path = ctx.checkpoint("tiny-qwen3" if ctx.quick else "qwen3-0.6b")
     tokenizer = load_tokenizer(path)

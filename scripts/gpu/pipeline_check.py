@@ -93,8 +93,8 @@ def part_demo(args, work: Path) -> dict[str, Any]:
 
 
 def _pipeline(args, model: Path, inp: Path, out: Path, **engine: Any) -> dict[str, Any]:
-    from inferlab.workloads.conformers.pipeline import generate_conformers
-    from inferlab.workloads.conformers.pipeline_config import PipelineConfig
+    from inferlab.workloads.conformers.pipeline.config import PipelineConfig
+    from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
     config = PipelineConfig(num_conformers=pick(CONFORMERS_K, args.quick), seed=0)
     options = {"device": args.device, **engine}  # EngineConfig fields: max_slots, kv_dtype

@@ -52,8 +52,8 @@ COMMIT_ENV_VAR = "INFERLAB_GIT_COMMIT"  # for copies of a checkout whose .git is
 
 def git_commit(repo: Path = _REPO_ROOT) -> tuple[str | None, bool | None]:
     """(commit, dirty) of the checkout the package runs from. $INFERLAB_GIT_COMMIT wins when set (dirty
-    unknown): the device machine's copy of the tree carries a .git from an earlier sync, whose HEAD is not the
-    code that runs. (None, None) when neither is known."""
+    unknown): a copied tree may carry a stale .git whose HEAD is not the code that runs. (None, None) when
+    neither is known."""
     if os.environ.get(COMMIT_ENV_VAR):
         return os.environ[COMMIT_ENV_VAR], None
     commit = _run(["git", "-C", str(repo), "rev-parse", "HEAD"])

@@ -191,10 +191,10 @@ def test_constrained_conformers_on_the_device(tmp_path):
     from inferlab.models.checkpoint_init import init_checkpoint
     from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
     from inferlab.types import Request, SamplingParams
-    from inferlab.workloads.conformers.decode import decode_generation
-    from inferlab.workloads.conformers.profiles import get_profile
-    from inferlab.workloads.conformers.smiles import canonical_smiles
-    from inferlab.workloads.conformers.template import build_template
+    from inferlab.workloads.conformers.chemistry.decode import decode_generation
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.smiles import canonical_smiles
+    from inferlab.workloads.conformers.chemistry.template import build_template
 
     path = init_checkpoint("tiny-qwen3", tmp_path / "q", dtype="bfloat16", tokenizer_dir=qwen3_chem_tokenizer_dir())
     engine = Engine(EngineConfig(model=path, max_slots=8, max_seq_len=512))
@@ -231,9 +231,9 @@ def test_steered_and_collecting_graphs_equal_eager_with_a_capture_between_chunks
 
     vector = torch.randn(1024, generator=torch.Generator().manual_seed(5))
     plain = _requests(128256)[:4]
-    taps = [dict(), dict(steering=(Steer(6, vector, 4.0),)), dict(collect=Collect((3, -1), "mean")),
-            dict(steering=(Steer(-1, vector, -2.0),), collect=Collect((6,), "all"))]
-    requests = [dataclasses.replace(r, **t) for r, t in zip(plain, taps)]
+    hooks = [dict(), dict(steering=(Steer(6, vector, 4.0),)), dict(collect=Collect((3, -1), "mean")),
+             dict(steering=(Steer(-1, vector, -2.0),), collect=Collect((6,), "all"))]
+    requests = [dataclasses.replace(r, **t) for r, t in zip(plain, hooks)]
     outputs = []
     for graphs in (True, False):
         engine = Engine(EngineConfig(model=llama, max_slots=2, max_seq_len=256, cuda_graphs=graphs, gemm="cublas"))

@@ -11,7 +11,7 @@ import pytest
 from rdkit import Chem
 
 from inferlab.cli import main
-from inferlab.workloads.conformers.sdf import read_sdf
+from inferlab.workloads.conformers.chemistry.sdf import read_sdf
 
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inferlab.jsonl_io import read_jsonl_records
-from inferlab.workloads.conformers.input_bounds import InputBounds
-from inferlab.workloads.conformers.inputs import SMILES_COLUMN_NAMES, read_molecule_inputs
+from inferlab.workloads.conformers.chemistry.input_bounds import InputBounds
+from inferlab.workloads.conformers.chemistry.inputs import SMILES_COLUMN_NAMES, read_molecule_inputs
 
 MAX_CHARS = 64  # a small bound, so "huge" lines stay cheap to generate
 HOSTILE_IDS = ["$$$$", "> <row_id>", "line-1", "line-2", "line-2.2", "a#0", "\u2028", "%24", " ", "x" * 200]

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from process_tree import kill_all, session_members, still_running
 
 from inferlab.cli import main
-from inferlab.workloads.conformers.inputs import read_molecule_inputs
-from inferlab.workloads.conformers.sdf import read_sdf
+from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.chemistry.sdf import read_sdf
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}

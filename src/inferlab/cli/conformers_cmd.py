@@ -1,6 +1,6 @@
-"""`inferlab conformers generate|evaluate|reference`: generate conformers with the engine (the flags and
-handler live in conformers_generate.py; `inferlab conformers --model ...` is the same command, as issue 4
-spells it), score generated conformers, make ETKDG reference sets.
+"""`inferlab conformers generate|evaluate|reference`: generate conformers with the engine (flags and handler in
+conformers_generate.py; `inferlab conformers --model ...` is the same command), score generated conformers,
+make ETKDG reference sets.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from inferlab.cli.paths import input_file, output_file
-    from inferlab.workloads.conformers.evaluate import EvaluationConfig, evaluate_files, summary_table
+    from inferlab.workloads.conformers.evaluation.evaluate import EvaluationConfig, evaluate_files, summary_table
 
     input_file("--generated", args.generated, (".sdf",), "an SDF of generated conformers")
     input_file("--reference", args.reference, (".sdf",), "an SDF of reference conformers (conformers reference)")
@@ -88,8 +88,8 @@ def _reference(args: argparse.Namespace) -> int:
 
     from inferlab.cli.output_guard_args import molecule_bounds
     from inferlab.cli.paths import input_file, output_file
-    from inferlab.workloads.conformers.inputs import read_molecule_inputs
-    from inferlab.workloads.conformers.reference import ReferenceConfig, write_reference_sdf
+    from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+    from inferlab.workloads.conformers.evaluation.reference import ReferenceConfig, write_reference_sdf
 
     input_file("--input", args.input, None, "a molecule file (.smi, .csv or .tsv)")
     output_file("--output", args.output, (".sdf",), "an SDF of conformers", {"--input": args.input})

@@ -1,5 +1,5 @@
 """`inferlab conformers generate` (also `inferlab conformers --model ...`): the flags, the progress bar and
-the closing summary of the conformer pipeline (inferlab.workloads.conformers.pipeline). Registered by
+the closing summary of the conformer pipeline (inferlab.workloads.conformers.pipeline.generate). Registered by
 conformers_cmd.py beside `evaluate` and `reference`."""
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ REQUIRED = ("model", "input", "output")
 def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     """The generation flags; `required=False` for the `inferlab conformers --model ...` form, whose handler
     checks them itself (the same parser also leads to evaluate and reference)."""
-    from inferlab.workloads.conformers.pipeline_config import SAMPLING_MODES
-    from inferlab.workloads.conformers.profiles import DEFAULT_PROFILE, PROFILES
+    from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE, PROFILES
+    from inferlab.workloads.conformers.pipeline.config import SAMPLING_MODES
 
     g = p.add_argument_group("conformer generation")
     g.add_argument("--model", required=required, help="local checkpoint folder (with its tokenizer)")
@@ -78,7 +78,7 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
 
 
 def pipeline_config_from(args: argparse.Namespace):
-    from inferlab.workloads.conformers.pipeline_config import ConformerSampling, PipelineConfig
+    from inferlab.workloads.conformers.pipeline.config import ConformerSampling, PipelineConfig
 
     return PipelineConfig(
         num_conformers=args.num_conformers,
@@ -121,7 +121,7 @@ def run_generate(args: argparse.Namespace) -> int:
         raise ConfigError("--retry-errors runs without --gpus / --launcher for now: rerun the merged output's "
                           "error rows with one process (the same --output), or rerun into a new output")
     from inferlab.scale.workloads.conformer_pipeline import CONFORMERS, pipeline_params
-    from inferlab.workloads.conformers.output import default_jsonl_path
+    from inferlab.workloads.conformers.pipeline.output import default_jsonl_path
 
     params = pipeline_params(args.model, config, engine_options_from(args))
     outputs = [("--output", args.output, True), ("--output's rows", default_jsonl_path(args.output), True),
@@ -155,8 +155,8 @@ def _run_here(args: argparse.Namespace, config) -> int:
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    from inferlab.workloads.conformers.output import default_jsonl_path
-    from inferlab.workloads.conformers.pipeline import generate_conformers
+    from inferlab.workloads.conformers.pipeline.generate import generate_conformers
+    from inferlab.workloads.conformers.pipeline.output import default_jsonl_path
 
     bar = None
     started = time.perf_counter()
@@ -203,7 +203,7 @@ def write_summary_json(summary, path: str) -> None:
 
 
 def print_summary(summary, output: str) -> None:
-    from inferlab.workloads.conformers.output import default_jsonl_path
+    from inferlab.workloads.conformers.pipeline.output import default_jsonl_path
 
     s = summary.as_dict()
     valid = s["valid_fraction"]

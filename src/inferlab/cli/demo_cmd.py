@@ -1,6 +1,6 @@
 """`inferlab demo`: 3D conformers of a few real molecules with a tiny random checkpoint, constrained so
 that every output is a valid conformer of its molecule; prints validity, speed and where the files are.
-Runs on a CPU in about a minute, and on the GPU when there is one (workloads/conformers/pipeline_demo.py)."""
+Runs on a CPU in about a minute, and on the GPU when there is one (workloads/conformers/pipeline/demo.py)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ def _demo(args: argparse.Namespace) -> int:
 
     from inferlab.cli.paths import output_folder
     from inferlab.cli.token_rate_bar import TokenRateBar
-    from inferlab.workloads.conformers.pipeline_config import ConformerSampling
-    from inferlab.workloads.conformers.pipeline_demo import DemoConfig, default_work_dir, run_demo
+    from inferlab.workloads.conformers.pipeline.config import ConformerSampling
+    from inferlab.workloads.conformers.pipeline.demo import DemoConfig, default_work_dir, run_demo
 
     config = DemoConfig(
         work_dir=output_folder("--work-dir", args.work_dir) if args.work_dir else default_work_dir(),

@@ -77,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_generate, resumes=True)
 
 
-def _taps(args: argparse.Namespace, defaults):
+def _steering_and_collection(args: argparse.Namespace, defaults):
     """(SteerSettings | None, CollectSettings | None, the activations' run settings) from the flags;
     ConfigError on misuse."""
     from dataclasses import asdict
@@ -145,7 +145,7 @@ def _generate(args: argparse.Namespace) -> int:
         gemm=args.gemm,
         kv_dtype=args.kv_dtype,
     )
-    steer, collect, run_settings = _taps(args, defaults)
+    steer, collect, run_settings = _steering_and_collection(args, defaults)
     if wants_scale_out(args):
         from inferlab.errors import ConfigError
 

@@ -23,7 +23,7 @@ def add_input_bound_args(p: argparse.ArgumentParser, molecules: bool = False) ->
     p.add_argument("--max-line-chars", type=_positive, default=DEFAULT_MAX_LINE_CHARS, metavar="N",
                    help="an input line longer than this is an error row, never read whole")
     if molecules:
-        from inferlab.workloads.conformers.input_bounds import DEFAULT_MAX_ATOMS
+        from inferlab.workloads.conformers.chemistry.input_bounds import DEFAULT_MAX_ATOMS
 
         p.add_argument("--max-atoms", type=_positive, default=DEFAULT_MAX_ATOMS, metavar="N",
                        help="a SMILES with more atoms is an error row, refused before RDKit parses it")
@@ -40,7 +40,7 @@ def _positive(text: str) -> int:
 
 
 def molecule_bounds(args: argparse.Namespace):
-    from inferlab.workloads.conformers.input_bounds import InputBounds
+    from inferlab.workloads.conformers.chemistry.input_bounds import InputBounds
 
     return InputBounds(args.max_line_chars, args.max_atoms)
 

@@ -27,7 +27,7 @@ def input_file(flag: str, path: str | Path, kinds: tuple[str, ...] | None, what:
 def output_file(flag: str, path: str | Path, kinds: tuple[str, ...], what: str,
                 inputs: dict[str, str | Path | None] | None = None) -> Path:
     """A file to write (created with its folders if missing): not a folder, one of `kinds`, and not one of
-    one of `inputs` ({flag: path})."""
+    `inputs` ({flag: path})."""
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{flag} {p} is a folder; pass a file path inside it, e.g. {p / ('out' + kinds[0])}")

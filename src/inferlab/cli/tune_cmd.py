@@ -31,7 +31,7 @@ def _kv_dtypes(text: str) -> tuple[str, ...]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from inferlab.workloads.conformers.profiles import DEFAULT_PROFILE, PROFILES
+    from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE, PROFILES
     from inferlab.workloads.winner import MIN_REPEATS
 
     p = sub.add_parser(

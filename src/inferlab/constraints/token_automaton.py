@@ -87,11 +87,11 @@ class GrammarSet:
 def token_texts(tokenizer) -> list[str]:
     """Each id of the tokenizer decoded alone, exactly (no space clean-up, specials kept).
 
-    A fast tokenizer's Rust backend decodes the whole vocabulary in one decode_batch call (~0.25 s for
-    151k ids, against ~1-2 s through batch_decode's per-id Python path: paid by the engine's constraint
-    set-up and by every template-building process). transformers' decode of a fast tokenizer is that same
-    backend call plus the clean-up we turn off; a spread sample of ids (every added token among them) is
-    checked against batch_decode, and any difference falls back to batch_decode for all ids."""
+    A fast tokenizer's Rust backend decodes the whole vocabulary in one decode_batch call, several times
+    faster than batch_decode's per-id Python path (paid by the engine's constraint set-up and by every
+    template-building process). transformers' decode of a fast tokenizer is that same backend call plus the
+    clean-up we turn off; a spread sample of ids (every added token among them) is checked against
+    batch_decode, and any difference falls back to batch_decode for all ids."""
     ids = [[i] for i in range(len(tokenizer))]
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:

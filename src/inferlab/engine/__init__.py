@@ -1,24 +1,11 @@
-"""The generation engine: static KV cache, CUDA-graph decode, GPU sampling, continuous batching; and the
-encoder (engine/packed): packed prefill batches for sequence classification and hidden states.
+"""The generation engine (static KV cache, CUDA-graph decode, GPU sampling, continuous batching) and the
+encoder (engine/packed: packed prefill batches for sequence classification and hidden states).
 
-This package is the engine's whole public surface: code outside inferlab.engine imports these names from
-here, never from its submodules (an import-linter contract in pyproject.toml holds it). Each name is
-imported on first use, so `import inferlab.engine` stays light (no torch).
-
-- Engine, EngineConfig, EngineStats: the engine, its settings, its figures.
-- Request, Result, SamplingParams, Steer, Collect: the request and result types (inferlab.types).
-- compile_program: a constraint (segments) -> the ConstraintProgram a Request carries (inferlab.constraints).
-- SteeringVectors: named steering vectors from a safetensors file (Engine.add_steering_vectors).
-- resolve_steering, SteerEntry, resolve_collect, CollectPlan, wants_taps: the engine's host-side checks of a
-  request's steering and collection, pure functions that other backends (the transformers fallback) share
-  so that every backend refuses the same requests alike.
-- plan_without_loading, resolve_device, fp8_kv_supported: the memory plan an EngineConfig would get (no
-  weights loaded), the device "auto" resolves to, and whether that device runs an FP8 KV cache.
-- Encoder, EncoderConfig, encoder_support: the encoder (engine/packed), its settings, and whether it runs a
-  checkpoint (None, else the reason); PackedBatch, pack_rows: rows packed into one varlen prefill batch;
-  prefill_flops: the model FLOPs of a prefill over given lengths (the same count for every backend).
-- DecodeStepProbe: the engine's decode step on its own (rows, context, sampling fixed) for measuring it: timed
-  steps, and eager steps with every operation inside a profiler range named after its kernel family.
+This package is the engine's whole public surface (docs/engine.md "Public names"): code outside
+inferlab.engine imports these names from here, never from its submodules (an import-linter contract in
+pyproject.toml holds it). Each name is imported on first use, so `import inferlab.engine` needs no torch.
+resolve_steering, resolve_collect and wants_steering_or_collection are the engine's host-side checks of a
+request's steering and collection, shared with the transformers fallback so every backend refuses alike.
 """
 
 from __future__ import annotations
@@ -50,7 +37,7 @@ __all__ = [
     "resolve_collect",
     "resolve_device",
     "resolve_steering",
-    "wants_taps",
+    "wants_steering_or_collection",
 ]
 
 
@@ -73,8 +60,8 @@ def __getattr__(name: str) -> Any:
         from inferlab.engine.collection import CollectPlan as value
     elif name == "DecodeStepProbe":
         from inferlab.engine.step_probe import DecodeStepProbe as value
-    elif name == "wants_taps":
-        from inferlab.engine.tap_support import wants_taps as value
+    elif name == "wants_steering_or_collection":
+        from inferlab.engine.residual_hook_support import wants_steering_or_collection as value
     elif name in ("plan_without_loading", "resolve_device", "fp8_kv_supported"):
         import inferlab.engine.startup
 

@@ -1,36 +1,24 @@
 """Attention over the static KV cache: decode (one query per row) and prefill (right-padded prompts).
 
-Decode attends each row's query to its own cache slot up to that row's real length. Two implementations
-share one signature, both starting from the qkv projection (rope and the cache write included): the fused
-Triton flash-decoding kernel (engine/kernels/triton_attention.py, used on CUDA) and
-`decode_rope_attention_torch` below (torch_ops.rope_qkv + `decode_attention_torch`), used on CPU and as the
-reference in tests. The torch version bounds the
-work by `max_len_hint` (the host's upper bound of the live lengths) when it is given, so on CPU the cost
-follows the live length; inside a CUDA graph no host value may change between replays, so there it reads
-the whole preallocated length with a mask (correct, but slower: that is why the Triton kernel exists).
-With an FP8 cache (engine/kv_quant.py) the reference dequantizes what it reads (value x its position's
-scale, in fp32); the Triton kernel folds the scales into the scores and the probabilities instead.
+Decode attends each row's query to its own cache slot up to that row's real length, starting from the qkv
+projection (rope and the cache write included). The fused Triton kernel (kernels/triton_attention.py)
+runs on CUDA; `decode_rope_attention_torch` here is the CPU path and the test reference. The torch version
+bounds its work by `max_len_hint` (a host bound of the live lengths) when given; inside a CUDA graph no host
+value may change between replays, so there it reads the whole cache with a mask. With an FP8 cache
+(kv_quant.py) the reference dequantizes what it reads; the Triton kernel folds the scales into the scores.
 
-Prefill runs causal SDPA over prompts right-padded to the batch maximum: with right padding the causal mask
-alone keeps every real token from seeing a pad, so no attention mask is needed (which keeps SDPA on its
-fastest kernels). `PrefillAttention` decides once, at the engine's first (warm-up) prefill, how: on CUDA
-FlashAttention with grouped-query heads natively (`enable_gqa`: no K/V expansion, which cost 57 copy
-kernels and 13% of a prefill's GPU time on an H100) and never cuDNN, whose per-shape execution plans made
-the first prefill of every new (batch, length) shape slow (13.6 s of prefill in a job's first call against
-2.8 s in its second, H100); if FlashAttention refuses the inputs (fp32, an unusual head size), K/V are
-expanded and the flash or memory-efficient kernels used, else SDPA's own choice. The probe happens eagerly
-before any CUDA-graph capture, which must never see an exception.
+Prefill runs causal SDPA over right-padded prompts: pads come last, so the causal mask alone keeps real
+tokens from seeing them and no attention mask is needed. `PrefillAttention` chooses the SDPA backend once,
+eagerly, at the engine's first prefill (a CUDA-graph capture must never see an exception): FlashAttention
+with native grouped-query heads (`enable_gqa`: no K/V expansion), never cuDNN (it builds an execution plan
+per new shape, so every new (batch, length) pays a slow first call); failing that, expanded K/V on the
+flash or memory-efficient kernels, else SDPA's own choice.
 
-Gemma 2/3 add two things both paths implement: a per-layer sliding window (a query at position p sees
-positions max(0, p + 1 - window) .. p; 0 = no window) and soft-capped scores (scores -> cap * tanh(scores /
-cap) before the mask and the softmax, Gemma 2). SDPA has no soft-cap and no window, so a layer whose window
-is shorter than the batch's padded length, or whose scores are soft-capped, runs `windowed_attention`
-instead of the probed SDPA path: blocks of queries against only the keys their window reaches, scores and
-softmax in fp32, so its cost and memory follow the window (and a bounded block), not the prompt length
-squared. Which path a layer takes depends on its window, its soft-cap and the padded length only (never on
-token values), and windowed_attention's blocks are fixed by the shapes and launch no host sync, so a
-prefill CUDA graph (prefill_graphs.py) captures either path as it stands; plain causal layers of the same
-model (Gemma's, Gemma 3's global ones, any layer of a short prompt) keep the probed SDPA path.
+Gemma 2/3 add a per-layer sliding window (a query at p sees max(0, p + 1 - window) .. p; 0 = none) and
+soft-capped scores (cap * tanh(scores / cap)). SDPA has neither, so a layer whose window cuts into the
+padded prompt, or whose scores are soft-capped, runs `windowed_attention`: blocks of queries against only
+the keys their window reaches, in fp32, with block sizes fixed by the shapes and no host sync, so prefill
+graphs capture it as they capture SDPA.
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """Hidden states collected while generating: per-row device buffers filled inside the step, copied to the
 host at retirement, and the intake check of a request's `Collect`.
 
-Which positions count: for each generated token, the step that produced it (the prompt's last position in
-prefill for the first token, then each fed-back token's position in decode); the residual stream after
-the layer, after its steering. A row accumulates only while it is live (active and not finished), so
-each of its n tokens is counted exactly once. Per row a mode (none / last / mean / all) and per collected
-layer slot j:
+For each generated token, the residual stream after each collected layer (after its steering) at the
+position that produced it (the prompt's last position in prefill, then each fed-back token's position),
+counted while the row is live. Per row a mode (none / last / mean / all) and per collected layer slot j:
 - `acc [rows, layers, hidden]` fp32: "last" overwrites it, "mean" sums into it (the prefill, n_out = 0,
-  starts the sum: no reset at admission); the host divides by n;
-- `all [rows, layers, cap, hidden]` model dtype (only once a request asks for "all"): token n_out's
+  restarts the sum); the host divides by n;
+- `all [rows, layers, cap, hidden]` model dtype (allocated once a request asks for "all"): token n_out's
   vector at column n_out while n_out < cap.
-The engine's collected layers are the union of what its requests asked for (buffers grow, contents
-kept, when a request needs a layer or a cap they lack; the runner then recaptures the collecting graphs).
-At retirement the rows' buffers are gathered in one launch and copied into pinned memory without blocking
-(`read` -> PendingActivations); the host picks them up one sync point later, when the copy is long done
-(AwaitingResults holds the Results meanwhile).
+The collected layers are the union of what requests asked for: buffers grow (contents kept) when a request
+needs a layer or a cap they lack. At retirement the rows' buffers are gathered and copied into pinned memory
+without blocking (`read` -> PendingActivations); the Results wait one sync point (AwaitingResults).
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """The engine's side of constrained decoding: its ConstraintRuntime, built when the first constrained
 request arrives, and the intake check of each request's program.
 
-Building it costs the GrammarSet of the engine's tokenizer (~0.7 s for Qwen's 151k ids; grammar_set_for
-caches it per tokenizer object, so workloads that compile programs with engine.tokenizer share it), or
-waiting for the one the caller gave (Engine(config, grammar_set=...): a GrammarSet or a Future), and the
-per-row device state; the constrained graph variants are captured when first needed (graphs.py), so the
-first constrained request may arrive while rows are live. An engine that never sees a constraint pays
-none of it, and unconstrained batches keep replaying graphs without the constraint. A failure to build
-(no tokenizer, a vocabulary smaller than the tokenizer, ...) is kept and returned as the reason for every
-constrained request, which then becomes an error Result.
-Not here: the runtime itself (engine/constraints/runtime.py), the step (step.py), admission (runner.py).
+Building it costs the GrammarSet of the engine's tokenizer (grammar_set_for caches it per tokenizer, so
+workloads compiling programs with engine.tokenizer share it), or waiting for the one the caller gave
+(Engine(config, grammar_set=...): a GrammarSet or a Future), plus the per-row device state. The constrained
+graph variants are captured when first needed, so the first constrained request may arrive while rows are
+live; an engine that never sees a constraint pays none of it. A failure to build (no tokenizer, a vocabulary
+smaller than the tokenizer, ...) is kept and returned as the reason for every constrained request.
 """
 
 from __future__ import annotations

@@ -3,20 +3,15 @@
     engine = Engine(EngineConfig(model="path/to/checkpoint"))
     results = engine.generate([Request(id="a", prompt="Hello", sampling=SamplingParams(max_new_tokens=32))])
 
-Start-up (in order, each phase timed in `engine.stats`; the tokenizer loads in a thread beside them,
-`tokenizer_s`, the import of transformers included, unless `load_tokenizer=False`, where a caller that
-constrains passes the GrammarSet: Engine(config, grammar_set=...)): the CUDA context (`device_init_s`), the memory plan
-(refuse what cannot fit), weights (`load_s`; meanwhile threads compile the Triton kernels the warm-up will
-launch, kernel_precompile.py: `precompile_*`), the KV cache and row state (`allocate_s`), the GEMM plan (this
-machine's start-up cache, startup_cache.py, else the package's shipped plans, gemm_plans/, else timed and
-stored: `gemm_plan_source`), the warm-up (runner.warm_up: the prefill at its largest shapes and the largest
-decode graph of each plain filter level captured; `warmup_compiles`: kernels it still compiled); the other
-graphs are captured when first needed. `startup_s` is the wall time of all of it. The loop of a generate/stream
-call is loop.py's. Bad requests become error Results, never exceptions.
+Start-up, each phase timed in `engine.stats`: the CUDA context, the memory plan (refuse what cannot fit),
+the weights (meanwhile threads compile the warm-up's Triton kernels: kernel_precompile.py), the KV cache and
+row state, the GEMM plan (start-up cache, shipped plans, else timed), and the warm-up (runner.warm_up). The
+tokenizer loads in a thread beside them unless `load_tokenizer=False`. Other graphs are captured when first
+needed. A generate/stream call is loop.py's; bad requests become error Results, never exceptions.
 
-Lifetime: `engine.close()`, or `with Engine(config) as engine:`, gives the weights, KV cache, graphs and
-workspaces back at once (engine/lifetime.py); a closed engine refuses calls with EngineClosedError. An
-engine dropped without close is freed by reference counting alone (no reference cycle holds it).
+Lifetime: `engine.close()`, or `with Engine(config) as engine:`, gives the device memory back at once
+(lifetime.py); a closed engine refuses calls with EngineClosedError. An engine dropped without close is
+freed by reference counting alone (no reference cycle holds it).
 """
 
 from __future__ import annotations
@@ -46,7 +41,7 @@ from inferlab.engine.startup import graphs_wanted, make_plan, resolve_device, re
 from inferlab.engine.startup_cache import StartupCache
 from inferlab.engine.stats import EngineStats
 from inferlab.engine.steering_vectors import SteeringVectors
-from inferlab.engine.tap_support import EngineTaps
+from inferlab.engine.residual_hook_support import EngineResidualHooks
 from inferlab.errors import CapacityError
 from inferlab.models.config import read_model_spec
 from inferlab.models.loader import load_weights
@@ -65,13 +60,12 @@ class Engine:
     def __init__(self, config: EngineConfig, grammar_set: Any = None) -> None:
         """`grammar_set`: the GrammarSet (or a Future of one) constrained requests run with, instead of the one
         built from this engine's tokenizer: what an engine without a tokenizer (load_tokenizer=False) needs to
-        constrain (the conformer pipeline's preparing processes build it, so this process never imports
-        transformers: ~2-4 s of GIL-bound imports on the H100 host that slowed the import of torch beside them)."""
+        constrain, so that a caller's process need not import transformers."""
         started = time.perf_counter()
         self._closed = False
         self.config = config
-        # the tokenizer (and the import of transformers, ~1-3 s in a fresh process) is host work: a thread
-        # loads it while this one creates the CUDA context, plans memory and loads the weights
+        # the tokenizer (and the import of transformers) is host work: a thread loads it while this one
+        # creates the CUDA context, plans memory and loads the weights
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferlab-tokenizer")
         tokenizer_job = pool.submit(load_tokenizer_timed, config.model) if config.load_tokenizer else None
         try:
@@ -132,8 +126,8 @@ class Engine:
             "triton" if self.ops.name == "triton" else "torch",
             self.runner.attach_constraints,
         )
-        self.taps = EngineTaps(self.spec, self.dtype, self.device, slots, config.max_steered_layers, self.runner.taps,
-                               self.runner.drop_graphs)
+        self.residual_hooks = EngineResidualHooks(self.spec, self.dtype, self.device, slots, config.max_steered_layers,
+                                                  self.runner.hook_tables, self.runner.drop_graphs)
         self.stats = EngineStats(
             device=str(self.device),
             dtype=str(self.dtype).removeprefix("torch."),
@@ -258,8 +252,8 @@ class Engine:
 
     def _gemm_plan(self) -> None:
         """cuBLAS or the skinny Triton GEMM per projection and decode bucket (engine/gemm_plan.py): the plan
-        measured before (gemm_plans.known_plan: this machine's start-up cache, else the package's shipped
-        plans) when one exists for this GPU, shapes and versions, else timed and stored in the cache."""
+        stored (gemm_plans.known_plan: this machine's start-up cache, else the package's shipped plans) when
+        one exists for this GPU, shapes and versions, else timed and stored in the cache."""
         model, sizes = self.runner.model, self.runner.sizes
         act_mul, activation = model.gemm.act_mul, model.gemm.activation  # the model's MLP (Gemma: GELU-tanh)
         stored, source, key = known_plan(self.startup_cache, model.weights, sizes, self.device, activation)
@@ -286,7 +280,7 @@ class Engine:
             stats.lazy_graphs = capturer.count - count
             stats.lazy_capture_s = capturer.capture_s + capturer.warmup_s - seconds
         stats.constraint_setup_s = self.constraints.setup_s
-        stats.taps_setup_s = self.taps.setup_s
+        stats.steering_collection_setup_s = self.residual_hooks.setup_s
         if self.device.type == "cuda":
             stats.peak_memory_bytes = max(stats.peak_memory_bytes, torch.cuda.max_memory_allocated(self.device))
 
@@ -295,7 +289,7 @@ class Engine:
         """Register a named set (SteeringVectors.load(path)): requests then name its entries,
         `Steer(layer, vector="name", scale)`. Each vector reaches the device when a request using it is
         admitted and stays there while in use (engine/steering.py)."""
-        self.taps.add_vectors(vectors)
+        self.residual_hooks.add_vectors(vectors)
 
     def generate(self, requests: Iterable[Request]) -> list[Result]:
         """Results in the order of `requests` (errors included, as finish_reason "error")."""
@@ -345,5 +339,5 @@ class Engine:
             self.config.seed,
             time.perf_counter(),
             self.constraints.check,
-            self.taps.check,
+            self.residual_hooks.check,
         )

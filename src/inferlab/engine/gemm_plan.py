@@ -1,22 +1,16 @@
 """Which implementation runs each projection of the decode step at each batch bucket: cuBLAS (F.linear)
 or the skinny Triton GEMM (kernels/triton_gemm.py), decided once at start-up by timing both on the device.
 
-At decode batch sizes (M <= 64 rows) a projection streams its weight matrix, and cuBLAS's choice of kernel
-for such skinny shapes reached ~1.8 TB/s on an H200 in the first GPU run (split-K reduce kernels
-included), far from the ~4 TB/s the device copies at. Whether our kernel does better depends on the shape,
-the batch and the GPU, so it is measured, not assumed: for every (projection, bucket <= 64) the engine
-times cuBLAS and a few tiles of the Triton kernel inside a CUDA graph, each call on a cold L2 (a flush
-between calls, timed apart and subtracted), over the real weights of successive layers, and keeps Triton
-only where it wins by more than MARGIN (so the choice does not flip on noise). The MLP is timed as one
-unit: cuBLAS gate_up + silu_mul + cuBLAS down, against the Triton gate_up with the SwiGLU product in its
-epilogue ("gated", no silu_mul launch) and against the Triton down with it in its prologue (Gemma: the same
-with the tanh GELU, `activation="gelu_tanh"`; the kind names keep saying "swiglu"). Prefill (hundreds of
-rows) and the LM head (128k+ rows of weight, where cuBLAS streams at full speed) stay on cuBLAS. The choices
-are fixed for the engine's life and reported in engine.stats.gemm_choices. The timing takes ~20 s on an
-H100 (qwen3-0.6b): `plan_key` / `plan_to_json` / `plan_from_json` let the engine keep a plan in its
-start-up cache (startup_cache.py) and reuse it when the GPU, the shapes, the dtype, the MLP's activation,
-the library versions and this code are the same; gemm_plans/ ships plans measured on our GPUs, keyed by
-`model_fields` and the GPU and software they were measured on.
+At decode batch sizes (M <= 64 rows) a projection streams its weight matrix, and how close cuBLAS or our
+kernel comes to the copy bandwidth depends on the shape, the batch and the GPU, so it is measured, not
+assumed: for every (projection, bucket <= 64) the engine times cuBLAS and a few Triton tiles inside a CUDA
+graph on a cold L2, over the weights of successive layers, and keeps Triton only where it wins by more than
+MARGIN (so the choice does not flip on noise). The MLP is timed as one unit: cuBLAS gate_up + act_mul +
+cuBLAS down, against the Triton gate_up with the gated product in its epilogue ("gated") and the Triton
+down with it in its prologue ("swiglu_down"; Gemma's GELU-tanh uses the same kinds). Prefill and the LM
+head stay on cuBLAS. The choices are fixed for the engine's life (engine.stats.gemm_choices); `plan_key`,
+`plan_to_json` and `plan_from_json` keep a plan in the start-up cache, and gemm_plans/ ships plans measured
+on our GPUs.
 """
 
 from __future__ import annotations
@@ -164,9 +158,8 @@ def plan_from_json(
 
 
 def candidate_configs(n: int, k: int, rows: int, sm_count: int) -> list:
-    """A few tiles per shape, from the GPU sweep of scripts/gpu/kernel_sweep.py (H200, llama-380m shapes):
-    16 to 64 weight rows per program over the whole K (the qkv and o projections at 16 rows ran fastest
-    with 16 rows x 256), and one split-K tile for a narrow output over a long K (down: few tiles)."""
+    """A few tiles per shape: 16 to 64 weight rows per program over the whole K, and one split-K tile for a
+    narrow output over a long K (down: few output tiles)."""
     from inferlab.engine.kernels.triton_gemm import SkinnyConfig
 
     configs = [SkinnyConfig(16, 256 if rows <= 16 else 128, 1), SkinnyConfig(32, 128, 1), SkinnyConfig(64, 128, 1)]

@@ -1,22 +1,16 @@
-"""CUDA graphs of the decode step, one per (batch bucket, step variant), captured once.
+"""CUDA graphs of the decode step, one per (batch bucket, step variant), captured when first needed.
 
 Buckets grow geometrically (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, ...: at most 1.5x padding) up to the
 engine's row count, which is always a bucket. A variant is (sampler filter level, constrained, steered,
-collecting): the host picks one per decode chunk from the live requests, so a batch never pays for a
-filter, a constraint, steering or collection none of its rows uses. A graph is captured when its (bucket,
-variant) is first needed (`ensure`, from the runner at a sync point), so a job captures only what it
-uses: the engine captures the largest bucket of each plain filter level at start-up (which sizes the
-shared pool and compiles the kernels) and the rest lazily. A lazy capture waits for the device (once per
-graph, ~10-30 ms), runs one eager warm-up step inside the runner's `preserved_rows` (rows may be live:
-they are marked inactive for the step and their state is put back afterwards), then captures without
-running anything. `drop` forgets variants whose buffers were replaced (tap_support.py grows collection
-buffers). All graphs share one memory pool (`Capturer`, with the prefill graphs); every tensor a graph
-reads is a static buffer (RowState, KV cache, weights, constraint and tap state) that the host fills
-between replays; nothing is allocated when a graph replays.
+collecting), picked per decode chunk from the live requests, so a batch never pays for what none of its
+rows uses. Start-up captures the largest bucket of each plain filter level (sizing the shared pool); the
+rest are captured by `ensure` at a sync point: a wait for the device, one eager warm-up step inside the
+runner's `preserved_rows` (live rows are left as they were), then the capture. `drop` forgets variants
+whose buffers were replaced. All graphs, prefill ones included, share one memory pool (`Capturer`); every
+tensor a graph reads is a static buffer the host fills between replays, and a replay allocates nothing.
 
-DecodeGraphs keeps no reference to the step it captures (the runner passes it to each `ensure` call): a
-stored step would be a bound method of the runner that owns these graphs, a reference cycle that keeps
-the KV cache alive after its engine is dropped. `close` destroys the graphs; `Capturer.close` the pool.
+DecodeGraphs keeps no reference to the step it captures (the runner passes it to each `ensure`): a stored
+bound method of the runner would be a reference cycle keeping the KV cache alive after its engine is dropped.
 """
 
 from __future__ import annotations

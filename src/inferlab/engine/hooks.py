@@ -1,18 +1,11 @@
-"""The constraint hook points of the step, and the no-constraint implementation.
+"""The constraint hook points of the step (ConstraintHooks), and the no-constraint implementation.
 
-Constrained decoding (engine/constraints/runtime.py, ConstraintRuntime) plugs into the step through this
-protocol. Every call is pure tensor work on static buffers (capturable in a CUDA graph): no host reads,
-no data-dependent shapes. `rows` is None inside the decode step, meaning rows [0, B) where B =
-logits.shape[0] (the bucket); in prefill it is an int64 tensor of the admitted row ids. Where the step
-calls them:
-
-    logits -> mask_logits -> EOS/min-length mask -> sampler (skipping forced_rows) -> emit (choose +
-    advance) -> record
-or, when the hooks have a race with the mask folded in for the step's filter level (`fused_race`):
+Constrained decoding (constraints/runtime.py) plugs into the step through this protocol. Every call is pure
+tensor work on static buffers (capturable): no host reads, no data-dependent shapes. `rows` is None inside
+the decode step (rows [0, B), B = logits.shape[0]) and the admitted row ids in prefill. The step calls them:
+    logits -> mask_logits -> EOS/min-length mask -> sampler (skipping forced_rows) -> emit -> record
+or, with a race that folds the mask in for the step's filter level (`fused_race`):
     logits -> EOS/min-length mask -> fused race -> emit -> record
-
-The host-side lifecycle of the constraint state (assign at admission, move at compaction, release at
-retirement) is the runner's business (runner.py), between decode chunks.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Requests in, results out: validation and tokenisation before a request reaches a row, and the Result
 built from a finished row.
 
-A bad request never raises: `prepare` returns either a Prepared request or a Result with finish_reason
-"error" and a message naming the numbers and the fix (empty prompt, prompt + max_new_tokens over
-max_seq_len, token ids outside the vocabulary, too many stop ids, a constraint the engine cannot run,
-steering entries or a collection the engine cannot run: engine/tap_support.py checks those).
-
-A constrained request (Request.constraint = a ConstraintProgram) is sized by its program: the program's
-max_new_tokens replaces SamplingParams.max_new_tokens (it is the exact bound of the output, EOS
-included), min_new_tokens is 0 (the program forces its own length) and the stop table holds only the
-program's EOS, which ends the row (ignore_eos does not apply; stop_token_ids are refused: a stop inside
-the template would cut it). Temperature, top-k, top-p, min-p and the seed apply as usual.
-
-`RequestSource` is the lazy side of intake: it pulls requests from the caller's iterable only when the
-engine asks (engine/loop.py), numbering them in the order they came.
+A bad request never raises: `prepare` returns a Prepared request or an error Result naming the numbers and
+the fix. A constrained request is sized by its ConstraintProgram: the program's exact output bound replaces
+max_new_tokens, min_new_tokens is 0 and the stop table holds only the program's EOS (stop_token_ids are
+refused: a stop inside the template would cut it); temperature, top-k, top-p, min-p and the seed apply.
+`RequestSource` pulls requests from the caller's iterable only when the loop asks, numbering them in order.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from inferlab.engine.sampler import filter_level
-from inferlab.engine.tap_support import wants_taps
+from inferlab.engine.residual_hook_support import wants_steering_or_collection
 from inferlab.models.output_text import output_text
 from inferlab.types import Request, Result, SamplingParams, Timings
 
@@ -96,10 +88,10 @@ def prepare(
     engine_seed: int,
     now: float,
     check_constraint: Callable[[Any], str | None] = lambda program: "this engine runs no constraints",
-    check_taps: Callable[[Request, SamplingParams], Any] = lambda request, s: "this engine runs no steering",
+    check_residual_hooks: Callable[[Request, SamplingParams], Any] = lambda request, s: "this engine runs no steering",
 ) -> Prepared | Result:
     """`check_constraint(program)` returns None when the engine can run the program, else why not;
-    `check_taps(request, sampling)` returns (steering entries, collect plan) or why they cannot run."""
+    `check_residual_hooks(request, sampling)` returns (steering entries, collect plan) or why they cannot run."""
     timings = Timings(submitted_s=now)
     s = request.sampling
     if request.constraint is not None:
@@ -173,8 +165,8 @@ def prepare(
             timings,
         )
     steering, collect = [], None
-    if wants_taps(request):
-        checked = check_taps(request, s)
+    if wants_steering_or_collection(request):
+        checked = check_residual_hooks(request, s)
         if isinstance(checked, str):
             return error_result(request, checked, n, timings)
         steering, collect = checked

@@ -1,20 +1,17 @@
 """Triton compiles off the start-up's critical path: the warm-up's kernels compiled while the weights load.
 
-On a fresh machine (an empty Triton cache) the warm-up (ModelRunner.warm_up) compiles every kernel
-specialisation it launches, one after another, as it first launches it. KernelPrecompile starts before the
-weights load: a thread runs that same warm-up on a dry runner, the engine's model built over "meta" tensors
-(shapes and strides without memory) with the engine's ops, GEMM plan, slots and lengths (and, where the
-engine will time its GEMM plan, the timing's candidates, gemm_plan.launch_candidates), where every Triton
-launch only compiles. Each specialisation goes to a pool of compile threads (Triton's AsyncCompileMode: the
-compiler's MLIR passes and ptxas run outside the GIL, so the threads overlap), which also load it as its
-first launch would (the module, and in Triton 3.6 a launcher per signature built with the host's C
-compiler); it lands in the JIT's in-memory cache and Triton's disk cache, where the real warm-up finds it. Because the dry run is
-the warm-up's own code, the two cannot drift apart; tests/unit/engine/test_engine_kernel_precompile.py
-records both (each launch's kernel and Triton's specialisation key, without a GPU) and compares them.
+With an empty Triton cache the warm-up (ModelRunner.warm_up) would compile every specialisation it launches,
+one after another. KernelPrecompile starts before the weights load: a thread runs that same warm-up on a dry
+runner, the engine's model built over "meta" tensors with the engine's ops, GEMM plan, slots and lengths
+(plus the GEMM timing's candidates where the engine will time its plan), where every Triton launch only
+compiles. The compiles run in a thread pool (Triton's AsyncCompileMode: MLIR passes and ptxas release the
+GIL) that also loads each kernel as its first launch would, into the JIT's in-memory cache and Triton's disk
+cache, where the real warm-up finds it. The dry run is the warm-up's own code, so the two cannot drift apart
+(tests/unit/engine/test_engine_kernel_precompile.py compares their launches).
 
-The engine waits for the precompile before its GEMM plan and warm-up: nothing launches a Triton kernel, and
-no CUDA graph is captured, while the dry run runs. `divert_launches` is the one hook into Triton: it routes
-the launches of the calling thread (only) to a sink; other threads launch as usual.
+The engine waits for the precompile before its GEMM plan and warm-up: nothing launches a Triton kernel or
+captures a graph meanwhile. `divert_launches` is the one hook into Triton: it routes the calling thread's
+launches (only) to a sink.
 """
 
 from __future__ import annotations

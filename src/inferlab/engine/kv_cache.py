@@ -1,19 +1,15 @@
 """The static KV cache and the memory plan that sizes it.
 
-KVCache holds K and V as [layers, slots, kv_heads, max_len, head_dim], allocated once; a row of the batch
-writes into its own slot at its own position, so no cache memory is ever allocated after start-up. Its
-element type is the model dtype, or float8_e4m3fn (`EngineConfig.kv_dtype="fp8"`) with one fp32 scale per
-(layer, slot, kv head, position) for K and for V beside it (`k_scale`, `v_scale`; engine/kv_quant.py).
-Every per-position tensor is a field here, so whatever copies or moves a slot's K/V copies them all: rows
-that share a prompt get its K/V (and scales) by `copy_prefix`, one device copy from the slot that was
-prefilled, no host sync.
+KVCache holds K and V as [layers, slots, kv_heads, max_len, head_dim], allocated once: a row writes into
+its own slot at its own position, so nothing is allocated after start-up. The element type is the model
+dtype, or float8_e4m3fn (`EngineConfig.kv_dtype="fp8"`) with an fp32 scale per (layer, slot, kv head,
+position) for K and for V (`k_scale`, `v_scale`; kv_quant.py). Every per-position tensor is a field here,
+so `copy_prefix` (rows sharing a prompt get its K/V by one device copy) copies them all.
 
-MemoryModel prices a configuration (slots x max_len) in bytes: weights, the KV cache, each slot's output
-buffer, the per-row workspace of the decode graphs (logits, sampler sort buffers) and of the eager prefill,
-the prefill activations for the largest prefill batch, and a fixed reserve (cuBLAS/Triton workspaces,
-allocator slack). `plan_memory` fills in whatever the user left open (slots, length or both) and refuses a
-configuration that cannot fit with a CapacityError naming the largest feasible values. It is pure
-arithmetic on a byte budget, so it is unit-tested on CPU (EngineConfig.memory_budget_bytes).
+MemoryModel prices a configuration (slots x max_len) in bytes: weights, the KV cache, the output buffers,
+the decode and prefill workspaces, the largest prefill batch's activations and a fixed reserve.
+`plan_memory` fills in whatever the user left open and refuses a configuration that cannot fit with a
+CapacityError naming the largest feasible values; it is pure arithmetic on a byte budget.
 """
 
 from __future__ import annotations

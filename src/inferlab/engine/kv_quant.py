@@ -1,16 +1,12 @@
 """FP8 (e4m3fn) storage of K and V with one fp32 scale per (layer, slot, kv head, position): the torch side.
 
-A head's new key (or value) x [head_dim] is stored as q = round_e4m3(x / s) with s = max|x| / 448 (448 is
-e4m3's largest finite value), and read back as q * s. The scale is dynamic (computed when the position is
-written, in prefill and in decode), so neither calibration nor trained weights are needed, and every head
-position uses the whole e4m3 range: the error is that of 3 mantissa bits, <= 2^-4 relative per element
-(the largest element of each head is stored exactly).
-
-`round_e4m3` rounds to the e4m3 grid (round to nearest even, saturating at +-448, subnormals included) in
-fp32 arithmetic, so the cast to float8_e4m3fn afterwards is exact. The Triton kernels do the same
-operations (kernels/triton_fp8.py): the torch reference and the kernels agree bit for bit whatever the
-conversion instruction or the Triton interpreter would do (the interpreter's own fp32 -> fp8 cast loses
-the carry when a value rounds up to the next power of two: 31.6 -> 16 instead of 32).
+A head's new key (or value) x [head_dim] is stored as q = round_e4m3(x / s), s = max|x| / 448 (e4m3's largest
+finite value), and read back as q * s. The scale is computed when the position is written, so no calibration
+is needed and each head position uses the whole e4m3 range (3 mantissa bits: <= 2^-4 relative error).
+`round_e4m3` rounds to the e4m3 grid in fp32 arithmetic (ties to even, saturating, subnormals included), so
+the cast to float8_e4m3fn afterwards is exact; the Triton kernels do the same operations (kernels/
+triton_fp8.py), so both store the same bytes whatever the conversion instruction or the Triton interpreter
+(whose fp32 -> fp8 cast drops the carry of a value rounding up to the next power of two) would do.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """The end of an Engine's life: what close() releases, what a closed engine answers, and the allocator calls
-that hand the freed memory back to the device.
+that hand freed memory back to the device.
 
-An Engine owns its device memory through a tree with no reference cycles (engine -> runner -> model
-weights, KV cache, rows, decode graphs and their pool; engine -> constraint support -> runtime; engine ->
-snapshot buffers), so dropping the last reference frees it at once, without the garbage collector;
-`Engine.close()` frees it even while references to the engine remain (a notebook variable, an abandoned
-stream) and then empties PyTorch's caches, so `torch.cuda.memory_reserved()` and the next engine's budget
-see the memory again. After close, the attributes below raise EngineClosedError; configuration and
-statistics (config, spec, plan, stats, device, dtype) stay readable.
+An Engine owns its device memory through a tree without reference cycles (engine -> runner -> weights, KV
+cache, rows, graphs; engine -> constraint support -> runtime; engine -> snapshot buffers), so dropping the
+last reference frees it at once. `Engine.close()` frees it even while references to the engine remain, then
+empties PyTorch's caches so the next engine's budget sees the memory. After close the RELEASED attributes
+raise EngineClosedError; config, spec, plan, stats, device and dtype stay readable.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import torch
 
 from inferlab.errors import EngineClosedError
 
-RELEASED = ("runner", "constraints", "taps", "tokenizer", "_snapshots")  # Engine attributes close() drops
+RELEASED = ("runner", "constraints", "residual_hooks", "tokenizer", "_snapshots")  # Engine attributes close() drops
 
 
 def closed_error(what: str) -> EngineClosedError:

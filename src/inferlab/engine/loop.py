@@ -1,25 +1,18 @@
 """One generate/stream call: requests pulled lazily from the caller's iterable, then sync points until it is
-exhausted and every admitted request has finished. Owns the host side of the loop; the device work is the
-runner's (runner.py), which request sits in which row is the scheduler's (scheduler.py).
+exhausted and every admitted request has finished. The host side of the loop; the device work is the
+runner's (runner.py), which request sits in which row the scheduler's (scheduler.py).
 
 A sync point: admit queued requests into free rows (prefill), launch up to `decode_steps_per_sync` decode
 steps and a snapshot of the rows' progress, top up the queue from the iterable, then read the *previous*
 chunk's snapshot (snapshots.py) while this chunk runs: deliver tokens, retire finished requests into
-Results (their rows refill at the next sync point), compact the batch when it drains for good.
+Results (their rows refill at the next sync point), compact the batch once it drains for good.
 
-Lazy intake (the contract with callers that pass one generator for a whole job): the iterable is pulled
-only at sync points and only as far as rows and a bounded queue need it:
-- before the chunk is launched, only what an admission due now needs (free rows not covered by the
-  queue), or, when the device has nothing to do, whatever fills the free rows (at least one request);
-- after the chunk is launched (the device is busy), enough to hold `queue_ahead` requests waiting, so
-  the next sync point's refill usually needs no pull at all.
-So a generator of millions of requests is never materialised, it may yield new requests after some
-results came back (retries), and its errors come back as error Results as it is pulled. The engine
-waits for the generator whenever it pulls: a generator slower than the device stalls it (the time is
-`stats.intake_s`; `stats.intake_blocking_s` is the part spent before a launch, while the device may
-have been idle). The batch is compacted only once the iterable is exhausted, so it never drains early.
-A request that collects hidden states gets its Result one sync point after retirement: its rows' buffers
-are copied to the host behind the running chunk meanwhile (collection.AwaitingResults).
+Lazy intake: the iterable is pulled only at sync points and only as far as rows and a bounded queue need:
+before the launch, what an admission due now needs (or, with the device idle, at least one request);
+after it, enough to hold `queue_ahead` requests waiting. So a generator of millions of requests is never
+materialised, it may yield new requests after results came back (retries), and a generator slower than
+the device stalls it (`stats.intake_s`, `stats.intake_blocking_s`). A collecting request's Result comes
+one sync point after retirement, once its activations reached the host (collection.AwaitingResults).
 """
 
 from __future__ import annotations
@@ -253,7 +246,7 @@ class GenerationLoop:
                 else:
                     results.append((item.index, result))
         if collected:  # copied behind the running chunk, delivered at the next read
-            self.awaiting.add(self.runner.taps.collection, collected)
+            self.awaiting.add(self.runner.hook_tables.collection, collected)
         if released:
             self.runner.release(released)
         return results

@@ -1,20 +1,19 @@
 """The device side of the loop: admit rows, prefill them, run decode steps (graph replays or eager), release.
 
-ModelRunner owns the model, the KV cache, the per-row state (with its steering and collection tables,
-taps.py) and the decode and prefill graphs. It knows rows, not requests: the engine (engine.py, loop.py)
-decides which request goes to which row (scheduler.py) and turns rows back into Results. Host-side input
-preparation (padding prompts, building per-row parameter tensors)
-happens here, apart from the device calls, and only between decode chunks.
+ModelRunner owns the model, the KV cache, the per-row state (with its steering table and collection
+buffers, residual_hooks.py) and the decode and prefill graphs. It knows rows, not requests: the engine
+(engine.py, loop.py) decides which request goes to which row (scheduler.py) and turns rows back into
+Results. Host-side input preparation (padding prompts, per-row parameter tensors) happens here, apart
+from the device calls, and only between decode chunks.
 
-Shared prompts: the rows of one prefill batch whose prompts are equal are prefilled once (one lane per
-distinct prompt); the other rows get the prompt's K/V by a device copy from the lane's slot
-(KVCache.copy_prefix) and sample their own first token (their own seed) from the lane's logits.
+Shared prompts: rows of one prefill batch with equal prompts are prefilled once (one lane per distinct
+prompt); the other rows get the prompt's K/V by a device copy from the lane's slot (KVCache.copy_prefix)
+and sample their own first token (their own seed) from the lane's logits.
 
 Decode graphs are captured when a (bucket, variant) is first needed (graphs.py), possibly while requests
-are live: the capture's warm-up step runs inside `preserved_rows`, which saves the rows' state and puts
-it back, so no row advances. Its K/V writes are harmless: it writes each row's current position with the
-values the next real step writes there again, and the position after it, which a row always writes
-before it reads.
+are live: the capture's warm-up step runs inside `preserved_rows`, so no row advances. Its K/V writes are
+harmless: it writes each row's current position with the values the next real step writes there again,
+and the position after it, which a row always writes before it reads.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from inferlab.engine.prefill_graphs import PrefillGraphs, right_padded
 from inferlab.engine.rows import RowState
 from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.step import finish_step
-from inferlab.engine.taps import RowTaps
+from inferlab.engine.residual_hooks import HookTables
 from inferlab.engine.transfer import tensor_on, to_device
 from inferlab.engine.forwards.llama import LlamaModel
 from inferlab.models.config import ModelSpec
@@ -62,7 +61,7 @@ class ModelRunner:
         self.ops = ops
         self.share_prompts = share_prompts
         self.constraints = None  # a ConstraintRuntime once the engine met a constrained request
-        self.taps = RowTaps(ops, rows, model.spec.num_layers)  # steering and collection, made on first use
+        self.hook_tables = HookTables(ops, rows, model.spec.num_layers)  # steering and collection, made on first use
         self.device = cache.k.device
         self.num_rows = rows.tokens.shape[0]
         self.sizes = bucket_sizes(self.num_rows)
@@ -87,8 +86,8 @@ class ModelRunner:
         """One eager decode step over rows [0, b) (what each graph captured; also used to profile)."""
         variant = Variant(*variant)
         r = self.rows
-        taps = self.taps.for_decode(b, variant.steered, variant.collecting)
-        logits = self.model.decode(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint, taps=taps)  # [b, V]
+        hooks = self.hook_tables.for_decode(b, variant.steered, variant.collecting)
+        logits = self.model.decode(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint, residual_hooks=hooks)  # [b, V]
         hooks = self.constraints if variant.constrained else NO_CONSTRAINTS
         finish_step(logits, r.view(b), hooks, self.ops, variant.level)
 
@@ -99,7 +98,7 @@ class ModelRunner:
         self.graphs = DecodeGraphs(self.sizes, capturer)
         lanes = min(self.num_rows, max_prefill_tokens)
         self.prefill_graphs = PrefillGraphs(self.model, self.cache, self.rows.slots, lanes, self.cache.max_len,
-                                            max_prefill_tokens, capturer, self.taps)
+                                            max_prefill_tokens, capturer, self.hook_tables)
 
     def ensure_graph(self, b: int, variant: Variant) -> None:
         """Capture the decode graph of (bucket b, variant) unless it exists (rows may be live)."""
@@ -114,7 +113,7 @@ class ModelRunner:
         self.constraints = runtime
 
     def drop_graphs(self, predicate) -> None:
-        """Forget captured decode variants and prefill graphs whose buffers were replaced (tap_support.py grows
+        """Forget captured decode variants and prefill graphs whose buffers were replaced (residual_hook_support.py grows
         collection buffers): `predicate` reads `.steered` / `.collecting`, which Variant and PrefillKey share."""
         for graphs in (self.graphs, self.prefill_graphs):
             if graphs is not None:
@@ -164,7 +163,7 @@ class ModelRunner:
             self.constraints.assign_rows(list(row_ids), [item.constraint for item in items])
         else:
             assert all(item.constraint is None for item in items), "constrained request without a runtime"
-        self.taps.admit(row_ids, items)
+        self.hook_tables.admit(row_ids, items)
 
         def col(values, dtype):
             return torch.tensor(values, dtype=dtype)
@@ -233,12 +232,12 @@ class ModelRunner:
         idx, lane_idx, follower_rows, source_rows, *lane_inputs = torch.split(staged[: sum(sizes)], sizes)
         if shape is not None:
             block = self.prefill_graphs.host_block(shape, prompts, [row_ids[i] for i in leaders])
-            logits = self.prefill_graphs.run(shape, block, steered, collecting)[:u]  # [u, V], taps inside
+            logits = self.prefill_graphs.run(shape, block, steered, collecting)[:u]  # [u, V], residual hooks inside
         else:
             lengths, lane_rows = lane_inputs
             tokens = staged[sum(sizes) :].view(u, longest)
-            taps = self.taps.for_prefill(lane_rows, lengths, longest, steered, collecting)
-            logits = self.model.prefill(tokens, lengths, self.rows.slots[lane_rows], self.cache, taps=taps)  # [u, V]
+            hooks = self.hook_tables.for_prefill(lane_rows, lengths, longest, steered, collecting)
+            logits = self.model.prefill(tokens, lengths, self.rows.slots[lane_rows], self.cache, residual_hooks=hooks)  # [u, V]
         if m:
             length = max(items[i].prompt_len for i in followers)
             self.cache.copy_prefix(self.rows.slots[source_rows], self.rows.slots[follower_rows], length)
@@ -293,14 +292,13 @@ class ModelRunner:
     def release(self, row_ids: Sequence[int]) -> None:
         idx = tensor_on(list(row_ids), torch.int64, self.device)
         # index_fill_, not `t[idx] = False`: a Python scalar assigned by index is copied to the device from
-        # pageable memory, which synchronises with the stream (the H100 trace: ~95 ms per release, the host
-        # waiting out the running chunk and the device then idle while the host admitted and launched)
+        # pageable memory, which synchronises with the stream: the host would wait out the running chunk
         self.rows.active.index_fill_(0, idx, False)
         self.rows.finished.index_fill_(0, idx, False)
         self.rows.positions.index_fill_(0, idx, 0)
         if self.constraints is not None:
             self.constraints.release_rows(idx)
-        self.taps.release(row_ids)
+        self.hook_tables.release(row_ids)
 
     def close(self) -> None:
         """Drop every device buffer the runner owns (Engine.close): the decode and prefill graphs and their
@@ -310,7 +308,7 @@ class ModelRunner:
             self.graphs.close()
             self.prefill_graphs.close()
             self.graphs.capturer.close()
-        self.graphs = self.prefill_graphs = self.constraints = self.taps = None
+        self.graphs = self.prefill_graphs = self.constraints = self.hook_tables = None
         self.cache = self.rows = self.model = None
 
     def move(self, moves: Sequence[tuple[int, int]]) -> None:
@@ -319,4 +317,4 @@ class ModelRunner:
         self.rows.move_(src, dst)
         if self.constraints is not None:
             self.constraints.move_rows(src, dst)
-        self.taps.move(src, dst, moves)
+        self.hook_tables.move(src, dst, moves)

@@ -1,35 +1,27 @@
 """Token selection on the device: greedy, temperature, top-k, top-p, min-p, per row, seeded, no host sync.
 
-Order as in transformers: temperature, then top-k, top-p, min-p. Each filter keeps the tokens whose logit
-is >= a per-row threshold, so together they reduce to one threshold per row, the largest of:
+Filters (in transformers' order: temperature, top-k, top-p, min-p) each keep the tokens whose logit is >= a
+per-row threshold, so together they are one threshold per row, the largest of:
   top-k: the k-th largest logit;   min-p: max + T * log(min_p)  (p_i >= min_p * p_max at temperature T);
   top-p: the smallest logit kept by transformers' rule (softmax at temperature T over the top-k survivors,
          sort ascending, drop the prefix whose cumulative probability is <= 1 - top_p; keep at least one).
-Thresholds are compared in *key* space: float_key maps fp32 to int32 preserving order, so a threshold is
-exact (no rounding of logit / T) and the Triton kernel (kernels/triton_filter.py) can find it by radix
-selection instead of sorting. Ties at a threshold are all kept. This module's `filter_threshold` is the
-sort-based reference (CPU, tests). The caller passes a filter level (FILTER_NONE / FILTER_MIN_P /
-FILTER_TOP_P / FILTER_TOP_K) chosen on the host from the admitted requests, so a batch never pays for a
-filter none of its rows uses.
+Thresholds are compared in *key* space (float_key: fp32 -> int32, order kept), so they are exact and the
+Triton kernel (kernels/triton_filter.py) finds them by radix selection; ties at a threshold are kept.
+`filter_threshold` here is the sort-based reference. The host picks a filter level per batch
+(FILTER_NONE < MIN_P < TOP_P < TOP_K) so a batch never pays for a filter none of its rows uses.
 
-Top-p without top-k (FILTER_TOP_P, the common case) skips the threshold search, whose radix passes cost
-~2.2 ms per step at 256 rows x 128k vocabulary on an H200, half the step: `top_p_by_rejection` races
-over the tokens above a pivot and accepts the draw when it is at or above the min-p floor and the mass
-strictly above its logit is < top_p x the total, which is exactly membership of the kept set above (an
-upper set in key order, ties at the threshold kept). A rejected draw is outside the kept set, and so is
-everything at or below its key (and below the floor): the pivot moves up past it. Round 0 races over every
-token, so it needs no row maximum beforehand (the Triton race computes the maximum and the total mass in the
-same pass). Each round accepts with probability >= the kept set's mass, so after TOP_P_ROUNDS rounds the
-few rows still open take the exact threshold (the radix passes run for them alone) and one last race.
-Conditioned on acceptance a draw follows the kept distribution, so the tokens are distributed exactly as
-with the threshold; they are other draws than the threshold path's for the same seed (fresh noise per
-round, keyed by the round).
+Top-p without top-k skips the threshold search (its radix passes read the logits many times):
+`top_p_by_rejection` races over the tokens above a pivot and accepts the draw when it is at or above the
+min-p floor and the mass strictly above its logit is < top_p x the total, which is exactly membership of
+the kept set. A rejected draw and everything at or below its key are outside the kept set: the pivot moves
+past it. Each round accepts with probability >= the kept mass; after TOP_P_ROUNDS the rows still open take
+the exact threshold and one last race. Conditioned on acceptance a draw follows the kept distribution, so
+tokens are distributed exactly as with the threshold (other draws for the same seed: noise per round).
 
-Sampling is the exponential race: token = argmax_i p_i / E_i with E_i ~ Exp(1), i.e. argmax of
-logit_i / T - log(E_i), computed in base 2 (race_noise). E_i comes from a counter-based hash of (request
-seed, token index, vocab index) computed with integer tensor ops, so a request's tokens depend on its seed
-only - never on its batch, row or neighbours - and no generator state exists. Greedy rows take the plain
-argmax (first index on ties, as torch.argmax).
+Sampling is the exponential race: token = argmax_i logit_i / T - log(E_i), E_i ~ Exp(1), in base 2
+(race_noise). E_i comes from a counter-based hash of (request seed, token index, vocab index), so a
+request's tokens depend on its seed only, never on its batch, row or neighbours, and no generator state
+exists. Greedy rows take the plain argmax (first index on ties, as torch.argmax).
 """
 
 from __future__ import annotations
@@ -39,9 +31,8 @@ import torch
 MASK32 = 0xFFFFFFFF
 GOLDEN = 0x9E3779B9  # spreads consecutive vocabulary ids before mixing
 # 23 random bits: ((h >> 9) + 0.5) / 2^23 lies in [2^-24, 1 - 2^-24], exactly representable in fp32. With 24
-# bits the largest value, (2^24 - 0.5) / 2^24, rounds to 1.0 in fp32: noise -log(-log(1)) = +inf, and the
-# token won the race whatever its logit (or came out NaN over a masked -inf logit): ~1% of the draws per
-# step at a 150k vocabulary were uniform junk, and constrained rows left their grammar.
+# bits the largest value rounds to 1.0 in fp32: its noise -log(-log(1)) is +inf, so that token would win
+# the race whatever its logit (NaN over a masked -inf logit), a masked token included.
 UNIFORM_BITS = 23
 UNIFORM_SCALE = 1.0 / (1 << UNIFORM_BITS)
 

@@ -1,28 +1,20 @@
-"""Which request runs in which row, and when: the host-side scheduler (no tensors, unit-tested on CPU).
+"""Which request runs in which row, and when: the host-side scheduler (no tensors).
 
-Requests wait in a FIFO queue. At each sync point the engine asks for admissions: the queue's head fills the
-free rows (which requests get in is FIFO) and the admitted requests are grouped into prefill batches whose
-padded size (distinct prompts x longest prompt) stays within `max_prefill_tokens`, which bounds prefill
-activation memory. The grouping is by prompt length (`by_length`, the default): the admitted prompts,
-longest first, are cut into consecutive batches, so each batch's prompts have similar lengths and right
-padding to the batch's longest wastes little device work. In queue order, prompts of 400-1,200 tokens
-padded 1.37x their tokens (8,192-token batches; 1.02x sorted: scripts/prefill_host_cpu.py reports
-`prefill_padded_tokens`), and a prefill's device time follows its padded tokens.
+Requests wait in a FIFO queue. At each sync point the queue's head fills the free rows, and the admitted
+requests are grouped into prefill batches whose padded size (distinct prompts x longest prompt) stays
+within `max_prefill_tokens` (the bound of prefill activation memory). With `by_length` (the default) the
+admitted prompts are sorted longest first and cut into consecutive batches, so right padding wastes little.
 
 - continuous batching: rows freed by finished requests are refilled at a sync point while the other rows
-  keep decoding; nobody waits for the longest row of a batch. A prefill costs its kernel launches whatever
-  its size (~4 ms for 16 layers, eager), so refills wait until `min_admission` rows are free (or the queue
-  cannot fill more, or nothing is live): one prefill per few finished rows, not one per sync point.
-- static batching: admission happens only when every row is free (a whole batch in, a whole batch out),
-  which is what fixed-batch generation does; kept to measure the difference.
+  keep decoding. A prefill costs its launches whatever its size, so a refill waits until `min_admission`
+  rows are free (or the queue cannot fill more, or nothing is live).
+- static batching: admission only when every row is free (a whole batch in, a whole batch out), for
+  comparison with fixed-batch generation.
 
-Shared prompts: with a `prompt_key`, requests admitted at one sync point whose prompts are equal form
-one group: the first is the group's prefill lane, the others ride in its prefill batch at no token cost
-(the runner prefills the prompt once and copies its K/V into their slots), so the token bound counts
-each distinct prompt once.
-
-When the batch drains (free rows below live ones), `compaction` pairs live rows above the smallest bucket
-that holds them with free rows below it, so the tail runs in a smaller CUDA graph.
+Shared prompts: with a `prompt_key`, requests admitted together with equal prompts form one group whose
+first member is the prefill lane; the others ride in its batch at no token cost (their K/V are copied).
+`compaction` moves live rows above the smallest bucket holding them into free rows below it, so the tail
+of a job runs in a smaller CUDA graph.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """What the host learns from the device, one decode chunk late: snapshots of the rows' progress.
 
-After each decode chunk the runner enqueues a snapshot: for rows [0, b), the tokens each row produced
-since its previous snapshot (a window gathered from `out` starting at the device-side `copied` counter),
-its `n_out`, `finished` and `reason`, packed into one int64 tensor and copied without blocking into a
-pinned host buffer, with an event behind it. The engine then launches the next chunk *before* it waits
-for the previous snapshot, so result building, retirement, admission and prefill launches on the host
-overlap the device's work instead of leaving it idle.
-
-A snapshot records which request each row held when it was taken: requests retire, rows are refilled
-and compaction moves rows while a snapshot is in flight, so it is always read through that record.
+After each decode chunk the runner enqueues, for rows [0, b), the tokens each row produced since its last
+snapshot, its `n_out`, `finished` and `reason`, packed into one int64 tensor and copied without blocking
+into a pinned host buffer behind an event. The engine launches the next chunk *before* it reads the
+previous snapshot, so host work overlaps the device's. A snapshot records which request each row held
+when it was taken (rows retire, refill and move while it is in flight), and is read through that record.
 """
 
 from __future__ import annotations

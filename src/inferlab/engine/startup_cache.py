@@ -1,19 +1,14 @@
-"""What the engine measures at start-up, kept on disk and reused by the next start of the same job.
+"""What the engine measures at start-up (the GEMM plan), kept on disk and reused by the next start of the same job.
 
-Start-up decisions that come from timing the device (today: the GEMM plan, engine/gemm_plan.py, ~20 s of
-timing on an H100) are stored as small JSON files under a cache folder and read back by an engine whose
-key is the same. A key names everything the measurement depends on: the GPU, the model's shapes, the
-dtype, the torch / triton / CUDA versions, and a fingerprint of the source of the code that makes the
-choice (so editing that code invalidates old entries by itself). The file name is a hash of the key, and
-the file repeats the key: an entry whose stored key differs from the one asked for (stale) or that does
-not parse (corrupt, e.g. a crash mid-write on a filesystem without atomic rename) is ignored with a
-warning and replaced by the next store. Writes go to a temporary file in the same folder and are renamed
-into place (atomic on POSIX), so two engines starting at once never read half a file. A cache folder that
-cannot be written costs a warning, never the start-up.
+An entry is a small JSON file under `<root>/<kind>/<hash of the key>.json` that repeats its key. A key names
+everything the measurement depends on: the GPU, the model's shapes, the dtype, the torch / triton / CUDA
+versions and a fingerprint of the code that makes the choice (editing that code invalidates old entries).
+An entry whose stored key differs (stale) or that does not parse (corrupt) is ignored with a warning and
+replaced by the next store. Writes go to a temporary file renamed into place, so two engines starting at
+once never read half a file; a folder that cannot be written costs a warning, never the start-up.
 
 Where: `EngineConfig.cache_dir`, else `$INFERLAB_CACHE_DIR`, else `$XDG_CACHE_HOME/inferlab` (default
-`~/.cache/inferlab`); `EngineConfig.startup_cache=False` turns it off. Layout: `<root>/<kind>/<hash>.json`.
-Not here: what is measured (gemm_plan.py) or when (engine.py).
+`~/.cache/inferlab`); `EngineConfig.startup_cache=False` turns it off.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class EngineStats:
     lazy_graphs: int = 0  # graphs (decode or prefill) captured during generate/stream calls, when first needed
     lazy_capture_s: float = 0.0  # their capture, eager warm-up run and wait for the device
     constraint_setup_s: float = 0.0  # grammar set and constraint runtime, at the first constrained request
-    taps_setup_s: float = 0.0  # steering table and collection buffers, when first needed (captures: lazy_capture_s)
+    steering_collection_setup_s: float = 0.0  # steering table and collection buffers, when first needed (captures: lazy_capture_s)
     prefill_s: float = 0.0  # device clock, from admission to the last prefill kernel (host launch gaps included)
     prefill_host_s: float = 0.0  # host time spent admitting and launching prefills
     prefill_batches: int = 0

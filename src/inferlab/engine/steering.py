@@ -3,16 +3,14 @@ check of a request's steering entries.
 
 A request's `Steer(layer, vector, scale)` entries add `scale * vector` to the residual stream after those
 decoder layers, at every position, in prefill and in every decode step. On the device:
-- `vectors [capacity, hidden]` (model dtype): each distinct vector once. Vectors are keyed by their
-  content, so a thousand requests steering with one vector share one slot, uploaded once; a slot whose
-  last request retired stays cached until its place is needed (least recently used first). The capacity,
-  rows x `EngineConfig.max_steered_layers`, holds the vectors of every live row at once, so admission
-  never waits for a slot.
+- `vectors [capacity, hidden]` (model dtype): each distinct vector once, keyed by content (requests
+  steering with one vector share one slot, uploaded once); an unreferenced slot stays cached until its place
+  is needed (least recently used first). The capacity, rows x `max_steered_layers`, holds every live row's
+  vectors at once, so admission never waits for a slot.
 - `index [rows, layers]` int32 (the slot, -1 = none) and `scale [rows, layers]` fp32, written at admission
-  for every admitted row (unsteered rows get -1), moved with a row at compaction.
-The forward reads them through `SteerLayer` in the residual add + RMSNorm after each layer (ops
-`add_steer_rms_norm`: one fused launch; a row without steering loads one index and adds nothing). Nothing
-here is allocated before the first steered request.
+  and moved with a row at compaction.
+The forward reads them through `SteerLayer` in the fused residual add + steer + RMSNorm after each layer
+(a row without steering loads one index and adds nothing). Nothing is allocated before the first steered request.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""What happens to a batch of logits: masks, sampling, stop checks and bookkeeping, all on the device.
-
-`finish_step` is shared by prefill (on the gathered admitted rows) and by the decode step (on rows [0, b),
-inside the CUDA graph). It never reads a value back to the host:
-    constraint mask -> EOS/stop masked while n_out < min_new -> sample (rows whose token the constraint
-    forces are skipped) -> constraint emit (forced tokens, the live rows' constraint state advanced) ->
-    token written to out[row, n_out] -> finished flag, reason, counters, next input token and position.
-When the constraint hooks have a race with the mask folded in for the step's filter level (the Triton
-runtime at filter level none), it replaces the mask and the sampler (hooks.py).
-Rows that are idle or already finished go through the same arithmetic but change nothing that is read.
+"""What happens to a batch of logits, all on the device and never read back: masks, sampling, stop checks
+and bookkeeping. `finish_step` serves prefill (the gathered admitted rows) and the decode step (rows [0, b),
+inside the CUDA graph):
+    constraint mask -> EOS/stop masked while n_out < min_new -> sample (rows the constraint forces are
+    skipped) -> constraint emit -> token written to out[row, n_out] -> finished flag, reason, next input.
+Constraint hooks with a fused race (hooks.py) replace the mask and the sampler. Idle and finished rows go
+through the same arithmetic but change nothing that is read.
 """
 
 from __future__ import annotations

@@ -1,22 +1,16 @@
-"""DecodeStepProbe: the engine's decode step run on its own, at a fixed batch and context, for measuring it
-(the bench's decode-profile scenario times and profiles it).
+"""DecodeStepProbe: the engine's decode step run on its own, at a fixed batch and context, for measuring it.
 
     with Engine(config) as engine, DecodeStepProbe(engine, rows=16, context=330, sampling=s, seed=0) as probe:
         probe.step()                                   # a graph replay (eager on an engine without graphs)
         with probe.labelled(lambda family: a_range(family)):
             probe.eager_step()                         # every operation inside its family's range
 
-Set-up: `rows` rows [0, rows) of the engine get one prompt of `context - 1` random ids (seeded by `seed`;
-row i samples with seed `seed * 100_003 + i`), admitted and prefilled together (one prefill lane, the K/V
-copied to the other rows), so each row's decode step attends over `context` positions. A step runs over the
-smallest of the engine's decode batch sizes holding the rows (`bucket`, graphs.py), as the engine's own steps
-do with `rows` live rows (max_slots is always one); its decode graph (bucket, the sampling's filter level) is
-captured when the engine uses graphs. The rows' state is then frozen until close() (the runner's
-preserved_rows): every step reads and writes the same positions, and no row advances or finishes. close()
-puts the rows' state back and releases them.
-
-The probe borrows the engine's rows: make it on an engine that runs no generate/stream meanwhile, and close
-it before the engine.
+Rows [0, rows) get one prompt of `context - 1` random ids (seeded; row i samples with seed
+`seed * 100_003 + i`), prefilled together, so each row's step attends over `context` positions. A step runs
+over the smallest decode bucket holding the rows, as the engine's own steps do. The rows' state is frozen
+until close() (the runner's preserved_rows): every step reads and writes the same positions, and no row
+advances or finishes. The probe borrows the engine's rows: use it on an engine that runs no generate/stream
+meanwhile, and close it before the engine.
 """
 
 from __future__ import annotations

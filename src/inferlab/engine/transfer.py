@@ -1,12 +1,10 @@
 """Host -> device copies that never make the host wait for the device.
 
-A copy from ordinary (pageable) host memory may synchronise with the stream: the host then waits for
-the decode chunk that is running, and the device idles while the host prepares the next launches (the
-first GPU run lost ~5 ms per sync point this way: prefill and release created device tensors straight
-from Python lists). Everything the engine sends between decode chunks goes through here instead: the
-values are staged in page-locked memory and copied with non_blocking=True. PyTorch's pinned-memory
-allocator records the copy on the stream, so the staging buffer is not reused before the copy ran.
-Not here: device -> host reads (snapshots.py).
+A copy from ordinary (pageable) host memory may synchronise with the stream: the host then waits for the
+running decode chunk, and the device idles while the host prepares the next launches. Everything the engine
+sends between decode chunks is staged in page-locked memory and copied with non_blocking=True instead;
+PyTorch's pinned-memory allocator records the copy on the stream, so a staging buffer is not reused before
+the copy ran.
 """
 
 from __future__ import annotations

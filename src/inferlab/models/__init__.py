@@ -1,1 +1,1 @@
-"""Model shapes, checkpoints and our compact model implementations."""
+"""Checkpoint-level code: model shapes (presets), config.json -> ModelSpec, weights, tokenizers. Never imports the engine."""

@@ -27,7 +27,7 @@ from inferlab.models.rope_spec import RopeSpec, rope_from_parameters
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Everything the engine needs to know about a Llama-family checkpoint."""
+    """Everything the engine needs to know about a checkpoint of the Llama or Gemma family."""
 
     architecture: str  # config.architectures[0], e.g. "LlamaForCausalLM"
     model_type: str

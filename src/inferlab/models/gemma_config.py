@@ -1,18 +1,15 @@
 """The Gemma family's config.json -> the ModelSpec fields that differ from the Llama reading (config.py).
 
-Gemma (model_type "gemma"), Gemma 2 ("gemma2") and Gemma 3 text ("gemma3_text") share: GeGLU with the tanh
-GELU, embeddings times sqrt(hidden), RMSNorm by (1 + w), tied embeddings, head_dim 256 by default. Gemma 2
-and 3 add pre/post norms around attention and MLP, `query_pre_attn_scalar`, and sliding-window layers
-(`layer_types`, written by transformers 5; older configs follow a rule: Gemma 2 even layers, Gemma 3
-`sliding_window_pattern`, every pattern-th layer global). Gemma 2 soft-caps attention scores and logits;
-Gemma 3 has q/k norms and two ropes (`rope_local_base_freq` on sliding layers, `rope_theta` +
-`rope_scaling` on global ones; transformers 5 writes them as `rope_parameters` per layer type). A key that
-config.json leaves out takes transformers' class default, so a sparse config reads as transformers reads it.
+Gemma ("gemma"), Gemma 2 ("gemma2") and Gemma 3 text ("gemma3_text") share: GeGLU with the tanh GELU,
+embeddings times sqrt(hidden), RMSNorm by (1 + w), tied embeddings, head_dim 256 by default. Gemma 2 and 3
+add pre/post norms around attention and MLP, `query_pre_attn_scalar`, and sliding-window layers
+(`layer_types`, or older configs' rule: Gemma 2 even layers, Gemma 3 every `sliding_window_pattern`-th layer
+global). Gemma 2 soft-caps attention scores and logits; Gemma 3 has q/k norms and two ropes
+(`rope_local_base_freq` on sliding layers, `rope_theta` + `rope_scaling` on global ones, or
+`rope_parameters` per layer type). A key config.json leaves out takes transformers' class default.
 
-Deliberately as transformers (5.17 and 5.24 alike): Gemma 3 ignores `attn_logit_softcapping` (its attention
-never applies it); Gemma 1's legacy `hidden_act: "gelu"` means the tanh approximation (what transformers
-5.24 converts it to; 5.17 would run the exact GELU on such a config). A window of W means a query sees its
-own position and the W - 1 before it (transformers' `kv_idx > q_idx - sliding_window`).
+As transformers reads them: Gemma 3 ignores `attn_logit_softcapping`; Gemma 1's legacy `hidden_act: "gelu"`
+means the tanh approximation; a window of W lets a query see its own position and the W - 1 before it.
 """
 
 from __future__ import annotations

@@ -183,7 +183,7 @@ def _gemma_2b() -> PretrainedConfig:
 
 
 def _qwen2_cls() -> PretrainedConfig:
-    # The Qwen2-0.5B shape with a classification head, as in the classification seed.
+    # The Qwen2-0.5B shape with a classification head (the classify benchmark's model).
     c = Qwen2Config(
         hidden_size=896,
         intermediate_size=4864,
@@ -213,7 +213,7 @@ PRESETS: dict[str, Preset] = {
         Preset("tiny-gemma2", "tiny Gemma 2 (soft-caps, window 8, alternating)", "causal-lm", _gemma2_tiny),
         Preset("tiny-gemma3", "tiny Gemma 3 text (q/k norm, 5 local : 1 global)", "causal-lm", _gemma3_tiny),
         Preset("tiny-qwen2-cls", "tiny Qwen2 sequence classifier (3 labels)", "sequence-classification", _qwen2_cls_tiny),
-        Preset("llama-380m", "Llama-3.2-380M shape of the seeds (16 layers, hidden 1024)", "causal-lm", _llama_380m),
+        Preset("llama-380m", "Llama-3.2-380M shape (16 layers, hidden 1024)", "causal-lm", _llama_380m),
         Preset("qwen3-0.6b", "Qwen3-0.6B shape (28 layers, head_dim 128, q/k norm)", "causal-lm", _qwen3_06b, "qwen3-chem"),
         Preset("qwen3-chem-mini", "qwen3-0.6b's vocabulary and heads in 4 layers of hidden 256 (constraint soaks)",
                "causal-lm", _qwen3_chem_mini, "qwen3-chem"),

@@ -2,13 +2,12 @@
 
 `transformers.AutoTokenizer` imports the auto-model machinery (configuration_auto, auto_factory, the
 generation stack), which pulls in torch.distributed.tensor, torch._dynamo, sympy and, where installed,
-sklearn: 13.5 s for `from transformers import AutoTokenizer` on the H100 host in a one-off probe
-(transformers 5.17, torch 2.11), against ~1 s for the tokenizer itself. Every conformer job paid it in the engine's tokenizer
-thread (holding the GIL against the weight load) and again in each template-building process. The folder's
-tokenizer_config.json names its class (`"tokenizer_class": "Qwen2Tokenizer"`); that class, taken from the
-transformers package (whose lazy module imports only the tokenizer's own module), loads the same tokenizer
-as AutoTokenizer would. Folders without that field (or naming a class transformers lacks, or custom code
-through `auto_map`) go through AutoTokenizer as before.
+sklearn: an import that costs many times the tokenizer's own load and holds the GIL against the threads
+beside it (the engine's weight load, a process's template building). The folder's tokenizer_config.json
+names its class (`"tokenizer_class": "Qwen2Tokenizer"`); that class, taken from the transformers package
+(whose lazy module imports only the tokenizer's own module), loads the same tokenizer AutoTokenizer would.
+Folders without that field (or naming a class transformers lacks, or custom code through `auto_map`) go
+through AutoTokenizer.
 """
 
 from __future__ import annotations

@@ -2,11 +2,10 @@
 
 The lock is taken without waiting: a second run on the same output is refused at once with the first
 run's process id. The operating system drops a flock when its holder ends in any way (SIGKILL included),
-so a killed run never leaves its output locked; the lock file itself is removed when the run releases it
-(a killed run's stays behind, empty of meaning, and the next run takes it over), and so is the folder
-made for it if the run left it empty. Taking the lock checks
-that the file locked is still the one at the path, so a run that releases and removes it while another
-opens it cannot let two runs in.
+so a killed run never leaves its output locked; the lock file is removed when the run releases it (a
+killed run's stays behind and the next run takes it over), and so is the folder made for it if the run
+left it empty. Taking the lock checks that the file locked is still the one at the path, so a run that
+releases and removes it while another opens it cannot let two runs in.
 """
 
 from __future__ import annotations

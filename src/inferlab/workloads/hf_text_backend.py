@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inferlab.engine import CollectPlan, SteerEntry, SteeringVectors, resolve_collect, resolve_steering, wants_taps
+from inferlab.engine import (CollectPlan, SteerEntry, SteeringVectors, resolve_collect, resolve_steering,
+                             wants_steering_or_collection)
 from inferlab.errors import ConfigError
 from inferlab.types import Request, Result, SamplingParams, Timings
 from inferlab.workloads.backend import Backend, Supports, dtype_name, error_result
@@ -145,7 +146,7 @@ class HFTextBackend(Backend):
                                    f"= {need} exceeds the {self.context} positions of this model; shorten the "
                                    "prompt or lower max_new_tokens", len(ids))
         steering, collect = [], None
-        if wants_taps(request):
+        if wants_steering_or_collection(request):
             taps = self.taps
             steering = resolve_steering(request.steering or (), self.named, taps.num_layers, taps.hidden_size,
                                         taps.dtype, MAX_STEERED_LAYERS)

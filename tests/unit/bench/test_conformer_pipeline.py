@@ -17,9 +17,9 @@ from inferlab.bench.plan_presets import get_plan_preset
 from inferlab.bench.scenarios.conformer_output_check import check_outputs, graph_key
 from inferlab.bench.scenarios.molecules import MoleculeSelection, load_molecules, nci_molecules_path
 from inferlab.errors import ConfigError
-from inferlab.workloads.conformers.output import ConformerResultWriter
-from inferlab.workloads.conformers.profiles import get_profile
-from inferlab.workloads.conformers.stereo import stereo_agreement
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.stereo import stereo_agreement
+from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
 
 PROFILE = get_profile("v3-fixed4")
 

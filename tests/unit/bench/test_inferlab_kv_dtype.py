@@ -41,7 +41,7 @@ def test_the_constrained_backend_builds_its_engine_with_the_kv_dtype(tiny_checkp
     from inferlab.bench.scenarios.molecules import load_molecules, nci_molecules_path
     from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
     from inferlab.types import SamplingParams
-    from inferlab.workloads.conformers.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
 
     backend = get_backend("inferlab", "constrained").create(
         {"slots": 2, "batch_size": 2, "constraint": "on", "decode_steps_per_sync": 8, "kv_dtype": "fp8"},

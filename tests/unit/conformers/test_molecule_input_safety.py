@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from inferlab.workloads.conformers.input_bounds import InputBounds
-from inferlab.workloads.conformers.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.chemistry.input_bounds import InputBounds
+from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
 
 
 def test_a_huge_smiles_is_an_error_row_not_a_crash(tmp_path):
@@ -15,8 +15,8 @@ def test_a_huge_smiles_is_an_error_row_not_a_crash(tmp_path):
     by counting atoms in the text. Run in a child so a crash fails this test, not the session."""
     path = tmp_path / "in.smi"
     path.write_text("CCO ethanol\n" + "C" * 30_000 + " giant\nc1ccccc1 benzene\n")
-    code = ("import sys; from inferlab.workloads.conformers.inputs import read_molecule_inputs\n"
-            "from inferlab.workloads.conformers.smiles import canonicalize_smiles\n"
+    code = ("import sys; from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs\n"
+            "from inferlab.workloads.conformers.chemistry.smiles import canonicalize_smiles\n"
             "for r in read_molecule_inputs(sys.argv[1]).records:\n"
             "    r.ok and canonicalize_smiles(r.smiles)\n"
             "    print(r.id, r.ok, (r.error or '')[:200])\n")

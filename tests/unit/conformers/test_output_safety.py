@@ -13,7 +13,7 @@ import pytest
 from inferlab.cli import main
 from inferlab.outputs.guard import lock_path
 from inferlab.outputs.lock import OutputLock
-from inferlab.workloads.conformers.sdf import read_sdf, sdf_id
+from inferlab.workloads.conformers.chemistry.sdf import read_sdf, sdf_id
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 

@@ -18,10 +18,10 @@ from rdkit import Chem
 
 from inferlab.cli import main
 from inferlab.errors import ConfigError
-from inferlab.workloads.conformers.inputs import read_molecule_inputs
-from inferlab.workloads.conformers.pipeline import generate_conformers
-from inferlab.workloads.conformers.pipeline_config import ConformerSampling, PipelineConfig
-from inferlab.workloads.conformers.sdf import read_sdf
+from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.chemistry.sdf import read_sdf
+from inferlab.workloads.conformers.pipeline.config import ConformerSampling, PipelineConfig
+from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
 MOLECULES = {  # id -> SMILES; small, without stereo (an SDF read back assigns stereo from 3D coordinates)
     "ethanol": "CCO",

@@ -15,15 +15,15 @@ from inferlab.constraints.token_automaton import grammar_set_for
 from inferlab.errors import InferlabError
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
 from inferlab.models.tokenizer_loading import load_tokenizer
-from inferlab.workloads.conformers.inputs import read_molecule_inputs
-from inferlab.workloads.conformers.pipeline_plan import (
+from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.pipeline.plan import (
     auto_max_seq_len,
     max_block_chars,
     plan_molecules,
     token_bound_from_text,
 )
-from inferlab.workloads.conformers.profiles import PROFILES, get_profile
-from inferlab.workloads.conformers.template import build_template
+from inferlab.workloads.conformers.chemistry.profiles import PROFILES, get_profile
+from inferlab.workloads.conformers.chemistry.template import build_template
 
 
 @pytest.fixture(scope="module", params=["qwen3-chem", "builtin"])

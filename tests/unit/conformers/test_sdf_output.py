@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rdkit import Chem
 
-from inferlab.workloads.conformers.output import ConformerResultWriter
-from inferlab.workloads.conformers.sdf import ConformerSdfWriter, read_sdf, record_row_ids, sdf_id, sdf_text
+from inferlab.workloads.conformers.chemistry.sdf import ConformerSdfWriter, read_sdf, record_row_ids, sdf_id, sdf_text
+from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
 
 
 def heavy(smiles: str, num_confs: int = 2) -> Chem.Mol:

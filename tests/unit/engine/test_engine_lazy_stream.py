@@ -131,7 +131,7 @@ def test_graphs_captured_lazily_under_live_rows_give_the_eager_tokens(tiny_check
     runner, capturer = graphed.runner, EagerCapturer()
     runner.graphs = DecodeGraphs(runner.sizes, capturer)
     runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.rows.slots, SLOTS, runner.cache.max_len,
-                                          graphed.max_prefill_tokens, capturer, runner.taps)
+                                          graphed.max_prefill_tokens, capturer, runner.hook_tables)
     requests = [_req(i, new=3 + (5 * i) % 11, top_p=0.9 if i % 3 else 1.0) for i in range(11)]
     requests += [Request(id="greedy", prompt_ids=(4, 4), sampling=SamplingParams(temperature=0, max_new_tokens=9))]
     assert [r.token_ids for r in graphed.generate(requests)] == [r.token_ids for r in engine.generate(requests)]

@@ -33,7 +33,7 @@ def _with_graphs(engine: Engine, decode: bool = False) -> EagerCapturer:
     the decode graphs too (each (bucket, variant) captured at first need, under live rows)."""
     runner, capturer = engine.runner, EagerCapturer()
     runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.rows.slots, 4, runner.cache.max_len,
-                                          engine.max_prefill_tokens, capturer, runner.taps)
+                                          engine.max_prefill_tokens, capturer, runner.hook_tables)
     if decode:
         runner.graphs = DecodeGraphs(runner.sizes, capturer)
     return capturer
@@ -71,7 +71,7 @@ def test_gemma_prefill_through_prefill_graphs_gives_the_eager_tokens(tiny_checkp
     assert graphed.stats.shared_prompt_rows >= 2  # the repeated 20-token prompt: one prefill for three rows
 
 
-def _tapped_requests(hidden: int, layers: int) -> list[Request]:
+def _steered_collecting_requests(hidden: int, layers: int) -> list[Request]:
     g = torch.Generator().manual_seed(5)
     v = torch.randn(hidden, generator=g)
     greedy = SamplingParams(temperature=0.0, max_new_tokens=5)
@@ -87,15 +87,15 @@ def _tapped_requests(hidden: int, layers: int) -> list[Request]:
 
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny-gemma2"])
-def test_steered_and_collecting_prefills_replay_graphs_with_their_taps(tiny_checkpoint, preset):
-    """A batch with steered / collecting rows replays a prefill graph of that kind (taps built over the
+def test_steered_and_collecting_prefills_replay_graphs_with_their_residual_hooks(tiny_checkpoint, preset):
+    """A batch with steered / collecting rows replays a prefill graph of that kind (residual hooks built over the
     static lane rows and lengths), and its decode chunks the steered / collecting decode variants, captured
     lazily under live rows: tokens and activations of the eager engine; a later request collecting another
     layer grows the buffers and drops the collecting graphs, prefill and decode, which are captured again."""
     path = tiny_checkpoint(preset)
     eager, graphed = Engine(_config(path)), Engine(_config(path))
     capturer = _with_graphs(graphed, decode=True)
-    requests = _tapped_requests(graphed.spec.hidden_size, graphed.spec.num_layers)
+    requests = _steered_collecting_requests(graphed.spec.hidden_size, graphed.spec.num_layers)
     ours, ref = graphed.generate(requests), eager.generate(requests)
     assert all(r.ok for r in ours)
     for a, b in zip(ours, ref):
@@ -114,7 +114,7 @@ def test_steered_and_collecting_prefills_replay_graphs_with_their_taps(tiny_chec
     assert mine.token_ids == theirs.token_ids and list(mine.activations) == [0, 1]
     for layer, value in mine.activations.items():
         torch.testing.assert_close(value, theirs.activations[layer], atol=1e-5, rtol=1e-5)
-    assert graphed.runner.taps.collection.covers(CollectPlan((0, 1), "all", 8))  # grown
+    assert graphed.runner.hook_tables.collection.covers(CollectPlan((0, 1), "all", 8))  # grown
     # every collecting graph captured over the old buffers is gone; the new ones were captured for this batch
     assert [key for key in graphs if key.collecting] == [PrefillKey(1, 16, False, True)]
     recaptured = [key for key in variants if key[1].collecting]
@@ -155,12 +155,12 @@ class _NoHostSync(TorchDispatchMode):
 @pytest.mark.parametrize("preset", ["tiny", "tiny-gemma2", "tiny-gemma3"])
 def test_prefill_forwards_have_no_host_sync(tiny_checkpoint, preset):
     """The forward a prefill graph captures (PrefillGraphs._forward: the static block in, the model's prefill
-    with the taps, the logits into the static buffer), for a plain and a steered + collecting batch, with
+    with the residual hooks, the logits into the static buffer), for a plain and a steered + collecting batch, with
     windows shorter than the padded length, runs without an op a capture refuses."""
     engine = Engine(_config(tiny_checkpoint(preset)))
     capturer = _with_graphs(engine)
     runner, graphs = engine.runner, engine.runner.prefill_graphs
-    requests = _tapped_requests(engine.spec.hidden_size, engine.spec.num_layers)[:4]
+    requests = _steered_collecting_requests(engine.spec.hidden_size, engine.spec.num_layers)[:4]
     assert all(r.ok for r in engine.generate(requests))  # the tables exist and the warm prompts are real
     items = [engine._prepare_request(i, r) for i, r in enumerate(requests)]
     runner.admit(range(len(items)), items)

@@ -140,9 +140,9 @@ def test_compaction_moves_steering_and_collection_with_the_row(tiny_checkpoint):
 
 
 def test_every_engine_forward_has_the_steering_point():
-    """Each model class the registry names takes `taps` in prefill and decode (the runner always passes it),
+    """Each model class the registry names takes `residual_hooks` in prefill and decode (the runner always passes it),
     and `out` in prefill (the prefill graphs' static logits buffer, prefill_graphs.py)."""
     for model_class in {forward_class(architecture) for architecture in ARCHITECTURES}:
         for entry in (model_class.prefill, model_class.decode):
-            assert "taps" in inspect.signature(entry).parameters, (model_class.__name__, entry.__name__)
+            assert "residual_hooks" in inspect.signature(entry).parameters, (model_class.__name__, entry.__name__)
         assert "out" in inspect.signature(model_class.prefill).parameters, model_class.__name__

@@ -478,8 +478,8 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
     from inferlab.constraints.program import compile_program
     from inferlab.engine import Engine, EngineConfig
     from inferlab.types import Request, SamplingParams
-    from inferlab.workloads.conformers.profiles import get_profile
-    from inferlab.workloads.conformers.template import build_template
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.template import build_template
 
     path = tiny_checkpoint("tiny")
     template = build_template("CO", get_profile("v3-fixed4"))

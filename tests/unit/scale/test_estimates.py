@@ -19,8 +19,8 @@ from inferlab.scale.workloads.conformers import conformer_tokens, read_conformer
 from inferlab.scale.workloads.generate import GENERATE, generate_params
 from inferlab.types import SamplingParams
 from inferlab.workloads.classify import ClassifyOptions
-from inferlab.workloads.conformers.encode import encode_conformer
-from inferlab.workloads.conformers.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.encode import encode_conformer
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.hf_loading import ModelLoadConfig
 
 

@@ -15,7 +15,7 @@ from inferlab.scale.order import UNPLACED, OrderIndex, RecordSpan, write_in_orde
 from inferlab.scale.progress import LineCounter
 from inferlab.scale.units import Unit, read_units, write_shard_inputs, write_units
 from inferlab.scale.workloads.jsonl_output import merge_jsonl_by_id
-from inferlab.workloads.conformers.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
 
 
 def test_jsonl_shards_read_back_as_the_original_lines(tmp_path):

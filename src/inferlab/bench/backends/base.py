@@ -19,7 +19,7 @@ from inferlab.types import Request, Result
 from inferlab.workloads.backend import error_result
 
 if TYPE_CHECKING:  # the parent process validates plans without RDKit
-    from inferlab.workloads.conformers.template import ConformerTemplate
+    from inferlab.workloads.conformers.chemistry.template import ConformerTemplate
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Backend `hf` of the `constrained` scenario: the seeds' way to generate conformers, kept as the
 baseline. transformers `generate` with the per-token Python LogitsProcessor of
-workloads/conformers/hf_baseline_processor.py (a skeleton with placeholder coordinates per molecule,
-COPY/FREE per position, a Python loop over rows each step).
+workloads/conformers/evaluation/hf_baseline_processor.py (a skeleton with placeholder coordinates per
+molecule, COPY/FREE per position, a Python loop over rows each step).
 
 - prepare: each request's baseline template (its skeleton tokenised once per molecule), the
   vocabulary masks, and one shape for every batch: prompts left-padded to the longest prompt rounded
@@ -76,8 +76,11 @@ class HFConstrainedBackend(Backend):
             self.compile_config = compile_config_for(c["compile_backend"], device)
 
     def prepare(self, requests: list[Request]) -> None:
-        from inferlab.workloads.conformers.hf_baseline_processor import SeedsVocabMasks, build_baseline_template
-        from inferlab.workloads.conformers.profiles import get_profile
+        from inferlab.workloads.conformers.chemistry.profiles import get_profile
+        from inferlab.workloads.conformers.evaluation.hf_baseline_processor import (
+            SeedsVocabMasks,
+            build_baseline_template,
+        )
 
         profile = get_profile(self.spec.profile)
         vocab = self.model.config.get_text_config().vocab_size
@@ -100,7 +103,7 @@ class HFConstrainedBackend(Backend):
         from transformers import StoppingCriteriaList
 
         from inferlab.bench.backends.hf_stop_after import StopAtLength
-        from inferlab.workloads.conformers.hf_baseline_run import run_baseline_batch
+        from inferlab.workloads.conformers.evaluation.hf_baseline_run import run_baseline_batch
 
         served, refused = self.split_supported(requests)
         runs, other = one_call(served)

@@ -1,8 +1,8 @@
 """Backend `hf-xgrammar` of the `constrained` scenario: transformers `generate` with xgrammar's own
 transformers logits processor (`xgrammar.contrib.hf.LogitsProcessor`), one compiled regex grammar per
-request (the conformer template as a regex: workloads/conformers/template_regex.py): how an HF user would
-constrain conformers with a grammar library today. A peer: xgrammar is imported only in the cell, and
-where it cannot be found the cells are `unavailable` rows without a process.
+request (the conformer template as a regex: workloads/conformers/chemistry/template_regex.py): how an HF
+user would constrain conformers with a grammar library today. A peer: xgrammar is imported only in the
+cell, and where it cannot be found the cells are `unavailable` rows without a process.
 
 - prepare: the tokenizer's xgrammar info (the model's full vocabulary, EOS as the stop token) and one
   compiled grammar per distinct template (the K conformers of a molecule share it); one shape for every
@@ -87,8 +87,8 @@ class HFXGrammarBackend(Backend):
         import xgrammar as xgr
 
         from inferlab.constraints.token_automaton import grammar_set_for
-        from inferlab.workloads.conformers.profiles import get_profile
-        from inferlab.workloads.conformers.template_regex import template_regex
+        from inferlab.workloads.conformers.chemistry.profiles import get_profile
+        from inferlab.workloads.conformers.chemistry.template_regex import template_regex
 
         hole_grammar = get_profile(self.spec.profile).hole_grammar
         hole_tokens = grammar_set_for(self.tokenizer, (hole_grammar,)).grammars[hole_grammar].max_tokens

@@ -37,7 +37,7 @@ class InferlabSteeringBackend(EngineBackend):
 
     def extra_metrics(self) -> dict[str, Any]:
         extra = super().extra_metrics()
-        return {**extra, "taps_setup_s": extra["engine"].get("taps_setup_s")}
+        return {**extra, "steering_collection_setup_s": extra["engine"].get("steering_collection_setup_s")}
 
 
 BACKEND = BackendSpec(

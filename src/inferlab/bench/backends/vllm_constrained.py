@@ -1,7 +1,7 @@
 """Backend `vllm` of the `constrained` scenario: conformers through vLLM's structured outputs, the way a
 vLLM user constrains them today: one regex per request, built from the conformer template's segments
-(workloads/conformers/template_regex.py), `StructuredOutputsParams(regex=...)`, and the structured-outputs
-backend chosen by the knob `structured_outputs` (xgrammar | guidance). The scenario checks every output
+(workloads/conformers/chemistry/template_regex.py), `StructuredOutputsParams(regex=...)`, and the
+structured-outputs backend chosen by the knob `structured_outputs` (xgrammar | guidance). The scenario checks every output
 strictly (`template.check`), as for every other backend.
 
 - load: `LLM(...)` with the tokenizer (grammars are compiled against its vocabulary), `max_num_seqs` =
@@ -78,7 +78,7 @@ class VLLMConstrainedBackend(Backend):
         )
 
     def prepare(self, requests: list[Request]) -> None:
-        from inferlab.workloads.conformers.template_regex import template_regex
+        from inferlab.workloads.conformers.chemistry.template_regex import template_regex
 
         first_of_each: list[Request] = []
         for r in requests:

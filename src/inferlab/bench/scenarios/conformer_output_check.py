@@ -40,11 +40,11 @@ def check_generations(outputs: list[tuple[Any, list[int]]], eos: frozenset[int],
     (`valid_fraction`), and by the plain decoder that knows nothing of the input, whose RDKit molecule must
     have the input's canonical SMILES, stereo included, with one block per atom (`graph_match_fraction`).
     Valid outputs of inputs with specified stereo also say whether their coordinates have it
-    (`stereo_agreement`, workloads/conformers/stereo.py). Keeps the first texts (cut to 300 characters)
-    and the first reasons for the reader."""
+    (`stereo_agreement`, workloads/conformers/chemistry/stereo.py). Keeps the first texts (cut to 300
+    characters) and the first reasons for the reader."""
     from inferlab.errors import InferlabError
-    from inferlab.workloads.conformers.decode import decode_generation
-    from inferlab.workloads.conformers.pipeline_judge import stereo_fields
+    from inferlab.workloads.conformers.chemistry.decode import decode_generation
+    from inferlab.workloads.conformers.pipeline.judge import stereo_fields
 
     valid, graph_matches, ended, reasons, samples = 0, 0, 0, [], []
     stereo_checked = stereo_matches = 0
@@ -79,8 +79,8 @@ def check_outputs(sdf_path: Path, jsonl_path: Path, inputs: dict[str, str], num_
     """`inputs`: input id -> SMILES of every molecule the run was given."""
     from rdkit import Chem
 
-    from inferlab.workloads.conformers.sdf import read_sdf
-    from inferlab.workloads.conformers.stereo import stereo_agreement
+    from inferlab.workloads.conformers.chemistry.sdf import read_sdf
+    from inferlab.workloads.conformers.chemistry.stereo import stereo_agreement
 
     rows = [json.loads(line) for line in jsonl_path.read_text().splitlines() if line.strip()]
     ids = Counter(r["id"] for r in rows)

@@ -38,7 +38,7 @@ from inferlab.bench.scenarios.molecules import SELECTION_KNOBS, validate_selecti
 from inferlab.errors import ConfigError, UnsupportedError
 
 TOKENS_PER_HEAVY_ATOM = 24  # a fixed4 conformer with the qwen3-chem tokenizer (CONFORMERS.md: ~640 for drug-sized)
-GPU_TOKENS_PER_S = 38_000.0  # the engine on this job, qwen3-0.6b on an H100 (issue 11: 35.9k engine-only)
+GPU_TOKENS_PER_S = 38_000.0  # the engine on this job, qwen3-0.6b on an H100 (~36k tok/s measured engine-only)
 LOG_TAIL_LINES = 8
 MIN_RERUN_S = 30
 RERUN_FIGURES = ("wall_s", "engine_start_s", "output_tokens_per_s", "molecules_per_s", "generation_output_tokens_per_s",
@@ -182,7 +182,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     from inferlab.bench.scenarios.molecules import (load_molecules, model_positions, molecule_file,
                                                     molecule_selection, write_smi)
     from inferlab.models.tokenizer_loading import load_hf_tokenizer
-    from inferlab.workloads.conformers.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
 
     c = cell.config
     assert ctx.model_path is not None

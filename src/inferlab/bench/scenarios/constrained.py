@@ -149,7 +149,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     from inferlab.bench.timing import device_synchronizer, measure, timed, warm_up
     from inferlab.models.tokenizer_loading import load_hf_tokenizer
     from inferlab.types import SamplingParams
-    from inferlab.workloads.conformers.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
 
     c = cell.config
     assert ctx.model_path is not None and cell.backend is not None

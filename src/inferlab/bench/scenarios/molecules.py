@@ -26,8 +26,8 @@ from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError, InferlabError, InputError
 
 if TYPE_CHECKING:  # the parent process validates plans without RDKit
-    from inferlab.workloads.conformers.profiles import FormatProfile
-    from inferlab.workloads.conformers.template import ConformerTemplate
+    from inferlab.workloads.conformers.chemistry.profiles import FormatProfile
+    from inferlab.workloads.conformers.chemistry.template import ConformerTemplate
 
 SELECTION_KNOBS = (  # both conformer scenarios: the same molecules for both
     Knob("min_heavy_atoms", int, 0, "only molecules with at least this many heavy atoms (drug-sized: 20)", minimum=0),
@@ -91,8 +91,8 @@ def load_molecules(path: Path, count: int, profile: "FormatProfile", tokenizer, 
     """The first `count` molecules of `path` that pass `selection`, can be templated and fit
     `max_positions`; InputError when the file holds fewer."""
     from inferlab.constraints.token_automaton import grammar_set_for
-    from inferlab.workloads.conformers.inputs import read_molecule_inputs
-    from inferlab.workloads.conformers.template import build_template
+    from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+    from inferlab.workloads.conformers.chemistry.template import build_template
 
     grammar = profile.hole_grammar
     hole_tokens = grammar_set_for(tokenizer, (grammar,)).grammars[grammar].max_tokens

@@ -1,31 +1,24 @@
 """The device side of constrained decoding: per-row program buffers and automaton state, and the in-graph
-functions the engine calls every step, in this order:
+functions the engine's step calls, in this order:
 
     logits = runtime.mask_logits(logits)   # before temperature / top-k / top-p / min-p
     sampled = sampler(logits)
-    tokens = runtime.emit(sampled, active, finished)  # = choose (forced copy tokens replace the sampled
+    tokens = runtime.emit(sampled, active, finished)  # choose (forced copy tokens replace the sampled
                                            # ones), then advance (pointer and automaton state) of live rows
 
 Each is pure tensor work over static buffers sliced to the bucket's first B rows: no host sync, no
-data-dependent shapes, no Python branching on tensor values, cost O(B x V) for the mask and O(B) for the
-rest (never B x program length), so the engine can capture them in its CUDA graphs. Each takes `rows`:
-None inside the decode step (rows 0..B-1 of the bucket) or the admitted row ids in the engine's prefill.
-The host-side calls run between decode chunks, outside the graph: `check` (intake), `assign_rows`
-(admission, one staged copy), `move_rows` (compaction), `release_rows` (retirement). Owns the device
-state; not the sampler, not the tables' construction (inferlab/constraints/token_automaton.py), not the
-programs (inferlab/constraints/program.py).
+data-dependent shapes, cost O(B x V) for the mask and O(B) for the rest, so the engine captures them in
+its CUDA graphs. `rows` is None in the decode step (rows 0..B-1) or the admitted row ids in prefill. The
+host-side calls run between decode chunks: `check` (intake), `assign_rows` (admission, one staged copy),
+`move_rows` (compaction), `release_rows` (retirement).
 
-Two implementations, chosen at construction (`mask_impl`, default "auto" = Triton on CUDA):
-- "triton" (step_kernels.py): two launches per step. The mask kernel looks up each row's op and state
-  itself and stores -inf where forbidden, reading only the token classes [V] int32 and a [S, C] int8
-  allowed-by-class table (rows not in a hole cost nothing); the emit kernel chooses and advances per row.
-- "torch": choose / advance as below (`choose` and `advance` stay public: the reference decode loop of
-  inferlab/constraints/simulate.py uses them); the mask gathers one bool row per state from
-  `forbidden [S + 1, V]` (row S forbids nothing, for rows not in a hole), opens the exit token,
-  masked_fill. Measured on CPU (B=16..256, V=151936) this gather costs about as much as the fill itself,
-  while deriving the mask from the [S, C] class table in torch costs 2-3x and unpacking a bit-packed
-  [S, V/32] table 5-8x; the table is (S + 1) x V bytes (13.5 MB for the two coordinate grammars and
-  Qwen's vocabulary). It is the CPU path and the reference the kernels are tested on.
+Two implementations, chosen at construction (`mask_impl`, "auto" = Triton on CUDA):
+- "triton" (step_kernels.py): two launches per step, the mask kernel reading only the token classes [V]
+  and a [S, C] allowed-by-class table (rows not in a hole cost nothing);
+- "torch": the CPU path and the reference the kernels are tested on (`choose` and `advance` stay public for
+  inferlab/constraints/simulate.py). Its mask gathers one bool row per state from `forbidden [S + 1, V]`
+  (row S forbids nothing), which costs about as much as the fill itself, less than deriving the mask from
+  the class table or unpacking a bit-packed table.
 """
 
 from __future__ import annotations

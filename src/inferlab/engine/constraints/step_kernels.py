@@ -1,21 +1,18 @@
 """Triton kernels of the constrained step, reading the runtime's state directly: the hole mask, the race
 with the mask folded in, and the choice of forced tokens fused with the advance of every live row.
 
-In torch the step costs ~40 tiny launches besides the mask itself (op lookups gathered per row, `where`s,
-the automaton step), about 80 us per step whatever the batch, which at 16 rows is a tenth of a decode
-step. Here it is two launches:
-- `mask_step`: grid (B, V / BLOCK); each program looks up its row's current op, state and exit token (a
-  few scalar loads) and, for a row in a hole, stores -inf where the state has no move for the token's
-  class unless it is the open exit token (it reads no logits); the first program of a row also writes
-  whether the row's token is forced (a copy op: `runtime.forced`), so the sampler skips its draw;
-- `constrained_race` (filter level none: temperature and greedy rows, the conformer job's setting): the
-  race with the mask in registers (kernels/triton_sampling.constrained_race_argmax): no mask pass over
-  [B, V], no draw for copy rows, and a hole row races only over the chunks holding a token it may emit;
-- `emit_step`: one lane per row: the forced copy token or the sample, then, for rows still live
-  (`active & ~finished` of the engine's rows, before this token is recorded), the advance of
-  runtime.advance. Same semantics as runtime.mask_logits / choose / advance (the torch reference path),
-  tested against them through the interpreter. `rows` (optional) maps lanes to runtime rows (prefill).
-Not here: the buffers and the torch path (runtime.py).
+In torch the step is dozens of tiny launches besides the mask itself (op lookups gathered per row, `where`s,
+the automaton step), a fixed cost per step that a small batch feels. Here:
+- `mask_step`: grid (B, V / BLOCK); each program looks up its row's op, state and exit token and, for a
+  row in a hole, stores -inf where the state has no move for the token's class unless it is the open exit
+  token (it reads no logits); a row's first program also writes whether its token is forced (a copy op),
+  so the sampler skips its draw;
+- `constrained_race` (filter level none): the race with the mask in registers
+  (kernels/triton_sampling.constrained_race_argmax): no mask pass over [B, V], no draw for copy rows;
+- `emit_step`: one lane per row: the forced copy token or the sample, then the advance of the rows still
+  live (runtime.advance).
+Same semantics as runtime.mask_logits / choose / advance (the torch reference), tested through the
+interpreter. `rows` (optional) maps lanes to runtime rows (prefill).
 """
 
 from __future__ import annotations

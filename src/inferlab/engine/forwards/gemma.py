@@ -1,32 +1,23 @@
 """The Gemma-family forward (Gemma, Gemma 2, Gemma 3 text) over the engine's static KV cache.
 
-Why a second forward beside llama.py rather than flags in it: Gemma 2/3 layers have another shape
-(a norm on each sublayer's output before the residual add, and the MLP's own input norm), every norm is the
-(1 + w) kind, the embeddings are scaled, and attention varies per layer (window, rope, soft-cap). Folding
-that into llama.py would put a Gemma branch in every line of its loop; here the loop reads as the model
-does, and both forwards share everything below them: the Ops set (engine/ops.py: the fused norms take
-Gemma's variants as flags), the GemmPlan, the attention entry points, the rotary tables, the weights
-layout. One layer, as in transformers (each add rounded to the model dtype, each norm fused with the add
-that feeds it):
+A forward of its own beside llama.py because Gemma 2/3 layers have another shape (each sublayer's output is
+normed before the residual add), every norm is the (1 + w) kind, the embeddings are scaled, and attention
+varies per layer (window, rope, soft-cap): as flags in llama.py these would branch every line of its loop.
+Both forwards share everything below them: the Ops (the fused norms take Gemma's variants as flags), the
+GemmPlan, the attention entry points, the rotary tables, the weights layout. One layer, as in transformers
+(each add rounded to the model dtype, each norm fused with the add that feeds it):
     Gemma:     h = norm(x); a = attn(h); x = x + a;        h = norm(x); x = x + mlp(h)
     Gemma 2/3: h = norm(x); a = attn(h); x = x + norm(a);  h = norm(x); x = x + norm(mlp(h))
 with mlp(h) = (gelu_tanh(h @ Wg) * (h @ Wu)) @ Wd, norm(x) = x / rms(x) * (1 + w) in fp32, the embeddings
-times sqrt(hidden) rounded to the model dtype first (as transformers does), q . k scaled by
-query_pre_attn_scalar ** -0.5 (Gemma 2/3), Gemma 2's scores soft-capped, Gemma 3's q and k normed per
-head, and the logits soft-capped when `final_logit_softcapping` is set. The last add of layer i (norm +
-add + next norm, one fused op) is where the residual stream after layer i exists: with `taps`
-(engine/taps.py) it also adds each steered row's vector there and collects it, as in llama.py.
+times sqrt(hidden) rounded to the model dtype, q . k scaled by query_pre_attn_scalar ** -0.5 (Gemma 2/3),
+Gemma 2's scores soft-capped, Gemma 3's q and k normed per head, and the logits soft-capped when
+`final_logit_softcapping` is set. The last add of layer i is where the residual stream after layer i exists:
+`residual_hooks` (residual_hooks.py) steer and collect it there, as in llama.py.
 
-Per layer i, `spec.window(i)` is its sliding window (0: global) and `spec.rope_of(i)` its rope (Gemma 3:
-the local base on sliding layers). Windows are real in both paths: prefill attends through
-attention.PrefillAttention, which runs attention.windowed_attention (keys outside the window never read)
-where the window cuts into the padded prompt or the scores are soft-capped and the engine's probed SDPA
-path where plain causal attention is exact; decode through the fused kernel starting each row's scan at
-max(0, pos + 1 - window). Both prefill paths are capturable, so prefill CUDA graphs (engine/
-prefill_graphs.py) serve Gemma as they serve llama.py. The KV cache stays full-length for every layer; a
-ring buffer of `window` positions for the sliding layers would save memory (~5/6 of Gemma 3's cache) and
-is a later optimisation. With an fp8 KV cache both entry points write K/V quantized with their scales
-(KVCache.scales), as in llama.py; prefill attends over the prompt's unquantized K/V, decode reads the cache.
+Layer i's sliding window is `spec.window(i)` (0: global) and its rope `spec.rope_of(i)` (Gemma 3: the local
+base on sliding layers). Prefill attends through attention.PrefillAttention (windowed_attention where the
+window cuts into the prompt or the scores are soft-capped), decode through the fused kernel starting each
+row's scan at max(0, pos + 1 - window); both are capturable. The KV cache stays full-length for every layer.
 """
 
 from __future__ import annotations
@@ -41,7 +32,7 @@ from inferlab.engine.forwards.prefill_layout import heads_first, last_positions,
 from inferlab.engine.gemm_plan import GemmPlan
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
-from inferlab.engine.taps import LayerTaps
+from inferlab.engine.residual_hooks import ResidualHooks
 from inferlab.models.config import ModelSpec
 from inferlab.models.rope import RotaryTables
 from inferlab.models.weights import LayerWeights, ModelWeights
@@ -76,7 +67,7 @@ class GemmaModel:
         self,
         tokens: torch.Tensor,  # [T] int64
         attend: Attend,
-        taps: LayerTaps | None = None,  # steering / collection on the residual after each layer
+        residual_hooks: ResidualHooks | None = None,  # steering / collection on the residual after each layer
         num_layers: int | None = None,  # run only the first layers (the packed prefill's hidden states)
     ) -> torch.Tensor:  # [T, hidden]: the final-normed hidden state (after num_layers: the next layer's input norm)
         spec, w, ops, gemm = self.spec, self.weights, self.ops, self.gemm
@@ -92,11 +83,11 @@ class GemmaModel:
             m = gemm.mlp(h, layer.gate_up, layer.down)  # [T, hidden]
             next_norm = w.layers[i + 1].input_norm if i + 1 < len(w.layers) else w.final_norm
             # x [T, hidden] becomes the residual stream after layer i (transformers' hidden_states[i + 1], the
-            # decoder layer's output) and h its next norm; with taps it is also steered and collected there
-            if taps is None:
+            # decoder layer's output) and h its next norm; with residual hooks it is also steered and collected there
+            if residual_hooks is None:
                 h, x = ops.add_rms_norm(m, x, next_norm, eps, True, x_norm=layer.post_mlp_norm)
             else:
-                h, x = taps.after_layer(i, m, x, next_norm, eps, True, x_norm=layer.post_mlp_norm)
+                h, x = residual_hooks.after_layer(i, m, x, next_norm, eps, True, x_norm=layer.post_mlp_norm)
         return h
 
     def _logits(self, h_last: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -116,7 +107,7 @@ class GemmaModel:
         lengths: torch.Tensor,  # [batch] int64: real prompt lengths (>= 1)
         slots: torch.Tensor,  # [batch] int64: each prompt's cache slot
         cache: KVCache,
-        taps: LayerTaps | None = None,
+        residual_hooks: ResidualHooks | None = None,
         out: torch.Tensor | None = None,  # [batch, vocab] model dtype: where to write the logits
     ) -> torch.Tensor:  # [batch, vocab] logits (model dtype) at each prompt's last real position
         batch, padded = tokens.shape
@@ -138,7 +129,7 @@ class GemmaModel:
             a = self.prefill_attention(qb, kb, vb, self.scale, spec.window(i), spec.attn_logit_softcap)
             return tokens_first(a)  # a: [batch, H, padded, D]
 
-        h = self._layers(tokens.reshape(-1), attend, taps)
+        h = self._layers(tokens.reshape(-1), attend, residual_hooks)
         return self._logits(last_positions(h, batch, padded, lengths), out)
 
     def decode(
@@ -148,7 +139,7 @@ class GemmaModel:
         slots: torch.Tensor,  # [rows] int64
         cache: KVCache,
         max_len_hint: int | None = None,  # host bound of positions + 1 (used by the torch attention only)
-        taps: LayerTaps | None = None,
+        residual_hooks: ResidualHooks | None = None,
     ) -> torch.Tensor:  # [rows, vocab] model dtype
         rows = tokens.shape[0]
         spec = self.spec
@@ -162,4 +153,4 @@ class GemmaModel:
             )  # fmt: skip
             return out.reshape(rows, spec.num_heads * spec.head_dim)
 
-        return self._logits(self._layers(tokens, attend, taps))
+        return self._logits(self._layers(tokens, attend, residual_hooks))

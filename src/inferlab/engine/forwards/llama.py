@@ -3,16 +3,13 @@
 One layer, as in transformers, with the residual add fused into the next norm:
     h = norm(x); q, k, v = rope(split(h @ Wqkv)); cache[slot, pos] = k, v; a = attn(q, cache) @ Wo
     h, x = norm(x + a); m = (silu(h @ Wg) * (h @ Wu)) @ Wd; h, x = norm_next(x + m)
-The last line is where the residual stream after layer i (transformers' decoder layer output) exists: with
-`taps` (engine/taps.py) it also adds each steered row's vector there and collects it (one fused op).
-Two entry points share the layer code and differ only in attention (rope and the cache write included):
-`prefill` (right-padded prompts: the rope kernel, then causal SDPA) and `decode` (one token per row: one
-fused rope + attention op over each row's cache slot). With an fp8 KV cache both write K/V quantized with
-their scales (KVCache.scales); prefill attends over the prompt's unquantized K/V, decode reads the cache.
-Both return the logits of the last position only, in the model dtype (the sampler's ops decide whether to upcast). The
-small fused operations come from an `Ops` set (engine/ops.py), so the same code runs plain torch on CPU and
-Triton kernels on CUDA; the projections go through a GemmPlan (cuBLAS, or the skinny Triton GEMM where the
-engine measured it faster: engine/gemm_plan.py). Sampling is not here (engine/sampler.py).
+The last line is where the residual stream after layer i (transformers' decoder layer output) exists:
+`residual_hooks` (residual_hooks.py) steer and collect it there (one fused op).
+Two entry points share the layer code and differ only in attention: `prefill` (right-padded prompts: the
+rope kernel, then causal SDPA over the prompt's unquantized K/V) and `decode` (one token per row: one fused
+rope + attention op over each row's cache slot). Both return the logits of the last position only, in the
+model dtype. The small fused operations come from an `Ops` set (ops.py: torch on CPU, Triton on CUDA); the
+projections go through a GemmPlan (gemm_plan.py). Sampling is not here (sampler.py).
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ from inferlab.engine.forwards.prefill_layout import heads_first, last_positions,
 from inferlab.engine.gemm_plan import GemmPlan
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
-from inferlab.engine.taps import LayerTaps
+from inferlab.engine.residual_hooks import ResidualHooks
 from inferlab.models.config import ModelSpec
 from inferlab.models.rope import RotaryTables
 from inferlab.models.weights import LayerWeights, ModelWeights
@@ -51,7 +48,7 @@ class LlamaModel:
         self,
         tokens: torch.Tensor,  # [T] int64
         attend: Attend,
-        taps: LayerTaps | None = None,  # steering / collection on the residual after each layer
+        residual_hooks: ResidualHooks | None = None,  # steering / collection on the residual after each layer
         num_layers: int | None = None,  # run only the first layers (the packed prefill's hidden states)
     ) -> torch.Tensor:  # [T, hidden]: the final-normed hidden state (after num_layers: the next layer's input norm)
         spec, w, ops = self.spec, self.weights, self.ops
@@ -64,10 +61,10 @@ class LlamaModel:
             h, x = ops.add_rms_norm(a, x, layer.post_norm, eps)
             m = gemm.mlp(h, layer.gate_up, layer.down)  # [T, hidden]
             next_norm = w.layers[i + 1].input_norm if i + 1 < len(w.layers) else w.final_norm
-            if taps is None:
+            if residual_hooks is None:
                 h, x = ops.add_rms_norm(m, x, next_norm, eps)
             else:  # x = the residual after layer i, steered and collected
-                h, x = taps.after_layer(i, m, x, next_norm, eps)
+                h, x = residual_hooks.after_layer(i, m, x, next_norm, eps)
         return h
 
     def _logits(self, h_last: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -82,7 +79,7 @@ class LlamaModel:
         lengths: torch.Tensor,  # [batch] int64: real prompt lengths (>= 1)
         slots: torch.Tensor,  # [batch] int64: each prompt's cache slot
         cache: KVCache,
-        taps: LayerTaps | None = None,
+        residual_hooks: ResidualHooks | None = None,
         out: torch.Tensor | None = None,  # [batch, vocab] model dtype: where to write the logits
     ) -> torch.Tensor:  # [batch, vocab] logits (model dtype) at each prompt's last real position
         batch, padded = tokens.shape
@@ -102,7 +99,7 @@ class LlamaModel:
             vb = heads_first(v, batch, padded, kv_heads, head_dim)
             return tokens_first(self.prefill_attention(qb, kb, vb, self.scale))  # attention: [batch, H, padded, D]
 
-        h = self._layers(tokens.reshape(-1), attend, taps)
+        h = self._layers(tokens.reshape(-1), attend, residual_hooks)
         return self._logits(last_positions(h, batch, padded, lengths), out)
 
     def decode(
@@ -112,7 +109,7 @@ class LlamaModel:
         slots: torch.Tensor,  # [rows] int64
         cache: KVCache,
         max_len_hint: int | None = None,  # host bound of positions + 1 (used by the torch attention only)
-        taps: LayerTaps | None = None,
+        residual_hooks: ResidualHooks | None = None,
     ) -> torch.Tensor:  # [rows, vocab] model dtype
         rows = tokens.shape[0]
         spec = self.spec
@@ -125,4 +122,4 @@ class LlamaModel:
             )  # fmt: skip
             return out.reshape(rows, spec.num_heads * spec.head_dim)
 
-        return self._logits(self._layers(tokens, attend, taps))
+        return self._logits(self._layers(tokens, attend, residual_hooks))

@@ -1,19 +1,15 @@
 """GEMM plans measured on the GPUs we run, shipped with the package: one JSON file per GPU model here.
 
-Timing the plan (gemm_plan.py) costs a fresh machine ~15-20 s of its first start-up, and on a cluster every
-new node is a fresh machine. `known_plan` is what the engine asks at start-up: the local start-up cache's
-entry first (startup_cache.py: this machine's own measurement), then a shipped one, else nothing (the
-engine times the plan and caches it). `python -m inferlab.engine.gemm_plans.measure` writes the files.
+Timing the plan (gemm_plan.py) costs a fresh machine seconds of its first start-up, and on a cluster every
+new node is a fresh machine. `known_plan` is what the engine asks at start-up: this machine's start-up
+cache first, then a shipped plan, else nothing (the engine times the plan and caches it).
+`python -m inferlab.engine.gemm_plans.measure` writes the files.
 
-A shipped plan applies on another machine where what decides the timings is the same (`shipped_key`): the
-GPU model (name, compute capability, SM count: an H100 SXM, an H100 PCIe and an H200 are three files), the
-model's projection shapes, dtype, qkv bias and MLP activation, the code of the Triton GEMM and the
-activations it fuses (kernels/triton_gemm.py, triton_math.py: comments and docstrings left out), and the
-major.minor versions of Triton (its code generation), CUDA and torch (cuBLAS, the other side of each
-comparison). Not the layer count (each timing is per layer), not the engine's other code, not patch
-versions. A plan holds each decode bucket <= 64 rows that it measured; an engine whose buckets it lacks
-(fewer slots than 64 make a bucket of their own) times its plan. Where no entry matches, a debug log says
-which field differed.
+A shipped plan applies where what decides the timings is the same (`shipped_key`): the GPU model (name,
+compute capability, SM count), the model's projection shapes, dtype, qkv bias and MLP activation, the code
+of the Triton GEMM and the activations it fuses (comments and docstrings left out), and the major.minor
+versions of Triton, CUDA and torch. Not the layer count, the engine's other code or patch versions. An
+engine with a decode bucket <= 64 the plan lacks times its own. A debug log names the field that differed.
 
 File layout (<gpu-slug>.json, e.g. nvidia-h100-80gb-hbm3.json): {"format": 1, "gpu": name, "entries":
 [{"model": preset name, "key": shipped_key, "value": plan_to_json + "buckets"}]}.

@@ -1,31 +1,23 @@
 """Triton flash-decoding fused with the decode step's rope: from the qkv projection to the attention output
-in one launch per layer, with each row's cost following its real length.
+in one launch per layer, each row's cost following its real length.
 
 Grid (rows, kv_heads, splits). Each program:
-  1. reads the query heads of its kv head from qkv, applies the optional per-head RMSNorm (Qwen3) and rope
-     in registers, rounded to the model dtype as engine/kernels/triton_rope.py rounds them (no q tensor);
-  2. runs an online softmax over its share of the row's cached positions [lo, pos) (lo = 0, or with a
-     sliding window (Gemma 2/3, a runtime argument per layer) max(0, pos + 1 - window); the share is
-     (pos + 1 - lo) / splits in whole BLOCK_N tiles, so the work follows the real length or the window,
-     never the cache length; Gemma 2's soft-cap on the scores is the SOFTCAP flag),
-     for all query heads of the kv head at once (GQA: the group shares each K/V load); the halves of the
-     head dimension are dotted separately, which is what lets the rotated query stay in two registers;
-  3. the program whose share holds the new position `pos` rotates the new key, writes key and value into
-     the cache at (slot, pos) and folds them in from registers (no read-back of what it just wrote);
-  4. with one split it writes the output; otherwise it writes a partial output and its log-sum-exp, and
-     the last of the row's splits to finish (an atomic counter per (row, kv head), reset by that program
-     for the next launch) merges them in a fixed order: deterministic, and no second launch.
-With an FP8 cache (KV_FP8: e4m3 values + one fp32 scale per (slot, kv head, position), engine/kv_quant.py)
-the tiles are never dequantized (_fp8_tile): e4m3 -> fp16 is exact and one packed conversion per two values
-(e4m3 -> bf16 goes through fp16 plus a quarter-rate conversion per value on Hopper), so both dots run in
-fp16: q times a power of two per head (exact, clear of fp16's range), K's scales on the tile's scores, V's
-on the probabilities relative to the tile's largest scale (p stays in [0, 1]: no fp16 underflow). The new
-position is quantized where it is written (kernels/triton_fp8.py) and folded in from those rounded values,
-exactly as later steps will read it.
-The grid depends only on the batch bucket, never on lengths, so the launch is CUDA-graph capturable. The
-decode step therefore runs neither the rope kernel nor a merge kernel (each ~2 us per layer at 16 rows on
-an H200, where the step is bound by such fixed costs). Same result as engine/attention.py's
-decode_rope_attention_torch (the test reference); prefill keeps triton_rope.rope_qkv + SDPA.
+  1. reads the query heads of its kv head from qkv, applies the optional per-head RMSNorm (Qwen3, Gemma 3)
+     and rope in registers, rounded as kernels/triton_rope.py rounds them;
+  2. runs an online softmax over its share of the row's cached positions [lo, pos) (lo = 0, or
+     max(0, pos + 1 - window) for a sliding window), in whole BLOCK_N tiles, for all query heads of the kv
+     head at once (GQA: the group shares each K/V load); Gemma 2's soft-cap is the SOFTCAP flag;
+  3. the program whose share holds the new position rotates the new key, writes key and value into the
+     cache at (slot, pos) and folds them in from registers;
+  4. with one split it writes the output; otherwise a partial output and its log-sum-exp, and the row's last
+     split to finish (an atomic counter per (row, kv head), reset for the next launch) merges them in a
+     fixed order: deterministic, no second launch.
+With an FP8 cache (KV_FP8, kv_quant.py) the e4m3 tiles are converted to fp16 (exact, one packed conversion
+per two values) and never dequantized: q is scaled by a power of two per head, K's scales multiply the
+tile's scores, V's the probabilities relative to the tile's largest scale (p stays in [0, 1]). The new
+position is quantized where it is written (triton_fp8.py) and folded in as later steps will read it.
+The grid depends only on the batch bucket, so the launch is CUDA-graph capturable. The reference is
+engine/attention.py's decode_rope_attention_torch.
 """
 
 from __future__ import annotations
@@ -45,9 +37,8 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """The bf16 defaults won or tied within 3% in the H200 sweeps of scripts/gpu/kernel_sweep.py (llama-380m at
-    16 / 64 / 256 rows, qwen3-0.6b's head_dim 128 at 256 rows); 8 warps, which avoid the small register
-    spill 4 warps have at head_dim 128, ran ~12% slower there."""
+    """Tile and launch settings of the decode attention kernel (the defaults: bf16 cache, head_dim <= 128;
+    docs/decisions.md says how they were chosen)."""
 
     block_n: int = 64  # cached positions per tile
     num_warps: int = 4
@@ -308,18 +299,13 @@ def _sm_count(device: torch.device) -> int:
     return device_props.sm_count(device, cpu_value=8)
 
 
-# head_dim 256 (Gemma): 32-position tiles, 4 warps, 3 stages. scripts/gpu/fp8_attention_sweep.py on an H200
-# (benchmarks/checks/2026-11-26-fp8-attention-dev, CUDA graphs), us per layer at 1,000 positions: a Gemma 2
-# global layer (8 on 4 kv heads, soft-cap, 128 rows) 133.9 vs 169.8 with n32 w8 s2; a Gemma 3
-# sliding layer (4 on 1, window 512, 256 rows) 39.8 vs 47.3. The fp8 cache: 131.0 and 37.5 with this config.
+# head_dim 256 (Gemma): 32-position tiles keep q and the K/V tiles within shared memory at 4 warps.
 WIDE_HEAD_CONFIG = AttentionConfig(block_n=32, num_warps=4, num_stages=3)
 FP8_WIDE_HEAD_CONFIG = WIDE_HEAD_CONFIG
 
-# head_dim <= 128 with an fp8 cache: one warp per program, 32-position tiles, 3 stages. On an H200 (the same
-# checks folder, engine_check fp8_kv) at qwen3-0.6b's shape, 256 rows, lengths 330 / 629: 66.8 / 104.1 us per
-# layer (bf16: 101.3 / 160.1); 16-position tiles 80.4 / 134.8, 2 warps x 64 positions 91.9 / 128.8, 4 warps
-# 136.2 / 193.4 (their softmax reductions cross warps through shared memory), maxnreg 168 81.8 / 121.7.
-# programs_per_sm 4 keeps small batches at the bf16 default's 4 warps per SM (split-K; unmeasured).
+# head_dim <= 128 with an fp8 cache: one warp per program (a softmax reduction across warps goes through
+# shared memory), 32-position tiles, 3 stages; programs_per_sm 4 keeps small batches at the bf16 default's
+# 4 warps per SM.
 FP8_ATTENTION_CONFIG = AttentionConfig(block_n=32, num_warps=1, num_stages=3, programs_per_sm=4)
 
 

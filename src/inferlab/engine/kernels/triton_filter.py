@@ -3,7 +3,7 @@
 A threshold is one order statistic per row, found by radix selection over the order-preserving key of
 each logit (sampler.float_key; unsigned here: u = key ^ 0x80000000), DIGIT_BITS = 4 bits per pass, with
 the vocabulary split into `chunks` slices per row so that rows x chunks programs fill the GPU (one program
-per row took 850 us at 16 x 128k: no parallelism). Every launch is a fixed grid (rows, chunks), so the
+per row leaves most SMs idle at small batches). Every launch is a fixed grid (rows, chunks), so the
 chain is CUDA-graph capturable:
   max pass      each program: its slice's maximum -> PMAX [rows, chunks] (min-p, and the softmax shift);
   count passes  top-k (FILTER_TOP_K only): for keys under the prefix chosen so far, a 16-bin histogram

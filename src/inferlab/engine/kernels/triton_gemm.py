@@ -1,20 +1,16 @@
 """Triton kernel: the skinny GEMM of the decode step, out = x @ w^T for few rows (M <= 64), optionally with
-the SwiGLU product computed on the fly (down projection: x = gate_up, A = silu(gate) * up).
+the gated MLP product fused.
 
-At decode batch sizes a projection is a stream over its weight matrix: the cost is the weight bytes, and
-the question is only whether enough programs keep enough loads in flight. Grid (N / BLOCK_N, SPLIT_K):
-each program streams a [BLOCK_N, K / SPLIT_K] slab of the weight (contiguous along K) through tl.dot
-against the rows' [M, K / SPLIT_K] slice. SPLIT_K = 1 writes the output directly; otherwise each split
-writes fp32 partials and the last split of each tile to finish (an atomic counter per tile, reset by that
-program) sums them in a fixed order: deterministic, and no second launch. With
-SWIGLU the A operand is silu(gate) * up rounded to the model dtype, exactly what triton_norm.silu_mul
-writes, so the fused product equals silu_mul followed by a GEMM up to the order of accumulation, and the
-silu_mul launch (and its [M, I] round trip) disappears. With GATED (the gate_up projection, one split) each
-program streams the matching gate and up rows and writes silu(gate) * up, rounded as gate_up + silu_mul
-round it: the [M, 2I] intermediate and the silu_mul launch disappear on that side instead. Both fused
-forms take Gemma's GeGLU instead (the tanh GELU for silu) with the GELU_TANH flag (activation="gelu_tanh").
-Which projection uses this kernel at which batch size, and with which tile, is decided at start-up by
-timing against cuBLAS (engine/gemm_plan.py).
+At decode batch sizes a projection streams its weight matrix: the cost is the weight bytes, and what
+matters is keeping enough loads in flight. Grid (N / BLOCK_N, SPLIT_K): each program streams a
+[BLOCK_N, K / SPLIT_K] slab of the weight through tl.dot against the rows' [M, K / SPLIT_K] slice. With
+SPLIT_K > 1 each split writes fp32 partials and the tile's last split to finish (an atomic counter per
+tile, reset by that program) sums them in a fixed order: deterministic, no second launch.
+Fused forms (rounded as gate_up + triton_norm.silu_mul round them, so no silu_mul launch is needed):
+SWIGLU (down projection: A = act(gate) * up computed from gate_up on the fly) and GATED (gate_up
+projection: each program streams matching gate and up rows and writes act(gate) * up); GELU_TANH makes
+act Gemma's tanh GELU instead of SiLU. Which projection uses this kernel, at which batch size and with
+which tile, is timed at start-up against cuBLAS (engine/gemm_plan.py).
 """
 
 from __future__ import annotations
@@ -56,7 +52,7 @@ def _skinny_kernel(
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # GATED: W is [gate; up] (2N rows), out = silu(gate) * up
     for kb in range(0, k_blocks):
         # a whole number of BLOCK_K from 0, stated to the compiler: without it a split's start offset has
-        # unknown alignment and every weight load is issued element by element (~3x slower, first GPU sweep)
+        # unknown alignment and every weight load is issued element by element
         k0 = tl.multiple_of((pid_k * k_blocks + kb) * BLOCK_K, BLOCK_K)
         rk = k0 + tl.arange(0, BLOCK_K)
         k_ok = rk < K

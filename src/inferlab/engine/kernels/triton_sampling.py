@@ -1,41 +1,27 @@
 """Triton kernels: the exponential race of engine/sampler.py in one pass over the logits, and the pick.
 
-Race, grid (rows, parts of SPAN blocks of BLOCK token ids; SPAN 1 but where most rows are skipped): each
-program derives the row's key from (seed, token index), scales its logits by log2(e) / T, applies the row's
-threshold, adds base-2 Gumbel noise from the same counter-based hash as sampler.race_noise (uint32 arithmetic
-wraps exactly like the reference's masked int64 arithmetic), and writes its best value and index. Greedy rows
-skip the noise (a branch per program). The logits are read in the dtype the LM head wrote (bf16: half the
-bytes of an fp32 copy, and no cast kernel); bf16 -> fp32 is exact, so the arithmetic and the threshold keys
-are those of the reference.
-Pick, one program per row: the first chunk holding the best value (first index on ties, as torch.argmax);
-with `done`/`tokens` (the top-p rounds' last race) a settled row keeps its token instead.
-No [rows, vocab] noise tensor is ever materialised. ROUND > 0 re-keys the noise (sampler.row_keys), SKIP
-rows return at once (both for the top-p rounds of triton_top_p.py); STATS also writes each chunk's
-maximum logit and its softmax mass relative to that maximum (the top-p rounds' row maximum and total).
+Race, grid (rows, parts of SPAN blocks of BLOCK token ids): each program derives the row's key from (seed,
+token index), scales its logits by log2(e) / T, applies the row's threshold, adds base-2 Gumbel noise from
+the same counter-based hash as sampler.race_noise (uint32 arithmetic wraps as the reference's masked int64
+does), and writes its best value and index. Greedy rows skip the noise. Logits are read in the LM head's
+dtype (bf16 -> fp32 is exact, so the arithmetic equals the reference's). Pick, one program per row: the
+first chunk holding the best value (first index on ties, as torch.argmax). No [rows, vocab] noise tensor
+is materialised. ROUND > 0 re-keys the noise, SKIP rows return at once, STATS also writes each chunk's
+maximum and softmax mass (all three for the top-p rounds of triton_top_p.py).
 
-What a logit costs: the noise is ~25 integer and float operations and two base-2 logarithms, and the
-logits are two bytes each, so the race is bound by arithmetic unless each operation is a single
-instruction. On a GPU the logarithms are the hardware approximation (lg2.approx.f32: one MUFU instruction;
-the exact libdevice-style polynomial was ~60% of the instructions), except where it is not accurate enough:
-its error is absolute (~2^-22) near 1, and -log2(u) for a u near 1 is the small value behind the large noise
-that wins a race over 100k+ tokens, so there it comes from a short series in 1 - u (_gumbel2). The uniform is
-built from the hash's bits in the mantissa of 1.0, minus (1 - 2^-24): exactly the reference's
-((h >> 9) + 0.5) / 2^23 (Sterbenz: the subtraction is exact), without an int-to-float conversion. The noise
-agrees with the exact-logarithm reference to ~1e-6 relative, so a draw can differ from the reference's only
-where two race values lie that close (a few per million); the distribution is the same. The Triton interpreter
-(CPU tests) computes the exact logarithms, so there the tokens equal the reference's.
+The race is bound by its arithmetic per logit, so on a GPU the logarithms are the hardware approximation
+(lg2.approx.f32), except near u = 1, where its absolute error (~2^-22) would bias the tiny -log2(u) behind
+the large noise that wins a race: there a short series in 1 - u is used (_gumbel2). The uniform is built
+from the hash bits in the mantissa of 1.0 (exactly the reference's ((h >> 9) + 0.5) / 2^23, no int-to-float
+conversion). A draw can differ from the exact-logarithm reference only where two race values lie within
+~1e-6 relative; the distribution is the same. The Triton interpreter computes exact logarithms.
 
-Constrained race (`constrained_race_argmax`, the constraint runtime's step at filter level none: plain
-temperature and greedy rows, the conformer job's setting): the same race with the constraint's mask
-applied in registers, from the state the mask kernel reads (constraints/step_kernels.py). A program whose
-row is in a copy op returns at once (its token is forced); a hole row's program looks up which of its
-chunk's tokens the automaton state allows (token class -> allowed-by-class table, plus the exit token in an
-accepting state) and returns at once when none is (most chunks: a coordinate hole allows a few hundred
-digit tokens of a 152k vocabulary; a per-state table of the chunks holding any move lets it return before
-reading a token class), else races over the allowed ones, reading only their logits;
-unconstrained rows race as usual. The tokens are those of the mask kernel followed by race_argmax (the
-same arithmetic on the same kept logits, the same noise), without the mask's write pass over [B, V], its
-launch, and the race's reads and hashes of every chunk a row cannot emit from.
+Constrained race (`constrained_race_argmax`, the constraint runtime's step at filter level none): the race
+with the constraint's mask applied in registers, from the state the mask kernel reads
+(constraints/step_kernels.py). A copy row's programs return at once (its token is forced); a hole row's
+program returns at once when its state allows no token of its chunk (a per-state chunk table answers before
+any token class is read), else races over the allowed tokens only. The tokens equal the mask kernel's
+followed by race_argmax, without the mask's write pass over [B, V].
 """
 
 from __future__ import annotations
@@ -253,7 +239,7 @@ def race_partials(
     skip: torch.Tensor | None = None,  # [rows] bool / int8: rows to leave out
     stats: bool = False,  # also each block's maximum logit and mass (the top-p rounds; span 1)
     block: int = 4096,  # token ids per block
-    num_warps: int = 4,  # 4 warps: ~10% faster than 8 at 256 rows x 152k on an H200 (fewer registers)
+    num_warps: int = 4,  # fewer registers per program than 8 warps
     span: int = 1,  # blocks per program: > 1 when most rows are skipped (fewer programs that return at once)
 ) -> RacePartials:
     """The race kernel alone: each program's best (the pick, `pick_tokens`, is a second launch)."""

@@ -1,9 +1,9 @@
 """Triton kernels of the step's bookkeeping: the min-length stop mask and the per-row record.
 
 In eager torch these are about twenty tiny kernels per step (compares, wheres, scatters over [rows] and
-[rows, stops]); inside a CUDA graph each still costs a few microseconds, which at batch 16 is a tenth of
-the step. Each is one launch here. Same signatures and semantics as engine/step.py's torch functions
-(the test references).
+[rows, stops]); inside a CUDA graph each still costs a launch, which matters where a small batch's step is
+bound by fixed costs. Each is one launch here, with the signatures and semantics of engine/step.py's torch
+functions (the test references).
 """
 
 from __future__ import annotations

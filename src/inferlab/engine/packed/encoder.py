@@ -6,14 +6,12 @@ batch of thousands of tokens is bound by its matmuls, not by launches).
     batch = encoder.pack([[ids of text 1], [ids of text 2]])   # host side: any thread, pinned on CUDA
     logits = encoder.classify(batch)                          # [2, num_labels] fp32 on the host
 
-Start-up (each phase timed in `stats`): the device, the spec (a classify encoder refuses a checkpoint
-without a sequence-classification head), weights (the score head for classify, no LM head), FP8 weights
-(`weights="fp8"`, packed/fp8_weights.py), the forward (packed/forward.py), and on CUDA the warm-up: the
-attention implementation per kind of layer checked and timed (packed/attention.py), then one batch of
-`max_batch_tokens` whose time seeds the rate estimate `predict_s` reads (workloads cap a batch's expected
-time with it). Each batch's device time (CUDA events) and FLOPs (packed/flops.py) go to `stats`.
-Rows are the caller's business: lengths within `max_length`, at least one token each. A CUDA out-of-memory
-error propagates (the workloads back off on it).
+Start-up (phases timed in `stats`): device, spec (classify refuses a checkpoint without a classification
+head), weights (optionally FP8, fp8_weights.py), the forward, and on CUDA the warm-up: the attention
+implementation chosen per kind of layer (attention.py), then one full batch whose time seeds the rate
+estimate `predict_s` reads. Each batch's device time and FLOPs go to `stats`. Rows are the caller's
+business (lengths within `max_length`, at least one token). A CUDA out-of-memory error propagates (the
+workloads back off on it).
 """
 
 from __future__ import annotations

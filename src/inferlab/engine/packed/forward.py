@@ -46,8 +46,8 @@ def pool_rows(x: torch.Tensor, batch: DeviceBatch, pool: str) -> torch.Tensor:
 
 
 class HiddenCapture:
-    """What the layer loop calls as `taps.after_layer` (engine/taps.py's signature): the plain residual add +
-    norm, and the new residual pooled where layer i's output is a hidden state asked for."""
+    """The layer loop's residual hooks (engine/residual_hooks.ResidualHooks' `after_layer`): the plain
+    residual add + norm, and the new residual pooled where layer i's output is a hidden state asked for."""
 
     def __init__(self, ops: Any, batch: DeviceBatch, wanted: set[int], pool: str) -> None:
         self.ops = ops
@@ -109,7 +109,7 @@ class PackedForward:
         """(window, softcap) of every layer: what PackedAttention.choose picks implementations for."""
         return [(layer_window(self.spec, i), self.spec.attn_logit_softcap) for i in range(self.spec.num_layers)]
 
-    def _layers(self, batch: DeviceBatch, taps: Any = None, num_layers: int | None = None) -> torch.Tensor:
+    def _layers(self, batch: DeviceBatch, residual_hooks: Any = None, num_layers: int | None = None) -> torch.Tensor:
         spec = self.spec
         heads, kv_heads, head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
         tokens = batch.host.num_tokens
@@ -124,7 +124,7 @@ class PackedForward:
                                spec.attn_logit_softcap)  # [T, heads, head_dim]
             return a.reshape(tokens, heads * head_dim)
 
-        return self.model._layers(batch.tokens, attend, taps, num_layers)
+        return self.model._layers(batch.tokens, attend, residual_hooks, num_layers)
 
     def classify(self, batch: DeviceBatch) -> torch.Tensor:
         """[B, num_labels] fp32: the score head on each row's pooled token, in the model dtype, as transformers."""

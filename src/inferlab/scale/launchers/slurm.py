@@ -1,9 +1,8 @@
 """Slurm launcher: the shards as one submitit job array with one GPU per task (`AutoExecutor`,
-`map_array`), the way the seeds' users submit: partition, account, time limit, CPUs and memory per task,
-and `slurm_array_parallelism` to cap the tasks running at once. Each task runs worker.run_shard; its log
-goes to the shard's log file and submitit keeps its own logs in the logs folder (default
-<work dir>/slurm). Both must be on a shared filesystem. Retries are submitted by the coordinator as new
-arrays of the failed shards.
+`map_array`): partition, account, time limit, CPUs and memory per task, and `slurm_array_parallelism` to
+cap the tasks running at once. Each task runs worker.run_shard; its log goes to the shard's log file and
+submitit keeps its own logs in the logs folder (default <work dir>/slurm). Both must be on a shared
+filesystem. Retries are submitted by the coordinator as new arrays of the failed shards.
 
 `SlurmOptions.cluster="local"` runs the same path through submitit's LocalExecutor (tests, no Slurm).
 """

@@ -18,7 +18,7 @@ from typing import Any
 from inferlab.scale.adapter import ShardContext
 from inferlab.scale.params import from_params, to_params
 from inferlab.scale.workloads.conformers import conformer_adapter
-from inferlab.workloads.conformers.pipeline_config import PipelineConfig
+from inferlab.workloads.conformers.pipeline.config import PipelineConfig
 
 # Settings whose change changes the rows: a rerun with other values is refused (slots, workers, judges and
 # memory only change the speed; a request's tokens depend on its seed, not on its batch). max_seq_len is
@@ -43,7 +43,7 @@ def pipeline_params(model: str | Path, config: PipelineConfig, engine_options: M
 
 
 def _run_shard(params: dict[str, Any], ctx: ShardContext) -> dict[str, Any]:
-    from inferlab.workloads.conformers.pipeline import generate_conformers
+    from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
     config = from_params(PipelineConfig, params["pipeline"])
     # the shard's JSONL sits beside its SDF (the merge writes the user's rows_output)

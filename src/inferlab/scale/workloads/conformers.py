@@ -1,5 +1,5 @@
 """Scale-out of conformer workloads: molecules in (.smi/.csv/.tsv), K conformers per molecule out as an
-SDF plus a JSONL row per conformer (workloads/conformers/output.py). Shared by every conformer generator:
+SDF plus a JSONL row per conformer (workloads/conformers/pipeline/output.py). Shared by every conformer generator:
 the engine pipeline registers itself with `conformer_adapter(name, run_shard, settings)`, as the ETKDG
 workload does (etkdg.py).
 
@@ -23,14 +23,13 @@ from inferlab.scale.adapter import ShardContext, WorkloadAdapter
 from inferlab.scale.order import UNPLACED, OrderIndex, RecordSpan, write_in_order
 from inferlab.scale.units import Unit, UnitPlan
 from inferlab.scale.workloads.jsonl_output import jsonl_spans
-from inferlab.workloads.conformers.inputs import read_molecule_inputs
-from inferlab.workloads.conformers.output import default_jsonl_path
-from inferlab.workloads.conformers.sdf import sdf_id
+from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.chemistry.sdf import sdf_id
+from inferlab.workloads.conformers.pipeline.output import default_jsonl_path
 
-# Tokens of one conformer, measured with the qwen3-chem tokenizer on the v3-fixed4 profile over 300 NCI
-# molecules (ETKDG conformers): the generation takes 24.3 tokens per atom (23.7 to 25.4 across the set),
-# the prompt 1.5 + 1.14 per atom. Only ratios between molecules matter for balancing, and another
-# tokenizer scales every molecule alike.
+# Tokens of one conformer per atom, counted with the qwen3-chem tokenizer on the v3-fixed4 profile (ETKDG
+# conformers of NCI molecules). Only ratios between molecules matter for balancing, and another tokenizer
+# scales every molecule alike.
 GENERATED_TOKENS_PER_ATOM = 24.3
 PROMPT_TOKENS_PER_ATOM = 1.14
 FIXED_TOKENS = 2.5  # the prompt's tags and the EOS

@@ -36,9 +36,9 @@ def generate_row_length(sample: Path, model: str, max_new_tokens: int) -> int:
 
 def conformers_row_length(sample: Path, model: str, profile: str, num_conformers: int) -> int:
     from inferlab.models.config import read_model_spec
-    from inferlab.workloads.conformers.inputs import read_molecule_inputs
-    from inferlab.workloads.conformers.pipeline_plan import auto_max_seq_len, plan_molecules
-    from inferlab.workloads.conformers.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.pipeline.plan import auto_max_seq_len, plan_molecules
 
     plan = plan_molecules(read_molecule_inputs(sample), (), num_conformers)
     length = auto_max_seq_len(plan.jobs, get_profile(profile), read_model_spec(model).max_position_embeddings)

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from inferlab.workloads.conformers.profiles import DEFAULT_PROFILE
+from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE
 from inferlab.workloads.stats import latency_summary_ms
 from inferlab.workloads.winner import MIN_REPEATS, relative_range
 
@@ -228,8 +228,8 @@ class ConformersRunner:
         self.job = job
 
     def measure(self, candidate: dict[str, Any], index: int) -> dict[str, Any]:
-        from inferlab.workloads.conformers.pipeline import generate_conformers
-        from inferlab.workloads.conformers.pipeline_config import PipelineConfig
+        from inferlab.workloads.conformers.pipeline.config import PipelineConfig
+        from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
         job = self.job
         config = PipelineConfig(num_conformers=job.num_conformers, profile=job.profile)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.errors import CapacityError, ConfigError, InferlabError, InputError
-from inferlab.workloads.conformers.profiles import DEFAULT_PROFILE
+from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE
 from inferlab.workloads.tune.candidates import (
     SizeLimit,
     engine_candidates,

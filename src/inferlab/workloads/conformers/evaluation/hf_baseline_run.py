@@ -15,7 +15,7 @@ import torch
 from transformers import LogitsProcessorList
 
 from inferlab.errors import ConfigError
-from inferlab.workloads.conformers.hf_baseline_processor import (
+from inferlab.workloads.conformers.evaluation.hf_baseline_processor import (
     BaselineTemplate,
     SeedsStyleConformerProcessor,
     SeedsVocabMasks,

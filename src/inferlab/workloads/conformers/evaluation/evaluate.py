@@ -24,9 +24,9 @@ from rdkit import Chem
 
 from inferlab.child_processes import spawn_pool
 from inferlab.errors import ConfigError, InputError
-from inferlab.workloads.conformers.metrics import DEFAULT_THRESHOLD, best_rms_matrix, coverage_matching
-from inferlab.workloads.conformers.sdf import read_sdf
-from inferlab.workloads.conformers.smiles import canonicalize_mol
+from inferlab.workloads.conformers.chemistry.sdf import read_sdf
+from inferlab.workloads.conformers.chemistry.smiles import canonicalize_mol
+from inferlab.workloads.conformers.evaluation.metrics import DEFAULT_THRESHOLD, best_rms_matrix, coverage_matching
 
 log = logging.getLogger(__name__)
 METRICS = ("coverage_recall", "coverage_precision", "matching_recall", "matching_precision")

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from inferlab.constraints.grammars import GRAMMARS
 from inferlab.errors import ConfigError
-from inferlab.workloads.conformers.coordinates import COORDINATE_STYLES, CoordinateStyle
-from inferlab.workloads.conformers.descriptors import DESCRIPTOR_STYLES, DescriptorStyle
+from inferlab.workloads.conformers.chemistry.coordinates import COORDINATE_STYLES, CoordinateStyle
+from inferlab.workloads.conformers.chemistry.descriptors import DESCRIPTOR_STYLES, DescriptorStyle
 
 
 @dataclass(frozen=True)

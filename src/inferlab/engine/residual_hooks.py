@@ -1,17 +1,14 @@
-"""What the forward does after each decoder layer besides the plain residual add + norm: steering and
-collection ("taps" on the residual stream), and the runner's per-row side of them.
+"""Residual hooks: steering and activation collection on the residual stream after each decoder layer.
 
-`LayerTaps` is built per forward call (per decode graph at capture, per prefill batch) over static buffers;
-the model calls `after_layer(i, delta, residual, weight, eps[, unit_offset, x_norm])` where it would call
-`ops.add_rms_norm` (forwards/llama.py, forwards/gemma.py: the same norm variant arguments):
+`ResidualHooks` is built per forward call (per decode graph at capture, per prefill batch) over static
+buffers. The forward calls `after_layer(i, delta, residual, weight, eps[, unit_offset, x_norm])` where it
+would call `ops.add_rms_norm` (same norm-variant arguments):
     h, x = add_steer_rms_norm(delta, residual, next_norm)   # x: the residual after layer i, steered
     collect_rows(x (prefill: each prompt's last position), layer i's buffers)   # collected layers only
-`RowTaps` holds the runner's optional SteeringTable and ActivationBuffers (None until the engine meets a
-request that needs them: engine/tap_support.py) and keeps them in step with the rows: admission writes
-each admitted row's entries, retirement drops its vector references, compaction moves them.
-Not here: the intake checks and when tables are made (tap_support.py), the kernels (ops).
+`HookTables` holds the runner's SteeringTable and ActivationBuffers (None until a request needs them:
+residual_hook_support.py) and keeps them in step with the rows: admission writes each admitted row's
+entries, retirement drops its vector references, compaction moves them.
 """
-
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -23,7 +20,7 @@ from inferlab.engine.rows import RowState
 from inferlab.engine.steering import SteeringTable, SteerLayer
 
 
-class LayerTaps:
+class ResidualHooks:
     def __init__(
         self,
         ops: Any,
@@ -51,7 +48,7 @@ class LayerTaps:
         return h, x
 
 
-class RowTaps:
+class HookTables:
     def __init__(self, ops: Any, rows: RowState, num_layers: int) -> None:
         self.ops = ops
         self.rows = rows
@@ -59,8 +56,8 @@ class RowTaps:
         self.steering: SteeringTable | None = None
         self.collection: ActivationBuffers | None = None
 
-    def for_decode(self, b: int, steered: bool, collecting: bool) -> LayerTaps | None:
-        """Taps over rows [0, b) (what a decode graph of that variant captures), or None for neither."""
+    def for_decode(self, b: int, steered: bool, collecting: bool) -> ResidualHooks | None:
+        """Hooks over rows [0, b) (what a decode graph of that variant captures), or None for neither."""
         if not (steered or collecting):
             return None
         r = self.rows
@@ -68,11 +65,11 @@ class RowTaps:
         collect = None
         if collecting:
             collect = [self.collection.layer(i, r.active, r.finished, r.n_out, b=b) for i in range(self.num_layers)]
-        return LayerTaps(self.ops, steer, collect)
+        return ResidualHooks(self.ops, steer, collect)
 
     def for_prefill(self, row_ids: torch.Tensor, lengths: torch.Tensor, padded: int, steered: bool,
-                    collecting: bool) -> LayerTaps | None:
-        """Taps over a prefill batch: row_ids, lengths [n] (device), prompts right-padded to `padded`."""
+                    collecting: bool) -> ResidualHooks | None:
+        """Hooks over a prefill batch: row_ids, lengths [n] (device), prompts right-padded to `padded`."""
         if not (steered or collecting):
             return None
         steer = collect = last = None
@@ -84,7 +81,7 @@ class RowTaps:
             collect = [self.collection.layer(i, r.active, r.finished, r.n_out, rows=row_ids)
                        for i in range(self.num_layers)]
             last = torch.arange(len(row_ids), device=row_ids.device) * padded + lengths - 1
-        return LayerTaps(self.ops, steer, collect, last)
+        return ResidualHooks(self.ops, steer, collect, last)
 
     def admit(self, row_ids: Sequence[int], items: Sequence[Any]) -> None:
         """Admitted rows' steering entries and collection modes (items: intake.Prepared)."""

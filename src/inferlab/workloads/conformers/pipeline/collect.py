@@ -1,9 +1,9 @@
 """The engine's results -> the job's rows, with as little as possible on the engine's path.
 
-`ResultCollector.take(result)` is all the consumer loop does per result: it builds a plain JudgeTask and
-hands it to the judge pool (pipeline_judge_pool.py), then takes whatever verdicts are ready, oldest
-first. The RowWriter writes rows in input order (input_order.py): a row that finished before an earlier
-one waits for it. A verdict becomes:
+`ResultCollector.take(result)` is all the consumer loop does per result: it reads the result's
+ConformerTask (its metadata, task.py), builds a plain JudgeTask and hands it to the judge pool
+(judge_pool.py), then takes whatever verdicts are ready, oldest first. The RowWriter writes rows in input
+order (input_order.py): a row that finished before an earlier one waits for it. A verdict becomes:
 - an ok row: its SDF record (made in the worker) appended and flushed, then its JSONL row;
 - an error row (the engine refused the request, or the output is not a valid conformer);
 - a retry (its geometry contradicts the input's stereo and attempts are left): the next attempt goes
@@ -14,7 +14,7 @@ for everything. All writing happens here, in the calling thread, so the writer n
 loses only rows not written yet (an interrupt loses no finished row: RowWriter.flush), and a rerun generates
 them again.
 
-Not here: judging (pipeline_judge.py), the requests (pipeline_feed.py).
+Not here: judging (judge.py), the requests (feed.py).
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from typing import Any
 
 from inferlab.input_order import InputOrder
 from inferlab.types import Result
-from inferlab.workloads.conformers.output import ConformerResultWriter
-from inferlab.workloads.conformers.pipeline_feed import RequestFeed
-from inferlab.workloads.conformers.pipeline_judge import JudgeTask, Verdict
-from inferlab.workloads.conformers.pipeline_judge_pool import JudgePool
-from inferlab.workloads.conformers.pipeline_plan import MoleculeJob
-from inferlab.workloads.conformers.pipeline_stats import PipelineSummary
-from inferlab.workloads.conformers.sdf import row_id
+from inferlab.workloads.conformers.chemistry.sdf import row_id
+from inferlab.workloads.conformers.pipeline.feed import RequestFeed
+from inferlab.workloads.conformers.pipeline.judge import JudgeTask, Verdict
+from inferlab.workloads.conformers.pipeline.judge_pool import JudgePool
+from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
+from inferlab.workloads.conformers.pipeline.plan import MoleculeJob
+from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
+from inferlab.workloads.conformers.pipeline.task import ConformerTask
 
 RowCallback = Callable[[dict[str, Any]], None]
 
@@ -83,24 +84,23 @@ class ResultCollector:
         self.judges, self.feed, self.rows, self.summary = judges, feed, rows, summary
         self.model_dir = model_dir
         self.profile, self.stereo_retries, self.window = profile, stereo_retries, window
-        self._pending: deque[tuple[dict[str, Any], Future[Verdict]]] = deque()
+        self._pending: deque[tuple[ConformerTask, Future[Verdict]]] = deque()
         self.wait_s = 0.0  # time take() waited for a full window (counted in the consumer's time)
         self.write_s = 0.0
 
     def take(self, result: Result) -> None:
-        meta = result.metadata
+        task: ConformerTask = result.metadata  # feed.conformer_request put it there; the engine hands it back
         s = self.summary
         s.prompt_tokens += result.prompt_tokens
         s.output_tokens += len(result.token_ids)
         s.conformers_generated += result.ok
-        s.retry_output_tokens += len(result.token_ids) if meta["attempt"] else 0
-        task = JudgeTask(input_id=meta["job"].record.id, conformer_index=meta["k"], attempt=meta["attempt"],
-                         may_retry=meta["attempt"] < self.stereo_retries, template=meta["molecule"].template,
-                         profile=self.profile, model_dir=self.model_dir, token_ids=tuple(result.token_ids),
-                         finish_reason=result.finish_reason,
-                         engine_error=result.error, prompt_tokens=result.prompt_tokens,
-                         output_tokens=len(result.token_ids))
-        self._pending.append((meta, self.judges.submit(task)))
+        s.retry_output_tokens += len(result.token_ids) if task.attempt else 0
+        judge_task = JudgeTask(input_id=task.job.record.id, conformer_index=task.k, attempt=task.attempt,
+                               may_retry=task.attempt < self.stereo_retries, template=task.molecule.template,
+                               profile=self.profile, model_dir=self.model_dir, token_ids=tuple(result.token_ids),
+                               finish_reason=result.finish_reason, engine_error=result.error,
+                               prompt_tokens=result.prompt_tokens, output_tokens=len(result.token_ids))
+        self._pending.append((task, self.judges.submit(judge_task)))
         if len(self._pending) > self.window:
             t = time.perf_counter()
             self._pending[0][1].result()
@@ -116,27 +116,26 @@ class ResultCollector:
     def _write_ready(self) -> None:
         t = time.perf_counter()
         while self._pending and self._pending[0][1].done():
-            meta, future = self._pending.popleft()
-            self._handle(meta, future.result())
+            task, future = self._pending.popleft()
+            self._handle(task, future.result())
         self.write_s += time.perf_counter() - t
 
-    def _handle(self, meta: dict[str, Any], verdict: Verdict) -> None:
+    def _handle(self, task: ConformerTask, verdict: Verdict) -> None:
         s, fields = self.summary, verdict.fields
         s.decode_s += verdict.seconds
         s.conformers_rejected += fields["finish_reason"] != "error" and not verdict.ok
         if verdict.retry:
             s.stereo_retries += 1
-            self.feed.retry(meta, fields["output_tokens"])
+            self.feed.retry(task, fields["output_tokens"])
             return
-        job, k = meta["job"], meta["k"]
-        fields = {**fields, "attempts": meta["attempt"] + 1,
-                  "generated_tokens": meta["earlier_tokens"] + fields["output_tokens"]}
+        fields = {**fields, "attempts": task.attempt + 1,
+                  "generated_tokens": task.earlier_tokens + fields["output_tokens"]}
         if not verdict.ok:
-            self.rows.error(job, verdict.error, [k], fields)
+            self.rows.error(task.job, verdict.error, [task.k], fields)
             return
         s.graph_matches += bool(fields["graph_match"])
         if fields["stereo_ok"] is not None:
             s.stereo_checked += 1
             s.stereo_matches += fields["stereo_ok"]
         assert verdict.sdf_record is not None
-        self.rows.ok(job, k, meta["molecule"].template.canonical_smiles, verdict.sdf_record, fields)
+        self.rows.ok(task.job, task.k, task.molecule.template.canonical_smiles, verdict.sdf_record, fields)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from rdkit import Chem
 
 from inferlab.errors import InputError
-from inferlab.workloads.conformers.profiles import FormatProfile
-from inferlab.workloads.conformers.smiles import CanonicalMolecule, canonicalize_mol
+from inferlab.workloads.conformers.chemistry.profiles import FormatProfile
+from inferlab.workloads.conformers.chemistry.smiles import CanonicalMolecule, canonicalize_mol
 
 
 @dataclass(frozen=True)

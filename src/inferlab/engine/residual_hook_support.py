@@ -1,15 +1,13 @@
 """The engine's side of steering and collection: the named vector sets, each request's intake check, and
 the device tables made (or grown) when a request first needs them.
 
-An engine that never sees a steered or collecting request allocates nothing and captures nothing for
-them. The first steered request allocates the steering table (rows x max_steered_layers vectors); the
-first collecting request allocates collection buffers for its layers (and, for pool "all", its token cap);
-a later request that needs more layers or a larger cap grows them (contents kept) and the collecting
-graphs are dropped, to be captured again when next needed (runner.py captures a variant on first use).
-A failure to allocate makes that request an error Result naming the fix; the engine goes on.
-Not here: the device tables themselves (steering.py, collection.py), the per-row side (taps.py).
+An engine that never sees a steered or collecting request allocates and captures nothing for them. The
+first steered request allocates the steering table (rows x max_steered_layers vectors); the first
+collecting request allocates collection buffers for its layers (and, for pool "all", its token cap); a
+later request that needs more layers or a larger cap grows them (contents kept) and the collecting graphs
+are dropped, to be captured again when next needed. A failure to allocate makes that request an error
+Result naming the fix; the engine goes on.
 """
-
 from __future__ import annotations
 
 import logging
@@ -21,7 +19,7 @@ import torch
 from inferlab.engine.collection import ActivationBuffers, CollectPlan, resolve_collect
 from inferlab.engine.steering import SteerEntry, SteeringTable, resolve_steering
 from inferlab.engine.steering_vectors import SteeringVectors
-from inferlab.engine.taps import RowTaps
+from inferlab.engine.residual_hooks import HookTables
 from inferlab.errors import ConfigError
 from inferlab.models.config import ModelSpec
 from inferlab.types import Request, SamplingParams
@@ -31,22 +29,22 @@ log = logging.getLogger(__name__)
 Checked = tuple[list[SteerEntry], CollectPlan | None]
 
 
-def wants_taps(request: Request) -> bool:
+def wants_steering_or_collection(request: Request) -> bool:
     """Whether the request asks for steering or collection at all (an empty steering list is none)."""
     steering = request.steering
     no_steering = steering is None or (isinstance(steering, (tuple, list)) and len(steering) == 0)
     return not no_steering or request.collect is not None
 
 
-class EngineTaps:
+class EngineResidualHooks:
     def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device, rows: int,
-                 max_steered_layers: int, row_taps: RowTaps, drop_graphs: Callable[[Callable[[Any], bool]], None]):
+                 max_steered_layers: int, hook_tables: HookTables, drop_graphs: Callable[[Callable[[Any], bool]], None]):
         self.spec = spec
         self.dtype = dtype
         self.device = device
         self.rows = rows
         self.max_steered_layers = max_steered_layers
-        self.row_taps = row_taps
+        self.hook_tables = hook_tables
         self.drop_graphs = drop_graphs  # runner.drop_graphs(predicate on a Variant)
         self.named: dict[str, SteeringVectors] = {}  # entry name -> the registered set holding it
         self.setup_s = 0.0  # table allocation and growth (graph captures are timed where they happen)
@@ -83,14 +81,14 @@ class EngineTaps:
         return problem if problem is not None else (entries, plan)
 
     def _ensure_tables(self, steered: bool, plan: CollectPlan | None) -> str | None:
-        taps = self.row_taps
+        tables = self.hook_tables
         t0 = time.perf_counter()
         try:
-            if steered and taps.steering is None:
-                taps.steering = SteeringTable(self.rows, self.spec.num_layers, self.rows * self.max_steered_layers,
+            if steered and tables.steering is None:
+                tables.steering = SteeringTable(self.rows, self.spec.num_layers, self.rows * self.max_steered_layers,
                                               self.spec.hidden_size, self.dtype, self.device)
                 log.info("steering table: %d vectors", self.rows * self.max_steered_layers)
-            if plan is not None and (taps.collection is None or not taps.collection.covers(plan)):
+            if plan is not None and (tables.collection is None or not tables.collection.covers(plan)):
                 self._grow_collection(plan)
         except torch.cuda.OutOfMemoryError as e:
             return (f"no device memory left for the steering table or collection buffers ({e}); collect fewer "
@@ -100,14 +98,14 @@ class EngineTaps:
         return None
 
     def _grow_collection(self, plan: CollectPlan) -> None:
-        taps = self.row_taps
-        if taps.collection is None:
-            taps.collection = ActivationBuffers(self.rows, plan.layers, plan.max_tokens, self.spec.hidden_size,
+        tables = self.hook_tables
+        if tables.collection is None:
+            tables.collection = ActivationBuffers(self.rows, plan.layers, plan.max_tokens, self.spec.hidden_size,
                                                 self.dtype, self.device)
         else:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)  # nothing in flight may still write the old buffers
-            taps.collection = taps.collection.grown(plan)
+            tables.collection = tables.collection.grown(plan)
             self.drop_graphs(lambda variant: variant.collecting)  # they captured the old buffers' addresses
-        c = taps.collection
+        c = tables.collection
         log.info("collection buffers: layers %s, 'all' cap %d, %.1f MB", c.layers, c.cap, c.nbytes / 1e6)

@@ -10,7 +10,7 @@ processes) and appended in one write, then flushed, so a crash loses at most the
 reopening drops such a torn tail and, when told which rows to keep, any record whose row is not among
 them, rewriting the file through a temporary file and a rename. The file is created by the first record.
 
-Not here: the JSONL side and resume bookkeeping (output.py).
+Not here: the JSONL side and resume bookkeeping (pipeline/output.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from urllib.parse import unquote
 from rdkit import Chem
 
 from inferlab.outputs.atomic import write_text_atomic
-from inferlab.workloads.conformers.rdkit_messages import rdkit_log
+from inferlab.workloads.conformers.chemistry.rdkit_messages import rdkit_log
 
 RECORD_END = "$$$$"  # the line that ends a record
 PROPERTIES = ("input_id", "canonical_smiles", "conformer_index", "profile", "row_id")

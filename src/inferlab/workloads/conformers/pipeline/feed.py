@@ -2,9 +2,10 @@
 
 `MoleculeFeed` yields the jobs' prepared molecules in input order and keeps the preparation pool
 `lookahead` molecules ahead of what was taken. `RequestFeed.requests()` turns them into the engine's
-requests: first any row to generate again (a stereo retry, queued by the result collector), then the K
-conformers `<input id>#<k>` of the next molecule; a molecule that could not be prepared, or whose prompt
-+ program bound exceeds the engine's rows, becomes error rows here and yields nothing.
+requests, each carrying its ConformerTask (task.py) as metadata: first any row to generate again (a
+stereo retry, queued by the result collector), then the K conformers `<input id>#<k>` of the next
+molecule; a molecule that could not be prepared, or whose prompt + program bound exceeds the engine's
+rows, becomes error rows here and yields nothing.
 
 The engine consumes the generator lazily (pulling requests as rows free up, about one batch ahead), so
 there are no waves and no drains: the rows stay full until the last molecule. An engine that takes its
@@ -12,8 +13,8 @@ iterable up front gets the same requests, only sooner. A generator ends when it 
 the moment it is asked; retries queued after that are given by the next call of `requests()` (the
 pipeline calls the engine again while `has_work`), so a row is never lost, only its retry is late.
 
-A retry's request id is `<input id>#<k>@retry<n>`: the engine derives its seed from the run's seed and
-that id, so a rerun draws the same attempts. Not here: what happens to the results (pipeline_collect.py).
+A retry's request id is `<input id>#<k>@retry<n>` (ConformerTask.request_id). Not here: what happens to
+the results (collect.py).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from inferlab.types import Request, SamplingParams
-from inferlab.workloads.conformers.pipeline_plan import MoleculeJob
-from inferlab.workloads.conformers.pipeline_prepare import MoleculePreparer, PreparedMolecule
+from inferlab.workloads.conformers.pipeline.plan import MoleculeJob
+from inferlab.workloads.conformers.pipeline.prepare import MoleculePreparer, PreparedMolecule
+from inferlab.workloads.conformers.pipeline.task import ConformerTask
 
 
 class MoleculeFeed:
@@ -56,14 +58,10 @@ class MoleculeFeed:
             yield job, prepared
 
 
-def conformer_request(job: MoleculeJob, molecule: PreparedMolecule, k: int, sampling: SamplingParams,
-                      attempt: int = 0, earlier_tokens: int = 0) -> Request:
-    """Attempt `attempt` of row `<input id>#<k>`; `earlier_tokens`: output tokens of its earlier attempts."""
-    row = f"{job.record.id}#{k}"
-    return Request(id=row if attempt == 0 else f"{row}@retry{attempt}", prompt_ids=molecule.prompt_ids,
-                   sampling=sampling, constraint=molecule.program,
-                   metadata={"job": job, "molecule": molecule, "k": k, "attempt": attempt,
-                             "earlier_tokens": earlier_tokens})
+def conformer_request(task: ConformerTask, sampling: SamplingParams) -> Request:
+    """The engine's request for one attempt of one row; the task rides along as its metadata."""
+    return Request(id=task.request_id, prompt_ids=task.molecule.prompt_ids, sampling=sampling,
+                   constraint=task.molecule.program, metadata=task)
 
 
 class RequestFeed:
@@ -72,7 +70,7 @@ class RequestFeed:
         self.max_seq_len = max_seq_len
         self.model_positions = model_positions  # the model's max_position_embeddings: no row may be longer
         self.sampling = sampling
-        self.rows = rows  # pipeline_collect.RowWriter: error rows of molecules that cannot run
+        self.rows = rows  # collect.RowWriter: error rows of molecules that cannot run
         self._molecules = iter(molecules)
         self._retries: deque[Request] = deque()
         self._exhausted = False
@@ -83,10 +81,9 @@ class RequestFeed:
         """Requests are left to give: retries queued, or molecules not taken yet."""
         return bool(self._retries) or not self._exhausted
 
-    def retry(self, metadata: dict[str, Any], output_tokens: int) -> None:
-        """Queue the next attempt of the row a result (its `metadata`) belonged to."""
-        self._retries.append(conformer_request(metadata["job"], metadata["molecule"], metadata["k"], self.sampling,
-                                               metadata["attempt"] + 1, metadata["earlier_tokens"] + output_tokens))
+    def retry(self, task: ConformerTask, output_tokens: int) -> None:
+        """Queue the next attempt of `task`'s row, after `task` generated `output_tokens`."""
+        self._retries.append(conformer_request(task.retried(output_tokens), self.sampling))
 
     def requests(self) -> Iterator[Request]:
         while True:
@@ -101,7 +98,7 @@ class RequestFeed:
             if self._runnable(job, molecule):
                 self.molecules_run += 1
                 for k in job.todo:
-                    yield conformer_request(job, molecule, k, self.sampling)
+                    yield conformer_request(ConformerTask(job, molecule, k), self.sampling)
 
     def _runnable(self, job: MoleculeJob, molecule: PreparedMolecule) -> bool:
         if not molecule.ok:

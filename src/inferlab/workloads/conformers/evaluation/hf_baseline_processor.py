@@ -28,9 +28,9 @@ import torch
 from transformers import LogitsProcessor
 
 from inferlab.errors import ConfigError
-from inferlab.workloads.conformers.encode import enriched_layout
-from inferlab.workloads.conformers.profiles import FormatProfile
-from inferlab.workloads.conformers.smiles import canonicalize_smiles
+from inferlab.workloads.conformers.chemistry.encode import enriched_layout
+from inferlab.workloads.conformers.chemistry.profiles import FormatProfile
+from inferlab.workloads.conformers.chemistry.smiles import canonicalize_smiles
 
 COORD_CHARS = frozenset("0123456789.,-")
 _BAD_PAIRS = frozenset({".,", ",.", ".-", "-,"})

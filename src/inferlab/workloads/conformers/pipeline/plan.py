@@ -9,7 +9,7 @@ at least one character, so a text never has more tokens than characters), and th
 then fits as many slots as that length allows. A molecule whose exact bound (known once its program is
 compiled) still exceeds the length becomes error rows naming --max-seq-len.
 
-Not here: preparing molecules (pipeline_prepare.py), running them (pipeline.py).
+Not here: preparing molecules (prepare.py), running them (generate.py).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from inferlab.constraints.fills import sample_fills
 from inferlab.constraints.grammar import compile_grammar
 from inferlab.constraints.grammars import GRAMMARS
 from inferlab.errors import InferlabError
-from inferlab.workloads.conformers.inputs import MoleculeInput, MoleculeInputs
-from inferlab.workloads.conformers.profiles import FormatProfile
-from inferlab.workloads.conformers.sdf import row_id
-from inferlab.workloads.conformers.template import build_template
+from inferlab.workloads.conformers.chemistry.inputs import MoleculeInput, MoleculeInputs
+from inferlab.workloads.conformers.chemistry.profiles import FormatProfile
+from inferlab.workloads.conformers.chemistry.sdf import row_id
+from inferlab.workloads.conformers.chemistry.template import build_template
 
 SPECIAL_TOKENS_ALLOWANCE = 4  # BOS and other special tokens a tokenizer may add to the prompt
 LENGTH_SAMPLE = 16  # molecules (most atoms first) whose bound sets the automatic max_seq_len

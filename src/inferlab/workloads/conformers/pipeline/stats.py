@@ -1,4 +1,4 @@
-"""The figures of one conformer run: counts, tokens and where the time went. Filled by pipeline.py as rows
+"""The figures of one conformer run: counts, tokens and where the time went. Filled by generate.py as rows
 are written; `as_dict` is what the CLI prints and the scale-out workers report.
 
 Times: `wall_s` is the whole call. `engine_start_s` is the engine's construction (weights, memory plan,

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.errors import ConfigError, InferlabError
-from inferlab.workloads.conformers.pipeline_config import ConformerSampling, PipelineConfig
-from inferlab.workloads.conformers.pipeline_stats import PipelineSummary
+from inferlab.workloads.conformers.pipeline.config import ConformerSampling, PipelineConfig
+from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +98,9 @@ def demo_molecules(count: int, min_atoms: int, max_atoms: int) -> list[tuple[str
     """(id, SMILES) of the first `count` NCI molecules with min..max atoms that the format represents."""
     from rdkit import RDConfig
 
-    from inferlab.workloads.conformers.decode import decode_generation
-    from inferlab.workloads.conformers.profiles import DEFAULT_PROFILE, get_profile
-    from inferlab.workloads.conformers.template import build_template
+    from inferlab.workloads.conformers.chemistry.decode import decode_generation
+    from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE, get_profile
+    from inferlab.workloads.conformers.chemistry.template import build_template
 
     profile = get_profile(DEFAULT_PROFILE)
     chosen: list[tuple[str, str]] = []
@@ -129,7 +129,7 @@ def run_demo(
     on_row: Callable[[dict[str, Any]], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
 ) -> DemoRun:
-    from inferlab.workloads.conformers.pipeline import generate_conformers
+    from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
     work = Path(config.work_dir)
     work.mkdir(parents=True, exist_ok=True)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from rdkit import Chem
 
 from inferlab.errors import InputError, UnsupportedError
-from inferlab.workloads.conformers.input_bounds import DEFAULT_MAX_ATOMS
-from inferlab.workloads.conformers.rdkit_messages import rdkit_log
+from inferlab.workloads.conformers.chemistry.input_bounds import DEFAULT_MAX_ATOMS
+from inferlab.workloads.conformers.chemistry.rdkit_messages import rdkit_log
 
 _STRUCTURE_TOKEN = re.compile(r"%\(\d+\)|%\d\d|[-=#:/\\$~().]|\d")
 _TWO_LETTER_BARE = ("Cl", "Br")

@@ -19,10 +19,10 @@ from rdkit import Chem
 from rdkit.Geometry import Point3D
 
 from inferlab.errors import InputError
-from inferlab.workloads.conformers.descriptors import smiles_atom_text
-from inferlab.workloads.conformers.profiles import FormatProfile
-from inferlab.workloads.conformers.rdkit_messages import rdkit_log
-from inferlab.workloads.conformers.smiles import canonicalize_mol
+from inferlab.workloads.conformers.chemistry.descriptors import smiles_atom_text
+from inferlab.workloads.conformers.chemistry.profiles import FormatProfile
+from inferlab.workloads.conformers.chemistry.rdkit_messages import rdkit_log
+from inferlab.workloads.conformers.chemistry.smiles import canonicalize_mol
 
 # One unit of the body: an atom with its block (groups 1, 2) or one structure token (group 3).
 _UNIT = re.compile(r"(\[[^\[\]<>]+\])<([^<>]*)>|(%\(\d+\)|%\d\d|[-=#:/\\$~().]|\d)")

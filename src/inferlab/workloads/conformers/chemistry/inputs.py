@@ -21,8 +21,8 @@ from pathlib import Path
 from inferlab.errors import InputError
 from inferlab.inputs.lines import InputLine, read_lines
 from inferlab.inputs.record_ids import RecordIds
-from inferlab.workloads.conformers.input_bounds import InputBounds
-from inferlab.workloads.conformers.smiles import parse_smiles, smiles_text_problem
+from inferlab.workloads.conformers.chemistry.input_bounds import InputBounds
+from inferlab.workloads.conformers.chemistry.smiles import parse_smiles, smiles_text_problem
 
 SMILES_COLUMN_NAMES = ("smiles", "canonical_smiles", "isomeric_smiles", "smi")
 ID_COLUMN_NAMES = ("id", "name", "mol_id", "molecule_id", "compound_id", "title")

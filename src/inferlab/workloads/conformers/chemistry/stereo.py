@@ -22,7 +22,7 @@ stereo RDKit assigns from the conformer's coordinates.
 - `mismatches`: specified elements whose configuration in the geometry differs from the reference's
   (a geometry too flat to define a centre counts as a difference); 0 when `ok`, at least 1 when not.
 
-Not here: where the molecules come from (pipeline_judge.py reads conformer texts, the lab reads SDFs).
+Not here: where the molecules come from (pipeline/judge.py reads conformer texts, the lab reads SDFs).
 """
 
 from __future__ import annotations

@@ -16,10 +16,15 @@ from dataclasses import dataclass
 
 from inferlab.constraints.segments import Copy, EndOfSequence, Hole, Segment
 from inferlab.errors import InputError
-from inferlab.workloads.conformers.decode import DecodedConformer, molecule_with_positions, read_units, strip_tags
-from inferlab.workloads.conformers.encode import enriched_layout
-from inferlab.workloads.conformers.profiles import FormatProfile
-from inferlab.workloads.conformers.smiles import canonicalize_smiles
+from inferlab.workloads.conformers.chemistry.decode import (
+    DecodedConformer,
+    molecule_with_positions,
+    read_units,
+    strip_tags,
+)
+from inferlab.workloads.conformers.chemistry.encode import enriched_layout
+from inferlab.workloads.conformers.chemistry.profiles import FormatProfile
+from inferlab.workloads.conformers.chemistry.smiles import canonicalize_smiles
 
 _BLOCK_CONTENT = re.compile(r"<[^<>]*>")
 

@@ -1,4 +1,4 @@
-"""Settings of the conformer generation pipeline (pipeline.py): how conformers are sampled and how the
+"""Settings of the conformer generation pipeline (generate.py): how conformers are sampled and how the
 job is run around the engine. Frozen and validated here; the engine's own knobs (device, dtype, slots,
 length, memory) stay EngineConfig fields, passed beside these as `engine_options`.
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from inferlab.errors import ConfigError
 from inferlab.types import SamplingParams
-from inferlab.workloads.conformers.input_bounds import InputBounds
-from inferlab.workloads.conformers.profiles import DEFAULT_PROFILE, get_profile
+from inferlab.workloads.conformers.chemistry.input_bounds import InputBounds
+from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE, get_profile
 
 SAMPLING_MODES = ("greedy", "top-p")
 MAX_DEFAULT_WORKERS = 8  # template + compile processes when not told: ~25 ms per molecule each keeps a GPU fed

@@ -2,19 +2,19 @@
 valid ones plus one JSONL row per conformer. The library side of `inferlab conformers generate`.
 
 The wiring, in input order:
-  inputs (inputs.py: bad lines become error rows) -> what is left to do (pipeline_plan.py: resume)
+  inputs (chemistry/inputs.py: bad lines become error rows) -> what is left to do (plan.py: resume)
   -> per unique molecule, in a process pool running ahead: template + prompt ids + ConstraintProgram
-     (pipeline_prepare.py), started before the engine so it overlaps the engine's start-up; this process
+     (prepare.py), started before the engine so it overlaps the engine's start-up; this process
      imports torch (the engine) only after the pools started, and never transformers: the engine runs
      without a tokenizer (load_tokenizer=False), on one preparing process's GrammarSet, and the judges
      decode the token ids (transformers' import beside torch's slowed both: 8.3 s before the engine on
      the H100 host, the tokenizer thread taking 11 s)
-  -> ONE generator of requests for the whole job (pipeline_feed.py: K per molecule, conformer
+  -> ONE generator of requests for the whole job (feed.py: K per molecule, conformer
      `<id>#<k>` with a seed derived from the run's seed and that id; stereo retries fed back into it)
      handed to one Engine.stream call, which pulls requests as rows free up: no waves, no drains
-  -> each result handed at once to the judge processes (pipeline_judge.py, pipeline_judge_pool.py:
+  -> each result handed at once to the judge processes (judge.py, judge_pool.py:
      text from the token ids, strict check, plain decoding, stereo agreement, the SDF record), so the engine's path holds only
-     the hand-off; the verdicts written here in input order (pipeline_collect.py, output.py; a verdict
+     the hand-off; the verdicts written here in input order (collect.py, output.py; a verdict
      waits for the rows before it), each flushed, so a rerun skips every (molecule, conformer) already
      written.
 A molecule that cannot be prepared, or whose prompt + program bound exceeds the engine's max_seq_len,
@@ -34,16 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.errors import ConfigError
-from inferlab.workloads.conformers.inputs import read_molecule_inputs
-from inferlab.workloads.conformers.output import ConformerResultWriter
-from inferlab.workloads.conformers.pipeline_collect import ResultCollector, RowCallback, RowWriter
-from inferlab.workloads.conformers.pipeline_config import PipelineConfig
-from inferlab.workloads.conformers.pipeline_feed import MoleculeFeed, RequestFeed
-from inferlab.workloads.conformers.pipeline_judge_pool import JudgePool
-from inferlab.workloads.conformers.pipeline_plan import MoleculeJob, auto_max_seq_len, plan_molecules
-from inferlab.workloads.conformers.pipeline_prepare import MoleculePreparer
-from inferlab.workloads.conformers.pipeline_stats import PipelineSummary
-from inferlab.workloads.conformers.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
+from inferlab.workloads.conformers.pipeline.collect import ResultCollector, RowCallback, RowWriter
+from inferlab.workloads.conformers.pipeline.config import PipelineConfig
+from inferlab.workloads.conformers.pipeline.feed import MoleculeFeed, RequestFeed
+from inferlab.workloads.conformers.pipeline.judge_pool import JudgePool
+from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
+from inferlab.workloads.conformers.pipeline.plan import MoleculeJob, auto_max_seq_len, plan_molecules
+from inferlab.workloads.conformers.pipeline.prepare import MoleculePreparer
+from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from rdkit import Chem
 from inferlab.errors import InputError
 from inferlab.jsonl_io import ResumableJsonlWriter
 from inferlab.outputs.guard import manifest_path
-from inferlab.workloads.conformers.sdf import ConformerSdfWriter, record_row_ids, row_id
+from inferlab.workloads.conformers.chemistry.sdf import ConformerSdfWriter, record_row_ids, row_id
 
 
 def default_jsonl_path(sdf_path: str | Path) -> Path:

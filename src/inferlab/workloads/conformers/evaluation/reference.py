@@ -3,7 +3,7 @@
 For tests and demos (GEOM-Drugs is not shipped): the records carry the same properties as generated
 ones (canonical SMILES of the input, conformer index), so `conformers evaluate` matches them exactly.
 Hydrogens are embedded and then removed before writing. A molecule that RDKit cannot parse or embed is
-reported in the summary and skipped. Not here: reading the inputs (inputs.py).
+reported in the summary and skipped. Not here: reading the inputs (chemistry/inputs.py).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from rdkit.Chem import AllChem
 
 from inferlab.errors import ConfigError, InputError
 from inferlab.outputs.atomic import write_text_atomic
-from inferlab.workloads.conformers.inputs import MoleculeInputs
-from inferlab.workloads.conformers.sdf import ConformerSdfWriter
-from inferlab.workloads.conformers.smiles import canonicalize_mol, parse_smiles
+from inferlab.workloads.conformers.chemistry.inputs import MoleculeInputs
+from inferlab.workloads.conformers.chemistry.sdf import ConformerSdfWriter
+from inferlab.workloads.conformers.chemistry.smiles import canonicalize_mol, parse_smiles
 
 log = logging.getLogger(__name__)
 

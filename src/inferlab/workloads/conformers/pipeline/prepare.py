@@ -1,5 +1,5 @@
 """Per-molecule preparation of the conformer pipeline, in a process pool: SMILES -> canonical form and
-template (template.py) -> prompt token ids and the compiled ConstraintProgram (inferlab.constraints).
+template (chemistry/template.py) -> prompt token ids and the compiled ConstraintProgram (inferlab.constraints).
 
 Compiling costs ~25 ms per molecule of 16 atoms with the qwen3-chem tokenizer (the tokenizer runs over
 44 sample fills per hole), so `workers` processes prepare molecules ahead of the engine while it decodes
@@ -16,7 +16,7 @@ own shared-memory file descriptor, and thousands of live programs would exhaust 
 The module imports no torch: the pipeline starts these processes before its own process imports torch (~4 s
 on the H100 host), so the workers' start-up (torch, tokenizer, GrammarSet) overlaps it.
 
-Not here: which molecules to prepare and in what order (pipeline.py), the requests.
+Not here: which molecules to prepare and in what order (generate.py), the requests.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any
 
 from inferlab.child_processes import spawn_pool
 from inferlab.errors import InferlabError
-from inferlab.workloads.conformers.profiles import get_profile
-from inferlab.workloads.conformers.template import ConformerTemplate, build_template
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.template import ConformerTemplate, build_template
 
 log = logging.getLogger(__name__)
 

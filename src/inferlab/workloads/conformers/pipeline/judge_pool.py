@@ -1,4 +1,4 @@
-"""Where finished conformers are judged (pipeline_judge.judge): a pool of worker processes, or this process.
+"""Where finished conformers are judged (judge.judge): a pool of worker processes, or this process.
 
 The engine's stream hands back a result right after it launched the next decode chunk, so whatever the
 pipeline does before asking for the next result is time the GPU may stand idle. Judging costs ~1.5-2 ms
@@ -9,7 +9,7 @@ that import RDKit and the conformer modules only, never torch, and end with this
 (child_processes.py). `workers=0` judges inline (tests, small jobs); a task then is judged at `submit`,
 and its future is already done.
 
-Not here: what to do with a verdict (pipeline_collect.py).
+Not here: what to do with a verdict (collect.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from concurrent.futures import Future, ProcessPoolExecutor
 
 from inferlab.child_processes import spawn_pool
-from inferlab.workloads.conformers.pipeline_judge import JudgeTask, Verdict, judge, tokenizer_for
+from inferlab.workloads.conformers.pipeline.judge import JudgeTask, Verdict, judge, tokenizer_for
 
 
 def _ready(model_dir: str) -> None:

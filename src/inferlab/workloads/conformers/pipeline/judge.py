@@ -1,6 +1,6 @@
 """A finished generation -> a conformer or an error, the fields of its JSONL row and its SDF record.
 
-Three readings of every output, all on the CPU, in the judge pool (pipeline_judge_pool.py):
+Three readings of every output, all on the CPU, in the judge pool (judge_pool.py):
 - strict, by the molecule's template (`ConformerTemplate.check`): every block fullmatches the profile's
   grammar and every descriptor and structure token is the template's, so the RDKit molecule is the
   input's own, block k at atom k. This decides `status` ok/error; only ok conformers go to the SDF.
@@ -9,15 +9,15 @@ Three readings of every output, all on the CPU, in the judge pool (pipeline_judg
   gives back the input's molecular graph (stereo included) with one block per atom. It can disagree with
   the strict reading only where the format is ambiguous (docs/conformers.md: a bracket atom whose text
   equals a wrapped bare atom, e.g. a radical `[O]`).
-- stereo (stereo.py): whether the coordinates have the tetrahedral and double-bond stereo the input
+- stereo (chemistry/stereo.py): whether the coordinates have the tetrahedral and double-bond stereo the input
   specifies (`stereo_ok` true/false, null when it specifies none). A contradicting conformer with
   attempts left is marked `retry` (the pipeline generates it again); otherwise it is written as is.
 
 The text is decoded here from the token ids, with the checkpoint's tokenizer loaded once per judging
-process, not by the engine: the engine's process then never imports transformers (pipeline.py).
+process, not by the engine: the engine's process then never imports transformers (generate.py).
 Together ~1.5-2 ms of CPU per conformer of 20-50 heavy atoms, all under the GIL (RDKit does not release
 it here; scripts/conformers_judge_cost.py measures both), which is why they run in worker processes. Everything here is plain data in and out (no torch,
-no engine objects), so a task pickles cheaply. Not here: writing (output.py), generation (pipeline.py).
+no engine objects), so a task pickles cheaply. Not here: writing (output.py), generation (generate.py).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from rdkit import Chem
 from inferlab.errors import InferlabError, InputError
 from inferlab.models.output_text import output_text
 from inferlab.models.tokenizer_loading import shared_tokenizer
-from inferlab.workloads.conformers.decode import decode_generation
-from inferlab.workloads.conformers.profiles import get_profile
-from inferlab.workloads.conformers.sdf import format_record
-from inferlab.workloads.conformers.stereo import stereo_agreement
-from inferlab.workloads.conformers.template import ConformerTemplate
+from inferlab.workloads.conformers.chemistry.decode import decode_generation
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.sdf import format_record
+from inferlab.workloads.conformers.chemistry.stereo import stereo_agreement
+from inferlab.workloads.conformers.chemistry.template import ConformerTemplate
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class JudgeTask:
     may_retry: bool  # attempts are left: a conformer contradicting the input's stereo is generated again
     template: ConformerTemplate
     profile: str
-    model_dir: str  # whose tokenizer decodes token_ids (the engine's process loads none: pipeline.py)
+    model_dir: str  # whose tokenizer decodes token_ids (the engine's process loads none: generate.py)
     token_ids: tuple[int, ...]  # the generation, its EOS included
     finish_reason: str
     engine_error: str | None
