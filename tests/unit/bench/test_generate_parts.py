@@ -9,6 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorLis
 import pytest
 
 from inferlab.bench.backends import GenerateSpec, get_backend
+from inferlab.bench.backends.hf_generate_options import generate_options, stop_at
 from inferlab.bench.backends.python_logits_processor import SeedStylePythonProcessor
 from inferlab.bench.scenarios.decode_traffic import ModelTraffic, count_generated
 from inferlab.bench.scenarios.generate import make_prompts
@@ -92,6 +93,23 @@ def test_hf_backend_generates_exact_lengths_and_stops_early_for_profiling(tiny_c
         assert [len(r.token_ids) for r in backend.generate(_requests(prompts), stop_after_steps=2)] == [2, 2]
         extra = backend.extra_metrics()
         assert extra["compile_observed"] is False and extra["attention_kernel_requested"]
+
+
+def test_generate_options_say_each_knob_to_transformers():
+    class WithDisable:  # a generation config of a transformers that has disable_compile
+        disable_compile = False
+
+    greedy, sampled = SamplingParams(temperature=0.0), SamplingParams(temperature=0.7, top_p=0.9, top_k=5)
+    assert generate_options(greedy) == {"do_sample": False}
+    assert generate_options(sampled) == {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 5}
+    static = generate_options(greedy, "static", compile=False, generation_config=WithDisable())
+    assert static == {"do_sample": False, "cache_implementation": "static", "disable_compile": True}
+    assert "disable_compile" not in generate_options(greedy, "static", compile=False, generation_config=object())
+    assert "disable_compile" not in generate_options(greedy, "static", compile=None, generation_config=WithDisable())
+    assert generate_options(greedy, "static", True, compile_config="cfg")["compile_config"] == "cfg"
+    (stop,) = stop_at(4)
+    assert stop(torch.zeros(2, 3, dtype=torch.long), None).tolist() == [False, False]
+    assert stop(torch.zeros(2, 4, dtype=torch.long), None).tolist() == [True, True]
 
 
 def test_a_batch_backend_turns_what_one_call_cannot_run_into_error_results(tiny_checkpoint):

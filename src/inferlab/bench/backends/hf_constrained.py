@@ -100,27 +100,19 @@ class HFConstrainedBackend(Backend):
 
     def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
         import torch
-        from transformers import StoppingCriteriaList
 
-        from inferlab.bench.backends.hf_stop_after import StopAtLength
+        from inferlab.bench.backends.hf_generate_options import generate_options, stop_at
         from inferlab.workloads.conformers.evaluation.hf_baseline_run import run_baseline_batch
 
         served, refused = self.split_supported(requests)
         runs, other = one_call(served)
         if not runs:
             return iter(refused + other)
-        sampling = runs[0].sampling
-        kwargs: dict[str, Any] = {"do_sample": not sampling.greedy}
-        if not sampling.greedy:
-            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
-        if self.config["kv_cache"] == "static":
-            kwargs["cache_implementation"] = "static"
-        if not self.config["compile"] and hasattr(self.model.generation_config, "disable_compile"):
-            kwargs["disable_compile"] = True
-        if self.compile_config is not None:
-            kwargs["compile_config"] = self.compile_config
+        c = self.config
+        kwargs = generate_options(runs[0].sampling, c["kv_cache"], c["compile"], self.compile_config,
+                                  self.model.generation_config)
         if stop_after_steps is not None:
-            kwargs["stopping_criteria"] = StoppingCriteriaList([StopAtLength(self.prompt_length + stop_after_steps)])
+            kwargs["stopping_criteria"] = stop_at(self.prompt_length + stop_after_steps)
         torch.manual_seed(self.spec.seed)
         templates = [self.templates[r.constraint.smiles] for r in runs]
         rows = run_baseline_batch(self.model, self.tokenizer, templates, self.masks, max_new_tokens=self.max_new_tokens,

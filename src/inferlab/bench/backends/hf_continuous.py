@@ -119,16 +119,14 @@ class HFContinuousBackend(Backend):
         suppressed instead, which is what min_new_tokens == max_new_tokens does in the other rows."""
         from transformers import GenerationConfig
 
+        from inferlab.bench.backends.hf_generate_options import generate_options
+
         if sampling not in self.generation_configs:
-            do_sample = not sampling.greedy
-            options = {"do_sample": do_sample}
-            if do_sample:
-                options.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
             exact = sampling.min_new_tokens >= sampling.max_new_tokens
             self.generation_configs[sampling] = GenerationConfig(
                 max_new_tokens=sampling.max_new_tokens,
                 eos_token_id=min(self.eos_token_ids) if self.eos_token_ids else None, pad_token_id=self.pad_token_id,
-                suppress_tokens=(sorted(self.eos_token_ids) or None) if exact else None, **options,
+                suppress_tokens=(sorted(self.eos_token_ids) or None) if exact else None, **generate_options(sampling),
             )
         return self.generation_configs[sampling]
 

@@ -101,20 +101,15 @@ class HFGenerateBackend(Backend):
 
     def _generate_kwargs(self, sampling: SamplingParams, prompt_len: int,
                          stop_after_steps: int | None) -> dict[str, Any]:
-        from transformers import LogitsProcessorList, StoppingCriteriaList
+        from transformers import LogitsProcessorList
+
+        from inferlab.bench.backends.hf_generate_options import generate_options, stop_at
 
         c = self.config
-        do_sample = not sampling.greedy
         kwargs: dict[str, Any] = {"max_new_tokens": sampling.max_new_tokens, "min_new_tokens": sampling.min_new_tokens,
-                                  "do_sample": do_sample, "pad_token_id": self.pad_token_id}
-        if do_sample:
-            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
-        if c["kv_cache"] == "static":
-            kwargs["cache_implementation"] = "static"
-        if self.auto_compile and not c["compile"]:
-            kwargs["disable_compile"] = True
-        if self.compile_config is not None:
-            kwargs["compile_config"] = self.compile_config
+                                  "pad_token_id": self.pad_token_id,
+                                  **generate_options(sampling, c["kv_cache"], c["compile"], self.compile_config,
+                                                     self.model.generation_config)}
         if c["processor"] == "python":
             from inferlab.bench.backends.python_logits_processor import make_processor
 
@@ -122,9 +117,7 @@ class HFGenerateBackend(Backend):
             kwargs["logits_processor"] = LogitsProcessorList([make_processor(vocab, self.eos_token_ids,
                                                                              self.spec.seed)])
         if stop_after_steps is not None:
-            from inferlab.bench.backends.hf_stop_after import StopAtLength
-
-            kwargs["stopping_criteria"] = StoppingCriteriaList([StopAtLength(prompt_len + stop_after_steps)])
+            kwargs["stopping_criteria"] = stop_at(prompt_len + stop_after_steps)
         return kwargs
 
     def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:

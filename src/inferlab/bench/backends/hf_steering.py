@@ -86,9 +86,8 @@ class HFSteeringBackend(Backend):
         """Prompts sorted by length, batches of batch_size rows, left-padded; every row gets exactly
         max_new_tokens tokens (EOS masked until then)."""
         import torch
-        from transformers import StoppingCriteriaList
 
-        from inferlab.bench.backends.hf_stop_after import StopAtLength
+        from inferlab.bench.backends.hf_generate_options import generate_options, stop_at
         from inferlab.workloads.batching import pad_batch
 
         served, refused = self.split_supported(requests)
@@ -105,12 +104,8 @@ class HFSteeringBackend(Backend):
             return iter(refused + other)
         sampling, rows = runs[0].sampling, self.config["batch_size"]
         kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, min_new_tokens=sampling.min_new_tokens,
-                                      do_sample=not sampling.greedy, num_beams=1, pad_token_id=self.pad_id,
-                                      use_cache=True)
-        if not sampling.greedy:
-            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
-        if self.config["kv_cache"] == "static":
-            kwargs["cache_implementation"] = "static"
+                                      num_beams=1, pad_token_id=self.pad_id, use_cache=True,
+                                      **generate_options(sampling, self.config["kv_cache"]))
         order = sorted(runs, key=lambda r: len(r.prompt_ids))  # length-sorted: least padding
         results = []
         for start in range(0, len(order), rows):
@@ -119,8 +114,7 @@ class HFSteeringBackend(Backend):
             input_ids, mask = input_ids.to(self.model.device), mask.to(self.model.device)
             if stop_after_steps is not None and stop_after_steps < sampling.max_new_tokens:
                 # a short call with the shapes of a full one (a static cache keeps its size)
-                stop = StopAtLength(input_ids.shape[1] + stop_after_steps)
-                kwargs["stopping_criteria"] = StoppingCriteriaList([stop])
+                kwargs["stopping_criteria"] = stop_at(input_ids.shape[1] + stop_after_steps)
             steering = [checked[r.id][0] for r in batch]
             plans = [checked[r.id][1] for r in batch]
             layers = sorted({layer for plan in plans if plan is not None for layer in plan.layers})

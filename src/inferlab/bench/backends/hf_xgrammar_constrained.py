@@ -113,9 +113,9 @@ class HFXGrammarBackend(Backend):
     def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
         import torch
         import xgrammar.contrib.hf
-        from transformers import LogitsProcessorList, StoppingCriteriaList
+        from transformers import LogitsProcessorList
 
-        from inferlab.bench.backends.hf_stop_after import StopAtLength
+        from inferlab.bench.backends.hf_generate_options import generate_options, stop_at
 
         served, refused = self.split_supported(requests)
         runs, other = one_call(served)
@@ -130,18 +130,11 @@ class HFXGrammarBackend(Backend):
         for row, r in enumerate(runs):  # left padding: generate appends on the right
             ids[row, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
             mask[row, width - len(r.prompt_ids):] = 1
-        kwargs: dict[str, Any] = {"do_sample": not sampling.greedy, "max_new_tokens": self.max_new_tokens,
-                                  "eos_token_id": eos, "pad_token_id": pad}
-        if not sampling.greedy:
-            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
-        if c["kv_cache"] == "static":
-            kwargs["cache_implementation"] = "static"
-        if not c["compile"] and hasattr(self.model.generation_config, "disable_compile"):
-            kwargs["disable_compile"] = True
-        if self.compile_config is not None:
-            kwargs["compile_config"] = self.compile_config
+        kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "eos_token_id": eos, "pad_token_id": pad,
+                                  **generate_options(sampling, c["kv_cache"], c["compile"], self.compile_config,
+                                                     self.model.generation_config)}
         if stop_after_steps is not None:
-            kwargs["stopping_criteria"] = StoppingCriteriaList([StopAtLength(width + stop_after_steps)])
+            kwargs["stopping_criteria"] = stop_at(width + stop_after_steps)
         processor = xgrammar.contrib.hf.LogitsProcessor([self.grammars[r.constraint.smiles] for r in runs])
         torch.manual_seed(self.spec.seed)
         device = self.model.device
