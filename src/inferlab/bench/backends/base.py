@@ -56,6 +56,14 @@ class ConformerConstraint:
     conformer: int
 
 
+def unprepared(request: Request, prepared: dict[str, Any], backend: str) -> str | None:
+    """Why a constrained backend cannot run `request` (not a conformer request, or its molecule not in
+    `prepared`, the backend's per-SMILES constraints), or None."""
+    if not isinstance(request.constraint, ConformerConstraint) or request.constraint.smiles not in prepared:
+        return f"the constrained backend {backend} runs conformer requests that were prepared (prepare(requests) first)"
+    return None
+
+
 def _no_checks(cell: Cell) -> None:
     return None
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import hf_knobs
-from inferlab.bench.backends.base import BackendSpec, ConformerConstraint, ConstrainedSpec, one_call, \
-    require_attention_package
+from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call, require_attention_package, \
+    unprepared
 from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for
 from inferlab.bench.knobs import Knob
 from inferlab.errors import UnsupportedError
@@ -94,9 +94,7 @@ class HFConstrainedBackend(Backend):
         self.max_new_tokens = max(len(t) for t in self.templates.values()) + 1
 
     def unsupported(self, request: Request) -> str | None:
-        if not isinstance(request.constraint, ConformerConstraint) or request.constraint.smiles not in self.templates:
-            return "the hf baseline runs conformer requests that were prepared (prepare(requests) first)"
-        return super().unsupported(request)
+        return unprepared(request, self.templates, self.name) or super().unsupported(request)
 
     def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
         import torch

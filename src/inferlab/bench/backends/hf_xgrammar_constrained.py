@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates, hf_knobs
-from inferlab.bench.backends.base import BackendSpec, ConformerConstraint, ConstrainedSpec, one_call, \
-    require_attention_package
+from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call, require_attention_package, \
+    unprepared
 from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for
 from inferlab.bench.backends.hf_constrained import PROMPT_PAD_MULTIPLE
 from inferlab.bench.cells import Cell
@@ -106,9 +106,7 @@ class HFXGrammarBackend(Backend):
                                   for t in (r.constraint.template for r in requests))
 
     def unsupported(self, request: Request) -> str | None:
-        if not isinstance(request.constraint, ConformerConstraint) or request.constraint.smiles not in self.grammars:
-            return "the hf-xgrammar backend runs conformer requests that were prepared (prepare(requests) first)"
-        return super().unsupported(request)
+        return unprepared(request, self.grammars, self.name) or super().unsupported(request)
 
     def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
         import torch

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates
-from inferlab.bench.backends.base import BackendSpec, ConformerConstraint, ConstrainedSpec
+from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, unprepared
 from inferlab.bench.knobs import Knob
 from inferlab.types import Request, Result
 from inferlab.workloads.engine_backend import EngineBackend
@@ -90,9 +90,7 @@ class InferlabConstrainedBackend(EngineBackend):
         return dataclasses.replace(request, sampling=sampling, constraint=None)
 
     def unsupported(self, request: Request) -> str | None:
-        if not isinstance(request.constraint, ConformerConstraint) or request.constraint.smiles not in self.programs:
-            return "the constrained engine backend runs conformer requests that were prepared (prepare(requests) first)"
-        return None
+        return unprepared(request, self.programs, self.name)
 
     def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
         """A warm-up call (stop_after_steps given) runs the first `slots` requests in full: a constrained

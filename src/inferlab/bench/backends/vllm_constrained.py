@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates, vllm_support
-from inferlab.bench.backends.base import BackendSpec, ConformerConstraint, ConstrainedSpec
+from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, unprepared
 from inferlab.bench.knobs import Knob
 from inferlab.types import Request, Result
 from inferlab.workloads.backend import Backend, Supports, finished_result
@@ -94,9 +94,7 @@ class VLLMConstrainedBackend(Backend):
             self.llm.reset_prefix_cache()
 
     def unsupported(self, request: Request) -> str | None:
-        if not isinstance(request.constraint, ConformerConstraint) or request.constraint.smiles not in self.regexes:
-            return "the vllm constrained backend runs conformer requests that were prepared (prepare(requests) first)"
-        return super().unsupported(request)
+        return unprepared(request, self.regexes, self.name) or super().unsupported(request)
 
     def _run(self, requests: list[Request], max_tokens: int | None = None) -> list[Result]:
         from vllm import SamplingParams
