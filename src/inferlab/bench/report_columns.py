@@ -165,6 +165,17 @@ COLUMNS: dict[str, list[tuple[str, Cell]]] = {
         ("invalid (read back)", _metric("invalid_total", str)),
         ("status", _status),
     ],
+    "decode-profile": [
+        ("configuration", _label),
+        ("batch", _batch),
+        ("graph step us", _metric("graph_step_us", sig)),
+        ("kernels us", _metric("kernel_us_per_step", sig)),
+        ("launches", _metric("launches_per_step", sig)),
+        ("eager step us", _metric("eager_step_us", sig)),
+        ("largest kernel", lambda r, c: next((f"{k['kernel'][:40]} {k['us_per_step']:.1f} us"
+                                              for k in r.get("metrics", {}).get("kernels") or []), "-")),
+        ("status", _status),
+    ],
 }
 DEFAULT_COLUMNS: list[tuple[str, Cell]] = [
     ("configuration", _label),

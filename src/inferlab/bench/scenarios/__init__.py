@@ -18,6 +18,7 @@ BUILTIN_MODULES = [
     "inferlab.bench.scenarios.conformer_pipeline",
     "inferlab.bench.scenarios.batching",
     "inferlab.bench.scenarios.steering",
+    "inferlab.bench.scenarios.decode_profile",
 ]
 
 SCENARIOS: dict[str, Scenario] = {}
