@@ -8,16 +8,22 @@
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-pipeline --only scenario=conformer-pipeline
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-soak --only temperature=1.0
     python scripts/gpu/lab_sweep.py --out $OUT --parts peers-conformers                # vLLM: carry .dev1, then .dev2
+    python scripts/gpu/lab_sweep.py --out $OUT --parts engine-speed --only scenario=generate   # then the rest
+    python scripts/gpu/lab_sweep.py --out $OUT --parts engine-kernels                  # plan benchmarks/plans/
+    python scripts/gpu/lab_sweep.py --out $OUT --parts scale-out                       # two GPUs (nvidia-h100-x2)
     python scripts/gpu/lab_sweep.py --estimate                                       # minutes per part, runs nothing
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
 classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline, and each
-of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak, steering = the preset of that name;
+of engine-vs-hf, engine-speed, conformer-engine, conformer-pipeline, conformer-soak, steering, scale-out =
+the preset of that name (scale-out is not started on a machine with fewer than two GPUs); engine-kernels =
+the plan benchmarks/plans/engine-kernels.toml (the kernel micro-benchmarks, a lab plugin);
 engine-vs-peers in three parts (peers-engine-hf, peers-vllm-generate, peers-rest), and its conformer rows
 on 800 requests in a run of their own (peers-conformers).
 `--only KNOB=V` is passed to every part (a preset split into calls of < 9 minutes).
-Installs nothing: on the device each call is `bash scripts/gpu/device_call.sh 'python scripts/gpu/lab_sweep.py
+Installs nothing and imports inferlab as installed (`pip install -e .`; here: PYTHONPATH=src). On the
+device each call is `bash scripts/gpu/device_call.sh 'python scripts/gpu/lab_sweep.py
 ... --budget-s $BUDGET_S'`, whose device_env.sh installs the checkout with --no-deps and unpacks rdkit, the
 qwen3-chem tokenizer and vLLM from the carried .dev1/.dev2 (benchmarks/README.md, "Procedure: a device
 session"); a part that needs vLLM is not started without it. Runs live in runs/lab/
@@ -48,17 +54,16 @@ import importlib.util
 import json
 import re
 import shutil
+import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
 
+from inferlab.cli import main as inferlab
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "src"))
-
-from inferlab.cli import main as inferlab  # noqa: E402
-
-# part -> (preset, run directory name)
+# part -> (preset, or a plan file under the checkout, run directory name)
 PARTS = {
     "attention": ("seed-attention", "seed-attention"),
     "generate": ("seed-generate", "seed-generate"),
@@ -67,6 +72,8 @@ PARTS = {
     "hidden": ("seed-hidden-states", "seed-hidden-states"),
     "conformer-baseline": ("conformer-baseline", "conformer-baseline"),
     "engine-vs-hf": ("engine-vs-hf", "engine-vs-hf"),
+    "engine-speed": ("engine-speed", "engine-speed"),
+    "engine-kernels": ("benchmarks/plans/engine-kernels.toml", "engine-kernels"),
     "conformer-engine": ("conformer-engine", "conformer-baseline"),  # beside the baseline: one report
     # engine-vs-peers in three device calls (scripts/gpu/device_call.sh each; benchmarks/README.md, "Procedure: a
     # device session"): cells that need no vLLM (carry .dev1), then vLLM's generate cells once .dev2 installed
@@ -81,10 +88,12 @@ PARTS = {
     "steering": ("steering", "steering"),
     "conformer-pipeline": ("conformer-pipeline", "conformer-pipeline"),
     "conformer-soak": ("conformer-soak", "conformer-soak"),
+    "scale-out": ("scale-out", "scale-out"),
 }
 # Parts whose cells are mostly vLLM's: without vLLM importable they would be recorded as `unavailable` rows,
 # which a later call does not rerun, so they are not started (not under --cpu-smoke, which checks the rest).
 NEEDS_VLLM = ("peers-vllm-generate", "peers-rest", "peers-conformers")
+NEEDS_TWO_GPUS = ("scale-out",)  # its --gpus 2 cell cannot run on one GPU
 # Cells of a part that shares its preset with other parts (inferlab bench --only).
 PART_FILTERS = {
     "peers-engine-hf": ["--only", "backend=inferlab,hf-continuous"],
@@ -133,6 +142,15 @@ SMOKE_ARGS = {
     # tiny-qwen3 has 512 positions: molecules of 6-12 heavy atoms fit
     "conformer-pipeline": ["--model", "tiny-qwen3", *_TINY_CONFORMERS, "--set", "batch_size=6", "--set", "slots=4"],
     "conformer-soak": ["--model", "tiny-qwen3", *_TINY_CONFORMERS],
+    "scale-out": ["--model", "tiny-qwen3", *_TINY_CONFORMERS, "--set", "device=cpu"],  # CPU workers
+    # decode-profile's CPU profile parses every aten op: left to the device
+    "engine-speed": ["--model", "tiny", "--only", "scenario=generate,batching", "--set", "dtype=float32",
+                     "--set", "new_tokens=4", "--set", "batch_size=2", "--set", "num_prompts=2", "--set", "num_requests=4",
+                     "--set", "min_new_tokens=2", "--set", "max_new_tokens=6", "--set", "min_duration_s=0.1",
+                     "--set", "max_duration_s=0.3", *_ONE_THREAD],
+    "benchmarks/plans/engine-kernels.toml": ["--only", "group=constraint-step", "--set", "tokenizer=builtin",
+                                             "--set", "vocab=2048", "--set", "rows=4", "--set", "layers=2",
+                                             "--set", "device=cpu", *_ONE_THREAD],
 }
 
 
@@ -142,6 +160,19 @@ def _gpu_slug(run_dir: Path) -> str:
     name = env.get("gpu") or "cpu"
     match = re.search(r"\b([A-Z]\d{2,4}[A-Z]?)\b", name)  # "NVIDIA H100 80GB HBM3" -> "h100"
     return (match.group(1) if match else name).lower().replace(" ", "-")[:20]
+
+
+def gpu_count() -> int:
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(line.startswith("GPU ") for line in listed.splitlines())
+
+
+def plan_args(source: str) -> list[str]:
+    """`inferlab bench`'s flags for a part's preset or plan file."""
+    return ["--plan", str(REPO / source)] if source.endswith(".toml") else ["--preset", source]
 
 
 def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str], only: list[str] = ()) -> None:
@@ -154,7 +185,10 @@ def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]
         log.append(f"{part}: not started, vLLM is not importable here (on the device: carry .dev2 in the call right "
                    "after .dev1's, on the same warm machine; benchmarks/README.md, \"Procedure: a device session\")")
         return
-    argv = ["bench", "--preset", preset, "--run-dir", str(runs / run_name), "--model-cache", str(runs / "cache"),
+    if part in NEEDS_TWO_GPUS and not smoke and gpu_count() < 2:
+        log.append(f"{part}: not started, it needs two GPUs (nvidia-h100-x2 / nvidia-h200-x2)")
+        return
+    argv = ["bench", *plan_args(preset), "--run-dir", str(runs / run_name), "--model-cache", str(runs / "cache"),
             "--limit-seconds", str(int(remaining)), "--no-report"]
     argv += PART_FILTERS.get(part, [])
     argv += SMOKE_ARGS[preset] if smoke else []
@@ -235,14 +269,16 @@ def _short_config(row: dict) -> str:
 def estimates(parts: list[str]) -> list[str]:
     """Estimated GPU minutes per part (cells shared with an earlier part counted once)."""
     from inferlab.bench.launcher import estimate_seconds
-    from inferlab.bench.plan import build_plan
+    from inferlab.bench.plan import build_plan, load_toml
     from inferlab.bench.plan_presets import get_plan_preset
 
     seen: set[str] = set()
     lines, total = [], 0.0
     for part in parts:
         only = _only_filters(PART_FILTERS.get(part, []))
-        cells = [c for c in build_plan(get_plan_preset(PARTS[part][0]), only=only).cells if c.key not in seen]
+        source = PARTS[part][0]
+        data = load_toml(REPO / source) if source.endswith(".toml") else get_plan_preset(source)
+        cells = [c for c in build_plan(data, only=only).cells if c.key not in seen]
         seen.update(c.key for c in cells)
         typical, worst = estimate_seconds(cells, accelerator=True)
         total += typical

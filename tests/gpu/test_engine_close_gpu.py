@@ -16,7 +16,6 @@ from __future__ import annotations
 import gc
 import weakref
 
-import pytest
 import torch
 from gpu_conformers import conformer_cases, invalid_outputs, nci_molecules
 from gpu_testkit import CUDA_ONLY

@@ -27,7 +27,7 @@ def randn(g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -
     return torch.randn(*shape, generator=g, device=CUDA).to(dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 def test_gemma_norm_kernels_match_torch(dtype):
     from inferlab.engine import torch_ops
     from inferlab.engine.kernels import triton_norm
@@ -55,7 +55,7 @@ def test_gemma_norm_kernels_match_torch(dtype):
     assert rel_err(triton_norm.gelu_tanh_mul(gate_up), torch_ops.gelu_tanh_mul(gate_up)) <= TOL[dtype]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 def test_geglu_skinny_gemm_forms_match_torch(dtype, size):
     """GeGLU fused into the down projection's input, and into the gated gate_up projection's epilogue."""
     from inferlab.engine import torch_ops
@@ -75,7 +75,7 @@ def test_geglu_skinny_gemm_forms_match_torch(dtype, size):
         assert rel_err(out, ref) <= TOL[dtype], ("gated", rows)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 def test_gemma_decode_attention_matches_torch(dtype, size):
     """Windows, soft-caps and (1 + w) q/k norms of the decode attention kernel, over the split counts."""
     from inferlab.engine.attention import decode_rope_attention_torch

@@ -27,7 +27,7 @@ def randn(g: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32) -
     return torch.randn(*shape, generator=g, device=CUDA).to(dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 def test_norm_kernels_match_torch(dtype):
     """rms_norm, add + rms_norm, add + steer + rms_norm (half the rows steered; decode and prefill row maps),
     SiLU x up, and the embedding gather + first norm."""
@@ -53,7 +53,7 @@ def test_norm_kernels_match_torch(dtype):
     assert rel_err(triton_norm.silu_mul(gate_up), torch_ops.silu_mul(gate_up)) <= TOL[dtype]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 def test_collect_rows_kernel_matches_torch(dtype):
     """Every pooling mode, live / idle / finished rows, n_out inside and past the cap; decode and prefill maps."""
     from inferlab.engine import torch_ops
@@ -73,7 +73,7 @@ def test_collect_rows_kernel_matches_torch(dtype):
         assert max(rel_err(ours.acc, ref.acc), rel_err(ours.all, ref.all)) <= TOL[dtype]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 def test_rope_qkv_kernel_matches_torch(dtype, size):
     """qkv split + rope (+ q/k norms) + K/V written into the cache (prefill), at distinct positions."""
     from inferlab.engine import torch_ops
@@ -96,7 +96,7 @@ def test_rope_qkv_kernel_matches_torch(dtype, size):
         assert max(rel_err(a, b) for a, b in zip(ours, ref)) <= TOL[dtype], (heads, kv_heads, head_dim)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 def test_decode_rope_attention_kernel_matches_torch(dtype, size):
     """rope + K/V write + flash-decoding + split merge in one launch, over each row's own length (rows at
     position 0 and at the end of the cache among them), for the configured and forced split counts; the
@@ -130,7 +130,7 @@ def test_decode_rope_attention_kernel_matches_torch(dtype, size):
             assert not counters.any()
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
 def test_skinny_gemm_matches_an_fp32_matmul(dtype, size):
     """The skinny Triton GEMM (in-kernel split-K; SwiGLU of the input fused) at decode row counts."""
     from inferlab.engine import torch_ops

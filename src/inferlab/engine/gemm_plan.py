@@ -158,7 +158,8 @@ def plan_from_json(
 
 
 def candidate_configs(n: int, k: int, rows: int, sm_count: int) -> list:
-    """A few tiles per shape, from the GPU sweep of scripts/gpu/kernel_sweep.py (H200, llama-380m shapes):
+    """A few tiles per shape, from a GPU sweep of the skinny GEMM's tiles (H200, llama-380m shapes; the lab's
+    engine-kernels plan, group skinny-gemm with sweep):
     16 to 64 weight rows per program over the whole K (the qkv and o projections at 16 rows ran fastest
     with 16 rows x 256), and one split-K tile for a narrow output over a long K (down: few tiles)."""
     from inferlab.engine.kernels.triton_gemm import SkinnyConfig

@@ -6,8 +6,8 @@ padded size (distinct prompts x longest prompt) stays within `max_prefill_tokens
 activation memory. The grouping is by prompt length (`by_length`, the default): the admitted prompts,
 longest first, are cut into consecutive batches, so each batch's prompts have similar lengths and right
 padding to the batch's longest wastes little device work. In queue order, prompts of 400-1,200 tokens
-padded 1.37x their tokens (8,192-token batches; 1.02x sorted: scripts/prefill_host_cpu.py reports
-`prefill_padded_tokens`), and a prefill's device time follows its padded tokens.
+padded 1.37x their tokens (8,192-token batches; 1.02x sorted: `stats.prefill_padded_tokens` counts them), and
+a prefill's device time follows its padded tokens.
 
 - continuous batching: rows freed by finished requests are refilled at a sync point while the other rows
   keep decoding; nobody waits for the longest row of a batch. A prefill costs its kernel launches whatever

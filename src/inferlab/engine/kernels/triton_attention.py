@@ -41,7 +41,7 @@ from inferlab.engine.kernels.triton_math import tanh
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """The defaults won or tied within 3% in the H200 sweeps of scripts/gpu/kernel_sweep.py (llama-380m at
+    """The defaults won or tied within 3% in the H200 sweeps of the decode attention's configs (llama-380m at
     16 / 64 / 256 rows, qwen3-0.6b's head_dim 128 at 256 rows); 8 warps, which avoid the small register
     spill 4 warps have at head_dim 128, ran ~12% slower there."""
 
@@ -247,12 +247,12 @@ def _sm_count(device: torch.device) -> int:
 
 
 # head_dim 256 (Gemma): the K/V tiles and the [BLOCK_H, 256] accumulator are twice head_dim 128's; a
-# 32-position tile with 8 warps keeps them in registers for sm_90 (scripts/gpu/triton_aot_check.py reports
-# ptxas's registers and spills). Unmeasured on a GPU: scripts/gpu/kernel_sweep.py can sweep it.
+# 32-position tile with 8 warps keeps them in registers for sm_90 (tests/gpu/test_triton_aot_gpu.py reports
+# ptxas's registers and spills). Unmeasured on a GPU: the lab's engine-kernels plan can sweep it.
 WIDE_HEAD_CONFIG = AttentionConfig(block_n=32, num_warps=8, num_stages=2)
 
 # With an fp8 cache (~250 registers at head_dim 128 on sm_90 vs ~180 in bf16): 32-position tiles, 4 warps, 3
-# stages. engine_check --parts fp8_kv on an H100 (benchmarks/checks/2026-11-25-h100-engine-check-fp8-gemma),
+# stages. Measured on an H100 (benchmarks/checks/2026-11-25-h100-engine-check-fp8-gemma),
 # qwen3-0.6b, 256 rows, us per layer at lengths 330 / 629: n32 w4 s3 138.2 / 218.5, the bf16 defaults (n64 w4
 # s3) 164.3 / 238.5, n128 w4 s2 145.5 / 212.3; the bf16 cache 155.4 / 248.3. Whole decode at batch 256:
 # 0.983x the bf16 cache with n32 (0.875x with the defaults): the cache's bytes are not this length's limit.
