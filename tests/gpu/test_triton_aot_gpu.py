@@ -7,7 +7,9 @@ triton_aot_kernels.py, one test per kernel module, and prints each kernel's regi
 shared memory (pytest -s). Run it before spending GPU time on a kernel change:
     python -m pytest -q -s -m gpu tests/gpu/test_triton_aot_gpu.py [-k triton_attention] [--gpu-size full]
 against another Triton than the installed one (e.g. the device's): put it first on PYTHONPATH. Quick: one
-tile or config per constexpr variant; full: every tile and config the engine may launch.
+tile or config per constexpr variant, on a machine without CUDA only (with one, the kernel tests have just
+compiled the kernels they launch, for real: the quick device run saves the minute); full: every tile and
+config the engine may launch, everywhere.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.gpu
 MODULES = ["triton_gemm", "triton_attention", "triton_rope", "triton_norm", "triton_filter", "triton_sampling",
@@ -24,6 +27,8 @@ MODULES = ["triton_gemm", "triton_attention", "triton_rope", "triton_norm", "tri
 @pytest.mark.parametrize("module", MODULES)
 def test_kernels_compile_for_the_cuda_target(module, size):
     pytest.importorskip("triton.backends.nvidia", reason="needs the triton wheel's NVIDIA backend")
+    if not size.full and torch.cuda.is_available():
+        pytest.skip("quick size on a CUDA machine: the kernel tests compile what they launch (--gpu-size full runs it)")
     from triton_aot_kernels import compile_case, kernel_cases
 
     arch = int(os.environ.get("INFERLAB_AOT_ARCH", "90"))

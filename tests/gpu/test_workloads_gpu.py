@@ -2,8 +2,8 @@
 back-off of hidden states and of HF generation.
 
 - Hidden states: `collect_hidden_states` from a prompts file into a safetensors file (shards, assembly):
-  every input row indexed exactly once, the file's rows in input order. Quick: tiny, 32 prompts; full:
-  llama-380m, 512 prompts of 100-1,000 tokens.
+  every input row indexed exactly once, the file's rows in input order. Quick (and its CPU case): tiny, 32
+  prompts; full: llama-380m, 512 prompts of 100-1,000 tokens.
 - OOM back-off: a batch far too large for the memory there is must end with every row written exactly
   once after at least one real CUDA out-of-memory. Quick: tiny with 2,048 rows in one batch under a
   128 MiB cap on PyTorch's allocator (torch.cuda.set_per_process_memory_fraction); full: the gemma-2b
@@ -18,9 +18,8 @@ import json
 from contextlib import contextmanager
 
 import torch
-from gpu_testkit import CUDA_ONLY, free_device_memory
+from gpu_testkit import CPU_AND_CUDA, cuda_only, free_device_memory
 
-pytestmark = CUDA_ONLY
 QUICK_CAP_BYTES = 128 * 1024**2
 
 
@@ -63,20 +62,22 @@ def allocator_cap(size, cap_bytes: int):
         free_device_memory()
 
 
-def test_hidden_states_through_files_write_each_row_once_in_order(size, checkpoint, tmp_path):
+@CPU_AND_CUDA
+def test_hidden_states_through_files_write_each_row_once_in_order(device, size, checkpoint, tmp_path):
     from inferlab.workloads.hf_loading import ModelLoadConfig
     from inferlab.workloads.hidden_states import HiddenStatesOptions, collect_hidden_states, load_base_model
     from inferlab.workloads.measure import synthetic_texts
 
-    preset, prompts, tokens, layers, batch = size.pick(("tiny", 32, (8, 100), (1, 2), 16),
-                                                       ("llama-380m", 512, (100, 1000), (4, 8, 16), 64))
-    loaded = load_base_model(ModelLoadConfig(str(checkpoint(preset)), device="cuda"))
+    preset, prompts, tokens, layers, batch = size.on(device).pick(("tiny", 32, (8, 100), (1, 2), 16),
+                                                                  ("llama-380m", 512, (100, 1000), (4, 8, 16), 64))
+    loaded = load_base_model(ModelLoadConfig(str(checkpoint(preset, device)), device=device))
     source = write_prompts(tmp_path / "prompts.jsonl", synthetic_texts(loaded.tokenizer, prompts, *tokens, seed=1))
     target = tmp_path / "acts.safetensors"
     collect_hidden_states(loaded, source, target, HiddenStatesOptions(layers=layers, pool="mean", batch_size=batch))
     assert hidden_rows(target, source) == (True, True)
 
 
+@cuda_only
 def test_hidden_states_back_off_from_oom_and_write_each_row_once(size, checkpoint, tmp_path):
     from inferlab.workloads.hf_loading import ModelLoadConfig
     from inferlab.workloads.hidden_states import HiddenStatesOptions, collect_hidden_states, load_base_model
@@ -95,6 +96,7 @@ def test_hidden_states_back_off_from_oom_and_write_each_row_once(size, checkpoin
     assert hidden_rows(target, source) == (True, True)
 
 
+@cuda_only
 def test_hf_generation_backs_off_from_oom_and_writes_each_row_once(size, checkpoint, tmp_path):
     from transformers import AutoModelForCausalLM
 
