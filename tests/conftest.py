@@ -38,15 +38,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     triton_interpreter_child.stop(config)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    """Say up front where the qwen3-chem tokenizer is (the conformer tests need it), or why those tests will
-    error: a fresh clone away from ../shared has to name it."""
+def tokenizer_line() -> str:
+    """Where the qwen3-chem tokenizer is (the conformer tests need it), or why those tests will error: a
+    fresh clone away from ../shared has to name it."""
     from inferlab.errors import InputError
 
     try:
         return f"qwen3-chem tokenizer: {qwen3_chem_tokenizer_dir()}"
     except InputError as e:
         return f"qwen3-chem tokenizer: NOT FOUND, the tests that use it will error: {e}"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return tokenizer_line()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """`pytest -q` hides the header: the line is said again at the end, where -q shows it too."""
+    if config.get_verbosity() < 0:
+        terminalreporter.write_line(tokenizer_line())
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +72,50 @@ def one_cpu_thread():
 @pytest.fixture(scope="session")
 def qwen3_chem_dir() -> Path:
     return qwen3_chem_tokenizer_dir()
+
+
+# a sequence classifier of each family the engine runs, from the causal preset of that family
+CLASSIFIER_OF_PRESET = {
+    "tiny": "LlamaForSequenceClassification",
+    "tiny-mistral": "MistralForSequenceClassification",
+    "tiny-qwen2": "Qwen2ForSequenceClassification",
+    "tiny-qwen3": "Qwen3ForSequenceClassification",
+    "tiny-gemma": "GemmaForSequenceClassification",
+    "tiny-gemma2": "Gemma2ForSequenceClassification",
+    "tiny-gemma3": "Gemma3TextForSequenceClassification",
+}
+CLASSIFIER_PAD_ID = 3
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier(tmp_path_factory):
+    """Factory: tiny_classifier("tiny-gemma2") -> a float32 random ...ForSequenceClassification checkpoint of that
+    preset's shape (3 labels, a 512-token vocabulary, pad id 3, random norm weights so that Gemma's (1 + w) is
+    exercised), no tokenizer: the tests feed token ids. Built once."""
+    import transformers
+
+    from inferlab.models.presets import get_preset
+
+    root = tmp_path_factory.mktemp("classifiers")
+    built: dict[str, Path] = {}
+
+    def make(preset: str) -> Path:
+        if preset not in built:
+            config = get_preset(preset).make_config()
+            config.vocab_size, config.num_labels, config.pad_token_id = 512, 3, CLASSIFIER_PAD_ID
+            config.architectures = [CLASSIFIER_OF_PRESET[preset]]
+            torch.manual_seed(0)
+            model = getattr(transformers, CLASSIFIER_OF_PRESET[preset])(config).float()
+            g = torch.Generator().manual_seed(1)
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if name.endswith("norm.weight"):
+                        p.copy_(torch.randn(p.shape, generator=g) * 0.3 + (0.0 if "gemma" in preset else 1.0))
+            model.save_pretrained(root / preset, safe_serialization=True)
+            built[preset] = root / preset
+        return built[preset]
+
+    return make
 
 
 @pytest.fixture(scope="session")

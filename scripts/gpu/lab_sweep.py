@@ -2,31 +2,38 @@
 
     python scripts/gpu/lab_sweep.py --out $OUT --parts attention generate            # chunks of < 9 minutes
     python scripts/gpu/lab_sweep.py --out $OUT --parts static-cache
-    python scripts/gpu/lab_sweep.py --out $OUT --parts classify hidden
+    python scripts/gpu/lab_sweep.py --out $OUT --parts classify hidden                # transformers + the engine
+    python scripts/gpu/lab_sweep.py --out $OUT --parts classify-vllm hidden-vllm      # vLLM's rows (carry .dev2)
+    python scripts/gpu/lab_sweep.py --out $OUT --parts classify-matrix
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-baseline
     python scripts/gpu/lab_sweep.py --out $OUT --parts steering                      # ~6.5 min, gemma-2b
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-pipeline --only scenario=conformer-pipeline
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-soak --only temperature=1.0
-    python scripts/gpu/lab_sweep.py --out $OUT --parts peers-conformers                # vLLM: carry .dev1, then .dev2
-    python scripts/gpu/lab_sweep.py --out $OUT --parts engine-speed --only scenario=generate   # then the rest
+    python scripts/gpu/lab_sweep.py --out $OUT --parts peers-hf peers-engine-conformers   # engine-vs-peers, no vLLM
+    python scripts/gpu/lab_sweep.py --out $OUT --parts peers-xgrammar peers-vllm          # after .dev2 (and .dev3)
+    python scripts/gpu/lab_sweep.py --out $OUT --parts engine-speed                    # ~4.5 min
     python scripts/gpu/lab_sweep.py --out $OUT --parts engine-kernels                  # plan benchmarks/plans/
     python scripts/gpu/lab_sweep.py --out $OUT --parts scale-out                       # two GPUs (nvidia-h100-x2)
+    python scripts/gpu/lab_sweep.py --out $OUT --parts tune-conformers                 # ~15 min: resumes per call
     python scripts/gpu/lab_sweep.py --estimate                                       # minutes per part, runs nothing
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
-classify = seed-classify, hidden = seed-hidden-states, conformer-baseline = conformer-baseline, and each
-of engine-vs-hf, engine-speed, conformer-engine, conformer-pipeline, conformer-soak, steering, scale-out =
-the preset of that name (scale-out is not started on a machine with fewer than two GPUs); engine-kernels =
-the plan benchmarks/plans/engine-kernels.toml (the kernel micro-benchmarks, a lab plugin);
-engine-vs-peers in three parts (peers-engine-hf, peers-vllm-generate, peers-rest), and its conformer rows
-on 800 requests in a run of their own (peers-conformers).
+classify = seed-classify (its transformers and engine cells; classify-vllm: its vLLM cell), classify-matrix =
+seed-classify-matrix, hidden = seed-hidden-states (hidden-vllm: its vLLM cell), conformer-baseline =
+conformer-baseline, and each of engine-vs-hf, engine-speed, conformer-engine, conformer-pipeline, conformer-soak,
+steering, decode-roofline, scale-out = the preset of that name (scale-out is not started on a machine with fewer
+than two GPUs); engine-kernels = the plan benchmarks/plans/engine-kernels.toml (the kernel micro-benchmarks, a lab
+plugin); engine-vs-peers in four parts of one run (peers-hf: the engine's generate cells and transformers'
+continuous batching; peers-engine-conformers: the engine's conformer cells; peers-xgrammar: HF + xgrammar;
+peers-vllm: vLLM's cells, after a FlashInfer JIT warm-up where FlashInfer is installed); tune-conformers =
+`inferlab tune --workload conformers` on qwen3-0.6b and drug-sized molecules (run_tune; --tune-molecules).
 `--only KNOB=V` is passed to every part (a preset split into calls of < 9 minutes).
 Installs nothing and imports inferlab as installed (`pip install -e .`; here: PYTHONPATH=src). On the
 device each call is `bash scripts/gpu/device_call.sh 'python scripts/gpu/lab_sweep.py
 ... --budget-s $BUDGET_S'`, whose device_env.sh installs the checkout with --no-deps and unpacks rdkit, the
-qwen3-chem tokenizer and vLLM from the carried .dev1/.dev2 (benchmarks/README.md, "Procedure: a device
-session"); a part that needs vLLM is not started without it. Runs live in runs/lab/
+qwen3-chem tokenizer, vLLM and FlashInfer from the carried .dev1/.dev2/.dev3 (benchmarks/README.md,
+"Procedure: a device session"); a part that needs vLLM (or xgrammar) is not started without it. Runs live in runs/lab/
 in the checkout (ignored by git, kept between calls on a warm machine): a call that hits its budget
 records the rest as `skipped`, and the next call resumes exactly there. seed-generate and
 seed-static-cache share one run directory, so their two common cells run once; preset checkpoints are
@@ -52,6 +59,7 @@ import argparse
 import datetime as _dt
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -69,39 +77,46 @@ PARTS = {
     "generate": ("seed-generate", "seed-generate"),
     "static-cache": ("seed-static-cache", "seed-generate"),
     "classify": ("seed-classify", "seed-classify"),
+    "classify-vllm": ("seed-classify", "seed-classify"),
+    "classify-matrix": ("seed-classify-matrix", "seed-classify-matrix"),
     "hidden": ("seed-hidden-states", "seed-hidden-states"),
+    "hidden-vllm": ("seed-hidden-states", "seed-hidden-states"),
     "conformer-baseline": ("conformer-baseline", "conformer-baseline"),
     "engine-vs-hf": ("engine-vs-hf", "engine-vs-hf"),
     "engine-speed": ("engine-speed", "engine-speed"),
     "engine-kernels": ("benchmarks/plans/engine-kernels.toml", "engine-kernels"),
     "conformer-engine": ("conformer-engine", "conformer-baseline"),  # beside the baseline: one report
-    # engine-vs-peers in three device calls (scripts/gpu/device_call.sh each; benchmarks/README.md, "Procedure: a
-    # device session"): cells that need no vLLM (carry .dev1), then vLLM's generate cells once .dev2 installed
-    # the bundle, then the rest (vLLM's structured outputs, HF + xgrammar, anything an earlier budget left)
-    "peers-engine-hf": ("engine-vs-peers", "engine-vs-peers"),
-    "peers-vllm-generate": ("engine-vs-peers", "engine-vs-peers"),
-    "peers-rest": ("engine-vs-peers", "engine-vs-peers"),
-    # the conformer rows of engine-vs-peers on the first 100 molecules (800 requests), inferlab and vLLM's
-    # structured outputs side by side in a run of their own: vLLM + xgrammar makes ~8k tok/s here, so the
-    # preset's 3,200 requests cost ~5 min per structured-outputs backend, more than one device call holds
-    "peers-conformers": ("engine-vs-peers", "engine-vs-peers-conformers"),
+    # engine-vs-peers, one run in parts sized to device calls (scripts/gpu/device_call.sh each; benchmarks/README.md,
+    # "Procedure: a device session"): what needs neither vLLM nor xgrammar (carry .dev1), HF + xgrammar once .dev2
+    # installed the bundle's wheels, vLLM's cells once .dev3 brought FlashInfer
+    "peers-hf": ("engine-vs-peers", "engine-vs-peers"),
+    "peers-engine-conformers": ("engine-vs-peers", "engine-vs-peers"),
+    "peers-xgrammar": ("engine-vs-peers", "engine-vs-peers"),
+    "peers-vllm": ("engine-vs-peers", "engine-vs-peers"),
     "steering": ("steering", "steering"),
     "conformer-pipeline": ("conformer-pipeline", "conformer-pipeline"),
     "conformer-soak": ("conformer-soak", "conformer-soak"),
     "scale-out": ("scale-out", "scale-out"),
+    "decode-roofline": ("decode-roofline", "decode-roofline"),
 }
-# Parts whose cells are mostly vLLM's: without vLLM importable they would be recorded as `unavailable` rows,
+# Parts whose cells need a peer package: without it importable they would be recorded as `unavailable` rows,
 # which a later call does not rerun, so they are not started (not under --cpu-smoke, which checks the rest).
-NEEDS_VLLM = ("peers-vllm-generate", "peers-rest", "peers-conformers")
+NEEDS = {"peers-vllm": "vllm", "peers-xgrammar": "xgrammar", "classify-vllm": "vllm", "hidden-vllm": "vllm"}
 NEEDS_TWO_GPUS = ("scale-out",)  # its --gpus 2 cell cannot run on one GPU
 # Cells of a part that shares its preset with other parts (inferlab bench --only).
 PART_FILTERS = {
-    "peers-engine-hf": ["--only", "backend=inferlab,hf-continuous"],
-    "peers-vllm-generate": ["--only", "backend=vllm", "--only", "scenario=generate"],
-    "peers-conformers": ["--only", "scenario=constrained", "--only", "backend=inferlab,vllm",
-                         "--set", "max_requests=800", "--set", "batch_size=800",
-                         "--set", "num_prompts=800"],  # num_prompts: the filtered-out generate sweeps validate too
+    "classify": ["--only", "backend=hf,inferlab"],
+    "classify-vllm": ["--only", "backend=vllm"],
+    "hidden": ["--only", "backend=hf,inferlab"],
+    "hidden-vllm": ["--only", "backend=vllm"],
+    "peers-hf": ["--only", "backend=inferlab,hf-continuous", "--only", "scenario=generate"],
+    "peers-engine-conformers": ["--only", "backend=inferlab", "--only", "scenario=constrained"],
+    "peers-xgrammar": ["--only", "backend=hf-xgrammar"],
+    "peers-vllm": ["--only", "backend=vllm"],
 }
+# Part tune-conformers is no preset: `inferlab tune --workload conformers` as a user runs it (run_tune)
+TUNE_PART = "tune-conformers"
+FLASHINFER_WARM_S = 600  # nvcc builds FlashInfer's sampling module once per machine (~1-2 min on 16 cores)
 # The report's speedup baseline per run directory (default: the first configuration of each workload).
 REPORT_BASELINES = {"seed-generate": ["--baseline", "attn_implementation=eager"]}
 _ONE_THREAD = ["--set", "cpu_threads=1"]
@@ -117,8 +132,11 @@ SMOKE_ARGS = {
                       "--set", "batch_size=2", "--set", "num_prompts=4", "--set", "prompt_tokens=8", *_ONE_THREAD],
     "seed-static-cache": ["--model", "tiny", "--set", "new_tokens=4", "--set", "compile=false", "--set", "warmup_steps=2",
                           "--set", "batch_size=2,4", "--set", "num_prompts=4", "--set", "prompt_tokens=8", *_ONE_THREAD],
-    "seed-classify": ["--model", "tiny-qwen2-cls", "--set", "num_samples=16", *_TINY_TEXT, "--only", "batch_size=1,8,32"],
-    "seed-hidden-states": ["--model", "tiny", "--set", "num_prompts=16", "--set", "layers=1:-1", *_TINY_TEXT],
+    "seed-classify": ["--model", "tiny-qwen2-cls", "--set", "num_samples=16", *_TINY_TEXT],
+    "seed-classify-matrix": ["--model", "tiny-qwen2-cls", "--set", "num_samples=16", *_TINY_TEXT,
+                             "--only", "batch_size=1,8,32"],
+    # layers=-1: the preset's 8 is past the tiny model's 2 layers, and vLLM's sweep takes the last layer only
+    "seed-hidden-states": ["--model", "tiny", "--set", "num_prompts=16", "--set", "layers=-1", *_TINY_TEXT],
     "conformer-baseline": ["--model", "tiny-qwen3", "--set", "num_molecules=2", "--set", "max_requests=4",
                            "--set", "batch_size=2", "--set", "dtype=float32", "--set", "compile=false",
                            "--set", "warmup_steps=2", *_ONE_THREAD],
@@ -143,7 +161,6 @@ SMOKE_ARGS = {
     "conformer-pipeline": ["--model", "tiny-qwen3", *_TINY_CONFORMERS, "--set", "batch_size=6", "--set", "slots=4"],
     "conformer-soak": ["--model", "tiny-qwen3", *_TINY_CONFORMERS],
     "scale-out": ["--model", "tiny-qwen3", *_TINY_CONFORMERS, "--set", "device=cpu"],  # CPU workers
-    # decode-profile's CPU profile parses every aten op: left to the device
     "engine-speed": ["--model", "tiny", "--only", "scenario=generate,batching", "--set", "dtype=float32",
                      "--set", "new_tokens=4", "--set", "batch_size=2", "--set", "num_prompts=2", "--set", "num_requests=4",
                      "--set", "min_new_tokens=2", "--set", "max_new_tokens=6", "--set", "min_duration_s=0.1",
@@ -151,6 +168,11 @@ SMOKE_ARGS = {
     "benchmarks/plans/engine-kernels.toml": ["--only", "group=constraint-step", "--set", "tokenizer=builtin",
                                              "--set", "vocab=2048", "--set", "rows=4", "--set", "layers=2",
                                              "--set", "device=cpu", *_ONE_THREAD],
+    # the decode-profile cells on tiny (no fp8 cache on CPU); the generate sweep validates with 8 new tokens
+    "decode-roofline": ["--model", "tiny", "--only", "scenario=decode-profile", "--only", "kv_dtype=auto",
+                        "--set", "batch_size=4", "--set", "context_tokens=24", "--set", "dtype=float32",
+                        "--set", "min_duration_s=0", "--set", "min_repeats=3", "--set", "warmup=1",
+                        "--set", "new_tokens=8", *_ONE_THREAD],
 }
 
 
@@ -181,13 +203,22 @@ def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]
     if remaining < 30:
         log.append(f"{part}: not started, the budget is spent (run this script again to continue)")
         return
-    if part in NEEDS_VLLM and not smoke and importlib.util.find_spec("vllm") is None:
-        log.append(f"{part}: not started, vLLM is not importable here (on the device: carry .dev2 in the call right "
-                   "after .dev1's, on the same warm machine; benchmarks/README.md, \"Procedure: a device session\")")
+    package = NEEDS.get(part)
+    if package and not smoke and importlib.util.find_spec(package) is None:
+        log.append(f"{part}: not started, {package} is not importable here (on the device: carry .dev2 in the call "
+                   "right after .dev1's, on the same warm machine; benchmarks/README.md, \"Procedure: a device "
+                   "session\")")
         return
     if part in NEEDS_TWO_GPUS and not smoke and gpu_count() < 2:
         log.append(f"{part}: not started, it needs two GPUs (nvidia-h100-x2 / nvidia-h200-x2)")
         return
+    if part == "peers-vllm" and not smoke and importlib.util.find_spec("flashinfer") is not None:
+        ready, line = warm_flashinfer(min(FLASHINFER_WARM_S, remaining - 30))
+        if not ready:  # every vLLM cell would fail the same way: they run with vLLM's own sampler, and say so
+            os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
+        log.append(line)
+        print(line, flush=True)
+        remaining = deadline - time.monotonic()
     argv = ["bench", *plan_args(preset), "--run-dir", str(runs / run_name), "--model-cache", str(runs / "cache"),
             "--limit-seconds", str(int(remaining)), "--no-report"]
     argv += PART_FILTERS.get(part, [])
@@ -196,6 +227,89 @@ def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]
     print(f"\n=== {part}: inferlab {' '.join(argv)}", flush=True)
     code = inferlab(argv)
     log.append(f"{part}: inferlab bench exited {code}")
+
+
+def run_tune(runs: Path, out: Path, deadline: float, smoke: bool, log: list[str], molecules: int) -> None:
+    """Part tune-conformers: qwen3-0.6b (random weights, the qwen3-chem tokenizer) on drug-sized NCI molecules x 8,
+    every candidate warm and timed in 3 passes, the grid doubling max_slots up to the memory plan's largest for the
+    model dtype and fp8. The checkpoint, the sample and the measured candidates stay in runs/tune (--work-dir), and
+    the tune stops before a candidate that would pass the budget (exit 3): the next call resumes. Writes
+    tuned-conformers.json (once every candidate is measured) and tune.log under --out/tune."""
+    from inferlab.models.checkpoint_init import init_checkpoint
+    from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
+
+    if deadline - time.monotonic() < 60:
+        log.append(f"{TUNE_PART}: not started, the budget is spent (run this script again to continue)")
+        return
+    work, target = runs / "tune", out / "tune"
+    target.mkdir(parents=True, exist_ok=True)
+    preset, dtype, count, atoms, k = ("tiny", "float32", 2, (6, 9), 2) if smoke else (
+        "qwen3-0.6b", "bfloat16", molecules, (20, 50), 8)
+    model = work / f"{preset}-{dtype}"
+    if not (model / "config.json").exists():  # smoke: the built-in tokenizer (a 151k vocabulary is slow on CPU)
+        partial = work / f"{preset}-{dtype}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        init_checkpoint(preset, partial, seed=0, dtype=dtype, tokenizer_dir=None if smoke else qwen3_chem_tokenizer_dir())
+        partial.rename(model)
+    sample = drug_sized_molecules(work / f"molecules-{count}.smi", count, *atoms)
+    command = [sys.executable, "-u", "-m", "inferlab.cli", "tune", "--model", str(model), "--workload", "conformers",
+               "--sample", str(sample), "--sample-rows", str(count), "--num-conformers", str(k),
+               "--min-seconds", "0" if smoke else "2", "--device", "cpu" if smoke else "cuda",
+               "--work-dir", str(work / f"measured-{model.name}-{count}x{k}"),
+               "--budget-s", str(max(1, int(deadline - time.monotonic()))), "--out", str(target / "tuned-conformers.json")]
+    print(f"\n=== {TUNE_PART}: {' '.join(command)}", flush=True)
+    with (target / "tune.log").open("a") as tune_log:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in process.stdout:  # type: ignore[union-attr]
+            sys.stdout.write(line)
+            tune_log.write(line)
+        code = process.wait()
+    log.append(f"{TUNE_PART}: inferlab tune exited {code}" + (" (not finished: run this part again)" if code == 3 else ""))
+
+
+def drug_sized_molecules(path: Path, count: int, min_atoms: int, max_atoms: int) -> Path:
+    """The first `count` molecules of RDKit's NCI first_5K with min-max heavy atoms, stereo assigned where the
+    file leaves it open (the conformer-pipeline preset's selection), as a .smi file (kept: written once)."""
+    from rdkit import Chem, rdBase
+
+    from inferlab.bench.scenarios.constrained_inputs import nci_molecules_path, with_assigned_stereo
+
+    if path.is_file() and len(path.read_text().splitlines()) == count:
+        return path
+    lines = []
+    blocker = rdBase.BlockLogs()
+    with nci_molecules_path().open() as f:
+        for i, line in enumerate(f):
+            mol = Chem.MolFromSmiles(line.split()[0]) if line.strip() else None
+            if mol is not None and min_atoms <= mol.GetNumHeavyAtoms() <= max_atoms:
+                lines.append(f"{with_assigned_stereo(mol)} nci{i}\n")
+                if len(lines) == count:
+                    break
+    del blocker
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(lines))
+    return path
+
+
+def warm_flashinfer(timeout_s: float) -> tuple[bool, str]:
+    """FlashInfer JIT-compiles its kernels with nvcc on first use. vLLM's top-p/top-k sampler is FlashInfer's
+    sampling module: built here once per machine (cached under FLASHINFER_WORKSPACE_BASE, device_env.sh), in a
+    child process, with vLLM's FlashInfer backend imported as its sampler imports it, so that no vLLM cell's
+    start-up or budget pays for it. Returns (ready, the log line)."""
+    code = ("import torch, flashinfer.sampling as s, vllm.v1.attention.backends.flashinfer; "
+            "x = torch.randn(8, 4096, device='cuda'); s.top_k_top_p_sampling_from_logits(x, 50, 0.9); "
+            "s.top_p_sampling_from_probs(x.softmax(-1), 0.9); s.top_k_sampling_from_probs(x.softmax(-1), 50); "
+            "torch.cuda.synchronize()")
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=max(timeout_s, 1))
+    except subprocess.TimeoutExpired:
+        return False, f"FlashInfer: its sampling module did not build in {timeout_s:.0f} s; vLLM runs its own sampler"
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        return False, (f"FlashInfer: its sampling module failed ({seconds:.0f} s), vLLM runs its own sampler: "
+                       f"{done.stderr.strip()[-300:]}")
+    return True, f"FlashInfer: sampling module ready in {seconds:.0f} s (built by nvcc, or from the JIT cache)"
 
 
 def write_outputs(runs: Path, out: Path, smoke: bool, log: list[str]) -> list[str]:
@@ -275,6 +389,9 @@ def estimates(parts: list[str]) -> list[str]:
     seen: set[str] = set()
     lines, total = [], 0.0
     for part in parts:
+        if part == TUNE_PART:
+            lines.append(f"  {part:<20}  ~15 min on an H100 in two calls (resumable: rerun until it writes the file)")
+            continue
         only = _only_filters(PART_FILTERS.get(part, []))
         source = PARTS[part][0]
         data = load_toml(REPO / source) if source.endswith(".toml") else get_plan_preset(source)
@@ -303,8 +420,9 @@ def availability() -> list[str]:
                           ("vllm", "vllm (engine-vs-peers)"), ("xgrammar", "hf-xgrammar (engine-vs-peers)"),
                           ("flashinfer", "vLLM's FlashInfer sampler")):
         found = importlib.util.find_spec(module) is not None
-        missing = " will be `unavailable` rows" + (f"; parts {', '.join(NEEDS_VLLM)} are not started unless "
-                                                   "--cpu-smoke" if module == "vllm" else "")
+        parts = [part for part, package in NEEDS.items() if package == module]
+        missing = " will be `unavailable` rows" + (f"; part {', '.join(parts)} is not started unless --cpu-smoke"
+                                                   if parts else "")
         notes.append(f"  {module}: {'found' if found else 'NOT installed'} ({cells} cells{'' if found else missing})")
     try:
         notes.append(f"  qwen3-chem tokenizer: {qwen3_chem_tokenizer_dir()}")
@@ -316,7 +434,10 @@ def availability() -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="folder for results, reports and the summary ($OUT on the device)")
-    parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
+    parser.add_argument("--parts", nargs="+", choices=[*PARTS, TUNE_PART], default=[*PARTS, TUNE_PART])
+    parser.add_argument("--tune-molecules", type=int, default=90,
+                        help=f"{TUNE_PART}: molecules x 8 conformers (90 on an H100, 160 on an H200: the sample must "
+                             "reach the memory plan's largest max_slots for the grid to end there)")
     parser.add_argument("--budget-s", type=float, default=540.0, help="stop launching cells after this long (default 540)")
     parser.add_argument("--runs", default=str(REPO / "runs" / "lab"), help="where the run directories live")
     parser.add_argument("--cpu-smoke", action="store_true", help="shrink every preset to run on a CPU (tiny model/shapes)")
@@ -337,7 +458,10 @@ def main() -> int:
     log: list[str] = []
     for part in args.parts:
         try:
-            run_part(part, runs, deadline, args.cpu_smoke, log, args.only)
+            if part == TUNE_PART:
+                run_tune(runs, out, deadline, args.cpu_smoke, log, args.tune_molecules)
+            else:
+                run_part(part, runs, deadline, args.cpu_smoke, log, args.only)
         except Exception:
             traceback.print_exc()
             log.append(f"{part}: raised (traceback above)")

@@ -105,7 +105,7 @@ class Request:
     prompt: str | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     constraint: Any = None
-    metadata: dict[str, Any] = field(default_factory=dict)  # carried through to the Result untouched
+    metadata: Any = None  # the caller's own object (a workload's task), handed back on the Result untouched
     steering: tuple[Any, ...] = ()  # Steer(layer, vector, scale) or (layer, vector, scale) entries
     collect: Collect | None = None
 
@@ -134,7 +134,7 @@ class Result:
     prompt_tokens: int
     timings: Timings = field(default_factory=Timings)
     error: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: Any = None  # the Request's metadata, the same object
     # Request.collect's hidden states: {layer: fp32 tensor}, [hidden] (last, mean) or [tokens, hidden] (all)
     activations: dict[int, Any] | None = None
 

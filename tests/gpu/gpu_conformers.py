@@ -17,10 +17,10 @@ def nci_molecules(count: int, max_atoms: int, min_atoms: int = 0) -> list[str]:
     from rdkit import Chem, RDConfig, RDLogger
 
     from inferlab.errors import InferlabError
-    from inferlab.workloads.conformers.decode import decode_generation
-    from inferlab.workloads.conformers.profiles import get_profile
-    from inferlab.workloads.conformers.smiles import canonical_smiles
-    from inferlab.workloads.conformers.template import build_template
+    from inferlab.workloads.conformers.chemistry.decode import decode_generation
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.smiles import canonical_smiles
+    from inferlab.workloads.conformers.chemistry.template import build_template
 
     RDLogger.DisableLog("rdApp.*")
     profile, chosen = get_profile(PROFILE), []
@@ -53,8 +53,8 @@ def conformer_cases(tokenizer, molecules: list[str], per_molecule: int, sampling
     """`per_molecule` requests per molecule, sharing its template compiled once; samplings cycled, seeded."""
     from inferlab.constraints.program import compile_program
     from inferlab.types import Request, SamplingParams
-    from inferlab.workloads.conformers.profiles import get_profile
-    from inferlab.workloads.conformers.template import build_template
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.template import build_template
 
     out = []
     for i, smiles in enumerate(molecules):
@@ -71,9 +71,9 @@ def conformer_cases(tokenizer, molecules: list[str], per_molecule: int, sampling
 def conformer_problem(result, case: ConformerCase) -> str | None:
     """None when the result is a valid conformer of the case's molecule (strict template check, and the plain
     decoder gives back its graph), else what is wrong."""
-    from inferlab.workloads.conformers.decode import decode_generation
-    from inferlab.workloads.conformers.profiles import get_profile
-    from inferlab.workloads.conformers.smiles import canonical_smiles
+    from inferlab.workloads.conformers.chemistry.decode import decode_generation
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.smiles import canonical_smiles
 
     if result.finish_reason != "eos":
         return f"{case.smiles}: finish_reason {result.finish_reason} ({result.error})"

@@ -5,8 +5,11 @@
 - conformer pipeline: NCI molecules x K into an SDF + JSONL: one row per (molecule, k), ids unique; a
   rerun writes nothing (everything is resumed). Quick: tiny-qwen3, 24 molecules x 2; full: qwen3-0.6b,
   512 x 4.
-- tune: a sweep per workload (conformers, generate on qwen3-shaped prompts, classify on qwen2-cls texts)
-  recommends settings from candidates that ran. Quick: tiny presets and a few rows; full: the model shapes.
+- tune: a sweep per workload (conformers, generate on qwen3-shaped prompts, classify on qwen2-cls texts):
+  candidates that ran, the best one's settings, a verdict per knob, and a recommendation that names only
+  the best one's values (possibly none: no clear winner). Quick: tiny presets, a few rows, two sizes and the
+  model-dtype cache; full: the model shapes and the engine's own grid (up to its memory plan, x fp8). The
+  tune as a user runs it on drug-sized molecules (~15 min): lab_sweep.py's tune-conformers part.
 - fallback: a tiny GPT-2 (not in the engine's registry) through backend auto falls back to transformers,
   and its greedy rows equal transformers' generate prompt by prompt (fp32); the engine and --backend hf
   then run the same prompts on a model the engine supports without error rows.
@@ -53,8 +56,8 @@ def test_demo_runs_on_the_device(tmp_path):
 
 
 def test_conformer_pipeline_writes_each_row_once_and_a_rerun_resumes(size, checkpoint, tmp_path):
-    from inferlab.workloads.conformers.pipeline import generate_conformers
-    from inferlab.workloads.conformers.pipeline_config import PipelineConfig
+    from inferlab.workloads.conformers.pipeline.generate import generate_conformers
+    from inferlab.workloads.conformers.pipeline.config import PipelineConfig
 
     molecules, k = size.pick((24, 2), (512, 4))
     model = checkpoint(size.pick("tiny-qwen3", "qwen3-0.6b"))
@@ -69,7 +72,7 @@ def test_conformer_pipeline_writes_each_row_once_and_a_rerun_resumes(size, check
 
 
 @pytest.mark.parametrize("workload", ["conformers", "generate", "classify"])
-def test_tune_recommends_settings_from_candidates_that_ran(workload, size, checkpoint, tmp_path):
+def test_tune_names_the_best_of_candidates_that_ran(workload, size, checkpoint, tmp_path):
     from transformers import AutoTokenizer
 
     from inferlab.workloads.measure import synthetic_texts
@@ -91,10 +94,13 @@ def test_tune_recommends_settings_from_candidates_that_ran(workload, size, check
         sample = tmp_path / "texts.jsonl"
         sample.write_text("".join(json.dumps({"id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
         extra = {}
+    if workload != "classify":  # quick: two engine sizes, the model-dtype cache (full: the memory plan's grid x fp8)
+        extra |= dict(sizes=size.pick((4, 8), None), kv_dtypes=size.pick(("auto",), None))
     tuned = run_sweep(TuneSettings(workload, str(model), str(sample), device="cuda", min_seconds=min_seconds,
                                    work_dir=str(tmp_path / "work"), **extra))  # fmt: skip
     ran = [c for c in tuned.candidates if not c.get("error")]
-    assert ran and tuned.recommended, tuned.candidates
+    assert ran and tuned.best and tuned.verdicts, tuned.candidates
+    assert tuned.recommended.items() <= tuned.best.items(), (tuned.recommended, tuned.best)
 
 
 def test_transformers_fallback_matches_its_generate_and_both_backends_run(size, checkpoint, tmp_path):

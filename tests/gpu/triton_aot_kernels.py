@@ -1,8 +1,9 @@
 """The engine's Triton kernels as the Triton compiler sees them, for test_triton_aot_gpu.py: each kernel with
 its argument types, constexpr flags, the 16-divisibility hints the JIT derives for aligned sizes, and its
 launch options, at the bf16 shapes the engine launches, their Gemma variants (head_dim 256, windows,
-soft-caps, (1 + w) norms, post-norms, GeGLU), steering's, and the fp8 KV cache's variants of the rope write
-and the decode attention (fp8e4nv: sm_89 and newer). A new kernel or constexpr flag gets a case here."""
+soft-caps, (1 + w) norms, post-norms, GeGLU), steering's, the fp8 KV cache's variants of the rope write
+and the decode attention (fp8e4nv: sm_89 and newer; fp16 dots on the e4m3 tiles), and the packed prefill's
+kernels. A new kernel or constexpr flag gets a case here."""
 
 from __future__ import annotations
 
@@ -13,19 +14,23 @@ import tempfile
 from pathlib import Path
 
 import triton
+import triton.language as tl
 
 from inferlab.engine.constraints import step_kernels
 from inferlab.engine.kernels import (
     triton_attention,
     triton_collect,
     triton_filter,
+    triton_fp8_rows,
     triton_gemm,
     triton_kv_copy,
     triton_norm,
     triton_rope,
+    triton_rope_inplace,
     triton_sampling,
     triton_step,
     triton_top_p,
+    triton_varlen_attention,
 )
 
 
@@ -55,13 +60,14 @@ def kernel_cases(full: bool) -> list[tuple[str, object, dict, dict, list[str], d
                     "stride_ph stride_ps stride_lb stride_lh stride_ss stride_sh".split()})  # fmt: skip
         att_aligned = ["QKV", "K_CACHE", "V_CACHE", "OUT", "stride_t", "stride_ks", "stride_kh", "stride_kn",
                        "stride_ss", "stride_sh"]  # fmt: skip
-        configs = ((64, 4, 3), (128, 4, 2)) if fp8 else ((64, 4, 3), (128, 4, 2), (32, 8, 4))
+        configs = ((32, 1, 3), (64, 4, 3)) if fp8 else ((64, 4, 3), (128, 4, 2), (32, 8, 4))  # fp8: its default first
         configs = configs if full else configs[:1]
         for heads, kv_heads, head_dim, qk_norm in ((16, 8, 64, False), (16, 8, 128, True)):
             for block_n, warps, stages in configs:
                 c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_H=16,
                          HEAD_DIM=head_dim, HALF_BLOCK=max(16, head_dim // 2), BLOCK_D=head_dim, BLOCK_N=block_n,
-                         QK_NORM=qk_norm, IEEE=False, SOFTCAP=False, NORM_OFFSET=False, KV_FP8=fp8)  # fmt: skip
+                         QK_NORM=qk_norm, IEEE=False, SOFTCAP=False, NORM_OFFSET=False, KV_FP8=fp8,
+                         DOT_TY=tl.float16)  # fmt: skip
                 out.append((f"rope attention {kv} cache d{head_dim} n{block_n} w{warps} s{stages}",
                             triton_attention._rope_attention_kernel, att, c, att_aligned,
                             dict(num_warps=warps, num_stages=stages)))  # fmt: skip
@@ -75,7 +81,7 @@ def kernel_cases(full: bool) -> list[tuple[str, object, dict, dict, list[str], d
             for block_n, warps, stages in ((wide.block_n, wide.num_warps, wide.num_stages), *neighbours):
                 c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_H=16, HEAD_DIM=256,
                          HALF_BLOCK=128, BLOCK_D=256, BLOCK_N=block_n, QK_NORM=qk_norm, IEEE=False, SOFTCAP=softcap,
-                         NORM_OFFSET=qk_norm, KV_FP8=fp8)  # fmt: skip
+                         NORM_OFFSET=qk_norm, KV_FP8=fp8, DOT_TY=tl.float16)  # fmt: skip
                 out.append((f"rope attention {kv} cache {name} d256 n{block_n} w{warps} s{stages}",
                             triton_attention._rope_attention_kernel, att, c, att_aligned,
                             dict(num_warps=warps, num_stages=stages)))  # fmt: skip
@@ -110,7 +116,7 @@ def kernel_cases(full: bool) -> list[tuple[str, object, dict, dict, list[str], d
                     dict(GELU_TANH=gelu, BLOCK=1024), [], {}))  # fmt: skip
     f = {n: "*fp32" for n in "LOGITS PMAX HIST PREFIX ACC TARGET HIST_K PREFIX_K ACC_K TEMP TOP_K TOP_P".split()}
     f.update(LOGITS="*bf16", PREFIX="*i32", PREFIX_K="*i32", TOP_K="*i64", stride="i32", vocab="i32", span="i32",
-             rows="i32", chunks="i32", level="i32")  # fmt: skip
+             rows="i32", chunks="i32", level="i32", pmax_cols="i32")  # fmt: skip
     for mass, has_k in ((False, True), (True, False), (True, True)):
         c = dict(MASS=mass, HAS_TOP_K=has_k, KEY_BITS=16, MAX_CHUNKS=64, BLOCK=256)
         name = f"filter pass {'mass' if mass else 'count'}{' after top-k' if mass and has_k else ''}"
@@ -121,31 +127,36 @@ def kernel_cases(full: bool) -> list[tuple[str, object, dict, dict, list[str], d
     fin = {
         n: "*fp32" for n in "TAU PMAX TEMP TOP_K TOP_P MIN_P HIST_K PREFIX_K ACC_K HIST_P PREFIX_P ACC_P TARGET".split()
     }
-    fin.update(TAU="*i32", TOP_K="*i64", PREFIX_K="*i32", PREFIX_P="*i32", vocab="i32", rows="i32", chunks="i32")
+    fin.update(TAU="*i32", TOP_K="*i64", PREFIX_K="*i32", PREFIX_P="*i32", vocab="i32", rows="i32", chunks="i32",
+               pmax_cols="i32")
     for do_top, has_k in ((False, False), (True, False), (True, True)):
         c = dict(DO_TOP=do_top, HAS_TOP_K=has_k, KEY_BITS=16, MAX_CHUNKS=64)
         out.append((f"filter finish top={do_top} k={has_k}", triton_filter._finish_kernel, fin, c, [], {}))
     race = dict(LOGITS="*bf16", TEMP="*fp32", TAU="*i32", SEEDS="*i64", INDEX="*i64", SKIP="*i8", BEST_VAL="*fp32",
-                BEST_IDX="*i32", stride_l="i32", vocab="i32")  # fmt: skip
-    for tau, round_index, skip in ((False, 0, False), (True, 0, False), (True, 2, True)):
-        c = dict(CHUNKS=32, BLOCK=4096, HAS_TAU=tau, ROUND=round_index, HAS_SKIP=skip)
-        out.append((f"race tau={tau} round={round_index} skip={skip}", triton_sampling._race_kernel, race, c,
-                    ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
-    for skip in (False, True):
-        out.append((f"top-p start skip={skip}", triton_top_p._start_kernel,
-                    dict(PMAX="*fp32", TEMP="*fp32", MIN_P="*fp32", PIVOT="*i32", DONE="*i8", TOKENS="*i64",
-                         SKIP="*i8", pmax_chunks="i32"), dict(MAX_CHUNKS=64, HAS_SKIP=skip), [], {}))  # fmt: skip
-    out.append(("top-p mass", triton_top_p._mass_kernel,
-                dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", DRAWN="*i64", DONE="*i8", PMAX="*fp32",
-                     ABOVE="*fp32", TOTAL="*fp32", stride_l="i32", vocab="i32", pmax_chunks="i32"),
-                dict(CHUNKS=32, BLOCK=4096, MAX_CHUNKS=64), ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
-    for first, last in ((True, False), (False, True)):
-        out.append((f"top-p round first={first} last={last}", triton_top_p._round_kernel,
-                    dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", DRAWN="*i64", ABOVE="*fp32", TOTAL="*fp32",
-                         ROW_TOTAL="*fp32", PIVOT="*i32", DONE="*i8", TOKENS="*i64", OPEN_P="*fp32", stride_l="i32"),
-                    dict(CHUNKS=32, BLOCK_C=32, FIRST=first, LAST=last), [], {}))  # fmt: skip
-    out.append(("race pick", triton_sampling._pick_kernel,
-                dict(BEST_VAL="*fp32", BEST_IDX="*i32", OUT="*i64"), dict(CHUNKS=32, BLOCK_C=32), [], {}))  # fmt: skip
+                BEST_IDX="*i32", CHUNK_MAX="*fp32", CHUNK_MASS="*fp32", stride_l="i32", vocab="i32")  # fmt: skip
+    for tau, round_index, skip, stats, span in ((False, 0, False, False, 1), (True, 0, False, False, 1),
+                                                (True, 2, True, False, 4), (False, 0, True, True, 1)):  # fmt: skip
+        c = dict(CHUNKS=38 // span + 1, BLOCK=4096, SPAN=span, HAS_TAU=tau, ROUND=round_index, HAS_SKIP=skip,
+                 STATS=stats, FAST_LOG=True)
+        out.append((f"race tau={tau} round={round_index} skip={skip} stats={stats} span={span}",
+                    triton_sampling._race_kernel, race, c, ["LOGITS", "stride_l", "vocab"], dict(num_warps=4)))
+    for done in (False, True):
+        out.append((f"race pick done={done}", triton_sampling._pick_kernel,
+                    dict(BEST_VAL="*fp32", BEST_IDX="*i32", OUT="*i64", DONE="*i8", TOKENS="*i64"),
+                    dict(CHUNKS=38, BLOCK_C=64, HAS_DONE=done), [], {}))  # fmt: skip
+    for done, span in ((False, 1), (True, 4)):
+        out.append((f"top-p mass done={done} span={span}", triton_top_p._mass_kernel,
+                    dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", BEST_VAL="*fp32", BEST_IDX="*i32", DONE="*i8",
+                         CHUNK_MAX="*fp32", ABOVE="*fp32", stride_l="i32", vocab="i32"),
+                    dict(RACE_PARTS=38 // span + 1, BLOCKS=38, PARTS=38 // span + 1, BLOCK=4096, SPAN=span, BLOCK_C=64,
+                         HAS_DONE=done), ["LOGITS", "stride_l", "vocab"], dict(num_warps=4)))  # fmt: skip
+    for first, last, skip in ((True, False, True), (False, True, False)):
+        out.append((f"top-p round first={first} last={last} skip={skip}", triton_top_p._round_kernel,
+                    dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", MIN_P="*fp32", BEST_VAL="*fp32", BEST_IDX="*i32",
+                         ABOVE="*fp32", CHUNK_MAX="*fp32", CHUNK_MASS="*fp32", ROW_TOTAL="*fp32", FLOOR="*i32",
+                         PIVOT="*i32", DONE="*i8", TOKENS="*i64", SKIP="*i8", OPEN_P="*fp32", stride_l="i32"),
+                    dict(RACE_PARTS=38, BLOCKS=38, PARTS=38, BLOCK_C=64, FIRST=first, LAST=last, HAS_SKIP=skip), [],
+                    {}))  # fmt: skip
     collect = dict(X="*bf16", ROWS="*i64", ACTIVE="*i1", FINISHED="*i1", N_OUT="*i64", MODE="*i32", ACC="*fp32",
                    ALL="*bf16", stride_x="i32", stride_acc="i32", stride_all_row="i32", stride_all_col="i32", cap="i32",
                    dim="i32")  # fmt: skip
@@ -171,7 +182,7 @@ def kernel_cases(full: bool) -> list[tuple[str, object, dict, dict, list[str], d
                   BEST_VAL="*fp32", BEST_IDX="*i32") | rt | dict(TOKEN_CLASS="*i32", ALLOWED="*i8", num_classes="i32",
                                                                 CHUNK_ALLOWED="*i8"))
     for has_rows in (False, True):
-        c = dict(CHUNKS=38, BLOCK=4096, HAS_ROWS=has_rows, HOLE_KIND=2, COPY_KIND=1)
+        c = dict(CHUNKS=38, BLOCK=4096, HAS_ROWS=has_rows, HOLE_KIND=2, COPY_KIND=1, FAST_LOG=True)
         out.append((f"constrained race rows={has_rows}", triton_sampling._constrained_race_kernel, fused, c,
                     ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
     # bf16 and fp8 caches and the fp8 cache's fp32 scales, copied as bits; Gemma's MQA (one kv head)
@@ -187,6 +198,38 @@ def kernel_cases(full: bool) -> list[tuple[str, object, dict, dict, list[str], d
     for has_rows in (False, True):
         c = dict(HAS_ROWS=has_rows, COPY_KIND=1, HOLE_KIND=2, BLOCK_ROWS=256)
         out.append((f"constraint emit step rows={has_rows}", step_kernels._emit_step_kernel, emit, c, [], {}))
+    out += packed_prefill_kernels(full)
+    return out
+
+
+def packed_prefill_kernels(full: bool) -> list[tuple[str, object, dict, dict, list[str], dict]]:
+    """The packed prefill's (engine/packed): varlen attention at each head size's config (windows, soft-caps;
+    `full`: the alternative config too), the in-place rope, the FP8 row quantization."""
+    out = []
+    att = dict(Q="*bf16", K="*bf16", V="*bf16", O="*bf16", CU="*i32", scale="fp32", softcap="fp32", window="i32")
+    att.update({n: "i32" for n in "stride_qt stride_qh stride_kt stride_kh stride_vt stride_vh stride_ot "
+                "stride_oh".split()})  # fmt: skip
+    aligned = ["Q", "K", "V", "O", "stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh",
+               "stride_ot", "stride_oh"]  # fmt: skip
+    for name, heads, kv_heads, head_dim in (("qwen2-0.5b", 14, 2, 64), ("qwen3", 16, 8, 128), ("gemma-2b", 8, 1, 256)):
+        for alternative in (False, True) if full else (False,):
+            block_m, block_n, warps, stages = triton_varlen_attention._config(head_dim, alternative)
+            for window, softcap in ((False, False), (True, False), (False, True), (True, True)):
+                c = dict(GROUP=heads // kv_heads, HEAD_DIM=head_dim, BLOCK_D=head_dim, BLOCK_M=block_m,
+                         BLOCK_N=block_n, SOFTCAP=softcap, WINDOW=window, IEEE=False)  # fmt: skip
+                out.append((f"varlen attention {name} d{head_dim} w{warps} window={window} softcap={softcap}",
+                            triton_varlen_attention._varlen_attention_kernel, att, c, aligned,
+                            dict(num_warps=warps, num_stages=stages)))  # fmt: skip
+    rope = dict(QKV="*bf16", POS="*i64", COS="*fp32", SIN="*fp32", QNORM="*bf16", KNORM="*bf16", stride_t="i32",
+                stride_cos="i32", eps="fp32")  # fmt: skip
+    for heads, head_dim, qk_norm, offset in ((14, 64, False, False), (16, 128, True, False), (4, 256, True, True)):
+        c = dict(NUM_HEADS=heads, HEAD_DIM=head_dim, HALF_BLOCK=head_dim // 2, QK_NORM=qk_norm, NORM_OFFSET=offset)
+        out.append((f"rope in place d{head_dim} qk_norm={qk_norm} offset={offset}",
+                    triton_rope_inplace._rope_inplace_kernel, rope, c, ["QKV", "stride_t"], {}))
+    quant = dict(X="*bf16", Q="*fp8e4nv", S="*fp32", stride_x="i32", stride_q="i32", dim="i32")
+    for block in (1024, 4096):
+        out.append((f"fp8 row quantization block {block}", triton_fp8_rows._quantize_rows_kernel, quant,
+                    dict(BLOCK=block), ["X", "Q", "stride_x", "stride_q"], dict(num_warps=8 if block >= 2048 else 4)))
     return out
 
 

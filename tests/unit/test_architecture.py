@@ -1,5 +1,6 @@
 """The package's shape: the import-linter contracts of pyproject.toml (layers import downward only; nothing
-outside the engine imports its submodules) and no import cycle between two modules of src/inferlab.
+outside the engine imports its submodules; the conformer workload's pipeline and evaluation build on its
+chemistry, never on each other) and no import cycle between two modules of src/inferlab.
 
 Imports inside functions and under TYPE_CHECKING count: a lazy import still ties its module to the other."""
 

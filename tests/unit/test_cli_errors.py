@@ -3,6 +3,7 @@ before any model is loaded (so these run in milliseconds, on the tiny checkpoint
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,95 @@ def test_folders_that_are_files_and_missing_heads(capsys, files, tiny_checkpoint
                               "--output", str(files["dir"] / "c.jsonl"), "--device", "cpu"])
     assert "is a LlamaForCausalLM checkpoint, without a sequence-classification head" in message
     assert "inferlab model init --preset tiny-qwen2-cls" in message
+
+
+DEVICE_COMMANDS = {  # every command with --device, and what else it needs to parse
+    "generate": ["--model", "m", "--input", "i.jsonl", "--output", "o.jsonl"],
+    "conformers generate": ["--model", "m", "--input", "i.smi", "--output", "o.sdf"],
+    "classify": ["--model", "m", "--input", "i.jsonl", "--output", "o.jsonl"],
+    "hidden-states": ["--model", "m", "--input", "i.jsonl", "--output", "o.safetensors", "--layers", "0"],
+    "tune": ["--model", "m", "--workload", "generate", "--sample", "i.jsonl"],
+    "demo": [],
+}
+
+
+@pytest.mark.parametrize("command", list(DEVICE_COMMANDS))
+def test_a_device_no_command_runs_on_is_a_usage_error(capsys, command):
+    with pytest.raises(SystemExit) as exit_:
+        main(command.split() + DEVICE_COMMANDS[command] + ["--device", "tpu"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --device: 'tpu' is not a device inferlab runs on; use auto, cpu, cuda or cuda:N" in err
+    assert "Traceback" not in err
+
+
+def test_the_engine_refuses_an_unknown_device_by_name():
+    from inferlab.engine.startup import resolve_device
+    from inferlab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="device='tpu' is not a torch device"):
+        resolve_device("tpu")
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan"])
+def test_bench_refuses_a_timeout_that_is_not_positive(capsys, tmp_path, value):
+    argv = ["bench", "--preset", "quick", "--run-dir", str(tmp_path / "run"), "--timeout", value]
+    assert _error(capsys, argv) == f"error: --timeout {float(value)} must be a number of seconds > 0"
+    assert not (tmp_path / "run").exists()
+
+
+def test_bench_set_and_baseline_name_knobs_that_exist(capsys, tmp_path):
+    base = ["bench", "--preset", "quick", "--run-dir", str(tmp_path / "run")]
+    message = _error(capsys, base + ["--set", "bogus=3"])
+    assert "--set bogus matches no knob of any sweep; this plan's knobs: " in message and "batch_size" in message
+    assert "--list-knobs" not in message and "`inferlab bench --list`" in message
+    assert "'nonsense' is not a knob of this plan" in _error(capsys, base + ["--baseline", "nonsense=1"])
+
+
+def _results(run: Path) -> Path:
+    run.mkdir()
+    rows = [{"status": "ok", "scenario": "generate", "backend": b, "model": "tiny", "cell_key": b,
+             "config": {"batch_size": 1}, "headline_metric": "tok_s", "metrics": {"tok_s": v}, "env": {}}
+            for b, v in (("hf", 10.0), ("inferlab", 20.0))]
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+def test_report_refuses_a_baseline_no_row_has(capsys, tmp_path):
+    run = str(_results(tmp_path / "run"))
+    out = ["--out", str(tmp_path / "report")]
+    assert "no row has the knob 'nonsense'; the rows' knobs: backend, batch_size" in _error(
+        capsys, ["report", run, "--baseline", "nonsense=1"] + out)
+    assert _error(capsys, ["report", run, "--baseline", "backend=vllm"] + out) == (
+        "error: --baseline backend=vllm: no row with a figure has backend=vllm; its values: hf, inferlab")
+    assert main(["report", run, "--baseline", "backend=hf"] + out) == 0
+
+
+@pytest.mark.parametrize("command", ["generate", "conformers generate"])
+def test_vllm_spellings_of_the_engine_flags_are_accepted(command):
+    from inferlab.cli import build_parser
+
+    args = build_parser().parse_args(command.split() + DEVICE_COMMANDS[command] + [
+        "--max-num-seqs", "8", "--max-model-len", "256", "--gpu-memory-utilization", "0.5"])
+    assert (args.max_slots, args.max_seq_len, args.gpu_memory_fraction) == (8, 256, 0.5)
+
+
+def test_every_conformer_count_flag_is_spelled_num_conformers():
+    from inferlab.cli import build_parser
+
+    flags = set()
+    parsers = [build_parser()]
+    while parsers:
+        for action in parsers.pop()._actions:
+            if hasattr(action, "choices") and isinstance(action.choices, dict):
+                parsers.extend(action.choices.values())
+            flags.update(o for o in action.option_strings if "conf" in o and o != "--config")
+    assert flags == {"--num-conformers"}
+
+
+def test_retry_errors_is_refused_with_a_scale_out_for_now(capsys, files, tiny_checkpoint):
+    model = str(tiny_checkpoint("tiny"))
+    for argv in (["generate", "--input", str(files["prompts"]), "--output", str(files["dir"] / "o.jsonl")],
+                 ["conformers", "generate", "--input", str(files["smi"]), "--output", str(files["dir"] / "o.sdf")]):
+        message = _error(capsys, argv + ["--model", model, "--gpus", "2", "--retry-errors"])
+        assert message.startswith("error: --retry-errors runs without --gpus / --launcher for now")

@@ -75,6 +75,6 @@ raise SystemExit(main(["conformers", "reference", "--input", {str(smi)!r}, "--ou
 def test_the_conformer_pipeline_module_imports_no_torch():
     """The pipeline starts its template and judge processes before this process imports torch (the engine's
     import, ~4 s on the H100 host), so their own start-up overlaps it."""
-    done = _child("import sys, inferlab.workloads.conformers.pipeline\nprint('torch' in sys.modules)")
+    done = _child("import sys, inferlab.workloads.conformers.pipeline.generate\nprint('torch' in sys.modules)")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"

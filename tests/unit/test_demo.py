@@ -1,6 +1,6 @@
 """`inferlab demo` end to end on CPU with small settings: the checkpoint is built once and reused, the
-SDF holds one valid conformer per row of the input molecules (read back with RDKit here), and the printed
-validity and speed figures are the run's own."""
+SDF holds one valid conformer per row of the input molecules (read back with RDKit here), the printed
+validity and speed figures are the run's own, and the bar names the run's phase before its first row."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from rdkit import Chem
 
 from inferlab.cli import main
-from inferlab.workloads.conformers.sdf import read_sdf
+from inferlab.workloads.conformers.chemistry.sdf import read_sdf
 
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
@@ -21,8 +21,10 @@ def test_demo_runs_and_reuses_its_checkpoint(tmp_path, capsys):
     work = tmp_path / "demo"
     args = ["demo", "--work-dir", str(work), "--max-atoms", "5", "--device", "cpu"]
     assert main([*args, "--num-molecules", "3", "--num-conformers", "2"]) == 0
-    out = capsys.readouterr().out
+    out, bar = capsys.readouterr()
     assert "(built; random weights, qwen3-chem tokenizer)" in out
+    # until its first row the bar says what the run is doing, not only 0/6
+    assert "conformers (starting the engine)" in bar and "conformers (generating)" in bar
     assert "valid: 6 of 6 conformers passed the strict decoder" in out
     assert "graph: 6 of 6 decode with RDKit" in out
     tokens, seconds, rate = re.search(r"speed: ([\d,]+) tokens in ([\d.]+) s of generation on cpu = ([\d,]+) tokens/s",

@@ -47,3 +47,20 @@ def test_a_file_of_another_jobs_rows_is_refused_not_resumed_into(tmp_path):
 def test_a_folder_is_not_an_output_file(tmp_path):
     with pytest.raises(InputError, match="is a folder"):
         ResumableJsonlWriter(tmp_path)
+
+
+def test_rows_not_kept_are_taken_out_of_the_file_and_not_done(tmp_path):
+    p = tmp_path / "out.jsonl"
+    with ResumableJsonlWriter(p) as w:
+        for i, status in enumerate(["ok", "error", "ok", "error"]):
+            w.write({"id": f"r{i}", "status": status})
+    with p.open("a") as f:
+        f.write('{"id": "r9", "st')  # a torn line goes too
+    w = ResumableJsonlWriter(p, keep_row=lambda row: row["status"] != "error")
+    assert w.done == {"r0", "r2"} and w.dropped == 2
+    w.write({"id": "r1", "status": "ok"})
+    w.close()
+    assert [line for line in p.read_text().splitlines()] == [
+        '{"id": "r0", "status": "ok"}', '{"id": "r2", "status": "ok"}', '{"id": "r1", "status": "ok"}']
+    assert ResumableJsonlWriter(p, keep_row=lambda row: row["status"] != "error").dropped == 0
+    assert list(tmp_path.iterdir()) == [p]  # no temporary file left

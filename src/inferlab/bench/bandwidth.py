@@ -12,7 +12,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def _device_id(device: Any) -> str:
+def device_id(device: Any) -> str:
     import torch
 
     if device.type == "cuda":
@@ -49,7 +49,7 @@ def device_bandwidth_gb_per_s(device: Any, cache_dir: Path) -> float | None:
     """Measured once per run and device; None if the measurement fails (it is a reference, not a result)."""
     path = cache_dir / "device_bandwidth.json"
     cached = json.loads(path.read_text()) if path.is_file() else {}
-    key = _device_id(device)
+    key = device_id(device)
     if key not in cached:
         try:
             cached[key] = round(measure_copy_gb_per_s(device), 1)

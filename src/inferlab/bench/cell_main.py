@@ -3,7 +3,9 @@
 Reads one cell spec, runs its scenario, and writes an Outcome (status, message, metrics, warnings) as
 JSON, atomically. A Python exception becomes an `error` outcome (or `unavailable` for UnsupportedError
 and torch's "No available kernel"); a hang or a crash leaves no outcome file and the launcher records
-it. Tracebacks go to stderr, which the launcher keeps as the cell's log.
+it. Tracebacks go to stderr, which the launcher keeps as the cell's log. The cell leads its own session:
+when the launcher's process dies, however, the cell kills that whole session (child_processes.py), so
+nothing of it runs on beside a relaunched sweep.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from inferlab.bench.cells import Cell
 from inferlab.bench.plugins import load_plugin_files
 from inferlab.bench.rows import UNAVAILABLE_MARKERS, Outcome
+from inferlab.child_processes import die_with_parent_from_environment
 from inferlab.errors import UnsupportedError
 
 log = logging.getLogger("inferlab.bench.cell")
@@ -75,6 +78,7 @@ def write_atomically(path: Path, data: dict[str, Any]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    die_with_parent_from_environment(kill_group=True)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname).1s %(name)s: %(message)s")
     spec_path, outcome_path = Path(argv[0]), Path(argv[1])
     spec = json.loads(spec_path.read_text())

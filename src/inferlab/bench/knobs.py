@@ -30,6 +30,8 @@ class Knob:
     help: str
     choices: tuple[Any, ...] | None = None
     minimum: float | None = None  # inclusive lower bound for numbers
+    # values measured as a reference (a seed's slow path, a diagnosis), never recommended (bench/recommend.py)
+    baseline: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if self.type not in _TYPE_WORDS:

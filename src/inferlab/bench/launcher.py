@@ -4,7 +4,8 @@ appended and flushed to RUN_DIR/results.jsonl as it ends.
 A hang (killed with its whole process group at the timeout), a crash (signal, non-zero exit), a Python
 exception or "No available kernel" each become a row and the sweep goes on. A rerun of the same plan into
 the same RUN_DIR skips cells already recorded (by cell key), so a killed sweep resumes; cells not started
-because the time limit ran out are recorded as `skipped` and run on the next launch.
+because the time limit ran out are recorded as `skipped` and run on the next launch. One launch per
+RUN_DIR at a time (RUN_DIR/lock, outputs/lock.py).
 
 Owns processes, the run directory and the time budget; does not measure anything itself.
 """
@@ -33,9 +34,11 @@ from inferlab.bench.plan import Plan
 from inferlab.bench.results import RESULTS_FILE, load_rows
 from inferlab.bench.rows import FINISHED_STATUSES, UNAVAILABLE_MARKERS, Outcome, make_row
 from inferlab.bench.scenarios import get_scenario
+from inferlab.child_processes import child_environment
 from inferlab.environment import gpu_idle_check
 from inferlab.errors import ConfigError
 from inferlab.jsonl_io import ResumableJsonlWriter
+from inferlab.outputs.lock import OutputLock
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +115,15 @@ def pending_cells(plan: Plan, run_dir: Path, rerun_failed: bool = False) -> tupl
 
 def launch(plan: Plan, options: LaunchOptions, on_start: Callable[[int, int, Cell], None] | None = None,
            on_done: Callable[[int, int, dict[str, Any]], None] | None = None) -> LaunchSummary:
+    """Run the plan's pending cells; a second launch on the same run folder meanwhile is refused (its rows
+    would be recorded twice)."""
     run_dir = options.run_dir.resolve()
+    with OutputLock(run_dir / "lock", f"the run folder {run_dir}"):
+        return _launch(plan, options, run_dir, on_start, on_done)
+
+
+def _launch(plan: Plan, options: LaunchOptions, run_dir: Path, on_start: Callable[[int, int, Cell], None] | None,
+            on_done: Callable[[int, int, dict[str, Any]], None] | None) -> LaunchSummary:
     for sub in ("logs", "cells", "cache"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     run_id = _run_id(run_dir, plan.name)
@@ -175,9 +186,12 @@ def _run_cell(cell: Cell, run_dir: Path, run_id: str, env: dict[str, Any], model
 
 
 def run_child(cmd: list[str], log_path: Path, timeout_s: float, grace_s: float = 5.0) -> ChildExit:
-    """Run `cmd` in a new session (its own process group), output to `log_path`; at the timeout, kill the
-    whole group (SIGTERM, then SIGKILL after `grace_s`). Leftover grandchildren are killed either way."""
-    child_env = os.environ.copy()
+    """Run `cmd` in a new session (its own process group), output to `log_path`; at the timeout, or when
+    this process is interrupted (Ctrl-C, SIGTERM), kill the whole group (SIGTERM, then SIGKILL after
+    `grace_s`). Leftover grandchildren are killed either way. A child that calls
+    die_with_parent_from_environment(kill_group=True) (cell_main does) kills its group itself when this
+    process dies without getting to (SIGKILL)."""
+    child_env = child_environment()
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_SRC_DIR), child_env.get("PYTHONPATH", "")) if p)
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     child_env.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -189,15 +203,23 @@ def run_child(cmd: list[str], log_path: Path, timeout_s: float, grace_s: float =
             returncode: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _signal_group(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                _signal_group(proc.pid, signal.SIGKILL)
-                proc.wait()
-            returncode = proc.returncode
+            returncode = _end_group(proc, grace_s)
+        except BaseException:  # interrupted: the cell goes with us (it gets no row; a rerun runs it)
+            _end_group(proc, grace_s)
+            raise
         _signal_group(proc.pid, signal.SIGKILL)  # compile workers and other grandchildren must not outlive the cell
     return ChildExit(returncode=returncode, timed_out=timed_out, seconds=time.monotonic() - start)
+
+
+def _end_group(proc: subprocess.Popen, grace_s: float) -> int | None:
+    """SIGTERM the child's group, SIGKILL it after `grace_s`; the child's exit code."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return proc.returncode
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -259,7 +281,8 @@ def _capture_environment(run_dir: Path) -> dict[str, Any]:
     """The environment, captured in a child (the parent never imports torch); saved as env.json."""
     log_path = run_dir / "logs" / "environment.log"
     out_path = run_dir / "env.json"
-    exit_ = run_child([sys.executable, "-c", "import json,sys; from inferlab.environment import capture_environment;"
+    exit_ = run_child([sys.executable, "-c", "import json,sys; from inferlab.child_processes import die_with_parent_from_"
+                       "environment as d; d(kill_group=True); from inferlab.environment import capture_environment;"
                        f" open({str(out_path)!r},'w').write(json.dumps(capture_environment()))"], log_path, 120.0)
     if exit_.returncode == 0 and out_path.is_file():
         return json.loads(out_path.read_text())

@@ -9,14 +9,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from inferlab.child_processes import child_environment
 from inferlab.errors import ConfigError
+from inferlab.models.config_file import read_config
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def model_config(model: str) -> dict[str, Any]:
         from inferlab.models.presets import get_preset
 
         return get_preset(model).make_config().to_dict()
-    return json.loads((Path(model).expanduser() / "config.json").read_text())
+    return read_config(Path(model).expanduser())
 
 
 def model_task(model: str) -> str:
@@ -136,7 +137,9 @@ def build_presets(cache_root: Path, wanted: list[tuple[str, str]], timeout_s: fl
     if not todo:
         return result
     jobs = [{"preset": p, "tokenizer": t or None, "out": str(partial)} for p, t, partial, _ in todo]
-    child = ("import json, sys; from inferlab.models.checkpoint_init import init_checkpoint\n"
+    child = ("import json, sys; from inferlab.child_processes import die_with_parent_from_environment\n"
+             "die_with_parent_from_environment()\n"
+             "from inferlab.models.checkpoint_init import init_checkpoint\n"
              "for job in json.loads(sys.argv[1]):\n"
              f"    init_checkpoint(job['preset'], job['out'], seed={PRESET_SEED}, dtype={PRESET_DTYPE!r}, "
              "tokenizer_dir=job['tokenizer'])")
@@ -144,7 +147,7 @@ def build_presets(cache_root: Path, wanted: list[tuple[str, str]], timeout_s: fl
     failure = ""
     try:
         proc = subprocess.run([sys.executable, "-c", child, json.dumps(jobs)], capture_output=True, text=True,
-                              timeout=timeout_s, env=os.environ.copy())
+                              timeout=timeout_s, env=child_environment())  # it ends with this process
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
             failure = f"(exit {proc.returncode}): {tail}"

@@ -107,7 +107,9 @@ def build_plan(data: dict[str, Any], overrides: dict[str, list[Any]] | None = No
                 cells.append(cell)
     unused = sorted(set(overrides) - used_overrides)
     if unused:
-        raise ConfigError(f"plan {name}: --set {unused[0]} matches no knob of any sweep; check the name (see `inferlab bench --list-knobs`)")
+        known = sorted({knob for cell in cells for knob in cell.config})
+        raise ConfigError(f"plan {name}: --set {unused[0]} matches no knob of any sweep; this plan's knobs: "
+                          f"{', '.join(known)} (`inferlab bench --list` lists every scenario's)")
     if only:
         cells = _filter(cells, only, name)
     limit = data.get("limit_seconds")
@@ -134,6 +136,8 @@ def _expand_sweep(sweep: dict[str, Any], defaults: dict[str, Any], overrides: di
     elif models:
         raise ConfigError(f"{where}: scenario {scenario.name} takes no model; remove model/models")
     if scenario.uses_backends:
+        if not backends and scenario.default_backend is not None:
+            backends = [scenario.default_backend]
         if not backends:
             raise ConfigError(f"{where}: no backend; choose from: {', '.join(sorted(backends_for(scenario.name)))}")
         for b in backends:

@@ -22,9 +22,10 @@ import copy
 from typing import Any
 
 from inferlab.bench.plan_presets_conformers import CONFORMER_PIPELINE, CONFORMER_SOAK, SCALE_OUT
-from inferlab.bench.plan_presets_engine import CONFORMER_ENGINE, ENGINE_SPEED, ENGINE_VS_HF, STEERING
+from inferlab.bench.plan_presets_engine import CONFORMER_ENGINE, DECODE_ROOFLINE, ENGINE_SPEED, ENGINE_VS_HF, STEERING
 from inferlab.bench.plan_presets_peers import ENGINE_VS_PEERS
-from inferlab.bench.plan_presets_workloads import CONFORMER_BASELINE, SEED_CLASSIFY, SEED_HIDDEN_STATES
+from inferlab.bench.plan_presets_workloads import (CONFORMER_BASELINE, SEED_CLASSIFY, SEED_CLASSIFY_MATRIX,
+                                                   SEED_HIDDEN_STATES)
 from inferlab.errors import ConfigError
 
 _TINY_KERNEL_SHAPE = {"batch_size": 2, "q_heads": 4, "kv_heads": 2, "q_len": 128, "kv_len": 128, "head_dim": 32,
@@ -33,8 +34,9 @@ _ALL_KERNELS = ["auto", "flash", "efficient", "cudnn", "math", "flash_attn"]
 
 _TINY_GENERATE = {"compile": False, "batch_size": 4, "num_prompts": 8, "prompt_tokens": 16, "new_tokens": 16,
                   "dtype": "float32", "warmup_steps": 4}
-_TINY_TEXT = {"batch_size": 4, "min_tokens": 8, "max_tokens": 120, "dtype": "float32", "min_repeats": 5,
-              "min_duration_s": 0.2, "max_duration_s": 0.5, "warmup": 1}
+_TINY_TEXT_PACKED = {"min_tokens": 8, "max_tokens": 120, "dtype": "float32", "min_repeats": 5, "min_duration_s": 0.2,
+                     "max_duration_s": 0.5, "warmup": 1}  # the engine packs rows: no batch_size
+_TINY_TEXT = {**_TINY_TEXT_PACKED, "batch_size": 4}
 
 QUICK: dict[str, Any] = {
     "name": "quick",
@@ -54,6 +56,8 @@ QUICK: dict[str, Any] = {
         {"scenario": "generate", "model": "tiny", "backend": "hf",
          "set": {**_TINY_GENERATE, "attn_implementation": "eager", "kv_cache": "dynamic", "processor": "python"}},
         {"scenario": "classify", "model": "tiny-qwen2-cls", "set": {**_TINY_TEXT, "num_samples": 16}},
+        {"scenario": "classify", "model": "tiny-qwen2-cls", "backend": "inferlab",
+         "set": {**_TINY_TEXT_PACKED, "num_samples": 16, "check_texts": 16}},
         {"scenario": "hidden-states", "model": "tiny", "set": {**_TINY_TEXT, "num_prompts": 16, "layers": "1,-1",
                                                               "pool": "mean"}},
         {"scenario": "constrained", "model": "tiny-qwen3", "backend": "hf",
@@ -136,9 +140,9 @@ SEED_STATIC_CACHE: dict[str, Any] = {
 }
 
 PLAN_PRESETS: dict[str, dict[str, Any]] = {
-    p["name"]: p for p in (QUICK, SEED_ATTENTION, SEED_GENERATE, SEED_STATIC_CACHE, SEED_CLASSIFY, SEED_HIDDEN_STATES,
-                           CONFORMER_BASELINE, ENGINE_VS_HF, ENGINE_SPEED, CONFORMER_ENGINE, CONFORMER_PIPELINE,
-                           CONFORMER_SOAK, SCALE_OUT, ENGINE_VS_PEERS, STEERING)
+    p["name"]: p for p in (QUICK, SEED_ATTENTION, SEED_GENERATE, SEED_STATIC_CACHE, SEED_CLASSIFY, SEED_CLASSIFY_MATRIX,
+                           SEED_HIDDEN_STATES, CONFORMER_BASELINE, ENGINE_VS_HF, ENGINE_SPEED, CONFORMER_ENGINE,
+                           CONFORMER_PIPELINE, CONFORMER_SOAK, SCALE_OUT, ENGINE_VS_PEERS, STEERING, DECODE_ROOFLINE)
 }
 
 

@@ -6,18 +6,24 @@
   engine at batch 16 / 64 / 256; the Qwen3-0.6B shape at batch 256 (29-token prompts, 600 new tokens,
   top-p 1.0, as BENCHMARKING.md measured it); and continuous against static batching in the engine with
   output lengths drawn from 200-1000.
-- engine-speed (~16 min by the estimates: two device calls, e.g. `--only scenario=generate` and the rest): the
+- engine-speed (~4.5 min by the estimates, plus building gemma-2b's checkpoint once): the
   engine alone, what its speed checks measure: llama-380m at batch 16 / 64 / 256
   (48-token prompts, exactly 1000 new tokens) with top-p 0.9 and with plain sampling (top-p 1.0), and at
   batch 16 with cuBLAS for every projection (the A/B of the skinny Triton GEMM); qwen3-0.6b at batch 256
   (29-token prompts, 600 new) with the model-dtype and the FP8 KV cache; gemma-2b at batch 64 (150 new,
-  greedy and top-p 0.9); continuous vs static batching; and decode-profile cells (the step kernel by
-  kernel) at batch 16 and 256, with and without top-p.
+  greedy and top-p 0.9); continuous vs static batching. The decode step kernel family by kernel family:
+  decode-roofline.
 - conformer-engine (~5 min): the engine on the conformer workload of conformer-baseline (qwen3-0.6b with
   the qwen3-chem tokenizer, 1,000 NCI molecules x 2 = 2,000 requests, 256 rows refilled continuously):
   constrained with top-p 1.0 at T = 1 and greedy, and unconstrained at the constrained pass's output
   lengths (the step's cost of the constraint). Run it into conformer-baseline's run directory so the
   report shows the engine and the seeds' HF baseline side by side.
+- decode-roofline (~6 min): one decode step against its bound, per kernel family (scenario decode-profile), at
+  qwen3-0.6b (context 330: the mean of 29-token prompts + 600 new tokens; top-p 1.0, the plain race) and
+  llama-380m (context 548: 48 + 1000 / 2; top-p 0.9, the rejection rounds), 256 and 16 rows, the bf16 and the
+  fp8 KV cache; then the whole engine at qwen3-0.6b, 256 rows, 600 new tokens, both caches (generate, backend
+  inferlab: its decode GB/s against the copy bandwidth). One device call:
+  `inferlab bench --preset decode-roofline --limit-seconds 400`.
 - steering (~6.5 min with the gemma-2b checkpoint built once): seed 003's job on the gemma-2b shape:
   1,000 prompts of 400-1,200 tokens (the seed's prompts averaged 847, at most 1,205), 150 new tokens,
   sampling at T = 1, a steering vector after layer 6 and the mean hidden states of layers 6 and 17
@@ -66,12 +72,11 @@ ENGINE_VS_HF: dict[str, Any] = {
 }
 
 _GEMMA = {"scenario": "generate", "model": "gemma-2b"}
-_PROFILE = {"scenario": "decode-profile", "model": "llama-380m"}
 
 ENGINE_SPEED: dict[str, Any] = {
     "name": "engine-speed",
     "description": "the engine alone: llama-380m b16/64/256 (top-p 0.9, plain), cuBLAS A/B, qwen3-0.6b b256 bf16 "
-                   "vs fp8 KV cache, gemma-2b b64, continuous vs static batching, the decode step kernel by kernel",
+                   "vs fp8 KV cache, gemma-2b b64, continuous vs static batching",
     "timeout_s": 240,
     "sweep": [
         *({**_LLAMA, "backend": "inferlab", "set": {**_SEED_SETTING, **b, "top_p": [0.9, 1.0]}}
@@ -83,7 +88,6 @@ ENGINE_SPEED: dict[str, Any] = {
         {"scenario": "batching", "model": "llama-380m",
          "set": {"batching": ["continuous", "static"], "batch_size": 128, "num_requests": 512, "prompt_tokens": 48,
                  "min_new_tokens": 200, "max_new_tokens": 1000, "temperature": 1.0, "top_p": 1.0}},
-        {**_PROFILE, "set": {"batch_size": [16, 256], "top_p": [0.9, 1.0], "new_tokens": 64}},
     ],
 }
 
@@ -118,5 +122,20 @@ CONFORMER_ENGINE: dict[str, Any] = {
          "set": {**_CONFORMERS, "sampling": ["top-p", "greedy"], "constraint": "on"}},
         {"scenario": "constrained", "model": "qwen3-0.6b", "backend": "inferlab",
          "set": {**_CONFORMERS, "sampling": "top-p", "constraint": "off"}},
+    ],
+}
+
+
+_ROOFLINE = {"dtype": "bfloat16", "temperature": 1.0, "batch_size": [256, 16], "kv_dtype": ["auto", "fp8"]}
+
+DECODE_ROOFLINE: dict[str, Any] = {
+    "name": "decode-roofline",
+    "description": "one decode step against its bound per kernel family (qwen3-0.6b and llama-380m, 256 and 16 rows, "
+                   "bf16 and fp8 KV), and the engine's qwen3-0.6b bandwidth at 256 rows, 600 new tokens",
+    "timeout_s": 180,
+    "sweep": [
+        {"scenario": "decode-profile", "model": "qwen3-0.6b", "set": {**_ROOFLINE, "context_tokens": 330, "top_p": 1.0}},
+        {"scenario": "decode-profile", "model": "llama-380m", "set": {**_ROOFLINE, "context_tokens": 548, "top_p": 0.9}},
+        {**_QWEN, "backend": "inferlab", "set": {**_QWEN_SETTING, "kv_dtype": ["auto", "fp8"]}},
     ],
 }

@@ -1,8 +1,13 @@
 """`inferlab recommend RUN...`: the seeds' "TL;DR" table derived from measured rows only: for each
-(GPU, scenario, model, workload such as the batch size), the best configuration, its figure, the
-runner-up and the margin between them. A margin within the measured spread (IQR/median of the timed
-calls) of either row is called a tie; with a single timed call (or a scenario that measures no spread) it
-is unknown and said so."""
+(GPU, scenario, model, workload such as the batch size), the best configuration, its figure and spread, the
+runner-up, the margin between them, and which knobs of the best are clear winners.
+
+The rule is `inferlab tune`'s (workloads/winner.py): a row's spread is the relative range of its timed
+calls (>= 3 of them, else unknown), and the best row's value of a knob is named only when it beats the
+best row with another value of that knob by more than the larger of the two spreads. Rows with a knob at a
+baseline value (Knob.baseline: the seeds' Python logits processor, the constraint switched off, vLLM in
+eager mode) are references, never recommendations: they are left out here.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,10 @@ from typing import Any
 
 from inferlab.bench.markdown import md_table, sig, text_table
 from inferlab.bench.results import config_label, gpu_of, group_rows, headline, label_knobs, workload_key
+from inferlab.workloads.winner import Candidate, MIN_REPEATS, decide, margin
+
+# metrics dicts (timing.Stats.to_dict) holding a row's timed calls, in the order they are looked for
+_CALL_STATS = ("call_s_stats", "ms_per_iter_stats")
 
 
 @dataclass(frozen=True)
@@ -23,14 +32,47 @@ class Recommendation:
     best: str
     best_value: float
     metric: str
+    spread: float | None  # the best row's (relative range of its timed calls)
     runner_up: str | None
     margin: float | None  # how much better the best is than the runner-up (0.05 = 5%)
-    verdict: str  # "clear", "tie (within spread)", "spread unknown", "only one configuration"
+    recommended: str  # the knobs the rule names ("-": none)
+    verdict: str  # per knob: named past the spread, or why not; "only one configuration"
 
 
-def _spread(row: dict[str, Any]) -> float | None:
-    value = row.get("metrics", {}).get("spread")
-    return float(value) if isinstance(value, (int, float)) else None
+def row_spread(row: dict[str, Any]) -> tuple[float | None, int]:
+    """(relative range of the row's headline over its timed calls, number of calls). The calls are
+    timed in seconds: for a rate (higher is better) the range of work/seconds is median/min - median/max."""
+    metrics = row.get("metrics") or {}
+    stats = next((metrics[k] for k in _CALL_STATS if isinstance(metrics.get(k), dict)), None)
+    if stats is None:
+        calls = metrics.get("steady_calls")
+        return None, calls if isinstance(calls, int) else 0
+    n, low, high, median = stats.get("n", 0), stats.get("min"), stats.get("max"), stats.get("median")
+    if n < MIN_REPEATS or not low or not high or not median:
+        return None, n
+    if row.get("higher_is_better", True):
+        return median / low - median / high, n
+    return (high - low) / median, n
+
+
+def baseline_values(row: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+    """The baseline values of the knobs of the row's scenario and backend (empty for unknown ones)."""
+    from inferlab.bench.backends import BACKENDS
+    from inferlab.bench.scenarios import SCENARIOS
+
+    knobs = []
+    scenario = SCENARIOS.get(row.get("scenario", ""))
+    if scenario is not None:
+        knobs += list(scenario.knobs)
+    backend = BACKENDS.get((row.get("scenario"), row.get("backend")))
+    if backend is not None:
+        knobs += list(backend.knobs)
+    return {k.name: k.baseline for k in knobs if k.baseline}
+
+
+def is_baseline(row: dict[str, Any]) -> bool:
+    config = row.get("config") or {}
+    return any(config.get(name) in values for name, values in baseline_values(row).items())
 
 
 def _workload_text(row: dict[str, Any], same_scenario: list[dict[str, Any]]) -> str:
@@ -41,41 +83,45 @@ def _workload_text(row: dict[str, Any], same_scenario: list[dict[str, Any]]) -> 
     return ", ".join(f"{k}={wl[k]}" for k in shown) or "-"
 
 
+def _settings(row: dict[str, Any], knobs: list[str]) -> dict[str, Any]:
+    return {k: row.get("backend") if k == "backend" else row.get("config", {}).get(k) for k in knobs}
+
+
 def recommend(rows: list[dict[str, Any]]) -> list[Recommendation]:
-    ok = [r for r in rows if headline(r) is not None]
+    ok = [r for r in rows if headline(r) is not None and not is_baseline(r)]
     out: list[Recommendation] = []
     buckets = group_rows(ok, lambda r: (gpu_of(r), r.get("scenario"), r.get("model") or "-"))
     knobs_of = {key: label_knobs(rows) for key, rows in buckets.items()}  # labels consistent across workloads
     for (gpu, scenario, model, _), group in group_rows(
             ok, lambda r: (gpu_of(r), r.get("scenario"), r.get("model") or "-", workload_key(r))).items():
         higher = group[0].get("higher_is_better", True)
-        ranked = sorted(group, key=lambda r: headline(r), reverse=higher)  # type: ignore[arg-type, return-value]
         knobs = knobs_of[(gpu, scenario, model)]
         workload = _workload_text(group[0], [r for r in ok if r.get("scenario") == scenario])
-        best = ranked[0]
-        if len(ranked) == 1:
-            out.append(Recommendation(gpu, scenario, model, workload, config_label(best, knobs), headline(best),
-                                      best.get("headline_metric", ""), None, None, "only one configuration"))
-            continue
-        second = ranked[1]
-        vb, vs = headline(best), headline(second)
-        margin = (vb / vs - 1) if higher else (vs / vb - 1)  # type: ignore[operator]
-        spreads = [s for s in (_spread(best), _spread(second)) if s is not None]
-        if len(spreads) < 2:
-            verdict = "spread unknown (one timed call, or no spread measured)"
-        elif margin <= max(spreads):
-            verdict = "tie (within spread)"
-        else:
-            verdict = "clear"
-        out.append(Recommendation(gpu, scenario, model, workload, config_label(best, knobs), vb,
-                                  best.get("headline_metric", ""), config_label(second, knobs), margin, verdict))
+        pairs = [(r, Candidate(_settings(r, knobs), headline(r), *row_spread(r)))  # type: ignore[arg-type]
+                 for r in group]
+        best, verdicts = decide([c for _, c in pairs], knobs, higher)
+        best_row = next(r for r, c in pairs if c is best)
+        ranked = sorted(group, key=lambda r: headline(r), reverse=higher)  # type: ignore[arg-type, return-value]
+        second = next((r for r in ranked if r is not best_row), None)
+        out.append(Recommendation(
+            gpu, scenario, model, workload, config_label(best_row, knobs), best.figure,
+            best_row.get("headline_metric", ""), best.spread,
+            config_label(second, knobs) if second is not None else None,
+            margin(best.figure, headline(second), higher) if second is not None else None,  # type: ignore[arg-type]
+            ", ".join(f"{v.knob}={v.value}" for v in verdicts if v.clear) or "-",
+            "; ".join(v.describe() for v in verdicts) or "only one configuration"))
     return out
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
 def _table(recs: list[Recommendation]) -> tuple[list[str], list[list[str]]]:
-    headers = ["GPU", "scenario", "model", "workload", "best configuration", "figure", "runner-up", "margin", "verdict"]
-    rows = [[r.gpu, r.scenario, r.model, r.workload, r.best, f"{sig(r.best_value, 4)} {r.metric}", r.runner_up or "-",
-             f"{r.margin * 100:.1f}%" if r.margin is not None else "-", r.verdict] for r in recs]
+    headers = ["GPU", "scenario", "model", "workload", "best configuration", "figure", "spread", "runner-up", "margin",
+               "recommended", "verdict"]
+    rows = [[r.gpu, r.scenario, r.model, r.workload, r.best, f"{sig(r.best_value, 4)} {r.metric}", _pct(r.spread),
+             r.runner_up or "-", _pct(r.margin), r.recommended, r.verdict] for r in recs]
     return headers, rows
 
 

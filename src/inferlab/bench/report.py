@@ -15,7 +15,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from inferlab.bench import plots, report_findings, report_peers
+from inferlab.bench import plots, report_findings, report_peers, report_roofline
 from inferlab.bench.markdown import md_table
 from inferlab.bench.report_columns import COLUMNS, DEFAULT_COLUMNS, TableContext
 from inferlab.bench.results import best_row, field_value, format_value, group_rows, headline, table_key, workload_key
@@ -30,6 +30,21 @@ def parse_baseline(text: str | None) -> tuple[str, str] | None:
         raise InputError(f"--baseline {text!r}: write it as knob=value, e.g. --baseline attn_implementation=eager")
     key, value = text.split("=", 1)
     return key.strip(), value.strip()
+
+
+def check_baseline(spec: tuple[str, str] | None, rows: list[dict[str, Any]]) -> None:
+    """A baseline must name a knob of the rows and a value some row with a figure has (else no speedup
+    could be computed: every row would say "-")."""
+    if spec is None:
+        return
+    key, wanted = spec
+    values = {format_value(field_value(r, key)) for r in rows if headline(r) is not None and field_value(r, key) is not None}
+    if not values:
+        knobs = sorted({k for r in rows for k in r.get("config", {})} | {"backend"})
+        raise InputError(f"--baseline {key}={wanted}: no row has the knob {key!r}; the rows' knobs: {', '.join(knobs)}")
+    if not any(_matches(field_value(r, key), wanted) for r in rows if headline(r) is not None):
+        raise InputError(f"--baseline {key}={wanted}: no row with a figure has {key}={wanted}; its values: "
+                         f"{', '.join(sorted(values))}")
 
 
 def _matches(value: Any, wanted: str) -> bool:
@@ -98,6 +113,7 @@ def write_report(runs: list[str], rows: list[dict[str, Any]], out_dir: Path, bas
     if not rows:
         raise InputError("no result rows in " + ", ".join(runs) + "; run `inferlab bench` first")
     spec = parse_baseline(baseline)
+    check_baseline(spec, rows)
     out_dir.mkdir(parents=True, exist_ok=True)
     statuses: dict[str, int] = {}
     for r in rows:
@@ -109,6 +125,7 @@ def write_report(runs: list[str], rows: list[dict[str, Any]], out_dir: Path, bas
              "## Environment", "", _env_table(rows), ""]
     lines += report_findings.render_section(rows)
     lines += report_peers.render_section(rows)
+    lines += report_roofline.render_section(rows)
     lines += ["## Results", ""]
     for group in group_rows(rows, table_key).values():
         lines += [render_table(group, spec), ""]

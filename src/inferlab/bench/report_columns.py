@@ -57,6 +57,14 @@ def _gbps(row: dict[str, Any], ctx: TableContext) -> str:
     return num(m["achieved_gb_per_s"]) + (f" ({pct(frac)})" if frac is not None else "")
 
 
+def _step_gbps(row: dict[str, Any], ctx: TableContext) -> str:
+    """decode-profile: the step's weights + K/V over its time, and its fraction of the measured copy bandwidth."""
+    m = row.get("metrics", {})
+    if row.get("status") != "ok" or m.get("step_gb_per_s") is None:
+        return "-"
+    return num(m["step_gb_per_s"]) + f" ({pct(m.get('step_bandwidth_fraction'))})"
+
+
 def _share(value: Any) -> str:
     """A cost as a signed share of the plain step, one decimal: +1.3%."""
     return "-" if value is None else f"{value * 100:+.1f}%"
@@ -102,6 +110,9 @@ COLUMNS: dict[str, list[tuple[str, Cell]]] = {
         ("p95 ms", _latency("p95")),
         ("p99 ms", _latency("p99")),
         ("tokens/s", _metric("input_tokens_per_s", num)),
+        ("TFLOP/s", _metric("tflops_per_s", sig)),
+        ("% of matmul peak", _metric("pct_of_matmul_peak", sig)),
+        ("labels = hf", _metric("labels_agree_with_hf", pct)),
         ("padding", _metric("padding_fraction", pct)),
         ("first call s", _metric("first_call_s", sig)),
         ("peak GB", _metric("peak_memory_gb", sig)),
@@ -114,6 +125,9 @@ COLUMNS: dict[str, list[tuple[str, Cell]]] = {
         ("prompts/s", _metric("requests_per_s", num)),
         ("speedup", _speedup),
         ("p95 ms", _latency("p95")),
+        ("TFLOP/s", _metric("tflops_per_s", sig)),
+        ("% of matmul peak", _metric("pct_of_matmul_peak", sig)),
+        ("cosine vs hf (min)", _metric("states_min_cosine_vs_hf", sig)),
         ("padding", _metric("padding_fraction", pct)),
         ("first call s", _metric("first_call_s", sig)),
         ("peak GB", _metric("peak_memory_gb", sig)),
@@ -149,6 +163,17 @@ COLUMNS: dict[str, list[tuple[str, Cell]]] = {
         ("peak GB", _metric("peak_memory_gb", sig)),
         ("status", _status),
     ],
+    "decode-profile": [
+        ("configuration", _label),
+        ("batch", _batch),
+        ("step us", _metric("step_us", lambda v: num(v, 0))),
+        ("step GB/s (of copy)", _step_gbps),
+        ("speedup", _speedup),
+        ("gaps us", _metric("gaps_us", lambda v: num(v, 0))),
+        ("below their bound", _metric("below_bound", lambda v: ", ".join(v) if v else "none")),
+        ("profile", _metric("profile_source", str)),
+        ("status", _status),
+    ],
     "conformer-pipeline": [
         ("configuration", _label),
         ("end-to-end tok/s", _metric("output_tokens_per_s", num)),
@@ -163,17 +188,6 @@ COLUMNS: dict[str, list[tuple[str, Cell]]] = {
         ("graph match", _metric("graph_match_fraction", pct)),
         ("stereo", _metric("stereo_agreement", pct)),
         ("invalid (read back)", _metric("invalid_total", str)),
-        ("status", _status),
-    ],
-    "decode-profile": [
-        ("configuration", _label),
-        ("batch", _batch),
-        ("graph step us", _metric("graph_step_us", sig)),
-        ("kernels us", _metric("kernel_us_per_step", sig)),
-        ("launches", _metric("launches_per_step", sig)),
-        ("eager step us", _metric("eager_step_us", sig)),
-        ("largest kernel", lambda r, c: next((f"{k['kernel'][:40]} {k['us_per_step']:.1f} us"
-                                              for k in r.get("metrics", {}).get("kernels") or []), "-")),
         ("status", _status),
     ],
 }

@@ -12,8 +12,10 @@ import copy
 import importlib
 import logging
 import re
+import signal
 import sys
 
+from inferlab.cli.interrupts import interrupted_exit, signals_ignored, sigterm_interrupts
 from inferlab.errors import InferlabError
 
 # Packages a command may need that a machine can lack (import name -> what to install).
@@ -111,7 +113,13 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
     )
     try:
-        return int(args.func(args) or 0)
+        with sigterm_interrupts():
+            return int(args.func(args) or 0)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (cli/interrupts.py)
+        with signals_ignored():
+            code, line = interrupted_exit(e, getattr(args, "resumes", False))
+            print(f"\n{line}", file=sys.stderr)
+        return code
     except InferlabError as e:
         print(f"error: {in_flag_words(str(e), flag_names(command_parser(parser, args.command)))}", file=sys.stderr)
         return 2
@@ -122,3 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: `inferlab {args.command}` needs the {package} package, which is not installed here: "
               f"pip install {package}", file=sys.stderr)
         return 2
+
+
+def console_main() -> None:
+    """The `inferlab` command (and `python -m inferlab.cli`): main(), then exit with its code. Once the
+    command has returned, Ctrl-C and SIGTERM are ignored: the work is done, and a late signal must not
+    turn the interpreter's shutdown into a traceback."""
+    code = main()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    sys.exit(code)

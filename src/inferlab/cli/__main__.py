@@ -1,7 +1,5 @@
 """`python -m inferlab.cli` is the same as the `inferlab` command."""
 
-import sys
+from inferlab.cli import console_main
 
-from inferlab.cli import main
-
-sys.exit(main())
+console_main()

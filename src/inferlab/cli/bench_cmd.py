@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-report", action="store_true", help="do not write RUN_DIR/report")
     p.add_argument("--baseline", help="report speedups against KNOB=VALUE (e.g. attn_implementation=eager)")
     p.add_argument("--list", action="store_true", help="list plan presets, scenarios, backends and their knobs")
-    p.set_defaults(func=_bench)
+    p.set_defaults(func=_bench, resumes=True)
 
 
 def parse_assignments(items: list[str], flag: str) -> dict[str, list[str]]:
@@ -52,6 +52,20 @@ def parse_assignments(items: list[str], flag: str) -> dict[str, list[str]]:
             raise ConfigError(f"{flag} {item!r}: no value after '='")
         out[key.strip()] = parts
     return out
+
+
+def check_baseline_knob(baseline: str | None, plan) -> None:
+    """Before any cell runs: --baseline must name a knob of the plan (its value is checked against the rows
+    when the report is written)."""
+    from inferlab.bench.report import parse_baseline
+
+    spec = parse_baseline(baseline)
+    if spec is None:
+        return
+    knobs = {"backend"} | {knob for cell in plan.cells for knob in cell.config}
+    if spec[0] not in knobs:
+        raise ConfigError(f"--baseline {baseline}: {spec[0]!r} is not a knob of this plan; its knobs: "
+                          f"{', '.join(sorted(knobs))}")
 
 
 def _split(values: list[str]) -> list[str]:
@@ -103,7 +117,10 @@ def _bench(args: argparse.Namespace) -> int:
         overrides = {}
     else:
         raise ConfigError("say what to run: --preset NAME (see --list), --plan FILE.toml, or --scenario NAME with --set flags")
+    if args.timeout is not None and not args.timeout > 0:  # also refuses nan
+        raise ConfigError(f"--timeout {args.timeout} must be a number of seconds > 0")
     plan = build_plan(data, overrides, only, models=_split(args.model) if not args.scenario else None)
+    check_baseline_knob(args.baseline, plan)
     if args.timeout is not None:
         plan = dataclasses.replace(plan, cells=tuple(dataclasses.replace(c, timeout_s=args.timeout) for c in plan.cells))
     run_dir = output_folder("--run-dir", args.run_dir or Path("runs") / plan.name)

@@ -6,14 +6,13 @@ spells it), score generated conformers, make ETKDG reference sets.
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 MAX_LISTED = 10  # problems listed one by one before "... and N more"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     from inferlab.cli.conformers_generate import GENERATE_DESCRIPTION, GENERATE_HELP, add_generation_args, run_generate
+    from inferlab.cli.output_guard_args import add_input_bound_args
 
     conformers = sub.add_parser(
         "conformers",
@@ -22,12 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "flags below run `generate`",
     )
     add_generation_args(conformers, required=False)  # `inferlab conformers --model M --input ...` generates
-    conformers.set_defaults(func=run_generate)
+    conformers.set_defaults(func=run_generate, resumes=True)
     csub = conformers.add_subparsers(dest="conformers_command", required=False, metavar="ACTION")
 
     gen = csub.add_parser("generate", help=GENERATE_HELP, description=GENERATE_DESCRIPTION)
     add_generation_args(gen, required=True)
-    gen.set_defaults(func=run_generate)
+    gen.set_defaults(func=run_generate, resumes=True)
 
     ev = csub.add_parser(
         "evaluate",
@@ -39,24 +38,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--workers", type=int, default=0, help="processes (default 0: one per CPU core)")
     ev.add_argument("--output", default=None, help="write the full report as JSON here")
     ev.add_argument("--matrices", action="store_true", help="include each molecule's RMSD matrix in the JSON")
-    ev.set_defaults(func=_evaluate)
+    ev.set_defaults(func=_evaluate, resumes=False)
 
     ref = csub.add_parser("reference", help="write K RDKit ETKDG conformers per molecule of a .smi/.csv to an SDF")
     ref.add_argument("--input", required=True, help=".smi (SMILES [id]) or .csv/.tsv with a SMILES column")
-    ref.add_argument("--num-confs", type=int, default=5, help="conformers per molecule (default 5)")
+    ref.add_argument("--num-conformers", type=int, default=5, metavar="K", help="conformers per molecule (default 5)")
     ref.add_argument("--output", required=True, help="SDF to write (replaced if it exists)")
     ref.add_argument("--seed", type=int, default=0)
     ref.add_argument("--optimize", action="store_true", help="MMFF-optimise the conformers")
     ref.add_argument("--smiles-column", default=None, help="CSV column holding SMILES (default: detected)")
     ref.add_argument("--id-column", default=None, help="CSV column holding ids (default: detected)")
-    ref.set_defaults(func=_reference)
+    add_input_bound_args(ref, molecules=True)
+    ref.set_defaults(func=_reference, resumes=False)
 
 
 def _evaluate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from inferlab.cli.paths import input_file, output_file
-    from inferlab.workloads.conformers.evaluate import EvaluationConfig, evaluate_files, summary_table
+    from inferlab.workloads.conformers.evaluation.evaluate import EvaluationConfig, evaluate_files, summary_table
 
     input_file("--generated", args.generated, (".sdf",), "an SDF of generated conformers")
     input_file("--reference", args.reference, (".sdf",), "an SDF of reference conformers (conformers reference)")
@@ -77,24 +77,24 @@ def _evaluate(args: argparse.Namespace) -> int:
     _list_problems("unreadable records", report.unreadable_records)
     _list_problems("failed alignments", [f"{m.smiles}: {e}" for m in report.molecules for e in m.errors])
     if args.output:
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report.to_json(include_matrices=args.matrices), indent=1) + "\n")
-        print(f"wrote {out}")
+        from inferlab.outputs.atomic import write_json_atomic
+
+        print(f"wrote {write_json_atomic(args.output, report.to_json(include_matrices=args.matrices))}")
     return 0
 
 
 def _reference(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from inferlab.workloads.conformers.inputs import read_molecule_inputs
+    from inferlab.cli.output_guard_args import molecule_bounds
     from inferlab.cli.paths import input_file, output_file
-    from inferlab.workloads.conformers.reference import ReferenceConfig, write_reference_sdf
+    from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+    from inferlab.workloads.conformers.evaluation.reference import ReferenceConfig, write_reference_sdf
 
     input_file("--input", args.input, None, "a molecule file (.smi, .csv or .tsv)")
     output_file("--output", args.output, (".sdf",), "an SDF of conformers", {"--input": args.input})
-    config = ReferenceConfig(num_confs=args.num_confs, seed=args.seed, optimize=args.optimize)
-    inputs = read_molecule_inputs(args.input, args.smiles_column, args.id_column)
+    config = ReferenceConfig(num_confs=args.num_conformers, seed=args.seed, optimize=args.optimize)
+    inputs = read_molecule_inputs(args.input, args.smiles_column, args.id_column, molecule_bounds(args))
     print(f"reading {inputs.description}: {len(inputs.records)} records, {len(inputs.errors)} unusable")
     with tqdm(total=len(inputs.records), desc="embedding", unit="mol", dynamic_ncols=True) as bar:
         summary = write_reference_sdf(inputs, args.output, config, progress=bar.update)

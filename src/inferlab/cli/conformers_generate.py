@@ -1,5 +1,5 @@
 """`inferlab conformers generate` (also `inferlab conformers --model ...`): the flags, the progress bar and
-the closing summary of the conformer pipeline (inferlab.workloads.conformers.pipeline). Registered by
+the closing summary of the conformer pipeline (inferlab.workloads.conformers.pipeline.generate). Registered by
 conformers_cmd.py beside `evaluate` and `reference`."""
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ import argparse
 import time
 from typing import Any
 
+from inferlab.cli.device_arg import add_device_arg
+from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded, molecule_bounds
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
 
@@ -25,8 +27,8 @@ REQUIRED = ("model", "input", "output")
 def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     """The generation flags; `required=False` for the `inferlab conformers --model ...` form, whose handler
     checks them itself (the same parser also leads to evaluate and reference)."""
-    from inferlab.workloads.conformers.pipeline_config import SAMPLING_MODES
-    from inferlab.workloads.conformers.profiles import DEFAULT_PROFILE, PROFILES
+    from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE, PROFILES
+    from inferlab.workloads.conformers.pipeline.config import SAMPLING_MODES
 
     g = p.add_argument_group("conformer generation")
     g.add_argument("--model", required=required, help="local checkpoint folder (with its tokenizer)")
@@ -48,6 +50,8 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     g.add_argument("--judge-workers", type=int, default=None,
                    help="processes checking finished conformers (strict and plain decoding, stereo, SDF records) off "
                         "the engine's path (default 2; small jobs and 0: in this process)")
+    g.add_argument("--retry-errors", action="store_true",
+                   help="generate the error rows of earlier runs again (each replaced by its new row)")
     g.add_argument("--stereo-retries", type=int, default=0, metavar="N",
                    help="generate a conformer again, up to N times, while its coordinates contradict the input's "
                         "specified stereo (default 0: keep it, marked stereo_ok=false)")
@@ -56,22 +60,25 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     g.add_argument("--smiles-column", default=None, help="CSV column holding SMILES (default: detected)")
     g.add_argument("--id-column", default=None, help="CSV column holding ids (default: detected)")
     e = p.add_argument_group("engine")
-    e.add_argument("--max-slots", type=int, default=None, help="concurrent rows (default: as memory allows)")
-    e.add_argument("--max-seq-len", type=int, default=None,
+    e.add_argument("--max-slots", "--max-num-seqs", type=int, default=None,
+                   help="concurrent rows (default: as memory allows)")
+    e.add_argument("--max-seq-len", "--max-model-len", type=int, default=None,
                    help="prompt + conformer tokens per row (default: fits the input's largest molecules)")
-    e.add_argument("--gpu-memory-fraction", type=float, default=0.9,
+    e.add_argument("--gpu-memory-fraction", "--gpu-memory-utilization", type=float, default=0.9,
                    help="share of the device memory free at start-up the engine plans for (weights, KV cache, "
                         "workspace)")
-    e.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    add_device_arg(e)
     e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     e.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
                    help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA capability >= 8.9)")
+    add_input_bound_args(p, molecules=True)
+    add_overwrite_arg(p)
     add_scale_args(p)
-    add_config_arg(p, "conformers")  # inferlab tune's max_slots
+    add_config_arg(p, "conformers")  # inferlab tune's max_slots and kv_dtype
 
 
 def pipeline_config_from(args: argparse.Namespace):
-    from inferlab.workloads.conformers.pipeline_config import ConformerSampling, PipelineConfig
+    from inferlab.workloads.conformers.pipeline.config import ConformerSampling, PipelineConfig
 
     return PipelineConfig(
         num_conformers=args.num_conformers,
@@ -81,8 +88,10 @@ def pipeline_config_from(args: argparse.Namespace):
         workers=args.workers,
         judge_workers=args.judge_workers,
         stereo_retries=args.stereo_retries,
+        retry_errors=args.retry_errors,
         smiles_column=args.smiles_column,
         id_column=args.id_column,
+        input_bounds=molecule_bounds(args),
     )
 
 
@@ -108,12 +117,21 @@ def run_generate(args: argparse.Namespace) -> int:
     check_paths(args)
     config = pipeline_config_from(args)
     check_model(args.model)
-    if wants_scale_out(args):  # --gpus/--launcher: molecules sharded over workers (inferlab.scale)
-        from inferlab.cli.scale_args import run_scaled_command
-        from inferlab.scale.workloads.conformer_pipeline import pipeline_params
+    if wants_scale_out(args) and args.retry_errors:
+        raise ConfigError("--retry-errors runs without --gpus / --launcher for now: rerun the merged output's "
+                          "error rows with one process (the same --output), or rerun into a new output")
+    from inferlab.scale.workloads.conformer_pipeline import CONFORMERS, pipeline_params
+    from inferlab.workloads.conformers.pipeline.output import default_jsonl_path
 
-        return run_scaled_command(args, "conformers", pipeline_params(args.model, config, engine_options_from(args)))
-    return _run_here(args, config)
+    params = pipeline_params(args.model, config, engine_options_from(args))
+    outputs = [("--output", args.output, True), ("--output's rows", default_jsonl_path(args.output), True),
+               ("--summary-json", args.summary_json, False)]
+    with guarded(args, "conformers generate", CONFORMERS.settings(params), {"--input": args.input}, outputs):
+        if wants_scale_out(args):  # --gpus/--launcher: molecules sharded over workers (inferlab.scale)
+            from inferlab.cli.scale_args import run_scaled_command
+
+            return run_scaled_command(args, "conformers", params)
+        return _run_here(args, config)
 
 
 def check_paths(args: argparse.Namespace) -> None:
@@ -125,20 +143,20 @@ def check_paths(args: argparse.Namespace) -> None:
 
 
 def check_model(model: str) -> None:
-    """The checkpoint's config.json before any work starts: a missing folder is named as such (the tokenizer
-    check in the pipeline would otherwise report it as a folder without tokenizer files), here and before a
-    scale-out launches its workers."""
-    from inferlab.models.config import read_model_spec
+    """The checkpoint's config.json and weight files before any work starts (a missing folder is named as
+    such, a damaged config or pickle-only weights are refused), here and before a scale-out launches its
+    workers."""
+    from inferlab.models.checkpoint_check import check_engine_checkpoint
 
-    read_model_spec(model)
+    check_engine_checkpoint(model)
 
 
 def _run_here(args: argparse.Namespace, config) -> int:
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    from inferlab.workloads.conformers.output import default_jsonl_path
-    from inferlab.workloads.conformers.pipeline import generate_conformers
+    from inferlab.workloads.conformers.pipeline.generate import generate_conformers
+    from inferlab.workloads.conformers.pipeline.output import default_jsonl_path
 
     bar = None
     started = time.perf_counter()
@@ -150,6 +168,10 @@ def _run_here(args: argparse.Namespace, config) -> int:
             print(f"resuming: {done_before} conformer rows already in {default_jsonl_path(args.output)}")
         bar = tqdm(total=todo, unit="conf", dynamic_ncols=True, smoothing=0.1, desc="conformers")
 
+    def on_phase(what: str) -> None:  # until the first row: what the run is doing
+        if bar is not None and bar.n == 0:
+            bar.set_description(f"conformers ({what})")
+
     def on_row(row: dict) -> None:
         counts["generated"] += row["generated"]
         counts["valid"] += row["status"] == "ok"
@@ -157,12 +179,14 @@ def _run_here(args: argparse.Namespace, config) -> int:
         elapsed = max(time.perf_counter() - started, 1e-9)
         valid = 100.0 * counts["valid"] / max(counts["generated"], 1)  # of the engine's outputs
         bar.set_postfix_str(f"{counts['tokens'] / elapsed:,.0f} tok/s, valid {valid:.1f}%", refresh=False)
+        if bar.n == 0:
+            bar.set_description("conformers", refresh=False)
         bar.update(1)
 
     try:
         with logging_redirect_tqdm():
             summary = generate_conformers(args.model, args.input, args.output, config, engine_options_from(args),
-                                          on_start, on_row)
+                                          on_start, on_row, on_phase)
     finally:
         if bar is not None:
             bar.close()
@@ -173,22 +197,21 @@ def _run_here(args: argparse.Namespace, config) -> int:
 
 
 def write_summary_json(summary, path: str) -> None:
-    import json
-    from pathlib import Path
+    from inferlab.outputs.atomic import write_json_atomic
 
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(summary.as_dict(), indent=1, default=str) + "\n")
+    write_json_atomic(path, summary.as_dict())
 
 
 def print_summary(summary, output: str) -> None:
-    from inferlab.workloads.conformers.output import default_jsonl_path
+    from inferlab.workloads.conformers.pipeline.output import default_jsonl_path
 
     s = summary.as_dict()
     valid = s["valid_fraction"]
     print(f"molecules: {s['molecules']} in the input, {s['molecules_run']} generated in this run")
+    retried = (f" ({s['conformers_retried']} error rows of earlier runs generated again)"
+               if s["conformers_retried"] else "")
     print(f"conformers: {s['conformers_ok']} valid, {s['conformers_error']} error rows, "
-          f"{s['conformers_skipped']} written by earlier runs")
+          f"{s['conformers_skipped']} written by earlier runs{retried}")
     if s["conformers_generated"]:
         print(f"validity: {s['conformers_generated'] - s['conformers_rejected']} of {s['conformers_generated']} "
               f"generated conformers are valid ({100 * valid:.1f}%); the plain decoder gives the input's graph for "

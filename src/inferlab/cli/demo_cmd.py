@@ -1,10 +1,12 @@
 """`inferlab demo`: 3D conformers of a few real molecules with a tiny random checkpoint, constrained so
 that every output is a valid conformer of its molecule; prints validity, speed and where the files are.
-Runs on a CPU in about a minute, and on the GPU when there is one (workloads/conformers/pipeline_demo.py)."""
+Runs on a CPU in about a minute, and on the GPU when there is one (workloads/conformers/pipeline/demo.py)."""
 
 from __future__ import annotations
 
 import argparse
+
+from inferlab.cli.device_arg import add_device_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-molecules", type=int, default=8, help="molecules taken from RDKit's NCI set (default 8)")
     p.add_argument("--num-conformers", type=int, default=2, metavar="K", help="conformers per molecule (default 2)")
     p.add_argument("--max-atoms", type=int, default=10, help="largest molecules taken (heavy atoms, default 10)")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
+    add_device_arg(p)
     p.add_argument("--sampling", default="top-p", choices=["greedy", "top-p"],
                    help="top-p: sample (each conformer its own seed); greedy: the most likely token each step")
     p.add_argument("--temperature", type=float, default=1.0, help="top-p sampling's temperature (default 1.0)")
@@ -34,8 +36,8 @@ def _demo(args: argparse.Namespace) -> int:
 
     from inferlab.cli.paths import output_folder
     from inferlab.cli.token_rate_bar import TokenRateBar
-    from inferlab.workloads.conformers.pipeline_config import ConformerSampling
-    from inferlab.workloads.conformers.pipeline_demo import DemoConfig, default_work_dir, run_demo
+    from inferlab.workloads.conformers.pipeline.config import ConformerSampling
+    from inferlab.workloads.conformers.pipeline.demo import DemoConfig, default_work_dir, run_demo
 
     config = DemoConfig(
         work_dir=output_folder("--work-dir", args.work_dir) if args.work_dir else default_work_dir(),
@@ -56,7 +58,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     try:
         with logging_redirect_tqdm():
-            run = run_demo(config, on_ready, progress.start, progress.row)
+            run = run_demo(config, on_ready, progress.start, progress.row, progress.phase)
     finally:
         progress.close()
     s = run.summary

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from inferlab.cli.device_arg import add_device_arg
+from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
 
@@ -15,6 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="local HuggingFace checkpoint folder")
     p.add_argument("--input", required=True, help='JSONL: {"id", "prompt"} or {"id", "prompt_ids"} per line')
     p.add_argument("--output", required=True, help="JSONL of results; rows already there are skipped")
+    p.add_argument("--retry-errors", action="store_true",
+                   help="run the error rows of earlier runs again (each replaced by its new row)")
     p.add_argument("--backend", default="auto", choices=["auto", "inferlab", "hf"],
                    help="inferlab (our engine), hf (transformers generate, any causal LM), or auto (the engine "
                         "where it supports the architecture, else hf)")
@@ -30,12 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--ignore-eos", action="store_true", help="do not stop at EOS (benchmarks)")
     s.add_argument("--seed", type=int, default=0, help="rows without a seed derive one from this and their id")
     e = p.add_argument_group("engine")
-    e.add_argument("--max-slots", type=int, default=None, help="concurrent rows (default: as memory allows)")
-    e.add_argument("--max-seq-len", type=int, default=None, help="prompt + output tokens per row")
-    e.add_argument("--gpu-memory-fraction", type=float, default=0.9,
+    e.add_argument("--max-slots", "--max-num-seqs", type=int, default=None,
+                   help="concurrent rows (default: as memory allows)")
+    e.add_argument("--max-seq-len", "--max-model-len", type=int, default=None,
+                   help="prompt + output tokens per row (default: the model's positions, at most 4096)")
+    e.add_argument("--gpu-memory-fraction", "--gpu-memory-utilization", type=float, default=0.9,
                    help="share of the device memory free at start-up the engine plans for (weights, KV cache, "
                         "workspace)")
-    e.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+    add_device_arg(e)
     e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     e.add_argument("--batching", default="continuous", choices=["continuous", "static"],
                    help="continuous: finished rows are refilled at once; static: a full batch, then wait for all of it")
@@ -64,13 +70,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="activations .safetensors (resumable with the JSONL: a rerun skips ids done in both)")
     t.add_argument("--collect-dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="dtype of the saved activations")
+    add_input_bound_args(p)
+    add_overwrite_arg(p)
     add_scale_args(p)
-    add_config_arg(p, "generate")  # inferlab tune's max_slots
-    p.set_defaults(func=_generate)
+    add_config_arg(p, "generate")  # inferlab tune's max_slots and kv_dtype
+    p.set_defaults(func=_generate, resumes=True)
 
 
 def _taps(args: argparse.Namespace, defaults):
-    """(SteerSettings | None, CollectSettings | None, run settings) from the flags; ConfigError on misuse."""
+    """(SteerSettings | None, CollectSettings | None, the activations' run settings) from the flags;
+    ConfigError on misuse."""
     from dataclasses import asdict
     from pathlib import Path
 
@@ -93,13 +102,25 @@ def _taps(args: argparse.Namespace, defaults):
     return steer, collect, run_settings
 
 
+def check_model(model: str, backend: str) -> None:
+    """The checkpoint before any work: config.json checked, and where the engine will run it (not --backend
+    hf, nor an architecture the engine leaves to transformers) its config and safetensors weights."""
+    from inferlab.models.checkpoint_check import check_engine_checkpoint
+    from inferlab.models.config_file import read_config
+    from inferlab.workloads.text import engine_architecture_problem
+
+    read_config(model)
+    if backend != "hf" and engine_architecture_problem(model) is None:
+        check_engine_checkpoint(model)
+
+
 def _generate(args: argparse.Namespace) -> int:
     import time
 
     from inferlab.cli.hf_workload_args import require_paths
     from inferlab.cli.token_rate_bar import TokenRateBar
     from inferlab.types import SamplingParams
-    from inferlab.workloads.text import open_backend, run_text_generation
+    from inferlab.workloads.text import model_positions, open_backend, run_text_generation
 
     apply_tuned_config(args)
     require_paths(args, (".jsonl",), "JSONL completions")
@@ -125,30 +146,48 @@ def _generate(args: argparse.Namespace) -> int:
         kv_dtype=args.kv_dtype,
     )
     steer, collect, run_settings = _taps(args, defaults)
-    if wants_scale_out(args):  # --gpus/--launcher: prompts sharded over workers by estimated tokens
-        from inferlab.cli.scale_args import run_scaled_command
+    if wants_scale_out(args):
         from inferlab.errors import ConfigError
 
         if steer is not None or collect is not None:
             raise ConfigError("--steer and --collect-* do not run with --gpus / --launcher yet; run one inferlab "
                               "generate per GPU on a part of the input (CUDA_VISIBLE_DEVICES) instead")
-        from inferlab.scale.workloads.generate import generate_params
+        if args.retry_errors:
+            raise ConfigError("--retry-errors runs without --gpus / --launcher for now: rerun the merged output's "
+                              "error rows with one process (the same --output), or rerun into a new output")
+    check_model(args.model, args.backend)
+    from inferlab.scale.workloads.generate import GENERATE, generate_params
+    from inferlab.workloads.activation_store import store_folder
 
-        engine_options = {k: v for k, v in options.items() if k != "device"}  # each worker has its own device
-        params = generate_params(args.model, defaults, backend=args.backend, engine_options=engine_options,
-                                 text_workload=True)
-        return run_scaled_command(args, "generate", params)
-    progress = TokenRateBar("row", smoothing=0.1)
-    try:
-        summary = run_text_generation(
-            args.input, args.output, lambda: open_backend(args.backend, args.model, options, steer and steer.vectors),
-            defaults, progress.start, progress.row, steer, collect, run_settings,
-        )
-    finally:
-        progress.close()
+    engine_options = {k: v for k, v in options.items() if k != "device"}  # each worker has its own device
+    params = generate_params(args.model, defaults, backend=args.backend, engine_options=engine_options,
+                             text_workload=True, max_line_chars=args.max_line_chars)
+    settings = {**GENERATE.settings(params), "steering": steer.describe() if steer else None,
+                "collect": collect.describe() if collect else None}
+    outputs = [("--output", args.output, True)]
+    if collect is not None:
+        outputs += [("--collect-output", collect.output, True),
+                    ("--collect-output's shards", store_folder(collect.output), True)]
+    with guarded(args, "generate", settings, {"--input": args.input, "--steer": args.steer}, outputs):
+        if wants_scale_out(args):  # --gpus/--launcher: prompts sharded over workers by estimated tokens
+            from inferlab.cli.scale_args import run_scaled_command
+
+            return run_scaled_command(args, "generate", params)
+        progress = TokenRateBar("row", smoothing=0.1)
+        try:
+            summary = run_text_generation(
+                args.input, args.output,
+                lambda: open_backend(args.backend, args.model, options, steer and steer.vectors),
+                defaults, progress.start, progress.row, steer, collect, run_settings,
+                retry_errors=args.retry_errors, row_positions=args.max_seq_len or model_positions(args.model),
+                max_line_chars=args.max_line_chars,
+            )
+        finally:
+            progress.close()
     elapsed = time.perf_counter() - progress.started
+    retried = f", {summary.retried} error rows of earlier runs run again" if summary.retried else ""
     print(
-        f"wrote {summary.written} rows to {args.output} ({summary.errors} errors, {summary.skipped} already done), "
+        f"wrote {summary.written} rows to {args.output} ({summary.errors} errors, {summary.skipped} already done{retried}), "
         f"{summary.output_tokens:,} tokens in {elapsed:.1f} s ({summary.output_tokens / max(elapsed, 1e-9):,.0f} tok/s)"
     )
     if collect is not None:

@@ -1,5 +1,5 @@
-"""Flags and helpers shared by the transformers-backed workload commands (classify, hidden-states): model
-loading knobs, batching knobs, and a progress bar over the input's lines."""
+"""Flags and helpers shared by the classify and hidden-states commands: the backend (the engine or
+transformers) and its knobs, model loading knobs, batching knobs, and a progress bar over the input's lines."""
 
 from __future__ import annotations
 
@@ -9,25 +9,64 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from inferlab.cli.device_arg import add_device_arg
+
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="local HuggingFace checkpoint folder")
+    p.add_argument("--backend", default="auto", choices=["auto", "inferlab", "hf"],
+                   help="inferlab: the engine's packed prefill; hf: transformers; auto (default): the engine where it "
+                        "runs the architecture, transformers otherwise (the choice is printed)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="weights and activations (auto: bfloat16 on CUDA, float32 on CPU)")
-    p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager", "flash_attention_2"])
+    p.add_argument("--weights", default="auto", choices=["auto", "fp8"],
+                   help="engine only: fp8 stores the projections as e4m3 with per-channel scales (CUDA compute "
+                        "capability >= 8.9, bfloat16)")
+    p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager", "flash_attention_2"],
+                   help="transformers only: its attention implementation")
     p.add_argument("--quantization", default="none", choices=["none", "int8", "fp8"],
-                   help="torchao weight quantization: int8 weight-only, or fp8 (compute capability >= 8.9)")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:N")
+                   help="transformers only (torchao): int8 weight-only, or fp8 (compute capability >= 8.9); "
+                        "with --backend auto it selects transformers")
+    add_device_arg(p)
 
 
 def add_batch_args(p: argparse.ArgumentParser, text_field: str) -> None:
-    p.add_argument("--batch-size", type=int, default=16, help="most rows in one batch (backs off on OOM)")
-    p.add_argument("--max-batch-tokens", type=int, default=131072,
-                   help="most padded tokens (rows x longest row) in one batch; 0 for no budget")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="most rows in one batch (backs off on OOM); default: 16 on transformers, none on the engine "
+                        "(its token budget decides)")
+    p.add_argument("--max-batch-tokens", type=int, default=None,
+                   help=f"tokens of one batch: the engine packs rows without padding (default {ENGINE_BATCH_TOKENS}; a "
+                        f"longer row runs alone); transformers counts rows x longest row (default {HF_BATCH_TOKENS}; 0: "
+                        "no budget)")
+    p.add_argument("--max-batch-latency-ms", type=float, default=None,
+                   help="engine only: cut batches whose expected device time (from the measured rate) is over this, "
+                        "trading samples/s for a lower p95 latency")
     p.add_argument("--max-length", type=int, default=None, help="most tokens per text (default: the model's)")
     p.add_argument("--truncate", action="store_true",
                    help="keep the first --max-length tokens of longer texts instead of writing an error record")
     p.add_argument("--text-field", default=text_field, help=f"JSON field holding the text (default: {text_field})")
+
+
+HF_BATCH_TOKENS = 131072  # transformers: rows x longest row of one batch
+HF_BATCH_ROWS = 16
+ENGINE_BATCH_TOKENS = 32768  # workloads/backend_choice.ENGINE_MAX_BATCH_TOKENS (not imported: keeps --help light)
+
+
+def workload_backend_from(args: argparse.Namespace, tuned: dict | None = None):
+    """The backend request; a batch size taken from a tuned.json (`tuned`: apply_tuned_config's values, tuned on
+    transformers by `inferlab tune`) is transformers' and does not cap the engine's rows."""
+    from inferlab.workloads.backend_choice import WorkloadBackend
+
+    max_rows = None if tuned and "batch_size" in tuned else args.batch_size
+    return WorkloadBackend(args.backend, args.weights, args.max_batch_tokens, max_rows, args.max_batch_latency_ms)
+
+
+def hf_batch_size(args: argparse.Namespace) -> int:
+    return args.batch_size if args.batch_size is not None else HF_BATCH_ROWS
+
+
+def say_backend(choice) -> None:
+    print(f"backend: {choice.name} ({choice.reason})", flush=True)
 
 
 def load_config_from(args: argparse.Namespace):
@@ -40,7 +79,8 @@ def load_config_from(args: argparse.Namespace):
 
 
 def max_batch_tokens(args: argparse.Namespace) -> int | None:
-    return args.max_batch_tokens or None
+    """transformers' padded-token budget: the flag, its default, or None for 0 (no budget)."""
+    return HF_BATCH_TOKENS if args.max_batch_tokens is None else (args.max_batch_tokens or None)
 
 
 def require_paths(args, output_kinds: tuple[str, ...], output_what: str) -> None:

@@ -1,4 +1,5 @@
-"""The generation engine: static KV cache, CUDA-graph decode, GPU sampling, continuous batching.
+"""The generation engine: static KV cache, CUDA-graph decode, GPU sampling, continuous batching; and the
+encoder (engine/packed): packed prefill batches for sequence classification and hidden states.
 
 This package is the engine's whole public surface: code outside inferlab.engine imports these names from
 here, never from its submodules (an import-linter contract in pyproject.toml holds it). Each name is
@@ -11,6 +12,13 @@ imported on first use, so `import inferlab.engine` stays light (no torch).
 - resolve_steering, SteerEntry, resolve_collect, CollectPlan, wants_taps: the engine's host-side checks of a
   request's steering and collection, pure functions that other backends (the transformers fallback) share
   so that every backend refuses the same requests alike.
+- plan_without_loading, resolve_device, fp8_kv_supported: the memory plan an EngineConfig would get (no
+  weights loaded), the device "auto" resolves to, and whether that device runs an FP8 KV cache.
+- Encoder, EncoderConfig, encoder_support: the encoder (engine/packed), its settings, and whether it runs a
+  checkpoint (None, else the reason); PackedBatch, pack_rows: rows packed into one varlen prefill batch;
+  prefill_flops: the model FLOPs of a prefill over given lengths (the same count for every backend).
+- DecodeStepProbe: the engine's decode step on its own (rows, context, sampling fixed) for measuring it: timed
+  steps, and eager steps with every operation inside a profiler range named after its kernel family.
 """
 
 from __future__ import annotations
@@ -20,9 +28,13 @@ from typing import Any
 __all__ = [
     "Collect",
     "CollectPlan",
+    "DecodeStepProbe",
+    "Encoder",
+    "EncoderConfig",
     "Engine",
     "EngineConfig",
     "EngineStats",
+    "PackedBatch",
     "Request",
     "Result",
     "SamplingParams",
@@ -30,7 +42,13 @@ __all__ = [
     "SteerEntry",
     "SteeringVectors",
     "compile_program",
+    "encoder_support",
+    "fp8_kv_supported",
+    "pack_rows",
+    "plan_without_loading",
+    "prefill_flops",
     "resolve_collect",
+    "resolve_device",
     "resolve_steering",
     "wants_taps",
 ]
@@ -53,8 +71,26 @@ def __getattr__(name: str) -> Any:
         from inferlab.engine.collection import resolve_collect as value
     elif name == "CollectPlan":
         from inferlab.engine.collection import CollectPlan as value
+    elif name == "DecodeStepProbe":
+        from inferlab.engine.step_probe import DecodeStepProbe as value
     elif name == "wants_taps":
         from inferlab.engine.tap_support import wants_taps as value
+    elif name in ("plan_without_loading", "resolve_device", "fp8_kv_supported"):
+        import inferlab.engine.startup
+
+        value = getattr(inferlab.engine.startup, name)
+    elif name in ("Encoder", "encoder_support"):
+        import inferlab.engine.packed.encoder
+
+        value = getattr(inferlab.engine.packed.encoder, name)
+    elif name == "EncoderConfig":
+        from inferlab.engine.packed.config import EncoderConfig as value
+    elif name in ("PackedBatch", "pack_rows"):
+        import inferlab.engine.packed.batch
+
+        value = getattr(inferlab.engine.packed.batch, name)
+    elif name == "prefill_flops":
+        from inferlab.engine.packed.flops import prefill_flops as value
     elif name == "compile_program":
         from inferlab.constraints.program import compile_program as value
     elif name in ("Request", "Result", "SamplingParams", "Steer", "Collect"):

@@ -53,6 +53,7 @@ class EngineConfig:
     queue_ahead: int | None = None  # requests pulled ahead of free rows (lazy intake); None: max(min_admission,
     # slots // 8)
     startup_cache: bool = True  # keep start-up measurements (the GEMM plan) on disk and reuse them
+    precompile: bool = True  # compile the warm-up's Triton kernels in threads while the weights load (CUDA)
     cache_dir: str | Path | None = None  # the start-up cache's folder; None: $INFERLAB_CACHE_DIR or ~/.cache/inferlab
 
     def __post_init__(self) -> None:

@@ -6,9 +6,11 @@
 Start-up (in order, each phase timed in `engine.stats`; the tokenizer loads in a thread beside them,
 `tokenizer_s`, the import of transformers included, unless `load_tokenizer=False`, where a caller that
 constrains passes the GrammarSet: Engine(config, grammar_set=...)): the CUDA context (`device_init_s`), the memory plan
-(refuse what cannot fit), weights (`load_s`), the KV cache and row state (`allocate_s`), the GEMM plan
-(read from the start-up cache, startup_cache.py, or timed and stored: `gemm_plan_source`), the prefill
-warmed at its largest shapes, and the largest decode graph of each plain filter level captured; the other
+(refuse what cannot fit), weights (`load_s`; meanwhile threads compile the Triton kernels the warm-up will
+launch, kernel_precompile.py: `precompile_*`), the KV cache and row state (`allocate_s`), the GEMM plan (this
+machine's start-up cache, startup_cache.py, else the package's shipped plans, gemm_plans/, else timed and
+stored: `gemm_plan_source`), the warm-up (runner.warm_up: the prefill at its largest shapes and the largest
+decode graph of each plain filter level captured; `warmup_compiles`: kernels it still compiled); the other
 graphs are captured when first needed. `startup_s` is the wall time of all of it. The loop of a generate/stream
 call is loop.py's. Bad requests become error Results, never exceptions.
 
@@ -29,16 +31,16 @@ import torch
 from inferlab.engine.config import EngineConfig
 from inferlab.engine.constraint_support import EngineConstraints
 from inferlab.engine.forwards.registry import forward_class
-from inferlab.engine.gemm_plan import plan_from_json, plan_key, plan_to_json, tune_gemm_plan
-from inferlab.engine.graphs import Variant
+from inferlab.engine.gemm_plan import plan_from_json, plan_to_json, tune_gemm_plan
+from inferlab.engine.gemm_plans import known_plan
 from inferlab.engine.intake import Prepared, prepare
-from inferlab.engine.kv_cache import KVCache, kv_bytes_per_token
+from inferlab.engine.jit_compiles import jit_compiles_counted
+from inferlab.engine.kernel_precompile import DryRun, KernelPrecompile, can_precompile
+from inferlab.engine.kv_cache import kv_bytes_per_token
 from inferlab.engine.lifetime import RELEASED, closed_error, release_cached_memory
 from inferlab.engine.loop import GenerationLoop, LoopParts
 from inferlab.engine.ops import select_ops
-from inferlab.engine.rows import RowState
 from inferlab.engine.runner import ModelRunner
-from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.snapshots import SnapshotBuffers
 from inferlab.engine.startup import graphs_wanted, make_plan, resolve_device, resolve_dtype, resolve_kv_dtype
 from inferlab.engine.startup_cache import StartupCache
@@ -48,7 +50,6 @@ from inferlab.engine.tap_support import EngineTaps
 from inferlab.errors import CapacityError
 from inferlab.models.config import read_model_spec
 from inferlab.models.loader import load_weights
-from inferlab.models.rope import RotaryTables
 from inferlab.models.tokenizer_loading import load_tokenizer_timed
 from inferlab.types import Request, Result
 
@@ -106,14 +107,13 @@ class Engine:
         self.kv_bytes_per_token = kv_bytes_per_token(self.spec, self.kv_dtype)  # fp8: with its scales
         self.ops = select_ops(config.kernels, self.device)
         self.startup_cache = StartupCache.at(config.startup_cache, config.cache_dir)
+        model_class = forward
+        self._precompile = self._start_precompile(config, model_class, use_graphs)
         weights, load_s = _timed(load_weights, config.model, self.spec, self.dtype, self.device)
         t = time.perf_counter()
-        rotary = RotaryTables.build(self.spec.rope, self.spec.head_dim, self.plan.max_seq_len, self.device)
-        model = forward(self.spec, weights, self.ops, rotary)
         slots, max_len = self.plan.slots, self.plan.max_seq_len
-        cache = KVCache.allocate(self.spec, slots, max_len, self.kv_dtype, self.device, self.ops.name)
-        rows = RowState.allocate(slots, config.max_stop_ids, max_len, self.device)
-        self.runner = ModelRunner(model, cache, rows, self.ops, config.share_prompts)
+        self.runner = ModelRunner.build(self.spec, model_class, weights, self.ops, self.kv_dtype, slots, max_len,
+                                        config.max_stop_ids, config.share_prompts)
         self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync + 1, self.device)
         self._sync_device()
         allocate_s = time.perf_counter() - t
@@ -143,7 +143,7 @@ class Engine:
             max_slots=slots,
             max_seq_len=max_len,
             weight_bytes=weights.nbytes(),
-            kv_cache_bytes=cache.nbytes,
+            kv_cache_bytes=self.runner.cache.nbytes,
             planned_bytes=self.plan.total_bytes,
             budget_bytes=self.plan.budget_bytes,
             device_init_s=device_init_s,
@@ -153,7 +153,23 @@ class Engine:
             allocate_s=allocate_s,
             startup_cache_dir=str(self.startup_cache.root or ""),
         )
-        del weights, rotary, model, cache, rows  # from here on only `self` holds them, and close() drops them
+        del weights  # from here on only `self` holds it, and close() drops it
+
+    def _start_precompile(self, config: EngineConfig, model_class: type, use_graphs: bool) -> KernelPrecompile | None:
+        """The warm-up's Triton kernels compiled in background threads while the weights load
+        (kernel_precompile.py), on its dry run of this engine's warm-up; None where nothing would compile (CPU,
+        torch kernels) or where it is off."""
+        if not (config.precompile and self.device.type == "cuda" and self.ops.name == "triton" and can_precompile()):
+            return None
+        cache, device = self.startup_cache, self.device
+
+        def gemm_plan(weights, buckets: list[int], activation: str) -> dict | None:  # what _gemm_plan will find
+            return known_plan(cache, weights, buckets, device, activation)[0]
+
+        dry = DryRun(self.spec, model_class, self.ops, self.dtype, self.kv_dtype, self.plan.slots,
+                     self.plan.max_seq_len, self.max_prefill_tokens, config.max_stop_ids, config.share_prompts,
+                     use_graphs, gemm_plan if config.gemm == "auto" else None)
+        return KernelPrecompile(dry, self.device)
 
     # ---- lifetime (engine/lifetime.py) ----------------------------------------------------------------------
     def close(self) -> None:
@@ -201,20 +217,17 @@ class Engine:
         allocated now (an out-of-memory here becomes a CapacityError naming the knobs)."""
         try:
             with torch.inference_mode():
+                self._join_precompile()  # before any Triton launch and any graph capture
                 t0 = time.perf_counter()
                 if self.device.type == "cuda" and self.ops.name == "triton" and self.config.gemm == "auto":
                     self._gemm_plan()
                 t1 = time.perf_counter()
-                if self.device.type == "cuda":
-                    self.runner.warm_prefill()  # eager, before any capture: the prefill attention is chosen
-                if use_graphs:
-                    self.runner.use_graphs(self.max_prefill_tokens)
-                if self.device.type == "cuda":
-                    self.runner.warm_prefill(self.plan.max_seq_len, self.max_prefill_tokens)
+                if self.device.type == "cuda" or use_graphs:  # (graphs imply CUDA outside tests)
+                    with jit_compiles_counted() as compiles:
+                        self.runner.warm_up(self.plan.max_seq_len, self.max_prefill_tokens, use_graphs)
+                    self.stats.warmup_compiles, self.stats.warmup_compile_s = compiles.count, compiles.seconds
                 if use_graphs:
                     graphs = self.runner.graphs
-                    for level in FILTER_LEVELS:  # the largest bucket sizes the graphs' shared pool
-                        self.runner.ensure_graph(self.runner.sizes[-1], Variant(level))
                     self.stats.capture_s = graphs.capturer.capture_s
                     self.stats.graphs = len(graphs.graphs)
                     self.stats.prefill_graphs = len(self.runner.prefill_graphs.graphs)
@@ -234,20 +247,29 @@ class Engine:
         if self.device.type == "cuda":
             self.stats.peak_memory_bytes = torch.cuda.max_memory_allocated(self.device)
 
+    def _join_precompile(self) -> None:
+        if self._precompile is None:
+            return
+        report, self._precompile = self._precompile.wait(), None
+        stats = self.stats
+        stats.precompile_kernels, stats.precompile_s, stats.precompile_compile_s = (report.kernels, report.wall_s,
+                                                                                    report.compile_s)
+        stats.precompile_wait_s, stats.precompile_error = report.wait_s, report.error
+
     def _gemm_plan(self) -> None:
-        """cuBLAS or the skinny Triton GEMM per projection and decode bucket (engine/gemm_plan.py): from the
-        start-up cache when an entry for this GPU, shapes, versions and code exists, else timed and stored."""
+        """cuBLAS or the skinny Triton GEMM per projection and decode bucket (engine/gemm_plan.py): the plan
+        measured before (gemm_plans.known_plan: this machine's start-up cache, else the package's shipped
+        plans) when one exists for this GPU, shapes and versions, else timed and stored in the cache."""
         model, sizes = self.runner.model, self.runner.sizes
         act_mul, activation = model.gemm.act_mul, model.gemm.activation  # the model's MLP (Gemma: GELU-tanh)
-        key = plan_key(model.weights, sizes, self.device, activation)
-        stored = self.startup_cache.load("gemm_plan", key)
+        stored, source, key = known_plan(self.startup_cache, model.weights, sizes, self.device, activation)
         if stored is not None:
             try:
                 model.gemm, self.gemm_timings = plan_from_json(stored, act_mul, model.weights, self.device, activation)
-                self.stats.gemm_plan_source = "cache"
+                self.stats.gemm_plan_source = source
             except ValueError as e:
-                log.warning("start-up cache: ignoring the GEMM plan entry (%s); timing the plan again", e)
-        if self.stats.gemm_plan_source != "cache":
+                log.warning("ignoring the %s GEMM plan (%s); timing the plan again", source, e)
+        if not self.stats.gemm_plan_source:
             model.gemm, self.gemm_timings = tune_gemm_plan(model.weights, sizes, act_mul, self.device, activation)
             self.stats.gemm_plan_source = "timed"
             self.startup_cache.store("gemm_plan", key, plan_to_json(model.gemm, self.gemm_timings))

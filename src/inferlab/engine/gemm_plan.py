@@ -15,7 +15,8 @@ rows) and the LM head (128k+ rows of weight, where cuBLAS streams at full speed)
 are fixed for the engine's life and reported in engine.stats.gemm_choices. The timing takes ~20 s on an
 H100 (qwen3-0.6b): `plan_key` / `plan_to_json` / `plan_from_json` let the engine keep a plan in its
 start-up cache (startup_cache.py) and reuse it when the GPU, the shapes, the dtype, the MLP's activation,
-the library versions and this code are the same.
+the library versions and this code are the same; gemm_plans/ ships plans measured on our GPUs, keyed by
+`model_fields` and the GPU and software they were measured on.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -95,7 +96,6 @@ def plan_key(weights, buckets: list[int], device: torch.device, activation: str 
     from inferlab.engine.kernels import triton_gemm, triton_math
     from inferlab.engine.startup_cache import source_fingerprint
 
-    layer = weights.layers[0]
     props = torch.cuda.get_device_properties(device)
     return {
         "gpu": props.name,
@@ -105,12 +105,21 @@ def plan_key(weights, buckets: list[int], device: torch.device, activation: str 
         "cuda": torch.version.cuda,
         "triton": triton.__version__,
         "code": source_fingerprint(sys.modules[__name__], triton_gemm, triton_math),  # triton_math: the activations
-        "dtype": str(layer.qkv.dtype).removeprefix("torch."),
         "layers": len(weights.layers),
+        **model_fields(weights, activation),
+        "buckets": [b for b in buckets if b <= MAX_ROWS],
+    }
+
+
+def model_fields(weights, activation: str) -> dict:
+    """What a plan's timings depend on in the model: the dtype, the projections' shapes, a qkv bias (cuBLAS
+    then keeps qkv) and the MLP's activation (the Triton MLP forms fuse it)."""
+    layer = weights.layers[0]
+    return {
+        "dtype": str(layer.qkv.dtype).removeprefix("torch."),
         "shapes": {name: list(getattr(layer, name).shape) for name in ("qkv", "o", "gate_up", "down")},
         "qkv_bias": layer.qkv_bias is not None,
         "activation": activation,
-        "buckets": [b for b in buckets if b <= MAX_ROWS],
     }
 
 
@@ -132,12 +141,9 @@ def plan_from_json(
 ) -> tuple[GemmPlan, dict]:
     """A plan stored by plan_to_json for a model whose MLP computes `activation` (act_mul: GemmPlan's);
     raises ValueError when the entry does not describe a valid plan for it."""
-    from inferlab.engine.kernels.triton_gemm import SkinnyConfig, tile_counters
+    from inferlab.engine.kernels.triton_gemm import SkinnyConfig
 
-    plan = GemmPlan(act_mul, activation=activation)
-    layer = weights.layers[0]
-    widest = max(layer.qkv.shape[0], layer.o.shape[0], layer.gate_up.shape[0])
-    plan.counters = tile_counters(widest, 16, device)  # 16: candidate_configs' narrowest tile
+    plan = _empty_plan(weights, act_mul, device, activation)
     try:
         if value.get("activation", "silu") != activation:
             raise ValueError(f"timed for activation {value.get('activation')!r}, the model's is {activation!r}")
@@ -178,31 +184,55 @@ def tune_gemm_plan(
 ) -> tuple[GemmPlan, dict]:
     """Time cuBLAS against the Triton candidates for each projection and bucket <= MAX_ROWS; returns the plan
     and the timings {"name@rows": {impl: us}}. act_mul / activation: the MLP's gate product (GemmPlan)."""
-    from inferlab.engine.kernels.triton_gemm import tile_counters
-
-    plan = GemmPlan(act_mul, activation=activation)
+    plan = _empty_plan(weights, act_mul, device, activation)
     layers = weights.layers
-    widest = max(layers[0].qkv.shape[0], layers[0].o.shape[0], layers[0].gate_up.shape[0])
-    plan.counters = tile_counters(widest, 16, device)  # 16: candidate_configs' narrowest tile
     timings: dict[str, dict[str, float]] = {}
-    sm_count = torch.cuda.get_device_properties(device).multi_processor_count
     flush = torch.empty(96 * 1024**2 // 4, dtype=torch.float32, device=device)  # 96 MB: > the L2 of an H100/H200
     side = torch.cuda.Stream()  # one warm-up stream for every timing: each new stream gets its own cuBLAS workspace
-    dtype = layers[0].qkv.dtype
     baseline_us = _graph_us(None, len(layers), flush)  # the flushes alone
-    for rows in [b for b in buckets if b <= MAX_ROWS]:
-        for name in PROJECTIONS:
-            if name == "qkv" and layers[0].qkv_bias is not None:
-                continue  # a bias (Qwen2): cuBLAS's fused epilogue
-            options = _options(name, layers, rows, dtype, device, sm_count, plan)
-            cell = {label: _time_us(fn, len(layers), flush, baseline_us, side) for label, (fn, _) in options.items()}
-            timings[f"{name}@{rows}"] = cell
-            best = min((label for label in cell if label != "cublas"), key=cell.get)
-            if cell[best] < MARGIN * cell["cublas"]:
-                plan.choices[(name, rows)] = options[best][1]
+    for name, rows, options in _cells(weights, buckets, plan):
+        cell = {label: _time_us(fn, len(layers), flush, baseline_us, side) for label, (fn, _) in options.items()}
+        timings[f"{name}@{rows}"] = cell
+        best = min((label for label in cell if label != "cublas"), key=cell.get)
+        if cell[best] < MARGIN * cell["cublas"]:
+            plan.choices[(name, rows)] = options[best][1]
     del flush
     log.info("GEMM plan: %s", {f"{name}@{rows}": str(c) for (name, rows), c in plan.choices.items()} or "cuBLAS only")
     return plan, timings
+
+
+def launch_candidates(weights, buckets: list[int], act_mul: Callable, device: torch.device,
+                      activation: str = "silu") -> None:
+    """Every option tune_gemm_plan times, run once on the first layer: the kernels the timing compiles. The
+    start-up's precompile runs it on meta tensors (kernel_precompile.py) when the engine will time its plan."""
+    for _, _, options in _cells(weights, buckets, _empty_plan(weights, act_mul, device, activation)):
+        for fn, _ in options.values():
+            fn(0)
+
+
+def _empty_plan(weights, act_mul: Callable, device: torch.device, activation: str) -> GemmPlan:
+    """cuBLAS everywhere, with the split-K tile counters every Triton choice of the plan shares."""
+    from inferlab.engine.kernels.triton_gemm import tile_counters
+
+    plan = GemmPlan(act_mul, activation=activation)
+    layer = weights.layers[0]
+    widest = max(layer.qkv.shape[0], layer.o.shape[0], layer.gate_up.shape[0])
+    plan.counters = tile_counters(widest, 16, device)  # 16: candidate_configs' narrowest tile
+    return plan
+
+
+def _cells(weights, buckets: list[int], plan: GemmPlan) -> Iterator[tuple[str, int, dict]]:
+    """(projection, rows, options) of each cell the timing measures: every projection at every bucket <=
+    MAX_ROWS, but qkv with a bias (Qwen2: cuBLAS's fused epilogue)."""
+    from inferlab.engine.kernels.device_props import sm_count
+
+    layers = weights.layers
+    device, dtype = layers[0].qkv.device, layers[0].qkv.dtype
+    sms = sm_count(device, cpu_value=8)
+    for rows in [b for b in buckets if b <= MAX_ROWS]:
+        for name in PROJECTIONS:
+            if name != "qkv" or layers[0].qkv_bias is None:
+                yield name, rows, _options(name, layers, rows, dtype, device, sms, plan)
 
 
 def _options(name: str, layers, rows: int, dtype, device, sm_count: int, plan: GemmPlan) -> dict:

@@ -148,11 +148,12 @@ def prepare(
             timings,
         )
     if n + s.max_new_tokens > max_seq_len:
+        room = max_seq_len - n  # new tokens a row still holds beside this prompt
+        lower = f"lower max_new_tokens to {room}, " if room >= 1 else ""
         return error_result(
             request,
             f"prompt of {n} tokens + max_new_tokens={s.max_new_tokens} = {n + s.max_new_tokens} exceeds "
-            f"max_seq_len={max_seq_len}; shorten the prompt, lower max_new_tokens to {max(0, max_seq_len - n)}, "
-            "or start the engine with a larger max_seq_len",
+            f"max_seq_len={max_seq_len}; shorten the prompt, {lower}or start the engine with a larger max_seq_len",
             n,
             timings,
         )

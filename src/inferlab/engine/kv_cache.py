@@ -216,13 +216,20 @@ def plan_memory(
 
 
 def _refusal(model: MemoryModel, budget: int, slots: int, length: int, slot_cap: int, model_max: int) -> str:
+    """Why (slots, length) does not fit, and only alternatives that do (at least 1 slot of 2 positions)."""
     need = model.total(slots, length)
     fit_slots = model.largest_slots(length, budget, max(slot_cap, slots))
     fit_len = model.largest_len(slots, budget, max(model_max, length))
+    feasible = [f"max_slots={fit_slots} at max_seq_len={length}"] if fit_slots >= 1 else []
+    if fit_len >= 2:
+        feasible.append(f"max_seq_len={fit_len} at max_slots={slots}")
+    elif slots > 1 and (one_row := model.largest_len(1, budget, max(model_max, length))) >= 2:
+        feasible.append(f"max_seq_len={one_row} at max_slots=1")
+    fix = (f"Largest feasible: {', or '.join(feasible)}; or raise gpu_memory_fraction / memory_budget_bytes"
+           if feasible else "Not even one row of 2 positions fits: raise gpu_memory_fraction / memory_budget_bytes, "
+           "or use a smaller dtype or model")
     return (
         f"max_slots={slots} x max_seq_len={length} does not fit: it needs {need / GIB:.2f} GiB (weights "
         f"{model.weight_bytes / GIB:.2f} GiB, KV cache {slots * length * model.kv_per_token / GIB:.2f} GiB, "
-        f"workspace and reserve the rest) but the budget is {budget / GIB:.2f} GiB. Largest feasible: "
-        f"max_slots={fit_slots} at max_seq_len={length}, or max_seq_len={fit_len} at max_slots={slots}; "
-        "or raise gpu_memory_fraction / memory_budget_bytes"
+        f"workspace and reserve the rest) but the budget is {budget / GIB:.2f} GiB. {fix}"
     )

@@ -34,9 +34,14 @@ from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
 from inferlab.engine.prefill_graphs import PrefillGraphs, right_padded
 from inferlab.engine.rows import RowState
+from inferlab.engine.sampler import FILTER_LEVELS
 from inferlab.engine.step import finish_step
 from inferlab.engine.taps import RowTaps
 from inferlab.engine.transfer import tensor_on, to_device
+from inferlab.engine.forwards.llama import LlamaModel
+from inferlab.models.config import ModelSpec
+from inferlab.models.rope import RotaryTables
+from inferlab.models.weights import ModelWeights
 from inferlab.types import Request, SamplingParams, Timings
 
 log = logging.getLogger(__name__)
@@ -64,6 +69,19 @@ class ModelRunner:
         self.graphs: DecodeGraphs | None = None
         self.prefill_graphs: PrefillGraphs | None = None
 
+    @classmethod
+    def build(cls, spec: ModelSpec, model_class: type, weights: ModelWeights, ops: Ops, kv_dtype: torch.dtype,
+              slots: int, max_len: int, max_stop_ids: int, share_prompts: bool) -> "ModelRunner":
+        """The model (`model_class`: the registry's forward) over `weights`, with its rope tables, a KV cache
+        of `slots` x `max_len` and the row state, on the weights' device (the engine's, or "meta" for the
+        kernel precompile's dry run: engine/kernel_precompile.py)."""
+        device = weights.embed.device
+        rotary = RotaryTables.build(spec.rope, spec.head_dim, max_len, device)
+        model = model_class(spec, weights, ops, rotary)
+        cache = KVCache.allocate(spec, slots, max_len, kv_dtype, device, ops.name)
+        rows = RowState.allocate(slots, max_stop_ids, max_len, device)
+        return cls(model, cache, rows, ops, share_prompts)
+
     # ---- decode -------------------------------------------------------------------------------------
     def decode_step(self, b: int, variant: Variant, len_hint: int | None = None) -> None:
         """One eager decode step over rows [0, b) (what each graph captured; also used to profile)."""
@@ -74,10 +92,10 @@ class ModelRunner:
         hooks = self.constraints if variant.constrained else NO_CONSTRAINTS
         finish_step(logits, r.view(b), hooks, self.ops, variant.level)
 
-    def use_graphs(self, max_prefill_tokens: int) -> None:
+    def use_graphs(self, max_prefill_tokens: int, capturer: Capturer | None = None) -> None:
         """Replay decode steps and the prefill forward from CUDA graphs, each captured when first needed
-        (graphs.py, prefill_graphs.py), all in one memory pool."""
-        capturer = Capturer()
+        (graphs.py, prefill_graphs.py), all in one memory pool (`capturer`: a Capturer() unless given)."""
+        capturer = capturer if capturer is not None else Capturer()
         self.graphs = DecodeGraphs(self.sizes, capturer)
         lanes = min(self.num_rows, max_prefill_tokens)
         self.prefill_graphs = PrefillGraphs(self.model, self.cache, self.rows.slots, lanes, self.cache.max_len,
@@ -232,6 +250,21 @@ class ModelRunner:
         self.rows.scatter_(idx, part)
         padded = shape[0] * shape[1] if shape is not None else u * longest
         return PrefillDone(lanes=u, tokens=sum(len(p) for p in prompts), padded=padded)
+
+    def warm_up(self, max_seq_len: int, max_prefill_tokens: int, use_graphs: bool,
+                capturer: Capturer | None = None) -> None:
+        """What start-up runs before the first request (Engine._warm_up; the kernel precompile's dry run runs
+        the same on meta tensors, so both launch the same kernels at the same shapes): an eager two-row
+        prefill (the prefill attention's backends are chosen before any capture), then with graphs the
+        largest prefill shapes through their graphs and the largest decode bucket's graph of each plain
+        filter level (it sizes the graphs' shared pool), without them the largest prefills eagerly."""
+        self.warm_prefill()
+        if use_graphs:
+            self.use_graphs(max_prefill_tokens, capturer)
+        self.warm_prefill(max_seq_len, max_prefill_tokens)
+        if use_graphs:
+            for level in FILTER_LEVELS:
+                self.ensure_graph(self.sizes[-1], Variant(level))
 
     def warm_prefill(self, max_seq_len: int | None = None, max_prefill_tokens: int | None = None) -> None:
         """Without bounds: two rows sharing a one-token prompt (an eager prefill, before any graph capture:

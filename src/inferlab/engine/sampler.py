@@ -14,10 +14,12 @@ filter none of its rows uses.
 
 Top-p without top-k (FILTER_TOP_P, the common case) skips the threshold search, whose radix passes cost
 ~2.2 ms per step at 256 rows x 128k vocabulary on an H200, half the step: `top_p_by_rejection` races
-over the tokens above a pivot and accepts the draw when the mass strictly above its logit is < top_p x the
-total, which is exactly membership of the kept set above (an upper set in key order, ties at the
-threshold kept). A rejected draw is outside the kept set, and so is everything at or below its key: the
-pivot moves up past it. Each round accepts with probability >= top_p, so after TOP_P_ROUNDS rounds the
+over the tokens above a pivot and accepts the draw when it is at or above the min-p floor and the mass
+strictly above its logit is < top_p x the total, which is exactly membership of the kept set above (an
+upper set in key order, ties at the threshold kept). A rejected draw is outside the kept set, and so is
+everything at or below its key (and below the floor): the pivot moves up past it. Round 0 races over every
+token, so it needs no row maximum beforehand (the Triton race computes the maximum and the total mass in the
+same pass). Each round accepts with probability >= the kept set's mass, so after TOP_P_ROUNDS rounds the
 few rows still open take the exact threshold (the radix passes run for them alone) and one last race.
 Conditioned on acceptance a draw follows the kept distribution, so the tokens are distributed exactly as
 with the threshold; they are other draws than the threshold path's for the same seed (fresh noise per
@@ -136,7 +138,7 @@ def mass_above_torch(
     return torch.where(keep, above, 0.0), torch.where(keep, w.sum(dim=-1), 0.0)
 
 
-TOP_P_ROUNDS = 3  # rejection rounds before the exact fallback (each accepts a row with probability >= top_p)
+TOP_P_ROUNDS = 3  # rejection rounds before the exact fallback (each accepts a row with probability >= top_p, min-p apart)
 
 
 def top_p_by_rejection(
@@ -151,23 +153,23 @@ def top_p_by_rejection(
 ) -> torch.Tensor:  # [rows] int64
     """Top-p (and min-p) sampling without the threshold search, the torch reference (see the module
     docstring; kernels/triton_top_p.py is the same in fused kernels). Fixed launches, no host sync:
-    graph-capturable. Rows without top-p (greedy, top_p = 1) take round 0's race; `skip` rows count as
-    settled from the start, so no round races or sums for them."""
+    graph-capturable. Rows without top-p (greedy, top_p = 1) take the first draw at or above their min-p
+    floor; `skip` rows count as settled from the start, so no round races or sums for them."""
     no_top_k = torch.zeros_like(token_index)
     floor = filter_threshold(logits.float(), temperature, no_top_k, top_p, min_p, FILTER_MIN_P)  # min-p key
-    plain = (temperature <= 0) | (top_p >= 1)  # [rows] bool: no top-p to check, round 0's draw stands
+    plain = (temperature <= 0) | (top_p >= 1)  # [rows] bool: no top-p to check, only the floor
     done = torch.zeros_like(plain) if skip is None else skip.clone()  # [rows] bool: token chosen
     tokens = torch.zeros_like(token_index)
-    pivot, total = floor, None
+    pivot, total = torch.full_like(floor, KEEP_ALL), None
     for r in range(rounds):
-        drawn = race_argmax_torch(logits, temperature, pivot, seeds, token_index, r, done)
+        drawn = race_argmax_torch(logits, temperature, pivot if r else None, seeds, token_index, r, done)
         above, mass = mass_above_torch(logits, temperature, drawn, plain | done)
         total = mass if total is None else total  # the same every round: kept from round 0
-        accept = ~done & (plain | (above < top_p * total))
+        drawn_key = float_key(logits.float().gather(1, drawn[:, None]).squeeze(1))
+        accept = ~done & (drawn_key >= floor) & (plain | (above < top_p * total))
         tokens = torch.where(accept, drawn, tokens)
         done = done | accept
-        drawn_key = float_key(logits.float().gather(1, drawn[:, None]).squeeze(1))
-        pivot = torch.where(done, pivot, torch.maximum(pivot, drawn_key + 1))  # past the rejected draw
+        pivot = torch.where(done, pivot, torch.maximum(torch.maximum(pivot, floor), drawn_key + 1))  # past the draw
     # the rows still open (probability <= (1 - top_p)^rounds each): the exact threshold, for them alone
     open_p = torch.where(done | plain, 1.0, top_p)
     tau = filter_threshold(logits.float(), temperature, no_top_k, open_p, min_p, FILTER_TOP_P)

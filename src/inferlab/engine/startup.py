@@ -19,7 +19,7 @@ from inferlab.engine.config import EngineConfig
 from inferlab.engine.kv_cache import MemoryModel, MemoryPlan, plan_memory
 from inferlab.engine.kv_quant import FP8_KV_DTYPE
 from inferlab.errors import ConfigError, UnsupportedError
-from inferlab.models.config import ModelSpec
+from inferlab.models.config import ModelSpec, read_model_spec
 from inferlab.models.loader import expected_shapes
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,10 @@ def resolve_device(name: str) -> torch.device:
     Triton launches and graph capture need one."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device={name!r} is not a torch device; use 'auto', 'cpu', 'cuda' or 'cuda:N'") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device={name!r} but CUDA is not available here; use device='cpu' or 'auto'")
     if device.type == "cuda" and device.index is None:
@@ -75,6 +78,12 @@ def resolve_kv_dtype(name: str, dtype: torch.dtype, device: torch.device) -> tor
                 "Use --kv-dtype auto (kv_dtype='auto': the cache in the model dtype)"
             )
     return FP8_KV_DTYPE
+
+
+def fp8_kv_supported(device: torch.device) -> bool:
+    """Whether an FP8 KV cache runs on `device` as a GPU cache (CUDA compute capability >= 8.9); on CPU the
+    engine runs fp8 through its torch reference, a correctness path, never a speed option."""
+    return device.type == "cuda" and tuple(torch.cuda.get_device_capability(device)) >= FP8_MIN_CAPABILITY
 
 
 def memory_budget(config: EngineConfig, device: torch.device) -> int:
@@ -138,3 +147,13 @@ def make_plan(
         plan.budget_bytes / 1024**3,
     )
     return plan
+
+
+def plan_without_loading(config: EngineConfig) -> MemoryPlan:
+    """The memory plan an Engine started now with `config` would make (device, dtypes, budget and refusals
+    as at start-up), without reading weights or allocating anything: e.g. the largest feasible max_slots
+    for a max_seq_len (max_slots=None, slot_cap as high as wanted)."""
+    device = resolve_device(config.device)
+    spec = read_model_spec(config.model)
+    dtype = resolve_dtype(config.dtype, spec, device)
+    return make_plan(config, spec, dtype, device, resolve_kv_dtype(config.kv_dtype, dtype, device))

@@ -19,10 +19,12 @@ Not here: what is measured (gemm_plan.py) or when (engine.py).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
 import tempfile
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,35 @@ def source_fingerprint(*modules: Any) -> str:
     for module in modules:
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()[:16]
+
+
+def code_fingerprint(*modules: Any) -> str:
+    """A short hash of the code of `modules` without comments, docstrings, blank lines and trailing spaces:
+    what the code does, not how its prose reads (a measurement shipped with the package, gemm_plans/, stays
+    valid when a comment changes). The same on every Python version: spans are cut from the source text."""
+    digest = hashlib.sha256()
+    for module in modules:
+        source = Path(module.__file__).read_text()
+        lines = source.splitlines(keepends=True)
+        for (row, col), (end_row, end_col) in reversed(_prose_spans(source)):
+            lines[row - 1 : end_row] = [lines[row - 1][:col] + lines[end_row - 1][end_col:]]
+        code = [line.rstrip() for line in "".join(lines).splitlines() if line.strip()]
+        digest.update("\n".join(code).encode())
+    return digest.hexdigest()[:16]
+
+
+def _prose_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) of every comment and of every string that is a statement of its own (docstrings), in
+    source order, as tokenize positions (1-based rows, 0-based columns)."""
+    tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)]
+    code = [t for t in tokens if t.type not in (tokenize.COMMENT, tokenize.NL)]
+    statement_starts = {id(t) for prev, t in zip([None] + code, code)
+                        if prev is None or prev.type in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)}
+    spans = [(t.start, t.end) for t in tokens if t.type == tokenize.COMMENT]
+    for t, after in zip(code, code[1:]):
+        if t.type == tokenize.STRING and id(t) in statement_starts and after.type == tokenize.NEWLINE:
+            spans.append((t.start, t.end))
+    return sorted(spans)
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,21 @@ class EngineStats:
     tokenizer_wait_s: float = 0.0  # what start-up waited for that thread (both 0 with load_tokenizer=False)
     allocate_s: float = 0.0  # KV cache, row state, host buffers
     warmup_s: float = 0.0  # prefill at its largest shapes and the start-up graphs' warm-up steps (Triton JIT)
-    gemm_tune_s: float = 0.0  # the GEMM plan: timing cuBLAS vs the Triton GEMM, or reading it from the cache
-    gemm_plan_source: str = ""  # "cache", "timed", or "" (no plan: CPU, torch kernels, gemm="cublas")
+    gemm_tune_s: float = 0.0  # the GEMM plan: timing cuBLAS vs the Triton GEMM, or reading it (cache, shipped)
+    # "cache" (this machine's start-up cache), "shipped" (the package's plans, engine/gemm_plans/), "timed",
+    # or "" (no plan: CPU, torch kernels, gemm="cublas")
+    gemm_plan_source: str = ""
     gemm_choices: dict = field(default_factory=dict)  # {"qkv@16": "cublas" | "triton n64 k128 split2", ...}
     startup_cache_dir: str = ""  # where start-up measurements are kept ("" when the cache is off)
+    # the warm-up's Triton kernels compiled in background threads while the weights loaded
+    # (kernel_precompile.py; all 0 where nothing is precompiled: CPU, torch kernels, precompile=False)
+    precompile_kernels: int = 0  # kernels compiled (or read from Triton's disk cache) in the background
+    precompile_s: float = 0.0  # its wall time, from before the weights to its last compile
+    precompile_compile_s: float = 0.0  # compile time summed over its threads
+    precompile_wait_s: float = 0.0  # what start-up waited for it after the weights and allocation
+    precompile_error: str = ""  # why its dry run stopped early ("": it ran to the end)
+    warmup_compiles: int = 0  # Triton kernels the warm-up still compiled as it launched them (-1: not counted)
+    warmup_compile_s: float = 0.0  # their time, on the critical path (inside warmup_s and capture_s)
     capture_s: float = 0.0  # CUDA graph capture alone, at start-up (decode and prefill graphs)
     graphs: int = 0  # decode graphs captured so far (start-up + lazily)
     prefill_graphs: int = 0  # prefill graphs captured so far, one per (lanes, length) bucket used
@@ -70,9 +81,12 @@ class EngineStats:
     def startup_phases(self) -> str:
         """One line of the start-up phases, for logs."""
         source = f" ({self.gemm_plan_source})" if self.gemm_plan_source else ""
+        precompile = (f"Triton precompile {self.precompile_kernels} kernels in {self.precompile_s:.1f} s (in threads, "
+                      f"waited {self.precompile_wait_s:.1f} s), " if self.precompile_kernels or self.precompile_s else "")
+        compiles = f" ({self.warmup_compiles} compiles {self.warmup_compile_s:.1f} s)" if self.warmup_compiles else ""
         return (f"CUDA init {self.device_init_s:.1f} s, weights {self.load_s:.1f} s, "
                 f"tokenizer {self.tokenizer_s:.1f} s (in a thread, waited {self.tokenizer_wait_s:.1f} s), allocation {self.allocate_s:.1f} s, "
-                f"GEMM plan {self.gemm_tune_s:.1f} s{source}, warm-up {self.warmup_s:.1f} s, "
+                f"{precompile}GEMM plan {self.gemm_tune_s:.1f} s{source}, warm-up {self.warmup_s:.1f} s{compiles}, "
                 f"{self.graphs} graphs {self.capture_s:.1f} s")
 
     @property

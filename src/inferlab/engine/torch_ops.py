@@ -120,6 +120,27 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def rotate_q_k(
+    q: torch.Tensor,  # [tokens, heads, head_dim]
+    k: torch.Tensor,  # [tokens, kv_heads, head_dim]
+    positions: torch.Tensor,  # [tokens] int64
+    cos: torch.Tensor,  # [max_positions, head_dim] fp32
+    sin: torch.Tensor,
+    q_norm: torch.Tensor | None,  # [head_dim] (Qwen3, Gemma 3) or None
+    k_norm: torch.Tensor | None,
+    eps: float,
+    qk_norm_offset: bool = False,  # Gemma 3: the q/k norms scale by (1 + w)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The optional per-head q/k RMSNorm, then rope at each token's position (cos/sin cast to q's dtype, as
+    transformers does): new q and k tensors of the same shapes."""
+    if q_norm is not None:
+        q = rms_norm(q, q_norm, eps, qk_norm_offset)
+        k = rms_norm(k, k_norm, eps, qk_norm_offset)
+    c = cos[positions].to(q.dtype)[:, None, :]  # [tokens, 1, head_dim]
+    s = sin[positions].to(q.dtype)[:, None, :]
+    return q * c + _rotate_half(q) * s, k * c + _rotate_half(k) * s
+
+
 def rope_qkv(
     qkv: torch.Tensor,  # [tokens, (heads + 2 * kv_heads) * head_dim]
     positions: torch.Tensor,  # [tokens] int64
@@ -149,13 +170,7 @@ def rope_qkv(
     q = q.reshape(tokens, num_heads, head_dim)
     k = k.reshape(tokens, kv_heads, head_dim)
     v = v.reshape(tokens, kv_heads, head_dim)
-    if q_norm is not None:
-        q = rms_norm(q, q_norm, eps, qk_norm_offset)
-        k = rms_norm(k, k_norm, eps, qk_norm_offset)
-    c = cos[positions].to(qkv.dtype)[:, None, :]  # [tokens, 1, head_dim]
-    s = sin[positions].to(qkv.dtype)[:, None, :]
-    q = q * c + _rotate_half(q) * s
-    k = k * c + _rotate_half(k) * s
+    q, k = rotate_q_k(q, k, positions, cos, sin, q_norm, k_norm, eps, qk_norm_offset)
     if k_scale is None:
         k_cache[slots, :, positions] = k  # advanced indices on dims 0 and 2: one [kv_heads, head_dim] per token
         v_cache[slots, :, positions] = v

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.errors import ConfigError, InputError, UnsupportedError
+from inferlab.models.config_file import read_config
 from inferlab.models.gemma_config import GEMMA_MODEL_TYPES, gemma_fields
-from inferlab.models.registry import family_for
+from inferlab.models.registry import encoder_family_for
 from inferlab.models.rope_spec import RopeSpec, rope_from_parameters
 
 
@@ -61,6 +62,7 @@ class ModelSpec:
     bos_token_id: int | None = None
     pad_token_id: int | None = None
     checkpoint_dtype: str | None = None  # "bfloat16", "float32", ... as written in config.json
+    num_labels: int = 2  # a sequence classifier's outputs (its score head's rows): len(id2label), else num_labels
     raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -109,9 +111,12 @@ def _as_id_tuple(value: Any) -> tuple[int, ...]:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}); the checkpoint is damaged") from None
+        data = json.loads(path.read_text())
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"{path} is not valid JSON ({e}); the checkpoint is damaged") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path} holds a JSON {type(data).__name__}, not an object; the checkpoint is damaged")
+    return data
 
 
 def _rope_from_config(cfg: dict[str, Any]) -> RopeSpec:
@@ -140,19 +145,21 @@ def read_model_spec(model_dir: str | Path) -> ModelSpec:
     """Parse `model_dir`/config.json (+ generation_config.json when present) into a ModelSpec."""
     root = Path(model_dir)
     config_path = root / "config.json"
-    if not root.is_dir():
-        raise InputError(f"model folder {root} does not exist; pass a local HuggingFace checkpoint folder as --model "
-                         "(or make one: inferlab model init --preset tiny --out DIR)")
-    if not config_path.exists():
-        raise InputError(f"{root} has no config.json, so it is not a HuggingFace checkpoint folder; pass one as "
-                         "--model (or make one: inferlab model init --preset tiny --out DIR)")
-    cfg = _read_json(config_path)
+    cfg = read_config(root)  # a JSON object whose sizes are whole numbers in range (config_file.py)
+    try:
+        return _spec_from_config(cfg, root, config_path)
+    except (TypeError, ValueError, AttributeError, KeyError) as e:  # a field of the wrong JSON type
+        raise InputError(f"{config_path} has a field of the wrong type ({type(e).__name__}: {e}); the checkpoint is "
+                         "damaged or not a HuggingFace model: re-download or re-save it") from None
+
+
+def _spec_from_config(cfg: dict[str, Any], root: Path, config_path: Path) -> ModelSpec:
     architectures = cfg.get("architectures") or []
-    if not architectures:
-        raise InputError(f"{config_path} has no 'architectures' entry; cannot tell which model this is")
+    if not isinstance(architectures, list) or not architectures:
+        raise InputError(f"{config_path} has no 'architectures' list; cannot tell which model this is")
     missing = [key for key in _REQUIRED_KEYS if key not in cfg]
     if missing:  # another family's config (GPT-2 names these n_head, n_layer...): say so before a KeyError
-        family_for(str(architectures[0]))  # UnsupportedError for an architecture we do not implement
+        encoder_family_for(str(architectures[0]))  # UnsupportedError for an architecture we do not implement
         raise InputError(f"{config_path} lacks {', '.join(missing)}; is this a complete HuggingFace config?")
     if cfg.get("mlp_bias"):
         raise UnsupportedError("mlp_bias=true is not supported by the inferlab engine; use --backend hf")
@@ -189,6 +196,7 @@ def read_model_spec(model_dir: str | Path) -> ModelSpec:
         bos_token_id=cfg.get("bos_token_id", gen.get("bos_token_id")),
         pad_token_id=cfg.get("pad_token_id", gen.get("pad_token_id")),
         checkpoint_dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
+        num_labels=len(cfg.get("id2label") or {}) or int(cfg.get("num_labels", 2)),
         raw=cfg,
     )
     return ModelSpec(**(common | family))  # the family's reading wins (e.g. Gemma's own defaults)

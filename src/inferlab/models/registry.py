@@ -1,4 +1,5 @@
-"""Which checkpoint architectures the engine implements, and in which forward family.
+"""Which checkpoint architectures the engine implements, and in which forward family; which sequence
+classifiers its encoder (engine/packed) runs, and on which causal LM's decoder.
 
 `config.architectures[0]` is looked up here (names only: the forward classes are the engine's,
 engine/forwards/registry.py). Anything not listed raises UnsupportedError naming the architecture, the
@@ -22,6 +23,36 @@ ARCHITECTURES: dict[str, str] = {
     "Gemma2ForCausalLM": GEMMA,
     "Gemma3ForCausalLM": GEMMA,
 }
+
+
+# Sequence classifiers: the same decoder as the causal LM of their family, a score head instead of lm_head
+# (transformers' GenericForSequenceClassification). Gemma 3's text classifier is Gemma3TextFor...; the
+# multimodal Gemma3ForSequenceClassification (weights under model.language_model) is not listed.
+CLASSIFIERS: dict[str, str] = {
+    "LlamaForSequenceClassification": "LlamaForCausalLM",
+    "MistralForSequenceClassification": "MistralForCausalLM",
+    "Qwen2ForSequenceClassification": "Qwen2ForCausalLM",
+    "Qwen3ForSequenceClassification": "Qwen3ForCausalLM",
+    "GemmaForSequenceClassification": "GemmaForCausalLM",
+    "Gemma2ForSequenceClassification": "Gemma2ForCausalLM",
+    "Gemma3TextForSequenceClassification": "Gemma3ForCausalLM",
+}
+
+
+def is_classifier(architecture: str) -> bool:
+    return architecture in CLASSIFIERS
+
+
+def encoder_family_for(architecture: str) -> str:
+    """The forward family the packed prefill (engine/packed) runs for a causal LM or a sequence classifier."""
+    if architecture in CLASSIFIERS:
+        return ARCHITECTURES[CLASSIFIERS[architecture]]
+    if architecture in ARCHITECTURES:
+        return ARCHITECTURES[architecture]
+    raise UnsupportedError(
+        f"architecture {architecture!r} is not supported by the inferlab engine (supported: "
+        f"{', '.join([*ARCHITECTURES, *CLASSIFIERS])}); run it with --backend hf (transformers) instead"
+    )
 
 
 def family_for(architecture: str) -> str:

@@ -20,7 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from inferlab.errors import InputError
+
 log = logging.getLogger(__name__)
+
+TOKENIZER_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                        "vocab.json")
 
 
 def load_tokenizer(model_dir: str | Path) -> Any:
@@ -46,13 +51,34 @@ def load_tokenizer_timed(model_dir: str | Path) -> tuple[Any, float]:
 
 
 def load_hf_tokenizer(folder: str | Path) -> Any:
-    """The folder's tokenizer (what AutoTokenizer.from_pretrained(folder) returns)."""
-    tokenizer_class = tokenizer_class_of(Path(folder))
-    if tokenizer_class is None:
-        from transformers import AutoTokenizer
+    """The folder's tokenizer (what AutoTokenizer.from_pretrained(folder) returns); InputError naming the
+    damaged file when the tokenizer files cannot be loaded."""
+    try:
+        tokenizer_class = tokenizer_class_of(Path(folder))
+        if tokenizer_class is None:
+            from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(str(folder))
-    return tokenizer_class.from_pretrained(str(folder))
+            return AutoTokenizer.from_pretrained(str(folder))
+        return tokenizer_class.from_pretrained(str(folder))
+    except ImportError:
+        raise  # a missing package (sentencepiece, tiktoken...): the CLI names what to install
+    except Exception as e:  # transformers and tokenizers raise many types for damaged files
+        raise InputError(_unloadable(Path(folder), e)) from None
+
+
+def _unloadable(folder: Path, error: Exception) -> str:
+    """Why `folder`'s tokenizer could not be loaded: the first of its JSON files that does not parse, else
+    the loader's own words."""
+    for name in TOKENIZER_JSON_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, RecursionError) as e:
+            return f"{path} is not valid JSON ({e}); the tokenizer is damaged: re-download or re-save it"
+    return (f"the tokenizer in {folder} cannot be loaded ({type(error).__name__}: {error}); its files are damaged "
+            "or incomplete: re-download or re-save it")
 
 
 def tokenizer_class_of(folder: Path) -> type | None:

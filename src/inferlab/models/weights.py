@@ -33,16 +33,20 @@ class ModelWeights:
     embed: torch.Tensor  # [vocab, hidden]
     layers: list[LayerWeights]
     final_norm: torch.Tensor  # [hidden]
-    lm_head: torch.Tensor  # [vocab, hidden]; the same tensor as `embed` when embeddings are tied
+    lm_head: torch.Tensor | None  # [vocab, hidden]; the same tensor as `embed` when embeddings are tied; None when
+    #                              loaded without it (models/loader.py HEADS: a classifier, hidden states only)
+    score: torch.Tensor | None = None  # [num_labels, hidden]: a sequence classifier's head (loader head="score")
 
     def nbytes(self) -> int:
         """Bytes of distinct weight storage (a tied head is counted once)."""
         seen: set[int] = set()
         total = 0
-        tensors = [self.embed, self.final_norm, self.lm_head]
+        tensors = [self.embed, self.final_norm, self.lm_head, self.score]
         for layer in self.layers:
-            tensors += [t for t in vars(layer).values() if t is not None]
+            tensors += list(vars(layer).values())
         for t in tensors:
+            if not isinstance(t, torch.Tensor):
+                continue
             if t.data_ptr() not in seen:
                 seen.add(t.data_ptr())
                 total += t.numel() * t.element_size()

@@ -8,13 +8,13 @@ import logging
 import sys
 from pathlib import Path
 
+from inferlab.child_processes import die_with_parent_from_environment
 from inferlab.errors import InferlabError
-from inferlab.scale.launchers.local import die_with_parent
 from inferlab.scale.worker import ShardTask, run_shard
 
 
 def main(argv: list[str]) -> int:
-    die_with_parent()
+    die_with_parent_from_environment()  # the local launcher's coordinator
     if len(argv) != 1:
         print("usage: python -m inferlab.scale TASK.json", file=sys.stderr)
         return 2

@@ -30,8 +30,10 @@ from inferlab.scale.partition import ShardLoad, imbalance
 from inferlab.scale.plan import check_reuse, make_plan
 from inferlab.scale.progress import LineCounter, ProgressCounter
 from inferlab.scale.report import ScaleReport, ShardReport
-from inferlab.scale.units import file_sha256, read_units
-from inferlab.scale.workdir import Manifest, ShardState, WorkDir, write_json_atomic
+from inferlab.outputs.manifest import file_sha256
+from inferlab.scale.units import read_units
+from inferlab.outputs.atomic import write_json_atomic
+from inferlab.scale.workdir import Manifest, ShardState, WorkDir
 from inferlab.scale.worker import ShardTask
 
 log = logging.getLogger(__name__)

@@ -1,11 +1,11 @@
 """Input order for merging: where each output row belongs, and a byte-range copier that writes records of
 several shard files in that order.
 
-Rows are placed by id: the id of an input unit sits at its line; an id `line-<n>` that no unit claims
-(the row of a repeated id, which a workload files under its own line) sits at line n. Rows with an id
-the plan does not know keep their shard order after all others, so nothing is ever dropped. Records
-are located as (offset, length) spans and copied with seeks, so merging a large SDF or JSONL holds
-only the index in memory, never the records.
+Rows are placed by id: the id of an input unit sits at its line; an id `line-<n>` (or `line-<n>.<k>`)
+that no unit claims (the row of a repeated id, which a workload files under its own line) sits at line n.
+Rows with an id the plan does not know keep their shard order after all others, so nothing is ever
+dropped. Records are located as (offset, length) spans and copied with seeks, so merging a large SDF or
+JSONL holds only the index in memory, never the records.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from inferlab.scale.units import Unit
 
-_LINE_ID = re.compile(r"^line-(\d+)$")
+_LINE_ID = re.compile(r"^line-(\d+)(?:\.\d+)?$")
 UNPLACED = float("inf")  # the position of a row whose id the plan does not know
 
 

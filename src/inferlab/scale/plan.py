@@ -17,7 +17,8 @@ from inferlab.errors import ConfigError, InputError
 from inferlab.scale.adapter import WorkloadAdapter
 from inferlab.scale.config import ScaleJob
 from inferlab.scale.partition import imbalance, partition_units, shard_loads
-from inferlab.scale.units import file_sha256, write_shard_inputs, write_units
+from inferlab.outputs.manifest import file_sha256, setting_changes
+from inferlab.scale.units import write_shard_inputs, write_units
 from inferlab.scale.workdir import Manifest, ShardState, WorkDir
 
 log = logging.getLogger(__name__)
@@ -81,10 +82,9 @@ def check_reuse(manifest: Manifest, job: ScaleJob, work: WorkDir, settings: dict
             f"{manifest.input_sha256[:16]}..., {job.input} now has {input_sha256[:16]}...; a rerun must read the same "
             f"input to resume; {start_over}"
         )
-    changed = {k: (manifest.settings.get(k), v) for k, v in settings.items() if manifest.settings.get(k) != v}
+    changed = setting_changes(manifest.settings, settings, "then")
     if changed:
-        detail = "; ".join(f"{k}: was {old!r}, now {new!r}" for k, (old, new) in changed.items())
-        raise ConfigError(f"the run in {work.root} was made with other settings ({detail}); {start_over}")
+        raise ConfigError(f"the run in {work.root} was made with other settings ({'; '.join(changed)}); {start_over}")
     for shard in manifest.shards:
         path = work.path(shard.input)
         if not path.exists() or file_sha256(path) != shard.input_sha256:

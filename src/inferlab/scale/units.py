@@ -14,16 +14,12 @@ Not here: estimating costs (the adapters), partitioning (partition.py).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-# Inputs are copied line by line without decoding errors (surrogateescape keeps any byte as it was) and
-# without newline translation (newline=""), so a shard's lines are byte-identical to the input's.
-_TEXT = {"encoding": "utf-8", "errors": "surrogateescape", "newline": ""}
 
 
 @dataclass(frozen=True)
@@ -52,17 +48,10 @@ class UnitPlan:
     description: str = ""
 
 
-def file_sha256(path: str | Path, block: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
+def iter_lines(path: str | Path) -> Iterator[bytes]:
+    """The input's lines with their endings, as bytes (a shard's lines are byte-identical to the input's),
+    split at "\n" only: numbered as every input reader numbers them (inputs/lines.py)."""
     with Path(path).open("rb") as f:
-        while chunk := f.read(block):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def iter_lines(path: str | Path) -> Iterator[str]:
-    """The input's lines with their endings, numbered as Python's text readers number them."""
-    with Path(path).open(**_TEXT) as f:
         yield from f
 
 
@@ -83,7 +72,7 @@ def write_shard_inputs(
     try:
         for tmp in tmp_paths:
             tmp.parent.mkdir(parents=True, exist_ok=True)
-            files.append(tmp.open("w", **_TEXT))
+            files.append(tmp.open("wb"))
         for line_no, text in enumerate(iter_lines(input_path), start=1):
             if line_no <= header_lines:
                 for f in files:
@@ -91,7 +80,7 @@ def write_shard_inputs(
                 continue
             shard = owner.get(line_no)
             for index, f in enumerate(files):
-                f.write(text if index == shard else "\n")
+                f.write(text if index == shard else b"\n")
     finally:
         for f in files:
             f.close()

@@ -19,9 +19,7 @@ changed. Only the coordinator writes the manifest; workers write only their own 
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -29,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.errors import ConfigError
+from inferlab.outputs.atomic import write_json_atomic
+from inferlab.outputs.lock import OutputLock
 
 MANIFEST_VERSION = 1
 
@@ -130,21 +130,5 @@ class WorkDir:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the folder's lock for the run; a second run on the same folder is refused, not queued."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with (self.root / "lock").open("w") as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise ConfigError(
-                    f"another run is using {self.root}; wait for it to end, or use another --output"
-                ) from None
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+        with OutputLock(self.root / "lock", f"the work folder {self.root}"):
+            yield

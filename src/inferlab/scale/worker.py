@@ -17,7 +17,7 @@ from typing import Any
 
 from inferlab.scale.adapter import ShardContext, get_adapter
 from inferlab.scale.faults import row_counter
-from inferlab.scale.workdir import write_json_atomic
+from inferlab.outputs.atomic import write_json_atomic
 
 log = logging.getLogger(__name__)
 

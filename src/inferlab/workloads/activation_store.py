@@ -14,7 +14,9 @@ row starts and how many vectors it has; the assembled file then holds layer_<i> 
 
 An id is done once its index line exists; the index line is written after its shard is renamed into place,
 so a crash leaves at worst an orphan shard (ignored; its rows are recomputed). An id written twice (a
-workload that recomputes a row) counts by its last line. Owns only files: no model.
+workload that recomputes a row) counts by its last line. The folder and run.json are made by the first
+write; a rerun compares its settings with run.json's after a JSON round trip (outputs/manifest.py), so
+the same command resumes and a changed setting is named. Owns only files: no model.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from safetensors.torch import save_file
 
 from inferlab.errors import ConfigError
 from inferlab.jsonl_io import ResumableJsonlWriter
+from inferlab.outputs.atomic import write_json_atomic
+from inferlab.outputs.manifest import json_ready, setting_changes
 
 _SHARD_RE = re.compile(r"^shard-(\d+)\.safetensors$")
 
@@ -39,36 +43,46 @@ def layer_key(layer: int) -> str:
     return f"layer_{layer}"
 
 
+def store_folder(output_path: str | Path) -> Path:
+    """The shard folder beside the assembled file: `acts.safetensors.d` for `acts.safetensors`."""
+    p = Path(output_path)
+    return p.with_name(p.name + ".d")
+
+
 class ActivationStore:
     def __init__(self, output_path: str | Path, run_settings: dict[str, Any]) -> None:
         self.output_path = Path(output_path)
-        self.dir = self.output_path.with_name(self.output_path.name + ".d")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._check_settings(run_settings)
-        self.settings = run_settings
+        self.dir = store_folder(self.output_path)
+        self.settings = json_ready(run_settings)
+        self._check_settings()
         self.index = ResumableJsonlWriter(self.dir / "index.jsonl")
-        numbers = [int(m.group(1)) for p in self.dir.iterdir() if (m := _SHARD_RE.match(p.name))]
+        numbers = [int(m.group(1)) for p in self._files() if (m := _SHARD_RE.match(p.name))]
         self._next_shard = max(numbers, default=0) + 1
 
     @property
     def done_ids(self) -> set[str]:
         return self.index.done
 
-    def _check_settings(self, settings: dict[str, Any]) -> None:
+    def _files(self) -> list[Path]:
+        return list(self.dir.iterdir()) if self.dir.is_dir() else []
+
+    def _check_settings(self) -> None:
         path = self.dir / "run.json"
         if path.exists():
-            previous = json.loads(path.read_text())
-            changed = {k: (previous.get(k), v) for k, v in settings.items() if previous.get(k) != v}
+            changed = setting_changes(json.loads(path.read_text()), self.settings, "then")
             if changed:
-                detail = "; ".join(f"{k}: was {old!r}, now {new!r}" for k, (old, new) in changed.items())
                 raise ConfigError(
-                    f"{self.dir} holds shards made with other settings ({detail}); "
-                    "use another --output, or delete that folder to start over"
+                    f"{self.dir} holds shards made with other settings ({'; '.join(changed)}); rerun with those "
+                    "settings to resume, or use another --output (the CLI's --overwrite starts over)"
                 )
-        else:
-            path.write_text(json.dumps(settings, indent=1) + "\n")
+
+    def _begin(self) -> None:
+        """Before the first write: the folder and the settings it is written with."""
+        if not (self.dir / "run.json").exists():
+            write_json_atomic(self.dir / "run.json", self.settings)
 
     def write_error(self, record: dict[str, Any]) -> None:
+        self._begin()
         self.index.write(record)
 
     def write_shard(self, ids: list[str], tokens: list[int], tensors: dict[int, torch.Tensor],
@@ -77,6 +91,7 @@ class ActivationStore:
         (ragged rows) {layer: [sum(lengths), hidden]}, row k's vectors following row k - 1's."""
         if not ids:
             return ""
+        self._begin()
         name = f"shard-{self._next_shard:05d}.safetensors"
         self._next_shard += 1
         tmp = self.dir / (name + ".tmp")
@@ -96,6 +111,8 @@ class ActivationStore:
 
     def _read_index(self) -> dict[str, dict[str, Any]]:
         rows: dict[str, dict[str, Any]] = {}
+        if not (self.dir / "index.jsonl").exists():  # nothing was written (an input without rows)
+            return rows
         with (self.dir / "index.jsonl").open(encoding="utf-8") as f:
             for line in f:
                 row = json.loads(line)

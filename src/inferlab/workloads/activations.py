@@ -3,12 +3,13 @@
 Owns: the layer numbering (transformers' `output_hidden_states` numbering: 0 = the input of the first
 decoder layer, i = the output of decoder layer i-1, L = the final normed `last_hidden_state`), pooling over
 real tokens only (padding masked), and stopping the forward after the deepest layer asked for, so the
-rest of the model (and any head) is never run. Does not own: files, resume or batching (hidden_states.py).
+rest of the model (and any head) is never run. Pooling: "last" real token, "mean" over real tokens, "all"
+real tokens (a [n, hidden] tensor per row). Does not own: files, resume or batching (hidden_states.py).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -30,7 +31,13 @@ def pool_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return summed / mask.sum(dim=1, keepdim=True).to(torch.float32)
 
 
-POOLERS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"last": pool_last, "mean": pool_mean}
+def pool_all(hidden: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+    """hidden [rows, T, H], mask [rows, T] (right padded) -> per row its real tokens' states [n_i, H] fp32."""
+    return [h[:n].float() for h, n in zip(hidden, mask.sum(dim=1).tolist())]
+
+
+POOLERS: dict[str, Callable[[torch.Tensor, torch.Tensor], Any]] = {"last": pool_last, "mean": pool_mean,
+                                                                   "all": pool_all}
 
 
 def resolve_layers(layers: tuple[int, ...], num_layers: int) -> tuple[int, ...]:
@@ -63,6 +70,10 @@ def find_decoder_layers(model: torch.nn.Module, num_layers: int) -> torch.nn.Mod
     return chosen[0][1]
 
 
+def _to_cpu(pooled: Any) -> Any:
+    return [t.cpu() for t in pooled] if isinstance(pooled, list) else pooled.cpu()
+
+
 class _StopForward(Exception):
     """Raised by the hook of the deepest layer asked for: nothing later in the model is needed."""
 
@@ -85,8 +96,9 @@ class HiddenStateCollector:
         self._pool = POOLERS[pool]
         self._decoder_layers = find_decoder_layers(loaded.model, self.num_layers)
 
-    def collect(self, token_ids: list[list[int]]) -> dict[int, torch.Tensor]:
-        """One batch -> {layer: [rows, hidden] fp32 on the CPU}, each row pooled over its own tokens."""
+    def collect(self, token_ids: list[list[int]]) -> dict[int, Any]:
+        """One batch -> {layer: [rows, hidden] fp32 on the CPU}, each row pooled over its own tokens (pool "all":
+        {layer: a [n_i, hidden] tensor per row})."""
         input_ids, attention_mask = pad_batch(token_ids, self.loaded.pad_id, side="right")
         device = self.loaded.device
         input_ids = input_ids.to(device, non_blocking=True)  # [rows, T]
@@ -119,7 +131,7 @@ class HiddenStateCollector:
                     out = None
                 if needs_final:
                     captured[self.num_layers] = self._pool(out.last_hidden_state, attention_mask)
-                return {index: captured[index].cpu() for index in self.layers}
+                return {index: _to_cpu(captured[index]) for index in self.layers}
         finally:
             for handle in handles:
                 handle.remove()

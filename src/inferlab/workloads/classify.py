@@ -1,13 +1,15 @@
-"""Sequence classification of a JSONL file of texts: labels and probabilities out, latency per batch.
+"""Sequence classification of a JSONL file of texts: labels and probabilities out, latency per request.
 
-Owns: the classify options, running an AutoModelForSequenceClassification over length-sorted, dynamically
-padded batches with OOM back-off, the output row format, resume (ids already in the output are skipped)
-and restoring input order at the end. Does not own: loading (hf_loading.py), validation of input rows
-(rows.py), batching (batching.py), back-off (oom.py), the CLI (cli/classify_cmd.py).
+Owns: the classify options, the transformers classifier (`Classifier`: an AutoModelForSequenceClassification
+over length-sorted, dynamically padded batches with OOM back-off), the output row format shared with the
+engine's classifier (workloads/classify_engine.py), the report, resume (ids already in the output are
+skipped) and restoring input order at the end. Does not own: loading (hf_loading.py), validation of input
+rows (rows.py), batching (batching.py), back-off (oom.py), what the logits mean (classifier_labels.py), the CLI.
 
-Output rows: {"id", "status": "ok", "label", "label_id", "probabilities": {label: p}, "tokens",
-"truncated", ["original_tokens"], "batch_rows", "batch_ms"}, or {"id", "status": "error", "error", ...}.
-Padding is on the right: the classifier reads each row's last real token through config.pad_token_id.
+Output rows: {"id", "status": "ok", the label fields of classifier_labels.py ("label", "label_id",
+"probabilities" for a single-label classifier), "tokens", "truncated", ["original_tokens"], "batch_rows",
+"latency_ms"} (latency: from the start of the row's batch to its result), or {"id", "status": "error",
+"error", ...}. Padding is on the right: the classifier reads each row's last non-pad token.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 import torch
 
 from inferlab.errors import ConfigError, InputError
+from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS, check_max_line_chars
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
+from inferlab.models.config_file import read_config
 from inferlab.workloads.batching import BatchLimits, pad_batch, reorder_jsonl
+from inferlab.workloads.classifier_labels import ClassifierLabels
 from inferlab.workloads.hf_loading import (
     LoadedModel,
     ModelLoadConfig,
@@ -54,9 +59,11 @@ class ClassifyOptions:
     max_batch_tokens: int | None = 131072  # rows x padded length of one batch
     text_field: str = "text"
     chunk_rows: int = 4096  # input lines tokenised in one call and length-sorted together
+    max_line_chars: int = DEFAULT_MAX_LINE_CHARS  # an input line over it is an error record
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
     def __post_init__(self) -> None:
+        check_max_line_chars(self.max_line_chars)
         BatchLimits(self.batch_size, self.max_batch_tokens)  # validates both
         if self.max_length is not None and self.max_length < 1:
             raise ConfigError(f"max_length={self.max_length} must be >= 1")
@@ -66,42 +73,81 @@ class ClassifyOptions:
 
 @dataclass
 class ClassifyReport:
+    backend: str = "hf"  # which backend ran the rows: "hf" (transformers) or "inferlab" (the engine)
     rows_ok: int = 0
     rows_error: int = 0
     rows_skipped: int = 0  # finished by an earlier run
     batch_seconds: list[float] = field(default_factory=list)
     batch_rows: list[int] = field(default_factory=list)
+    tokens: int = 0  # real (unpadded) tokens of the rows classified
     wall_s: float = 0.0
     backoff: BackoffStats = field(default_factory=BackoffStats)
+    engine: dict[str, Any] = field(default_factory=dict)  # the engine's figures (stats), when it ran
+
+    def record_batch(self, rows: list[TextRow], seconds: float) -> None:
+        self.rows_ok += len(rows)
+        self.tokens += sum(len(r.token_ids) for r in rows)
+        self.batch_seconds.append(seconds)
+        self.batch_rows.append(len(rows))
+
+    def request_seconds(self) -> list[float]:
+        """Each classified row's latency: its batch's time (every row of a batch gets its result together)."""
+        return [s for s, n in zip(self.batch_seconds, self.batch_rows) for _ in range(n)]
 
     def summary(self) -> dict[str, Any]:
         busy = sum(self.batch_seconds)
         return {
+            "backend": self.backend,
             "rows_ok": self.rows_ok,
             "rows_error": self.rows_error,
             "rows_skipped": self.rows_skipped,
             "batches": len(self.batch_seconds),
             "samples_per_s": self.rows_ok / busy if busy > 0 else None,
+            "tokens_per_s": self.tokens / busy if busy > 0 else None,
             "wall_s": round(self.wall_s, 3),
-            "latency_ms": latency_summary_ms(self.batch_seconds),
+            "latency_ms": latency_summary_ms(self.request_seconds()),
+            "batch_latency_ms": latency_summary_ms(self.batch_seconds),
             "oom_events": self.backoff.oom_events,
             "largest_ok_batch_rows": self.backoff.largest_ok_rows,
+            **({"engine": self.engine} if self.engine else {}),
         }
 
 
+def ok_record(row: TextRow, fields: dict[str, Any], batch_rows: int, batch_s: float) -> dict[str, Any]:
+    """The output row of a classified text (fields: ClassifierLabels.row_fields of its logits)."""
+    record: dict[str, Any] = {"id": row.id, "status": "ok", **fields, "tokens": len(row.token_ids),
+                              "truncated": row.truncated}
+    if row.truncated:
+        record["original_tokens"] = row.original_tokens
+    record["batch_rows"] = batch_rows
+    record["latency_ms"] = round(batch_s * 1000.0, 3)
+    return record
+
+
+class AnyClassifier(Protocol):
+    """What classify_file runs: the transformers Classifier below or the engine's (classify_engine.py)."""
+
+    labels: ClassifierLabels
+
+    def classify_records(self, records: Iterable[InputRecord], writer: ResumableJsonlWriter, options: ClassifyOptions,
+                         progress: Callable[[int], None] | None = None) -> tuple[ClassifyReport, list[str]]: ...
+
+
+def length_policy(options: ClassifyOptions, max_positions: int | None) -> LengthPolicy:
+    max_length = resolve_max_length(options.max_length, max_positions)
+    return LengthPolicy(max_length, options.truncate, "pass --truncate to keep the first tokens, or raise --max-length")
+
+
 class Classifier:
-    """A loaded sequence classifier: token id lists in, (label id, probabilities) out."""
+    """A loaded transformers sequence classifier: token id lists in, logits out, batches padded on the right."""
 
     def __init__(self, loaded: LoadedModel) -> None:
         self.loaded = loaded
-        config = loaded.model.config
-        n_labels = int(config.num_labels)
-        id2label = getattr(config, "id2label", None) or {}
-        self.labels = [str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(n_labels)]
+        self.labels = ClassifierLabels.from_config(loaded.model.config.to_dict())
         self.max_positions = model_max_positions(loaded.model)
 
-    def predict(self, token_ids: list[list[int]]) -> list[tuple[int, list[float]]]:
-        """Classify one batch; returns (label id, probabilities) per row, in order."""
+    def predict(self, token_ids: list[list[int]]) -> torch.Tensor:
+        """Classify one batch: [rows, labels] fp32 logits on the CPU, in order."""
         input_ids, attention_mask = pad_batch(token_ids, self.loaded.pad_id, side="right")
         device = self.loaded.device
         with torch.inference_mode():
@@ -109,99 +155,63 @@ class Classifier:
                 input_ids=input_ids.to(device, non_blocking=True),
                 attention_mask=attention_mask.to(device, non_blocking=True),
             ).logits  # [rows, labels]
-            probs = logits.float().softmax(dim=-1).cpu()  # [rows, labels] fp32; .cpu() waits for the device
-        return [(int(p.argmax()), p.tolist()) for p in probs]
+            return logits.float().cpu()  # .cpu() waits for the device
 
-    def ok_record(self, row: TextRow, label_id: int, probs: list[float], batch_rows: int, batch_s: float) -> dict:
-        record: dict[str, Any] = {
-            "id": row.id,
-            "status": "ok",
-            "label": self.labels[label_id],
-            "label_id": label_id,
-            "probabilities": dict(zip(self.labels, probs)),
-            "tokens": len(row.token_ids),
-            "truncated": row.truncated,
-        }
-        if row.truncated:
-            record["original_tokens"] = row.original_tokens
-        record["batch_rows"] = batch_rows
-        record["batch_ms"] = round(batch_s * 1000.0, 3)
-        return record
+    def classify_records(self, records: Iterable[InputRecord], writer: ResumableJsonlWriter, options: ClassifyOptions,
+                         progress: Callable[[int], None] | None = None) -> tuple[ClassifyReport, list[str]]:
+        """Classify `records`, writing each row to `writer` as its batch finishes; skips ids in writer.done.
+        Returns the report and every id read, in input order."""
+        start = time.perf_counter()
+        report = ClassifyReport(backend="hf")
+        preparer = RowPreparer(self.loaded.tokenizer, text_field_getter(options.text_field),
+                               length_policy(options, self.max_positions), skip_ids=set(writer.done), on_skip=progress)
 
+        def write_error(record: dict) -> None:
+            writer.write(record)
+            report.rows_error += 1
+            if progress:
+                progress(1)
 
-def classify_records(
-    classifier: Classifier,
-    records: Iterable[InputRecord],
-    writer: ResumableJsonlWriter,
-    options: ClassifyOptions,
-    progress: Callable[[int], None] | None = None,
-) -> tuple[ClassifyReport, list[str]]:
-    """Classify `records`, writing each row to `writer` as its batch finishes; skips ids in writer.done.
-    Returns the report and every id read, in input order."""
-    start = time.perf_counter()
-    report = ClassifyReport()
-    max_length = resolve_max_length(options.max_length, classifier.max_positions)
-    hint = "pass --truncate to keep the first tokens, or raise --max-length"
-    preparer = RowPreparer(
-        classifier.loaded.tokenizer,
-        text_field_getter(options.text_field),
-        LengthPolicy(max_length, options.truncate, hint),
-        skip_ids=set(writer.done),
-        on_skip=progress,
-    )
+        def on_done(rows: list[TextRow], logits: list[torch.Tensor], seconds: float) -> None:
+            for row, fields in zip(rows, self.labels.row_fields(torch.stack(logits))):
+                writer.write(ok_record(row, fields, len(rows), seconds))
+            report.record_batch(rows, seconds)
+            if progress:
+                progress(len(rows))
 
-    def write_error(record: dict) -> None:
-        writer.write(record)
-        report.rows_error += 1
-        if progress:
-            progress(1)
-
-    def on_done(rows: list[TextRow], results, seconds: float) -> None:
-        for row, (label_id, probs) in zip(rows, results):
-            writer.write(classifier.ok_record(row, label_id, probs, len(rows), seconds))
-        report.rows_ok += len(rows)
-        report.batch_seconds.append(seconds)
-        report.batch_rows.append(len(rows))
-        if progress:
-            progress(len(rows))
-
-    runner: BackoffRunner[TextRow, tuple[int, list[float]]] = BackoffRunner(
-        run_batch=lambda rows: classifier.predict([r.token_ids for r in rows]),
-        cost=padded_cost,
-        on_done=on_done,
-        on_oom_row=lambda row, message: write_error(error_record(row.id, message, tokens=len(row.token_ids))),
-        policy=options.backoff,
-    )
-    limits = BatchLimits(options.batch_size, options.max_batch_tokens)
-    for rows, errors in preparer.chunks(records, options.chunk_rows):
-        for record in errors:
-            write_error(record)
-        runner.run(plan_row_batches(rows, limits))
-    report.rows_skipped = preparer.skipped
-    report.backoff = runner.stats
-    report.wall_s = time.perf_counter() - start
-    return report, preparer.ids_in_order
+        runner: BackoffRunner[TextRow, torch.Tensor] = BackoffRunner(
+            run_batch=lambda rows: list(self.predict([r.token_ids for r in rows])),
+            cost=padded_cost,
+            on_done=on_done,
+            on_oom_row=lambda row, message: write_error(error_record(row.id, message, tokens=len(row.token_ids))),
+            policy=options.backoff,
+        )
+        limits = BatchLimits(options.batch_size, options.max_batch_tokens)
+        for rows, errors in preparer.chunks(records, options.chunk_rows):
+            for record in errors:
+                write_error(record)
+            runner.run(plan_row_batches(rows, limits))
+        report.rows_skipped = preparer.skipped
+        report.backoff = runner.stats
+        report.wall_s = time.perf_counter() - start
+        return report, preparer.ids_in_order
 
 
 def load_classifier(load_config: ModelLoadConfig) -> Classifier:
     """Load a sequence classifier (AutoModelForSequenceClassification) with its tokenizer and pad token."""
     from transformers import AutoModelForSequenceClassification
 
-    _require_classification_head(load_config.model_dir)
+    require_classification_head(load_config.model_dir)
     return Classifier(load_hf_model(load_config, AutoModelForSequenceClassification))
 
 
-def _require_classification_head(model_dir: str | Path) -> None:
+def require_classification_head(model_dir: str | Path) -> None:
     """Refuse a checkpoint without a classification head: transformers would give it a random one (and
     random labels) with only a warning."""
-    import json
-
     path = check_model_dir(model_dir)
-    try:
-        architectures = json.loads((path / "config.json").read_text()).get("architectures") or []
-    except (OSError, ValueError):
-        return  # transformers reports an unreadable config itself
-    if architectures and not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+    architectures = read_config(path).get("architectures") or []
+    if isinstance(architectures, list) and architectures and not any(
+            str(a).endswith("ForSequenceClassification") for a in architectures):
         raise InputError(
             f"{path} is a {architectures[0]} checkpoint, without a sequence-classification head: classify would "
             "get a randomly initialised one. Pass a ...ForSequenceClassification checkpoint as --model (a test "
@@ -210,7 +220,7 @@ def _require_classification_head(model_dir: str | Path) -> None:
 
 
 def classify_file(
-    classifier: Classifier,
+    classifier: AnyClassifier,
     input_path: str | Path,
     output_path: str | Path,
     options: ClassifyOptions = ClassifyOptions(),
@@ -222,6 +232,7 @@ def classify_file(
     with ResumableJsonlWriter(output_path, kind_fields=("status",)) as writer:
         if writer.done:
             log.info("resuming: %d ids already in %s", len(writer.done), output_path)
-        report, ids_in_order = classify_records(classifier, read_jsonl_records(input_path), writer, options, progress)
+        records = read_jsonl_records(input_path, max_line_chars=options.max_line_chars)
+        report, ids_in_order = classifier.classify_records(records, writer, options, progress)
     reorder_jsonl(output_path, ids_in_order)
     return report

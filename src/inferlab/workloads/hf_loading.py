@@ -19,6 +19,7 @@ import transformers
 from packaging.version import Version
 
 from inferlab.errors import ConfigError, InputError, UnsupportedError
+from inferlab.models.config_file import read_config
 from inferlab.workloads.quantization import check_quantization_available, quantize_model, validate_quantization_name
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,10 @@ class LoadedModel:
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device {name!r} is not a torch device; use auto, cpu or cuda[:N]") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UnsupportedError(f"device {name!r} asked for, but torch sees no CUDA device; use --device cpu")
     return device
@@ -100,10 +104,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 def check_model_dir(model_dir: str | Path) -> Path:
     path = Path(model_dir)
-    if not path.is_dir():
-        raise InputError(f"model directory {path} does not exist; pass a local HuggingFace checkpoint folder")
-    if not (path / "config.json").exists():
-        raise InputError(f"{path} has no config.json; pass a HuggingFace checkpoint folder (or `inferlab model init`)")
+    read_config(path)  # the folder, and a JSON object with sizes in range before transformers sizes anything by it
     return path
 
 
@@ -136,15 +137,29 @@ def resolve_max_length(requested: int | None, model_max: int | None) -> int:
     return requested
 
 
-def ensure_pad_token(tokenizer, model) -> int:
-    """Batched inference needs a pad token: keep the tokenizer's, else reuse EOS; tell the model config too
-    (sequence classifiers find each row's last real token through config.pad_token_id)."""
+def ensure_tokenizer_pad(tokenizer) -> int:
+    """Batched inference needs a pad token: keep the tokenizer's, else reuse EOS. Returns the pad id."""
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token_id is None:
             raise InputError("the tokenizer has neither a pad nor an EOS token; add a pad token to the checkpoint")
         tokenizer.pad_token = tokenizer.eos_token
         log.info("tokenizer has no pad token; padding with EOS (%r)", tokenizer.eos_token)
-    pad_id = int(tokenizer.pad_token_id)
+    return int(tokenizer.pad_token_id)
+
+
+def load_tokenizer(model_dir: str | Path):
+    """The checkpoint's tokenizer with a pad token (ensure_tokenizer_pad), for a model loaded elsewhere."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(check_model_dir(model_dir)))
+    ensure_tokenizer_pad(tokenizer)
+    return tokenizer
+
+
+def ensure_pad_token(tokenizer, model) -> int:
+    """ensure_tokenizer_pad, and tell the model config too (sequence classifiers find each row's last real
+    token through config.pad_token_id)."""
+    pad_id = ensure_tokenizer_pad(tokenizer)
     model.config.pad_token_id = pad_id
     text_config_of(model.config).pad_token_id = pad_id
     return pad_id

@@ -79,6 +79,8 @@ class _Checked:
 
 
 class HFTextBackend:
+    name = "hf"  # the rows' "backend"
+
     def __init__(self, loaded: LoadedModel, settings: HFBackendSettings,
                  steering: SteeringVectors | None = None) -> None:
         self.loaded = loaded

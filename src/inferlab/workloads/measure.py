@@ -4,7 +4,8 @@
 Owns: synthetic texts of chosen token lengths, batches of a sample at one batch size (length-bucketed as
 the real commands run, or consecutive as the seeds did), and the timed loop: the first call timed apart,
 warm-up, then every batch timed between device synchronisations until a minimum count and a minimum
-duration are both met (or a maximum duration runs out), with peak device memory. Metrics use the lab's
+duration are both met (or a maximum duration runs out), with peak device memory; latency per request (a
+batch's time, once for each of its rows) and per batch. Metrics use the lab's
 field names. Does not own: processes, timeouts, environment, result files (the lab's launcher).
 """
 
@@ -101,8 +102,12 @@ def _sync(device: torch.device) -> None:
 
 
 def measure_batches(run: Callable[[list[list[int]]], Any], batches: list[list[list[int]]], spec: MeasureSpec,
-                    device: torch.device) -> dict[str, Any]:
-    """Time `run` over `batches`: first call apart, warm-up, then whole passes (cut at max_seconds)."""
+                    device: torch.device, work: Callable[[list[list[int]]], float] | None = None,
+                    pads: bool = True) -> dict[str, Any]:
+    """Time `run` over `batches`: first call apart, warm-up, then whole passes (cut at max_seconds). Latency:
+    per request (each row of a batch waits for the whole batch) and per batch. `work(batch)`: its FLOPs, summed
+    over the timed batches into `flops_timed`. `pads`: whether `run` pads a batch to its longest row (packed
+    batches do not: padding_fraction 0)."""
     if not batches:
         raise ConfigError("no batches to measure: the sample is empty")
     if device.type == "cuda":
@@ -116,7 +121,9 @@ def measure_batches(run: Callable[[list[list[int]]], Any], batches: list[list[li
         run(batches[(i + 1) % len(batches)])
     _sync(device)
     seconds: list[float] = []
+    request_seconds: list[float] = []
     rows = tokens = padded = 0
+    flops = 0.0
     loop_start = time.perf_counter()
     while True:
         for batch in batches:
@@ -124,6 +131,8 @@ def measure_batches(run: Callable[[list[list[int]]], Any], batches: list[list[li
             run(batch)
             _sync(device)
             seconds.append(time.perf_counter() - t0)
+            request_seconds += [seconds[-1]] * len(batch)
+            flops += work(batch) if work is not None else 0.0
             rows += len(batch)
             tokens += sum(len(b) for b in batch)
             padded += len(batch) * max(len(b) for b in batch)
@@ -140,10 +149,13 @@ def measure_batches(run: Callable[[list[list[int]]], Any], batches: list[list[li
         "rows_timed": rows,
         "requests_per_s": rows / steady_s,
         "input_tokens_per_s": tokens / steady_s,
-        "padding_fraction": 1.0 - tokens / padded,
-        "latency_ms": latency_summary_ms(seconds),
+        "padding_fraction": 1.0 - tokens / padded if pads else 0.0,
+        "latency_ms": latency_summary_ms(request_seconds),
+        "batch_latency_ms": latency_summary_ms(seconds),
         "whole_passes": len(seconds) >= len(batches),
     }
+    if work is not None:
+        metrics["flops_timed"] = flops
     if device.type == "cuda":
         metrics["peak_memory_gb"] = torch.cuda.max_memory_allocated(device) / 1e9
         metrics["peak_reserved_gb"] = torch.cuda.max_memory_reserved(device) / 1e9

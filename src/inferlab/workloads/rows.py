@@ -1,10 +1,10 @@
 """Input lines -> tokenised rows or error records, one chunk at a time.
 
-Owns: per-row validation shared by the transformers-backed workloads (broken JSON, missing or empty text,
-repeated ids, too many tokens: an error record or, when asked, truncation, said in the row), skipping ids
-finished by an earlier run, and remembering input order. Tokenises a whole chunk in one call
-(batching.tokenize_chunk). Does not own: how a workload turns a record into text (it passes `text_of`),
-batching or running.
+Owns: per-row validation shared by the transformers-backed workloads (missing or empty text, too many
+tokens: an error record or, when asked, truncation, said in the row; broken JSON and repeated ids arrive
+as error records from jsonl_io), skipping ids finished by an earlier run, and remembering input order.
+Tokenises a whole chunk in one call (batching.tokenize_chunk). Does not own: how a workload turns a
+record into text (it passes `text_of`), batching or running.
 """
 
 from __future__ import annotations
@@ -93,7 +93,6 @@ class RowPreparer:
         self._length = length
         self._skip_ids = skip_ids
         self._add_special_tokens = add_special_tokens
-        self._seen: dict[str, int] = {}  # id -> line number of its first appearance
         self._position: dict[str, int] = {}  # id -> 0-based input position
         self.ids_in_order: list[str] = []  # every id read (done, valid or error), for restoring order
         self.skipped = 0  # rows finished by an earlier run
@@ -107,9 +106,9 @@ class RowPreparer:
         errors: list[dict] = []
         pending: list[tuple[InputRecord, str | RowText]] = []
         for rec in records:
-            row_id = self._claim_id(rec, errors)
-            if row_id is None:
-                continue
+            row_id = rec.id  # unique (read_jsonl_records: a repeated id is an error record under its own id)
+            self._position[row_id] = len(self.ids_in_order)
+            self.ids_in_order.append(row_id)
             if row_id in self._skip_ids:
                 self.skipped += 1
                 if self._on_skip:
@@ -140,25 +139,6 @@ class RowPreparer:
             for i, ids in zip(positions, encoded):
                 out[i] = ids
         return out
-
-    def _claim_id(self, rec: InputRecord, errors: list[dict]) -> str | None:
-        """Register the record's id; a repeated id gets an error record under `line-<n>` (None returned)."""
-        first = self._seen.get(rec.id)
-        if first is None:
-            self._register(rec.id, rec.line_no)
-            return rec.id
-        fallback = f"line-{rec.line_no}"
-        if fallback not in self._seen:
-            self._register(fallback, rec.line_no)
-            if fallback not in self._skip_ids:
-                message = f"id {rec.id!r} repeats line {first}; ids must be unique"
-                errors.append(error_record(fallback, message, line=rec.line_no))
-        return None
-
-    def _register(self, row_id: str, line_no: int) -> None:
-        self._seen[row_id] = line_no
-        self._position[row_id] = len(self.ids_in_order)
-        self.ids_in_order.append(row_id)
 
     def _length_checked(self, rec: InputRecord, ids: list[int], errors: list[dict]) -> TextRow | None:
         n = len(ids)

@@ -2,10 +2,12 @@
 
 Input lines: {"id", "prompt"} or {"id", "prompt_ids"}, optionally with per-line sampling overrides (any
 field of SamplingParams: max_new_tokens, min_new_tokens, temperature, top_k, top_p, min_p, seed,
-stop_token_ids, ignore_eos); other keys are ignored. Output lines: {"id", "text", "token_ids",
-"finish_reason", "prompt_tokens", "output_tokens", "error"}, appended and flushed as rows finish. A rerun
-on the same output skips the ids already written. Bad JSON, a missing or duplicated id, bad overrides,
-empty and over-long prompts become error rows; the run goes on.
+stop_token_ids, ignore_eos); other keys are ignored. Output lines: {"id", "status" ("ok" | "error"), "text",
+"token_ids", "finish_reason", "prompt_tokens", "output_tokens", "backend" ("inferlab" | "hf"; null for a
+line that never reached one), "error"}, in input order, each appended and flushed once the rows before it
+are. A rerun on the same output skips the ids already written (with retry_errors, the error rows are
+taken out and run again). Bad JSON, a missing or duplicated id, bad overrides, empty and over-long prompts
+become error rows; the run goes on; defaults that no line can run with are refused before any work.
 
 The generation itself is a *backend*: a callable from a list of Requests to an iterator of Results as
 they finish, with a `close()` that gives its model's memory back. BACKENDS maps names to backend
@@ -22,14 +24,15 @@ the JSONL) are text_taps.py's; both backends run them.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from inferlab.engine import SteeringVectors
-from inferlab.errors import ConfigError, UnsupportedError
+from inferlab.errors import ConfigError, InputError, UnsupportedError
+from inferlab.input_order import InputOrder
+from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
 from inferlab.types import Collect, Request, Result, SamplingParams
 from inferlab.workloads.text_taps import ActivationSink, CollectSettings, SteerSettings, line_steering
@@ -62,6 +65,8 @@ OVERRIDE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 class EngineTextBackend:
     """BACKENDS["inferlab"]: the engine's stream; close() ends the engine's life (Engine.close)."""
 
+    name = "inferlab"  # the rows' "backend"
+
     def __init__(self, engine: Any) -> None:
         self.engine = engine
 
@@ -89,9 +94,24 @@ def close_backend(backend: Backend) -> None:
         close()
 
 
+class _Borrowed:
+    """A backend run without being closed (no close()), under its own name."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend, self.name = backend, backend_name(backend)
+
+    def __call__(self, requests: list[Request]) -> Iterator[Result]:
+        return self._backend(requests)
+
+
 def borrowed(backend: Backend) -> Backend:
     """`backend` without its close(): for run_text_generation runs that share one backend its owner closes."""
-    return lambda requests: backend(requests)
+    return _Borrowed(backend)
+
+
+def backend_name(backend: Backend) -> str | None:
+    """What the rows name as their backend: "inferlab", "hf", or None for a backend without a name."""
+    return getattr(backend, "name", None)
 
 
 def hf_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> Backend:
@@ -112,14 +132,12 @@ BACKENDS: dict[str, BackendFactory] = {"inferlab": engine_backend, "hf": hf_back
 
 def engine_architecture_problem(model_dir: str) -> str | None:
     """Why the engine cannot serve `model_dir`'s architecture (config.json, read cheaply), or None."""
+    from inferlab.models.config_file import read_config
     from inferlab.models.registry import family_for
 
+    architectures = read_config(model_dir).get("architectures") or []  # InputError for a damaged config.json
     try:
-        architectures = json.loads((Path(model_dir) / "config.json").read_text()).get("architectures") or []
-    except (OSError, ValueError):
-        return None  # the engine reports an unreadable checkpoint itself
-    try:
-        if architectures:
+        if isinstance(architectures, list) and architectures:
             family_for(str(architectures[0]))
     except UnsupportedError as e:
         return str(e)
@@ -185,26 +203,31 @@ def build_request(record: InputRecord, defaults: SamplingParams, steer: SteerSet
     return Request(id=record.id, prompt_ids=tuple(ids), sampling=sampling, **taps)
 
 
-def result_row(result: Result) -> dict[str, Any]:
+def result_row(result: Result, backend: str | None = None) -> dict[str, Any]:
     return {
         "id": result.id,
+        "status": "ok" if result.error is None else "error",
         "text": result.text,
         "token_ids": result.token_ids,
         "finish_reason": result.finish_reason,
         "prompt_tokens": result.prompt_tokens,
         "output_tokens": len(result.token_ids),
+        "backend": backend,
         "error": result.error,
     }
 
 
 def error_row(row_id: str, message: str) -> dict[str, Any]:
+    """The row of an input line that never reached a backend."""
     return {
         "id": row_id,
+        "status": "error",
         "text": None,
         "token_ids": [],
         "finish_reason": "error",
         "prompt_tokens": 0,
         "output_tokens": 0,
+        "backend": None,
         "error": message,
     }
 
@@ -216,6 +239,7 @@ class TextJobSummary:
     skipped: int = 0  # ids already in the output from an earlier run
     output_tokens: int = 0
     activation_rows: int = 0  # rows in the assembled activations file (with collection)
+    retried: int = 0  # error rows of earlier runs taken out to run again (retry_errors)
     ids_in_order: list[str] = field(default_factory=list, repr=False)  # every row id of the input, in order
 
 
@@ -224,19 +248,10 @@ def plan_requests(
     steer: SteerSettings | None = None, collect: Collect | None = None,
 ) -> tuple[list[Request], list[dict[str, Any]]]:
     """Split input lines into requests to run and error rows to write; skip ids already done. Every row id
-    goes to summary.ids_in_order (done ones too)."""
-    requests, errors, seen = [], [], set()
+    goes to summary.ids_in_order (done ones too). Ids are unique (read_jsonl_records: a repeated id is an
+    error record under its own id)."""
+    requests, errors = [], []
     for record in records:
-        if record.id in seen:
-            row_id = f"line-{record.line_no}"
-            summary.ids_in_order.append(row_id)
-            if row_id in done:
-                summary.skipped += 1
-            else:
-                errors.append(error_row(
-                    row_id, f"line {record.line_no}: id {record.id!r} repeats an earlier line; ids must be unique"))
-            continue
-        seen.add(record.id)
         summary.ids_in_order.append(record.id)
         if record.id in done:
             summary.skipped += 1
@@ -249,44 +264,90 @@ def plan_requests(
     return requests, errors
 
 
+def model_positions(model_dir: str | Path) -> int | None:
+    """The checkpoint's max_position_embeddings (its text config's, for a multimodal one), read from
+    config.json; None when it is not there (the backend then reports the checkpoint's problem itself)."""
+    from inferlab.models.config_file import read_config
+
+    try:
+        config = read_config(model_dir)
+    except InputError:
+        return None
+    value = config.get("max_position_embeddings") or (config.get("text_config") or {}).get("max_position_embeddings")
+    return value if _is_int(value) and value > 0 else None
+
+
+def check_some_request_fits(requests: list[Request], row_positions: int | None) -> None:
+    """Refuse, before any work, a job none of whose requests fits in a row: each asks for more new tokens
+    than a row of `row_positions` holds beside its prompt (a text prompt counts as at least one token)."""
+    if row_positions is None or not requests:
+        return
+
+    def prompt_floor(request: Request) -> int:
+        return max(1, len(request.prompt_ids)) if request.prompt_ids is not None else 1
+
+    if any(prompt_floor(r) + r.sampling.max_new_tokens <= row_positions for r in requests):
+        return
+    asked = min(r.sampling.max_new_tokens for r in requests)
+    shortest = min(prompt_floor(r) for r in requests)
+    if row_positions - shortest < 1:
+        raise ConfigError(f"rows of max_seq_len={row_positions} positions cannot hold the shortest prompt ({shortest} "
+                          "tokens) and one new token; raise max_seq_len")
+    raise ConfigError(
+        f"max_new_tokens={asked} leaves no room in any row: a row holds {row_positions} positions, prompt and "
+        f"output together (the model's max_position_embeddings, or max_seq_len when given), and the shortest "
+        f"prompt takes at least {shortest}; the largest max_new_tokens that works is {row_positions - shortest}")
+
+
 def run_text_generation(
     input_path: str | Path,
     output_path: str | Path,
     open_backend: Callable[[], Backend],  # called only when there is something to generate; closed at the end
     defaults: SamplingParams,
     on_start: Callable[[int], None] | None = None,  # called with the number of requests to run
-    on_row: Callable[[dict[str, Any]], None] | None = None,  # called after each row is written
+    on_row: Callable[[dict[str, Any]], None] | None = None,  # called as each row finishes
     steer: SteerSettings | None = None,
     collect: CollectSettings | None = None,
     run_settings: dict[str, Any] | None = None,  # what the activations depend on (model, sampling): checked on resume
+    retry_errors: bool = False,  # error rows of earlier runs are taken out and run again
+    row_positions: int | None = None,  # prompt + output positions of a row (checked before any work), if known
+    max_line_chars: int = DEFAULT_MAX_LINE_CHARS,  # an input line over it is an error row
 ) -> TextJobSummary:
+    """Rows are written in input order (input_order.py) as they finish; on any exit, interrupts included,
+    every finished row is written before the output closes."""
     summary = TextJobSummary()
-    with ResumableJsonlWriter(output_path, kind_fields=("finish_reason",)) as writer:
+    keep_row = (lambda row: row.get("error") is None) if retry_errors else None
+    with ResumableJsonlWriter(output_path, kind_fields=("finish_reason",), keep_row=keep_row) as writer:
+        summary.retried = writer.dropped
+        order: InputOrder | None = None  # made once the rows to write are known
 
-        def write(row: dict[str, Any]) -> None:
-            writer.write(row)
-            summary.written += 1
-            summary.errors += row["error"] is not None
-            summary.output_tokens += row["output_tokens"]
-            if on_row is not None:
-                on_row(row)
+        def in_order(row: dict[str, Any]) -> None:
+            order.put(row["id"], row)
 
         sink = None
         done = set(writer.done)
         if collect is not None:
             settings = {**(run_settings or {}), "steering": steer.describe() if steer is not None else None}
-            sink = ActivationSink.open(collect, settings, write)
+            sink = ActivationSink.open(collect, settings, in_order)
             done &= sink.done_ids  # both files must have the row; others are recomputed
-        requests, errors = plan_requests(read_jsonl_records(input_path), done, defaults, summary, steer,
+        records = read_jsonl_records(input_path, max_line_chars=max_line_chars)
+        requests, errors = plan_requests(records, done, defaults, summary, steer,
                                          collect.request_collect() if collect is not None else None)
+        check_some_request_fits(requests, row_positions)
+        order = InputOrder((i for i in summary.ids_in_order if i not in done), writer.write)
         if on_start is not None:
             on_start(len(requests) + len(errors))
 
         def emit(row: dict[str, Any], result: Result | None = None) -> None:
+            summary.written += 1
+            summary.errors += row["error"] is not None
+            summary.output_tokens += row["output_tokens"]
+            if on_row is not None:
+                on_row(row)
             if sink is not None:
                 sink.add(result, row)  # activations first, then the JSONL row
             else:
-                write(row)
+                in_order(row)
 
         try:
             for row in errors:
@@ -295,10 +356,13 @@ def run_text_generation(
                 backend = open_backend()
                 try:
                     for result in backend(requests):
-                        emit(result_row(result), result)
+                        emit(result_row(result, backend_name(backend)), result)
                 finally:
                     close_backend(backend)
         finally:
-            if sink is not None:
-                summary.activation_rows = sink.close(summary.ids_in_order)
+            try:
+                if sink is not None:
+                    summary.activation_rows = sink.close(summary.ids_in_order)
+            finally:
+                order.flush()
     return summary

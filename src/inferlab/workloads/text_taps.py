@@ -14,7 +14,6 @@ and recomputes the others (an id found only in the store is written again and it
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -24,7 +23,8 @@ from typing import Any, Callable
 import torch
 
 from inferlab.engine import SteeringVectors
-from inferlab.errors import ConfigError
+from inferlab.errors import ConfigError, InputError
+from inferlab.models.config_file import read_config
 from inferlab.types import Collect, Result, Steer
 from inferlab.workloads.activation_store import ActivationStore
 from inferlab.workloads.hf_loading import DTYPES
@@ -34,12 +34,13 @@ STEER_KEYS = ("steer_layer", "steer_scale", "steer_vector")
 
 def model_shape(model_dir: str | Path) -> tuple[int, int]:
     """(decoder layers, hidden size) from the checkpoint's config.json (text_config for multimodal ones)."""
-    try:
-        config = json.loads((Path(model_dir) / "config.json").read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"cannot read {model_dir}/config.json: {e}") from None
-    config = config.get("text_config", config)
-    return int(config["num_hidden_layers"]), int(config["hidden_size"])
+    config = read_config(model_dir)  # sizes checked: whole numbers in range
+    config = config.get("text_config") or config
+    missing = [key for key in ("num_hidden_layers", "hidden_size") if key not in config]
+    if missing:
+        raise InputError(f"{model_dir}/config.json lacks {', '.join(missing)}; --collect-layers needs the model's "
+                         "layer count and hidden size")
+    return config["num_hidden_layers"], config["hidden_size"]
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,11 @@ class CollectSettings:
     def request_collect(self) -> Collect:
         return Collect(self.layers, self.pool, self.max_tokens)
 
+    def describe(self) -> dict[str, Any]:
+        """The settings the activations depend on (beside the run's model and sampling)."""
+        return {"layers": list(self.resolved_layers), "pool": self.pool, "max_tokens": self.max_tokens,
+                "save_dtype": self.save_dtype}
+
 
 @dataclass
 class ActivationSink:
@@ -135,8 +141,7 @@ class ActivationSink:
     @classmethod
     def open(cls, settings: CollectSettings, run_settings: dict[str, Any],
              write_row: Callable[[dict[str, Any]], None]) -> "ActivationSink":
-        store_settings = {**run_settings, "layers": list(settings.resolved_layers), "pool": settings.pool,
-                          "max_tokens": settings.max_tokens, "save_dtype": settings.save_dtype}
+        store_settings = {**run_settings, **settings.describe()}
         return cls(settings, ActivationStore(settings.output, store_settings), write_row)
 
     @property

@@ -19,9 +19,9 @@ from inferlab.bench.scenarios.conformer_pipeline_run import cli_argv
 from inferlab.bench.scenarios.conformer_pipeline_scale import figures_from_scale_report
 from inferlab.bench.scenarios.constrained_inputs import MoleculeSelection, load_molecules, nci_molecules_path
 from inferlab.errors import ConfigError
-from inferlab.workloads.conformers.output import ConformerResultWriter
-from inferlab.workloads.conformers.profiles import get_profile
-from inferlab.workloads.conformers.stereo import stereo_agreement
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.stereo import stereo_agreement
+from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
 
 PROFILE = get_profile("v3-fixed4")
 

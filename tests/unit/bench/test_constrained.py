@@ -15,9 +15,9 @@ from inferlab.bench.scenarios.constrained_run import _check_outputs
 from inferlab.constraints.program import compile_program
 from inferlab.errors import ConfigError, InputError
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
-from inferlab.workloads.conformers.encode import encode_conformer
-from inferlab.workloads.conformers.hf_baseline_processor import build_baseline_template
-from inferlab.workloads.conformers.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.encode import encode_conformer
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
+from inferlab.workloads.conformers.evaluation.hf_baseline_processor import build_baseline_template
 
 PROFILE = get_profile("v3-fixed4")
 TINY = {"num_molecules": 2, "num_conformers": 2, "batch_size": 2, "dtype": "float32", "device": "cpu",

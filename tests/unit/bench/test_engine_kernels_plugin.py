@@ -45,3 +45,33 @@ def test_constraint_step_runs_on_cpu_and_the_gpu_groups_are_unavailable(tmp_path
     assert out.metrics["default_us"] == us["t1 + constraint"] and out.metrics["best_us"] == min(us.values())
     out = run(tmp_path, plugins, {"group": "attention", "device": "cpu"})
     assert out.status == "unavailable" and "needs a GPU" in out.message
+
+
+def _plugin():
+    import importlib.util
+
+    path = PLAN.parents[1] / "plugins" / "engine_kernels.py"
+    spec = importlib.util.spec_from_file_location("engine_kernels_plugin_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # registers the scenario again: the same object, a no-op
+    return module
+
+
+def test_the_fp8_attention_cells_time_the_candidates_beside_the_bf16_default():
+    from inferlab.engine.kernels.triton_attention import FP8_ATTENTION_CONFIG, AttentionConfig
+
+    plugin = _plugin()
+    configs = [AttentionConfig(*fields) for fields in plugin.FP8_CANDIDATES]
+    labels = [plugin.config_label(c) for c in configs]
+    assert len(set(labels)) == len(labels) and "n32 w1 s3 p4 r168" in labels
+    assert plugin.config_label(FP8_ATTENTION_CONFIG) == "n32 w1 s3 p4"
+    cells = [c for c in build_plan(load_toml(PLAN)).cells if c.config["shape"] == "qwen3-0.6b"
+             and c.config["group"] == "attention"]  # fmt: skip
+    assert {(c.config["rows"], c.config["length"], c.config["kv_dtype"]) for c in cells} == {
+        (256, 330, "fp8"), (256, 629, "fp8")}
+
+
+def test_of_bound_divides_each_labels_projection_bound_by_its_time():
+    plugin = _plugin()
+    us = {"qkv one program m256 n64": 20.0, "down linear [N,K] cublas": 10.0, "o broken": "RuntimeError: x"}
+    assert plugin.of_bound(us, {"qkv": 10.0, "down": None, "o": 5.0}) == {"qkv one program m256 n64": 0.5}

@@ -39,7 +39,7 @@ def test_the_constrained_backend_builds_its_engine_with_the_kv_dtype(tiny_checkp
     from inferlab.bench.backends.constrained_base import ConstrainedSpec
     from inferlab.bench.scenarios.constrained_inputs import build_requests, load_molecules, nci_molecules_path
     from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
-    from inferlab.workloads.conformers.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
 
     spec = ConstrainedSpec(do_sample=False, temperature=1.0, top_p=1.0, top_k=0, seed=0, profile="v3-fixed4")
     backend = get_backend("inferlab", "constrained").create(

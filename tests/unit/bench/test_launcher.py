@@ -11,6 +11,8 @@ import pytest
 from inferlab.bench.launcher import LaunchOptions, launch, pending_cells
 from inferlab.bench.plan import build_plan
 from inferlab.bench.results import load_rows
+from inferlab.errors import ConfigError
+from inferlab.outputs.lock import OutputLock
 
 
 def _plan(plugin: str, behaviours: list[str], timeout_s: float = 30.0, **extra):
@@ -65,6 +67,16 @@ def test_a_rerun_skips_recorded_cells_and_can_retry_failures(tmp_path, behaviour
     bigger = _plan(behaviour_plugin, ["ok", "raise"], value=[1.0, 2.0])
     pending, done = pending_cells(bigger, tmp_path)
     assert done == 2 and [c.config["value"] for c in pending] == [2.0, 2.0]
+
+
+def test_a_second_sweep_on_the_same_run_folder_is_refused(tmp_path, behaviour_plugin):
+    """Two `inferlab bench` on one run folder would both run every cell and record each row twice."""
+    plan = _plan(behaviour_plugin, ["ok"])
+    with OutputLock(tmp_path / "lock", "the first sweep"):
+        with pytest.raises(ConfigError, match="another inferlab run .* is writing the run folder"):
+            launch(plan, LaunchOptions(run_dir=tmp_path))
+    assert not (tmp_path / "results.jsonl").exists()
+    assert len(launch(plan, LaunchOptions(run_dir=tmp_path)).rows) == 1
 
 
 def test_a_torn_last_line_from_a_killed_sweep_is_repaired(tmp_path, behaviour_plugin):

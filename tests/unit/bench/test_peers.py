@@ -51,8 +51,26 @@ def test_vllm_starts_without_flashinfer_by_switching_its_sampler_off(monkeypatch
     facts = vllm_support.prepare_environment()
     import os
 
-    assert facts == {"flashinfer_present": False, "flashinfer_sampler": False}
+    assert facts == {"flashinfer_present": False}
     assert os.environ["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+
+
+def test_vllm_cells_pass_the_kv_dtype_and_attention_backend_and_say_what_ran():
+    import torch
+
+    from inferlab.bench.backends import vllm_support
+
+    config = {"seed": 0, "gpu_memory_utilization": 0.9, "enforce_eager": False, "kv_dtype": "fp8",
+              "attention_backend": "auto"}
+    arguments = vllm_support.engine_arguments(config, torch.device("cuda"), torch.bfloat16)
+    assert arguments["kv_cache_dtype"] == "fp8" and "attention_config" not in arguments  # auto: vLLM's choice
+    arguments = vllm_support.engine_arguments({**config, "kv_dtype": "auto", "attention_backend": "FLASHINFER"},
+                                              torch.device("cuda"), torch.bfloat16)
+    assert arguments["kv_cache_dtype"] == "auto" and arguments["attention_config"] == {"backend": "FLASHINFER"}
+    assert vllm_support.runner_facts([{"attention": ["FLASH_ATTN"], "sampler": "forward_cuda"}]) == {
+        "vllm_attention_backend": "FLASH_ATTN", "vllm_sampler": "FlashInfer", "flashinfer_sampler": True}
+    assert vllm_support.runner_facts([{"attention": ["TRITON_ATTN"], "sampler": "forward_native"}]) == {
+        "vllm_attention_backend": "TRITON_ATTN", "vllm_sampler": "vLLM's own", "flashinfer_sampler": False}
 
 
 def test_hf_continuous_runs_the_generate_protocol_on_cpu(tiny_checkpoint, run_cell):
@@ -88,20 +106,70 @@ def test_hf_xgrammar_makes_only_valid_conformers(tiny_checkpoint, run_cell):
 def test_the_preset_asks_every_system_for_the_same_work():
     cells = build_plan(get_plan_preset("engine-vs-peers")).cells
     generate = [c for c in cells if c.scenario == "generate"]
-    assert {c.backend for c in generate} == {"inferlab", "vllm", "hf-continuous"} and len(generate) == 12
+    assert {c.backend for c in generate} == {"inferlab", "vllm", "hf-continuous"} and len(generate) == 14
     same = ("batch_size", "num_prompts", "prompt_tokens", "new_tokens", "do_sample", "temperature", "top_p", "top_k",
             "seed", "dtype")
     by_case: dict[tuple, set[str]] = {}
     for c in generate:
-        by_case.setdefault((c.model, *(c.config[k] for k in same)), set()).add(c.backend)
-    assert len(by_case) == 5 and all({"inferlab", "vllm"} <= b for b in by_case.values())
-    assert sum("hf-continuous" in b for b in by_case.values()) == 2
+        case = (c.model, *(c.config[k] for k in same), c.config.get("kv_dtype", "auto"))
+        by_case.setdefault(case, set()).add(c.backend)
+    assert len(by_case) == 6 and all({"inferlab", "vllm"} <= b for b in by_case.values())  # 5 cases + fp8 on one
+    fp8 = [case for case in by_case if case[-1] == "fp8"]
+    assert fp8 == [("qwen3-0.6b", 256, 256, 29, 600, True, 1.0, 1.0, 0, 0, "bfloat16", "fp8")]
+    assert sum("hf-continuous" in b for b in by_case.values()) == 2  # each beside the engine's row of the same work
+    assert all(c.config["min_repeats"] >= 3 for c in generate if c.backend != "hf-continuous")  # a spread to judge by
     conformers = [c for c in cells if c.scenario == "constrained"]
-    assert sorted((c.backend, c.config.get("structured_outputs")) for c in conformers) == [
-        ("hf-xgrammar", None), ("inferlab", None), ("vllm", "guidance"), ("vllm", "xgrammar")]
     workload = ("num_molecules", "num_conformers", "min_heavy_atoms", "max_heavy_atoms", "sampling", "profile", "seed")
     assert len({tuple(c.config[k] for k in workload) for c in conformers}) == 1
-    assert {c.config["max_requests"] for c in conformers if c.backend != "hf-xgrammar"} == {0}
+    by_requests: dict[int, list] = {}
+    for c in conformers:
+        by_requests.setdefault(c.config["max_requests"], []).append(
+            (c.backend, c.config.get("structured_outputs"), c.config.get("kv_dtype")))
+    assert sorted(by_requests[800]) == [("inferlab", None, "auto"), ("inferlab", None, "fp8"),
+                                        ("vllm", "guidance", "auto"), ("vllm", "xgrammar", "auto"),
+                                        ("vllm", "xgrammar", "fp8")]
+    assert sorted(by_requests[32]) == [("hf-xgrammar", None, None), ("inferlab", None, "auto")]
+
+
+def _lab_sweep():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "scripts" / "gpu" / "lab_sweep.py"
+    spec = importlib.util.spec_from_file_location("lab_sweep", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_device_parts_cover_the_preset_once_each():
+    lab_sweep = _lab_sweep()
+    parts = ("peers-hf", "peers-engine-conformers", "peers-xgrammar", "peers-vllm")
+    cells = {part: build_plan(get_plan_preset("engine-vs-peers"), only=lab_sweep._only_filters(
+        lab_sweep.PART_FILTERS[part])).cells for part in parts}
+    keys = [c.key for part in parts for c in cells[part]]
+    assert len(keys) == len(set(keys)) == len(build_plan(get_plan_preset("engine-vs-peers")).cells)
+    assert {c.backend for c in cells["peers-hf"]} == {"inferlab", "hf-continuous"}  # no peer package needed
+    assert {(c.backend, c.scenario) for c in cells["peers-engine-conformers"]} == {("inferlab", "constrained")}
+    assert {c.backend for c in cells["peers-xgrammar"]} == {"hf-xgrammar"}
+    assert {part: lab_sweep.NEEDS.get(part) for part in parts} == {
+        "peers-hf": None, "peers-engine-conformers": None, "peers-vllm": "vllm", "peers-xgrammar": "xgrammar"}
+    assert all(lab_sweep.PARTS[part] == ("engine-vs-peers", "engine-vs-peers") for part in parts)
+
+
+@pytest.mark.parametrize("preset, parts", [("seed-classify", ("classify", "classify-vllm")),
+                                           ("seed-hidden-states", ("hidden", "hidden-vllm"))])
+def test_the_encode_parts_cover_their_preset_once_each(preset, parts):
+    """transformers' and the engine's cells in one part, vLLM's (not started without vLLM) in the other."""
+    lab_sweep = _lab_sweep()
+    cells = {part: build_plan(get_plan_preset(preset), only=lab_sweep._only_filters(
+        lab_sweep.PART_FILTERS[part])).cells for part in parts}
+    keys = [c.key for part in parts for c in cells[part]]
+    assert len(keys) == len(set(keys)) == len(build_plan(get_plan_preset(preset)).cells)
+    plain, peer = parts
+    assert {c.backend for c in cells[plain]} == {"hf", "inferlab"} and plain not in lab_sweep.NEEDS
+    assert {c.backend for c in cells[peer]} == {"vllm"} and lab_sweep.NEEDS[peer] == "vllm"
+    assert lab_sweep.PARTS[plain] == lab_sweep.PARTS[peer] == (preset, preset)
 
 
 def _row(backend, model, tps, **config):
@@ -111,7 +179,8 @@ def _row(backend, model, tps, **config):
     if backend == "vllm":
         metrics.update(vllm_version="0.26.0", vllm_attention_backend="FLASH_ATTN", flashinfer_present=False,
                        flashinfer_sampler=False)
-    return {"scenario": "generate", "backend": backend, "model": model, "status": "ok", "config": {**base, **config},
+    return {"scenario": "generate", "backend": backend, "model": model, "status": "ok",
+            "config": {**base, "dtype": "bfloat16", **config},
             "metrics": metrics, "env": {"gpu": "NVIDIA H100"}, "headline_metric": "output_tokens_per_s",
             "workload_knobs": list(base)}
 
@@ -123,12 +192,47 @@ def test_the_report_shows_case_inferlab_vllm_and_the_ratio_from_rows(tmp_path):
             _row("hf-continuous", "llama-380m", 9000.0),
             _row("inferlab", "llama-380m", 18000.0, batch_size=16, num_prompts=16),
             {**_row("vllm", "llama-380m", 0.0, batch_size=16, num_prompts=16), "status": "unavailable",
-             "message": "backend vllm (generate) needs the vllm package"}]
+             "message": "backend vllm (generate) needs the vllm package"},
+            _row("inferlab", "llama-380m", 120000.0, kv_dtype="fp8"),
+            {**_row("vllm", "llama-380m", 40000.0, kv_dtype="fp8"), "metrics": {
+                "output_tokens_per_s": 40000.0, "vllm_version": "0.26.0", "vllm_attention_backend": "FLASH_ATTN",
+                "vllm_sampler": "FlashInfer", "flashinfer_present": True, "flashinfer_sampler": True}}]
+    rows[2]["metrics"]["hf_continuous"] = {"attention": "paged|sdpa", "decode_fast_path": False}
     text = write_report(["run"], rows, tmp_path).read_text()
     section = text.split("## The engine beside its peers", 1)[1]
-    assert "| llama-380m, batch 256, 1000 new, top-p 0.9 | 90,000 | 30,000 | 3.00x |" in section
+    assert "| llama-380m, batch 256, 1000 new, top-p 0.9 | bfloat16 | 90,000 | 30,000 | 3.00x |" in section
     assert "vLLM 0.26.0, FLASH_ATTN, without FlashInfer" in section and "| 9,000 | 10.00x |" in section
+    assert "paged\\|sdpa, no decode fast path (needs flash-attn)" in section  # "|" escaped in the table
     assert "unavailable: backend vllm (generate) needs the vllm package" in section
+    # fp8 beside fp8 (never beside the bf16 rows), and the vLLM row says what it ran
+    assert "| llama-380m, batch 256, 1000 new, top-p 0.9 | fp8 | 120,000 | 40,000 | 3.00x | vLLM 0.26.0, FLASH_ATTN, " \
+           "FlashInfer sampler |" in section
+
+
+def test_the_conformer_tables_pair_each_peer_with_the_engine_on_the_same_requests_and_kv(tmp_path):
+    from inferlab.bench.report import write_report
+
+    def conformer(backend, requests, tps, **config):
+        base = {"num_molecules": 400, "num_conformers": 8, "sampling": "top-p", "profile": "v3-fixed4",
+                "molecules_file": "", "min_heavy_atoms": 20, "max_heavy_atoms": 50, "max_requests": requests,
+                "dtype": "bfloat16"}
+        return {"scenario": "constrained", "backend": backend, "model": "qwen3-0.6b", "status": "ok",
+                "config": {**base, **config}, "env": {"gpu": "NVIDIA H100", "transformers": "5.17.0"},
+                "metrics": {"output_tokens_per_s": tps, "molecules_per_s": tps / 6000, "valid_fraction": 1.0},
+                "headline_metric": "output_tokens_per_s", "workload_knobs": ["batch_size"]}
+
+    rows = [conformer("inferlab", 800, 40000.0, kv_dtype="auto"), conformer("inferlab", 800, 60000.0, kv_dtype="fp8"),
+            conformer("vllm", 800, 10000.0, kv_dtype="auto", structured_outputs="xgrammar"),
+            conformer("vllm", 800, 12000.0, kv_dtype="fp8", structured_outputs="xgrammar"),
+            conformer("inferlab", 32, 6000.0, kv_dtype="auto"),
+            conformer("hf-xgrammar", 32, 600.0, attn_implementation="sdpa", kv_cache="dynamic")]
+    section = write_report(["run"], rows, tmp_path).read_text().split("## The engine beside its peers", 1)[1]
+    lines = [line for line in section.splitlines() if line.startswith("| vLLM") or line.startswith("| HF")]
+    assert lines[0].startswith("| vLLM + xgrammar | bfloat16 | 10,000 |") and "| 4.00x | 4.00x |" in lines[0]
+    assert lines[1].startswith("| vLLM + xgrammar | fp8 | 12,000 |") and "| 5.00x | 5.00x |" in lines[1]
+    assert lines[2].startswith("| HF + xgrammar processor | bfloat16 | 600 |") and "| 10.00x | 10.00x |" in lines[2]
+    assert "transformers 5.17.0, sdpa, dynamic KV cache" in lines[2]
+    assert section.count("Conformers: qwen3-0.6b") == 2  # 800 requests and 32 requests: two tables
 
 
 def test_hf_continuous_never_ends_a_row_early(tiny_checkpoint, tmp_path):

@@ -210,7 +210,7 @@ def test_without_the_qwen3_chem_tokenizer_quick_runs_and_its_cell_is_unavailable
 
 def test_engine_speed_holds_the_engines_speed_checks():
     """The engine alone: llama-380m per batch and sampling with the cuBLAS A/B, qwen3-0.6b bf16 vs fp8 KV, gemma-2b,
-    batching both ways, and the decode step profiled at a small and a large batch."""
+    batching both ways (the decode step's profile is decode-roofline's)."""
     cells = build_plan(get_plan_preset("engine-speed")).cells
     generate = [c for c in cells if c.scenario == "generate"]
     assert all(c.backend == "inferlab" for c in generate)
@@ -219,4 +219,4 @@ def test_engine_speed_holds_the_engines_speed_checks():
     assert {c.config["kv_dtype"] for c in generate if c.model == "qwen3-0.6b"} == {"auto", "fp8"}
     assert {c.config["do_sample"] for c in generate if c.model == "gemma-2b"} == {False, True}
     assert {c.config["batching"] for c in cells if c.scenario == "batching"} == {"continuous", "static"}
-    assert {c.config["batch_size"] for c in cells if c.scenario == "decode-profile"} == {16, 256}
+    assert {c.scenario for c in cells} == {"generate", "batching"}

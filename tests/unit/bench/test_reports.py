@@ -125,22 +125,47 @@ def test_compare_matches_cells_and_reports_deltas():
     assert "+25.0%" in text and "-50.0%" in text and "only in B (1)" in text
 
 
-def test_recommend_best_margin_and_ties():
-    def rec_rows(spread_a, spread_b, tps_b, batch=16):
-        return [_row(_gen_cell("tiny", kv_cache="dynamic", batch_size=batch, num_prompts=batch), 100.0, spread=spread_a),
-                _row(_gen_cell("tiny", kv_cache="static", compile=False, batch_size=batch, num_prompts=batch), tps_b, spread=spread_b)]
+def _calls(tps: float, spread: float | None, n: int = 3) -> dict:
+    """call_s_stats of `n` timed calls of 1000 tokens at a median of `tps`, ranging over `spread` of the rate."""
+    median = 1000.0 / tps
+    if spread is None:
+        return {"n": 1, "median": median, "min": median, "max": median}
+    # rate range median/min - median/max == spread, symmetric around the median
+    half = spread / 2
+    return {"n": n, "median": median, "min": median / (1 + half), "max": median / (1 - half)}
+
+
+def test_recommend_names_a_winner_only_past_the_measured_spread():
+    def rec_rows(spread_a, spread_b, tps_b, batch=16, n=3):
+        return [_row(_gen_cell("tiny", kv_cache="dynamic", batch_size=batch, num_prompts=batch), 100.0,
+                     call_s_stats=_calls(100.0, spread_a, n)),
+                _row(_gen_cell("tiny", kv_cache="static", compile=False, batch_size=batch, num_prompts=batch), tps_b,
+                     call_s_stats=_calls(tps_b, spread_b, n))]
 
     clear = recommend(rec_rows(0.02, 0.03, 110.0))[0]
     assert clear.best == "kv_cache=static" and clear.runner_up == "kv_cache=dynamic"
-    assert clear.margin == pytest.approx(0.10) and clear.verdict == "clear"
-    assert recommend(rec_rows(0.05, 0.01, 103.0))[0].verdict == "tie (within spread)"
-    assert recommend(rec_rows(None, 0.01, 130.0))[0].verdict.startswith("spread unknown")
+    assert clear.spread == pytest.approx(0.03)
+    assert clear.margin == pytest.approx(0.10) and clear.recommended == "kv_cache=static"
+    assert clear.verdict == "kv_cache=static (10.0% ahead of kv_cache=dynamic, spread 3.0%)"
+    tie = recommend(rec_rows(0.20, 0.05, 103.5))[0]  # 3.5% ahead, inside a 20% spread
+    assert tie.recommended == "-" and tie.verdict.startswith("kv_cache: no clear winner")
+    assert "inside the spread 20.0%" in tie.verdict
+    unknown = recommend(rec_rows(0.001, 0.001, 130.0, n=2))[0]  # two timed calls: no spread
+    assert unknown.recommended == "-" and "spread not measured: 3 timed repeats needed, 2 made" in unknown.verdict
+    assert recommend(rec_rows(None, 0.01, 130.0))[0].recommended == "-"
     single = recommend(rec_rows(0.01, 0.01, 130.0, batch=8)[:1])[0]
-    assert single.verdict == "only one configuration"
+    assert single.verdict == "only one configuration" and single.recommended == "-"
     both = recommend(rec_rows(0.02, 0.03, 110.0) + rec_rows(0.02, 0.03, 90.0, batch=8))
     assert [(r.workload, r.best) for r in both] == [("batch_size=16, num_prompts=16", "kv_cache=static"),
                                                    ("batch_size=8, num_prompts=8", "kv_cache=dynamic")]
     assert "| GPU |" in format_markdown(both)
+
+
+def test_recommend_never_names_a_baseline_knob():
+    rows = [_row(_gen_cell("tiny", kv_cache="static", compile=False, processor=p, num_prompts=16), tps,
+                 call_s_stats=_calls(tps, 0.01)) for p, tps in (("none", 100.0), ("python", 140.0))]
+    rec = recommend(rows)[0]
+    assert rec.best == "hf" and rec.verdict == "only one configuration"  # the Python processor is a reference
 
 
 def test_failed_rows_never_win():
@@ -151,7 +176,7 @@ def test_failed_rows_never_win():
 
 
 def _classify_row(samples_per_s: float, **knobs):
-    cell = next(c for c in build_plan(get_plan_preset("seed-classify")).cells
+    cell = next(c for c in build_plan(get_plan_preset("seed-classify-matrix")).cells
                 if all(c.config[k] == v for k, v in knobs.items()))
     metrics = {"requests_per_s": samples_per_s, "latency_ms": {"p50": 1.0, "p90": 2.0, "p95": 3.0, "p99": 4.0},
                "input_tokens_per_s": 1000.0, "padding_fraction": 0.5, "first_call_s": 0.1, "peak_memory_gb": 3.0}

@@ -1,6 +1,7 @@
 """The classify and hidden-states scenarios on tiny random checkpoints (CPU): they measure with the
-workloads' own loop, report the shared figures consistently, refuse impossible plans, and turn an
-unavailable quantization into an `unavailable` row."""
+workloads' own loop through each backend (transformers by default, the engine), report the shared figures
+consistently, check the engine against transformers, refuse impossible plans, and turn an unavailable
+quantization into an `unavailable` row."""
 
 from __future__ import annotations
 
@@ -11,22 +12,26 @@ import pytest
 from inferlab.bench.plan import build_plan
 from inferlab.errors import ConfigError
 
-TEXT = {"batch_size": 4, "min_tokens": 8, "max_tokens": 60, "dtype": "float32", "device": "cpu", "min_repeats": 6,
+TEXT = {"min_tokens": 8, "max_tokens": 60, "dtype": "float32", "device": "cpu", "min_repeats": 6,
         "min_duration_s": 0.05, "max_duration_s": 5.0, "warmup": 1}
+HF = {"batch_size": 4}
 
 
-def _plan(scenario, model, **knobs):
-    return {"sweep": [{"scenario": scenario, "model": str(model), "set": {**TEXT, **knobs}}]}
+def _plan(scenario, model, backend=None, **knobs):
+    sweep = {"scenario": scenario, "model": str(model), "set": {**TEXT, **(HF if backend in (None, "hf") else {}), **knobs}}
+    return {"sweep": [{**sweep, **({"backend": backend} if backend else {})}]}
 
 
 def _check_shared_figures(m, count):
     assert m["requests_per_s"] == pytest.approx(m["rows_timed"] / m["steady_s"], rel=1e-3)  # steady_s is rounded
     assert m["input_tokens_per_s"] > m["requests_per_s"] * 8 * 0.9  # every text has at least ~8 tokens
-    assert m["latency_ms"]["n"] == m["batches_timed"] >= 6
+    assert m["batch_latency_ms"]["n"] == m["batches_timed"] >= 6
+    assert m["latency_ms"]["n"] == m["rows_timed"]  # per request: each row waits for its whole batch
     lat = m["latency_ms"]
     assert lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p95"] <= lat["p99"] <= lat["max"]
     assert m["first_call_s"] > 0 and m["load_s"] > 0 and m["whole_passes"]
     assert m["rows_timed"] >= count  # at least one whole pass over the sample
+    assert m["tflops_per_s"] > 0 and m["matmul_peak_tflops"] is None and m["pct_of_matmul_peak"] is None  # CPU
 
 
 def test_classify_measures_samples_per_second_and_latency_percentiles(tiny_checkpoint, run_cell):
@@ -37,6 +42,34 @@ def test_classify_measures_samples_per_second_and_latency_percentiles(tiny_check
     _check_shared_figures(m, 12)
     assert m["samples_per_s"] == m["requests_per_s"] and m["quantized_layers"] == 0 and m["attn_loaded"] == "sdpa"
     assert 0 <= m["padding_fraction"] < 1 and "peak_host_rss_gb" in m
+
+
+def test_the_engine_backend_packs_the_sample_and_agrees_with_transformers(tiny_checkpoint, run_cell):
+    path = tiny_checkpoint("tiny-qwen2-cls")
+    cell, out = run_cell(_plan("classify", path, "inferlab", num_samples=12, max_batch_tokens=200, check_texts=12),
+                         path)
+    assert out.status == "ok", out.message
+    m = out.metrics
+    _check_shared_figures(m, 12)
+    assert m["padding_fraction"] == 0 and m["batches_per_pass"] >= 2  # packed, no padding, by the token budget
+    assert m["labels_agree_with_hf"] == 1.0 and m["max_prob_diff_vs_hf"] < 1e-5 and m["check_texts"] == 12
+    assert m["engine"]["batches"] >= m["batches_timed"] and m["attention_chosen"] == {}  # CPU: the torch reference
+    hidden = tiny_checkpoint("tiny")
+    _, out = run_cell(_plan("hidden-states", hidden, "inferlab", num_prompts=8, layers="1:-1", pool="mean",
+                            check_texts=8), hidden)
+    assert out.status == "ok", out.message
+    assert out.metrics["states_min_cosine_vs_hf"] > 0.9999 and out.metrics["states_max_rel_diff_vs_hf"] < 1e-4
+
+
+def test_a_sweep_without_a_backend_runs_transformers_and_vllm_takes_the_final_layer_only():
+    from inferlab.bench.backends import backends_for
+
+    assert sorted(backends_for("classify")) == sorted(backends_for("hidden-states")) == ["hf", "inferlab", "vllm"]
+    (cell,) = build_plan(_plan("classify", "tiny-qwen2-cls", num_samples=4)).cells
+    assert cell.backend == "hf" and cell.config["batch_size"] == 4
+    with pytest.raises(ConfigError, match="final hidden state only: set layers=-1"):
+        build_plan(_plan("hidden-states", "tiny", "vllm", layers="1:-1"))
+    assert build_plan(_plan("hidden-states", "tiny", "vllm", layers="-1")).cells[0].backend == "vllm"
 
 
 def test_consecutive_batches_pad_more_than_length_buckets(tiny_checkpoint, run_cell):

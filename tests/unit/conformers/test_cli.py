@@ -12,11 +12,11 @@ def test_reference_then_evaluate(tmp_path, capsys):
     smi.write_text("CCO ethanol\nc1ccccc1CCN phenethylamine\nC1CC broken\nCC(C)O ipa\n"
                    "C1C[N+]2=CC3=CC=CC=C3O[Zn]24OC5=CC=CC=C5C=[N+]14 zinc\n")  # RDKit's embedder raises on it
     ref, gen, summary = tmp_path / "ref.sdf", tmp_path / "gen.sdf", tmp_path / "summary.json"
-    assert main(["conformers", "reference", "--input", str(smi), "--num-confs", "3", "--output", str(ref)]) == 0
+    assert main(["conformers", "reference", "--input", str(smi), "--num-conformers", "3", "--output", str(ref)]) == 0
     out = capsys.readouterr().out
     assert "wrote 9 conformers of 3 molecules" in out and "broken: SMILES 'C1CC'" in out
     assert "zinc: RDKit could not embed" in out
-    assert main(["conformers", "reference", "--input", str(smi), "--num-confs", "2", "--seed", "5",
+    assert main(["conformers", "reference", "--input", str(smi), "--num-conformers", "2", "--seed", "5",
                  "--output", str(gen)]) == 0
     capsys.readouterr()
     code = main(["conformers", "evaluate", "--generated", str(gen), "--reference", str(ref), "--workers", "1",

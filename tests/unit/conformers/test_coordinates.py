@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from inferlab.constraints.grammars import GRAMMARS
 from inferlab.errors import InputError
-from inferlab.workloads.conformers.coordinates import COORDINATE_STYLES, format_fixed4, format_stripped
+from inferlab.workloads.conformers.chemistry.coordinates import COORDINATE_STYLES, format_fixed4, format_stripped
 
 FIXED4 = COORDINATE_STYLES["fixed4"]
 STRIPPED = COORDINATE_STYLES["stripped"]

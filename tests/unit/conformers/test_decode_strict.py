@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from inferlab.errors import InputError
-from inferlab.workloads.conformers.decode import decode_enriched, decode_generation
-from inferlab.workloads.conformers.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.decode import decode_enriched, decode_generation
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
 
 FIXED4 = get_profile("v3-fixed4")
 STRIPPED = get_profile("v3-stripped")

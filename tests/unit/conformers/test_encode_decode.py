@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from rdkit import Chem
 from rdkit.Geometry import Point3D
 
-from inferlab.workloads.conformers.decode import decode_generation
-from inferlab.workloads.conformers.encode import encode_conformer
-from inferlab.workloads.conformers.profiles import PROFILES, get_profile
+from inferlab.workloads.conformers.chemistry.decode import decode_generation
+from inferlab.workloads.conformers.chemistry.encode import encode_conformer
+from inferlab.workloads.conformers.chemistry.profiles import PROFILES, get_profile
 
 V3 = get_profile("v3-fixed4")
 ORGANIC_BRACKET = re.compile(r"\[(B|C|N|O|P|S|F|Cl|Br|I|b|c|n|o|p|s)\]")

@@ -11,9 +11,9 @@ from conformer_molecules import embed
 from rdkit import Chem
 
 from inferlab.errors import ConfigError
-from inferlab.workloads.conformers.evaluate import EvaluationConfig, evaluate_files, summary_table
-from inferlab.workloads.conformers.metrics import coverage_matching
-from inferlab.workloads.conformers.sdf import ConformerSdfWriter
+from inferlab.workloads.conformers.chemistry.sdf import ConformerSdfWriter
+from inferlab.workloads.conformers.evaluation.evaluate import EvaluationConfig, evaluate_files, summary_table
+from inferlab.workloads.conformers.evaluation.metrics import coverage_matching
 
 # No conjugated terminal groups (RDKit symmetrises those beyond graph symmetry); two have symmetric parts.
 MOLECULES = ["CCCCCO", "CC(C)Cc1ccccc1", "CCN(CC)CC"]

@@ -10,8 +10,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor
 
 from inferlab.errors import InputError
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
-from inferlab.workloads.conformers.encode import encode_conformer
-from inferlab.workloads.conformers.hf_baseline_processor import (
+from inferlab.workloads.conformers.chemistry.encode import encode_conformer
+from inferlab.workloads.conformers.evaluation.hf_baseline_processor import (
     COPY,
     FREE_FIRST,
     FREE_LAST,
@@ -20,9 +20,9 @@ from inferlab.workloads.conformers.hf_baseline_processor import (
     build_baseline_template,
     build_baseline_templates,
 )
-from inferlab.workloads.conformers.hf_baseline_run import run_baseline_batch
-from inferlab.workloads.conformers.profiles import get_profile
-from inferlab.workloads.conformers.template import build_template
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.template import build_template
+from inferlab.workloads.conformers.evaluation.hf_baseline_run import run_baseline_batch
 
 PROFILE = get_profile("v3-fixed4")
 MOLECULES = ["CCO", "CC(=O)Nc1ccc(O)cc1", "C[C@H](N)C(=O)O", "[NH4+].[Cl-]"]

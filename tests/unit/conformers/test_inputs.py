@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from inferlab.errors import InputError
-from inferlab.workloads.conformers.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
 
 
 def test_smi_file(tmp_path):

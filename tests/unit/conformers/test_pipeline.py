@@ -1,21 +1,27 @@
 """The conformer pipeline end to end on CPU (tiny random checkpoint, built-in Llama-3-style tokenizer):
 every conformer written is the input's molecule, checked here independently of the pipeline by reading
-the SDF back with RDKit; bad inputs, a repeated id and a molecule too long for the rows become error rows
-while the rest goes on; a run cut short resumes with every row exactly once; the process pools (preparation,
+the SDF back with RDKit; rows and records come in input order; bad inputs, a repeated id and a molecule too
+long for the rows become error rows while the rest goes on, naming only fixes that exist, and
+retry_errors generates them again; a run cut short resumes with every row exactly once; the process pools (preparation,
 judging) give the same rows as in-process work; the CLI (both spellings) writes the same files."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+import resource
+import time
 
 import pytest
 from rdkit import Chem
 
 from inferlab.cli import main
 from inferlab.errors import ConfigError
-from inferlab.workloads.conformers.pipeline import generate_conformers
-from inferlab.workloads.conformers.pipeline_config import ConformerSampling, PipelineConfig
-from inferlab.workloads.conformers.sdf import read_sdf
+from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.chemistry.sdf import read_sdf
+from inferlab.workloads.conformers.pipeline.config import ConformerSampling, PipelineConfig
+from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
 MOLECULES = {  # id -> SMILES; small, without stereo (an SDF read back assigns stereo from 3D coordinates)
     "ethanol": "CCO",
@@ -52,7 +58,7 @@ def graph(smiles_or_mol) -> str:
 
 
 def stable(rows):
-    """Rows keyed by id (rows are written as they finish, so compare them by id)."""
+    """Rows keyed by id (a resumed run's rows follow the earlier run's: compare them by id)."""
     return {row["id"]: row for row in rows}
 
 
@@ -75,10 +81,11 @@ def test_every_written_conformer_is_the_input_molecule(tmp_path, model):
         assert row["finish_reason"] == "eos" and row["graph_match"] is True and row["output_tokens"] > 0
         assert row["smiles"] == MOLECULES[row["input_id"]]
 
+    in_input_order = [(record.id, k) for record in read_molecule_inputs(inp).records for k in range(3)]
+    assert [(r["input_id"], r["conformer_index"]) for r in rows] == in_input_order
     records = list(read_sdf(out))
-    assert sorted((r.prop("input_id"), int(r.prop("conformer_index"))) for r in records) == sorted(
-        (r["input_id"], r["conformer_index"]) for r in ok
-    )
+    assert [(r.prop("input_id"), int(r.prop("conformer_index"))) for r in records] == [
+        (r["input_id"], r["conformer_index"]) for r in ok]
     for record in records:  # independent of the pipeline: RDKit reads the SDF back
         smiles = MOLECULES[record.prop("input_id")]
         assert graph(record.mol) == graph(smiles)
@@ -114,6 +121,48 @@ def test_a_molecule_too_long_for_the_rows_is_an_error_row(tmp_path, model):
     assert summary.conformers_ok == len(MOLECULES)
 
 
+def test_error_rows_name_only_fixes_that_exist_and_retry_errors_runs_them_again(tmp_path, model):
+    inp = write_input(tmp_path / "in.smi", ["CCCCCCCCCC decane", "CCCCCCCCCCCCCCCCCCCCCCCC tetracosane"])
+    out = tmp_path / "out.sdf"
+    config = PipelineConfig(num_conformers=1)
+    generate_conformers(model, inp, out, config, {"max_slots": 2, "max_seq_len": 256})
+    rows = stable(rows_of(out))
+    needed = int(re.search(r"rerun with --max-seq-len (\d+)", rows["decane#0"]["error"]).group(1))
+    assert needed <= 512  # the tiny model's positions: a value that works
+    too_large = rows["tetracosane#0"]["error"]
+    assert "more than the model's 512" in too_large and "--max-seq-len" not in too_large
+
+    retry = dataclasses.replace(config, retry_errors=True)
+    summary = generate_conformers(model, inp, out, retry, {"max_slots": 2, "max_seq_len": needed})
+    after = rows_of(out)
+    assert summary.conformers_retried == 2 and summary.conformers_skipped == len(MOLECULES)
+    assert len(after) == len(stable(after)) == len(MOLECULES) + 2  # one row per id
+    assert stable(after)["decane#0"]["status"] == "ok" and stable(after)["tetracosane#0"]["status"] == "error"
+    assert sorted(r.prop("row_id") for r in read_sdf(out)) == sorted(r["id"] for r in after if r["status"] == "ok")
+
+
+def test_any_k_streams_from_the_first_molecule_with_flat_memory(tmp_path, model):
+    inp = write_input(tmp_path / "in.smi")
+
+    class Enough(Exception):
+        pass
+
+    def stop_after_three(row):
+        stop_after_three.rows += 1
+        if stop_after_three.rows == 3:
+            raise Enough
+
+    stop_after_three.rows = 0
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    started = time.perf_counter()
+    with pytest.raises(Enough):
+        generate_conformers(model, inp, tmp_path / "out.sdf", PipelineConfig(num_conformers=100_000_000), ENGINE,
+                            on_row=stop_after_three)
+    assert time.perf_counter() - started < 120
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024  # a list of K would be GBs
+    assert [r["id"] for r in rows_of(tmp_path / "out.sdf")][:3] == ["ethanol#0", "ethanol#1", "ethanol#2"]
+
+
 def test_the_automatic_row_length_fits_the_largest_molecule(tmp_path, model):
     inp = write_input(tmp_path / "in.smi", ["CCCCCCCCCC decane"])  # needs ~330 positions with this tokenizer
     summary = generate_conformers(model, inp, tmp_path / "out.sdf", PipelineConfig(num_conformers=1),
@@ -139,9 +188,9 @@ def test_a_run_cut_short_resumes_with_every_row_once(tmp_path, model):
     with pytest.raises(Crash):
         generate_conformers(model, inp, out, config, ENGINE, on_row=crash_after_five)
     first = rows_of(out)
-    assert len(first) == 6
+    assert 6 <= len(first) < 12  # the sixth row, and finished rows that waited for an earlier one
     summary = generate_conformers(model, inp, out, config, ENGINE)
-    assert summary.conformers_skipped == 6 and summary.conformers_written == 6
+    assert summary.conformers_skipped == len(first) and summary.conformers_written == 12 - len(first)
     rows = rows_of(out)
     assert len(rows) == len(stable(rows)) == 12
     assert len(list(read_sdf(out))) == sum(r["status"] == "ok" for r in rows) == 10

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from inferlab.workloads.conformers.pipeline import generate_conformers
-from inferlab.workloads.conformers.pipeline_config import PipelineConfig
-from inferlab.workloads.conformers.sdf import read_sdf
+from inferlab.workloads.conformers.chemistry.sdf import read_sdf
+from inferlab.workloads.conformers.pipeline.config import PipelineConfig
+from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
 MOLECULES = ["CCO", "c1ccccc1", "CC(=O)O", "c1ccncc1", "C[C@H](N)CO"]
 K = 4

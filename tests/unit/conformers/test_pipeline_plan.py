@@ -4,6 +4,9 @@ covers the largest molecules, and resume planning leaves out exactly the rows al
 
 from __future__ import annotations
 
+import itertools
+import time
+
 import pytest
 from conformer_molecules import nci_smiles
 
@@ -12,15 +15,15 @@ from inferlab.constraints.token_automaton import grammar_set_for
 from inferlab.errors import InferlabError
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
 from inferlab.models.tokenizer_loading import load_tokenizer
-from inferlab.workloads.conformers.inputs import read_molecule_inputs
-from inferlab.workloads.conformers.pipeline_plan import (
+from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.pipeline.plan import (
     auto_max_seq_len,
     max_block_chars,
     plan_molecules,
     token_bound_from_text,
 )
-from inferlab.workloads.conformers.profiles import PROFILES, get_profile
-from inferlab.workloads.conformers.template import build_template
+from inferlab.workloads.conformers.chemistry.profiles import PROFILES, get_profile
+from inferlab.workloads.conformers.chemistry.template import build_template
 
 
 @pytest.fixture(scope="module", params=["qwen3-chem", "builtin"])
@@ -55,14 +58,26 @@ def test_plan_and_automatic_length(tmp_path):
     path = tmp_path / "in.smi"
     path.write_text("CCO a\nC1CC bad\nCCCCCCCCCC decane\nc1ccccc1 b\n")
     inputs = read_molecule_inputs(path)
-    done = {("a", 0), ("a", 1), ("b", 1), ("bad", 0)}
-    plan = plan_molecules(inputs, lambda i, k: (i, k) in done, 2)
-    assert [(j.record.id, j.todo) for j in plan.jobs] == [("decane", (0, 1)), ("b", (0,))]
-    assert [(j.record.id, j.todo) for j in plan.unusable] == [("bad", (1,))]
-    assert plan.rows_done == 4 and plan.molecules_total == 4
+    done = {"a#0", "a#1", "b#1", "bad#0", "b#7"}  # b#7: beyond K, not this run's
+    plan = plan_molecules(inputs, done, 2)
+    assert [(j.record.id, tuple(j.todo)) for j in plan.jobs] == [("decane", (0, 1)), ("b", (0,))]
+    assert [(j.record.id, tuple(j.todo)) for j in plan.unusable] == [("bad", (1,))]
+    assert plan.rows_done == 4 and plan.molecules_total == 4 and plan.rows_todo == 4
+    assert list(plan.row_ids()) == ["bad#1", "decane#0", "decane#1", "b#0"]  # input order, unusable ones included
 
     profile = get_profile("v3-fixed4")
     length = auto_max_seq_len(plan.jobs, profile, model_max=None)
     assert length % 64 == 0 and length >= token_bound_from_text("CCCCCCCCCC", profile)
     assert auto_max_seq_len(plan.jobs, profile, model_max=256) == 256
     assert auto_max_seq_len([], profile, model_max=None) is None
+
+
+def test_a_huge_k_is_planned_without_listing_its_conformers(tmp_path):
+    path = tmp_path / "in.smi"
+    path.write_text("CCO a\nc1ccccc1 b\n")
+    started = time.perf_counter()
+    plan = plan_molecules(read_molecule_inputs(path), {"a#0", "a#5"}, 100_000_000)
+    assert time.perf_counter() - started < 1.0
+    assert plan.rows_todo == 2 * 100_000_000 - 2
+    first = list(itertools.islice(plan.row_ids(), 3))
+    assert first == ["a#1", "a#2", "a#3"]

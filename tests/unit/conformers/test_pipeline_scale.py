@@ -15,9 +15,9 @@ import torch
 from inferlab.cli import main
 from inferlab.cli.scale_args import EXIT_INCOMPLETE
 from inferlab.scale.faults import FAULT_ENV
-from inferlab.workloads.conformers.pipeline import generate_conformers
-from inferlab.workloads.conformers.pipeline_config import PipelineConfig
-from inferlab.workloads.conformers.sdf import read_sdf
+from inferlab.workloads.conformers.chemistry.sdf import read_sdf
+from inferlab.workloads.conformers.pipeline.config import PipelineConfig
+from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
 # Tiny molecules: the rows only need to be short.
 LINES = ["C methane", "CO methanol", "C1CC broken", "CN methylamine", "O water", "CC ethane", "CO methanol",

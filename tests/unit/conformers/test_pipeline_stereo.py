@@ -13,11 +13,12 @@ from rdkit import Chem
 
 from inferlab.cli import main
 from inferlab.errors import ConfigError
-from inferlab.workloads.conformers import pipeline_judge, pipeline_judge_pool
-from inferlab.workloads.conformers.pipeline import generate_conformers
-from inferlab.workloads.conformers.pipeline_config import ConformerSampling, PipelineConfig
-from inferlab.workloads.conformers.sdf import read_sdf
-from inferlab.workloads.conformers.stereo import StereoAgreement, stereo_agreement
+from inferlab.workloads.conformers.chemistry.sdf import read_sdf
+from inferlab.workloads.conformers.chemistry.stereo import StereoAgreement, stereo_agreement
+from inferlab.workloads.conformers.pipeline import judge as judge_module
+from inferlab.workloads.conformers.pipeline import judge_pool
+from inferlab.workloads.conformers.pipeline.config import ConformerSampling, PipelineConfig
+from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
 MOLECULES = {"alaninol": "C[C@H](N)CO", "difluoro": "F/C=C/CF", "propanol": "CCCO"}
 ENGINE = {"max_slots": 4, "max_seq_len": 320}
@@ -69,7 +70,7 @@ FAILS = {"alaninol#0": 0, "alaninol#1": 1, "alaninol#2": 9, "difluoro#0": 2, "di
 def forced_contradictions(monkeypatch):
     """The stereo check contradicts the first FAILS[row] attempts of a row and passes the later ones (what
     a random model's coordinates say is left out); every other check is real."""
-    real_judge, real_stereo = pipeline_judge.judge, pipeline_judge.stereo_agreement
+    real_judge, real_stereo = judge_module.judge, judge_module.stereo_agreement
     attempts: list[tuple[str, int]] = []
 
     def passing(reference, mol):
@@ -81,10 +82,10 @@ def forced_contradictions(monkeypatch):
         forced = task.attempt < FAILS.get(f"{task.input_id}#{task.conformer_index}", 0)
         stereo = (lambda reference, mol: StereoAgreement(1, 0, 1, False)) if forced else passing
         with monkeypatch.context() as m:
-            m.setattr(pipeline_judge, "stereo_agreement", stereo)
+            m.setattr(judge_module, "stereo_agreement", stereo)
             return real_judge(task)
 
-    monkeypatch.setattr(pipeline_judge_pool, "judge", judge)
+    monkeypatch.setattr(judge_pool, "judge", judge)
     return attempts
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 
 from conformer_molecules import embed
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rdkit import Chem
 
-from inferlab.workloads.conformers.output import ConformerResultWriter
-from inferlab.workloads.conformers.sdf import ConformerSdfWriter, read_sdf
+from inferlab.workloads.conformers.chemistry.sdf import ConformerSdfWriter, read_sdf, record_row_ids, sdf_id, sdf_text
+from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
 
 
 def heavy(smiles: str, num_confs: int = 2) -> Chem.Mol:
@@ -77,3 +79,24 @@ def test_result_writer_resumes_and_drops_records_without_rows(tmp_path):
     assert [(r["id"], r["status"]) for r in rows] == [("m1#0", "ok"), ("m1#1", "error"), ("m1#2", "ok")]
     assert rows[0]["tokens"] == 80 and rows[1]["error"] == "block 3 is junk"
     assert [r.prop("row_id") for r in read_sdf(sdf)] == ["m1#0", "m1#2"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_any_id_is_written_safely_and_read_back_as_given(input_id):
+    text = sdf_text(input_id)
+    assert sdf_id(text) == input_id
+    assert not set(text) & set("$<>") and text.isprintable()  # no record end, property start or line break
+
+
+def test_hostile_ids_keep_every_record_readable(tmp_path):
+    mol = heavy("CCO", num_confs=1)
+    ids = ["$$$$", "a\nb", "> <row_id>", "50%", "x\r\n$$$$\ny", "plain id"]
+    path = tmp_path / "out.sdf"
+    with ConformerSdfWriter(path) as writer:
+        for input_id in ids:
+            writer.write(mol, input_id, "CCO", 0)
+    records = list(read_sdf(path))
+    assert [sdf_id(r.prop("input_id")) for r in records] == ids and all(r.mol is not None for r in records)
+    assert records[-1].prop("input_id") == "plain id" and records[-1].mol.GetProp("_Name") == "plain id"
+    assert record_row_ids(path) == {f"{i}#0" for i in ids}

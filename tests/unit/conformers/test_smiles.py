@@ -11,7 +11,7 @@ from conformer_molecules import EDGE_CASE_SMILES, nci_smiles
 from rdkit import Chem
 
 from inferlab.errors import InputError, UnsupportedError
-from inferlab.workloads.conformers.smiles import canonicalize_smiles, parse_smiles
+from inferlab.workloads.conformers.chemistry.smiles import canonicalize_smiles, parse_smiles
 
 
 def texts(smiles: str) -> list[str]:
@@ -103,7 +103,7 @@ from rdkit import Chem, rdBase
 if hasattr(rdBase, "CaptureErrorLog"):
     del rdBase.CaptureErrorLog
 from inferlab.errors import InputError
-from inferlab.workloads.conformers.smiles import canonicalize_smiles
+from inferlab.workloads.conformers.chemistry.smiles import canonicalize_smiles
 for smiles in ("C1CC", "C(C", "c1cccc1"):
     try:
         canonicalize_smiles(smiles)

@@ -1,4 +1,4 @@
-"""Stereo agreement (workloads/conformers/stereo.py) on ETKDG conformers: a conformer of the input's own
+"""Stereo agreement (workloads/conformers/chemistry/stereo.py) on ETKDG conformers: a conformer of the input's own
 stereoisomer matches, its mirror image contradicts a tetrahedral centre, a conformer of the other
 double-bond isomer contradicts E/Z (a mirror keeps E/Z); whatever the atom numbering of the conformer;
 a symmetric molecule whose mirror image is the same stereoisomer matches; no specified stereo: None."""
@@ -9,11 +9,11 @@ import pytest
 from rdkit import Chem
 from rdkit.Chem import AllChem
 
-from inferlab.workloads.conformers.encode import encode_conformer
-from inferlab.workloads.conformers.pipeline_judge import stereo_fields
-from inferlab.workloads.conformers.profiles import get_profile
-from inferlab.workloads.conformers.stereo import StereoAgreement, stereo_agreement
-from inferlab.workloads.conformers.template import build_template
+from inferlab.workloads.conformers.chemistry.encode import encode_conformer
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.stereo import StereoAgreement, stereo_agreement
+from inferlab.workloads.conformers.chemistry.template import build_template
+from inferlab.workloads.conformers.pipeline.judge import stereo_fields
 
 
 def etkdg(smiles: str, seed: int = 3) -> Chem.Mol:

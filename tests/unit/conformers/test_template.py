@@ -10,10 +10,10 @@ from rdkit import Chem
 
 from inferlab.constraints.segments import Copy, EndOfSequence, Hole
 from inferlab.errors import InputError
-from inferlab.workloads.conformers.decode import decode_generation
-from inferlab.workloads.conformers.encode import encode_conformer
-from inferlab.workloads.conformers.profiles import PROFILES, get_profile
-from inferlab.workloads.conformers.template import build_template
+from inferlab.workloads.conformers.chemistry.decode import decode_generation
+from inferlab.workloads.conformers.chemistry.encode import encode_conformer
+from inferlab.workloads.conformers.chemistry.profiles import PROFILES, get_profile
+from inferlab.workloads.conformers.chemistry.template import build_template
 
 
 def split_encoder_text(text: str) -> list[str]:

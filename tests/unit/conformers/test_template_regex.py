@@ -14,10 +14,10 @@ from rdkit import Chem
 
 from inferlab.constraints.segments import Copy, EndOfSequence, Hole
 from inferlab.errors import ConfigError
-from inferlab.workloads.conformers.encode import encode_conformer
-from inferlab.workloads.conformers.profiles import PROFILES, get_profile
-from inferlab.workloads.conformers.template import build_template
-from inferlab.workloads.conformers.template_regex import escape_literal, template_regex
+from inferlab.workloads.conformers.chemistry.encode import encode_conformer
+from inferlab.workloads.conformers.chemistry.profiles import PROFILES, get_profile
+from inferlab.workloads.conformers.chemistry.template import build_template
+from inferlab.workloads.conformers.chemistry.template_regex import escape_literal, template_regex
 
 
 def encoded_text_and_regex(mol: Chem.Mol, profile_name: str) -> tuple[str, str]:

@@ -17,10 +17,10 @@ from inferlab.constraints.program import compile_program
 from inferlab.constraints.simulate import AdversarialLogits, ReferenceSampling, reference_decode
 from inferlab.engine.constraints.runtime import ConstraintRuntime
 from inferlab.errors import InputError, UnsupportedError
-from inferlab.workloads.conformers.decode import decode_generation
-from inferlab.workloads.conformers.profiles import PROFILES, get_profile
-from inferlab.workloads.conformers.smiles import canonical_smiles
-from inferlab.workloads.conformers.template import build_template
+from inferlab.workloads.conformers.chemistry.decode import decode_generation
+from inferlab.workloads.conformers.chemistry.profiles import PROFILES, get_profile
+from inferlab.workloads.conformers.chemistry.smiles import canonical_smiles
+from inferlab.workloads.conformers.chemistry.template import build_template
 
 MAX_ATOMS = 14  # keeps a row under ~400 tokens: the decode loop stays fast on CPU
 SAMPLINGS = [ReferenceSampling(0.0), ReferenceSampling(1.0), ReferenceSampling(1.0, top_k=20, top_p=0.9)]

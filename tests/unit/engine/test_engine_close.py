@@ -16,8 +16,8 @@ from inferlab.constraints.program import compile_program
 from inferlab.engine import Engine, EngineConfig
 from inferlab.errors import EngineClosedError, InferlabError
 from inferlab.types import Request, SamplingParams
-from inferlab.workloads.conformers.profiles import get_profile
-from inferlab.workloads.conformers.template import build_template
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.template import build_template
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 

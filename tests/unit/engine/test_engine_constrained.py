@@ -16,10 +16,10 @@ from inferlab.engine import Engine, EngineConfig
 from inferlab.errors import InputError, UnsupportedError
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
 from inferlab.types import Request, SamplingParams
-from inferlab.workloads.conformers.decode import decode_generation
-from inferlab.workloads.conformers.profiles import get_profile
-from inferlab.workloads.conformers.smiles import canonical_smiles
-from inferlab.workloads.conformers.template import build_template
+from inferlab.workloads.conformers.chemistry.decode import decode_generation
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.smiles import canonical_smiles
+from inferlab.workloads.conformers.chemistry.template import build_template
 
 PROFILE = get_profile("v3-fixed4")
 

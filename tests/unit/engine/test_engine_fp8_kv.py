@@ -151,3 +151,39 @@ def test_constrained_conformers_with_an_fp8_cache_are_all_valid(tiny_checkpoint)
     cases = [_conformer_request(engine, f"m{i}", s, **SAMPLINGS[i % len(SAMPLINGS)]) for i, s in enumerate(molecules)]
     for smiles, (_, template), result in zip(molecules, cases, engine.generate([r for r, _ in cases])):
         _assert_valid(engine, result, template, smiles)
+
+
+class _LaunchRecorder:
+    """Stands in for a Triton kernel: kernel[grid](*args, **kwargs) records the grid and the keywords."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[tuple, dict]] = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append((grid, kwargs))
+
+
+def test_attention_configs_by_head_dim_and_the_register_cap_reach_the_launch(monkeypatch):
+    """fp8 at head_dim <= 128 runs one-warp programs; head_dim 256 its wide config; a config's maxnreg is passed
+    to the launch only when set (Triton's option), and BLOCK_N / warps / stages always."""
+    from inferlab.engine.kernels import triton_attention as ta
+
+    assert ta.default_config(128, fp8=True) == ta.FP8_ATTENTION_CONFIG and ta.FP8_ATTENTION_CONFIG.num_warps == 1
+    assert ta.default_config(128) == ta.AttentionConfig() and ta.default_config(256) == ta.WIDE_HEAD_CONFIG
+    assert ta.default_config(256, fp8=True) == ta.FP8_WIDE_HEAD_CONFIG
+    recorder = _LaunchRecorder()
+    monkeypatch.setattr(ta, "_rope_attention_kernel", recorder)
+    rows, heads, kv_heads, head_dim, max_len = 3, 4, 2, 16, 32
+    qkv = torch.randn(rows, (heads + 2 * kv_heads) * head_dim)
+    cache = [torch.zeros(4, kv_heads, max_len, head_dim, dtype=torch.float8_e4m3fn) for _ in range(2)]
+    scales = [torch.zeros(4, kv_heads, max_len) for _ in range(2)]
+    cos = sin = torch.zeros(max_len, head_dim)
+    common = (qkv, torch.tensor([3, 9, 0]), cos, sin, None, None, 1e-6, *cache, torch.tensor([0, 2, 1]), heads, 0.25,
+              torch.zeros(4 * kv_heads, dtype=torch.int32))  # fmt: skip
+    for maxnreg in (None, 168):
+        config = ta.AttentionConfig(block_n=16, num_warps=1, num_stages=4, maxnreg=maxnreg)
+        ta.decode_rope_attention(*common, config=config, splits=2, k_scale=scales[0], v_scale=scales[1])
+    (grid, plain), (_, capped) = recorder.launches
+    assert grid == (rows, kv_heads, 2) and "maxnreg" not in plain and capped["maxnreg"] == 168
+    assert (plain["BLOCK_N"], plain["num_warps"], plain["num_stages"], plain["KV_FP8"]) == (16, 1, 4, True)
+    assert plain["DOT_TY"] == ta.tl.float32  # fp32 queries (the interpreter's path): ieee dots; bf16 ones get fp16

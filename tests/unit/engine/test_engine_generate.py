@@ -28,6 +28,7 @@ def test_bad_requests_become_error_results_and_the_batch_goes_on(engine):
         Request(id="empty-text", prompt="", sampling=GREEDY),
         _req("empty-ids", [], temperature=0),
         _req("too-long", list(range(40)), temperature=0, max_new_tokens=20),
+        _req("full-prompt", list(range(48)), temperature=0, max_new_tokens=1),
         _req("bad-id", [5, 99999], temperature=0),
         _req("bad-stop", [5], temperature=0, stop_token_ids=(123456,)),
         _req("many-stops", [5], temperature=0, stop_token_ids=tuple(range(20))),
@@ -38,10 +39,11 @@ def test_bad_requests_become_error_results_and_the_batch_goes_on(engine):
     assert [r.id for r in results] == [r.id for r in requests]  # input order
     by_id = {r.id: r for r in results}
     assert by_id["ok1"].ok and len(by_id["ok1"].token_ids) == 4 and by_id["ok2"].ok
-    for rid in ("empty-text", "empty-ids", "too-long", "bad-id", "bad-stop", "many-stops", "constrained"):
+    for rid in ("empty-text", "empty-ids", "too-long", "full-prompt", "bad-id", "bad-stop", "many-stops", "constrained"):
         assert by_id[rid].finish_reason == "error" and by_id[rid].error and not by_id[rid].token_ids, rid
     assert "40 tokens + max_new_tokens=20 = 60 exceeds max_seq_len=48" in by_id["too-long"].error
     assert "lower max_new_tokens to 8" in by_id["too-long"].error
+    assert "lower max_new_tokens" not in by_id["full-prompt"].error  # no value would do: the prompt fills the row
     assert "empty" in by_id["empty-text"].error and "99999" in by_id["bad-id"].error
 
 

@@ -9,6 +9,7 @@ import torch
 
 from inferlab.engine import Engine, EngineConfig
 from inferlab.engine.kv_cache import MemoryModel, kv_bytes_per_token, plan_memory
+from inferlab.engine.startup import plan_without_loading
 from inferlab.errors import CapacityError
 from inferlab.models.config import read_model_spec
 from inferlab.models.presets import get_preset
@@ -61,9 +62,22 @@ def test_refusal_names_the_largest_feasible_values_and_they_fit(llama380m):
     plan_memory(model, budget, slots, 2048, slot_cap=256, default_len_cap=2048)  # the suggestion is accepted
 
 
-def test_a_budget_below_the_weights_is_refused(llama380m):
-    with pytest.raises(CapacityError, match="max_slots=0"):
+def test_a_budget_below_the_weights_is_refused_without_suggesting_zero(llama380m):
+    with pytest.raises(CapacityError, match="Not even one row of 2 positions fits") as err:
         plan_memory(_model(llama380m), 1 * GIB, None, 2048, slot_cap=256, default_len_cap=2048)
+    assert not re.search(r"max_(slots|seq_len)=0\b", str(err.value))
+
+
+def test_when_one_row_does_not_fit_the_refusal_suggests_a_shorter_one_that_does(llama380m):
+    model = _model(llama380m)
+    budget = model.total(1, 1024)
+    with pytest.raises(CapacityError) as err:
+        plan_memory(model, budget, 4, 4096, slot_cap=256, default_len_cap=4096)
+    message = str(err.value).split("Largest feasible: ")[1]
+    assert not re.search(r"max_slots=0\b|max_seq_len=[01]\b", message)
+    for slots, length in re.findall(r"max_slots=(\d+) at max_seq_len=(\d+)", message) + [
+            (s, n) for n, s in re.findall(r"max_seq_len=(\d+) at max_slots=(\d+)", message)]:
+        plan_memory(model, budget, int(slots), int(length), slot_cap=256, default_len_cap=4096)  # each one fits
 
 
 def test_engine_refuses_before_loading_anything(tiny_checkpoint):
@@ -78,6 +92,13 @@ def test_engine_refuses_before_loading_anything(tiny_checkpoint):
         Engine(EngineConfig(max_slots=64, **small))
     engine = Engine(EngineConfig(**small))
     assert 1 <= engine.plan.slots < 64 and engine.stats.max_slots == engine.plan.slots
+    # the same plan without an engine (what `inferlab tune` asks), and past slot_cap when raised
+    assert plan_without_loading(EngineConfig(device="cpu", **small)) == engine.plan
+    beyond = plan_without_loading(EngineConfig(device="cpu", **{**small, "memory_budget_bytes": 1 << 32},
+                                               slot_cap=1 << 20))
+    assert beyond.slots > 256 and beyond.total_bytes <= 1 << 32
+    with pytest.raises(CapacityError, match="Largest feasible"):
+        plan_without_loading(EngineConfig(device="cpu", max_slots=64, **small))
 
 
 def test_a_gemma2_plan_with_an_fp8_cache_counts_the_scales_and_the_windowed_prefill(tmp_path):

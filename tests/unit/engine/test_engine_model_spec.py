@@ -9,7 +9,8 @@ import torch
 
 from inferlab.errors import ConfigError, InputError, UnsupportedError
 from inferlab.models.config import read_model_spec
-from inferlab.models.registry import ARCHITECTURES, family_for
+from inferlab.engine.forwards.registry import encoder_forward_class, forward_class
+from inferlab.models.registry import ARCHITECTURES, CLASSIFIERS, encoder_family_for, family_for
 from inferlab.models.rope import RotaryTables, inverse_frequencies
 
 LLAMA_BASE = {
@@ -91,6 +92,18 @@ def test_unknown_architecture_names_the_supported_list_and_the_fallback():
     message = str(err.value)
     assert "GPT2LMHeadModel" in message and "--backend hf" in message
     assert all(name in message for name in ARCHITECTURES)
+
+
+def test_each_classifier_runs_on_its_causal_lms_forward_in_the_encoder_only():
+    for classifier, causal in CLASSIFIERS.items():
+        assert encoder_family_for(classifier) == family_for(causal)
+        assert encoder_forward_class(classifier) is forward_class(causal)
+        assert encoder_forward_class(causal) is forward_class(causal)
+        with pytest.raises(UnsupportedError):
+            forward_class(classifier)  # the generation engine has no score head
+    with pytest.raises(UnsupportedError) as err:
+        encoder_family_for("GPT2ForSequenceClassification")
+    assert "--backend hf" in str(err.value) and all(name in str(err.value) for name in [*ARCHITECTURES, *CLASSIFIERS])
 
 
 def test_unknown_rope_type_is_refused(tmp_path):

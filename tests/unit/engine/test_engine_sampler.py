@@ -124,7 +124,7 @@ def test_samples_follow_the_filtered_distribution():
 
 
 @pytest.mark.parametrize("rounds", [0, 1, 3])  # 0: every row through the exact fallback
-@pytest.mark.parametrize("t, p, m", [(0.8, 0.9, 0.02), (1.3, 0.3, 0.0), (0.7, 0.6, 0.3)])
+@pytest.mark.parametrize("t, p, m", [(0.8, 0.9, 0.02), (1.3, 0.3, 0.0), (0.7, 0.6, 0.3), (0.9, 1.0, 0.3)])
 def test_top_p_by_rejection_follows_the_filtered_distribution(rounds, t, p, m):
     logits = torch.tensor([2.0, 1.5, 1.0, 0.2, -0.5, -3.0, 0.9, 0.1, -1.0])
     allowed = _hf_allowed(logits, t, 0, p, m)

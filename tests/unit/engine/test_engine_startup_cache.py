@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from inferlab.engine import gemm_plan as gp
-from inferlab.engine.startup_cache import CACHE_DIR_ENV, StartupCache, default_cache_dir, source_fingerprint
+from inferlab.engine import gemm_plans
+from inferlab.engine.startup_cache import (CACHE_DIR_ENV, StartupCache, code_fingerprint, default_cache_dir,
+                                           source_fingerprint)
 
 KEY = {"gpu": "NVIDIA H100 80GB HBM3", "shapes": {"qkv": [4096, 1024]}, "torch": "2.11.0", "code": "abc"}
 VALUE = {"choices": {"qkv@16": {"kind": "linear", "block_n": 16}}, "timings": {"qkv@16": {"cublas": 5.0}}}
@@ -82,6 +84,23 @@ def test_the_code_fingerprint_changes_with_the_source(tmp_path):
     assert source_fingerprint(loaded) != before
 
 
+def test_the_code_fingerprint_ignores_comments_and_docstrings_but_not_code(tmp_path):
+    """What the shipped GEMM plans are keyed by (gemm_plans/): prose edits keep the key, code edits change it."""
+    from types import SimpleNamespace
+
+    def fingerprint(text: str) -> str:
+        (tmp_path / "kernel.py").write_text(text)
+        return code_fingerprint(SimpleNamespace(__file__=str(tmp_path / "kernel.py")))
+
+    code = '"""A kernel."""\nimport x\n\n\ndef f(a):\n    """Add one."""\n    return a + 1  # why\n'
+    prose = ('"""A kernel, described\nat length."""\n# a new comment\nimport x\n\n\ndef f(a):\n'
+             '    """Another word."""\n\n    return a + 1\n')
+    assert fingerprint(code) == fingerprint(prose)
+    assert fingerprint(code) != fingerprint(code.replace("a + 1", "a + 2"))
+    assert fingerprint(code) != fingerprint(code.replace('"""Add one."""', 'name = "Add one."'))  # code, not prose
+    assert fingerprint('x = f"{1}"  # c\n') == fingerprint('x = f"{1}"\n')  # an f-string (tokenised apart in 3.12)
+
+
 class _Layer:
     def __init__(self) -> None:
         self.qkv, self.o = torch.zeros(96, 32), torch.zeros(32, 64)
@@ -151,7 +170,8 @@ def test_the_plan_key_holds_the_activation(monkeypatch):
 
 def test_the_engine_times_its_plan_once_and_then_reads_it_from_the_cache(tiny_checkpoint, tmp_path, monkeypatch):
     """The engine's own lookup (Engine._gemm_plan, CUDA-only at start-up) on a CPU engine, with the timing
-    and the device-dependent key replaced (the fake key keeps the activation): timed and stored on a miss,
+    and the device-dependent keys replaced (the fake keys keep the activation) and no shipped plan for the
+    fake GPU: timed and stored on a miss,
     read back on a hit, timed again when the entry is corrupt; a Gemma engine of the same fake shapes key
     times its own GELU plan, with its own act_mul, and reads that back."""
     from inferlab.engine import Engine, EngineConfig
@@ -166,8 +186,9 @@ def test_the_engine_times_its_plan_once_and_then_reads_it_from_the_cache(tiny_ch
         return plan, {"qkv@16": {"cublas": 5.0}}
 
     monkeypatch.setattr(engine_module, "tune_gemm_plan", fake_tune)
-    monkeypatch.setattr(engine_module, "plan_key", lambda weights, buckets, device, activation: {
-        **KEY, "activation": activation})
+    monkeypatch.setattr(gp, "plan_key", lambda weights, buckets, device, activation: {**KEY, "activation": activation})
+    monkeypatch.setattr(gemm_plans, "shipped_key", lambda weights, device, activation: {**KEY, "activation": activation})
+    monkeypatch.setattr(gemm_plans, "PLANS_FOLDER", tmp_path / "no-shipped-plans")
     config = EngineConfig(model=tiny_checkpoint("tiny"), max_slots=2, max_seq_len=32, cache_dir=tmp_path)
     first = Engine(config)
     first._gemm_plan()

@@ -306,6 +306,38 @@ def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads,
     assert torch.equal(again[0], ours[0]) and torch.equal(again[2], ours[2])
 
 
+def test_fp8_cache_dots_run_in_fp16_at_any_query_scale():
+    """bf16 queries take the GPU's path: q and the e4m3 tiles are dotted in fp16. Each query head is scaled by a
+    power of two before its cast, so queries past fp16's 65504 (1e5) neither overflow nor lose bits; V's
+    scales enter p relative to each tile's largest, so values of 2^-20..2^-16 (scales ~1e-8, which p x
+    v_scale in fp16 would flush to zero) keep their precision. Several tiles and two splits; within bf16
+    rounding of the fp32 reference, compared at the values' scale."""
+    g = torch.Generator().manual_seed(3)
+    heads, kv_heads, head_dim = 4, 2, 32
+    tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 256, torch.device("cpu"))
+    unit = 2.0**-16
+    values = torch.randn(5, kv_heads, 200, head_dim, generator=g) * unit
+    values *= torch.exp2(-4 * torch.rand(5, kv_heads, 200, 1, generator=g))  # per-position magnitudes
+    stored = [kv_quant.quantize(torch.randn(5, kv_heads, 200, head_dim, generator=g)), kv_quant.quantize(values)]
+    caches, scales = [q.clone() for q, _ in stored], [s.clone() for _, s in stored]
+    ref_caches, ref_scales = [q.clone() for q, _ in stored], [s.clone() for _, s in stored]
+    qkv = torch.randn(4, (heads + 2 * kv_heads) * head_dim, generator=g)
+    qkv[:, : heads * head_dim] *= 1e5  # queries past fp16's range
+    qkv[:, (heads + kv_heads) * head_dim :] *= unit  # the new token's value, as small as the cached ones
+    qkv = qkv.to(torch.bfloat16)
+    slots, positions = torch.tensor([3, 0, 4, 1]), torch.tensor([0, 16, 199, 64])
+    args = (qkv, positions, tables.cos, tables.sin, None, None, 1e-6)
+    counters = torch.zeros(5 * kv_heads, dtype=torch.int32)
+    ours = triton_attention.decode_rope_attention(
+        *args, *caches, slots, heads, head_dim**-0.5, counters, config=triton_attention.AttentionConfig(block_n=16),
+        splits=2, k_scale=scales[0], v_scale=scales[1],
+    )  # fmt: skip
+    ref = decode_rope_attention_torch(*args, *ref_caches, slots, heads, head_dim**-0.5, k_scale=ref_scales[0],
+                                      v_scale=ref_scales[1])  # fmt: skip
+    assert torch.isfinite(ours).all() and not counters.any()
+    torch.testing.assert_close(ours.float() / unit, ref.float() / unit, **TOL[torch.bfloat16])
+
+
 @pytest.mark.parametrize("preset", ["tiny", "tiny-gemma2"])
 def test_engine_with_an_fp8_cache_on_triton_kernels_matches_the_torch_kernels(tiny_checkpoint, preset):
     """The wiring: the engine hands its cache's scales to the Triton prefill write and decode kernel (Gemma 2:
@@ -446,8 +478,8 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
     from inferlab.constraints.program import compile_program
     from inferlab.engine import Engine, EngineConfig
     from inferlab.types import Request, SamplingParams
-    from inferlab.workloads.conformers.profiles import get_profile
-    from inferlab.workloads.conformers.template import build_template
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.template import build_template
 
     path = tiny_checkpoint("tiny")
     template = build_template("CO", get_profile("v3-fixed4"))
@@ -523,7 +555,8 @@ def test_rejection_top_p_kernels_draw_the_reference_tokens(dtype):
         ref = race_argmax_torch(logits, temperature, None, seeds, index, r)
         assert torch.equal(ours[~skip], ref[~skip])
     top_p = torch.tensor([0.9, 0.5, 0.95, 1.0, 0.3, 0.8, 0.99, 0.6, 0.05, 0.7])
-    min_p = torch.where(torch.arange(rows) == 7, 0.05, 0.0)
+    # min-p on a greedy row (1), a row without top-p (3: only the floor to check) and a top-p row (7)
+    min_p = torch.where((torch.arange(rows) == 1) | (torch.arange(rows) == 3) | (torch.arange(rows) == 7), 0.3, 0.0)
     for rounds in (1, 3):
         ours = triton_top_p.top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, rounds, block=1024)
         assert torch.equal(ours, top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, rounds))
@@ -667,3 +700,64 @@ def test_skipped_rows_leave_the_other_rows_draws_unchanged(dtype):
     tau = filter_threshold(logits.float(), temperature, torch.full((rows,), 50), top_p, min_p, FILTER_TOP_K)
     race = triton_sampling.race_argmax(logits, temperature, tau, seeds, index, 0, skip, block=1024)
     assert torch.equal(race, race_argmax_torch(logits, temperature, tau, seeds, index, 0, skip))
+
+
+@pytest.mark.parametrize("window, softcap, head_dim", [(0, None, 16), (5, None, 24), (70, None, 16), (200, 2.0, 24)])
+def test_varlen_attention_kernel_equals_the_reference(window, softcap, head_dim):
+    """Rows of 1..257 tokens (several query and key blocks), GQA, views of one qkv buffer; windows shorter and
+    longer than a block, soft-caps. fp32 (the interpreter's bf16 dot is unusable)."""
+    from inferlab.engine.kernels.triton_varlen_attention import varlen_attention
+    from inferlab.engine.packed.attention import varlen_attention_torch
+    from inferlab.engine.packed.batch import on_device, pack_rows
+
+    lengths = [1, 130, 257, 64]
+    g = torch.Generator().manual_seed(0)
+    qkv = torch.randn(sum(lengths), 8 * head_dim, generator=g)
+    q, k, v = (t.view(sum(lengths), -1, head_dim) for t in qkv.split([4 * head_dim, 2 * head_dim, 2 * head_dim], 1))
+    batch = on_device(pack_rows([[0] * n for n in lengths]), torch.device("cpu"))
+    got = varlen_attention(q, k, v, batch.cu_seqlens, max(lengths), head_dim**-0.5, window, softcap)
+    want = varlen_attention_torch(q, k, v, batch, head_dim**-0.5, window, softcap)
+    torch.testing.assert_close(got, want, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("qk_norm, offset", [(False, False), (True, False), (True, True)])
+def test_rope_in_place_equals_the_reference(qk_norm, offset):
+    from inferlab.engine.kernels.triton_rope_inplace import rope_inplace
+    from inferlab.engine.packed.forward import rope_inplace_torch
+
+    g = torch.Generator().manual_seed(3)
+    heads, kv_heads, head_dim = 4, 2, 32
+    tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 64, torch.device("cpu"))
+    qkv = torch.randn(9, (heads + 2 * kv_heads) * head_dim, generator=g)
+    norms = [torch.randn(head_dim, generator=g) if qk_norm else None for _ in range(2)]
+    positions = torch.tensor([0, 1, 2, 0, 1, 2, 3, 4, 63])
+    ours, ref = qkv.clone(), qkv.clone()
+    rope_inplace(ours, positions, tables.cos, tables.sin, *norms, 1e-6, heads, kv_heads, offset)
+    rope_inplace_torch(ref, positions, tables.cos, tables.sin, *norms, 1e-6, heads, kv_heads, offset)
+    torch.testing.assert_close(ours, ref, **TOL[torch.float32])
+    assert torch.equal(ours[:, (heads + kv_heads) * head_dim :], qkv[:, (heads + kv_heads) * head_dim :])  # v as it was
+
+
+def test_row_quantization_kernel_stores_the_reference_bytes():
+    from inferlab.engine.kernels.triton_fp8_rows import quantize_rows
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 5000, generator=g) * torch.logspace(-3, 2, 6)[:, None]  # two passes of 4096-wide blocks
+    x[2] = 0.0
+    q, scale = quantize_rows(x)
+    ref_q, ref_scale = kv_quant.quantize(x)
+    assert torch.equal(scale, ref_scale) and torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8))
+
+
+def test_packed_encoder_on_triton_kernels_matches_the_torch_kernels(tiny_classifier):
+    """The whole packed forward with the Triton norms, in-place rope and varlen attention (forced: on CPU the
+    encoder would pick the torch attention) against the torch kernels; Gemma 2: windows, soft-caps, (1 + w)."""
+    from inferlab.engine import Encoder, EncoderConfig
+
+    path = tiny_classifier("tiny-gemma2")
+    rows = [[7], list(range(11, 24))]
+    ref = Encoder(EncoderConfig(path, device="cpu", kernels="torch"))
+    ours = Encoder(EncoderConfig(path, device="cpu", kernels="triton"))
+    ours.forward.attention.chosen = {(False, False): "triton", (True, False): "triton", (False, True): "triton",
+                                     (True, True): "triton"}
+    torch.testing.assert_close(ours.classify(ours.pack(rows)), ref.classify(ref.pack(rows)), atol=1e-4, rtol=1e-4)

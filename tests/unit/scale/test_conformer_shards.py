@@ -15,7 +15,7 @@ from scale_testkit import read_jsonl, run_single_etkdg, write_molecules
 from inferlab.scale import ScaleConfig, ScaleJob, run_scaled
 from inferlab.scale.faults import FAULT_ENV
 from inferlab.scale.workloads.etkdg import etkdg_params
-from inferlab.workloads.conformers.sdf import read_sdf
+from inferlab.workloads.conformers.chemistry.sdf import read_sdf
 
 
 def test_retried_worker_resumes_and_merge_equals_single_process(tmp_path, monkeypatch):

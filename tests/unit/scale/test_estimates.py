@@ -19,8 +19,8 @@ from inferlab.scale.workloads.conformers import conformer_tokens, read_conformer
 from inferlab.scale.workloads.generate import GENERATE, generate_params
 from inferlab.types import SamplingParams
 from inferlab.workloads.classify import ClassifyOptions
-from inferlab.workloads.conformers.encode import encode_conformer
-from inferlab.workloads.conformers.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.encode import encode_conformer
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.hf_loading import ModelLoadConfig
 
 
@@ -36,7 +36,7 @@ def test_text_units_count_prompt_tokens_exactly(tmp_path, tiny_dir):
     plan = CLASSIFY.read_units(inp, params)
     records = list(read_jsonl_records(inp))
     assert [u.line for u in plan.units] == [r.line_no for r in records]
-    assert [u.key for u in plan.units] == [r.id for r in records]
+    assert [u.key for u in plan.units] == [r.key for r in records]  # a repeated id keyed as its first line
     for unit, record in zip(plan.units, records):
         text = (record.data or {}).get("text")
         expected = len(tok(text)["input_ids"]) if text else 1.0  # unusable lines cost one token

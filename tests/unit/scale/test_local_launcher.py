@@ -1,14 +1,10 @@
 """The local launcher without a model: which GPU each worker sees (and what it inherits), the refusals of
-impossible GPU counts, and workers ending with a killed coordinator (so no orphan writes into a shard
-that a rerun resumes)."""
+impossible GPU counts. Workers ending with a killed coordinator: tests/unit/test_child_processes.py (the
+mechanism) and test_kill_resume.py (whole runs)."""
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +12,7 @@ from scale_testkit import read_jsonl, write_jsonl
 
 from inferlab.errors import ConfigError
 from inferlab.scale import ScaleConfig, ScaleJob, run_scaled
-from inferlab.scale.launchers.local import PARENT_ENV, LocalLauncher, visible_gpus
+from inferlab.scale.launchers.local import LocalLauncher, visible_gpus
 from inferlab.scale.workdir import WorkDir
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
@@ -55,40 +51,3 @@ def test_impossible_worker_counts_are_refused(tmp_path, monkeypatch):
         LocalLauncher(ScaleConfig(workers=1), work)
     with pytest.raises(ConfigError, match="give the number of worker processes"):
         LocalLauncher(ScaleConfig(workers="all", device="cpu"), work)
-
-
-# A parent that starts a sleeping child (armed with the parent-death signal when told to).
-PARENT = """
-import os, subprocess, sys, time
-env = dict(os.environ)
-if sys.argv[1] == "arm":
-    env[{parent_env!r}] = str(os.getpid())
-child = subprocess.Popen([sys.executable, "-c", "from inferlab.scale.launchers.local import die_with_parent; "
-                          "die_with_parent(); print('armed', flush=True); import time; time.sleep(60)"], env=env)
-print(child.pid, flush=True)
-time.sleep(60)
-""".replace("{parent_env!r}", repr(PARENT_ENV))
-
-
-def child_outlives_killed_parent(arm: bool) -> bool:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, "arm" if arm else "no"], stdout=subprocess.PIPE,
-                              text=True)
-    child = int(parent.stdout.readline())
-    assert parent.stdout.readline().strip() == "armed"  # the child's own line: it is past die_with_parent()
-    parent.kill()
-    parent.wait()
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline:
-        try:
-            if open(f"/proc/{child}/stat").read().split()[2] == "Z":
-                return False
-        except FileNotFoundError:
-            return False
-        time.sleep(0.05)
-    os.kill(child, signal.SIGKILL)
-    return True
-
-
-def test_worker_ends_with_its_coordinator():
-    assert child_outlives_killed_parent(arm=False)  # control: an unarmed child outlives its parent
-    assert not child_outlives_killed_parent(arm=True)

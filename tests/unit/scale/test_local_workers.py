@@ -74,13 +74,13 @@ def test_killed_worker_is_reported_and_a_rerun_completes_it(tmp_path, cls_dir, m
     assert_same_classifications(rows, read_jsonl(single))
 
     assert classify(cls_dir, inp, out, "--gpus", "2", "--max-length", "100") == 2
-    assert "max_length: was 200, now 100" in capsys.readouterr().err
+    assert "--max-length=200 then, 100 now" in capsys.readouterr().err  # the output's manifest (outputs/guard.py)
+    assert classify(cls_dir, inp, single, "--gpus", "2") == 2  # a single-process output is never overwritten
+    assert "exists but" in capsys.readouterr().err
     with inp.open("a") as f:
         f.write(json.dumps({"id": "new", "text": "one more line"}) + "\n")
     assert classify(cls_dir, inp, out, "--gpus", "2") == 2
-    assert "the input changed since the run" in capsys.readouterr().err
-    assert classify(cls_dir, inp, single, "--gpus", "2") == 2  # a single-process output is never overwritten
-    assert "exists but" in capsys.readouterr().err
+    assert "--input changed since" in capsys.readouterr().err
 
 
 def test_hidden_states_on_two_workers_equal_one_process(tmp_path, tiny_checkpoint):

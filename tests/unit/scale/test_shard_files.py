@@ -15,14 +15,15 @@ from inferlab.scale.order import UNPLACED, OrderIndex, RecordSpan, write_in_orde
 from inferlab.scale.progress import LineCounter
 from inferlab.scale.units import Unit, read_units, write_shard_inputs, write_units
 from inferlab.scale.workloads.jsonl_output import merge_jsonl_by_id
-from inferlab.workloads.conformers.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
 
 
 def test_jsonl_shards_read_back_as_the_original_lines(tmp_path):
     inp = write_jsonl(tmp_path / "in.jsonl", varied_lines(20))
     original = list(read_jsonl_records(inp))
-    units = [Unit(r.line_no, r.id, 1.0) for r in original]
-    assignment = [i % 3 for i in range(len(units))]
+    units = [Unit(r.line_no, r.key, 1.0) for r in original]
+    shard_of_key: dict[str, int] = {}  # a repeated id in its first line's shard, as the partitioner keeps it
+    assignment = [shard_of_key.setdefault(u.key, len(shard_of_key) % 3) for u in units]
     paths = [tmp_path / f"s{i}.jsonl" for i in range(3)]
     write_shard_inputs(inp, assignment, units, 0, paths)
     seen = []

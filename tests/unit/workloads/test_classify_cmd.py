@@ -48,7 +48,8 @@ def assert_matches_reference(row, reference, text, first_n=None):
     assert row["label"] == reference.id2label[row["label_id"]]
 
 
-def test_cli_classifies_in_input_order_with_error_records(tmp_path, cls_dir, reference):
+@pytest.mark.parametrize("backend", ["auto", "hf"])
+def test_cli_classifies_in_input_order_with_error_records(tmp_path, cls_dir, reference, backend, capsys):
     lines = [{"id": k, "text": v} for k, v in TEXTS.items()]
     lines.insert(2, {"id": "empty", "text": "   "})
     lines.insert(3, "{broken json")
@@ -58,8 +59,11 @@ def test_cli_classifies_in_input_order_with_error_records(tmp_path, cls_dir, ref
     inp = write_jsonl(tmp_path / "in.jsonl", lines)
     out = tmp_path / "preds.jsonl"
     rc = main(["classify", "--model", str(cls_dir), "--input", str(inp), "--output", str(out),
-               "--batch-size", "2", "--max-length", "200", "--device", "cpu", "--dtype", "float32"])
+               "--batch-size", "2", "--max-length", "200", "--device", "cpu", "--dtype", "float32", "--backend", backend])
     assert rc == 0
+    printed = capsys.readouterr().out
+    chosen = "inferlab" if backend == "auto" else "hf"  # auto: the engine runs Qwen2ForSequenceClassification
+    assert f"backend: {chosen} (" in printed and f'"backend": "{chosen}"' in printed
     rows = read_jsonl(out)
     assert [r["id"] for r in rows] == ["short", "mid", "empty", "line-4", "long", "tiny", "medium", "over", "line-9",
                                        "notext"]
@@ -67,7 +71,7 @@ def test_cli_classifies_in_input_order_with_error_records(tmp_path, cls_dir, ref
     for key, text in TEXTS.items():
         assert by_id[key]["status"] == "ok"
         assert_matches_reference(by_id[key], reference, text)
-        assert by_id[key]["batch_rows"] <= 2 and by_id[key]["batch_ms"] > 0
+        assert by_id[key]["batch_rows"] <= 2 and by_id[key]["latency_ms"] > 0
     assert "empty" in by_id["empty"]["error"]
     assert "not valid JSON" in by_id["line-4"]["error"]
     assert "over the maximum of 200" in by_id["over"]["error"] and "--truncate" in by_id["over"]["error"]

@@ -21,8 +21,8 @@ from inferlab.cli import main
 from inferlab.constraints.program import compile_program
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
 from inferlab.types import Request, SamplingParams
-from inferlab.workloads.conformers.profiles import DEFAULT_PROFILE, get_profile
-from inferlab.workloads.conformers.template import build_template
+from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE, get_profile
+from inferlab.workloads.conformers.chemistry.template import build_template
 from inferlab.workloads.text import open_backend
 
 PROMPTS = {"a": "Hello world", "b": "count count count", "c": "x", "d": "The quick brown fox jumps"}

@@ -52,14 +52,15 @@ def read_output(path):
     return json.loads(meta["ids"]), tensors, meta
 
 
-@pytest.mark.parametrize("pool", ["last", "mean"])
-def test_cli_pooled_states_match_transformers_per_prompt(tmp_path, tiny_dir, reference, pool):
+@pytest.mark.parametrize("pool, backend", [("last", "auto"), ("mean", "auto"), ("mean", "hf")])
+def test_cli_pooled_states_match_transformers_per_prompt(tmp_path, tiny_dir, reference, pool, backend, capsys):
     inp = write_jsonl(tmp_path / "p.jsonl", [{"id": k, "prompt": v} for k, v in TEXTS.items()])
     out = tmp_path / "acts.safetensors"
     rc = main(["hidden-states", "--model", str(tiny_dir), "--input", str(inp), "--output", str(out),
                "--layers", "0", "1", "-1", "--pool", pool, "--batch-size", "2", "--device", "cpu",
-               "--dtype", "float32"])
+               "--dtype", "float32", "--backend", backend])
     assert rc == 0
+    assert f"backend: {'inferlab' if backend == 'auto' else 'hf'} (" in capsys.readouterr().out
     ids, tensors, meta = read_output(out)
     assert ids == list(TEXTS)  # input order
     assert sorted(tensors) == ["layer_0", "layer_1", "layer_2"]  # -1 resolved to L = 2
@@ -94,7 +95,7 @@ def test_errors_resume_and_settings_check(tmp_path, loaded, reference):
     assert ids == keys and meta["failed"] == "3"
     for row, key in enumerate(ids):
         torch.testing.assert_close(tensors["layer_1"][row], reference(TEXTS[key], "mean")[1], atol=1e-5, rtol=1e-5)
-    with pytest.raises(ConfigError, match="layers: was \\[1\\], now \\[2\\]"):
+    with pytest.raises(ConfigError, match="layers=\\[1\\] then, \\[2\\] now"):
         collect_hidden_states(loaded, tmp_path / "b.jsonl", out, HiddenStatesOptions(layers=(2,), pool="mean",
                                                                                      max_length=200, shard_rows=2))
 

@@ -1,6 +1,6 @@
-"""`--kv-dtype auto|fp8` on the engine workloads: generate runs the FP8 cache, conformers generate and tune
-pass it to the engine, and the text workload never falls back to the hf backend (which has no FP8 cache)
-when fp8 was asked for."""
+"""`--kv-dtype auto|fp8` on the engine workloads: generate runs the FP8 cache, conformers generate passes it to
+the engine (tune takes the list it tries, --kv-dtypes), and the text workload never falls back to the hf
+backend (which has no FP8 cache) when fp8 was asked for."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_conformers_and_tune_pass_the_kv_dtype_to_the_engine():
                                       "--kv-dtype", "fp8"])  # fmt: skip
     assert engine_options_from(args)["kv_dtype"] == "fp8"
     tune = build_parser().parse_args(["tune", "--model", "m", "--workload", "conformers", "--sample", "x.smi",
-                                      "--kv-dtype", "fp8"])  # fmt: skip
-    assert tune.kv_dtype == "fp8"
+                                      "--kv-dtypes", "auto,fp8"])  # fmt: skip
+    assert tune.kv_dtypes == ("auto", "fp8")
     with pytest.raises(ConfigError, match="classify has no KV cache"):
-        TuneSettings(workload="classify", model="m", sample="s.jsonl", kv_dtype="fp8")
+        TuneSettings(workload="classify", model="m", sample="s.jsonl", kv_dtypes=("fp8",))

@@ -1,7 +1,9 @@
-"""`inferlab tune` on CPU with tiny models: the file holds every candidate's measured figures, the
-environment and, as the recommendation, the candidate with the best figure; `--config FILE` on generate,
-classify and conformers generate applies it, explicit flags win (even one equal to its default), and a
-file for another workload or with a bad value is refused clearly."""
+"""`inferlab tune` on CPU with tiny models: every candidate is measured warm in >= 3 timed passes (median and
+spread in the file), the engine's grid doubles up to what its memory plan fits (never fp8 on CPU), a
+setting is recommended only when it wins past the measured spread (else the file sets nothing), a
+budget stops the sweep and a rerun goes on from the work dir; `--config FILE` on generate, classify and
+conformers generate applies it, explicit flags win (even one equal to its default), and a file for
+another workload or with a bad value is refused clearly."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import torch
 from inferlab.cli import build_parser, main
 from inferlab.cli.tuned_config_args import apply_tuned_config
 from inferlab.errors import ConfigError
-from inferlab.workloads.tune.candidates import useful_sizes
+from inferlab.models.tokenizer_loading import load_tokenizer
+from inferlab.workloads.tune.candidates import doubling_sizes, useful_sizes
+from inferlab.workloads.tune.runners import pass_figures
 from inferlab.workloads.tune.tuned_file import FORMAT
 
 
@@ -27,7 +31,7 @@ def write_lines(path, rows: list[dict]):
 
 def tune(model, workload, sample, out, *extra) -> int:
     return main(["tune", "--model", str(model), "--workload", workload, "--sample", str(sample), "--out", str(out),
-                 "--device", "cpu", "--min-seconds", "0.2", *extra])
+                 "--device", "cpu", "--min-seconds", "0.05", *extra])
 
 
 def parsed(argv: list[str]):
@@ -37,15 +41,21 @@ def parsed(argv: list[str]):
 
 
 def check_measured(tuned: dict, workload: str, metric: str, settings: list[dict], rows: int,
-                   min_seconds: float = 0.2) -> None:
+                   min_seconds: float = 0.05) -> None:
     assert tuned["format"] == FORMAT and tuned["workload"] == workload and tuned["metric"] == metric
     assert [c["settings"] for c in tuned["candidates"]] == settings
     figures = [c["figures"] for c in tuned["candidates"]]
     for f in figures:
-        assert f["passes"] >= 1 and f["seconds"] >= min_seconds or f["passes"] == 100
-        assert f["rows" if workload != "conformers" else "conformers"] == rows * f["passes"]
+        per_pass = f[f"{metric}_per_pass"]
+        assert f["passes"] == 3 == len(per_pass) and f["seconds"] >= 3 * min_seconds
+        assert f[metric] == pytest.approx(sorted(per_pass)[1], rel=1e-4) and f["spread"] == pytest.approx(
+            (max(per_pass) - min(per_pass)) / f[metric], rel=1e-3)
+        done = f["rows" if workload != "conformers" else "conformers"]
+        assert done >= 3 * rows and done % rows == 0  # whole runs of the sample, >= 1 per pass
     best = max(range(len(figures)), key=lambda i: figures[i][metric])
-    assert tuned["recommended"] == settings[best]
+    assert tuned["best"] == settings[best]
+    clear = {v["knob"]: v["value"] for v in tuned["verdicts"] if v["clear"]}
+    assert tuned["recommended"] == clear and all(settings[best][k] == v for k, v in clear.items())
     ranked = sorted((f[metric] for f in figures), reverse=True)
     assert tuned["runner_up_margin"] == pytest.approx(ranked[0] / ranked[1] - 1, abs=1e-4)
     env = tuned["environment"]
@@ -58,22 +68,37 @@ def test_useful_sizes_stop_at_the_first_reaching_the_sample():
     assert useful_sizes([256, 128], 3) == [128]
 
 
+def test_doubling_sizes_end_at_the_largest_and_keep_the_largest_four():
+    assert doubling_sizes(64, 540) == [64, 128, 256, 540]  # 512 is within a quarter of 540
+    assert doubling_sizes(64, 285) == [64, 128, 285]
+    assert doubling_sizes(64, 512) == [64, 128, 256, 512]
+    assert doubling_sizes(16, 1500) == [256, 512, 1024, 1500]
+    assert doubling_sizes(64, 40) == [40]
+    with pytest.raises(ConfigError, match="no row fits"):
+        doubling_sizes(2, 0)
+
+
 def test_generate_tuned_and_applied(tmp_path, tiny_checkpoint, capsys):
     model = tiny_checkpoint("tiny")
     sample = write_lines(tmp_path / "prompts.jsonl", [{"id": f"p{i}", "prompt": "count " * (i + 1)} for i in range(6)])
     out = tmp_path / "tuned.json"
     assert tune(model, "generate", sample, out, "--sizes", "1,2,4", "--max-new-tokens", "4") == 0
     tuned = json.loads(out.read_text())
-    check_measured(tuned, "generate", "output_tokens_per_s", [{"max_slots": 1}, {"max_slots": 2}, {"max_slots": 4}], 6)
+    check_measured(tuned, "generate", "output_tokens_per_s",
+                   [{"max_slots": n, "kv_dtype": "auto"} for n in (1, 2, 4)], 6)  # the model dtype only: a CPU
     for c in tuned["candidates"]:
         f = c["figures"]
-        assert f["output_tokens_per_s"] == pytest.approx(f["output_tokens"] / f["seconds"], rel=1e-2)
-        assert 0 < f["output_tokens"] <= 6 * 4 * f["passes"] and f["error_rows"] == 0
-    assert "recommended: max_slots=" in capsys.readouterr().out
+        assert min(f["output_tokens_per_s_per_pass"]) * 0.99 <= f["output_tokens"] / f["seconds"]
+        assert f["output_tokens"] / f["seconds"] <= max(f["output_tokens_per_s_per_pass"]) * 1.01
+        assert 0 < f["output_tokens"] <= f["rows"] * 4 and f["error_rows"] == 0 and f["warmup_s"] > 0
+    text = capsys.readouterr().out
+    assert "median of 3 passes, spread" in text and ("recommended: " in text or "no clear winner" in text)
+    tokenizer = load_tokenizer(model)  # every candidate ran at the sample's need: longest prompt + new tokens
+    assert tuned["sample"]["max_seq_len"] == max(len(tokenizer("count " * (i + 1)).input_ids) for i in range(6)) + 4
 
     base = ["generate", "--model", str(model), "--input", str(sample), "--output", str(tmp_path / "out.jsonl")]
     assert parsed(base).max_slots is None  # no file: the flag's own default
-    assert parsed(base + ["--config", str(out)]).max_slots == tuned["recommended"]["max_slots"]
+    assert parsed(base + ["--config", str(out)]).max_slots == tuned["recommended"].get("max_slots")
     assert parsed(base + ["--config", str(out), "--max-slots", "3"]).max_slots == 3
     assert main(base + ["--config", str(out), "--device", "cpu", "--max-new-tokens", "3", "--temperature", "0"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
@@ -88,16 +113,22 @@ def test_classify_tuned_applied_and_explicit_flags_win(tmp_path, tiny_checkpoint
     tuned = json.loads(out.read_text())
     expected = [{"dtype": "float32", "attn": attn, "batch_size": 3} for attn in ("sdpa", "eager")]
     check_measured(tuned, "classify", "rows_per_s", expected, 7)
+    assert [v["knob"] for v in tuned["verdicts"]] == ["attn"]  # one batch size and dtype: nothing to compare
+    out.write_text(json.dumps(dict(tuned, recommended={"batch_size": 3, "dtype": "float32", "attn": "sdpa"})))
 
     def classify(output, *extra) -> list[dict]:
         assert main(["classify", "--model", str(model), "--input", str(sample), "--output", str(output),
                      "--device", "cpu", "--config", str(out), *extra]) == 0
         return [json.loads(line) for line in output.read_text().splitlines()]
 
-    rows = classify(tmp_path / "tuned-rows.jsonl")
+    rows = classify(tmp_path / "tuned-rows.jsonl", "--backend", "hf")
     assert len(rows) == 7 and max(r["batch_rows"] for r in rows) == 3  # the file's batch size ran
-    rows = classify(tmp_path / "explicit-rows.jsonl", "--batch-size", "16")  # 16 is also the flag's default
+    rows = classify(tmp_path / "explicit-rows.jsonl", "--backend", "hf", "--batch-size", "16")
     assert max(r["batch_rows"] for r in rows) == 7
+    rows = classify(tmp_path / "engine-rows.jsonl")  # auto: the engine; a batch size tuned on transformers is not its
+    assert max(r["batch_rows"] for r in rows) == 7
+    rows = classify(tmp_path / "engine-capped-rows.jsonl", "--batch-size", "2")  # given on the command line: it is
+    assert max(r["batch_rows"] for r in rows) == 2
     args = parsed(["classify", "--model", str(model), "--input", "x", "--output", "y", "--config", str(out),
                    "--attn", "sdpa"])
     assert (args.batch_size, args.dtype, args.attn) == (3, "float32", "sdpa")
@@ -110,9 +141,12 @@ def test_conformers_tuned_and_applied(tmp_path, tiny_checkpoint):
     out = tmp_path / "tuned.json"
     assert tune(model, "conformers", sample, out, "--sizes", "1,2", "--num-conformers", "2", "--min-seconds", "0") == 0
     tuned = json.loads(out.read_text())
-    check_measured(tuned, "conformers", "conformers_per_s", [{"max_slots": 1}, {"max_slots": 2}], 2, min_seconds=0)
-    assert all(c["figures"]["valid_fraction"] == 1.0 and c["figures"]["error_rows"] == 2 for c in tuned["candidates"])
-    recommended = tuned["recommended"]["max_slots"]
+    check_measured(tuned, "conformers", "conformers_per_s", [{"max_slots": n, "kv_dtype": "auto"} for n in (1, 2)], 2,
+                   min_seconds=0)
+    for c in tuned["candidates"]:
+        f = c["figures"]
+        assert f["valid_fraction"] == 1.0 and f["error_rows"] == f["conformers"] and f["start_s"] > 0  # K=2 each
+    recommended = tuned["recommended"].get("max_slots")
     for command in (["conformers", "generate"], ["conformers"]):  # the alias form takes it too
         base = command + ["--model", str(model), "--input", str(sample), "--output", "o.sdf"]
         assert parsed(base + ["--config", str(out)]).max_slots == recommended
@@ -135,3 +169,104 @@ def test_a_wrong_or_bad_file_is_refused(tmp_path, capsys):
         parsed(["classify", "--model", "m", "--input", "i", "--output", "o", "--config", str(path)])
     path.write_text("{not json")
     assert main(base + [str(path)]) == 2 and "is not valid JSON" in capsys.readouterr().err
+
+
+class FixedRates:
+    """A generate runner whose passes run at given rates (per max_slots): the choice alone is under test."""
+
+    metric = "output_tokens_per_s"
+    rates: dict[int, list[float]] = {}
+    measured: list[int] = []
+
+    def __init__(self, job) -> None:
+        pass
+
+    def measure(self, candidate: dict, index: int) -> dict:
+        FixedRates.measured.append(candidate["max_slots"])
+        return pass_figures([(1.0, {"output_tokens": rate}) for rate in self.rates[candidate["max_slots"]]],
+                            "output_tokens", self.metric)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture()
+def fixed_rates(monkeypatch):
+    from inferlab.workloads.tune.runners import RUNNERS
+
+    monkeypatch.setitem(RUNNERS, "generate", FixedRates)
+    monkeypatch.setattr(FixedRates, "measured", [])
+    return FixedRates
+
+
+@pytest.fixture()
+def prompts(tmp_path):
+    return write_lines(tmp_path / "prompts.jsonl", [{"id": f"p{i}", "prompt": "count " * (i % 3 + 1)} for i in range(6)])
+
+
+def test_a_margin_inside_the_spread_names_no_winner(tmp_path, tiny_checkpoint, prompts, fixed_rates, capsys):
+    model, out = tiny_checkpoint("tiny"), tmp_path / "tuned.json"
+    fixed_rates.rates = {1: [100.0, 80.0, 120.0], 2: [103.5, 95.0, 115.0]}  # 3.5% ahead, spreads 40% and 19%
+    assert tune(model, "generate", prompts, out, "--backend", "hf", "--sizes", "1,2") == 0
+    tuned = json.loads(out.read_text())
+    assert tuned["recommended"] == {} and tuned["best"] == {"max_slots": 2}
+    [verdict] = tuned["verdicts"]
+    assert not verdict["clear"] and verdict["margin"] == pytest.approx(0.035) and verdict["spread"] == pytest.approx(0.4)
+    text = capsys.readouterr().out
+    assert "max_slots: no clear winner (max_slots=2 leads max_slots=1 by 3.5%, inside the spread 40.0%)" in text
+    assert "no clear winner: the file sets nothing" in text
+    base = ["generate", "--model", str(model), "--input", str(prompts), "--output", "o.jsonl", "--config", str(out)]
+    assert parsed(base).max_slots is None  # the command's own default
+
+    fixed_rates.rates = {1: [100.0, 99.0, 101.0], 2: [150.0, 149.0, 151.0]}  # 50% ahead, spreads of 2%
+    assert tune(model, "generate", prompts, out, "--backend", "hf", "--sizes", "1,2") == 0
+    tuned = json.loads(out.read_text())
+    assert tuned["recommended"] == {"max_slots": 2} and tuned["verdicts"][0]["clear"]
+    assert "recommended: max_slots=2" in capsys.readouterr().out and parsed(base).max_slots == 2
+
+
+def test_the_engine_grid_reaches_the_memory_plans_largest_slots(tmp_path, tiny_checkpoint):
+    from inferlab.engine.config import EngineConfig
+    from inferlab.engine.startup import plan_without_loading
+    from inferlab.workloads.tune.row_lengths import generate_row_length
+    from inferlab.workloads.tune.sweep import TuneSettings, run_sweep
+
+    model = str(tiny_checkpoint("tiny"))
+    sample = write_lines(tmp_path / "prompts.jsonl", [{"id": f"p{i}", "prompt": "count " * (i % 3 + 1)} for i in range(12)])
+    length = generate_row_length(sample, model, 4)
+    six_rows = plan_without_loading(EngineConfig(model=model, device="cpu", max_slots=6, max_seq_len=length,
+                                                 memory_budget_bytes=1 << 40)).total_bytes
+    settings = TuneSettings("generate", model, str(sample), device="cpu", max_new_tokens=4, min_seconds=0,
+                            memory_budget_bytes=six_rows)  # the budget of exactly six rows
+    tuned = run_sweep(settings)
+    assert tuned.grid == [{"kv_dtype": "auto", "max_seq_len": length, "memory_slots": 6, "requests": 12, "largest": 6,
+                           "bound": "memory plan"}]
+    assert [c["settings"] for c in tuned.candidates] == [{"max_slots": n, "kv_dtype": "auto"} for n in (2, 4, 6)]
+    assert all(c["figures"]["rows"] == 3 * 12 and c["figures"]["error_rows"] == 0 for c in tuned.candidates)
+
+
+def test_a_budget_stops_the_sweep_and_a_rerun_measures_only_the_rest(tmp_path, tiny_checkpoint, prompts, fixed_rates,
+                                                                      capsys):
+    model, out = tiny_checkpoint("tiny"), tmp_path / "tuned.json"
+    fixed_rates.rates = {n: [100.0 * n] * 3 for n in (1, 2, 3)}
+    args = ["--backend", "hf", "--sizes", "1,2,3", "--work-dir", str(tmp_path / "work"), "--budget-s", "0.000001"]
+    assert [tune(model, "generate", prompts, out, *args) for _ in range(3)] == [3, 3, 0]
+    assert fixed_rates.measured == [1, 2, 3]  # one new candidate per run, the earlier ones reused
+    text = capsys.readouterr().out
+    assert "not finished: 1 of 3 candidates measured" in text and "not finished: 2 of 3" in text
+    assert [c["settings"]["max_slots"] for c in json.loads(out.read_text())["candidates"]] == [1, 2, 3]
+    assert tune(model, "generate", prompts, out, *args[:-2], "--passes", "4") == 0  # other settings: all measured again
+    assert fixed_rates.measured == [1, 2, 3, 1, 2, 3]
+    capsys.readouterr()
+    assert tune(model, "generate", prompts, out, "--budget-s", "5") == 2
+    assert "--budget-s) needs a value > 0 and a work_dir (--work-dir" in capsys.readouterr().err
+
+
+def test_the_kv_dtypes_tried_are_the_devices(monkeypatch):
+    import inferlab.engine
+    from inferlab.workloads.tune.candidates import engine_kv_dtypes
+
+    assert not inferlab.engine.fp8_kv_supported(torch.device("cpu")) and engine_kv_dtypes("cpu", None) == ("auto",)
+    monkeypatch.setattr(inferlab.engine, "fp8_kv_supported", lambda device: True)  # a GPU with FP8 (CUDA >= 8.9)
+    assert engine_kv_dtypes("cpu", None) == ("auto", "fp8")
+    assert engine_kv_dtypes("cpu", ("fp8", "fp8")) == ("fp8",)  # --kv-dtypes as given

@@ -1,7 +1,8 @@
 """The backend registry, keyed by (scenario, name): `hf` for `generate` and `hf` for `constrained` are
 different backends with their own knobs. A new backend is a module in this folder that defines `BACKEND`
-(backends.base.BackendSpec, whose `scenario` says which scenario it serves) and is added to
-BUILTIN_MODULES; out-of-tree ones call register_backend from a plugin file (see bench/plugins.py)."""
+(backends.base.BackendSpec, whose `scenario` says which scenario it serves), or `BACKENDS` (one per scenario
+it serves), and is added to BUILTIN_MODULES; out-of-tree ones call register_backend from a plugin file (see
+bench/plugins.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ BUILTIN_MODULES = [
     "inferlab.bench.backends.vllm_constrained",
     "inferlab.bench.backends.hf_steering",
     "inferlab.bench.backends.inferlab_steering",
+    # classify and hidden-states (one module per backend, a BackendSpec per scenario)
+    "inferlab.bench.backends.hf_encode",
+    "inferlab.bench.backends.inferlab_encode",
+    "inferlab.bench.backends.vllm_encode",
 ]
 
 BACKENDS: dict[tuple[str, str], BackendSpec] = {}  # (scenario, name) -> spec
@@ -52,7 +57,9 @@ def get_backend(name: str, scenario: str = "generate") -> BackendSpec:
 
 
 for _module in BUILTIN_MODULES:
-    register_backend(importlib.import_module(_module).BACKEND)
+    _loaded = importlib.import_module(_module)
+    for _spec in getattr(_loaded, "BACKENDS", None) or [_loaded.BACKEND]:
+        register_backend(_spec)
 
 __all__ = ["BACKENDS", "BackendSpec", "GenerateBackend", "GenerateSpec", "backend_estimate_s", "backends_for",
            "get_backend", "register_backend"]

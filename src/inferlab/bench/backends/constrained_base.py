@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from inferlab.errors import ConfigError
 
 if TYPE_CHECKING:  # the parent process validates plans without RDKit
-    from inferlab.workloads.conformers.template import ConformerTemplate
+    from inferlab.workloads.conformers.chemistry.template import ConformerTemplate
 
 
 @dataclass(frozen=True)

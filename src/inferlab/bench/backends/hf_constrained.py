@@ -69,8 +69,11 @@ class HFConstrainedBackend:
             self.compile_config = compile_config_for(c["compile_backend"], device)
 
     def prepare(self, requests: list[ConformerRequest]) -> None:
-        from inferlab.workloads.conformers.hf_baseline_processor import SeedsVocabMasks, build_baseline_template
-        from inferlab.workloads.conformers.profiles import get_profile
+        from inferlab.workloads.conformers.chemistry.profiles import get_profile
+        from inferlab.workloads.conformers.evaluation.hf_baseline_processor import (
+            SeedsVocabMasks,
+            build_baseline_template,
+        )
 
         profile = get_profile(self.spec.profile)
         vocab = self.model.config.get_text_config().vocab_size
@@ -89,7 +92,7 @@ class HFConstrainedBackend:
         from transformers import StoppingCriteriaList
 
         from inferlab.bench.backends.hf_stop_after import StopAtLength
-        from inferlab.workloads.conformers.hf_baseline_run import run_baseline_batch
+        from inferlab.workloads.conformers.evaluation.hf_baseline_run import run_baseline_batch
 
         s = self.spec
         kwargs: dict[str, Any] = {"do_sample": s.do_sample}

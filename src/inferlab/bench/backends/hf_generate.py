@@ -35,7 +35,8 @@ KNOBS = (
          "as HF does by itself"),
     Knob("compile_backend", str, "inductor", "torch.compile backend with compile=true: inductor (HF's default: CUDA "
          "graphs); aot_eager / eager only trace (diagnosis, CPU checks)", choices=COMPILE_BACKENDS),
-    Knob("processor", str, "none", "a per-token Python LogitsProcessor in the seeds' style", choices=("none", "python")),
+    Knob("processor", str, "none", "a per-token Python LogitsProcessor in the seeds' style", choices=("none", "python"),
+         baseline=("python",)),
 )
 
 

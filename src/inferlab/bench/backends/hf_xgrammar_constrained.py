@@ -82,8 +82,8 @@ class HFXGrammarBackend:
         import xgrammar as xgr
 
         from inferlab.constraints.token_automaton import grammar_set_for
-        from inferlab.workloads.conformers.profiles import get_profile
-        from inferlab.workloads.conformers.template_regex import template_regex
+        from inferlab.workloads.conformers.chemistry.profiles import get_profile
+        from inferlab.workloads.conformers.chemistry.template_regex import template_regex
 
         hole_grammar = get_profile(self.spec.profile).hole_grammar
         hole_tokens = grammar_set_for(self.tokenizer, (hole_grammar,)).grammars[hole_grammar].max_tokens

@@ -26,7 +26,7 @@ from inferlab.bench.knobs import Knob
 KNOBS = (
     Knob("slots", int, 0, "engine rows (KV slots); 0 = the scenario's batch_size", minimum=0),
     Knob("constraint", str, "on", "on: the GPU constraint; off: unconstrained at the constrained pass's lengths",
-         choices=("on", "off")),
+         choices=("on", "off"), baseline=("off",)),
     Knob("decode_steps_per_sync", int, 16, "decode steps between host reads of the finished flags", minimum=1),
     Knob("kv_dtype", str, "auto", "KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales; CUDA >= 8.9)",
          choices=("auto", "fp8")),

@@ -73,7 +73,7 @@ class VLLMConstrainedBackend:
         )
 
     def prepare(self, requests: list[ConformerRequest]) -> None:
-        from inferlab.workloads.conformers.template_regex import template_regex
+        from inferlab.workloads.conformers.chemistry.template_regex import template_regex
 
         by_smiles: dict[str, str] = {}
         first_of_each: list[ConformerRequest] = []

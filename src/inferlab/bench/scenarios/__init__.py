@@ -17,8 +17,8 @@ BUILTIN_MODULES = [
     "inferlab.bench.scenarios.constrained",
     "inferlab.bench.scenarios.conformer_pipeline",
     "inferlab.bench.scenarios.batching",
-    "inferlab.bench.scenarios.steering",
     "inferlab.bench.scenarios.decode_profile",
+    "inferlab.bench.scenarios.steering",
 ]
 
 SCENARIOS: dict[str, Scenario] = {}

@@ -81,6 +81,7 @@ class Scenario:
     headline_metric: str = "output_tokens_per_s"  # what reports rank by
     higher_is_better: bool = True
     uses_backends: bool = False  # True: cells name a backend from backends.BACKENDS
+    default_backend: str | None = None  # the backend of a sweep that names none (uses_backends only)
     uses_model: bool = True  # True: cells name a model (preset or directory)
     default_timeout_s: float = 600.0
     # Knobs that define the workload (what is being asked) rather than how it is served: reports rank

@@ -111,6 +111,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
         "first_call_s": first.seconds,
         "steady_s": m.total_s,
         "steady_calls": m.stats.n,
+        "call_s_stats": m.stats.to_dict(),
         "spread": m.stats.spread,
         "decode_steps": steps,
         "prefill_s": after["prefill_s"] - before["prefill_s"],

@@ -36,8 +36,8 @@ def check_outputs(sdf_path: Path, jsonl_path: Path, inputs: dict[str, str], num_
     """`inputs`: input id -> SMILES of every molecule the run was given."""
     from rdkit import Chem
 
-    from inferlab.workloads.conformers.sdf import read_sdf
-    from inferlab.workloads.conformers.stereo import stereo_agreement
+    from inferlab.workloads.conformers.chemistry.sdf import read_sdf
+    from inferlab.workloads.conformers.chemistry.stereo import stereo_agreement
 
     rows = [json.loads(line) for line in jsonl_path.read_text().splitlines() if line.strip()]
     ids = Counter(r["id"] for r in rows)

@@ -125,7 +125,7 @@ def measure_pipeline(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     from inferlab.bench.scenarios.conformer_output_check import check_outputs
     from inferlab.bench.scenarios.constrained import molecule_selection
     from inferlab.bench.scenarios.constrained_inputs import load_molecules, molecule_file, write_smi
-    from inferlab.workloads.conformers.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
 
     c = cell.config
     assert ctx.model_path is not None

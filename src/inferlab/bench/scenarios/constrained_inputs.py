@@ -24,8 +24,8 @@ from pathlib import Path
 
 from inferlab.bench.backends.constrained_base import ConformerRequest
 from inferlab.errors import InferlabError, InputError
-from inferlab.workloads.conformers.profiles import FormatProfile
-from inferlab.workloads.conformers.template import ConformerTemplate, build_template
+from inferlab.workloads.conformers.chemistry.profiles import FormatProfile
+from inferlab.workloads.conformers.chemistry.template import ConformerTemplate, build_template
 
 
 def nci_molecules_path() -> Path:
@@ -70,7 +70,7 @@ def load_molecules(path: Path, count: int, profile: FormatProfile, tokenizer, ma
     """The first `count` molecules of `path` that pass `selection`, can be templated and fit
     `max_positions`; InputError when the file holds fewer."""
     from inferlab.constraints.token_automaton import grammar_set_for
-    from inferlab.workloads.conformers.inputs import read_molecule_inputs
+    from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
 
     grammar = profile.hole_grammar
     hole_tokens = grammar_set_for(tokenizer, (grammar,)).grammars[grammar].max_tokens

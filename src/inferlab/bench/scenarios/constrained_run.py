@@ -20,11 +20,11 @@ def _check_outputs(requests: list, outputs: list[list[int]], eos: frozenset[int]
     (`valid_fraction`), and by the plain decoder that knows nothing of the input, whose RDKit molecule must
     have the input's canonical SMILES, stereo included, with one block per atom (`graph_match_fraction`).
     Valid outputs of inputs with specified stereo also say whether their coordinates have it
-    (`stereo_agreement`, workloads/conformers/stereo.py). Keeps the first texts (cut to 300 characters)
+    (`stereo_agreement`, workloads/conformers/chemistry/stereo.py). Keeps the first texts (cut to 300 characters)
     and the first reasons for the reader."""
     from inferlab.errors import InferlabError
-    from inferlab.workloads.conformers.decode import decode_generation
-    from inferlab.workloads.conformers.pipeline_judge import stereo_fields
+    from inferlab.workloads.conformers.chemistry.decode import decode_generation
+    from inferlab.workloads.conformers.pipeline.judge import stereo_fields
 
     valid, graph_matches, ended, reasons, samples = 0, 0, 0, [], []
     stereo_checked = stereo_matches = 0
@@ -69,7 +69,7 @@ def measure_constrained(cell: Cell, ctx: CellContext, sampling: tuple[bool, floa
     from inferlab.bench.scenarios.constrained_inputs import build_requests, load_molecules, molecule_file, plan_batches
     from inferlab.bench.scenarios.generate_traffic import count_generated
     from inferlab.bench.timing import device_synchronizer, measure, timed, warm_up
-    from inferlab.workloads.conformers.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
 
     c = cell.config
     assert ctx.model_path is not None and cell.backend is not None

@@ -77,11 +77,12 @@ class GemmaModel:
         tokens: torch.Tensor,  # [T] int64
         attend: Attend,
         taps: LayerTaps | None = None,  # steering / collection on the residual after each layer
-    ) -> torch.Tensor:  # [T, hidden]: the final-normed hidden state
+        num_layers: int | None = None,  # run only the first layers (the packed prefill's hidden states)
+    ) -> torch.Tensor:  # [T, hidden]: the final-normed hidden state (after num_layers: the next layer's input norm)
         spec, w, ops, gemm = self.spec, self.weights, self.ops, self.gemm
         eps = spec.rms_norm_eps
         h, x = ops.embed_rms_norm(tokens, w.embed, w.layers[0].input_norm, eps, self.embed_scale, True)
-        for i, layer in enumerate(w.layers):
+        for i, layer in enumerate(w.layers[:num_layers]):
             qkv = gemm.linear(h, layer.qkv, None, "qkv")  # [T, (H + 2K) * D]
             a = gemm.linear(attend(i, layer, qkv), layer.o, None, "o")  # [T, hidden]
             if spec.post_norms:  # Gemma 2/3: x += post_attention_norm(a); h = pre_feedforward_norm(x)

@@ -52,12 +52,13 @@ class LlamaModel:
         tokens: torch.Tensor,  # [T] int64
         attend: Attend,
         taps: LayerTaps | None = None,  # steering / collection on the residual after each layer
-    ) -> torch.Tensor:  # [T, hidden]: the final-normed hidden state
+        num_layers: int | None = None,  # run only the first layers (the packed prefill's hidden states)
+    ) -> torch.Tensor:  # [T, hidden]: the final-normed hidden state (after num_layers: the next layer's input norm)
         spec, w, ops = self.spec, self.weights, self.ops
         eps = spec.rms_norm_eps
         gemm = self.gemm
         h, x = ops.embed_rms_norm(tokens, w.embed, w.layers[0].input_norm, eps)  # x [T, hidden]: the residual
-        for i, layer in enumerate(w.layers):
+        for i, layer in enumerate(w.layers[:num_layers]):
             qkv = gemm.linear(h, layer.qkv, layer.qkv_bias, "qkv")  # [T, (H + 2K) * D]
             a = gemm.linear(attend(i, layer, qkv), layer.o, layer.o_bias, "o")  # [T, hidden]
             h, x = ops.add_rms_norm(a, x, layer.post_norm, eps)

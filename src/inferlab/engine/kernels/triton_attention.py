@@ -16,10 +16,12 @@ Grid (rows, kv_heads, splits). Each program:
      the last of the row's splits to finish (an atomic counter per (row, kv head), reset by that program
      for the next launch) merges them in a fixed order: deterministic, and no second launch.
 With an FP8 cache (KV_FP8: e4m3 values + one fp32 scale per (slot, kv head, position), engine/kv_quant.py)
-the tiles are read as fp8 and never dequantized: K's scales multiply the tile's scores (q . k8 x k_scale[n])
-and V's the probabilities before their dot (p x v_scale[n]) @ v8 (bf16 operands: fp8 values are exact in
-bf16, and bf16 keeps p x v_scale clear of fp16's underflow); the new position is quantized where it is
-written (kernels/triton_fp8.py) and folded in from those rounded values, exactly as later steps will read it.
+the tiles are never dequantized (_fp8_tile): e4m3 -> fp16 is exact and one packed conversion per two values
+(e4m3 -> bf16 goes through fp16 plus a quarter-rate conversion per value on Hopper), so both dots run in
+fp16: q times a power of two per head (exact, clear of fp16's range), K's scales on the tile's scores, V's
+on the probabilities relative to the tile's largest scale (p stays in [0, 1]: no fp16 underflow). The new
+position is quantized where it is written (kernels/triton_fp8.py) and folded in from those rounded values,
+exactly as later steps will read it.
 The grid depends only on the batch bucket, never on lengths, so the launch is CUDA-graph capturable. The
 decode step therefore runs neither the rope kernel nor a merge kernel (each ~2 us per layer at 16 rows on
 an H200, where the step is bound by such fixed costs). Same result as engine/attention.py's
@@ -28,20 +30,22 @@ decode_rope_attention_torch (the test reference); prefill keeps triton_rope.rope
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
+from inferlab.engine.kernels import device_props
 from inferlab.engine.kernels.triton_fp8 import e4m3_scale, to_e4m3
 from inferlab.engine.kernels.triton_math import tanh
+
+LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """The defaults won or tied within 3% in the H200 sweeps of the decode attention's configs (llama-380m at
+    """The bf16 defaults won or tied within 3% in the H200 sweeps of the decode attention's configs (llama-380m at
     16 / 64 / 256 rows, qwen3-0.6b's head_dim 128 at 256 rows); 8 warps, which avoid the small register
     spill 4 warps have at head_dim 128, ran ~12% slower there."""
 
@@ -49,6 +53,7 @@ class AttentionConfig:
     num_warps: int = 4
     num_stages: int = 3
     programs_per_sm: int = 1  # splits are added until rows x kv_heads x splits reaches this many per SM
+    maxnreg: int | None = None  # registers per thread ptxas may use (fewer: more programs resident per SM)
 
 
 @triton.jit
@@ -85,6 +90,69 @@ def _scores(sc, scale, softcap, SOFTCAP: tl.constexpr):
 
 
 @triton.jit
+def _fp8_dot_query(q1, q2, scale, DOT_TY: tl.constexpr):
+    """The query halves [BLOCK_H, HALF_BLOCK] for dots with e4m3 tiles converted to DOT_TY: each head times
+    2^-e, e its largest |element|'s exponent (so that element lands in [1, 2)), then cast: exact from bf16 in
+    fp16's normal range, and never past fp16's 65504. Returns them and scale x 2^e [BLOCK_H], the factor of
+    the scores (the softmax scale included)."""
+    top = tl.maximum(tl.max(tl.abs(q1.to(tl.float32)), axis=1), tl.max(tl.abs(q2.to(tl.float32)), axis=1))
+    exponent = tl.minimum(tl.maximum((top.to(tl.int32, bitcast=True) >> 23) & 0xFF, 1), 253)  # biased fp32
+    power = (exponent << 23).to(tl.float32, bitcast=True)  # 2^e
+    inverse = ((254 - exponent) << 23).to(tl.float32, bitcast=True)  # 2^-e, exact
+    q1 = (q1.to(tl.float32) * inverse[:, None]).to(DOT_TY)
+    q2 = (q2.to(tl.float32) * inverse[:, None]).to(DOT_TY)
+    return q1, q2, scale * power
+
+
+@triton.jit
+def _max_pair(a0, b0, a1, b1):
+    return tl.maximum(a0, a1), tl.maximum(b0, b1)
+
+
+@triton.jit
+def _fp8_tile(
+    q1, q2, q_scale, m, denom, acc, v_unit, K, V, K_SCALE, V_SCALE, n0, cached_end, stride_kn, softcap,
+    d, dmask, dv, dvmask, half, BLOCK_N: tl.constexpr, SOFTCAP: tl.constexpr, IEEE: tl.constexpr, DOT_TY: tl.constexpr,
+):  # fmt: skip
+    """One tile of positions [n0, n0 + BLOCK_N) of an fp8 cache folded into the online softmax. The e4m3 tiles
+    are converted to DOT_TY (exact) and never scaled: the scores are (q . k8) x k_scale[n] x q_scale[h], and
+    V's scales go into the probabilities, relative to the tile's largest (top): (p x v_scale[n] / top) @ v8
+    keeps the dot's operands in [0, 1] and on the e4m3 grid. acc is kept in units of v_unit (the previous
+    tile's top): rescaled by alpha x v_unit / top, it takes the dot's result as its accumulator."""
+    n = n0 + tl.arange(0, BLOCK_N)
+    nmask = n < cached_end
+    k_ptr = K + n[:, None] * stride_kn + d[None, :]
+    kmask = nmask[:, None] & dmask[None, :]
+    k1 = tl.load(k_ptr, mask=kmask, other=0.0).to(DOT_TY)  # [BLOCK_N, HALF_BLOCK]
+    k2 = tl.load(k_ptr + half, mask=kmask, other=0.0).to(DOT_TY)
+    if IEEE:
+        sc = tl.dot(q1, tl.trans(k1), input_precision="ieee") + tl.dot(q2, tl.trans(k2), input_precision="ieee")
+    else:
+        sc = tl.dot(q1, tl.trans(k1)) + tl.dot(q2, tl.trans(k2))
+    sc = sc * tl.load(K_SCALE + n, mask=nmask, other=0.0)[None, :]  # x q_scale: the softmax's scores
+    unit = q_scale  # [BLOCK_H] > 0: sc x unit are the scores in natural units
+    if SOFTCAP:
+        sc = softcap * tanh(sc * q_scale[:, None] / softcap)
+        unit = tl.full(q_scale.shape, 1.0, tl.float32)
+    sc = tl.where(nmask[None, :], sc, float("-inf"))  # [BLOCK_H, BLOCK_N]
+    v_scale = tl.load(V_SCALE + n, mask=nmask, other=0.0)
+    tile_max, top = tl.reduce((sc, tl.broadcast_to(v_scale[None, :], sc.shape)), 1, _max_pair)  # one pass: [BLOCK_H]
+    top = tl.where(top > 0, top, 1.0)
+    m_new = tl.maximum(m, tile_max * unit)
+    alpha = tl.math.exp2((m - m_new) * LOG2E)
+    p = tl.math.exp2(sc * (unit * LOG2E)[:, None] - (m_new * LOG2E)[:, None])  # one FMA and exp2 per score
+    denom = denom * alpha + tl.sum(p, axis=1)
+    pv = (p * v_scale[None, :] * (1.0 / top)[:, None]).to(DOT_TY)
+    v = tl.load(V + n[:, None] * stride_kn + dv[None, :], mask=nmask[:, None] & dvmask[None, :], other=0.0).to(DOT_TY)
+    acc = acc * (alpha * (v_unit / top))[:, None]
+    if IEEE:
+        acc = tl.dot(pv, v, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(pv, v, acc)
+    return m_new, denom, acc, top
+
+
+@triton.jit
 def _rope_attention_kernel(
     QKV, POS, SLOT, COS, SIN, QNORM, KNORM, K_CACHE, V_CACHE, OUT, O_PART, LSE_PART, COUNTER,
     stride_t, stride_cos, stride_ks, stride_kh, stride_kn, stride_ob, stride_oh,
@@ -95,14 +163,14 @@ def _rope_attention_kernel(
     HEAD_DIM: tl.constexpr, HALF_BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     QK_NORM: tl.constexpr, IEEE: tl.constexpr, SOFTCAP: tl.constexpr, NORM_OFFSET: tl.constexpr,
     K_SCALE, V_SCALE, stride_ss, stride_sh,  # KV_FP8: [slots, kv_heads, max_len] fp32 scales (else unused)
-    KV_FP8: tl.constexpr,
+    KV_FP8: tl.constexpr, DOT_TY: tl.constexpr,  # KV_FP8: the dots' operand type (fp16; fp32 with IEEE)
 ):  # fmt: skip
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     dtype = QKV.dtype.element_ty
-    pos = tl.load(POS + row)  # the new token's position; the row attends to [lo, pos]
-    slot = tl.load(SLOT + row)
+    pos = tl.load(POS + row).to(tl.int32)  # the new token's position; the row attends to [lo, pos]
+    slot = tl.load(SLOT + row).to(tl.int64)  # int64: slot x its stride may pass 2^31; offsets in a slot may not
     lo = tl.where(window > 0, tl.maximum(pos + 1 - window, 0), 0)  # a sliding window's first position
     chunk = tl.cdiv(tl.cdiv(pos + 1 - lo, splits), BLOCK_N) * BLOCK_N  # whole tiles: no ragged tile mid-row
     start = lo + split * chunk
@@ -130,42 +198,40 @@ def _rope_attention_kernel(
     denom = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
     cached_end = tl.minimum(end, pos)  # the cache holds [0, pos); pos itself comes from qkv below
-    for n0 in range(start, cached_end, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)
-        nmask = n < cached_end
-        k_ptr = K_CACHE + kv_base + n[:, None] * stride_kn + d[None, :]
-        kmask = nmask[:, None] & dmask[None, :]
-        k1 = tl.load(k_ptr, mask=kmask, other=0.0)  # [BLOCK_N, HALF_BLOCK]
-        k2 = tl.load(k_ptr + half, mask=kmask, other=0.0)
-        if KV_FP8:  # e4m3 -> q's dtype is exact; the scales come after the dot
-            k1 = k1.to(dtype)
-            k2 = k2.to(dtype)
-        if IEEE:
-            sc = tl.dot(q1, tl.trans(k1), input_precision="ieee") + tl.dot(q2, tl.trans(k2), input_precision="ieee")
-        else:
-            sc = tl.dot(q1, tl.trans(k1)) + tl.dot(q2, tl.trans(k2))
-        if KV_FP8:
-            sc = sc * tl.load(K_SCALE + scale_base + n, mask=nmask, other=0.0)[None, :]
-        sc = tl.where(nmask[None, :], _scores(sc, scale, softcap, SOFTCAP), float("-inf"))  # [BLOCK_H, BLOCK_N]
-        m_new = tl.maximum(m, tl.max(sc, axis=1))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(sc - m_new[:, None])
-        denom = denom * alpha + tl.sum(p, axis=1)
-        if KV_FP8:
-            v = tl.load(V_CACHE + kv_base + n[:, None] * stride_kn + dv[None, :], mask=nmask[:, None] & dvmask[None, :],
-                        other=0.0)  # fmt: skip
-            pv = p * tl.load(V_SCALE + scale_base + n, mask=nmask, other=0.0)[None, :]  # [BLOCK_H, BLOCK_N]
+    if KV_FP8:
+        # q in the dots' type times 2^-e per head (exact); each score gets 2^e x scale back with its k_scale
+        q1, q2, q_scale = _fp8_dot_query(q1, q2, scale, DOT_TY)
+        v_unit = tl.full([BLOCK_H], 1.0, tl.float32)  # acc's unit: the last tile's largest v_scale (_fp8_tile)
+        for n0 in range(start, cached_end, BLOCK_N):
+            m, denom, acc, v_unit = _fp8_tile(
+                q1, q2, q_scale, m, denom, acc, v_unit, K_CACHE + kv_base, V_CACHE + kv_base, K_SCALE + scale_base,
+                V_SCALE + scale_base, n0, cached_end, stride_kn, softcap, d, dmask, dv, dvmask, half,
+                BLOCK_N, SOFTCAP, IEEE, DOT_TY,
+            )  # fmt: skip
+        acc = acc * v_unit[:, None]
+    else:
+        for n0 in range(start, cached_end, BLOCK_N):
+            n = n0 + tl.arange(0, BLOCK_N)
+            nmask = n < cached_end
+            k_ptr = K_CACHE + kv_base + n[:, None] * stride_kn + d[None, :]
+            kmask = nmask[:, None] & dmask[None, :]
+            k1 = tl.load(k_ptr, mask=kmask, other=0.0)  # [BLOCK_N, HALF_BLOCK]
+            k2 = tl.load(k_ptr + half, mask=kmask, other=0.0)
             if IEEE:
-                acc = acc * alpha[:, None] + tl.dot(pv, v.to(tl.float32), input_precision="ieee")
+                sc = tl.dot(q1, tl.trans(k1), input_precision="ieee") + tl.dot(q2, tl.trans(k2), input_precision="ieee")
             else:
-                acc = acc * alpha[:, None] + tl.dot(pv.to(tl.bfloat16), v.to(tl.bfloat16))
-        else:
+                sc = tl.dot(q1, tl.trans(k1)) + tl.dot(q2, tl.trans(k2))
+            sc = tl.where(nmask[None, :], _scores(sc, scale, softcap, SOFTCAP), float("-inf"))  # [BLOCK_H, BLOCK_N]
+            m_new = tl.maximum(m, tl.max(sc, axis=1))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(sc - m_new[:, None])
+            denom = denom * alpha + tl.sum(p, axis=1)
             v = tl.load(V_CACHE + kv_base + n[:, None] * stride_kn + dv[None, :], mask=nmask[:, None] & dvmask[None, :])
             if IEEE:
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
             else:
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m = m_new
+            m = m_new
     if (pos >= start) & (pos < end):  # this share holds the new token: cache it and fold it in
         k_src = QKV + row * stride_t + (NUM_HEADS + kv_head) * HEAD_DIM
         k1, k2 = _rotated_head(k_src, KNORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, dtype)
@@ -186,15 +252,12 @@ def _rope_attention_kernel(
             tl.store(V_SCALE + scale_base + pos, v_scale)
             sc_new = tl.sum(q1.to(tl.float32) * k1q[None, :], axis=1)
             sc_new = (sc_new + tl.sum(q2.to(tl.float32) * k2q[None, :], axis=1)) * k_scale
-            sc_new = _scores(sc_new, scale, softcap, SOFTCAP)  # [BLOCK_H]
+            sc_new = _scores(sc_new, q_scale, softcap, SOFTCAP)  # [BLOCK_H]
             m_new = tl.maximum(m, sc_new)
             alpha = tl.exp(m - m_new)
             p_new = tl.exp(sc_new - m_new)
             denom = denom * alpha + p_new
-            if IEEE:
-                pv_new = p_new * v_scale
-            else:
-                pv_new = (p_new * v_scale).to(tl.bfloat16).to(tl.float32)  # as the tile path rounds p x v_scale
+            pv_new = p_new.to(DOT_TY).to(tl.float32) * v_scale  # as a tile rounds p x v_scale / top (top = v_scale)
             acc = acc * alpha[:, None] + pv_new[:, None] * vq[None, :]
         else:
             tl.store(K_CACHE + cache_at + d, k1, mask=dmask)
@@ -211,7 +274,7 @@ def _rope_attention_kernel(
             acc = acc * alpha[:, None] + p_rounded[:, None] * v_new.to(tl.float32)[None, :]
         m = m_new
     empty = denom == 0.0  # a share with no positions (a short row): contributes nothing to the merge
-    out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, denom)[:, None])
+    out = tl.where(empty[:, None], 0.0, acc * (1.0 / tl.where(empty, 1.0, denom))[:, None])  # one divide per row
     out_ptr = OUT + row * stride_ob + heads[:, None] * stride_oh + dv[None, :]
     omask = hmask[:, None] & dvmask[None, :]
     if splits == 1:
@@ -236,28 +299,28 @@ def _rope_attention_kernel(
                 part = tl.load(part_ptr + sp * stride_ps, mask=omask, other=0.0, cache_modifier=".cg")
                 merged += weight[:, None] * part
                 total += weight
-            merged = merged / tl.where(hmask, total, 1.0)[:, None]
+            merged = merged * (1.0 / tl.where(hmask, total, 1.0))[:, None]
             tl.store(out_ptr, merged.to(OUT.dtype.element_ty), mask=omask)
             tl.atomic_xchg(counter, 0)  # ready for the next layer's launch and the next replay
 
 
-@functools.lru_cache(maxsize=None)
 def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
+    return device_props.sm_count(device, cpu_value=8)
 
 
-# head_dim 256 (Gemma): the K/V tiles and the [BLOCK_H, 256] accumulator are twice head_dim 128's; a
-# 32-position tile with 8 warps keeps them in registers for sm_90 (tests/gpu/test_triton_aot_gpu.py reports
-# ptxas's registers and spills). Unmeasured on a GPU: the lab's engine-kernels plan can sweep it.
-WIDE_HEAD_CONFIG = AttentionConfig(block_n=32, num_warps=8, num_stages=2)
+# head_dim 256 (Gemma): 32-position tiles, 4 warps, 3 stages. Measured on an H200
+# (benchmarks/checks/2026-11-26-fp8-attention-dev, CUDA graphs), us per layer at 1,000 positions: a Gemma 2
+# global layer (8 on 4 kv heads, soft-cap, 128 rows) 133.9 vs 169.8 with n32 w8 s2; a Gemma 3
+# sliding layer (4 on 1, window 512, 256 rows) 39.8 vs 47.3. The fp8 cache: 131.0 and 37.5 with this config.
+WIDE_HEAD_CONFIG = AttentionConfig(block_n=32, num_warps=4, num_stages=3)
+FP8_WIDE_HEAD_CONFIG = WIDE_HEAD_CONFIG
 
-# With an fp8 cache (~250 registers at head_dim 128 on sm_90 vs ~180 in bf16): 32-position tiles, 4 warps, 3
-# stages. Measured on an H100 (benchmarks/checks/2026-11-25-h100-engine-check-fp8-gemma),
-# qwen3-0.6b, 256 rows, us per layer at lengths 330 / 629: n32 w4 s3 138.2 / 218.5, the bf16 defaults (n64 w4
-# s3) 164.3 / 238.5, n128 w4 s2 145.5 / 212.3; the bf16 cache 155.4 / 248.3. Whole decode at batch 256:
-# 0.983x the bf16 cache with n32 (0.875x with the defaults): the cache's bytes are not this length's limit.
-FP8_ATTENTION_CONFIG = AttentionConfig(block_n=32, num_warps=4, num_stages=3)
-FP8_WIDE_HEAD_CONFIG = WIDE_HEAD_CONFIG  # head_dim 256 with an fp8 cache: unmeasured, as WIDE_HEAD_CONFIG
+# head_dim <= 128 with an fp8 cache: one warp per program, 32-position tiles, 3 stages. On an H200 (the same
+# checks folder) at qwen3-0.6b's shape, 256 rows, lengths 330 / 629: 66.8 / 104.1 us per
+# layer (bf16: 101.3 / 160.1); 16-position tiles 80.4 / 134.8, 2 warps x 64 positions 91.9 / 128.8, 4 warps
+# 136.2 / 193.4 (their softmax reductions cross warps through shared memory), maxnreg 168 81.8 / 121.7.
+# programs_per_sm 4 keeps small batches at the bf16 default's 4 warps per SM (split-K; unmeasured).
+FP8_ATTENTION_CONFIG = AttentionConfig(block_n=32, num_warps=1, num_stages=3, programs_per_sm=4)
 
 
 def default_config(head_dim: int, fp8: bool = False) -> AttentionConfig:
@@ -330,6 +393,8 @@ def decode_rope_attention(
         QK_NORM=qk_norm, IEEE=qkv.dtype == torch.float32, SOFTCAP=softcap is not None, NORM_OFFSET=qk_norm_offset,
         K_SCALE=k_scale if fp8 else cos, V_SCALE=v_scale if fp8 else cos,
         stride_ss=k_scale.stride(0) if fp8 else 0, stride_sh=k_scale.stride(1) if fp8 else 0, KV_FP8=fp8,
+        DOT_TY=tl.float32 if qkv.dtype == torch.float32 else tl.float16,
         num_warps=config.num_warps, num_stages=config.num_stages,
+        **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
     )  # fmt: skip
     return out

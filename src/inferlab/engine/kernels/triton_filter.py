@@ -22,11 +22,11 @@ reference (sampler.filter_threshold) up to the order of fp32 summation (boundary
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
+
+from inferlab.engine.kernels import device_props
 
 DIGIT_BITS = 4  # the kernels spell it as 4, 16 bins and `& 15`
 BINS = 1 << DIGIT_BITS
@@ -118,10 +118,10 @@ def _row_max(PMAX, row, chunks, MAX_CHUNKS: tl.constexpr):
     return tl.max(tl.load(PMAX + row * chunks + c, mask=c < chunks, other=float("-inf")), axis=0)
 
 
-@triton.jit(do_not_specialize=["span", "rows", "chunks", "level"])
+@triton.jit(do_not_specialize=["span", "rows", "chunks", "level", "pmax_cols"])
 def _pass_kernel(
     LOGITS, PMAX, HIST, PREFIX, ACC, TARGET, HIST_K, PREFIX_K, ACC_K, TEMP, TOP_K, TOP_P,
-    stride, vocab, span, rows, chunks, level,
+    stride, vocab, span, rows, chunks, level, pmax_cols,
     MASS: tl.constexpr, HAS_TOP_K: tl.constexpr, KEY_BITS: tl.constexpr, MAX_CHUNKS: tl.constexpr,
     BLOCK: tl.constexpr,
 ):  # fmt: skip
@@ -155,7 +155,7 @@ def _pass_kernel(
         if chunk == 0:
             tl.store(PREFIX + level * rows + row, prefix.to(tl.int32, bitcast=True))
             tl.store(ACC + level * rows + row, acc)
-        top = _row_max(PMAX, row, chunks, MAX_CHUNKS)
+        top = _row_max(PMAX, row, pmax_cols, MAX_CHUNKS)
         t = tl.load(TEMP + row)
         inv_t = 1.0 / tl.where(t > 0.0, t, 1.0)  # greedy rows (t <= 0) count as 1: the argmax is kept anyway
         shift = 28 - 4 * level  # this pass's digit: bits [shift, shift + 4) of the unsigned key
@@ -178,14 +178,14 @@ def _pass_kernel(
         tl.store(HIST + ((level * rows + row) * chunks + chunk) * 16 + b, tl.sum(acc, axis=0))
 
 
-@triton.jit(do_not_specialize=["rows", "chunks"])
+@triton.jit(do_not_specialize=["rows", "chunks", "pmax_cols"])
 def _finish_kernel(
     TAU, PMAX, TEMP, TOP_K, TOP_P, MIN_P, HIST_K, PREFIX_K, ACC_K, HIST_P, PREFIX_P, ACC_P, TARGET,
-    vocab, rows, chunks,
+    vocab, rows, chunks, pmax_cols,
     DO_TOP: tl.constexpr, HAS_TOP_K: tl.constexpr, KEY_BITS: tl.constexpr, MAX_CHUNKS: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
-    top = _row_max(PMAX, row, chunks, MAX_CHUNKS)
+    top = _row_max(PMAX, row, pmax_cols, MAX_CHUNKS)
     min_p = tl.load(MIN_P + row)
     tau = tl.full([], -2147483648, tl.int32)  # sampler.KEEP_ALL
     if min_p > 0:
@@ -207,10 +207,9 @@ def _finish_kernel(
     tl.store(TAU + row, tl.minimum(tau, _signed_key(_ukey(top))))  # the maximum always survives
 
 
-@functools.lru_cache(maxsize=None)
 def _sm_count(device: torch.device) -> int:
     """Streaming multiprocessors; 1 on CPU (the interpreter runs programs one by one: fewer is faster)."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+    return device_props.sm_count(device, cpu_value=1)
 
 
 def choose_chunks(rows: int, vocab: int, block: int, sm_count: int) -> int:
@@ -244,7 +243,8 @@ def filter_threshold(
     block: int = 256,  # keys per step of a pass program: one per thread at 8 warps
     chunks: int | None = None,  # slices per row; None: choose_chunks
     num_warps: int = 8,  # one key per thread: ~50-65 registers with Triton 3.6 and 3.9, 4 programs per SM
-    pmax: torch.Tensor | None = None,  # [rows, chunks] row_max_partials(logits, block) when the caller has it
+    pmax: torch.Tensor | None = None,  # [rows, <= MAX_CHUNKS] maxima of slices covering each row (only their
+    # maximum is read), when the caller has them (row_max_partials, or the race's chunk maxima)
 ) -> torch.Tensor | None:  # [rows] int32 threshold keys (see sampler.filter_threshold)
     """Runtime sizes (rows, slices, pass index) are kernel arguments, not compile-time constants: one
     compiled kernel serves every batch bucket and pass."""
@@ -254,9 +254,11 @@ def filter_threshold(
     assert logits.stride(-1) == 1
     key_bits = 16 if logits.dtype == torch.bfloat16 else 32  # bf16 -> fp32 leaves the low 16 key bits zero
     npass = key_bits // DIGIT_BITS
+    if chunks is None:
+        chunks = choose_chunks(rows, vocab, block, _sm_count(logits.device))
     if pmax is None:
         pmax = row_max_partials(logits, block, chunks, num_warps)
-    chunks = pmax.shape[1]
+    assert pmax.shape[0] == rows and 1 <= pmax.shape[1] <= MAX_CHUNKS and 1 <= chunks <= MAX_CHUNKS
     span = triton.cdiv(triton.cdiv(vocab, chunks), block) * block
     dev, f32, i32 = logits.device, torch.float32, torch.int32
     tau = torch.empty(rows, dtype=i32, device=dev)
@@ -275,14 +277,14 @@ def filter_threshold(
         for pass_index in range(npass):
             _pass_kernel[(rows, chunks)](
                 logits, pmax, hist, prefix, acc, target, hist_k, prefix_k, acc_k, temperature, top_k, top_p,
-                logits.stride(0), vocab, span, rows, chunks, pass_index,
+                logits.stride(0), vocab, span, rows, chunks, pass_index, pmax.shape[1],
                 MASS=mass, HAS_TOP_K=has_top_k, KEY_BITS=key_bits, MAX_CHUNKS=MAX_CHUNKS, BLOCK=block,
                 num_warps=num_warps,
             )  # fmt: skip
     hist_p, prefix_p, acc_p = state.get(True, (pmax, tau, pmax))
     _finish_kernel[(rows,)](
         tau, pmax, temperature, top_k, top_p, min_p, hist_k, prefix_k, acc_k, hist_p, prefix_p, acc_p, target,
-        vocab, rows, chunks,
+        vocab, rows, chunks, pmax.shape[1],
         DO_TOP=do_top, HAS_TOP_K=has_top_k, KEY_BITS=key_bits, MAX_CHUNKS=MAX_CHUNKS,
     )  # fmt: skip
     return tau

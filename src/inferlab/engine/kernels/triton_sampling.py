@@ -1,14 +1,29 @@
 """Triton kernels: the exponential race of engine/sampler.py in one pass over the logits, and the pick.
 
-Race, grid (rows, vocab chunks): each program derives the row's key from (seed, token index), scales its
-chunk by log2(e) / T, applies the row's threshold, adds base-2 Gumbel noise from the same counter-based
-hash as sampler.race_noise (uint32 arithmetic wraps exactly like the reference's masked int64 arithmetic),
-and writes its chunk's best value and index. Greedy rows skip the noise (a branch per program). The
-logits are read in the dtype the LM head wrote (bf16: half the bytes of an fp32 copy, and no cast
-kernel); bf16 -> fp32 is exact, so the arithmetic and the threshold keys are those of the reference.
-Pick, one program per row: the first chunk holding the best value (first index on ties, as torch.argmax).
+Race, grid (rows, parts of SPAN blocks of BLOCK token ids; SPAN 1 but where most rows are skipped): each
+program derives the row's key from (seed, token index), scales its logits by log2(e) / T, applies the row's
+threshold, adds base-2 Gumbel noise from the same counter-based hash as sampler.race_noise (uint32 arithmetic
+wraps exactly like the reference's masked int64 arithmetic), and writes its best value and index. Greedy rows
+skip the noise (a branch per program). The logits are read in the dtype the LM head wrote (bf16: half the
+bytes of an fp32 copy, and no cast kernel); bf16 -> fp32 is exact, so the arithmetic and the threshold keys
+are those of the reference.
+Pick, one program per row: the first chunk holding the best value (first index on ties, as torch.argmax);
+with `done`/`tokens` (the top-p rounds' last race) a settled row keeps its token instead.
 No [rows, vocab] noise tensor is ever materialised. ROUND > 0 re-keys the noise (sampler.row_keys), SKIP
-rows return at once (both for the top-p rounds of triton_top_p.py).
+rows return at once (both for the top-p rounds of triton_top_p.py); STATS also writes each chunk's
+maximum logit and its softmax mass relative to that maximum (the top-p rounds' row maximum and total).
+
+What a logit costs: the noise is ~25 integer and float operations and two base-2 logarithms, and the
+logits are two bytes each, so the race is bound by arithmetic unless each operation is a single
+instruction. On a GPU the logarithms are the hardware approximation (lg2.approx.f32: one MUFU instruction;
+the exact libdevice-style polynomial was ~60% of the instructions), except where it is not accurate enough:
+its error is absolute (~2^-22) near 1, and -log2(u) for a u near 1 is the small value behind the large noise
+that wins a race over 100k+ tokens, so there it comes from a short series in 1 - u (_gumbel2). The uniform is
+built from the hash's bits in the mantissa of 1.0, minus (1 - 2^-24): exactly the reference's
+((h >> 9) + 0.5) / 2^23 (Sterbenz: the subtraction is exact), without an int-to-float conversion. The noise
+agrees with the exact-logarithm reference to ~1e-6 relative, so a draw can differ from the reference's only
+where two race values lie that close (a few per million); the distribution is the same. The Triton interpreter
+(CPU tests) computes the exact logarithms, so there the tokens equal the reference's.
 
 Constrained race (`constrained_race_argmax`, the constraint runtime's step at filter level none: plain
 temperature and greedy rows, the conformer job's setting): the same race with the constraint's mask
@@ -25,6 +40,7 @@ launch, and the race's reads and hashes of every chunk a row cannot emit from.
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import torch
@@ -32,6 +48,12 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
+ONE_MINUS_HALF_ULP = 1.0 - 2.0**-24  # 1.0 + m / 2^23 minus this is (m + 0.5) / 2^23, exactly
+
+
+def fast_log() -> bool:
+    """The hardware logarithm on a GPU; the exact one in the Triton interpreter (no inline assembly there)."""
+    return os.environ.get("TRITON_INTERPRET") != "1"
 
 
 @triton.jit
@@ -64,42 +86,88 @@ def _round_key(key, ROUND: tl.constexpr):
 
 
 @triton.jit
-def _race_value(x, t, seed, token_index, ids, ROUND: tl.constexpr):
+def _lg2_approx(x):
+    return tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
+def _gumbel2(bits, FAST_LOG: tl.constexpr):
+    """Base-2 Gumbel noise -log2(-log2(u)) of the uniform u = (bits + 0.5) / 2^23 (bits: 23 random bits).
+
+    The exact logarithms, or (FAST_LOG) hardware ones: lg2.approx's error is absolute (~2^-22) near 1, where
+    -log2(u) of a u close to 1 (the large noise that wins a race) is tiny, so there -log2(u) = -ln(1 - w) / ln 2
+    comes from w = 1 - u (exact) by its series, to ~2e-7 relative for w < 1/128;
+    above, lg2.approx's error is at most ~2e-5 of -log2(u) (the noise within ~3e-5)."""
+    one = 0x3F800000  # the bits of 1.0: bits as its mantissa give 1 + bits / 2^23
+    u = (bits | one).to(tl.float32, bitcast=True) - 0.99999994039535522  # ONE_MINUS_HALF_ULP: exact
+    if FAST_LOG:
+        w = 1.0 - u  # exact: u and 1 - u are odd multiples of 2^-24
+        # -log2(1 - w) = (w + w^2 / 2 + w^3 / 3 + ...) / ln 2, to ~2e-7 relative below 1/128
+        series = w * (1.4426950408889634 + w * (0.72134752044448170 + w * 0.48089834696298780))
+        e = tl.where(w < 0.0078125, series, -_lg2_approx(u))
+        return -_lg2_approx(e)
+    else:
+        return -tl.log2(-tl.log2(u))
+
+
+@triton.jit
+def _race_value(x, t, seed, token_index, ids, ROUND: tl.constexpr, FAST_LOG: tl.constexpr):
     """The race of logits x [BLOCK] (fp32) of token ids `ids`, for a row at temperature t (greedy if <= 0):
-    logit / T in base 2, plus base-2 Gumbel noise of (seed, token index, id) for a sampled row."""
-    race = x * (1.4426950408889634 / tl.where(t <= 0.0, 1.0, t))  # sampler.LOG2E / T: logit / T in base 2
-    if t > 0.0:  # sampled row: add the noise
+    logit / T in base 2, plus base-2 Gumbel noise of (seed, token index, id) for a sampled row. A -inf logit
+    races at -inf (the noise is finite)."""
+    scale = 1.4426950408889634 / tl.where(t <= 0.0, 1.0, t)  # sampler.LOG2E / T: logit / T in base 2
+    if t > 0.0:  # sampled row: add the noise of sampler.uniform_from_hash's top 23 bits of the hash
         key = _round_key(_row_key(seed, token_index), ROUND)
         h = _mix32(key ^ ((ids.to(tl.uint32) * 0x9E3779B9) & 0xFFFFFFFF))
-        u = ((h >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)  # sampler.UNIFORM_BITS = 23: never 0 or 1
-        race = race - tl.log2(-tl.log2(u))
+        race = x * scale + _gumbel2(h >> 9, FAST_LOG)
+    else:
+        race = x * scale
     return race
 
 
 @triton.jit
 def _race_kernel(
-    LOGITS, TEMP, TAU, SEEDS, INDEX, SKIP, BEST_VAL, BEST_IDX, stride_l, vocab,
-    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, HAS_TAU: tl.constexpr, ROUND: tl.constexpr, HAS_SKIP: tl.constexpr,
+    LOGITS, TEMP, TAU, SEEDS, INDEX, SKIP, BEST_VAL, BEST_IDX, CHUNK_MAX, CHUNK_MASS, stride_l, vocab,
+    CHUNKS: tl.constexpr, BLOCK: tl.constexpr, SPAN: tl.constexpr, HAS_TAU: tl.constexpr, ROUND: tl.constexpr,
+    HAS_SKIP: tl.constexpr, STATS: tl.constexpr, FAST_LOG: tl.constexpr,
 ):  # fmt: skip
+    """One program: SPAN blocks of BLOCK token ids of one row, one after the other; CHUNKS programs per row."""
     row = tl.program_id(0)
-    chunk = tl.program_id(1)
+    part = tl.program_id(1)
+    out = row * CHUNKS + part
     if HAS_SKIP:
         if tl.load(SKIP + row) != 0:
-            tl.store(BEST_VAL + row * CHUNKS + chunk, float("-inf"))
-            tl.store(BEST_IDX + row * CHUNKS + chunk, 0)
+            tl.store(BEST_VAL + out, float("-inf"))
+            tl.store(BEST_IDX + out, 0)
+            if STATS:
+                tl.store(CHUNK_MAX + out, float("-inf"))
+                tl.store(CHUNK_MASS + out, 0.0)
             return
-    ids = chunk * BLOCK + tl.arange(0, BLOCK)
-    valid = ids < vocab
-    x = tl.load(LOGITS + row.to(tl.int64) * stride_l + ids, mask=valid, other=float("-inf")).to(tl.float32)
-    race = _race_value(x, tl.load(TEMP + row), tl.load(SEEDS + row), tl.load(INDEX + row), ids, ROUND)
-    keep = valid
-    if HAS_TAU:  # the threshold is an order-preserving int32 key of the raw logit (sampler.float_key)
-        bits = x.to(tl.int32, bitcast=True)
-        keep = keep & ((bits ^ ((bits >> 31) & 0x7FFFFFFF)) >= tl.load(TAU + row))
-    race = tl.where(keep, race, float("-inf"))
-    best, where = tl.max(race, axis=0, return_indices=True, return_indices_tie_break_left=True)
-    tl.store(BEST_VAL + row * CHUNKS + chunk, best)
-    tl.store(BEST_IDX + row * CHUNKS + chunk, chunk * BLOCK + where)
+    t = tl.load(TEMP + row)
+    seed = tl.load(SEEDS + row)
+    index = tl.load(INDEX + row)
+    best = tl.full([], float("-inf"), tl.float32)
+    best_id = part * SPAN * BLOCK
+    for s in tl.static_range(SPAN):
+        start = (part * SPAN + s) * BLOCK
+        ids = start + tl.arange(0, BLOCK)
+        x = tl.load(LOGITS + row.to(tl.int64) * stride_l + ids, mask=ids < vocab, other=float("-inf")).to(tl.float32)
+        race = _race_value(x, t, seed, index, ids, ROUND, FAST_LOG)  # -inf past vocab
+        if HAS_TAU:  # the threshold is an order-preserving int32 key of the raw logit (sampler.float_key)
+            bits = x.to(tl.int32, bitcast=True)
+            race = tl.where((bits ^ ((bits >> 31) & 0x7FFFFFFF)) >= tl.load(TAU + row), race, float("-inf"))
+        value, where = tl.max(race, axis=0, return_indices=True, return_indices_tie_break_left=True)
+        best_id = tl.where(value > best, start + where, best_id)  # strictly: an earlier block wins a tie
+        best = tl.maximum(best, value)
+        if STATS:  # (SPAN 1) the chunk's maximum logit and sum of exp((x - max) / T) (a -inf chunk: -inf and 0)
+            top = tl.max(x, axis=0)
+            shift = tl.where(top == float("-inf"), 0.0, top)
+            scale = 1.4426950408889634 / tl.where(t <= 0.0, 1.0, t)
+            tl.store(CHUNK_MAX + out, top)
+            tl.store(CHUNK_MASS + out, tl.sum(tl.exp2((x - shift) * scale), axis=0))
+    tl.store(BEST_VAL + out, best)
+    tl.store(BEST_IDX + out, best_id)
 
 
 @triton.jit
@@ -107,7 +175,7 @@ def _constrained_race_kernel(
     LOGITS, stride_l, vocab, TEMP, SEEDS, INDEX, BEST_VAL, BEST_IDX, ROWS, ACTIVE, PTR, LAST, KIND, ARG, op_stride,
     STATE, ACCEPTING, TOKEN_CLASS, ALLOWED, num_classes, CHUNK_ALLOWED,
     CHUNKS: tl.constexpr, BLOCK: tl.constexpr, HAS_ROWS: tl.constexpr, HOLE_KIND: tl.constexpr,
-    COPY_KIND: tl.constexpr,
+    COPY_KIND: tl.constexpr, FAST_LOG: tl.constexpr,
 ):  # fmt: skip
     lane = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -139,7 +207,7 @@ def _constrained_race_kernel(
         tl.store(BEST_IDX + out, 0)
     else:
         x = tl.load(LOGITS + lane.to(tl.int64) * stride_l + ids, mask=keep, other=float("-inf")).to(tl.float32)
-        race = _race_value(x, tl.load(TEMP + lane), tl.load(SEEDS + lane), tl.load(INDEX + lane), ids, 0)
+        race = _race_value(x, tl.load(TEMP + lane), tl.load(SEEDS + lane), tl.load(INDEX + lane), ids, 0, FAST_LOG)
         race = tl.where(keep, race, float("-inf"))
         best, where = tl.max(race, axis=0, return_indices=True, return_indices_tie_break_left=True)
         tl.store(BEST_VAL + out, best)
@@ -147,12 +215,83 @@ def _constrained_race_kernel(
 
 
 @triton.jit
-def _pick_kernel(BEST_VAL, BEST_IDX, OUT, CHUNKS: tl.constexpr, BLOCK_C: tl.constexpr):
-    row = tl.program_id(0)
+def pick(BEST_VAL, BEST_IDX, row, CHUNKS: tl.constexpr, BLOCK_C: tl.constexpr):
+    """One row's token from its chunks' best values and indices: the first chunk holding the maximum."""
     c = tl.arange(0, BLOCK_C)
     values = tl.load(BEST_VAL + row * CHUNKS + c, mask=c < CHUNKS, other=float("-inf"))
     _, first = tl.max(values, axis=0, return_indices=True, return_indices_tie_break_left=True)
-    tl.store(OUT + row, tl.load(BEST_IDX + row * CHUNKS + first).to(tl.int64))
+    return tl.load(BEST_IDX + row * CHUNKS + first)
+
+
+@triton.jit
+def _pick_kernel(BEST_VAL, BEST_IDX, OUT, DONE, TOKENS, CHUNKS: tl.constexpr, BLOCK_C: tl.constexpr,
+                 HAS_DONE: tl.constexpr):  # fmt: skip
+    row = tl.program_id(0)
+    token = pick(BEST_VAL, BEST_IDX, row, CHUNKS, BLOCK_C).to(tl.int64)
+    if HAS_DONE:  # a settled row keeps the token it has
+        token = tl.where(tl.load(DONE + row) != 0, tl.load(TOKENS + row), token)
+    tl.store(OUT + row, token)
+
+
+class RacePartials(NamedTuple):
+    """Per (row, program) results of one race launch (race_partials); a program raced `span` blocks."""
+
+    best_val: torch.Tensor  # [rows, parts] fp32: the part's best race value (-inf: nothing kept)
+    best_idx: torch.Tensor  # [rows, parts] int32: its token id
+    chunk_max: torch.Tensor | None  # [rows, parts] fp32 maximum logit of each block (stats only: span 1)
+    chunk_mass: torch.Tensor | None  # [rows, parts] fp32 sum of exp((logit - block max) / T) (stats only)
+    block: int
+
+
+def race_partials(
+    logits: torch.Tensor,  # [rows, vocab] bf16, fp16 or fp32, unit stride along vocab
+    temperature: torch.Tensor,  # [rows] fp32, <= 0: greedy
+    tau: torch.Tensor | None,  # [rows] int32 threshold key, or None: no threshold
+    seeds: torch.Tensor,  # [rows] int64
+    token_index: torch.Tensor,  # [rows] int64
+    round_index: int = 0,  # rejection round: re-keys the noise
+    skip: torch.Tensor | None = None,  # [rows] bool / int8: rows to leave out
+    stats: bool = False,  # also each block's maximum logit and mass (the top-p rounds; span 1)
+    block: int = 4096,  # token ids per block
+    num_warps: int = 4,  # 4 warps: ~10% faster than 8 at 256 rows x 152k on an H200 (fewer registers)
+    span: int = 1,  # blocks per program: > 1 when most rows are skipped (fewer programs that return at once)
+) -> RacePartials:
+    """The race kernel alone: each program's best (the pick, `pick_tokens`, is a second launch)."""
+    rows, vocab = logits.shape
+    assert logits.stride(-1) == 1 and (span == 1 or not stats)
+    parts = triton.cdiv(triton.cdiv(vocab, block), span)
+    dev, f32 = logits.device, torch.float32
+    best_val = torch.empty((rows, parts), dtype=f32, device=dev)
+    best_idx = torch.empty((rows, parts), dtype=torch.int32, device=dev)
+    chunk_max = torch.empty((rows, parts), dtype=f32, device=dev) if stats else None
+    chunk_mass = torch.empty((rows, parts), dtype=f32, device=dev) if stats else None
+    _race_kernel[(rows, parts)](
+        logits, temperature, tau if tau is not None else temperature, seeds, token_index,
+        skip if skip is not None else temperature, best_val, best_idx,
+        chunk_max if stats else best_val, chunk_mass if stats else best_val, logits.stride(0), vocab,
+        CHUNKS=parts, BLOCK=block, SPAN=span, HAS_TAU=tau is not None, ROUND=round_index, HAS_SKIP=skip is not None,
+        STATS=stats, FAST_LOG=fast_log(), num_warps=num_warps,
+    )  # fmt: skip
+    return RacePartials(best_val, best_idx, chunk_max, chunk_mass, block)
+
+
+def block_c(chunks: int) -> int:
+    """The pick's arange over a row's chunks (a power of two, >= 2)."""
+    return max(2, triton.next_power_of_2(chunks))
+
+
+def pick_tokens(
+    partials: RacePartials,
+    done: torch.Tensor | None = None,  # [rows] int8: settled rows, which keep `tokens`
+    tokens: torch.Tensor | None = None,  # [rows] int64
+) -> torch.Tensor:  # [rows] int64
+    rows, chunks = partials.best_val.shape
+    out = torch.empty(rows, dtype=torch.int64, device=partials.best_val.device)
+    _pick_kernel[(rows,)](
+        partials.best_val, partials.best_idx, out, done if done is not None else out,
+        tokens if tokens is not None else out, CHUNKS=chunks, BLOCK_C=block_c(chunks), HAS_DONE=done is not None,
+    )  # fmt: skip
+    return out
 
 
 def race_argmax(
@@ -164,23 +303,12 @@ def race_argmax(
     round_index: int = 0,  # rejection round: re-keys the noise
     skip: torch.Tensor | None = None,  # [rows] bool: rows to leave out (token 0 comes back)
     block: int = 4096,
-    num_warps: int = 8,
+    num_warps: int = 4,
 ) -> torch.Tensor:  # [rows] int64
-    rows, vocab = logits.shape
-    assert logits.stride(-1) == 1
-    chunks = triton.cdiv(vocab, block)
-    best_val = torch.empty((rows, chunks), dtype=torch.float32, device=logits.device)
-    best_idx = torch.empty((rows, chunks), dtype=torch.int32, device=logits.device)
-    tokens = torch.empty(rows, dtype=torch.int64, device=logits.device)
-    _race_kernel[(rows, chunks)](
-        logits, temperature, tau if tau is not None else temperature, seeds, token_index,
-        skip if skip is not None else temperature, best_val, best_idx, logits.stride(0), vocab,
-        CHUNKS=chunks, BLOCK=block, HAS_TAU=tau is not None, ROUND=round_index, HAS_SKIP=skip is not None,
-        num_warps=num_warps,
-    )  # fmt: skip
-    _pick_kernel[(rows,)](best_val, best_idx, tokens, CHUNKS=chunks, BLOCK_C=max(2, triton.next_power_of_2(chunks)))
-    return tokens
-
+    """sampler.race_argmax_torch in two launches: the race over (row, chunk) programs, then the pick."""
+    partials = race_partials(logits, temperature, tau, seeds, token_index, round_index, skip, block=block,
+                             num_warps=num_warps)
+    return pick_tokens(partials)
 
 
 class ConstraintView(NamedTuple):
@@ -217,14 +345,12 @@ def constrained_race_argmax(
     assert view.chunk_allowed.shape[1] == chunks, "chunk_allowed was built for another block or vocabulary"
     best_val = torch.empty((lanes, chunks), dtype=torch.float32, device=logits.device)
     best_idx = torch.empty((lanes, chunks), dtype=torch.int32, device=logits.device)
-    tokens = torch.empty(lanes, dtype=torch.int64, device=logits.device)
     _constrained_race_kernel[(lanes, chunks)](
         logits, logits.stride(0), vocab, temperature, seeds, token_index, best_val, best_idx,
         rows if rows is not None else view.ptr, view.active, view.ptr, view.last_op, view.op_kind, view.op_arg,
         view.op_kind.stride(0), view.state, view.accepting, view.token_class, view.allowed_by_class,
         view.allowed_by_class.shape[1], view.chunk_allowed,
         CHUNKS=chunks, BLOCK=block, HAS_ROWS=rows is not None, HOLE_KIND=view.hole_kind, COPY_KIND=view.copy_kind,
-        num_warps=num_warps,
+        FAST_LOG=fast_log(), num_warps=num_warps,
     )  # fmt: skip
-    _pick_kernel[(lanes,)](best_val, best_idx, tokens, CHUNKS=chunks, BLOCK_C=max(2, triton.next_power_of_2(chunks)))
-    return tokens
+    return pick_tokens(RacePartials(best_val, best_idx, None, None, block))

@@ -3,13 +3,12 @@
 Each worker sees only its own GPU (CUDA_VISIBLE_DEVICES is set to the parent's id for it; everything
 else, NCCL_* included, is inherited), gets an equal share of the CPU cores for its threads, and writes
 its output to the shard's log file. With `--device cpu` the workers are CPU processes that see no GPU.
-Workers end with the coordinator (Linux parent-death signal), so a killed run leaves no orphan
+Workers end with the coordinator however it ends (child_processes.py), so a killed run leaves no orphan
 writing into a shard that a rerun resumes.
 """
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import logging
 import os
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import IO
 
 import inferlab
+from inferlab.child_processes import child_environment
 from inferlab.errors import ConfigError
 from inferlab.scale.config import ALL_GPUS, ScaleConfig
 from inferlab.scale.faults import FAULT_ENV, FAULT_EXIT_CODE
@@ -30,8 +30,6 @@ from inferlab.scale.worker import ShardTask
 
 log = logging.getLogger(__name__)
 PACKAGE_ROOT = str(Path(inferlab.__file__).resolve().parents[1])  # workers import this same inferlab
-PARENT_ENV = "INFERLAB_SCALE_PARENT_PID"  # tells a local worker whose death must end it
-_PR_SET_PDEATHSIG = 1
 
 
 def visible_gpus() -> list[str]:
@@ -47,20 +45,6 @@ def visible_gpus() -> list[str]:
             break
         gpus.append(name)
     return gpus
-
-
-def die_with_parent() -> None:
-    """In a local worker: get SIGTERM when the coordinator dies (Linux), and end now if it already has.
-    Set after exec, in the worker itself (a preexec_fn is unsafe with threads in the parent)."""
-    parent = int(os.environ.get(PARENT_ENV, "0"))
-    if not parent:
-        return
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        return  # not Linux: a worker may outlive a killed coordinator
-    if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(1)
 
 
 @dataclass
@@ -103,12 +87,11 @@ class LocalLauncher:
         task_file = self._work.path(self._work.task_file(task.shard, task.attempt))
         task_file.parent.mkdir(parents=True, exist_ok=True)
         task_file.write_text(task.to_json(), encoding="utf-8")
-        env = dict(os.environ)
+        env = child_environment()  # the worker ends with this process
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         env["CUDA_VISIBLE_DEVICES"] = gpu if gpu is not None else ""
         env.setdefault("OMP_NUM_THREADS", str(self._threads))
         env.pop(FAULT_ENV, None)  # the hook travels in the task, where it applies
-        env[PARENT_ENV] = str(os.getpid())
         Path(task.log).parent.mkdir(parents=True, exist_ok=True)
         log_file = open(task.log, "ab")
         process = subprocess.Popen(

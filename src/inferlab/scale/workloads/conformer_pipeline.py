@@ -18,10 +18,13 @@ from typing import Any
 from inferlab.scale.adapter import ShardContext
 from inferlab.scale.params import from_params, to_params
 from inferlab.scale.workloads.conformers import conformer_adapter
-from inferlab.workloads.conformers.pipeline_config import PipelineConfig
+from inferlab.workloads.conformers.pipeline.config import PipelineConfig
 
 # Settings whose change changes the rows: a rerun with other values is refused (slots, workers, judges and
-# memory only change the speed; a request's tokens depend on its seed, not on its batch).
+# memory only change the speed; a request's tokens depend on its seed, not on its batch). max_seq_len is
+# not one: it only decides which molecules fit a row, and one that does not is an error row advising a
+# larger --max-seq-len with --retry-errors (which is not one either: it reruns those rows), so that rerun
+# resumes; an ok row is the same at any length.
 RESULT_SETTINGS = ("num_conformers", "profile", "sampling", "seed", "stereo_retries", "smiles_column", "id_column")
 
 
@@ -40,7 +43,7 @@ def pipeline_params(model: str | Path, config: PipelineConfig, engine_options: M
 
 
 def _run_shard(params: dict[str, Any], ctx: ShardContext) -> dict[str, Any]:
-    from inferlab.workloads.conformers.pipeline import generate_conformers
+    from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
     config = from_params(PipelineConfig, params["pipeline"])
     # the shard's JSONL sits beside its SDF (the merge writes the user's rows_output)
@@ -60,7 +63,6 @@ def _settings(params: dict[str, Any]) -> dict[str, Any]:
         "model": str(Path(params["model"]).resolve()),
         **{key: pipeline.get(key) for key in RESULT_SETTINGS},
         "dtype": options.get("dtype", "auto"),
-        "max_seq_len": options.get("max_seq_len"),  # which molecules fit the rows
     }
 
 

@@ -1,5 +1,5 @@
 """Scale-out of conformer workloads: molecules in (.smi/.csv/.tsv), K conformers per molecule out as an
-SDF plus a JSONL row per conformer (workloads/conformers/output.py). Shared by every conformer generator:
+SDF plus a JSONL row per conformer (workloads/conformers/pipeline/output.py). Shared by every conformer generator:
 the engine pipeline registers itself with `conformer_adapter(name, run_shard, settings)`, as the ETKDG
 workload does (etkdg.py).
 
@@ -23,8 +23,9 @@ from inferlab.scale.adapter import ShardContext, WorkloadAdapter
 from inferlab.scale.order import UNPLACED, OrderIndex, RecordSpan, write_in_order
 from inferlab.scale.units import Unit, UnitPlan
 from inferlab.scale.workloads.jsonl_output import jsonl_spans
-from inferlab.workloads.conformers.inputs import read_molecule_inputs
-from inferlab.workloads.conformers.output import default_jsonl_path
+from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.chemistry.sdf import sdf_id
+from inferlab.workloads.conformers.pipeline.output import default_jsonl_path
 
 # Tokens of one conformer, measured with the qwen3-chem tokenizer on the v3-fixed4 profile over 300 NCI
 # molecules (ETKDG conformers): the generation takes 24.3 tokens per atom (23.7 to 25.4 across the set),
@@ -76,7 +77,7 @@ def sdf_spans(path: Path, source: int, order: OrderIndex) -> list[RecordSpan]:
             offset += len(raw)
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
             if wanted is not None:
-                props[wanted] = line
+                props[wanted] = sdf_id(line)  # the id as the JSONL and the order index hold it
                 wanted = None
             elif line.startswith(">"):
                 wanted = next((name for name in ("input_id", "conformer_index") if f"<{name}>" in line), None)

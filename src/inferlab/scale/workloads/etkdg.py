@@ -18,10 +18,10 @@ from rdkit import Chem
 from inferlab.errors import InputError
 from inferlab.scale.adapter import ShardContext
 from inferlab.scale.workloads.conformers import conformer_adapter, num_conformers
-from inferlab.workloads.conformers.inputs import read_molecule_inputs
-from inferlab.workloads.conformers.output import ConformerResultWriter
-from inferlab.workloads.conformers.reference import ReferenceConfig, embed_reference
-from inferlab.workloads.conformers.smiles import canonicalize_mol
+from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.chemistry.smiles import canonicalize_mol
+from inferlab.workloads.conformers.evaluation.reference import ReferenceConfig, embed_reference
+from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
 
 PROFILE = "etkdg"  # the `profile` field of the rows: these are not a format profile's generations
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.errors import UnsupportedError
+from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS
 from inferlab.jsonl_io import ResumableJsonlWriter, read_jsonl_records
 from inferlab.scale.adapter import ShardContext, WorkloadAdapter
 from inferlab.scale.params import from_params, to_params
@@ -38,6 +39,7 @@ def generate_params(
     hf_options: HFTextOptions | None = None,
     engine_options: dict[str, Any] | None = None,
     text_workload: bool = False,  # run every backend through workloads.text (the CLI's rows)
+    max_line_chars: int = DEFAULT_MAX_LINE_CHARS,  # an input line over it is an error row (workloads.text)
 ) -> dict[str, Any]:
     if backend != "hf" and backend not in ENGINE_BACKENDS:
         raise UnsupportedError(f"generate backend {backend!r} is not known; use hf, inferlab or auto")
@@ -49,6 +51,7 @@ def generate_params(
         "hf_load": {"dtype": "auto", "attn": "sdpa", "quantization": "none", **(hf_load or {})},
         "hf_options": to_params(hf_options or HFTextOptions()),
         "engine_options": dict(engine_options or {}),
+        "max_line_chars": max_line_chars,
     }
 
 
@@ -108,7 +111,8 @@ def _run_engine(params: dict[str, Any], sampling: SamplingParams, ctx: ShardCont
 
     start = time.perf_counter()
     summary = text_workload.run_text_generation(
-        ctx.input, ctx.output, open_backend, sampling, on_row=lambda row: ctx.progress(1)
+        ctx.input, ctx.output, open_backend, sampling, on_row=lambda row: ctx.progress(1),
+        max_line_chars=params.get("max_line_chars", DEFAULT_MAX_LINE_CHARS),
     )
     wall_s = time.perf_counter() - start
     loaded = sum(load_s)

@@ -2,7 +2,8 @@
 into its own `shard-NNN.safetensors` (with its resumable `.d/` store); the merge writes one file in input
 order with the single-process layout: `layer_<i>` [n, hidden], metadata ids, layers, pool, model, failed,
 index. The index beside it (`<output>.index.jsonl`) lists every input id: its row in the output, or its
-error. Params: {"load": ModelLoadConfig, "options": HiddenStatesOptions} as dicts."""
+error. Params: {"load": ModelLoadConfig, "options": HiddenStatesOptions, "backend": WorkloadBackend} as dicts
+(each worker chooses the backend as the command would: workloads/backend_choice.py)."""
 
 from __future__ import annotations
 
@@ -22,17 +23,20 @@ from inferlab.scale.order import OrderIndex
 from inferlab.scale.params import from_params, to_params
 from inferlab.scale.units import UnitPlan
 from inferlab.scale.workloads.text_units import load_tokenizer, read_jsonl_units
+from inferlab.workloads.activation_store import store_folder
+from inferlab.workloads.backend_choice import WorkloadBackend
 from inferlab.workloads.hf_loading import ModelLoadConfig
 from inferlab.workloads.hidden_states import HiddenStatesOptions
 from inferlab.workloads.rows import text_field_getter
 
 
-def hidden_states_params(load: ModelLoadConfig, options: HiddenStatesOptions) -> dict[str, Any]:
-    return {"load": to_params(load), "options": to_params(options)}
+def hidden_states_params(load: ModelLoadConfig, options: HiddenStatesOptions,
+                         backend: WorkloadBackend = WorkloadBackend()) -> dict[str, Any]:
+    return {"load": to_params(load), "options": to_params(options), "backend": to_params(backend)}
 
 
 def _store_index(output: Path) -> Path:
-    return output.with_name(output.name + ".d") / "index.jsonl"
+    return store_folder(output) / "index.jsonl"
 
 
 def _read_units(input_path: Path, params: dict[str, Any]) -> UnitPlan:
@@ -42,14 +46,15 @@ def _read_units(input_path: Path, params: dict[str, Any]) -> UnitPlan:
 
 
 def _run_shard(params: dict[str, Any], ctx: ShardContext) -> dict[str, Any]:
-    from inferlab.workloads.hidden_states import collect_hidden_states, load_base_model
+    from inferlab.workloads.backend_choice import open_hidden_states
+    from inferlab.workloads.hidden_states import collect_hidden_states
 
     load = from_params(ModelLoadConfig, {**params["load"], "device": ctx.device})
     options = from_params(HiddenStatesOptions, params["options"])
     start = time.perf_counter()
-    loaded = load_base_model(load)
+    source, _ = open_hidden_states(load, from_params(WorkloadBackend, params.get("backend", {})), options.max_length)
     load_s = time.perf_counter() - start
-    report = collect_hidden_states(loaded, ctx.input, ctx.output, options, progress=ctx.progress)
+    report = collect_hidden_states(source, ctx.input, ctx.output, options, progress=ctx.progress)
     return {"load_s": load_s, "run_s": report.wall_s, **report.summary()}
 
 
@@ -134,6 +139,8 @@ def _settings(params: dict[str, Any]) -> dict[str, Any]:
         "model": str(Path(load["model_dir"]).resolve()),
         "dtype": load["dtype"],
         "quantization": load["quantization"],
+        "backend": params.get("backend", {}).get("backend", "auto"),
+        "weights": params.get("backend", {}).get("weights", "auto"),
         **{k: options[k] for k in ("layers", "pool", "max_length", "truncate", "text_field", "save_dtype")},
     }
 

@@ -51,7 +51,8 @@ def read_jsonl_units(
             encoded = tokenize_chunk(tokenizer, [t for _, t in items], add_special_tokens=special)
             for (slot, _), ids in zip(items, encoded):
                 weights[slot] += max(len(ids), 1)
-        units.extend(Unit(record.line_no, record.id, float(w)) for record, w in zip(chunk, weights))
+        # keyed by the declared id: a repeat (an error row under its own line-<n> id) joins the first line's shard
+        units.extend(Unit(record.line_no, record.key, float(w)) for record, w in zip(chunk, weights))
     return UnitPlan(units, header_lines=0, description=f"JSONL file {input_path}")
 
 

@@ -1,8 +1,7 @@
 """The conformer workload: 3D conformers of molecules written as enriched SMILES text.
 
-profiles (format choices per checkpoint) · smiles (canonical form, tokens) · descriptors, coordinates
-(the two styles) · encode / decode (strict) · template (SMILES -> prompt + constraint segments) · inputs
-(.smi/.csv) · sdf, output (resumable SDF + JSONL) · reference (ETKDG reference sets) · metrics, evaluate
-(RMSD coverage/matching) · hf_baseline_processor (the seeds' HF LogitsProcessor, for side-by-side runs).
-See docs/conformers.md.
+chemistry/ (molecules and the text format: profiles, SMILES, encode / decode, templates, SDF, stereo,
+input files) · pipeline/ (`inferlab conformers generate`: molecules -> requests -> Engine.stream ->
+judges -> SDF + JSONL) · evaluation/ (ETKDG reference sets, RMSD coverage / matching, the seeds' HF
+baseline). pipeline/ and evaluation/ build on chemistry/, never on each other. See docs/conformers.md.
 """

@@ -1,24 +1,116 @@
-"""The settings `inferlab tune` tries, per workload and device kind: the main size knob (the engine's
-concurrent rows, or classify's batch rows) over a few powers of two, and for classify the dtypes and
-attention implementations the device can run. Sizes above the sample's rows measure nothing new and are
-dropped (the first size reaching the sample stays). Each candidate is a dict of TUNABLE dests."""
+"""The settings `inferlab tune` tries, per workload and device. Each candidate is a dict of TUNABLE dests.
+
+On the inferlab engine (generate, conformers) the grid is max_slots x KV dtype: for each KV dtype (the
+model dtype, and fp8 where the device has FP8; never on CPU) the engine's memory planner is asked, without
+building an engine, how many rows fit at the sample's row length; max_slots doubles from the workload's
+first size towards that largest feasible value (the sample's requests, when fewer), which is always tried,
+keeping the MAX_SIZES largest (a doubling step within a quarter of the largest is left out: nearly the
+same point, measured twice). The transformers backend of generate tries a fixed grid of batch rows;
+classify tries its batch sizes x the dtypes and attention implementations the device can run. Sizes
+given by the user (--sizes) are tried as given, those above the sample's requests dropped (the first
+reaching them stays): they measure nothing new."""
 
 from __future__ import annotations
 
 import importlib.util
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from inferlab.errors import ConfigError
 
-# (cpu, cuda) size grids
-SIZES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+SIZE_KEY = {"generate": "max_slots", "classify": "batch_size", "conformers": "max_slots"}
+# (cpu, cuda): the first max_slots of an engine grid, the fixed grids of the hf backend and of classify
+FIRST_SLOTS = {"generate": (2, 32), "conformers": (2, 64)}
+FIXED_SIZES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "generate": ((2, 4, 8), (32, 64, 128, 256)),
     "classify": ((4, 16), (16, 64, 256)),
-    "conformers": ((2, 4), (64, 128, 256)),
 }
-SIZE_KEY = {"generate": "max_slots", "classify": "batch_size", "conformers": "max_slots"}
+MAX_SIZES = 4  # max_slots per KV dtype (each costs an engine start, a warm-up pass and the timed passes)
+NEAR_LARGEST = 0.75  # a doubling step above this share of the largest size measures nearly the same point
+PLAN_SLOT_CAP = 1 << 20  # the planner's search bound: far above any device's rows
+
+
+@dataclass(frozen=True)
+class SizeLimit:
+    """Where one KV dtype's max_slots grid ends, and why."""
+
+    kv_dtype: str
+    max_seq_len: int
+    memory_slots: int  # the most rows the memory plan fits at max_seq_len
+    requests: int  # rows the sample runs at once (molecules x conformers for conformers)
+
+    @property
+    def largest(self) -> int:
+        return min(self.memory_slots, self.requests)
+
+    @property
+    def bound(self) -> str:
+        return "memory plan" if self.memory_slots <= self.requests else "sample"
+
+    def describe(self) -> str:
+        if self.bound == "memory plan":
+            return (f"kv_dtype={self.kv_dtype}: up to max_slots={self.largest}, the memory plan's largest at "
+                    f"max_seq_len={self.max_seq_len}")
+        return (f"kv_dtype={self.kv_dtype}: up to max_slots={self.largest}, the sample's requests (the memory plan "
+                f"fits {self.memory_slots} at max_seq_len={self.max_seq_len}: more --sample-rows reach them)")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kv_dtype": self.kv_dtype, "max_seq_len": self.max_seq_len, "memory_slots": self.memory_slots,
+                "requests": self.requests, "largest": self.largest, "bound": self.bound}
+
+
+def doubling_sizes(first: int, largest: int, keep: int = MAX_SIZES) -> list[int]:
+    """first, 2 first, 4 first, ... up to NEAR_LARGEST of `largest`, then `largest` itself; the `keep`
+    largest of them."""
+    if largest < 1:
+        raise ConfigError(f"no row fits: the largest feasible max_slots is {largest}")
+    sizes = []
+    size = max(1, first)
+    while size <= NEAR_LARGEST * largest:
+        sizes.append(size)
+        size *= 2
+    return (sizes + [largest])[-keep:]
+
+
+def useful_sizes(sizes: Sequence[int], requests: int) -> list[int]:
+    """Sizes below the sample's requests, and the first one reaching them."""
+    ordered = sorted(set(sizes))
+    if not ordered or ordered[0] < 1:
+        raise ConfigError(f"sizes {list(sizes)} must be integers >= 1")
+    kept = [s for s in ordered if s < requests]
+    reaching = [s for s in ordered if s >= requests]
+    return kept + reaching[:1]
+
+
+def engine_kv_dtypes(device: str, wanted: Sequence[str] | None) -> tuple[str, ...]:
+    """The KV dtypes to try: `wanted`, else the model dtype plus fp8 where the device runs an FP8 cache."""
+    if wanted:
+        return tuple(dict.fromkeys(wanted))
+    from inferlab.engine import fp8_kv_supported, resolve_device
+
+    return ("auto", "fp8") if fp8_kv_supported(resolve_device(device)) else ("auto",)
+
+
+def size_limit(model: str, engine_options: dict[str, Any], kv_dtype: str, requests: int) -> SizeLimit:
+    """Ask the engine's memory planner how many rows fit at the options' max_seq_len (no engine is built)."""
+    from inferlab.engine import EngineConfig, plan_without_loading
+
+    config = EngineConfig(model=model, **engine_options, kv_dtype=kv_dtype, slot_cap=PLAN_SLOT_CAP)
+    plan = plan_without_loading(config)
+    return SizeLimit(kv_dtype, plan.max_seq_len, plan.slots, requests)
+
+
+def engine_candidates(workload: str, device_kind: str, limits: Sequence[SizeLimit],
+                      sizes: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """max_slots x KV dtype, grouped by KV dtype, sizes ascending."""
+    out = []
+    for limit in limits:
+        grid = (useful_sizes(sizes, limit.requests) if sizes
+                else doubling_sizes(FIRST_SLOTS[workload][device_kind == "cuda"], limit.largest))
+        out += [{"max_slots": size, "kv_dtype": limit.kv_dtype} for size in grid]
+    return out
 
 
 def classify_dtypes(device_kind: str) -> tuple[str, ...]:
@@ -32,20 +124,11 @@ def classify_attns(device_kind: str) -> tuple[str, ...]:
     return attns
 
 
-def useful_sizes(sizes: Sequence[int], sample_rows: int) -> list[int]:
-    """Sizes below the sample's rows, and the first one reaching it."""
-    ordered = sorted(set(sizes))
-    if not ordered or ordered[0] < 1:
-        raise ConfigError(f"sizes {list(sizes)} must be integers >= 1")
-    kept = [s for s in ordered if s < sample_rows]
-    reaching = [s for s in ordered if s >= sample_rows]
-    return kept + reaching[:1]
-
-
-def candidates_for(workload: str, device_kind: str, sample_requests: int,
-                   sizes: Sequence[int] | None = None) -> list[dict[str, Any]]:
-    """The candidates in measuring order (for classify, grouped by dtype and attention: one load each)."""
-    grid = useful_sizes(sizes or SIZES[workload][device_kind == "cuda"], sample_requests)
+def fixed_candidates(workload: str, device_kind: str, requests: int,
+                     sizes: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """The hf backend's rows per batch, or classify's batch sizes x dtypes x attentions (grouped by dtype and
+    attention: one load each)."""
+    grid = useful_sizes(sizes or FIXED_SIZES[workload][device_kind == "cuda"], requests)
     key = SIZE_KEY[workload]
     if workload != "classify":
         return [{key: size} for size in grid]

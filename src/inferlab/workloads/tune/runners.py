@@ -1,28 +1,36 @@
 """One candidate of `inferlab tune` measured: the same library functions the commands run
 (workloads.text.run_text_generation over the text backend, workloads.classify.classify_file,
-workloads.conformers.pipeline.generate_conformers), on the cut sample, writing to scratch outputs.
+workloads.conformers.pipeline.generate_conformers), on the cut sample, writing to a fresh scratch folder
+per candidate (removed afterwards: the workloads would resume an earlier run's outputs instead of writing).
 
-Start-up (engine construction, model loading) is timed apart from the run; generate and classify run a
-few warm-up rows first (first-call costs: allocator, kernel selection). The sample then runs in passes
-(each to a fresh output) until `min_seconds` are timed, so a small sample still gives a steady figure.
-Figures: passes, rows written, error rows, the timed seconds, rates over them, the peak device memory. Each runner
-keeps at most one model loaded (classify reuses it across batch sizes of one dtype and attention).
-Does not own the candidates or the choice (candidates.py, sweep.py).
+Every candidate starts warm: its engine (or model) is started and timed apart, then one untimed warm-up
+pass over the whole sample pays what a first pass pays (Triton compiles, the GEMM plan's timing, graph
+captures, allocator growth). Then `passes` timed passes (>= 3), each of runs of the sample until
+`min_seconds` are timed (at least one run). A candidate's figure is the median of its passes' rates and
+its spread their relative range (workloads/winner.py). The conformer pipeline starts its own engine on
+every run: a run's timed seconds leave out that start and the graphs its engine captured lazily.
+Each runner keeps at most one model loaded (classify reuses it across batch sizes of one dtype and
+attention). Does not own the candidates or the choice (candidates.py, sweep.py).
 """
 
 from __future__ import annotations
 
 import gc
+import shutil
+import statistics
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from inferlab.workloads.conformers.profiles import DEFAULT_PROFILE
+from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE
 from inferlab.workloads.stats import latency_summary_ms
+from inferlab.workloads.winner import MIN_REPEATS, relative_range
 
 
 @dataclass(frozen=True)
@@ -31,7 +39,6 @@ class TuneJob:
 
     model: str
     sample: Path  # the sample cut to its rows
-    warmup: Path  # its first few rows
     scratch: Path  # outputs of the runs (thrown away)
     device: str = "auto"
     dtype: str = "auto"  # generate, conformers: the engine's dtype (classify tunes its own)
@@ -39,24 +46,53 @@ class TuneJob:
     max_new_tokens: int = 64  # generate's default (a sample line may override it)
     num_conformers: int = 2
     profile: str = DEFAULT_PROFILE
-    min_seconds: float = 2.0  # timed passes over the sample until this many seconds
-    kv_dtype: str = "auto"  # generate, conformers: the engine's KV cache ("auto" or "fp8")
+    min_seconds: float = 2.0  # timed per pass: runs of the sample until this many seconds
+    passes: int = MIN_REPEATS  # timed passes per candidate
+    max_seq_len: int | None = None  # generate, conformers: every candidate's row length (None: the engine's)
+    gpu_memory_fraction: float = 0.9  # generate, conformers: the engine's share of the free device memory
+    memory_budget_bytes: int | None = None  # generate, conformers: a fixed budget instead (tests)
+
+    def engine_options(self) -> dict[str, Any]:
+        """EngineConfig fields every candidate's engine shares (the candidate adds max_slots and kv_dtype)."""
+        options = {"device": self.device, "dtype": self.dtype, "gpu_memory_fraction": self.gpu_memory_fraction}
+        if self.max_seq_len is not None:
+            options["max_seq_len"] = self.max_seq_len
+        if self.memory_budget_bytes is not None:
+            options["memory_budget_bytes"] = self.memory_budget_bytes
+        return options
 
 
-MAX_PASSES = 100
+MAX_RUNS_PER_PASS = 100
+# one run of the sample: (timed seconds, counts such as rows and output tokens)
+RunOnce = Callable[[int], tuple[float, dict[str, int]]]
 
 
-def timed_passes(run_once: Callable[[int], dict[str, int]], min_seconds: float) -> tuple[int, float, dict[str, int]]:
-    """Run `run_once(pass_index)` (returns counts) until `min_seconds` are timed: (passes, seconds, summed counts)."""
-    passes, seconds, totals = 0, 0.0, {}
-    while passes == 0 or (seconds < min_seconds and passes < MAX_PASSES):
-        started = time.perf_counter()
-        counts = run_once(passes)
-        seconds += time.perf_counter() - started
-        passes += 1
+def timed_passes(run_once: RunOnce, passes: int, min_seconds: float) -> list[tuple[float, dict[str, int]]]:
+    """`passes` passes, each of runs of the sample until `min_seconds` are timed: [(seconds, summed counts)]."""
+    out, run = [], 0
+    for _ in range(passes):
+        seconds, totals, runs = 0.0, {}, 0
+        while runs == 0 or (seconds < min_seconds and runs < MAX_RUNS_PER_PASS):
+            run_s, counts = run_once(run)
+            seconds += run_s
+            run, runs = run + 1, runs + 1
+            for key, value in counts.items():
+                totals[key] = totals.get(key, 0) + value
+        out.append((seconds, totals))
+    return out
+
+
+def pass_figures(passes: list[tuple[float, dict[str, int]]], amount: str, metric: str) -> dict[str, Any]:
+    """The candidate's counts and seconds over all passes, its figure (the median of the passes' rates of
+    `amount`) with every pass's rate and their spread."""
+    rates = [counts[amount] / seconds if seconds > 0 else 0.0 for seconds, counts in passes]
+    totals: dict[str, int] = {}
+    for _, counts in passes:
         for key, value in counts.items():
             totals[key] = totals.get(key, 0) + value
-    return passes, seconds, totals
+    seconds = sum(s for s, _ in passes)
+    return {"passes": len(passes), **totals, "seconds": round(seconds, 4), metric: statistics.median(rates),
+            f"{metric}_per_pass": [round(r, 4) for r in rates], "spread": relative_range(rates)}
 
 
 def _reset_peak(device: str) -> None:
@@ -82,6 +118,23 @@ def _release() -> None:
         torch.cuda.empty_cache()
 
 
+@contextmanager
+def _outputs(job: TuneJob, index: int) -> Iterator[Path]:
+    """A fresh folder for one candidate's outputs, removed afterwards: never an earlier run's files, which
+    the workloads would resume instead of writing."""
+    folder = Path(tempfile.mkdtemp(prefix=f"candidate-{index}-", dir=job.scratch))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _timed(function: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = function()
+    return time.perf_counter() - started, result
+
+
 class GenerateRunner:
     metric = "output_tokens_per_s"
 
@@ -94,27 +147,26 @@ class GenerateRunner:
 
         job = self.job
         defaults = SamplingParams(max_new_tokens=job.max_new_tokens)
-        options = {"device": job.device, "dtype": job.dtype, "kv_dtype": job.kv_dtype, "max_slots": candidate["max_slots"]}
+        options = {**job.engine_options(), **candidate}
+        def run(folder: Path, name: str) -> tuple[float, dict[str, int]]:
+            seconds, summary = _timed(lambda: run_text_generation(job.sample, folder / f"{name}.jsonl",
+                                                                  lambda: borrowed(backend), defaults))
+            return seconds, {"rows": summary.written, "error_rows": summary.errors,
+                             "output_tokens": summary.output_tokens}
+
         _reset_peak(job.device)
-        started = time.perf_counter()
-        backend = open_backend(job.backend, job.model, options)  # closed before the next candidate
-        start_s = time.perf_counter() - started
+        start_s, backend = _timed(lambda: open_backend(job.backend, job.model, options))  # closed below
         try:
-            run_text_generation(job.warmup, job.scratch / f"warmup-{index}.jsonl", lambda: borrowed(backend), defaults)
-
-            def run_once(n: int) -> dict[str, int]:
-                out = job.scratch / f"run-{index}-{n}.jsonl"
-                summary = run_text_generation(job.sample, out, lambda: borrowed(backend), defaults)
-                return {"rows": summary.written, "error_rows": summary.errors, "output_tokens": summary.output_tokens}
-
-            passes, seconds, totals = timed_passes(run_once, job.min_seconds)
+            with _outputs(job, index) as folder:
+                warmup_s, _ = run(folder, "warmup")
+                passes = timed_passes(lambda n: run(folder, f"run-{n}"), job.passes, job.min_seconds)
         finally:
             close_backend(backend)
             peak = _peak_gb(job.device)
             _release()
-        return {"passes": passes, **totals, "seconds": round(seconds, 4),
-                "output_tokens_per_s": _rate(totals["output_tokens"], seconds),
-                "rows_per_s": _rate(totals["rows"], seconds), "start_s": round(start_s, 3), "peak_memory_gb": peak}
+        figures = pass_figures(passes, "output_tokens", self.metric)
+        return {**figures, "rows_per_s": _rate(figures["rows"], figures["seconds"]), "start_s": round(start_s, 3),
+                "warmup_s": round(warmup_s, 3), "peak_memory_gb": peak}
 
     def close(self) -> None:
         _release()
@@ -147,19 +199,22 @@ class ClassifyRunner:
         job = self.job
         classifier = self._classifier(candidate["dtype"], candidate["attn"])
         options = ClassifyOptions(batch_size=candidate["batch_size"])
-        classify_file(classifier, job.warmup, job.scratch / f"warmup-{index}.jsonl", options)
-        _reset_peak(job.device)
         batch_seconds: list[float] = []
 
-        def run_once(n: int) -> dict[str, int]:
-            report = classify_file(classifier, job.sample, job.scratch / f"run-{index}-{n}.jsonl", options)
-            batch_seconds.extend(report.batch_seconds)
-            return {"rows": report.rows_ok, "error_rows": report.rows_error, "oom_events": report.backoff.oom_events}
+        def run(folder: Path, name: str) -> tuple[float, dict[str, int]]:
+            seconds, report = _timed(lambda: classify_file(classifier, job.sample, folder / f"{name}.jsonl", options))
+            if name != "warmup":
+                batch_seconds.extend(report.batch_seconds)
+            return seconds, {"rows": report.rows_ok, "error_rows": report.rows_error,
+                             "oom_events": report.backoff.oom_events}
 
-        passes, seconds, totals = timed_passes(run_once, job.min_seconds)
-        return {"passes": passes, **totals, "seconds": round(seconds, 4), "rows_per_s": _rate(totals["rows"], seconds),
-                "batch_latency_ms": latency_summary_ms(batch_seconds), "load_s": round(self.load_s, 3),
-                "peak_memory_gb": _peak_gb(job.device)}
+        _reset_peak(job.device)
+        with _outputs(job, index) as folder:
+            warmup_s, _ = run(folder, "warmup")
+            passes = timed_passes(lambda n: run(folder, f"run-{n}"), job.passes, job.min_seconds)
+        figures = pass_figures(passes, "rows", self.metric)
+        return {**figures, "batch_latency_ms": latency_summary_ms(batch_seconds), "load_s": round(self.load_s, 3),
+                "warmup_s": round(warmup_s, 3), "peak_memory_gb": _peak_gb(job.device)}
 
     def close(self) -> None:
         self.classifier, self.loaded_key = None, None
@@ -173,32 +228,38 @@ class ConformersRunner:
         self.job = job
 
     def measure(self, candidate: dict[str, Any], index: int) -> dict[str, Any]:
-        from inferlab.workloads.conformers.pipeline import generate_conformers
-        from inferlab.workloads.conformers.pipeline_config import PipelineConfig
+        from inferlab.workloads.conformers.pipeline.config import PipelineConfig
+        from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
         job = self.job
         config = PipelineConfig(num_conformers=job.num_conformers, profile=job.profile)
-        options = {"device": job.device, "dtype": job.dtype, "kv_dtype": job.kv_dtype, "max_slots": candidate["max_slots"]}
+        options = {**job.engine_options(), **candidate}
+        starts: list[float] = []
+        excluded = {"captures_s": 0.0}
+
+        def run(folder: Path, name: str) -> tuple[float, dict[str, int]]:
+            summary = generate_conformers(job.model, job.sample, folder / f"{name}.sdf", config, options)
+            captures = summary.engine.get("lazy_capture_s", 0.0)
+            starts.append(summary.engine_start_s)
+            if name != "warmup":
+                excluded["captures_s"] += captures
+            # conformers generated by the engine (error rows of unusable inputs apart)
+            return summary.wall_s - summary.engine_start_s - captures, {
+                "conformers": summary.conformers_generated, "valid": summary.conformers_ok,
+                "error_rows": summary.conformers_error, "output_tokens": summary.output_tokens}
+
         _reset_peak(job.device)
-        passes, seconds, start_s, totals = 0, 0.0, 0.0, {}
-        try:  # each pass starts its own engine (the pipeline owns it): only the time after the start counts
-            while passes == 0 or (seconds < job.min_seconds and passes < MAX_PASSES):
-                out = job.scratch / f"run-{index}-{passes}.sdf"
-                summary = generate_conformers(job.model, job.sample, out, config, options)
-                seconds += summary.wall_s - summary.engine_start_s
-                start_s += summary.engine_start_s
-                passes += 1
-                # conformers generated by the engine (error rows of unusable inputs apart)
-                for key, value in (("conformers", summary.conformers_generated), ("valid", summary.conformers_ok),
-                                   ("error_rows", summary.conformers_error), ("output_tokens", summary.output_tokens)):
-                    totals[key] = totals.get(key, 0) + value
+        try:
+            with _outputs(job, index) as folder:
+                warmup_s, _ = run(folder, "warmup")
+                passes = timed_passes(lambda n: run(folder, f"run-{n}"), job.passes, job.min_seconds)
         finally:
             _release()
-        return {"passes": passes, **totals, "seconds": round(seconds, 4),
-                "conformers_per_s": _rate(totals["conformers"], seconds),
-                "output_tokens_per_s": _rate(totals["output_tokens"], seconds),
-                "valid_fraction": totals["valid"] / totals["conformers"] if totals["conformers"] else None,
-                "start_s": round(start_s / passes, 3), "peak_memory_gb": _peak_gb(job.device)}
+        figures = pass_figures(passes, "conformers", self.metric)
+        return {**figures, "output_tokens_per_s": _rate(figures["output_tokens"], figures["seconds"]),
+                "valid_fraction": figures["valid"] / figures["conformers"] if figures["conformers"] else None,
+                "start_s": round(sum(starts) / len(starts), 3), "warmup_s": round(warmup_s, 3),
+                "lazy_capture_s_left_out": round(excluded["captures_s"], 3), "peak_memory_gb": _peak_gb(job.device)}
 
     def close(self) -> None:
         _release()

@@ -2,9 +2,12 @@
 every value checked. Owns TUNABLE, the flags (argparse dests) a file may set per workload. Does not own
 the merge with the command line (cli/tuned_config_args.py: explicit flags win).
 
-Format (JSON): {"format": FORMAT, "workload", "model", "metric", "recommended": {dest: value},
-"runner_up_margin", "candidates": [{"settings", "figures"} or {"settings", "error"}], "sample",
-"environment", "created"}.
+Format (JSON): {"format": FORMAT, "workload", "model", "metric", "recommended": {dest: value} (only the
+knobs whose best value won past the measured spread: workloads/winner.py), "best" (the settings of the
+best figure), "verdicts" (per knob: value, rival, margin, spread, clear, text), "runner_up_margin",
+"candidates": [{"settings", "figures"} or {"settings", "error"}], "grid" (per KV dtype: the row length,
+the rows the memory plan fits, the sample's requests, which bound the grid), "sample", "environment",
+"created"}.
 """
 
 from __future__ import annotations
@@ -16,14 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.errors import ConfigError, InputError
+from inferlab.outputs.atomic import write_json_atomic
 
 FORMAT = "inferlab-tune/1"
 
 # workload -> {argparse dest: type of its value}; the commands' flags of the same names.
 TUNABLE: dict[str, dict[str, type]] = {
-    "generate": {"max_slots": int},
+    "generate": {"max_slots": int, "kv_dtype": str},
     "classify": {"batch_size": int, "dtype": str, "attn": str},
-    "conformers": {"max_slots": int},
+    "conformers": {"max_slots": int, "kv_dtype": str},
 }
 
 
@@ -32,9 +36,12 @@ class TunedConfig:
     workload: str
     model: str
     metric: str  # the figure the recommendation maximises (a key of each candidate's figures)
-    recommended: dict[str, Any]
+    recommended: dict[str, Any]  # the knobs the best candidate wins past the spread ({}: no clear winner)
+    best: dict[str, Any] = field(default_factory=dict)  # the settings of the best figure
+    verdicts: list[dict[str, Any]] = field(default_factory=list)  # winner.Verdict.as_dict() per compared knob
     candidates: list[dict[str, Any]] = field(default_factory=list)
     runner_up_margin: float | None = None  # best / second best - 1 on the metric; None: one candidate ran
+    grid: list[dict[str, Any]] = field(default_factory=list)  # candidates.SizeLimit.as_dict() per KV dtype
     sample: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     created: str = ""
@@ -62,12 +69,9 @@ def check_recommended(workload: str, values: dict[str, Any], where: str) -> None
 
 
 def write_tuned_config(config: TunedConfig, path: str | Path) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     if not config.created:
         config.created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    out.write_text(json.dumps(asdict(config), indent=1, default=str) + "\n")
-    return out
+    return write_json_atomic(path, asdict(config))
 
 
 def read_tuned_config(path: str | Path, workload: str) -> TunedConfig:

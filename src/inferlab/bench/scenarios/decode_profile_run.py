@@ -1,0 +1,144 @@
+"""The child side of scenario decode-profile (see decode_profile.py for the protocol): the engine built for the
+cell, its decode step set up at the cell's rows and length (the engine's DecodeStepProbe), the step timed and
+profiled, the roofline table assembled."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from functools import partial
+from typing import Any
+
+from inferlab.bench.cells import Cell
+from inferlab.bench.roofline import Ceilings, StepShape, family_rows, gemm_tiles, minimum_work, step_summary
+from inferlab.bench.scenarios.base import CellContext
+from inferlab.bench.step_profile import (
+    carry_labels,
+    family_range,
+    graph_kernels,
+    labelled_kernels,
+    one_step,
+    per_step,
+    profile_events,
+    step_range,
+    top_kernels,
+)
+
+STEPS_PER_SAMPLE = 10  # steps between two device synchronisations of the timed part
+EAGER_STEPS = 3  # labelled eager steps (the labels; the profile itself when the replays show no kernels)
+
+
+def profile_decode_step(cell: Cell, ctx: CellContext) -> dict[str, Any]:
+    import torch
+
+    from inferlab.bench.bandwidth import device_bandwidth_gb_per_s
+    from inferlab.bench.device_limits import device_limits
+    from inferlab.bench.devices import peak_memory, reset_peak_memory, resolve_device
+    from inferlab.bench.timing import device_synchronizer, measure, timed
+    from inferlab.engine import DecodeStepProbe, Engine, EngineConfig, SamplingParams
+
+    c = cell.config
+    assert ctx.model_path is not None
+    device = resolve_device(c["device"])
+    on_cuda = device.type == "cuda"
+    dtype = getattr(torch, c["dtype"])
+    sync = device_synchronizer(device)
+    reset_peak_memory(device)
+    b, context = c["batch_size"], c["context_tokens"]
+    with timed(sync) as load:
+        engine = Engine(EngineConfig(
+            model=str(ctx.model_path), device=str(device), dtype=c["dtype"], max_slots=b, max_seq_len=context + 8,
+            kv_dtype=c["kv_dtype"], decode_text=False, load_tokenizer=False, seed=c["seed"],
+        ))  # fmt: skip
+    sampling = SamplingParams(temperature=c["temperature"], top_p=c["top_p"], max_new_tokens=8, ignore_eos=True)
+    with engine, DecodeStepProbe(engine, rows=b, context=context, sampling=sampling, seed=c["seed"]) as probe:
+
+        def labelled_step() -> None:
+            with step_range(on_cuda):
+                probe.eager_step()
+
+        m = measure(lambda: [probe.step() for _ in range(STEPS_PER_SAMPLE)], warmup=c["warmup"],
+                    min_repeats=c["min_repeats"], min_duration_s=c["min_duration_s"], sync=sync)
+        ctx.save_partial({"step_us": m.stats.median / STEPS_PER_SAMPLE * 1e6}, "the kernel profile")
+        replay_events = profile_events(lambda: [probe.step() for _ in range(c["profile_steps"])], on_cuda)
+        with probe.labelled(partial(family_range, synchronise=on_cuda)):
+            eager_events = profile_events(lambda: [labelled_step() for _ in range(EAGER_STEPS)], on_cuda)
+        shape = StepShape(
+            rows=b, context=context, layers=engine.spec.num_layers, hidden=engine.spec.hidden_size,
+            heads=engine.spec.num_heads, kv_heads=engine.spec.num_kv_heads, head_dim=engine.spec.head_dim,
+            intermediate=engine.spec.intermediate_size, vocab=engine.spec.vocab_size,
+            dtype_bytes=dtype.itemsize, kv_bytes_per_token=engine.kv_bytes_per_token, logits_bytes=dtype.itemsize,
+            stop_ids=probe.stop_ids_width,
+        )  # fmt: skip
+        graphs, filter_level = probe.cuda_graphs, probe.filter_level
+    memory = peak_memory(device)  # before the ceilings allocate their buffers
+    # the ceilings once the engine is closed (its memory free), and after its graphs: a profiler session before
+    # any graph capture can leave CUPTI unable to see later kernels (cached for the run's other cells)
+    limits = device_limits(device, dtype, ctx.cache_dir)
+    ceilings = Ceilings(device_bandwidth_gb_per_s(device, ctx.cache_dir) or 0.0, limits["matmul_tflops"],
+                        limits["kernel_floor_us"], limits["graph_gap_us"],
+                        tuple(tuple(p) for p in limits["copy_curve"]), limits.get("sm_count"))  # fmt: skip
+    eager, attribution = labelled_kernels(eager_events, on_cuda)
+    replayed = graph_kernels(replay_events) if graphs else []
+    kernels, steps, source = _profile(eager, replayed, c["profile_steps"], on_cuda)
+    step_us = m.stats.median / STEPS_PER_SAMPLE * 1e6
+    measured = per_step(kernels, steps)
+    norm = measured.get("norm")
+    families = family_rows(measured, minimum_work(shape, norm.launches if norm else 0.0), step_us, ceilings,
+                           gemm_tiles(shape))
+    _write_step(ctx, cell, kernels, steps, replayed if not source.startswith("graph replays") else [])
+    return {
+        **step_summary(shape, step_us, ceilings),
+        "kernel_us": sum(r["us"] for r in families[:-1]),
+        "gaps_us": families[-1]["us"],
+        "launches": families[-1]["launches"],
+        "families": families,
+        "below_bound": [r["family"] for r in families if not r["meets"]],
+        "profile_source": source,
+        "attribution": attribution,
+        "top_kernels": top_kernels(kernels, steps),
+        "ceilings": dataclasses.asdict(ceilings),
+        "shape": dataclasses.asdict(shape),
+        "kv_cache_dtype": engine.stats.kv_dtype,
+        "filter_level": filter_level,
+        "cuda_graphs": graphs,
+        "spread": m.stats.spread,
+        "load_s": load.seconds,
+        "device": str(device),
+        **memory,
+    }
+
+
+def _profile(eager: list, replayed: list, replays: int, on_cuda: bool) -> tuple[list, int, str]:
+    """(kernels, steps they cover, where they come from): the replays labelled by the eager step's launches,
+    else the eager steps themselves (on CPU: their aten ops)."""
+    if not on_cuda:
+        return eager, EAGER_STEPS, "cpu ops of eager steps"
+    if not replayed:
+        return eager, EAGER_STEPS, "eager steps (no graph replays, or the profiler showed none of their kernels)"
+    step = one_step(eager, EAGER_STEPS)
+    if step is None:
+        return eager, EAGER_STEPS, "eager steps (the eager steps' launches differ from each other)"
+    carried = carry_labels(step, replayed)
+    if carried is None:
+        return eager, EAGER_STEPS, "eager steps (the replays' kernels differ from the eager step's)"
+    kernels, matched = carried
+    same = "" if matched == len(kernels) else f", {matched} of {len(kernels)} kernels named as in the eager step"
+    return kernels, replays, "graph replays" + same
+
+
+def _write_step(ctx: CellContext, cell: Cell, kernels: list, steps: int, unmatched: list) -> None:
+    """One step's kernels in order (device time averaged over the profiled steps) with their families, for a
+    look beyond the row: RUN_DIR/profiles/<cell key>.json (when the steps' launches repeat; else all of them);
+    with the replayed kernels' names when they could not take the eager step's labels (`unmatched`)."""
+    step = one_step(kernels, steps) or kernels
+    n = len(step)
+    repeats = len(kernels) // n if n and len(kernels) % n == 0 else 1
+    order = [{"kernel": k.name[:160], "family": k.family,
+              "us": statistics.fmean(kernels[i + r * n].us for r in range(repeats))} for i, k in enumerate(step)]
+    folder = ctx.run_dir / "profiles"
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"model": cell.model, "config": cell.config, "step": order,
+            "replayed_unmatched": [[k.name[:160], k.us] for k in unmatched]}  # fmt: skip
+    (folder / f"{cell.key}.json").write_text(json.dumps(data))

@@ -1,0 +1,57 @@
+"""The flags every writing command shares for its files' safety: `--overwrite` (replace outputs another
+job wrote instead of refusing them), `--max-line-chars` and, for molecule inputs, `--max-atoms` (the
+bounds an input line is held to before it is parsed), and `guarded`, which builds the output guard
+(inferlab.outputs.guard) a command runs under. The guard's checks are the library's; here they get
+their flag names."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def add_overwrite_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace outputs that another job wrote (other settings or input, or no manifest saying "
+                        "who wrote them) instead of refusing them; without it a rerun of the same job resumes")
+
+
+def add_input_bound_args(p: argparse.ArgumentParser, molecules: bool = False) -> None:
+    from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS
+
+    p.add_argument("--max-line-chars", type=_positive, default=DEFAULT_MAX_LINE_CHARS, metavar="N",
+                   help="an input line longer than this is an error row, never read whole")
+    if molecules:
+        from inferlab.workloads.conformers.chemistry.input_bounds import DEFAULT_MAX_ATOMS
+
+        p.add_argument("--max-atoms", type=_positive, default=DEFAULT_MAX_ATOMS, metavar="N",
+                       help="a SMILES with more atoms is an error row, refused before RDKit parses it")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def molecule_bounds(args: argparse.Namespace):
+    from inferlab.workloads.conformers.chemistry.input_bounds import InputBounds
+
+    return InputBounds(args.max_line_chars, args.max_atoms)
+
+
+def guarded(args: argparse.Namespace, command: str, settings: dict[str, Any], inputs: dict[str, Any],
+            outputs: list[tuple[str, Any, bool]]):
+    """The output guard of one run: `outputs` as (flag, path, resumable), the job's own first; None paths
+    are left out. Enter it after the command's checks, just before the work."""
+    from inferlab.outputs.guard import GuardedOutput, OutputGuard
+
+    return OutputGuard(command, settings, inputs,
+                       [GuardedOutput(flag, Path(path), resumable) for flag, path, resumable in outputs
+                        if path is not None],
+                       overwrite=args.overwrite)

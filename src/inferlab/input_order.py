@@ -1,0 +1,52 @@
+"""Rows written in input order although they finish in another order (an engine finishes short rows
+first): `InputOrder` writes a finished row at once when every row before it is written, and holds it
+until then otherwise. What it holds is bounded by how far finishing runs ahead of the oldest unfinished
+row (about the rows in flight), not by the job.
+
+`flush()` writes whatever is held (in input order, skipping the rows that never finished): an interrupted
+run keeps every finished row, and its rerun writes the missing ones after them. Keys are the rows' ids;
+`keys` may be a generator, so a job's rows are never listed up front.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+_END = object()
+
+
+class InputOrder:
+    def __init__(self, keys: Iterable[Hashable], write: Callable[[Any], None]) -> None:
+        self._keys = iter(keys)
+        self._write = write
+        self._held: dict[Hashable, Any] = {}
+        self._next = next(self._keys, _END)
+
+    @property
+    def held(self) -> int:
+        """Finished rows waiting for an earlier one."""
+        return len(self._held)
+
+    def put(self, key: Hashable, row: Any) -> None:
+        """Row `key` is finished: write it and what it unblocks, or hold it."""
+        if key != self._next:
+            self._held[key] = row
+            return
+        self._write(row)
+        self._advance()
+        while self._next in self._held:
+            self._write(self._held.pop(self._next))
+            self._advance()
+
+    def flush(self) -> None:
+        """Write every held row, in input order; a key never expected comes last."""
+        while self._held and self._next is not _END:
+            if self._next in self._held:
+                self._write(self._held.pop(self._next))
+            self._advance()
+        for key in list(self._held):
+            self._write(self._held.pop(key))
+
+    def _advance(self) -> None:
+        self._next = next(self._keys, _END)

@@ -1,0 +1,171 @@
+"""SDF files of conformers: append-and-flush writing with our properties, repair on reopen, reading back.
+
+Each record carries `input_id`, `canonical_smiles` (the key evaluation matches molecules by),
+`conformer_index`, `profile` and `row_id` (`<input_id>#<conformer_index>`, the id of the matching JSONL
+row). Ids are written through `sdf_text`: `%`, `$`, `<`, `>` and any character that is not printable (a
+newline, a tab) become %XX escapes of their UTF-8 bytes, so no id can end a record (`$$$$`), start a
+property (`> <`) or break a line; `sdf_id` reverses it, and the JSONL keeps the id as given. A record is
+formatted in memory by RDKit's SDWriter (`format_record`, which the conformer pipeline calls in its judge
+processes) and appended in one write, then flushed, so a crash loses at most the record being written;
+reopening drops such a torn tail and, when told which rows to keep, any record whose row is not among
+them, rewriting the file through a temporary file and a rename. The file is created by the first record.
+
+Not here: the JSONL side and resume bookkeeping (pipeline/output.py).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote
+
+from rdkit import Chem
+
+from inferlab.outputs.atomic import write_text_atomic
+from inferlab.workloads.conformers.chemistry.rdkit_messages import rdkit_log
+
+RECORD_END = "$$$$"  # the line that ends a record
+PROPERTIES = ("input_id", "canonical_smiles", "conformer_index", "profile", "row_id")
+_ESCAPED = frozenset("%$<>")
+
+
+def row_id(input_id: str, conformer_index: int) -> str:
+    return f"{input_id}#{conformer_index}"
+
+
+def sdf_text(value: str) -> str:
+    """`value` safe for an SDF title or property line (see the module docstring); the identity for ids
+    made of printable characters other than % $ < >."""
+    return "".join(c if c not in _ESCAPED and (c.isprintable() or c == " ") else
+                   "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass")) for c in value)
+
+
+def sdf_id(text: str) -> str:
+    """The id `sdf_text` was given."""
+    return unquote(text, errors="surrogatepass") if "%" in text else text
+
+
+class ConformerSdfWriter:
+    """Append conformers to `path`; `keep_row_ids` (on reopen) drops records whose row is not listed."""
+
+    def __init__(self, path: str | Path, keep_row_ids: set[str] | None = None) -> None:
+        self.path = Path(path)
+        self._file = None  # opened by the first record
+        if self.path.exists():
+            _repair(self.path, keep_row_ids)
+
+    def write(
+        self,
+        mol: Chem.Mol,
+        input_id: str,
+        canonical_smiles: str,
+        conformer_index: int,
+        profile: str = "",
+        conf_id: int = -1,
+    ) -> None:
+        self.append(format_record(mol, input_id, canonical_smiles, conformer_index, profile, conf_id))
+
+    def append(self, record: str) -> None:
+        """Append one record made by `format_record` (e.g. in a worker process) and flush it."""
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
+        self._file.write(record)
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def __enter__(self) -> ConformerSdfWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def format_record(
+    mol: Chem.Mol,
+    input_id: str,
+    canonical_smiles: str,
+    conformer_index: int,
+    profile: str = "",
+    conf_id: int = -1,
+) -> str:
+    """One SDF record (ending with `$$$$`) of `mol`'s conformer with our properties; `mol` is left alone."""
+    mol = Chem.Mol(mol)  # properties are set on a copy
+    mol.SetProp("_Name", sdf_text(input_id))
+    values = (sdf_text(input_id), canonical_smiles, str(conformer_index), profile,
+              sdf_text(row_id(input_id, conformer_index)))
+    for name, value in zip(PROPERTIES, values):
+        mol.SetProp(name, value)
+    buffer = io.StringIO()
+    writer = Chem.SDWriter(buffer)
+    writer.SetProps(list(PROPERTIES))
+    writer.write(mol, confId=conf_id)
+    writer.close()
+    return buffer.getvalue()
+
+
+def record_row_ids(path: str | Path) -> set[str]:
+    """The row ids (as given, not escaped) of the complete records of `path`."""
+    return {sdf_id(r) for r in (_property(record, "row_id") for record in _records(Path(path))[0]) if r is not None}
+
+
+def _repair(path: Path, keep_row_ids: set[str] | None) -> None:
+    complete, torn = _records(path)
+    kept = complete
+    if keep_row_ids is not None:
+        kept = [r for r in complete if sdf_id(_property(r, "row_id") or "") in keep_row_ids]
+    if torn or len(kept) < len(complete):
+        write_text_atomic(path, "".join(kept))
+
+
+def _records(path: Path) -> tuple[list[str], bool]:
+    """(every complete record of `path` with its `$$$$` line, whether a torn record follows them)."""
+    records, current = [], []
+    with path.open(encoding="utf-8", errors="replace", newline="") as f:
+        for line in f:
+            current.append(line)
+            if line.rstrip("\r\n") == RECORD_END and line.endswith("\n"):
+                records.append("".join(current))
+                current = []
+    return records, bool(current)
+
+
+def _property(record: str, name: str) -> str | None:
+    lines = record.split("\n")
+    for i, line in enumerate(lines[:-1]):
+        if line.startswith(">") and f"<{name}>" in line:
+            return lines[i + 1].rstrip("\r")
+    return None
+
+
+@dataclass(frozen=True, eq=False)
+class SdfRecord:
+    index: int  # 0-based record number in the file
+    mol: Chem.Mol | None  # None when RDKit could not read the record
+    error: str | None = None
+
+    def prop(self, name: str) -> str | None:
+        if self.mol is None or not self.mol.HasProp(name):
+            return None
+        return self.mol.GetProp(name)
+
+
+def read_sdf(path: str | Path, remove_hs: bool = False) -> Iterator[SdfRecord]:
+    """Every record of an SDF file; an unreadable record is an SdfRecord with `error`, never an exception."""
+    with rdkit_log():
+        supplier = Chem.SDMolSupplier(str(path), sanitize=True, removeHs=remove_hs)
+        count = len(supplier)
+    for index in range(count):
+        with rdkit_log() as log:  # RDKit prints why a record fails; the record's error carries it instead
+            mol = supplier[index]
+        if mol is None:
+            why = log.reason()
+            yield SdfRecord(index, None, f"record {index} of {path} could not be read by RDKit"
+                                         + (f": {why}" if why else ""))
+        else:
+            yield SdfRecord(index, mol)

@@ -1,0 +1,101 @@
+"""Reference conformer sets: K RDKit ETKDG conformers per input molecule, written to an SDF.
+
+For tests and demos (GEOM-Drugs is not shipped): the records carry the same properties as generated
+ones (canonical SMILES of the input, conformer index), so `conformers evaluate` matches them exactly.
+Hydrogens are embedded and then removed before writing. A molecule that RDKit cannot parse or embed is
+reported in the summary and skipped. Not here: reading the inputs (chemistry/inputs.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rdkit import Chem
+from rdkit.Chem import AllChem
+
+from inferlab.errors import ConfigError, InputError
+from inferlab.outputs.atomic import write_text_atomic
+from inferlab.workloads.conformers.chemistry.inputs import MoleculeInputs
+from inferlab.workloads.conformers.chemistry.sdf import ConformerSdfWriter
+from inferlab.workloads.conformers.chemistry.smiles import canonicalize_mol, parse_smiles
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReferenceConfig:
+    num_confs: int = 5
+    seed: int = 0
+    optimize: bool = False  # MMFF-optimise each conformer after embedding
+    threads: int = 0  # RDKit embedding threads; 0 = all cores
+
+    def __post_init__(self) -> None:
+        if self.num_confs < 1:
+            raise ConfigError(f"num_confs={self.num_confs} must be >= 1")
+        if self.threads < 0:
+            raise ConfigError(f"threads={self.threads} must be >= 0 (0 = all cores)")
+
+
+@dataclass
+class ReferenceSummary:
+    molecules_written: int = 0
+    conformers_written: int = 0
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (input id, reason)
+
+
+def embed_reference(smiles: str, config: ReferenceConfig) -> Chem.Mol:
+    """The heavy-atom molecule with exactly `num_confs` ETKDG conformers, or InputError."""
+    mol = Chem.AddHs(parse_smiles(smiles))
+    params = AllChem.ETKDGv3()
+    params.randomSeed = config.seed
+    params.numThreads = config.threads
+    try:
+        ids = list(AllChem.EmbedMultipleConfs(mol, numConfs=config.num_confs, params=params))
+    except RuntimeError as e:  # RDKit raises on some inputs (e.g. bad distance bounds around metals)
+        raise InputError(f"RDKit could not embed {smiles!r}: {str(e).strip().splitlines()[0]}") from None
+    if len(ids) < config.num_confs:
+        raise InputError(f"RDKit embedded {len(ids)} of {config.num_confs} conformers of {smiles!r}")
+    if config.optimize:
+        AllChem.MMFFOptimizeMoleculeConfs(mol, numThreads=config.threads)
+    return Chem.RemoveHs(mol)
+
+
+def write_reference_sdf(
+    inputs: MoleculeInputs,
+    output: str | Path,
+    config: ReferenceConfig = ReferenceConfig(),
+    progress: Callable[[int], None] | None = None,
+) -> ReferenceSummary:
+    """Write a fresh SDF at `output`: built beside it and renamed onto it when complete, so an existing file
+    is replaced only by a finished set (a crash leaves it as it was)."""
+    path = Path(output)
+    building = path.with_name(f".{path.name}.{os.getpid()}.building")
+    building.unlink(missing_ok=True)
+    summary = ReferenceSummary()
+    with ConformerSdfWriter(building) as writer:
+        for record in inputs.records:
+            if progress:
+                progress(1)
+            if not record.ok:
+                summary.errors.append((record.id, record.error or "unusable input"))
+                continue
+            try:
+                mol = embed_reference(record.smiles, config)
+            except InputError as e:
+                summary.errors.append((record.id, str(e)))
+                continue
+            key = canonicalize_mol(mol).smiles
+            for index, conformer in enumerate(mol.GetConformers()):
+                writer.write(mol, record.id, key, index, conf_id=conformer.GetId())
+            summary.molecules_written += 1
+            summary.conformers_written += mol.GetNumConformers()
+    if building.exists():
+        os.replace(building, path)
+    else:
+        write_text_atomic(path, "")  # no molecule could be embedded
+    log.info("wrote %d conformers of %d molecules to %s", summary.conformers_written, summary.molecules_written, path)
+    return summary

@@ -1,0 +1,141 @@
+"""The engine's results -> the job's rows, with as little as possible on the engine's path.
+
+`ResultCollector.take(result)` is all the consumer loop does per result: it reads the result's
+ConformerTask (its metadata, task.py), builds a plain JudgeTask and hands it to the judge pool
+(judge_pool.py), then takes whatever verdicts are ready, oldest first. The RowWriter writes rows in input
+order (input_order.py): a row that finished before an earlier one waits for it. A verdict becomes:
+- an ok row: its SDF record (made in the worker) appended and flushed, then its JSONL row;
+- an error row (the engine refused the request, or the output is not a valid conformer);
+- a retry (its geometry contradicts the input's stereo and attempts are left): the next attempt goes
+  back into the RequestFeed, the row is written when its last attempt is judged.
+At most `window` results are in the pool: a full window waits for the oldest (backpressure: memory stays
+bounded, and a pool that cannot keep up slows the engine rather than hoarding results). `drain()` waits
+for everything. All writing happens here, in the calling thread, so the writer needs no locks; a crash
+loses only rows not written yet (an interrupt loses no finished row: RowWriter.flush), and a rerun generates
+them again.
+
+Not here: judging (judge.py), the requests (feed.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from typing import Any
+
+from inferlab.input_order import InputOrder
+from inferlab.types import Result
+from inferlab.workloads.conformers.chemistry.sdf import row_id
+from inferlab.workloads.conformers.pipeline.feed import RequestFeed
+from inferlab.workloads.conformers.pipeline.judge import JudgeTask, Verdict
+from inferlab.workloads.conformers.pipeline.judge_pool import JudgePool
+from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
+from inferlab.workloads.conformers.pipeline.plan import MoleculeJob
+from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
+from inferlab.workloads.conformers.pipeline.task import ConformerTask
+
+RowCallback = Callable[[dict[str, Any]], None]
+
+
+class RowWriter:
+    """Writes rows through the ConformerResultWriter in the order of `row_ids` (the plan's, input order),
+    keeps the summary's counts and tells `on_row` ({"id", "input_id", "conformer_index", "status",
+    "generated", "output_tokens"}) as each finishes; `generated` is False for rows of molecules that never
+    reached the engine, `output_tokens` counts every attempt. `flush()` writes the finished rows still
+    waiting for an earlier one (the run is ending)."""
+
+    def __init__(self, writer: ConformerResultWriter, summary: PipelineSummary, on_row: RowCallback | None,
+                 row_ids: Iterable[str]) -> None:
+        self.writer, self.summary, self.on_row = writer, summary, on_row
+        self._order = InputOrder(row_ids, lambda write: write())
+
+    def error(self, job: MoleculeJob, message: str, indices=None, fields: dict | None = None) -> None:
+        record = job.record
+        for k in job.todo if indices is None else indices:
+            self._order.put(row_id(record.id, k), lambda k=k: self.writer.write_error(
+                record.id, record.smiles, k, message, fields))
+            self.summary.conformers_error += 1
+            self._tell(job, k, "error", fields)
+
+    def ok(self, job: MoleculeJob, k: int, canonical: str, record: str, fields: dict) -> None:
+        # the row's `smiles` is the input's, as in error rows (the writer would put the canonical form there)
+        row = {"smiles": job.record.smiles, **fields}
+        self._order.put(row_id(job.record.id, k), lambda: self.writer.write_ok_record(
+            job.record.id, canonical, k, record, row))
+        self.summary.conformers_ok += 1
+        self._tell(job, k, "ok", fields)
+
+    def flush(self) -> None:
+        self._order.flush()
+
+    def _tell(self, job: MoleculeJob, k: int, status: str, fields: dict | None) -> None:
+        if self.on_row is not None:
+            fields = fields or {}
+            self.on_row({"id": f"{job.record.id}#{k}", "input_id": job.record.id, "conformer_index": k,
+                         "status": status, "generated": "finish_reason" in fields,
+                         "output_tokens": fields.get("generated_tokens", 0)})
+
+
+class ResultCollector:
+    def __init__(self, judges: JudgePool, feed: RequestFeed, rows: RowWriter, summary: PipelineSummary,
+                 profile: str, stereo_retries: int, window: int, model_dir: str) -> None:
+        self.judges, self.feed, self.rows, self.summary = judges, feed, rows, summary
+        self.model_dir = model_dir
+        self.profile, self.stereo_retries, self.window = profile, stereo_retries, window
+        self._pending: deque[tuple[ConformerTask, Future[Verdict]]] = deque()
+        self.wait_s = 0.0  # time take() waited for a full window (counted in the consumer's time)
+        self.write_s = 0.0
+
+    def take(self, result: Result) -> None:
+        task: ConformerTask = result.metadata  # feed.conformer_request put it there; the engine hands it back
+        s = self.summary
+        s.prompt_tokens += result.prompt_tokens
+        s.output_tokens += len(result.token_ids)
+        s.conformers_generated += result.ok
+        s.retry_output_tokens += len(result.token_ids) if task.attempt else 0
+        judge_task = JudgeTask(input_id=task.job.record.id, conformer_index=task.k, attempt=task.attempt,
+                               may_retry=task.attempt < self.stereo_retries, template=task.molecule.template,
+                               profile=self.profile, model_dir=self.model_dir, token_ids=tuple(result.token_ids),
+                               finish_reason=result.finish_reason, engine_error=result.error,
+                               prompt_tokens=result.prompt_tokens, output_tokens=len(result.token_ids))
+        self._pending.append((task, self.judges.submit(judge_task)))
+        if len(self._pending) > self.window:
+            t = time.perf_counter()
+            self._pending[0][1].result()
+            self.wait_s += time.perf_counter() - t
+        self._write_ready()
+
+    def drain(self) -> None:
+        """Wait for every verdict and write it (retries are queued in the feed)."""
+        while self._pending:
+            self._pending[0][1].result()
+            self._write_ready()
+
+    def _write_ready(self) -> None:
+        t = time.perf_counter()
+        while self._pending and self._pending[0][1].done():
+            task, future = self._pending.popleft()
+            self._handle(task, future.result())
+        self.write_s += time.perf_counter() - t
+
+    def _handle(self, task: ConformerTask, verdict: Verdict) -> None:
+        s, fields = self.summary, verdict.fields
+        s.decode_s += verdict.seconds
+        s.conformers_rejected += fields["finish_reason"] != "error" and not verdict.ok
+        if verdict.retry:
+            s.stereo_retries += 1
+            self.feed.retry(task, fields["output_tokens"])
+            return
+        fields = {**fields, "attempts": task.attempt + 1,
+                  "generated_tokens": task.earlier_tokens + fields["output_tokens"]}
+        if not verdict.ok:
+            self.rows.error(task.job, verdict.error, [task.k], fields)
+            return
+        s.graph_matches += bool(fields["graph_match"])
+        if fields["stereo_ok"] is not None:
+            s.stereo_checked += 1
+            s.stereo_matches += fields["stereo_ok"]
+        assert verdict.sdf_record is not None
+        self.rows.ok(task.job, task.k, task.molecule.template.canonical_smiles, verdict.sdf_record, fields)

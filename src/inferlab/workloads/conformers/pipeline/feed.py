@@ -1,0 +1,121 @@
+"""The requests of a conformer job, as one generator handed to `Engine.stream`.
+
+`MoleculeFeed` yields the jobs' prepared molecules in input order and keeps the preparation pool
+`lookahead` molecules ahead of what was taken. `RequestFeed.requests()` turns them into the engine's
+requests, each carrying its ConformerTask (task.py) as metadata: first any row to generate again (a
+stereo retry, queued by the result collector), then the K conformers `<input id>#<k>` of the next
+molecule; a molecule that could not be prepared, or whose prompt + program bound exceeds the engine's
+rows, becomes error rows here and yields nothing.
+
+The engine consumes the generator lazily (pulling requests as rows free up, about one batch ahead), so
+there are no waves and no drains: the rows stay full until the last molecule. An engine that takes its
+iterable up front gets the same requests, only sooner. A generator ends when it has nothing to give at
+the moment it is asked; retries queued after that are given by the next call of `requests()` (the
+pipeline calls the engine again while `has_work`), so a row is never lost, only its retry is late.
+
+A retry's request id is `<input id>#<k>@retry<n>` (ConformerTask.request_id). Not here: what happens to
+the results (collect.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Iterator
+from typing import Any
+
+from inferlab.types import Request, SamplingParams
+from inferlab.workloads.conformers.pipeline.plan import MoleculeJob
+from inferlab.workloads.conformers.pipeline.prepare import MoleculePreparer, PreparedMolecule
+from inferlab.workloads.conformers.pipeline.task import ConformerTask
+
+
+class MoleculeFeed:
+    """The jobs' prepared molecules in input order, keeping the pool `lookahead` molecules ahead."""
+
+    def __init__(self, jobs: list[MoleculeJob], preparer: MoleculePreparer, lookahead: int) -> None:
+        self.jobs, self.preparer, self.lookahead = jobs, preparer, lookahead
+        self._submitted = 0
+        self._uses = Counter(job.record.smiles for job in jobs)
+        self.wait_s = 0.0  # waited for the pool (molecules not prepared in time)
+        self.cpu_s = 0.0  # the pool's own work on the molecules taken
+
+    def top_up(self, position: int) -> None:
+        while self._submitted < min(len(self.jobs), position + self.lookahead):
+            self.preparer.submit(self.jobs[self._submitted].record.smiles)
+            self._submitted += 1
+
+    def __iter__(self) -> Iterator[tuple[MoleculeJob, PreparedMolecule]]:
+        for position, job in enumerate(self.jobs):
+            self.top_up(position + 1)
+            t = time.perf_counter()
+            prepared = self.preparer.result(job.record.smiles)
+            self.wait_s += time.perf_counter() - t
+            self.cpu_s += prepared.seconds
+            self._uses[job.record.smiles] -= 1
+            if self._uses[job.record.smiles] == 0:
+                self.preparer.forget(job.record.smiles)
+            yield job, prepared
+
+
+def conformer_request(task: ConformerTask, sampling: SamplingParams) -> Request:
+    """The engine's request for one attempt of one row; the task rides along as its metadata."""
+    return Request(id=task.request_id, prompt_ids=task.molecule.prompt_ids, sampling=sampling,
+                   constraint=task.molecule.program, metadata=task)
+
+
+class RequestFeed:
+    def __init__(self, molecules: MoleculeFeed, max_seq_len: int, model_positions: int, sampling: SamplingParams,
+                 rows: Any) -> None:
+        self.max_seq_len = max_seq_len
+        self.model_positions = model_positions  # the model's max_position_embeddings: no row may be longer
+        self.sampling = sampling
+        self.rows = rows  # collect.RowWriter: error rows of molecules that cannot run
+        self._molecules = iter(molecules)
+        self._retries: deque[Request] = deque()
+        self._exhausted = False
+        self.molecules_run = 0
+
+    @property
+    def has_work(self) -> bool:
+        """Requests are left to give: retries queued, or molecules not taken yet."""
+        return bool(self._retries) or not self._exhausted
+
+    def retry(self, task: ConformerTask, output_tokens: int) -> None:
+        """Queue the next attempt of `task`'s row, after `task` generated `output_tokens`."""
+        self._retries.append(conformer_request(task.retried(output_tokens), self.sampling))
+
+    def requests(self) -> Iterator[Request]:
+        while True:
+            if self._retries:
+                yield self._retries.popleft()
+                continue
+            item = next(self._molecules, None)
+            if item is None:
+                self._exhausted = True
+                return
+            job, molecule = item
+            if self._runnable(job, molecule):
+                self.molecules_run += 1
+                for k in job.todo:
+                    yield conformer_request(ConformerTask(job, molecule, k), self.sampling)
+
+    def _runnable(self, job: MoleculeJob, molecule: PreparedMolecule) -> bool:
+        if not molecule.ok:
+            self.rows.error(job, molecule.error)
+            return False
+        if molecule.tokens_needed > self.max_seq_len:
+            self.rows.error(job, self._too_long(molecule))
+            return False
+        return True
+
+    def _too_long(self, molecule: PreparedMolecule) -> str:
+        """Why a molecule does not fit the rows, and a fix only where one exists."""
+        need = (f"the prompt ({len(molecule.prompt_ids)} tokens) and the longest conformer of this molecule "
+                f"({molecule.program.max_new_tokens} tokens, {molecule.template.num_atoms} atoms) need "
+                f"{molecule.tokens_needed} positions")
+        if molecule.tokens_needed > self.model_positions:
+            return (f"{need}, more than the model's {self.model_positions} (max_position_embeddings): this molecule "
+                    "is too large for this model")
+        return (f"{need}, over max_seq_len={self.max_seq_len}; rerun with --max-seq-len {molecule.tokens_needed} "
+                f"(up to the model's {self.model_positions}; memory allowing) and --retry-errors")

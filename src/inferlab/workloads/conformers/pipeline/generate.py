@@ -1,0 +1,149 @@
+"""Conformer generation, end to end: molecules in (.smi/.csv/.tsv), K conformers each out as an SDF of the
+valid ones plus one JSONL row per conformer. The library side of `inferlab conformers generate`.
+
+The wiring, in input order:
+  inputs (chemistry/inputs.py: bad lines become error rows) -> what is left to do (plan.py: resume)
+  -> per unique molecule, in a process pool running ahead: template + prompt ids + ConstraintProgram
+     (prepare.py), started before the engine so it overlaps the engine's start-up; this process
+     imports torch (the engine) only after the pools started, and never transformers: the engine runs
+     without a tokenizer (load_tokenizer=False), on one preparing process's GrammarSet, and the judges
+     decode the token ids (transformers' import beside torch's slowed both: 8.3 s before the engine on
+     the H100 host, the tokenizer thread taking 11 s)
+  -> ONE generator of requests for the whole job (feed.py: K per molecule, conformer
+     `<id>#<k>` with a seed derived from the run's seed and that id; stereo retries fed back into it)
+     handed to one Engine.stream call, which pulls requests as rows free up: no waves, no drains
+  -> each result handed at once to the judge processes (judge.py, judge_pool.py:
+     text from the token ids, strict check, plain decoding, stereo agreement, the SDF record), so the engine's path holds only
+     the hand-off; the verdicts written here in input order (collect.py, output.py; a verdict
+     waits for the rows before it), each flushed, so a rerun skips every (molecule, conformer) already
+     written.
+A molecule that cannot be prepared, or whose prompt + program bound exceeds the engine's max_seq_len,
+becomes error rows; so does anything the engine refuses. A stereo retry given after the generator ended
+(the last rows' retries) goes to a further Engine.stream call. However the call ends (an interrupt
+included), every finished row is written before the files close. `on_phase` tells the caller what the
+run is doing before its first row (reading, starting the pools, starting the engine, generating).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from inferlab.errors import ConfigError
+from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
+from inferlab.workloads.conformers.pipeline.collect import ResultCollector, RowCallback, RowWriter
+from inferlab.workloads.conformers.pipeline.config import PipelineConfig
+from inferlab.workloads.conformers.pipeline.feed import MoleculeFeed, RequestFeed
+from inferlab.workloads.conformers.pipeline.judge_pool import JudgePool
+from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
+from inferlab.workloads.conformers.pipeline.plan import MoleculeJob, auto_max_seq_len, plan_molecules
+from inferlab.workloads.conformers.pipeline.prepare import MoleculePreparer
+from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
+
+log = logging.getLogger(__name__)
+
+JUDGE_WINDOW = 1024  # results being judged at once, at most (~3 KB of text each); more waits for the oldest
+
+
+def generate_conformers(
+    model: str | Path,
+    input_path: str | Path,
+    output_path: str | Path,
+    config: PipelineConfig,
+    engine_options: Mapping[str, Any] | None = None,  # EngineConfig fields: device, dtype, max_slots, ...
+    on_start: Callable[[int, int], None] | None = None,  # (rows to write now, rows written by earlier runs)
+    on_row: RowCallback | None = None,  # as each row finishes
+    on_phase: Callable[[str], None] | None = None,  # what the run is doing now, in a few words
+) -> PipelineSummary:
+    started = time.perf_counter()
+    options = dict(engine_options or {})
+    if {"model", "seed", "load_tokenizer"} & set(options):
+        raise ConfigError("engine_options must not hold model, seed or load_tokenizer; pass the model and "
+                          "config.seed (the pipeline's engine loads no tokenizer: the judges decode)")
+    profile = get_profile(config.profile)
+    phase = on_phase or (lambda what: None)
+    phase("reading the molecules")
+    inputs = read_molecule_inputs(input_path, config.smiles_column, config.id_column, config.input_bounds)
+    summary = PipelineSummary(molecules=len(inputs.records))
+    with ConformerResultWriter(output_path, config.rows_output, profile.name, config.retry_errors) as writer:
+        summary.conformers_retried = writer.retried
+        plan = plan_molecules(inputs, writer.done, config.num_conformers)
+        summary.conformers_skipped = plan.rows_done
+        log.info("%s: %d records (%d unusable), K=%d: %d rows to write, %d written before",
+                 inputs.description, len(inputs.records), len(inputs.errors), config.num_conformers, plan.rows_todo,
+                 plan.rows_done)
+        if on_start is not None:
+            on_start(plan.rows_todo, plan.rows_done)
+        rows = RowWriter(writer, summary, on_row, plan.row_ids())
+        try:
+            for job in plan.unusable:
+                rows.error(job, job.record.error or "unusable input")
+            if plan.jobs:
+                _generate(model, plan.jobs, config, options, rows, summary, started, phase)
+        finally:
+            rows.flush()
+    summary.wall_s = time.perf_counter() - started
+    return summary
+
+
+def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: dict[str, Any], rows: RowWriter,
+              summary: PipelineSummary, started: float, phase: Callable[[str], None]) -> None:
+    profile = get_profile(config.profile)
+    summary.judge_workers = config.judge_pool_workers(len(jobs))
+    phase("starting the worker processes")
+    with MoleculePreparer(model, profile.name, config.pool_workers(len(jobs))) as preparer, \
+            JudgePool(summary.judge_workers, str(model)) as judges, ExitStack() as life:
+        grammar_set = preparer.grammar_set()  # the engine's GrammarSet, the pool's first task
+        molecules = MoleculeFeed(jobs, preparer, lookahead=config.lookahead_molecules(None))
+        molecules.top_up(0)  # the pool starts on the first molecules while the engine starts
+        # only now torch (the engine's import): the pools' processes start up while this process imports it
+        from inferlab.engine import Engine, EngineConfig
+        from inferlab.models.config import read_model_spec
+
+        model_positions = read_model_spec(model).max_position_embeddings
+        if options.get("max_seq_len") is None:
+            options["max_seq_len"] = auto_max_seq_len(jobs, profile, model_positions)
+        t0 = time.perf_counter()
+        summary.before_engine_s = t0 - started
+        phase("starting the engine")
+        # no tokenizer in this process: the preparing processes' GrammarSet constrains, the judges decode
+        engine_config = EngineConfig(model=model, seed=config.seed, load_tokenizer=False, **options)
+        engine = life.enter_context(Engine(engine_config, grammar_set=grammar_set))
+        summary.engine_start_s = time.perf_counter() - t0
+        summary.slots, summary.max_seq_len, summary.device = engine.plan.slots, engine.plan.max_seq_len, str(engine.device)
+        molecules.lookahead = config.lookahead_molecules(engine.plan.slots)
+        log.info("engine ready in %.1f s: %d slots x %d tokens, %s; %d judge processes",
+                 summary.engine_start_s, summary.slots, summary.max_seq_len, config.sampling.describe(),
+                 summary.judge_workers)
+        phase("generating")
+        feed = RequestFeed(molecules, engine.plan.max_seq_len, model_positions, config.sampling.params(), rows)
+        collector = ResultCollector(judges, feed, rows, summary, profile.name, config.stereo_retries, JUDGE_WINDOW,
+                                    str(model))
+        while feed.has_work:  # one call for the job; more only for retries of its last rows
+            _stream(engine, feed, collector, summary)
+        summary.molecules_run = feed.molecules_run
+        summary.template_wait_s, summary.template_cpu_s = molecules.wait_s, molecules.cpu_s
+        summary.judge_wait_s, summary.write_s = collector.wait_s, collector.write_s
+        summary.engine = {k: v for k, v in engine.stats.as_dict().items() if k != "gemm_choices"}
+        finished = time.perf_counter()
+    summary.teardown_s = time.perf_counter() - finished
+
+
+def _stream(engine, feed: RequestFeed, collector: ResultCollector, summary: PipelineSummary) -> None:
+    """One Engine.stream call over the feed's generator; the loop body is the engine's only wait on us."""
+    summary.stream_calls += 1
+    started, consumer = time.perf_counter(), 0.0
+    for result in engine.stream(feed.requests()):
+        t = time.perf_counter()
+        collector.take(result)
+        consumer += time.perf_counter() - t
+    t = time.perf_counter()
+    summary.generate_s += t - started - consumer
+    summary.consumer_s += consumer
+    collector.drain()  # verdicts still out may queue retries for the next call
+    summary.drain_s += time.perf_counter() - t

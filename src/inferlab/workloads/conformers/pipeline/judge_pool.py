@@ -1,0 +1,54 @@
+"""Where finished conformers are judged (judge.judge): a pool of worker processes, or this process.
+
+The engine's stream hands back a result right after it launched the next decode chunk, so whatever the
+pipeline does before asking for the next result is time the GPU may stand idle. Judging costs ~1.5-2 ms
+of CPU per drug-sized conformer and holds the GIL throughout (RDKit's parsing, stereo perception and
+SDF writing do not release it: two threads judge no faster than one), so threads would only slow the
+engine's own host loop: judging runs in `workers` spawn processes (spawn: the parent holds CUDA state)
+that import RDKit and the conformer modules only, never torch, and end with this process however it ends
+(child_processes.py). `workers=0` judges inline (tests, small jobs); a task then is judged at `submit`,
+and its future is already done.
+
+Not here: what to do with a verdict (collect.py).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ProcessPoolExecutor
+
+from inferlab.child_processes import spawn_pool
+from inferlab.workloads.conformers.pipeline.judge import JudgeTask, Verdict, judge, tokenizer_for
+
+
+def _ready(model_dir: str) -> None:
+    """A task that makes a worker process start (importing this module, RDKit with it) and load the
+    checkpoint's tokenizer, before the first result arrives."""
+    tokenizer_for(model_dir)
+
+
+class JudgePool:
+    def __init__(self, workers: int, model_dir: str) -> None:
+        self.workers = workers
+        self._pool: ProcessPoolExecutor | None = None
+        if workers > 0:
+            self._pool = spawn_pool(workers)  # they end with this process, however it ends
+            for _ in range(workers):  # start every process now (imports, tokenizer), while the engine starts up
+                self._pool.submit(_ready, model_dir)
+
+    def submit(self, task: JudgeTask) -> Future[Verdict]:
+        if self._pool is not None:
+            return self._pool.submit(judge, task)
+        future: Future[Verdict] = Future()
+        future.set_result(judge(task))
+        return future
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> JudgePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
