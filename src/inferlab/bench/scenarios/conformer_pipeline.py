@@ -10,6 +10,9 @@ the pipeline). With `runs=2` the same job runs again into a fresh output: its en
 (`rerun_engine_start_s`) shows what the start-up cache saves. With `verify_sdf` the first run's files
 are read back independently (conformer_output_check.py): K rows per molecule, strict-invalid rows, SDF
 records readable and of the input's graph, stereo of the written coordinates; `invalid_total` must be 0.
+With `gpus` N the command scales out (`--gpus N`, one worker per GPU, inferlab.scale): the figures then
+come from the run's scale report (conformer_pipeline_scale.py): end to end and steady (the slowest
+worker's run) rates; the `scale-out` preset compares 1 and 2 GPUs.
 
 The engine alone on the same molecules is the `constrained` scenario with backend `inferlab` (the
 `conformer-pipeline` preset puts both in one run).
@@ -43,6 +46,8 @@ KNOBS = (
     Knob("kv_dtype", str, "auto", "KV cache (--kv-dtype; fp8 needs a build and GPU with the fp8 cache)",
          choices=("auto", "fp8")),
     Knob("max_slots", int, 0, "engine rows (--max-slots); 0 = as memory allows", minimum=0),
+    Knob("gpus", int, 0, "--gpus N: workers with one GPU each (inferlab.scale); 0 = one process, no scale-out",
+         minimum=0),
     Knob("stereo_retries", int, 0, "--stereo-retries", minimum=0),
     Knob("runs", int, 2, "1, or 2: the same job again into a fresh output (start-up with the cache)", choices=(1, 2)),
     Knob("verify_sdf", bool, True, "read the first run's SDF and JSONL back independently (validity, graph, stereo)"),

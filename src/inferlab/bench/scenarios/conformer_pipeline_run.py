@@ -4,7 +4,8 @@ conformer_pipeline.py for the protocol.
 
 Files live in RUN_DIR/conformer-pipeline/<cell key>/ (emptied when the cell starts, so every run writes a
 fresh output): molecules.smi, and per run run-N/out.sdf, out.jsonl, summary.json and cli.log (the
-command's output, whose tail an error row quotes).
+command's output, whose tail an error row quotes); a scaled-out run (knob gpus) writes out.sdf.scale/
+(its shards and report.json) instead of summary.json.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from inferlab.bench.cells import Cell
 from inferlab.bench.scenarios.base import CellContext
+from inferlab.bench.scenarios.conformer_pipeline_scale import figures_from_scale_report
 from inferlab.errors import UnsupportedError
 
 LOG_TAIL_LINES = 8
@@ -37,8 +39,8 @@ def cli_argv(c: dict[str, Any], model: Path, smi: Path, out: Path) -> list[str]:
     """The command a user would type for this cell (with --summary-json for the figures)."""
     argv = [sys.executable, "-m", "inferlab.cli", "conformers", "generate", "--model", str(model), "--input", str(smi),
             "--output", str(out / "out.sdf"), "--num-conformers", str(c["num_conformers"]), "--profile", c["profile"],
-            "--seed", str(c["seed"]), "--dtype", c["dtype"], "--device", c["device"],
-            "--summary-json", str(out / "summary.json")]
+            "--seed", str(c["seed"]), "--dtype", c["dtype"], "--device", c["device"]]
+    argv += ["--gpus", str(c["gpus"])] if c["gpus"] else ["--summary-json", str(out / "summary.json")]
     if c["temperature"] == 0:
         argv += ["--sampling", "greedy"]
     else:
@@ -69,6 +71,8 @@ def run_cli(c: dict[str, Any], model: Path, smi: Path, out: Path, timeout_s: flo
         if "unrecognized arguments: --kv-dtype" in tail:
             raise UnsupportedError(f"this build of inferlab has no --kv-dtype (the fp8 KV cache): {tail}")
         raise RuntimeError(f"`inferlab conformers generate` exited {code} (log {log}): {tail}")
+    if c["gpus"]:
+        return figures_from_scale_report(json.loads((out / "out.sdf.scale" / "report.json").read_text()), wall)
     return figures_from_summary(json.loads((out / "summary.json").read_text()), wall)
 
 
@@ -146,7 +150,7 @@ def measure_pipeline(cell: Cell, ctx: CellContext) -> dict[str, Any]:
         ctx.warn(f"the second run was not started: under {MIN_RERUN_S} s of the cell's timeout were left")
     elif c["runs"] == 2:
         rerun = run_cli(c, ctx.model_path, smi, work / "run-2", deadline - time.monotonic())
-        metrics.update({f"rerun_{key}": rerun[key] for key in RERUN_FIGURES})
+        metrics.update({f"rerun_{key}": rerun.get(key) for key in RERUN_FIGURES})
     if c["verify_sdf"]:
         t = time.perf_counter()
         inputs = {m.id: m.smiles for m in molecules.molecules}

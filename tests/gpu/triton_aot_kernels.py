@@ -1,40 +1,23 @@
-"""Compile the engine's Triton kernels for a CUDA target ahead of time, on any machine (no GPU).
-
-    PYTHONPATH=src python scripts/gpu/triton_aot_check.py [--arch 90] [--match attention,rope]  (or --only)
-    # against another Triton than the installed one (e.g. the GPU machine's 3.6):
-    pip download triton==3.6.0 --no-deps -d /tmp/w && pip install --no-deps --target /tmp/t36 /tmp/w/*.whl
-    PYTHONPATH=/tmp/t36:src python scripts/gpu/triton_aot_check.py
-
-The Triton interpreter (what the CPU tests run) checks the arithmetic but not the compiler: type rules,
-loop-carried types, register pressure. This script runs Triton's real NVIDIA pipeline (TTIR -> TTGIR ->
-LLVM -> PTX -> cubin, with the ptxas shipped in the triton wheel) on the bf16 shapes the engine launches,
-their Gemma variants (head_dim 256, windows, soft-caps, (1 + w) norms, post-norms, GeGLU) and steering's,
-and the fp8 KV cache's variants of the rope write and the decode attention (Llama and Gemma shapes;
-fp8e4nv needs sm_89+, so check them with --arch 90), with the divisibility hints the JIT derives for
-16-aligned sizes, and prints per kernel: OK or the compiler error, registers, spilled bytes and shared
-memory (from ptxas -v where a ptxas that reads the PTX version is found). Run it before spending GPU time
-on a kernel change.
-"""
+"""The engine's Triton kernels as the Triton compiler sees them, for test_triton_aot_gpu.py: each kernel with
+its argument types, constexpr flags, the 16-divisibility hints the JIT derives for aligned sizes, and its
+launch options, at the bf16 shapes the engine launches, their Gemma variants (head_dim 256, windows,
+soft-caps, (1 + w) norms, post-norms, GeGLU), steering's, the fp8 KV cache's variants of the rope write
+and the decode attention (fp8e4nv: sm_89 and newer; fp16 dots on the e4m3 tiles), and the packed prefill's
+kernels. A new kernel or constexpr flag gets a case here."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+import triton
+import triton.language as tl
 
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
-
-from inferlab.engine.constraints import step_kernels  # noqa: E402
-from inferlab.engine.kernels import (  # noqa: E402
+from inferlab.engine.constraints import step_kernels
+from inferlab.engine.kernels import (
     triton_attention,
     triton_collect,
     triton_filter,
@@ -51,14 +34,15 @@ from inferlab.engine.kernels import (  # noqa: E402
 )
 
 
-def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
-    """(name, kernel, signature, constexprs, 16-divisible args, launch options)."""
+def kernel_cases(full: bool) -> list[tuple[str, object, dict, dict, list[str], dict]]:
+    """(name, kernel, signature, constexprs, 16-divisible args, launch options); `full`: every tile and
+    config the engine may launch, else one of each (every constexpr variant still compiled)."""
     out = []
     gemm = dict(X="*bf16", W="*bf16", OUT="*bf16", PART="*fp32", COUNTER="*i32", M="i32", N="i32", K="i32",
                 stride_xm="i32", stride_wn="i32", stride_om="i32", k_blocks="i32")  # fmt: skip
     aligned = ["X", "W", "OUT", "PART", "N", "K", "stride_xm", "stride_wn", "stride_om"]
-    for block_m, block_k in ((16, 256), (16, 128), (64, 128)):
-        for block_n in (16, 32, 64):
+    for block_m, block_k in ((16, 256), (16, 128), (64, 128)) if full else ((16, 128),):
+        for block_n in (16, 32, 64) if full else (32,):
             for mode in ("plain", "swiglu", "gated", "geglu gated", "geglu down"):
                 swiglu, gated = mode in ("swiglu", "geglu down"), mode in ("gated", "geglu gated")
                 c = dict(PARTIALS=swiglu, SWIGLU=swiglu, GATED=gated, IEEE=False, BLOCK_M=block_m, BLOCK_N=block_n,
@@ -77,6 +61,7 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
         att_aligned = ["QKV", "K_CACHE", "V_CACHE", "OUT", "stride_t", "stride_ks", "stride_kh", "stride_kn",
                        "stride_ss", "stride_sh"]  # fmt: skip
         configs = ((32, 1, 3), (64, 4, 3)) if fp8 else ((64, 4, 3), (128, 4, 2), (32, 8, 4))  # fp8: its default first
+        configs = configs if full else configs[:1]
         for heads, kv_heads, head_dim, qk_norm in ((16, 8, 64, False), (16, 8, 128, True)):
             for block_n, warps, stages in configs:
                 c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_H=16,
@@ -92,7 +77,8 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
         for name, heads, kv_heads, softcap, qk_norm in (("gemma-2b", 8, 1, False, False),
                                                         ("gemma2-2b", 8, 4, True, False),
                                                         ("gemma3-1b", 4, 1, False, True)):  # fmt: skip
-            for block_n, warps, stages in ((wide.block_n, wide.num_warps, wide.num_stages), (64, 8, 2), (32, 4, 2)):
+            neighbours = ((64, 8, 2), (32, 4, 2)) if full else ()
+            for block_n, warps, stages in ((wide.block_n, wide.num_warps, wide.num_stages), *neighbours):
                 c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_H=16, HEAD_DIM=256,
                          HALF_BLOCK=128, BLOCK_D=256, BLOCK_N=block_n, QK_NORM=qk_norm, IEEE=False, SOFTCAP=softcap,
                          NORM_OFFSET=qk_norm, KV_FP8=fp8, DOT_TY=tl.float16)  # fmt: skip
@@ -212,13 +198,13 @@ def kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
     for has_rows in (False, True):
         c = dict(HAS_ROWS=has_rows, COPY_KIND=1, HOLE_KIND=2, BLOCK_ROWS=256)
         out.append((f"constraint emit step rows={has_rows}", step_kernels._emit_step_kernel, emit, c, [], {}))
-    out += packed_prefill_kernels()
+    out += packed_prefill_kernels(full)
     return out
 
 
-def packed_prefill_kernels() -> list[tuple[str, object, dict, dict, list[str], dict]]:
-    """The packed prefill's (engine/packed): varlen attention at each head size's config (windows, soft-caps),
-    the in-place rope, the FP8 row quantization."""
+def packed_prefill_kernels(full: bool) -> list[tuple[str, object, dict, dict, list[str], dict]]:
+    """The packed prefill's (engine/packed): varlen attention at each head size's config (windows, soft-caps;
+    `full`: the alternative config too), the in-place rope, the FP8 row quantization."""
     out = []
     att = dict(Q="*bf16", K="*bf16", V="*bf16", O="*bf16", CU="*i32", scale="fp32", softcap="fp32", window="i32")
     att.update({n: "i32" for n in "stride_qt stride_qh stride_kt stride_kh stride_vt stride_vh stride_ot "
@@ -226,7 +212,7 @@ def packed_prefill_kernels() -> list[tuple[str, object, dict, dict, list[str], d
     aligned = ["Q", "K", "V", "O", "stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh",
                "stride_ot", "stride_oh"]  # fmt: skip
     for name, heads, kv_heads, head_dim in (("qwen2-0.5b", 14, 2, 64), ("qwen3", 16, 8, 128), ("gemma-2b", 8, 1, 256)):
-        for alternative in (False, True):
+        for alternative in (False, True) if full else (False,):
             block_m, block_n, warps, stages = triton_varlen_attention._config(head_dim, alternative)
             for window, softcap in ((False, False), (True, False), (False, True), (True, True)):
                 c = dict(GROUP=heads // kv_heads, HEAD_DIM=head_dim, BLOCK_D=head_dim, BLOCK_M=block_m,
@@ -250,46 +236,33 @@ def packed_prefill_kernels() -> list[tuple[str, object, dict, dict, list[str], d
 def ptxas_report(ptx: str, arch: int) -> str:
     """Registers / spills from a ptxas that accepts this PTX version (the wheel ships two)."""
     folder = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(ptx)
-    for exe in ("ptxas-blackwell", "ptxas"):
-        path = folder / exe
-        if not path.exists():
-            continue
-        done = subprocess.run([str(path), f"-arch=sm_{arch}a", "-v", f.name, "-o", os.devnull], capture_output=True,
-                              text=True)  # fmt: skip
-        if done.returncode == 0:
-            regs = re.findall(r"Used (\d+) registers", done.stderr)
-            spill = re.findall(r"(\d+) bytes spill stores", done.stderr)
-            return f"registers {regs[0] if regs else '?'}, spill stores {spill[0] if spill else '?'} B"
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "kernel.ptx"
+        source.write_text(ptx)
+        for exe in ("ptxas-blackwell", "ptxas"):
+            path = folder / exe
+            if not path.exists():
+                continue
+            done = subprocess.run([str(path), f"-arch=sm_{arch}a", "-v", str(source), "-o", os.devnull],
+                                  capture_output=True, text=True)  # fmt: skip
+            if done.returncode == 0:
+                regs = re.findall(r"Used (\d+) registers", done.stderr)
+                spill = re.findall(r"(\d+) bytes spill stores", done.stderr)
+                return f"registers {regs[0] if regs else '?'}, spill stores {spill[0] if spill else '?'} B"
     return "ptxas -v unavailable"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", type=int, default=90, help="CUDA compute capability x 10 (90: H100/H200)")
-    parser.add_argument("--match", "--only", default="", help="comma-separated words: only kernels whose name has one")
-    args = parser.parse_args()
-    target = GPUTarget("cuda", args.arch, 32)
-    failures = 0
-    words = [w for w in args.match.split(",") if w]
-    chosen = [k for k in kernels() if not words or any(w in k[0] for w in words)]
-    for name, kernel, signature, constexprs, aligned, options in chosen:
-        full = dict(signature) | {k: "constexpr" for k in constexprs}
-        assert set(full) == set(kernel.arg_names), (name, set(full) ^ set(kernel.arg_names))
-        # hints by the kernel's own argument positions (the signature dicts are not in argument order)
-        attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
-        try:
-            compiled = triton.compile(ASTSource(kernel, full, constexprs, attrs), target=target, options=options)
-        except Exception as e:  # the compiler's message is the finding
-            failures += 1
-            print(f"FAIL {name}: {type(e).__name__}: {str(e)[:1500]}")
-            continue
-        shared = getattr(compiled.metadata, "shared", "?")
-        print(f"ok   {name}: {ptxas_report(compiled.asm['ptx'], args.arch)}, shared {shared} B")
-    print(f"{failures} of {len(chosen)} kernels failed to compile for sm_{args.arch}")
-    return 1 if failures else 0
+def compile_case(case: tuple, arch: int) -> str:
+    """Triton's real NVIDIA pipeline (TTIR -> TTGIR -> LLVM -> PTX -> cubin) for one case; its registers,
+    spills and shared memory. Raises the compiler's error (the finding)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    name, kernel, signature, constexprs, aligned, options = case
+    arguments = dict(signature) | {k: "constexpr" for k in constexprs}
+    assert set(arguments) == set(kernel.arg_names), (name, set(arguments) ^ set(kernel.arg_names))
+    # hints by the kernel's own argument positions (the signature dicts are not in argument order)
+    attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+    compiled = triton.compile(ASTSource(kernel, arguments, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
+                              options=options)
+    return f"{ptxas_report(compiled.asm['ptx'], arch)}, shared {getattr(compiled.metadata, 'shared', '?')} B"
