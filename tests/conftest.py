@@ -1,5 +1,6 @@
 """Shared fixtures: tiny random checkpoints (built once per session) and the qwen3-chem tokenizer; the
-Triton-interpreter child started at collection (tests/triton_interpreter_child.py)."""
+Triton-interpreter child started at collection (tests/triton_interpreter_child.py); the device suite's
+size option (`--gpu-size quick|full`, tests/gpu/conftest.py reads it)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ import triton_interpreter_child
 
 from inferlab.models.checkpoint_init import init_checkpoint
 from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Declared here, at the tests' root, so that it parses however pytest is pointed at tests/gpu."""
+    parser.addoption("--gpu-size", choices=("quick", "full"), default=None,
+                     help="shapes of the device tests (pytest -m gpu): quick (default; minutes on one H100) or "
+                          "full (the real model shapes); default: $INFERLAB_GPU_SIZE, else quick")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -6,7 +6,7 @@
 # folders deep) and the lab's cell logs into logs.tgz.
 #
 #   bash scripts/gpu/device_call.sh \
-#     'python scripts/gpu/engine_check.py --out $OUT/ec --parts env,fp8_kv,close --budget-s 240' \
+#     'python -m pytest -q -m gpu tests/gpu' \
 #     'python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-pipeline --budget-s $BUDGET_S'
 source scripts/gpu/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader

@@ -11,19 +11,26 @@
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-soak --only temperature=1.0
     python scripts/gpu/lab_sweep.py --out $OUT --parts peers-hf peers-engine-conformers   # engine-vs-peers, no vLLM
     python scripts/gpu/lab_sweep.py --out $OUT --parts peers-xgrammar peers-vllm          # after .dev2 (and .dev3)
+    python scripts/gpu/lab_sweep.py --out $OUT --parts engine-speed                    # ~4.5 min
+    python scripts/gpu/lab_sweep.py --out $OUT --parts engine-kernels                  # plan benchmarks/plans/
+    python scripts/gpu/lab_sweep.py --out $OUT --parts scale-out                       # two GPUs (nvidia-h100-x2)
+    python scripts/gpu/lab_sweep.py --out $OUT --parts tune-conformers                 # ~15 min: resumes per call
     python scripts/gpu/lab_sweep.py --estimate                                       # minutes per part, runs nothing
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
 Parts -> presets: attention = seed-attention, generate = seed-generate, static-cache = seed-static-cache,
 classify = seed-classify (its transformers and engine cells; classify-vllm: its vLLM cell), classify-matrix =
 seed-classify-matrix, hidden = seed-hidden-states (hidden-vllm: its vLLM cell), conformer-baseline =
-conformer-baseline, and each of engine-vs-hf, conformer-engine, conformer-pipeline, conformer-soak, steering,
-decode-roofline = the preset of that name; engine-vs-peers in four parts of one run (peers-hf: the engine's
-generate cells and transformers' continuous batching; peers-engine-conformers: the engine's conformer cells;
-peers-xgrammar: HF + xgrammar; peers-vllm: vLLM's cells, after a FlashInfer JIT warm-up where FlashInfer is
-installed).
+conformer-baseline, and each of engine-vs-hf, engine-speed, conformer-engine, conformer-pipeline, conformer-soak,
+steering, decode-roofline, scale-out = the preset of that name (scale-out is not started on a machine with fewer
+than two GPUs); engine-kernels = the plan benchmarks/plans/engine-kernels.toml (the kernel micro-benchmarks, a lab
+plugin); engine-vs-peers in four parts of one run (peers-hf: the engine's generate cells and transformers'
+continuous batching; peers-engine-conformers: the engine's conformer cells; peers-xgrammar: HF + xgrammar;
+peers-vllm: vLLM's cells, after a FlashInfer JIT warm-up where FlashInfer is installed); tune-conformers =
+`inferlab tune --workload conformers` on qwen3-0.6b and drug-sized molecules (run_tune; --tune-molecules).
 `--only KNOB=V` is passed to every part (a preset split into calls of < 9 minutes).
-Installs nothing: on the device each call is `bash scripts/gpu/device_call.sh 'python scripts/gpu/lab_sweep.py
+Installs nothing and imports inferlab as installed (`pip install -e .`; here: PYTHONPATH=src). On the
+device each call is `bash scripts/gpu/device_call.sh 'python scripts/gpu/lab_sweep.py
 ... --budget-s $BUDGET_S'`, whose device_env.sh installs the checkout with --no-deps and unpacks rdkit, the
 qwen3-chem tokenizer, vLLM and FlashInfer from the carried .dev1/.dev2/.dev3 (benchmarks/README.md,
 "Procedure: a device session"); a part that needs vLLM (or xgrammar) is not started without it. Runs live in runs/lab/
@@ -61,12 +68,10 @@ import time
 import traceback
 from pathlib import Path
 
+from inferlab.cli import main as inferlab
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "src"))
-
-from inferlab.cli import main as inferlab  # noqa: E402
-
-# part -> (preset, run directory name)
+# part -> (preset, or a plan file under the checkout, run directory name)
 PARTS = {
     "attention": ("seed-attention", "seed-attention"),
     "generate": ("seed-generate", "seed-generate"),
@@ -78,6 +83,8 @@ PARTS = {
     "hidden-vllm": ("seed-hidden-states", "seed-hidden-states"),
     "conformer-baseline": ("conformer-baseline", "conformer-baseline"),
     "engine-vs-hf": ("engine-vs-hf", "engine-vs-hf"),
+    "engine-speed": ("engine-speed", "engine-speed"),
+    "engine-kernels": ("benchmarks/plans/engine-kernels.toml", "engine-kernels"),
     "conformer-engine": ("conformer-engine", "conformer-baseline"),  # beside the baseline: one report
     # engine-vs-peers, one run in parts sized to device calls (scripts/gpu/device_call.sh each; benchmarks/README.md,
     # "Procedure: a device session"): what needs neither vLLM nor xgrammar (carry .dev1), HF + xgrammar once .dev2
@@ -89,11 +96,13 @@ PARTS = {
     "steering": ("steering", "steering"),
     "conformer-pipeline": ("conformer-pipeline", "conformer-pipeline"),
     "conformer-soak": ("conformer-soak", "conformer-soak"),
+    "scale-out": ("scale-out", "scale-out"),
     "decode-roofline": ("decode-roofline", "decode-roofline"),
 }
 # Parts whose cells need a peer package: without it importable they would be recorded as `unavailable` rows,
 # which a later call does not rerun, so they are not started (not under --cpu-smoke, which checks the rest).
 NEEDS = {"peers-vllm": "vllm", "peers-xgrammar": "xgrammar", "classify-vllm": "vllm", "hidden-vllm": "vllm"}
+NEEDS_TWO_GPUS = ("scale-out",)  # its --gpus 2 cell cannot run on one GPU
 # Cells of a part that shares its preset with other parts (inferlab bench --only).
 PART_FILTERS = {
     "classify": ["--only", "backend=hf,inferlab"],
@@ -105,6 +114,8 @@ PART_FILTERS = {
     "peers-xgrammar": ["--only", "backend=hf-xgrammar"],
     "peers-vllm": ["--only", "backend=vllm"],
 }
+# Part tune-conformers is no preset: `inferlab tune --workload conformers` as a user runs it (run_tune)
+TUNE_PART = "tune-conformers"
 FLASHINFER_WARM_S = 600  # nvcc builds FlashInfer's sampling module once per machine (~1-2 min on 16 cores)
 # The report's speedup baseline per run directory (default: the first configuration of each workload).
 REPORT_BASELINES = {"seed-generate": ["--baseline", "attn_implementation=eager"]}
@@ -149,6 +160,14 @@ SMOKE_ARGS = {
     # tiny-qwen3 has 512 positions: molecules of 6-12 heavy atoms fit
     "conformer-pipeline": ["--model", "tiny-qwen3", *_TINY_CONFORMERS, "--set", "batch_size=6", "--set", "slots=4"],
     "conformer-soak": ["--model", "tiny-qwen3", *_TINY_CONFORMERS],
+    "scale-out": ["--model", "tiny-qwen3", *_TINY_CONFORMERS, "--set", "device=cpu"],  # CPU workers
+    "engine-speed": ["--model", "tiny", "--only", "scenario=generate,batching", "--set", "dtype=float32",
+                     "--set", "new_tokens=4", "--set", "batch_size=2", "--set", "num_prompts=2", "--set", "num_requests=4",
+                     "--set", "min_new_tokens=2", "--set", "max_new_tokens=6", "--set", "min_duration_s=0.1",
+                     "--set", "max_duration_s=0.3", *_ONE_THREAD],
+    "benchmarks/plans/engine-kernels.toml": ["--only", "group=constraint-step", "--set", "tokenizer=builtin",
+                                             "--set", "vocab=2048", "--set", "rows=4", "--set", "layers=2",
+                                             "--set", "device=cpu", *_ONE_THREAD],
     # the decode-profile cells on tiny (no fp8 cache on CPU); the generate sweep validates with 8 new tokens
     "decode-roofline": ["--model", "tiny", "--only", "scenario=decode-profile", "--only", "kv_dtype=auto",
                         "--set", "batch_size=4", "--set", "context_tokens=24", "--set", "dtype=float32",
@@ -165,6 +184,19 @@ def _gpu_slug(run_dir: Path) -> str:
     return (match.group(1) if match else name).lower().replace(" ", "-")[:20]
 
 
+def gpu_count() -> int:
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(line.startswith("GPU ") for line in listed.splitlines())
+
+
+def plan_args(source: str) -> list[str]:
+    """`inferlab bench`'s flags for a part's preset or plan file."""
+    return ["--plan", str(REPO / source)] if source.endswith(".toml") else ["--preset", source]
+
+
 def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str], only: list[str] = ()) -> None:
     preset, run_name = PARTS[part]
     remaining = deadline - time.monotonic()
@@ -177,6 +209,9 @@ def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]
                    "right after .dev1's, on the same warm machine; benchmarks/README.md, \"Procedure: a device "
                    "session\")")
         return
+    if part in NEEDS_TWO_GPUS and not smoke and gpu_count() < 2:
+        log.append(f"{part}: not started, it needs two GPUs (nvidia-h100-x2 / nvidia-h200-x2)")
+        return
     if part == "peers-vllm" and not smoke and importlib.util.find_spec("flashinfer") is not None:
         ready, line = warm_flashinfer(min(FLASHINFER_WARM_S, remaining - 30))
         if not ready:  # every vLLM cell would fail the same way: they run with vLLM's own sampler, and say so
@@ -184,7 +219,7 @@ def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]
         log.append(line)
         print(line, flush=True)
         remaining = deadline - time.monotonic()
-    argv = ["bench", "--preset", preset, "--run-dir", str(runs / run_name), "--model-cache", str(runs / "cache"),
+    argv = ["bench", *plan_args(preset), "--run-dir", str(runs / run_name), "--model-cache", str(runs / "cache"),
             "--limit-seconds", str(int(remaining)), "--no-report"]
     argv += PART_FILTERS.get(part, [])
     argv += SMOKE_ARGS[preset] if smoke else []
@@ -192,6 +227,68 @@ def run_part(part: str, runs: Path, deadline: float, smoke: bool, log: list[str]
     print(f"\n=== {part}: inferlab {' '.join(argv)}", flush=True)
     code = inferlab(argv)
     log.append(f"{part}: inferlab bench exited {code}")
+
+
+def run_tune(runs: Path, out: Path, deadline: float, smoke: bool, log: list[str], molecules: int) -> None:
+    """Part tune-conformers: qwen3-0.6b (random weights, the qwen3-chem tokenizer) on drug-sized NCI molecules x 8,
+    every candidate warm and timed in 3 passes, the grid doubling max_slots up to the memory plan's largest for the
+    model dtype and fp8. The checkpoint, the sample and the measured candidates stay in runs/tune (--work-dir), and
+    the tune stops before a candidate that would pass the budget (exit 3): the next call resumes. Writes
+    tuned-conformers.json (once every candidate is measured) and tune.log under --out/tune."""
+    from inferlab.models.checkpoint_init import init_checkpoint
+    from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
+
+    if deadline - time.monotonic() < 60:
+        log.append(f"{TUNE_PART}: not started, the budget is spent (run this script again to continue)")
+        return
+    work, target = runs / "tune", out / "tune"
+    target.mkdir(parents=True, exist_ok=True)
+    preset, dtype, count, atoms, k = ("tiny", "float32", 2, (6, 9), 2) if smoke else (
+        "qwen3-0.6b", "bfloat16", molecules, (20, 50), 8)
+    model = work / f"{preset}-{dtype}"
+    if not (model / "config.json").exists():  # smoke: the built-in tokenizer (a 151k vocabulary is slow on CPU)
+        partial = work / f"{preset}-{dtype}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        init_checkpoint(preset, partial, seed=0, dtype=dtype, tokenizer_dir=None if smoke else qwen3_chem_tokenizer_dir())
+        partial.rename(model)
+    sample = drug_sized_molecules(work / f"molecules-{count}.smi", count, *atoms)
+    command = [sys.executable, "-u", "-m", "inferlab.cli", "tune", "--model", str(model), "--workload", "conformers",
+               "--sample", str(sample), "--sample-rows", str(count), "--num-conformers", str(k),
+               "--min-seconds", "0" if smoke else "2", "--device", "cpu" if smoke else "cuda",
+               "--work-dir", str(work / f"measured-{model.name}-{count}x{k}"),
+               "--budget-s", str(max(1, int(deadline - time.monotonic()))), "--out", str(target / "tuned-conformers.json")]
+    print(f"\n=== {TUNE_PART}: {' '.join(command)}", flush=True)
+    with (target / "tune.log").open("a") as tune_log:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in process.stdout:  # type: ignore[union-attr]
+            sys.stdout.write(line)
+            tune_log.write(line)
+        code = process.wait()
+    log.append(f"{TUNE_PART}: inferlab tune exited {code}" + (" (not finished: run this part again)" if code == 3 else ""))
+
+
+def drug_sized_molecules(path: Path, count: int, min_atoms: int, max_atoms: int) -> Path:
+    """The first `count` molecules of RDKit's NCI first_5K with min-max heavy atoms, stereo assigned where the
+    file leaves it open (the conformer-pipeline preset's selection), as a .smi file (kept: written once)."""
+    from rdkit import Chem, rdBase
+
+    from inferlab.bench.scenarios.molecules import nci_molecules_path, with_assigned_stereo
+
+    if path.is_file() and len(path.read_text().splitlines()) == count:
+        return path
+    lines = []
+    blocker = rdBase.BlockLogs()
+    with nci_molecules_path().open() as f:
+        for i, line in enumerate(f):
+            mol = Chem.MolFromSmiles(line.split()[0]) if line.strip() else None
+            if mol is not None and min_atoms <= mol.GetNumHeavyAtoms() <= max_atoms:
+                lines.append(f"{with_assigned_stereo(mol)} nci{i}\n")
+                if len(lines) == count:
+                    break
+    del blocker
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(lines))
+    return path
 
 
 def warm_flashinfer(timeout_s: float) -> tuple[bool, str]:
@@ -286,14 +383,19 @@ def _short_config(row: dict) -> str:
 def estimates(parts: list[str]) -> list[str]:
     """Estimated GPU minutes per part (cells shared with an earlier part counted once)."""
     from inferlab.bench.launcher import estimate_seconds
-    from inferlab.bench.plan import build_plan
+    from inferlab.bench.plan import build_plan, load_toml
     from inferlab.bench.plan_presets import get_plan_preset
 
     seen: set[str] = set()
     lines, total = [], 0.0
     for part in parts:
+        if part == TUNE_PART:
+            lines.append(f"  {part:<20}  ~15 min on an H100 in two calls (resumable: rerun until it writes the file)")
+            continue
         only = _only_filters(PART_FILTERS.get(part, []))
-        cells = [c for c in build_plan(get_plan_preset(PARTS[part][0]), only=only).cells if c.key not in seen]
+        source = PARTS[part][0]
+        data = load_toml(REPO / source) if source.endswith(".toml") else get_plan_preset(source)
+        cells = [c for c in build_plan(data, only=only).cells if c.key not in seen]
         seen.update(c.key for c in cells)
         typical, worst = estimate_seconds(cells, accelerator=True)
         total += typical
@@ -332,7 +434,10 @@ def availability() -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="folder for results, reports and the summary ($OUT on the device)")
-    parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
+    parser.add_argument("--parts", nargs="+", choices=[*PARTS, TUNE_PART], default=[*PARTS, TUNE_PART])
+    parser.add_argument("--tune-molecules", type=int, default=90,
+                        help=f"{TUNE_PART}: molecules x 8 conformers (90 on an H100, 160 on an H200: the sample must "
+                             "reach the memory plan's largest max_slots for the grid to end there)")
     parser.add_argument("--budget-s", type=float, default=540.0, help="stop launching cells after this long (default 540)")
     parser.add_argument("--runs", default=str(REPO / "runs" / "lab"), help="where the run directories live")
     parser.add_argument("--cpu-smoke", action="store_true", help="shrink every preset to run on a CPU (tiny model/shapes)")
@@ -353,7 +458,10 @@ def main() -> int:
     log: list[str] = []
     for part in args.parts:
         try:
-            run_part(part, runs, deadline, args.cpu_smoke, log, args.only)
+            if part == TUNE_PART:
+                run_tune(runs, out, deadline, args.cpu_smoke, log, args.tune_molecules)
+            else:
+                run_part(part, runs, deadline, args.cpu_smoke, log, args.only)
         except Exception:
             traceback.print_exc()
             log.append(f"{part}: raised (traceback above)")

@@ -6,7 +6,7 @@ One schema serves all three sources (a preset is the same dict in code; flags bu
     name = "my-plan"
     timeout_s = 600            # per cell, unless a sweep says otherwise
     limit_seconds = 1500       # optional: stop launching cells after this long (the rest: "skipped")
-    plugins = ["my_scenario.py"]
+    plugins = ["my_scenario.py"]   # relative to the plan file
     [defaults.generate]        # knob values for every sweep of that scenario (a sweep's own values win)
     new_tokens = 64
     [[sweep]]
@@ -56,9 +56,12 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"plan file {p} does not exist; pass --plan PATH to a TOML plan or use --preset NAME")
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"plan file {p} is not valid TOML: {e}") from None
+    if isinstance(data.get("plugins"), list):  # a plugin path is relative to the plan file, wherever bench runs
+        data["plugins"] = [str(p.parent / plugin) if isinstance(plugin, str) else plugin for plugin in data["plugins"]]
+    return data
 
 
 def plan_from_flags(scenario: str, models: list[str], backends: list[str], settings: dict[str, list[str]],

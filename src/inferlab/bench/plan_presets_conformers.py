@@ -10,7 +10,7 @@
       without the fp8 cache in the build that cell is an `unavailable` row);
   (b) the engine alone on the same molecules (scenario constrained, backend inferlab, 256 rows, all
       3,200 requests in one call): constrained, and unconstrained at the constrained pass's lengths;
-  (the fp8 cache's own speed and error against the bf16 cache: `engine_check.py --parts fp8_kv`).
+  (the fp8 cache's own speed: preset engine-speed; its error against the bf16 cache: tests/gpu/test_fp8_cache_gpu.py).
   Split into device calls of < 9 minutes with `--only`:
       inferlab bench --preset conformer-pipeline --only scenario=conformer-pipeline   # ~6 min
       inferlab bench --preset conformer-pipeline --only scenario=constrained          # ~6 min
@@ -24,6 +24,10 @@
   vocabulary, tokenizer and heads in 4 narrow layers): the constraint sees the same programs and the
   same logits width and only the logits' source is smaller, so 20,000 conformers cost ~1 device minute
   instead of ~7 (`--model qwen3-0.6b` runs the same soak on the big shape).
+- scale-out (~5 min, on a machine with two GPUs: nvidia-h100-x2 / h200-x2): the CLI scaled out with
+  `--gpus 1` and `--gpus 2` (one worker process per GPU, inferlab.scale) on 384 drug-sized molecules x 8:
+  end-to-end and steady (the slowest worker's generation) rates; 2 over 1 GPU is the scaling. A worker
+  killed and the rerun: tests/gpu/test_scale_gpu.py.
 """
 
 from __future__ import annotations
@@ -61,5 +65,16 @@ CONFORMER_SOAK: dict[str, Any] = {
         {**_CLI, "model": "qwen3-chem-mini",
          "set": {**_DRUG_SIZED, "num_molecules": 1250, "num_conformers": 8, "temperature": [1.0, 1.5],
                          "top_p": 1.0, "runs": 1, "verify_sdf": True}},
+    ],
+}
+
+SCALE_OUT: dict[str, Any] = {
+    "name": "scale-out",
+    "description": "384 drug-sized NCI molecules x 8 on qwen3-0.6b through the CLI on 1 and on 2 GPUs (--gpus): "
+                   "end-to-end and steady rates (needs two GPUs)",
+    "timeout_s": 420,
+    "sweep": [
+        {**_CLI, "set": {**_JOB, "num_molecules": 384, "temperature": 1.0, "top_p": 1.0, "runs": 1, "max_slots": 256,
+                         "gpus": [1, 2]}},
     ],
 }

@@ -6,6 +6,13 @@
   engine at batch 16 / 64 / 256; the Qwen3-0.6B shape at batch 256 (29-token prompts, 600 new tokens,
   top-p 1.0, as BENCHMARKING.md measured it); and continuous against static batching in the engine with
   output lengths drawn from 200-1000.
+- engine-speed (~4.5 min by the estimates, plus building gemma-2b's checkpoint once): the
+  engine alone, what its speed checks measure: llama-380m at batch 16 / 64 / 256
+  (48-token prompts, exactly 1000 new tokens) with top-p 0.9 and with plain sampling (top-p 1.0), and at
+  batch 16 with cuBLAS for every projection (the A/B of the skinny Triton GEMM); qwen3-0.6b at batch 256
+  (29-token prompts, 600 new) with the model-dtype and the FP8 KV cache; gemma-2b at batch 64 (150 new,
+  greedy and top-p 0.9); continuous vs static batching. The decode step kernel family by kernel family:
+  decode-roofline.
 - conformer-engine (~5 min): the engine on the conformer workload of conformer-baseline (qwen3-0.6b with
   the qwen3-chem tokenizer, 1,000 NCI molecules x 2 = 2,000 requests, 256 rows refilled continuously):
   constrained with top-p 1.0 at T = 1 and greedy, and unconstrained at the constrained pass's output
@@ -58,6 +65,26 @@ ENGINE_VS_HF: dict[str, Any] = {
         {**_QWEN, "backend": "hf", "set": {**_QWEN_SETTING, "attn_implementation": "sdpa",
                                            "kv_cache": ["static", "dynamic"]}},
         {**_QWEN, "backend": "inferlab", "set": _QWEN_SETTING},
+        {"scenario": "batching", "model": "llama-380m",
+         "set": {"batching": ["continuous", "static"], "batch_size": 128, "num_requests": 512, "prompt_tokens": 48,
+                 "min_new_tokens": 200, "max_new_tokens": 1000, "temperature": 1.0, "top_p": 1.0}},
+    ],
+}
+
+_GEMMA = {"scenario": "generate", "model": "gemma-2b"}
+
+ENGINE_SPEED: dict[str, Any] = {
+    "name": "engine-speed",
+    "description": "the engine alone: llama-380m b16/64/256 (top-p 0.9, plain), cuBLAS A/B, qwen3-0.6b b256 bf16 "
+                   "vs fp8 KV cache, gemma-2b b64, continuous vs static batching",
+    "timeout_s": 240,
+    "sweep": [
+        *({**_LLAMA, "backend": "inferlab", "set": {**_SEED_SETTING, **b, "top_p": [0.9, 1.0]}}
+          for b in _batches(16, 64, 256)),
+        {**_LLAMA, "backend": "inferlab", "set": {**_SEED_SETTING, **_batches(16)[0], "gemm": "cublas"}},
+        {**_QWEN, "backend": "inferlab", "set": {**_QWEN_SETTING, "kv_dtype": ["auto", "fp8"]}},
+        {**_GEMMA, "backend": "inferlab", "set": {**_SEED_SETTING, **_batches(64)[0], "new_tokens": 150,
+                                                  "do_sample": [False, True]}},
         {"scenario": "batching", "model": "llama-380m",
          "set": {"batching": ["continuous", "static"], "batch_size": 128, "num_requests": 512, "prompt_tokens": 48,
                  "min_new_tokens": 200, "max_new_tokens": 1000, "temperature": 1.0, "top_p": 1.0}},

@@ -3,8 +3,8 @@
 conformer-like programs, and an output check that uses only Python's `re` and the tokenizer.
 
 Owns none of the engine: the sampler here is a small reference (temperature, top-k, top-p in the order of
-transformers, inverse-CDF sampling); the engine has its own. Used by the unit tests, the GPU check
-script (scripts/gpu/constraint_check.py) and benchmarks of the runtime alone.
+transformers, inverse-CDF sampling); the engine has its own. Used by the unit tests, the device tests
+(tests/gpu/test_constraint_runtime_gpu.py) and the lab's micro-benchmark of the runtime alone.
 """
 
 from __future__ import annotations

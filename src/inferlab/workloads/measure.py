@@ -1,12 +1,12 @@
-"""Measured passes of the transformers-backed workloads over a sample, for scripts/gpu/workloads_check.py
-and the lab's `classify` and `hidden-states` scenarios.
+"""Measured passes of the transformers-backed workloads over a sample, for the lab's `classify` and
+`hidden-states` scenarios and `inferlab tune`.
 
 Owns: synthetic texts of chosen token lengths, batches of a sample at one batch size (length-bucketed as
 the real commands run, or consecutive as the seeds did), and the timed loop: the first call timed apart,
 warm-up, then every batch timed between device synchronisations until a minimum count and a minimum
 duration are both met (or a maximum duration runs out), with peak device memory; latency per request (a
 batch's time, once for each of its rows) and per batch. Metrics use the lab's
-field names. Does not own: processes, timeouts, environment, result files (the lab's launcher, the script).
+field names. Does not own: processes, timeouts, environment, result files (the lab's launcher).
 """
 
 from __future__ import annotations

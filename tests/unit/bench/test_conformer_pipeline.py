@@ -15,6 +15,8 @@ from transformers import AutoTokenizer
 from inferlab.bench.plan import build_plan
 from inferlab.bench.plan_presets import get_plan_preset
 from inferlab.bench.scenarios.conformer_output_check import check_outputs, graph_key
+from inferlab.bench.scenarios.conformer_pipeline import cli_argv
+from inferlab.bench.scenarios.conformer_pipeline_scale import figures_from_scale_report
 from inferlab.bench.scenarios.molecules import MoleculeSelection, load_molecules, nci_molecules_path
 from inferlab.errors import ConfigError
 from inferlab.workloads.conformers.chemistry.profiles import get_profile
@@ -120,3 +122,25 @@ def test_a_cell_runs_the_cli_end_to_end(run_cell, tiny_checkpoint, tmp_path):
     assert "rerun_engine_start_s" not in m and m["command"].startswith("-m inferlab.cli conformers generate")
     summary = json.loads((tmp_path / "conformer-pipeline" / cell.key / "run-1" / "summary.json").read_text())
     assert summary["output_tokens"] == m["output_tokens"]
+
+
+def test_the_scale_out_preset_and_its_figures_from_the_scale_report(tmp_path):
+    cells = build_plan(get_plan_preset("scale-out")).cells
+    assert sorted(c.config["gpus"] for c in cells) == [1, 2] and all(c.config["runs"] == 1 for c in cells)
+    argv = cli_argv({**cells[0].config, "gpus": 2}, tmp_path / "m", tmp_path / "in.smi", tmp_path / "run-1")
+    assert argv[argv.index("--gpus") + 1] == "2" and "--summary-json" not in argv
+
+    def shard(index: int, ok: int, tokens: int, run_s: float) -> dict:
+        summary = {"conformers_ok": ok, "conformers_error": 1, "conformers_generated": ok + 1, "conformers_rejected": 1,
+                   "output_tokens": tokens, "molecules_run": ok // 2, "engine_start_s": 3.0 + index, "run_s": run_s}
+        return {"index": index, "rows": ok + 1, "est_tokens": tokens, "status": "done", "stats": {"summary": summary}}
+
+    report = {"complete": True, "workers": 2, "imbalance": 1.1, "work_dir": "w",
+              "shards": [shard(0, 10, 1000, 4.0), shard(1, 8, 600, 5.0)]}
+    m = figures_from_scale_report(report, wall=10.0)
+    assert m["output_tokens_per_s"] == 160.0 and m["steady_output_tokens_per_s"] == 320.0
+    assert m["conformers_per_s"] == 2.0 and m["steady_conformers_per_s"] == 4.0 and m["engine_start_s"] == 4.0
+    assert m["valid_fraction"] == pytest.approx(18 / 20) and [s["run_s"] for s in m["per_shard"]] == [4.0, 5.0]
+    report["complete"], report["shards"][1]["status"] = False, "failed"
+    with pytest.raises(RuntimeError, match=r"shards \[1\] failed"):
+        figures_from_scale_report(report, wall=10.0)

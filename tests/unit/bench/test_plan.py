@@ -206,3 +206,17 @@ def test_without_the_qwen3_chem_tokenizer_quick_runs_and_its_cell_is_unavailable
     )
     others = [c for c in plan.cells if c.model != "tiny-qwen3"]
     assert others and all(model_refs.missing_tokenizer(c) is None for c in others)
+
+
+def test_engine_speed_holds_the_engines_speed_checks():
+    """The engine alone: llama-380m per batch and sampling with the cuBLAS A/B, qwen3-0.6b bf16 vs fp8 KV, gemma-2b,
+    batching both ways (the decode step's profile is decode-roofline's)."""
+    cells = build_plan(get_plan_preset("engine-speed")).cells
+    generate = [c for c in cells if c.scenario == "generate"]
+    assert all(c.backend == "inferlab" for c in generate)
+    llama = {(c.config["batch_size"], c.config["top_p"], c.config["gemm"]) for c in generate if c.model == "llama-380m"}
+    assert llama == {(b, p, "auto") for b in (16, 64, 256) for p in (0.9, 1.0)} | {(16, 0.9, "cublas")}
+    assert {c.config["kv_dtype"] for c in generate if c.model == "qwen3-0.6b"} == {"auto", "fp8"}
+    assert {c.config["do_sample"] for c in generate if c.model == "gemma-2b"} == {False, True}
+    assert {c.config["batching"] for c in cells if c.scenario == "batching"} == {"continuous", "static"}
+    assert {c.scenario for c in cells} == {"generate", "batching"}

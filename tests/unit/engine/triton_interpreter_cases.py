@@ -5,7 +5,7 @@ imports it), so test_engine_triton_interpreter.py runs this file in a child pyte
 fp32 results must agree to float rounding. In bf16 the interpreter truncates where a GPU rounds to
 nearest, so bf16 checks allow two bf16 ulps, and its bf16 tl.dot returns garbage, so attention is checked
 in fp32 here (an fp8 cache too: its values are exact in fp32, and the kernels round to the e4m3 grid
-themselves, since the interpreter's own fp32 -> fp8 cast loses carries); scripts/gpu/engine_check.py and tests/gpu repeat every check in bf16 on CUDA.
+themselves, since the interpreter's own fp32 -> fp8 cast loses carries); tests/gpu repeats every check in bf16 on CUDA.
 """
 
 from __future__ import annotations

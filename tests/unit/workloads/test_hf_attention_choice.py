@@ -1,7 +1,7 @@
 """hf_loading.attention_for: Gemma 2's soft-capped attention never runs on SDPA.
 
 transformers 5.17 (the H100's) declares SDPA support for Gemma 2 and, asked for its default attention, runs
-SDPA, which drops the attention soft-cap without a word: the engine_check reference of 2026-11-25 was such a
+SDPA, which drops the attention soft-cap without a word: the device check's reference of 2026-11-25 was such a
 model, 0.48 away from its own eager fp32 forward on tiny-gemma2, and the engine's correct logits read as a
 FAIL. These tests put transformers 5.17's declaration back (5.24 sets _supports_sdpa = False itself).
 """

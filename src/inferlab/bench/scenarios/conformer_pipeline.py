@@ -10,13 +10,17 @@ the pipeline). With `runs=2` the same job runs again into a fresh output: its en
 (`rerun_engine_start_s`) shows what the start-up cache saves. With `verify_sdf` the first run's files
 are read back independently (conformer_output_check.py): K rows per molecule, strict-invalid rows, SDF
 records readable and of the input's graph, stereo of the written coordinates; `invalid_total` must be 0.
+With `gpus` N the command scales out (`--gpus N`, one worker per GPU, inferlab.scale): the figures then
+come from the run's scale report (conformer_pipeline_scale.py): end to end and steady (the slowest
+worker's run) rates; the `scale-out` preset compares 1 and 2 GPUs.
 
 The engine alone on the same molecules is the `constrained` scenario with backend `inferlab` (the
 `conformer-pipeline` preset puts both in one run).
 
 Files live in RUN_DIR/conformer-pipeline/<cell key>/ (emptied when the cell starts, so every run writes a
 fresh output): molecules.smi, and per run run-N/out.sdf, out.jsonl, summary.json and cli.log (the
-command's output, whose tail an error row quotes).
+command's output, whose tail an error row quotes); a scaled-out run (knob gpus) writes out.sdf.scale/
+(its shards and report.json) instead of summary.json.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.bench.scenarios.base import CellContext, Scenario
+from inferlab.bench.scenarios.conformer_pipeline_scale import figures_from_scale_report
 from inferlab.bench.scenarios.molecules import SELECTION_KNOBS, validate_selection
 from inferlab.errors import ConfigError, UnsupportedError
 
@@ -58,6 +63,8 @@ KNOBS = (
     Knob("kv_dtype", str, "auto", "KV cache (--kv-dtype; fp8 needs a build and GPU with the fp8 cache)",
          choices=("auto", "fp8")),
     Knob("max_slots", int, 0, "engine rows (--max-slots); 0 = as memory allows", minimum=0),
+    Knob("gpus", int, 0, "--gpus N: workers with one GPU each (inferlab.scale); 0 = one process, no scale-out",
+         minimum=0),
     Knob("stereo_retries", int, 0, "--stereo-retries", minimum=0),
     Knob("runs", int, 2, "1, or 2: the same job again into a fresh output (start-up with the cache)", choices=(1, 2)),
     Knob("verify_sdf", bool, True, "read the first run's SDF and JSONL back independently (validity, graph, stereo)"),
@@ -99,8 +106,8 @@ def cli_argv(c: dict[str, Any], model: Path, smi: Path, out: Path) -> list[str]:
     """The command a user would type for this cell (with --summary-json for the figures)."""
     argv = [sys.executable, "-m", "inferlab.cli", "conformers", "generate", "--model", str(model), "--input", str(smi),
             "--output", str(out / "out.sdf"), "--num-conformers", str(c["num_conformers"]), "--profile", c["profile"],
-            "--seed", str(c["seed"]), "--dtype", c["dtype"], "--device", c["device"],
-            "--summary-json", str(out / "summary.json")]
+            "--seed", str(c["seed"]), "--dtype", c["dtype"], "--device", c["device"]]
+    argv += ["--gpus", str(c["gpus"])] if c["gpus"] else ["--summary-json", str(out / "summary.json")]
     if c["temperature"] == 0:
         argv += ["--sampling", "greedy"]
     else:
@@ -131,6 +138,8 @@ def run_cli(c: dict[str, Any], model: Path, smi: Path, out: Path, timeout_s: flo
         if "unrecognized arguments: --kv-dtype" in tail:
             raise UnsupportedError(f"this build of inferlab has no --kv-dtype (the fp8 KV cache): {tail}")
         raise RuntimeError(f"`inferlab conformers generate` exited {code} (log {log}): {tail}")
+    if c["gpus"]:
+        return figures_from_scale_report(json.loads((out / "out.sdf.scale" / "report.json").read_text()), wall)
     return figures_from_summary(json.loads((out / "summary.json").read_text()), wall)
 
 
@@ -207,7 +216,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
         ctx.warn(f"the second run was not started: under {MIN_RERUN_S} s of the cell's timeout were left")
     elif c["runs"] == 2:
         rerun = run_cli(c, ctx.model_path, smi, work / "run-2", deadline - time.monotonic())
-        metrics.update({f"rerun_{key}": rerun[key] for key in RERUN_FIGURES})
+        metrics.update({f"rerun_{key}": rerun.get(key) for key in RERUN_FIGURES})
     if c["verify_sdf"]:
         t = time.perf_counter()
         inputs = {m.id: m.smiles for m in molecules.molecules}

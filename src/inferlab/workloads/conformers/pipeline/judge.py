@@ -16,7 +16,7 @@ Three readings of every output, all on the CPU, in the judge pool (judge_pool.py
 The text is decoded here from the token ids, with the checkpoint's tokenizer loaded once per judging
 process, not by the engine: the engine's process then never imports transformers (generate.py).
 Together ~1.5-2 ms of CPU per conformer of 20-50 heavy atoms, all under the GIL (RDKit does not release
-it here; scripts/conformers_judge_cost.py measures both), which is why they run in worker processes. Everything here is plain data in and out (no torch,
+it here), which is why they run in worker processes. Everything here is plain data in and out (no torch,
 no engine objects), so a task pickles cheaply. Not here: writing (output.py), generation (generate.py).
 """
 
