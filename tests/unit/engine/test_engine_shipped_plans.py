@@ -180,3 +180,19 @@ def test_the_plan_files_are_package_data():
     pyproject = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())
     assert "*.json" in pyproject["tool"]["setuptools"]["package-data"]["inferlab.engine.gemm_plans"]
     assert gemm_plans.PLANS_FOLDER == Path(gemm_plans.__file__).parent
+
+
+def test_the_shipped_plans_were_measured_with_todays_gemm_kernels():
+    """A change to the skinny GEMM's code (not its prose) makes every shipped plan miss: measure them again
+    (`python -m inferlab.engine.gemm_plans.measure` on each GPU model) when this fails."""
+    from pathlib import Path
+
+    from inferlab.engine.kernels import triton_gemm, triton_math
+    from inferlab.engine.startup_cache import code_fingerprint
+
+    current = code_fingerprint(triton_gemm, triton_math)
+    files = sorted(Path(gemm_plans.__file__).parent.glob("*.json"))
+    assert files, "no shipped plan files"
+    for path in files:
+        stale = {e["key"]["kernel_code"] for e in json.loads(path.read_text())["entries"]} - {current}
+        assert not stale, f"{path.name}: plans of GEMM code {sorted(stale)}, today's is {current}"
