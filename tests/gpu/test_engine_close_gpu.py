@@ -1,6 +1,6 @@
 """Engines made and ended in turn in one process give their device memory back.
 
-Each engine is planned as the card allows (slots up to 512 at max_seq_len 1024: the plan's budget is a
+Each engine is planned as the card allows (slots up to 512 at max_seq_len 512 (the tiny model's limit): the plan's budget is a
 fraction of the free memory, so anything an earlier engine kept shows in the next one's budget), used
 (a short generate; every other one also a constrained request, so the constraint runtime and its graphs
 exist), then ended three ways: close(); `del` + empty_cache() with the garbage collector off from the
@@ -62,7 +62,7 @@ def make_use_and_end(path, how: str, molecules: list[str]) -> dict:
     if how != "close":
         gc.disable()  # from the engine's start: a cycle made at any point must not be collected for us
     try:
-        engine = Engine(EngineConfig(model=path, max_slots=None, slot_cap=512, max_seq_len=1024))
+        engine = Engine(EngineConfig(model=path, max_slots=None, slot_cap=512, max_seq_len=512))
         budget, cache = engine.plan.budget_bytes, weakref.ref(engine.runner.cache.k)
         stream = abandoned_stream(engine) if how.startswith("abandon") else None
         if stream is None:

@@ -38,7 +38,10 @@ def round_e4m3(y: torch.Tensor) -> torch.Tensor:
 def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x [..., head_dim] (any float dtype) -> (q [..., head_dim] float8_e4m3fn, scale [...] fp32), x ~ q * scale."""
     xf = x.float()
-    scale = xf.abs().amax(dim=-1) / E4M3_MAX  # [...]
+    amax = xf.abs().amax(dim=-1)  # [...]
+    # A tensor divisor: CUDA divides by a Python scalar as a multiplication by its reciprocal, which can land
+    # one ulp away from the IEEE quotient the Triton kernels compute (div_rn); the bytes must be the same.
+    scale = amax / torch.full_like(amax, E4M3_MAX)
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero head stores zeros
     q = round_e4m3(xf / safe[..., None])
     return q.to(FP8_KV_DTYPE), scale
