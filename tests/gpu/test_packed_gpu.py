@@ -41,14 +41,15 @@ def test_varlen_attention_kernels_match_the_reference_in_bf16(heads, kv_heads, h
     assert (got - want).abs().max().item() < 2e-2  # bf16 outputs of |x| < ~3: a few ulps
 
 
-def test_row_quantization_kernel_stores_the_reference_bytes_on_cuda():
+def test_row_quantization_kernel_stores_the_reference_values_on_cuda():
     from inferlab.engine import kv_quant
     from inferlab.engine.kernels.triton_fp8_rows import quantize_rows
 
     x = torch.randn(300, 4864, device=CUDA, dtype=torch.bfloat16) * 3
     q, scale = quantize_rows(x)
     ref_q, ref_scale = kv_quant.quantize(x)
-    assert torch.equal(scale, ref_scale) and torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8))
+    # equal values; the bytes may differ in the sign of a zero (a tiny negative that underflows)
+    assert torch.equal(scale, ref_scale) and torch.equal(q.float(), ref_q.float())
 
 
 @pytest.mark.parametrize("rows, inner, outer", [(7, 896, 1152), (4096, 896, 9728), (333, 4864, 896)])
