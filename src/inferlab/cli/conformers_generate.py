@@ -8,7 +8,7 @@ import argparse
 import time
 from typing import Any
 
-from inferlab.cli.device_arg import add_device_arg
+from inferlab.cli.engine_args import add_engine_args, add_kv_dtype_arg, engine_options_from
 from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded, molecule_bounds
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
@@ -59,18 +59,8 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
                    help="also write the closing summary's figures (and the engine's) as JSON to PATH")
     g.add_argument("--smiles-column", default=None, help="CSV column holding SMILES (default: detected)")
     g.add_argument("--id-column", default=None, help="CSV column holding ids (default: detected)")
-    e = p.add_argument_group("engine")
-    e.add_argument("--max-slots", "--max-num-seqs", type=int, default=None,
-                   help="concurrent rows (default: as memory allows)")
-    e.add_argument("--max-seq-len", "--max-model-len", type=int, default=None,
-                   help="prompt + conformer tokens per row (default: fits the input's largest molecules)")
-    e.add_argument("--gpu-memory-fraction", "--gpu-memory-utilization", type=float, default=0.9,
-                   help="share of the device memory free at start-up the engine plans for (weights, KV cache, "
-                        "workspace)")
-    add_device_arg(e)
-    e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    e.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
-                   help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA capability >= 8.9)")
+    e = add_engine_args(p, "prompt + conformer tokens per row (default: fits the input's largest molecules)")
+    add_kv_dtype_arg(e)
     add_input_bound_args(p, molecules=True)
     add_overwrite_arg(p)
     add_scale_args(p)
@@ -93,17 +83,6 @@ def pipeline_config_from(args: argparse.Namespace):
         id_column=args.id_column,
         input_bounds=molecule_bounds(args),
     )
-
-
-def engine_options_from(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "device": args.device,
-        "dtype": args.dtype,
-        "max_slots": args.max_slots,
-        "max_seq_len": args.max_seq_len,
-        "gpu_memory_fraction": args.gpu_memory_fraction,
-        "kv_dtype": args.kv_dtype,
-    }
 
 
 def run_generate(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from inferlab.cli.device_arg import add_device_arg
+from inferlab.cli.engine_args import add_engine_args, add_kv_dtype_arg, engine_options_from
 from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
@@ -33,16 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="drop tokens below this fraction of the most likely one's probability (0: off)")
     s.add_argument("--ignore-eos", action="store_true", help="do not stop at EOS (benchmarks)")
     s.add_argument("--seed", type=int, default=0, help="rows without a seed derive one from this and their id")
-    e = p.add_argument_group("engine")
-    e.add_argument("--max-slots", "--max-num-seqs", type=int, default=None,
-                   help="concurrent rows (default: as memory allows)")
-    e.add_argument("--max-seq-len", "--max-model-len", type=int, default=None,
-                   help="prompt + output tokens per row (default: the model's positions, at most 4096)")
-    e.add_argument("--gpu-memory-fraction", "--gpu-memory-utilization", type=float, default=0.9,
-                   help="share of the device memory free at start-up the engine plans for (weights, KV cache, "
-                        "workspace)")
-    add_device_arg(e)
-    e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    e = add_engine_args(p, "prompt + output tokens per row (default: the model's positions, at most 4096)")
     e.add_argument("--batching", default="continuous", choices=["continuous", "static"],
                    help="continuous: finished rows are refilled at once; static: a full batch, then wait for all of it")
     e.add_argument("--kernels", default="auto", choices=["auto", "torch", "triton"],
@@ -50,8 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument(
         "--gemm", default="auto", choices=["auto", "cublas"], help="decode projections: auto = time cuBLAS vs Triton"
     )
-    e.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
-                   help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA capability >= 8.9)")
+    add_kv_dtype_arg(e)
     t = p.add_argument_group("steering and hidden states (both backends; docs/workloads.md)")
     t.add_argument("--steer", metavar="FILE", help="safetensors file of steering vectors, one tensor per name: "
                    "[hidden] or [layers, hidden]; every line is steered unless it says otherwise")
@@ -133,18 +123,8 @@ def _generate(args: argparse.Namespace) -> int:
         min_new_tokens=args.min_new_tokens,
         ignore_eos=args.ignore_eos,
     )
-    options = dict(
-        device=args.device,
-        dtype=args.dtype,
-        max_slots=args.max_slots,
-        max_seq_len=args.max_seq_len,
-        gpu_memory_fraction=args.gpu_memory_fraction,
-        seed=args.seed,
-        batching=args.batching,
-        kernels=args.kernels,
-        gemm=args.gemm,
-        kv_dtype=args.kv_dtype,
-    )
+    options = {**engine_options_from(args), "seed": args.seed, "batching": args.batching, "kernels": args.kernels,
+               "gemm": args.gemm}
     steer, collect, run_settings = _steering_and_collection(args, defaults)
     if wants_scale_out(args):
         from inferlab.errors import ConfigError

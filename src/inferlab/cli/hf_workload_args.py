@@ -1,5 +1,6 @@
 """Flags and helpers shared by the classify and hidden-states commands: the backend (the engine or
-transformers) and its knobs, model loading knobs, batching knobs, and a progress bar over the input's lines."""
+transformers) and its knobs, model loading knobs, batching knobs, a progress bar over the input's lines, and
+`run_file_workload`, the guarded run (in this process, or scaled out) both end with."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from inferlab.cli.device_arg import add_device_arg
+from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded
+from inferlab.cli.scale_args import add_scale_args, run_scaled_command, wants_scale_out
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -45,6 +48,14 @@ def add_batch_args(p: argparse.ArgumentParser, text_field: str) -> None:
     p.add_argument("--truncate", action="store_true",
                    help="keep the first --max-length tokens of longer texts instead of writing an error record")
     p.add_argument("--text-field", default=text_field, help=f"JSON field holding the text (default: {text_field})")
+
+
+def add_run_args(p: argparse.ArgumentParser, text_field: str) -> None:
+    """The flags after a command's own: batching (add_batch_args), input bounds, --overwrite, scale-out."""
+    add_batch_args(p, text_field)
+    add_input_bound_args(p)
+    add_overwrite_arg(p)
+    add_scale_args(p)
 
 
 HF_BATCH_TOKENS = 131072  # transformers: rows x longest row of one batch
@@ -83,6 +94,13 @@ def max_batch_tokens(args: argparse.Namespace) -> int | None:
     return HF_BATCH_TOKENS if args.max_batch_tokens is None else (args.max_batch_tokens or None)
 
 
+def batch_options_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The workload options of add_run_args' flags (ClassifyOptions', HiddenStatesOptions' shared fields)."""
+    return dict(batch_size=hf_batch_size(args), max_length=args.max_length, truncate=args.truncate,
+                max_batch_tokens=max_batch_tokens(args), text_field=args.text_field,
+                max_line_chars=args.max_line_chars)
+
+
 def require_paths(args, output_kinds: tuple[str, ...], output_what: str) -> None:
     """Fail before the model loads on a missing or mistyped --input, or an --output that cannot be written."""
     from inferlab.cli.paths import JSONL_KINDS, input_file, output_file
@@ -110,3 +128,21 @@ def progress_bar(input_path: str, unit: str) -> Iterator[Callable[[int], None]]:
 
 def print_summary(summary: dict[str, Any]) -> None:
     print(json.dumps(summary, indent=1, default=str))
+
+
+def run_file_workload(args: argparse.Namespace, command: str, params: dict[str, Any], settings: dict[str, Any],
+                      outputs: list[tuple[str, Any, bool]], open_source: Callable[[], tuple[Any, Any]],
+                      run_file: Callable[[Any, Callable[[int], None]], Any], unit: str) -> int:
+    """Run `command` on --input under its output guard (`settings`, `outputs`: guarded's): scaled out with
+    `params` on --gpus/--launcher, else here: `open_source()` -> (source, backend choice), then
+    `run_file(source, progress)` -> a report whose summary() is printed."""
+    with guarded(args, command, settings, {"--input": args.input}, outputs):
+        if wants_scale_out(args):  # --gpus/--launcher: shards on several workers (inferlab.scale)
+            return run_scaled_command(args, command, params)
+        source, choice = open_source()
+        say_backend(choice)
+        with progress_bar(args.input, unit=unit) as progress:
+            report = run_file(source, progress)
+    print_summary(report.summary())
+    print(f"wrote {args.output}")
+    return 0

@@ -10,6 +10,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from inferlab.cli.arg_types import positive_int
+
 
 def add_overwrite_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true",
@@ -20,23 +22,13 @@ def add_overwrite_arg(p: argparse.ArgumentParser) -> None:
 def add_input_bound_args(p: argparse.ArgumentParser, molecules: bool = False) -> None:
     from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS
 
-    p.add_argument("--max-line-chars", type=_positive, default=DEFAULT_MAX_LINE_CHARS, metavar="N",
+    p.add_argument("--max-line-chars", type=positive_int, default=DEFAULT_MAX_LINE_CHARS, metavar="N",
                    help="an input line longer than this is an error row, never read whole")
     if molecules:
         from inferlab.workloads.conformers.chemistry.input_bounds import DEFAULT_MAX_ATOMS
 
-        p.add_argument("--max-atoms", type=_positive, default=DEFAULT_MAX_ATOMS, metavar="N",
+        p.add_argument("--max-atoms", type=positive_int, default=DEFAULT_MAX_ATOMS, metavar="N",
                        help="a SMILES with more atoms is an error row, refused before RDKit parses it")
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
 
 
 def molecule_bounds(args: argparse.Namespace):

@@ -8,21 +8,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from inferlab.cli.arg_types import positive_int
 from inferlab.errors import ConfigError
 
 EXIT_INCOMPLETE = 3  # some shard failed past its retries; a rerun resumes
 
 
 def _gpus(text: str) -> int | str:
-    if text == "all":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'all'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
+    return text if text == "all" else positive_int(text, "a number or 'all'")
 
 
 def add_scale_args(p: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -23,29 +24,19 @@ from inferlab.errors import CapacityError, InferlabError, InputError
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class EngineConstraints:
-    def __init__(
-        self,
-        tokenizer,
-        grammar_set: Any,  # a GrammarSet, a Future of one, or None: built from the tokenizer
-        vocab_size: int,  # the model's (padded) vocabulary
-        rows: int,
-        max_program_len: int,
-        device: torch.device,
-        mask_impl: str,  # "triton" or "torch", as the engine's kernels
-        attach: Callable[[Any], None],  # runner.attach_constraints: installs the runtime
-    ) -> None:
-        self.tokenizer = tokenizer
-        self.grammar_set = grammar_set
-        self.vocab_size = vocab_size
-        self.rows = rows
-        self.max_program_len = max_program_len
-        self.device = device
-        self.mask_impl = mask_impl
-        self.attach = attach
-        self.runtime = None
-        self.failure: str | None = None
-        self.setup_s = 0.0  # grammar set + runtime, paid once
+    tokenizer: Any
+    grammar_set: Any  # a GrammarSet, a Future of one, or None: built from the tokenizer
+    vocab_size: int  # the model's (padded) vocabulary
+    rows: int
+    max_program_len: int
+    device: torch.device
+    mask_impl: str  # "triton" or "torch", as the engine's kernels
+    attach: Callable[[Any], None]  # runner.attach_constraints: installs the runtime
+    runtime: Any = field(default=None, init=False)
+    failure: str | None = field(default=None, init=False)
+    setup_s: float = field(default=0.0, init=False)  # grammar set + runtime, paid once
 
     def check(self, program: Any) -> str | None:
         """None when the engine can run `program`, else the reason (for the request's error Result)."""

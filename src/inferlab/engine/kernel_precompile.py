@@ -31,6 +31,7 @@ import torch
 
 from inferlab.engine.kernels.device_props import meta_stands_for
 from inferlab.engine.runner import ModelRunner
+from inferlab.engine.thread_scoped import scoped
 
 log = logging.getLogger(__name__)
 
@@ -62,16 +63,10 @@ def _install_divert_hook() -> None:
         JITFunction.run = run
 
 
-@contextmanager
-def divert_launches(sink: LaunchSink) -> Iterator[None]:
+def divert_launches(sink: LaunchSink) -> ContextManager[None]:
     """Inside, every Triton launch of the calling thread calls `sink` instead of running the kernel."""
     _install_divert_hook()
-    before = getattr(_diverted, "sink", None)
-    _diverted.sink = sink
-    try:
-        yield
-    finally:
-        _diverted.sink = before
+    return scoped(_diverted, "sink", sink)
 
 
 def compile_only(kernel, launch: Callable, args: tuple, kwargs: dict) -> Any:

@@ -69,7 +69,7 @@ def _powers_up_to(lo: int, cap: int) -> list[int]:
 class PrefillGraphs:
     def __init__(self, model: Any, cache: KVCache, row_slots: torch.Tensor, max_lanes: int, max_len: int,
                  max_tokens: int, capturer: Capturer, hook_tables: HookTables) -> None:
-        self.model = model  # forwards/llama.py or gemma.py: prefill(tokens, lengths, slots, cache, residual_hooks, out)
+        self.model = model  # forwards/decoder.py: prefill(tokens, lengths, slots, cache, residual_hooks, out)
         self.cache = cache
         self.row_slots = row_slots  # RowState.slots [R]: row -> KV slot, read inside the graph
         self.max_lanes = max_lanes

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -36,18 +37,17 @@ def wants_steering_or_collection(request: Request) -> bool:
     return not no_steering or request.collect is not None
 
 
+@dataclass(eq=False)
 class EngineResidualHooks:
-    def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device, rows: int,
-                 max_steered_layers: int, hook_tables: HookTables, drop_graphs: Callable[[Callable[[Any], bool]], None]):
-        self.spec = spec
-        self.dtype = dtype
-        self.device = device
-        self.rows = rows
-        self.max_steered_layers = max_steered_layers
-        self.hook_tables = hook_tables
-        self.drop_graphs = drop_graphs  # runner.drop_graphs(predicate on a Variant)
-        self.named: dict[str, SteeringVectors] = {}  # entry name -> the registered set holding it
-        self.setup_s = 0.0  # table allocation and growth (graph captures are timed where they happen)
+    spec: ModelSpec
+    dtype: torch.dtype
+    device: torch.device
+    rows: int
+    max_steered_layers: int
+    hook_tables: HookTables
+    drop_graphs: Callable[[Callable[[Any], bool]], None]  # runner.drop_graphs(predicate on a Variant)
+    named: dict[str, SteeringVectors] = field(default_factory=dict, init=False)  # entry name -> its registered set
+    setup_s: float = field(default=0.0, init=False)  # table allocation and growth (graph captures: timed there)
 
     def add_vectors(self, vectors: SteeringVectors) -> None:
         """Register a named set; its entry names join the engine's namespace."""

@@ -29,18 +29,15 @@ class Preset:
     tokenizer: str = "builtin"  # "builtin" (our small BPE) or "qwen3-chem" (needs --tokenizer DIR)
 
 
+def _shape(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, **rest) -> dict:
+    """A transformers config's size fields (hidden, MLP width, layers, attention heads, KV heads) and `rest`."""
+    return dict(hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+                num_attention_heads=heads, num_key_value_heads=kv_heads, **rest)
+
+
 def _tiny_common() -> dict:
     # Small enough for CPU tests in seconds; larger init range so greedy argmax is not a near-tie.
-    return dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        initializer_range=0.1,
-        vocab_size=2048,
-    )
+    return _shape(64, 128, 2, 4, 2, max_position_embeddings=512, initializer_range=0.1, vocab_size=2048)
 
 
 def _llama_tiny() -> PretrainedConfig:
@@ -113,90 +110,35 @@ def _qwen2_cls_tiny() -> PretrainedConfig:
     return c
 
 
+# Qwen3-0.6B's vocabulary, context, rope and stop token: what the qwen3-chem tokenizer and its programs expect
+_QWEN3_06B_TEXT = dict(head_dim=128, vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+                       rms_norm_eps=1e-6, tie_word_embeddings=True, use_sliding_window=False, eos_token_id=151643)
+
+
 def _llama_380m() -> PretrainedConfig:
-    return LlamaConfig(
-        hidden_size=1024,
-        intermediate_size=4096,
-        num_hidden_layers=16,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=64,
-        vocab_size=128256,
-        max_position_embeddings=2048,
-        rope_theta=500000.0,
-        tie_word_embeddings=True,
-        rms_norm_eps=1e-5,
-    )
+    return LlamaConfig(**_shape(1024, 4096, 16, 16, 8, head_dim=64, vocab_size=128256, max_position_embeddings=2048,
+                                rope_theta=500000.0, tie_word_embeddings=True, rms_norm_eps=1e-5))
 
 
 def _qwen3_06b() -> PretrainedConfig:
-    return Qwen3Config(
-        hidden_size=1024,
-        intermediate_size=3072,
-        num_hidden_layers=28,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        vocab_size=151936,
-        max_position_embeddings=40960,
-        rope_theta=1000000.0,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
-        use_sliding_window=False,
-        eos_token_id=151643,
-    )
+    return Qwen3Config(**_shape(1024, 3072, 28, 16, 8, **_QWEN3_06B_TEXT))
 
 
 def _qwen3_chem_mini() -> PretrainedConfig:
     """qwen3-0.6b's vocabulary, head_dim and q/k norm in 4 narrow layers: the constraint sees the same
     tokenizer, programs and logits width, for soaks where the model only supplies random logits."""
-    return Qwen3Config(
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=128,
-        vocab_size=151936,
-        max_position_embeddings=40960,
-        rope_theta=1000000.0,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
-        use_sliding_window=False,
-        eos_token_id=151643,
-    )
+    return Qwen3Config(**_shape(256, 768, 4, 4, 2, **_QWEN3_06B_TEXT))
 
 
 def _gemma_2b() -> PretrainedConfig:
-    return GemmaConfig(
-        hidden_size=2048,
-        intermediate_size=16384,
-        num_hidden_layers=18,
-        num_attention_heads=8,
-        num_key_value_heads=1,
-        head_dim=256,
-        vocab_size=256000,
-        max_position_embeddings=8192,
-        rope_theta=10000.0,
-        tie_word_embeddings=True,
-    )
+    return GemmaConfig(**_shape(2048, 16384, 18, 8, 1, head_dim=256, vocab_size=256000, max_position_embeddings=8192,
+                                rope_theta=10000.0, tie_word_embeddings=True))
 
 
 def _qwen2_cls() -> PretrainedConfig:
     # The Qwen2-0.5B shape with a classification head (the classify benchmark's model).
-    c = Qwen2Config(
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        vocab_size=151936,
-        max_position_embeddings=32768,
-        rope_theta=1000000.0,
-        tie_word_embeddings=True,
-        use_sliding_window=False,
-        num_labels=2,
-    )
+    c = Qwen2Config(**_shape(896, 4864, 24, 14, 2, vocab_size=151936, max_position_embeddings=32768,
+                             rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False, num_labels=2))
     c.architectures = ["Qwen2ForSequenceClassification"]
     return c
 

@@ -35,7 +35,7 @@ def test_fp8_is_never_silently_dropped_by_the_hf_fallback(tiny_checkpoint, tmp_p
 
 
 def test_conformers_and_tune_pass_the_kv_dtype_to_the_engine():
-    from inferlab.cli.conformers_generate import engine_options_from
+    from inferlab.cli.engine_args import engine_options_from
     from inferlab.workloads.tune.sweep import TuneSettings
 
     args = build_parser().parse_args(["conformers", "generate", "--model", "m", "--input", "x.smi", "--output", "o.sdf",

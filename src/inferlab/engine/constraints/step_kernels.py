@@ -38,6 +38,7 @@ def triton_available() -> bool:
 
 
 if triton is not None:
+    from inferlab.engine.kernels.triton_sampling import hole_state, lane_op
 
     @triton.jit
     def _mask_step_kernel(
@@ -46,20 +47,12 @@ if triton is not None:
         HAS_ROWS: tl.constexpr, HOLE_KIND: tl.constexpr, COPY_KIND: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     ):  # fmt: skip
         lane = tl.program_id(0)
-        if HAS_ROWS:
-            r = tl.load(ROWS + lane)
-        else:
-            r = lane
-        ptr = tl.load(PTR + r)
-        active = tl.load(ACTIVE + r) != 0
-        kind = tl.load(KIND + r * op_stride + ptr)
+        r, ptr, active, kind = lane_op(lane, ROWS, ACTIVE, PTR, KIND, op_stride, HAS_ROWS)
         in_hole = active & (kind == HOLE_KIND)
         if tl.program_id(1) == 0:
             tl.store(FORCED + lane, (active & (kind == COPY_KIND)).to(tl.int8))
         if in_hole:
-            state = tl.load(STATE + r)
-            exit_token = tl.load(ARG + r * op_stride + tl.minimum(ptr + 1, tl.load(LAST + r)))
-            exit_token = tl.where(tl.load(ACCEPTING + state) != 0, exit_token, -1)
+            state, exit_token = hole_state(r, ptr, STATE, ARG, LAST, ACCEPTING, op_stride)
             ids = tl.program_id(1) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
             in_vocab = ids < vocab
             cls = tl.load(TOKEN_CLASS + ids, mask=in_vocab, other=0)

@@ -1,4 +1,4 @@
-"""Tensor layouts of a right-padded prefill, shared by the forwards (llama.py, gemma.py): the projections work
+"""Tensor layouts of a right-padded prefill (decoder.py): the projections work
 on [batch * padded, heads * head_dim] token rows, the prefill attention on [batch, heads, padded, head_dim]."""
 
 from __future__ import annotations

@@ -10,23 +10,18 @@ from __future__ import annotations
 
 import functools
 import threading
-from contextlib import contextmanager
-from typing import Iterator
+from typing import ContextManager
 
 import torch
+
+from inferlab.engine.thread_scoped import scoped
 
 _stand_in = threading.local()  # .device: what meta tensors stand for in this thread (unset: the CPU)
 
 
-@contextmanager
-def meta_stands_for(device: torch.device) -> Iterator[None]:
+def meta_stands_for(device: torch.device) -> ContextManager[None]:
     """Inside, sm_count of a meta tensor's device answers for `device` (in this thread only)."""
-    before = getattr(_stand_in, "device", None)
-    _stand_in.device = device
-    try:
-        yield
-    finally:
-        _stand_in.device = before
+    return scoped(_stand_in, "device", device)
 
 
 def sm_count(device: torch.device, cpu_value: int) -> int:

@@ -19,6 +19,38 @@ from inferlab.engine.kernels.triton_fp8 import e4m3_scale, to_e4m3
 
 
 @triton.jit
+def rotated_head(
+    SRC, COS, SIN, QNORM, KNORM, OUT, pos, stride_cos, eps, is_q,
+    HEAD_DIM: tl.constexpr, HALF_BLOCK: tl.constexpr, QK_NORM: tl.constexpr, NORM_OFFSET: tl.constexpr,
+):  # fmt: skip
+    """One head of qkv at SRC, normed per head (QK_NORM: by QNORM for a q head, else KNORM) and rotated by the
+    rope of `pos`: its two halves [HALF_BLOCK], rounded as transformers rounds them, in OUT's dtype."""
+    dtype = OUT.dtype.element_ty
+    half = HEAD_DIM // 2
+    d = tl.arange(0, HALF_BLOCK)
+    dmask = d < half
+    c = tl.load(COS + pos * stride_cos + d, mask=dmask, other=0.0)  # cos halves are equal: read one
+    s = tl.load(SIN + pos * stride_cos + d, mask=dmask, other=0.0)
+    x1 = tl.load(SRC + d, mask=dmask, other=0.0).to(tl.float32)
+    x2 = tl.load(SRC + half + d, mask=dmask, other=0.0).to(tl.float32)
+    if QK_NORM:
+        if is_q:
+            w1 = tl.load(QNORM + d, mask=dmask, other=0.0).to(tl.float32)
+            w2 = tl.load(QNORM + half + d, mask=dmask, other=0.0).to(tl.float32)
+        else:
+            w1 = tl.load(KNORM + d, mask=dmask, other=0.0).to(tl.float32)
+            w2 = tl.load(KNORM + half + d, mask=dmask, other=0.0).to(tl.float32)
+        r = tl.rsqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / HEAD_DIM + eps)
+        if NORM_OFFSET:  # Gemma 3: (1 + w) in fp32, rounded once
+            x1 = (x1 * r * (1.0 + w1)).to(dtype).to(tl.float32)
+            x2 = (x2 * r * (1.0 + w2)).to(dtype).to(tl.float32)
+        else:  # transformers rounds the normed head, then its product with w
+            x1 = ((x1 * r).to(dtype).to(tl.float32) * w1).to(dtype).to(tl.float32)
+            x2 = ((x2 * r).to(dtype).to(tl.float32) * w2).to(dtype).to(tl.float32)
+    return (x1 * c - x2 * s).to(dtype), (x2 * c + x1 * s).to(dtype)
+
+
+@triton.jit
 def _rope_qkv_kernel(
     QKV,
     POS,
@@ -60,30 +92,10 @@ def _rope_qkv_kernel(
     d = tl.arange(0, HALF_BLOCK)
     dmask = d < half
     pos = tl.load(POS + t)
-    c = tl.load(COS + pos * stride_cos + d, mask=dmask, other=0.0)  # cos halves are equal: read one
-    s = tl.load(SIN + pos * stride_cos + d, mask=dmask, other=0.0)
     is_q = head < NUM_HEADS
     src = QKV + t * stride_t + head * HEAD_DIM  # q heads then k heads are contiguous in qkv
-    x1 = tl.load(src + d, mask=dmask, other=0.0).to(tl.float32)
-    x2 = tl.load(src + half + d, mask=dmask, other=0.0).to(tl.float32)
-    if QK_NORM:
-        if is_q:
-            w1 = tl.load(QNORM + d, mask=dmask, other=0.0).to(tl.float32)
-            w2 = tl.load(QNORM + half + d, mask=dmask, other=0.0).to(tl.float32)
-        else:
-            w1 = tl.load(KNORM + d, mask=dmask, other=0.0).to(tl.float32)
-            w2 = tl.load(KNORM + half + d, mask=dmask, other=0.0).to(tl.float32)
-        r = tl.rsqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / HEAD_DIM + eps)
-        if NORM_OFFSET:
-            x1 = (x1 * r * (1.0 + w1)).to(Q_OUT.dtype.element_ty).to(tl.float32)
-            x2 = (x2 * r * (1.0 + w2)).to(Q_OUT.dtype.element_ty).to(tl.float32)
-        else:
-            x1 = (x1 * r).to(Q_OUT.dtype.element_ty).to(tl.float32) * w1
-            x2 = (x2 * r).to(Q_OUT.dtype.element_ty).to(tl.float32) * w2
-            x1 = x1.to(Q_OUT.dtype.element_ty).to(tl.float32)  # transformers rounds the normed head here
-            x2 = x2.to(Q_OUT.dtype.element_ty).to(tl.float32)
-    o1 = (x1 * c - x2 * s).to(Q_OUT.dtype.element_ty)
-    o2 = (x2 * c + x1 * s).to(Q_OUT.dtype.element_ty)
+    o1, o2 = rotated_head(src, COS, SIN, QNORM, KNORM, Q_OUT, pos, stride_cos, eps, is_q, HEAD_DIM, HALF_BLOCK, QK_NORM,
+                          NORM_OFFSET)
     if is_q:
         dst = Q_OUT + t * stride_qo_t + head * stride_qo_h
         tl.store(dst + d, o1, mask=dmask)

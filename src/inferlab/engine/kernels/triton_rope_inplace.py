@@ -1,8 +1,8 @@
 """Triton kernel: rope (and the optional per-head q/k RMSNorm) applied in place to the q and k parts of a
 fused qkv projection, for the packed prefill, which keeps no KV cache: attention then reads q, k and v as
 views of the same buffer, so nothing is copied. One program per (token, head) over the q heads and then the
-k heads; v is left as it is. Same arithmetic as engine/kernels/triton_rope.py's q and k (and as
-engine/torch_ops.rotate_q_k, the reference).
+k heads; v is left as it is. The arithmetic is triton_rope.py's (`rotated_head`); engine/torch_ops.rotate_q_k
+is the reference.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from inferlab.engine.kernels.triton_rope import rotated_head
 
 
 @triton.jit
@@ -28,28 +30,11 @@ def _rope_inplace_kernel(
     d = tl.arange(0, HALF_BLOCK)
     dmask = d < half
     pos = tl.load(POS + t)
-    c = tl.load(COS + pos * stride_cos + d, mask=dmask, other=0.0)  # cos halves are equal: read one
-    s = tl.load(SIN + pos * stride_cos + d, mask=dmask, other=0.0)
     src = QKV + t * stride_t + head * HEAD_DIM
-    dtype = QKV.dtype.element_ty
-    x1 = tl.load(src + d, mask=dmask, other=0.0).to(tl.float32)
-    x2 = tl.load(src + half + d, mask=dmask, other=0.0).to(tl.float32)
-    if QK_NORM:
-        if head < NUM_HEADS:
-            w1 = tl.load(QNORM + d, mask=dmask, other=0.0).to(tl.float32)
-            w2 = tl.load(QNORM + half + d, mask=dmask, other=0.0).to(tl.float32)
-        else:
-            w1 = tl.load(KNORM + d, mask=dmask, other=0.0).to(tl.float32)
-            w2 = tl.load(KNORM + half + d, mask=dmask, other=0.0).to(tl.float32)
-        r = tl.rsqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / HEAD_DIM + eps)
-        if NORM_OFFSET:
-            x1 = (x1 * r * (1.0 + w1)).to(dtype).to(tl.float32)
-            x2 = (x2 * r * (1.0 + w2)).to(dtype).to(tl.float32)
-        else:
-            x1 = ((x1 * r).to(dtype).to(tl.float32) * w1).to(dtype).to(tl.float32)
-            x2 = ((x2 * r).to(dtype).to(tl.float32) * w2).to(dtype).to(tl.float32)
-    tl.store(src + d, (x1 * c - x2 * s).to(dtype), mask=dmask)
-    tl.store(src + half + d, (x2 * c + x1 * s).to(dtype), mask=dmask)
+    o1, o2 = rotated_head(src, COS, SIN, QNORM, KNORM, QKV, pos, stride_cos, eps, head < NUM_HEADS, HEAD_DIM,
+                          HALF_BLOCK, QK_NORM, NORM_OFFSET)
+    tl.store(src + d, o1, mask=dmask)
+    tl.store(src + half + d, o2, mask=dmask)
 
 
 def rope_inplace(

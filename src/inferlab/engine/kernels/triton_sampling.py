@@ -157,6 +157,27 @@ def _race_kernel(
 
 
 @triton.jit
+def lane_op(lane, ROWS, ACTIVE, PTR, KIND, op_stride, HAS_ROWS: tl.constexpr):
+    """A constrained lane's row (ROWS[lane] with HAS_ROWS, else the lane), its op pointer, whether the row is
+    live, and its current op's kind (constraints.program: COPY, HOLE, ...)."""
+    if HAS_ROWS:
+        r = tl.load(ROWS + lane)
+    else:
+        r = lane
+    ptr = tl.load(PTR + r)
+    return r, ptr, tl.load(ACTIVE + r) != 0, tl.load(KIND + r * op_stride + ptr)
+
+
+@triton.jit
+def hole_state(r, ptr, STATE, ARG, LAST, ACCEPTING, op_stride):
+    """Row r in a hole: its automaton state and the token that may end the hole now (the next op's token,
+    the last op's at the end; -1 unless the state accepts)."""
+    state = tl.load(STATE + r)
+    exit_token = tl.load(ARG + r * op_stride + tl.minimum(ptr + 1, tl.load(LAST + r)))
+    return state, tl.where(tl.load(ACCEPTING + state) != 0, exit_token, -1)
+
+
+@triton.jit
 def _constrained_race_kernel(
     LOGITS, stride_l, vocab, TEMP, SEEDS, INDEX, BEST_VAL, BEST_IDX, ROWS, ACTIVE, PTR, LAST, KIND, ARG, op_stride,
     STATE, ACCEPTING, TOKEN_CLASS, ALLOWED, num_classes, CHUNK_ALLOWED,
@@ -166,20 +187,12 @@ def _constrained_race_kernel(
     lane = tl.program_id(0)
     chunk = tl.program_id(1)
     out = lane * CHUNKS + chunk
-    if HAS_ROWS:
-        r = tl.load(ROWS + lane)
-    else:
-        r = lane
-    ptr = tl.load(PTR + r)
-    active = tl.load(ACTIVE + r) != 0
-    kind = tl.load(KIND + r * op_stride + ptr)
+    r, ptr, active, kind = lane_op(lane, ROWS, ACTIVE, PTR, KIND, op_stride, HAS_ROWS)
     ids = chunk * BLOCK + tl.arange(0, BLOCK)
     keep = ids < vocab
     nothing = active & (kind == COPY_KIND)  # a forced token: no draw
     if active & (kind == HOLE_KIND):
-        state = tl.load(STATE + r)
-        exit_token = tl.load(ARG + r * op_stride + tl.minimum(ptr + 1, tl.load(LAST + r)))
-        exit_token = tl.where(tl.load(ACCEPTING + state) != 0, exit_token, -1)
+        state, exit_token = hole_state(r, ptr, STATE, ARG, LAST, ACCEPTING, op_stride)
         has_exit = (exit_token >= 0) & (exit_token >= chunk * BLOCK) & (exit_token < chunk * BLOCK + BLOCK)
         if (tl.load(CHUNK_ALLOWED + state * CHUNKS + chunk) != 0) | has_exit:
             cls = tl.load(TOKEN_CLASS + ids, mask=keep, other=0)

@@ -1,0 +1,42 @@
+"""The engine flags of the commands that generate with it (generate, conformers generate): rows at once,
+tokens per row, the memory share, device, dtype and the KV cache's dtype, and the engine options they make."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from inferlab.cli.device_arg import add_device_arg
+
+
+def add_engine_args(p: argparse.ArgumentParser, max_seq_len_help: str) -> argparse._ArgumentGroup:
+    """The "engine" group with the memory and precision flags; the command adds its own to the group returned
+    and then `add_kv_dtype_arg`."""
+    e = p.add_argument_group("engine")
+    e.add_argument("--max-slots", "--max-num-seqs", type=int, default=None,
+                   help="concurrent rows (default: as memory allows)")
+    e.add_argument("--max-seq-len", "--max-model-len", type=int, default=None, help=max_seq_len_help)
+    e.add_argument("--gpu-memory-fraction", "--gpu-memory-utilization", type=float, default=0.9,
+                   help="share of the device memory free at start-up the engine plans for (weights, KV cache, "
+                        "workspace)")
+    add_device_arg(e)
+    e.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    return e
+
+
+def add_kv_dtype_arg(e: argparse._ArgumentGroup) -> None:
+    e.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
+                   help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA "
+                        "capability >= 8.9)")
+
+
+def engine_options_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of add_engine_args' and add_kv_dtype_arg's flags, as open_backend and the scale workers take them."""
+    return {
+        "device": args.device,
+        "dtype": args.dtype,
+        "max_slots": args.max_slots,
+        "max_seq_len": args.max_seq_len,
+        "gpu_memory_fraction": args.gpu_memory_fraction,
+        "kv_dtype": args.kv_dtype,
+    }
