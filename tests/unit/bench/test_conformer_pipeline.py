@@ -108,7 +108,7 @@ def test_impossible_cells_are_refused():
 def test_a_cell_runs_the_cli_end_to_end(run_cell, tiny_checkpoint, tmp_path):
     model = tiny_checkpoint("tiny-qwen3")
     data = {"sweep": [{"scenario": "conformer-pipeline", "model": str(model),
-                       "set": {"num_molecules": 2, "num_conformers": 1, "min_heavy_atoms": 4, "max_heavy_atoms": 7,
+                       "set": {"num_molecules": 2, "num_conformers": 1, "min_heavy_atoms": 3, "max_heavy_atoms": 4,
                                "assign_stereo": True, "dtype": "float32", "max_slots": 4, "runs": 1,
                                "device": "cpu", "cpu_threads": 1}}]}
     cell, outcome = run_cell(data, model)
