@@ -27,6 +27,7 @@ def _generate(path, **knobs):
     return {"sweep": [{"scenario": "generate", "model": str(path), "backend": "hf", "set": {**GEN, **knobs}}]}
 
 
+@pytest.mark.slow
 def test_a_short_warm_up_compiles_the_graph_the_timed_calls_use(tiny_checkpoint, run_cell):
     torch._dynamo.reset()
     path = tiny_checkpoint()
@@ -39,6 +40,7 @@ def test_a_short_warm_up_compiles_the_graph_the_timed_calls_use(tiny_checkpoint,
     assert m["graphs_compiled_while_timed"] == 0 and m["output_tokens"] == 2 * 2 * 24  # ...and nothing after it
 
 
+@pytest.mark.slow
 def test_the_compile_counter_sees_a_recompilation_when_the_cache_shape_changes(tiny_checkpoint):
     """The negative control of the test above: a warm-up with fewer max_new_tokens sizes the static cache
     smaller, and the full-length call then compiles again."""

@@ -24,6 +24,7 @@ from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
 PROFILE = get_profile("v3-fixed4")
 
 
+@pytest.mark.slow
 def test_the_drug_sized_selection_keeps_the_files_graphs_with_stereo_assigned(qwen3_chem_dir):
     tokenizer = AutoTokenizer.from_pretrained(str(qwen3_chem_dir))
     found = load_molecules(nci_molecules_path(), 40, PROFILE, tokenizer, 2048, MoleculeSelection(20, 50, True))

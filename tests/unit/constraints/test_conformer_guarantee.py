@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -52,6 +53,7 @@ def nci_molecules() -> tuple[str, ...]:
     return tuple(chosen)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_constrained_conformers_of_real_molecules_decode_to_the_input(case, data):
