@@ -1,10 +1,12 @@
-"""Shared fixtures: tiny random checkpoints (built once per session) and the qwen3-chem tokenizer; the
-Triton-interpreter child started at collection (tests/triton_interpreter_child.py); the device suite's
-size option (`--gpu-size quick|full`, tests/gpu/conftest.py reads it)."""
+"""Shared fixtures: tiny random checkpoints (built once per session), the qwen3-chem tokenizer, one lab
+environment capture per session; the Triton-interpreter child started at collection
+(tests/triton_interpreter_child.py); the device suite's size option (`--gpu-size quick|full`,
+tests/gpu/conftest.py reads it)."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,27 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     """`pytest -q` hides the header: the line is said again at the end, where -q shows it too."""
     if config.get_verbosity() < 0:
         terminalreporter.write_line(tokenizer_line())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_environment_capture():
+    """Each lab launch captures the environment in a child that imports torch (seconds on 2 busy cores):
+    in this process the session's first real capture serves every later launch, written to its run
+    folder's env.json as the launcher does. Launches by a CLI subprocess still capture their own."""
+    from inferlab.bench import launcher
+
+    capture = launcher._capture_environment
+    captured: list[dict] = []
+
+    def capture_once(run_dir: Path) -> dict:
+        if not captured:
+            captured.append(capture(run_dir))
+        (run_dir / "env.json").write_text(json.dumps(captured[0]))
+        return captured[0]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(launcher, "_capture_environment", capture_once)
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -63,6 +63,7 @@ def models(parity_checkpoint):
     return get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
 def test_greedy_tokens_match_transformers(models, preset):
     engine, hf = models(preset)

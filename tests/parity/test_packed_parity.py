@@ -19,6 +19,7 @@ def hf_model(path, auto=transformers.AutoModelForSequenceClassification):
     return auto.from_pretrained(path, attn_implementation="eager").eval()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
 def test_a_packed_batch_equals_each_row_alone_and_transformers(tiny_classifier, preset):
     path = tiny_classifier(preset)

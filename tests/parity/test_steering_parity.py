@@ -98,6 +98,7 @@ def _vectors(hidden: int, n: int) -> list[torch.Tensor]:
     return [torch.randn(hidden, generator=g) for _ in range(n)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
 def test_steered_greedy_tokens_match_transformers_with_hooks(models, preset):
     engine, hf = models(preset)

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 # In the child: make `rdkit` unimportable as if it were not installed (a meta path finder that refuses it).
 BLOCK_RDKIT = """
 import sys
@@ -36,6 +38,7 @@ def test_import_inferlab_loads_no_heavy_package():
     assert not loaded & {"rdkit", "matplotlib", "triton", "torch", "transformers", "ray", "submitit"}
 
 
+@pytest.mark.slow
 def test_help_and_model_init_and_generate_work_without_rdkit(tmp_path: Path):
     model, prompts, out = tmp_path / "tiny", tmp_path / "p.jsonl", tmp_path / "out.jsonl"
     prompts.write_text('{"id": "a", "prompt_ids": [5, 6, 7]}\n')

@@ -17,6 +17,7 @@ from inferlab.workloads.conformers.chemistry.sdf import read_sdf
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
+@pytest.mark.slow
 def test_demo_runs_and_reuses_its_checkpoint(tmp_path, capsys):
     work = tmp_path / "demo"
     args = ["demo", "--work-dir", str(work), "--max-atoms", "5", "--device", "cpu"]

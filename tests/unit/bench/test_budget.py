@@ -6,7 +6,7 @@ process, and the seed presets fit their budget by the lab's own estimates."""
 from __future__ import annotations
 
 import importlib.util
-import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,6 +16,7 @@ from inferlab.bench.compile_watch import compiled_graphs
 from inferlab.bench.launcher import LaunchOptions, estimate_seconds, launch
 from inferlab.bench.plan import build_plan
 from inferlab.bench.plan_presets import get_plan_preset
+from inferlab.bench import timing
 from inferlab.bench.timing import measure
 
 GEN = {"batch_size": 2, "num_prompts": 4, "prompt_tokens": 6, "new_tokens": 24, "dtype": "float32", "device": "cpu",
@@ -26,6 +27,7 @@ def _generate(path, **knobs):
     return {"sweep": [{"scenario": "generate", "model": str(path), "backend": "hf", "set": {**GEN, **knobs}}]}
 
 
+@pytest.mark.slow
 def test_a_short_warm_up_compiles_the_graph_the_timed_calls_use(tiny_checkpoint, run_cell):
     torch._dynamo.reset()
     path = tiny_checkpoint()
@@ -38,6 +40,7 @@ def test_a_short_warm_up_compiles_the_graph_the_timed_calls_use(tiny_checkpoint,
     assert m["graphs_compiled_while_timed"] == 0 and m["output_tokens"] == 2 * 2 * 24  # ...and nothing after it
 
 
+@pytest.mark.slow
 def test_the_compile_counter_sees_a_recompilation_when_the_cache_shape_changes(tiny_checkpoint):
     """The negative control of the test above: a warm-up with fewer max_new_tokens sizes the static cache
     smaller, and the full-length call then compiles again."""
@@ -71,9 +74,12 @@ def test_the_timed_run_stops_once_long_enough_and_says_so(tiny_checkpoint, run_c
     assert full.metrics["warm_short_call_s"] is None
 
 
-def test_measure_caps_the_duration_after_at_least_one_call():
+def test_measure_caps_the_duration_after_at_least_one_call(monkeypatch):
+    clock = SimpleNamespace(now=0.0)  # the timing module's clock, advanced only by the calls: counts hold on any load
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+
     def slow():
-        time.sleep(0.02)
+        clock.now += 0.02
 
     assert len(measure(slow, warmup=0, min_repeats=10, min_duration_s=0.0, max_duration_s=0.05).samples_s) == 3
     assert len(measure(slow, warmup=0, min_repeats=10, min_duration_s=0.0).samples_s) == 10

@@ -26,6 +26,7 @@ from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
 PROFILE = get_profile("v3-fixed4")
 
 
+@pytest.mark.slow
 def test_the_drug_sized_selection_keeps_the_files_graphs_with_stereo_assigned(qwen3_chem_dir):
     tokenizer = AutoTokenizer.from_pretrained(str(qwen3_chem_dir))
     found = load_molecules(nci_molecules_path(), 40, PROFILE, tokenizer, 2048, MoleculeSelection(20, 50, True))
@@ -110,7 +111,7 @@ def test_impossible_cells_are_refused():
 def test_a_cell_runs_the_cli_end_to_end(run_cell, tiny_checkpoint, tmp_path):
     model = tiny_checkpoint("tiny-qwen3")
     data = {"sweep": [{"scenario": "conformer-pipeline", "model": str(model),
-                       "set": {"num_molecules": 2, "num_conformers": 1, "min_heavy_atoms": 4, "max_heavy_atoms": 7,
+                       "set": {"num_molecules": 2, "num_conformers": 1, "min_heavy_atoms": 3, "max_heavy_atoms": 4,
                                "assign_stereo": True, "dtype": "float32", "max_slots": 4, "runs": 1,
                                "device": "cpu", "cpu_threads": 1}}]}
     cell, outcome = run_cell(data, model)

@@ -30,6 +30,7 @@ def chem_tokenizer(qwen3_chem_dir):
     return AutoTokenizer.from_pretrained(str(qwen3_chem_dir))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["qwen3-chem", "llama3-style"])
 def test_molecules_fit_by_a_bound_that_covers_the_compiled_constraint(which, chem_tokenizer):
     tokenizer = chem_tokenizer if which == "qwen3-chem" else build_builtin_tokenizer()
@@ -108,6 +109,7 @@ def test_validity_reports_the_stereo_of_the_coordinates(chem_tokenizer):
         assert result["stereo_agreement"] == expected
 
 
+@pytest.mark.slow
 def test_the_hf_baseline_runs_and_every_row_ends_after_its_skeleton(tiny_checkpoint, run_cell, chem_tokenizer):
     path = tiny_checkpoint("tiny-qwen3")
     data = {"sweep": [{"scenario": "constrained", "model": str(path), "backend": "hf",
@@ -127,6 +129,7 @@ def test_the_hf_baseline_runs_and_every_row_ends_after_its_skeleton(tiny_checkpo
     assert any("the first 2 of 4 requests" in w for w in out.warnings)
 
 
+@pytest.mark.slow
 def test_a_compiled_static_cache_compiles_nothing_while_timed(tiny_checkpoint, run_cell):
     path = tiny_checkpoint("tiny-qwen3")
     data = {"sweep": [{"scenario": "constrained", "model": str(path), "backend": "hf",

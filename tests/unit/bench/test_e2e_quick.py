@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from inferlab.cli import main
 
 
+@pytest.mark.slow
 def test_quick_preset_reduced_to_two_cells_runs_end_to_end(tmp_path, capsys):
     run_dir = tmp_path / "run"
     only = ["--only", "scenario=attention-kernels,generate", "--only", "kernel=auto", "--only", "q_len=1",

@@ -10,6 +10,7 @@ import pytest
 from inferlab.bench.scenarios.decode_traffic import ModelTraffic
 
 
+@pytest.mark.slow
 def test_generate_with_an_fp8_cache_counts_its_bytes(tiny_checkpoint, run_cell):
     path = tiny_checkpoint()
     data = {"sweep": [{"scenario": "generate", "model": str(path), "backend": "inferlab",

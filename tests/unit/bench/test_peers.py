@@ -73,6 +73,7 @@ def test_vllm_cells_pass_the_kv_dtype_and_attention_backend_and_say_what_ran():
         "vllm_attention_backend": "TRITON_ATTN", "vllm_sampler": "vLLM's own", "flashinfer_sampler": False}
 
 
+@pytest.mark.slow
 def test_hf_continuous_runs_the_generate_protocol_on_cpu(tiny_checkpoint, run_cell):
     path = tiny_checkpoint()
     data = {"sweep": [{"scenario": "generate", "model": str(path), "backend": "hf-continuous",

@@ -95,6 +95,7 @@ def test_every_written_conformer_is_the_input_molecule(tmp_path, model):
     assert len(set(sampled.values())) == 3  # each conformer draws with its own seed
 
 
+@pytest.mark.slow
 def test_greedy_and_seeded_runs_are_reproducible(tmp_path, model):
     inp = write_input(tmp_path / "in.smi")
     greedy = PipelineConfig(num_conformers=2, sampling=ConformerSampling("greedy"))
@@ -199,6 +200,7 @@ def test_a_run_cut_short_resumes_with_every_row_once(tmp_path, model):
     assert stable(rows) == stable(rows_of(tmp_path / "whole.sdf"))  # the same rows as an uninterrupted run
 
 
+@pytest.mark.slow
 def test_the_process_pools_give_the_same_rows_as_in_process(tmp_path, model):
     inp = write_input(tmp_path / "in.smi", ["C1CC broken"])
     base = dict(num_conformers=2, seed=4)

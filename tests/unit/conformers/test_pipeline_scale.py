@@ -67,6 +67,7 @@ def check_merged(out, single_rows) -> None:
     assert len(records) == 7 * K
 
 
+@pytest.mark.slow
 def test_a_killed_worker_then_a_rerun_equal_one_process(tmp_path, model, single, monkeypatch, capsys):
     """One run of two workers: shard 0 finishes while shard 1 dies after 3 rows, nothing is merged; the rerun
     completes shard 1 alone, and the merge equals the single-process run. (This used to be two tests, one

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -52,7 +53,8 @@ def nci_molecules() -> tuple[str, ...]:
     return tuple(chosen)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_constrained_conformers_of_real_molecules_decode_to_the_input(case, data):
     smiles_list = data.draw(st.lists(st.sampled_from(nci_molecules()), min_size=1, max_size=3))

@@ -93,12 +93,14 @@ def _check(case, runtimes, data, samplings, programs_strategy=conformer_like()) 
     _generate_and_check(case, runtimes[case.name], programs, sampling, data.draw(st.integers(0, 2**31)))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_qwen_outputs_are_always_valid(qwen_case, runtimes, data):
     _check(qwen_case, runtimes, data, SAMPLINGS)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_llama_style_outputs_are_always_valid(llama_case, runtimes, data):

@@ -40,6 +40,7 @@ def _programs(case, count, seed):
     ]
 
 
+@pytest.mark.slow
 def test_same_masks_step_by_step(case):
     """Copy rows, hole rows (opening and accepting states) and a free row, over whole programs (the
     interpreter is slow at V = 151936: there every eighth step is compared): the masked logits, and the

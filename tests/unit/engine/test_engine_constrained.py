@@ -95,6 +95,7 @@ def test_conformers_of_real_molecules_with_a_llama3_style_tokenizer(llama_engine
     assert llama_engine.stats.constraint_setup_s > 0
 
 
+@pytest.mark.slow
 def test_conformers_with_the_qwen3_chem_tokenizer(tiny_checkpoint):
     engine = Engine(
         EngineConfig(model=tiny_checkpoint("tiny-qwen3"), max_slots=3, max_seq_len=256, decode_steps_per_sync=8)

@@ -9,6 +9,7 @@ from triton_interpreter_child import result
 pytest.importorskip("triton")
 
 
+@pytest.mark.slow  # ~2 minutes of one core, in a child beside the rest of the suite
 def test_triton_kernels_match_the_torch_references_in_the_interpreter(request):
     code, output = result(request.config)
     assert code == 0, output[-9000:]

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from scale_testkit import read_jsonl, run_single_etkdg, write_molecules
 
 from inferlab.scale import ScaleConfig, ScaleJob, run_scaled
@@ -43,6 +45,7 @@ def test_retried_worker_resumes_and_merge_equals_single_process(tmp_path, monkey
         [(r["input_id"], str(r["conformer_index"])) for r in rows if r["status"] == "ok"]
 
 
+@pytest.mark.slow
 def test_killed_run_is_completed_by_a_rerun(tmp_path):
     """SIGKILL of the whole run (coordinator and, with it, its workers) mid-way; a rerun finishes the job."""
     inp = write_molecules(tmp_path / "mols.smi", 24)

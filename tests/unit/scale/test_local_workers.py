@@ -46,6 +46,7 @@ def manifest_of(out) -> dict:
     return json.loads((out.parent / (out.name + ".scale") / "manifest.json").read_text())
 
 
+@pytest.mark.slow
 def test_killed_worker_is_reported_and_a_rerun_completes_it(tmp_path, cls_dir, monkeypatch, capsys):
     inp = write_jsonl(tmp_path / "in.jsonl", varied_lines(30))
     expected_ids = [r.id if r.data is None or r.data.get("id") != "r01" or r.line_no == 2 else f"line-{r.line_no}"
@@ -83,6 +84,7 @@ def test_killed_worker_is_reported_and_a_rerun_completes_it(tmp_path, cls_dir, m
     assert "--input changed since" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_hidden_states_on_two_workers_equal_one_process(tmp_path, tiny_checkpoint):
     model = tiny_checkpoint("tiny")
     inp = write_jsonl(tmp_path / "in.jsonl", varied_lines(20, field="prompt"))
@@ -103,6 +105,7 @@ def test_hidden_states_on_two_workers_equal_one_process(tmp_path, tiny_checkpoin
     assert [r["row"] for r in index if r["status"] == "ok"] == list(range(21))
 
 
+@pytest.mark.slow
 def test_hf_generate_on_two_workers_equals_one_process(tmp_path, tiny_checkpoint):
     model = tiny_checkpoint("tiny")
     lines = [{"id": f"p{i}", "prompt": "count " * (i % 6 + 1)} for i in range(14)] + [{"id": "bad", "prompt": ""}]

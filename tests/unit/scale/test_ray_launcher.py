@@ -13,6 +13,7 @@ from inferlab.scale.workloads.etkdg import etkdg_params
 pytest.importorskip("ray", reason="ray is not installed (pip install 'inferlab[scale]')")
 
 
+@pytest.mark.slow
 def test_ray_tasks_retry_a_crashed_worker_and_merge(tmp_path, monkeypatch):
     inp = write_molecules(tmp_path / "mols.smi", 8)
     params = etkdg_params(num_confs=2, seed=3)

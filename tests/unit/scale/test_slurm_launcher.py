@@ -14,6 +14,7 @@ from inferlab.scale.workloads.etkdg import etkdg_params
 pytest.importorskip("submitit", reason="submitit is not installed (pip install 'inferlab[scale]')")
 
 
+@pytest.mark.slow
 def test_job_array_failure_then_rerun(tmp_path, monkeypatch):
     inp = write_molecules(tmp_path / "mols.smi", 8)
     params = etkdg_params(num_confs=2, seed=5)
