@@ -84,18 +84,6 @@ class LoadedModel:
         }
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"device {name!r} is not a torch device; use auto, cpu or cuda[:N]") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UnsupportedError(f"device {name!r} asked for, but torch sees no CUDA device; use --device cpu")
-    return device
-
-
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -201,6 +189,8 @@ def load_hf_model(config: ModelLoadConfig, auto_class) -> LoadedModel:
     quantization this machine cannot run (checked before the weights are read).
     """
     from transformers import AutoTokenizer
+
+    from inferlab.engine import resolve_device  # the engine's rule, so both backends read --device alike
 
     path = check_model_dir(config.model_dir)
     device = resolve_device(config.device)
