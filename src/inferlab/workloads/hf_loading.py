@@ -156,9 +156,8 @@ def ensure_pad_token(tokenizer, model) -> int:
 def attention_for(model_dir: str | Path, attn: str | None) -> str | None:
     """The attention implementation to load `model_dir` with: `attn`, unless the model soft-caps its attention
     scores (SOFTCAPPED_ATTENTION), which SDPA cannot do: then None (transformers' default) means eager, and
-    sdpa is refused. transformers 5.17 and earlier let SDPA run Gemma 2 and silently drop the cap (every
-    logit off, no error: its H100 reference differed from its own fp32 eager forward by 0.48 on tiny-gemma2);
-    5.24 refuses SDPA for Gemma 2 itself."""
+    sdpa is refused: some transformers versions run SDPA on a soft-capped model and silently drop the cap
+    (docs/decisions.md)."""
     from transformers import AutoConfig
 
     model_type = getattr(text_config_of(AutoConfig.from_pretrained(str(model_dir))), "model_type", None)

@@ -1,8 +1,8 @@
 """Where finished conformers are judged (judge.judge): a pool of worker processes, or this process.
 
 The engine's stream hands back a result right after it launched the next decode chunk, so whatever the
-pipeline does before asking for the next result is time the GPU may stand idle. Judging costs ~1.5-2 ms
-of CPU per drug-sized conformer and holds the GIL throughout (RDKit's parsing, stereo perception and
+pipeline does before asking for the next result is time the GPU may stand idle. Judging costs CPU time
+per conformer (docs/decisions.md) and holds the GIL throughout (RDKit's parsing, stereo perception and
 SDF writing do not release it: two threads judge no faster than one), so threads would only slow the
 engine's own host loop: judging runs in `workers` spawn processes (spawn: the parent holds CUDA state)
 that import RDKit and the conformer modules only, never torch, and end with this process however it ends

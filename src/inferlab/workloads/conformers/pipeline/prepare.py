@@ -1,8 +1,8 @@
 """Per-molecule preparation of the conformer pipeline, in a process pool: SMILES -> canonical form and
 template (chemistry/template.py) -> prompt token ids and the compiled ConstraintProgram (inferlab.constraints).
 
-Compiling costs ~25 ms per molecule of 16 atoms with the qwen3-chem tokenizer (the tokenizer runs over
-44 sample fills per hole), so `workers` processes prepare molecules ahead of the engine while it decodes
+Compiling takes CPU time per molecule (the tokenizer runs over 44 sample fills per hole; figures in
+docs/decisions.md), so `workers` processes prepare molecules ahead of the engine while it decodes
 (and while it starts up). Each worker loads the checkpoint's tokenizer and builds its GrammarSet once (the
 GrammarSet key is a fingerprint of the vocabulary, so programs compiled there pass the engine's check);
 one worker's GrammarSet is also the engine's (`grammar_set()`), so the engine's process loads no tokenizer.
@@ -13,8 +13,8 @@ PreparedMolecule with `error`, never an exception.
 Programs travel from the workers with their op array as numpy: torch would send every tensor through its
 own shared-memory file descriptor, and thousands of live programs would exhaust the process's limit.
 
-The module imports no torch: the pipeline starts these processes before its own process imports torch (~4 s
-on the H100 host), so the workers' start-up (torch, tokenizer, GrammarSet) overlaps it.
+The module imports no torch: the pipeline starts these processes before its own process imports torch (seconds),
+so the workers' start-up (torch, tokenizer, GrammarSet) overlaps it.
 
 Not here: which molecules to prepare and in what order (generate.py), the requests.
 """
