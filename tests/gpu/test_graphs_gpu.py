@@ -53,14 +53,14 @@ def test_steered_and_collecting_graphs_equal_eager_with_a_capture_between_chunks
 
     path = checkpoint("tiny")
     vector = torch.randn(64, generator=torch.Generator().manual_seed(5))
-    taps = [dict(), dict(steering=(Steer(1, vector, 4.0),)), dict(collect=Collect((0, -1), "mean")),
-            dict(steering=(Steer(-1, vector, -2.0),), collect=Collect((1,), "all"))]
+    steer_collect = [dict(), dict(steering=(Steer(1, vector, 4.0),)), dict(collect=Collect((0, -1), "mean")),
+                     dict(steering=(Steer(-1, vector, -2.0),), collect=Collect((1,), "all"))]
     outputs = []
     for graphs in (True, False):
         with Engine(EngineConfig(model=path, max_slots=2, max_seq_len=256, cuda_graphs=graphs, gemm="cublas")) as engine:
             assert engine.spec.hidden_size == vector.numel()
             plain = random_requests(4, 40, engine.spec.vocab_size, prompt_len=12, temperature=1.0)
-            outputs.append(engine.generate([dataclasses.replace(r, **t) for r, t in zip(plain, taps)]))
+            outputs.append(engine.generate([dataclasses.replace(r, **t) for r, t in zip(plain, steer_collect)]))
         free_device_memory()
     for ours, eager in zip(*outputs):
         assert ours.ok and ours.token_ids == eager.token_ids, ours.id

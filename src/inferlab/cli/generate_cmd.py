@@ -1,6 +1,6 @@
 """`inferlab generate`: prompts JSONL -> completions JSONL with our engine, or transformers for
 architectures the engine does not implement (workloads/text.py); `--gpus` shards it over workers.
-Steering vectors and hidden states collected while generating: workloads/text_taps.py."""
+Steering vectors and hidden states collected while generating: workloads/text_steering_collection.py."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def _steering_and_collection(args: argparse.Namespace, defaults):
     from pathlib import Path
 
     from inferlab.errors import ConfigError
-    from inferlab.workloads.text_taps import CollectSettings, SteerSettings, model_shape
+    from inferlab.workloads.text_steering_collection import CollectSettings, SteerSettings, model_shape
 
     if args.steer is None and (args.steer_layer is not None or args.steer_vector is not None):
         raise ConfigError("--steer-layer / --steer-vector need --steer FILE (the vectors)")

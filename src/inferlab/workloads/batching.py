@@ -5,8 +5,8 @@ batch planning under a row limit and a token budget, dynamic padding of one batc
 order in a finished JSONL file. Does not own: running batches or reacting to OOM (oom.py), reading input
 lines (inferlab.jsonl_io), what a row means (the workloads).
 
-Why a token budget: the seeds' 560 GB allocation came from padding a whole prompt set to its longest
-prompt. Here a batch is padded only to its own longest row, and rows x padded length is bounded.
+Why a token budget: memory grows with rows x padded length, so a batch is padded only to its own longest
+row and rows x padded length is bounded (docs/decisions.md).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Sequence classification of a JSONL file of texts: labels and probabilities out, latency per request.
 
-Owns: the classify options, the transformers classifier (`Classifier`: an AutoModelForSequenceClassification
-over length-sorted, dynamically padded batches with OOM back-off), the output row format shared with the
-engine's classifier (workloads/classify_engine.py), the report, resume (ids already in the output are
-skipped) and restoring input order at the end. Does not own: loading (hf_loading.py), validation of input
-rows (rows.py), batching (batching.py), back-off (oom.py), what the logits mean (classifier_labels.py), the CLI.
+Owns: the classify options and report, the transformers classifier (`Classifier`: an
+AutoModelForSequenceClassification over length-sorted, dynamically padded batches with OOM back-off), the
+output row format shared with the engine's classifier (workloads/classify_engine.py), resume (ids already in
+the output are skipped) and restoring input order at the end. Does not own: what classify and hidden-states
+share (row_workload.py), loading (hf_loading.py), validation of input rows (rows.py), batching
+(batching.py), back-off (oom.py), what the logits mean (classifier_labels.py), the CLI.
 
 Output rows: {"id", "status": "ok", the label fields of classifier_labels.py ("label", "label_id",
 "probabilities" for a single-label classifier), "tokens", "truncated", ["original_tokens"], "batch_rows",
@@ -16,17 +17,16 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
 import torch
 
 from inferlab.errors import ConfigError, InputError
-from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS, check_max_line_chars
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
 from inferlab.models.config_file import read_config
-from inferlab.workloads.batching import BatchLimits, pad_batch, reorder_jsonl
+from inferlab.workloads.batching import pad_batch, reorder_jsonl
 from inferlab.workloads.classifier_labels import ClassifierLabels
 from inferlab.workloads.hf_loading import (
     LoadedModel,
@@ -34,83 +34,37 @@ from inferlab.workloads.hf_loading import (
     check_model_dir,
     load_hf_model,
     model_max_positions,
-    resolve_max_length,
 )
-from inferlab.workloads.oom import BackoffPolicy, BackoffRunner, BackoffStats
-from inferlab.workloads.rows import (
-    LengthPolicy,
-    RowPreparer,
-    TextRow,
-    error_record,
-    padded_cost,
-    plan_row_batches,
-    text_field_getter,
-)
+from inferlab.workloads.oom import BackoffRunner
+from inferlab.workloads.row_workload import FinishedRows, RowReport, RowWorkloadOptions
+from inferlab.workloads.rows import RowPreparer, TextRow, error_record, padded_cost, plan_row_batches, text_field_getter
 from inferlab.workloads.stats import latency_summary_ms
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ClassifyOptions:
-    batch_size: int = 16
-    max_length: int | None = None  # None: the model's maximum positions
-    truncate: bool = False  # over-long texts: keep the first max_length tokens instead of an error record
-    max_batch_tokens: int | None = 131072  # rows x padded length of one batch
-    text_field: str = "text"
+class ClassifyOptions(RowWorkloadOptions):
     chunk_rows: int = 4096  # input lines tokenised in one call and length-sorted together
-    max_line_chars: int = DEFAULT_MAX_LINE_CHARS  # an input line over it is an error record
-    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
     def __post_init__(self) -> None:
-        check_max_line_chars(self.max_line_chars)
-        BatchLimits(self.batch_size, self.max_batch_tokens)  # validates both
-        if self.max_length is not None and self.max_length < 1:
-            raise ConfigError(f"max_length={self.max_length} must be >= 1")
+        super().__post_init__()
         if self.chunk_rows < 1:
             raise ConfigError(f"chunk_rows={self.chunk_rows} must be >= 1")
 
 
 @dataclass
-class ClassifyReport:
-    backend: str = "hf"  # which backend ran the rows: "hf" (transformers) or "inferlab" (the engine)
-    rows_ok: int = 0
-    rows_error: int = 0
-    rows_skipped: int = 0  # finished by an earlier run
-    batch_seconds: list[float] = field(default_factory=list)
-    batch_rows: list[int] = field(default_factory=list)
-    tokens: int = 0  # real (unpadded) tokens of the rows classified
-    wall_s: float = 0.0
-    backoff: BackoffStats = field(default_factory=BackoffStats)
-    engine: dict[str, Any] = field(default_factory=dict)  # the engine's figures (stats), when it ran
-
-    def record_batch(self, rows: list[TextRow], seconds: float) -> None:
-        self.rows_ok += len(rows)
-        self.tokens += sum(len(r.token_ids) for r in rows)
-        self.batch_seconds.append(seconds)
-        self.batch_rows.append(len(rows))
-
-    def request_seconds(self) -> list[float]:
-        """Each classified row's latency: its batch's time (every row of a batch gets its result together)."""
-        return [s for s, n in zip(self.batch_seconds, self.batch_rows) for _ in range(n)]
-
+class ClassifyReport(RowReport):
     def summary(self) -> dict[str, Any]:
-        busy = sum(self.batch_seconds)
-        return {
-            "backend": self.backend,
-            "rows_ok": self.rows_ok,
-            "rows_error": self.rows_error,
-            "rows_skipped": self.rows_skipped,
-            "batches": len(self.batch_seconds),
-            "samples_per_s": self.rows_ok / busy if busy > 0 else None,
-            "tokens_per_s": self.tokens / busy if busy > 0 else None,
-            "wall_s": round(self.wall_s, 3),
-            "latency_ms": latency_summary_ms(self.request_seconds()),
-            "batch_latency_ms": latency_summary_ms(self.batch_seconds),
-            "oom_events": self.backoff.oom_events,
-            "largest_ok_batch_rows": self.backoff.largest_ok_rows,
-            **({"engine": self.engine} if self.engine else {}),
-        }
+        return self.summary_with({"batches": len(self.batch_seconds),
+                                  "batch_latency_ms": latency_summary_ms(self.batch_seconds)}, "samples_per_s")
+
+
+def write_classified(writer: ResumableJsonlWriter, labels: ClassifierLabels, rows: list[TextRow],
+                     logits: list[torch.Tensor], seconds: float) -> None:
+    """Write one finished batch's rows (logits: one [labels] tensor per row)."""
+    for row, fields in zip(rows, labels.row_fields(torch.stack(logits))):
+        writer.write(ok_record(row, fields, len(rows), seconds))
 
 
 def ok_record(row: TextRow, fields: dict[str, Any], batch_rows: int, batch_s: float) -> dict[str, Any]:
@@ -131,11 +85,6 @@ class AnyClassifier(Protocol):
 
     def classify_records(self, records: Iterable[InputRecord], writer: ResumableJsonlWriter, options: ClassifyOptions,
                          progress: Callable[[int], None] | None = None) -> tuple[ClassifyReport, list[str]]: ...
-
-
-def length_policy(options: ClassifyOptions, max_positions: int | None) -> LengthPolicy:
-    max_length = resolve_max_length(options.max_length, max_positions)
-    return LengthPolicy(max_length, options.truncate, "pass --truncate to keep the first tokens, or raise --max-length")
 
 
 class Classifier:
@@ -163,34 +112,26 @@ class Classifier:
         Returns the report and every id read, in input order."""
         start = time.perf_counter()
         report = ClassifyReport(backend="hf")
+        finished = FinishedRows(report, writer.write, progress)
         preparer = RowPreparer(self.loaded.tokenizer, text_field_getter(options.text_field),
-                               length_policy(options, self.max_positions), skip_ids=set(writer.done), on_skip=progress)
-
-        def write_error(record: dict) -> None:
-            writer.write(record)
-            report.rows_error += 1
-            if progress:
-                progress(1)
+                               options.length_policy(options.resolved_max_length(self.max_positions)),
+                               skip_ids=set(writer.done), on_skip=progress)
 
         def on_done(rows: list[TextRow], logits: list[torch.Tensor], seconds: float) -> None:
-            for row, fields in zip(rows, self.labels.row_fields(torch.stack(logits))):
-                writer.write(ok_record(row, fields, len(rows), seconds))
-            report.record_batch(rows, seconds)
-            if progress:
-                progress(len(rows))
+            write_classified(writer, self.labels, rows, logits, seconds)
+            finished.batch(rows, seconds)
 
         runner: BackoffRunner[TextRow, torch.Tensor] = BackoffRunner(
             run_batch=lambda rows: list(self.predict([r.token_ids for r in rows])),
             cost=padded_cost,
             on_done=on_done,
-            on_oom_row=lambda row, message: write_error(error_record(row.id, message, tokens=len(row.token_ids))),
+            on_oom_row=lambda row, message: finished.error(error_record(row.id, message, tokens=len(row.token_ids))),
             policy=options.backoff,
         )
-        limits = BatchLimits(options.batch_size, options.max_batch_tokens)
         for rows, errors in preparer.chunks(records, options.chunk_rows):
             for record in errors:
-                write_error(record)
-            runner.run(plan_row_batches(rows, limits))
+                finished.error(record)
+            runner.run(plan_row_batches(rows, options.limits()))
         report.rows_skipped = preparer.skipped
         report.backoff = runner.stats
         report.wall_s = time.perf_counter() - start

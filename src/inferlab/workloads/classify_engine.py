@@ -13,9 +13,10 @@ import torch
 
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter
 from inferlab.workloads.classifier_labels import ClassifierLabels
-from inferlab.workloads.classify import ClassifyOptions, ClassifyReport, length_policy, ok_record
+from inferlab.workloads.classify import ClassifyOptions, ClassifyReport, write_classified
 from inferlab.workloads.encode_backends import EngineEncodeBackend
 from inferlab.workloads.packed_run import BackgroundWriter, PackedOptions, PrefetchedChunks, run_packed
+from inferlab.workloads.row_workload import FinishedRows
 from inferlab.workloads.rows import RowPreparer, TextRow, text_field_getter
 
 
@@ -33,27 +34,20 @@ class EngineClassifier:
         start = time.perf_counter()
         encoder = self.encoder
         report = ClassifyReport(backend="inferlab")
+        finished = FinishedRows(report, writer.write, progress)
         preparer = RowPreparer(self.tokenizer, text_field_getter(options.text_field),
-                               length_policy(options, encoder.max_length), skip_ids=set(writer.done), on_skip=progress)
+                               options.length_policy(options.resolved_max_length(encoder.max_length)),
+                               skip_ids=set(writer.done), on_skip=progress)
 
         def on_results(rows: list[TextRow], logits: list[torch.Tensor], seconds: float) -> None:
-            for row, fields in zip(rows, self.labels.row_fields(torch.stack(logits))):
-                writer.write(ok_record(row, fields, len(rows), seconds))
-            report.record_batch(rows, seconds)
-            if progress:
-                progress(len(rows))
-
-        def on_error(record: dict) -> None:
-            writer.write(record)
-            report.rows_error += 1
-            if progress:
-                progress(1)
+            write_classified(writer, self.labels, rows, logits, seconds)
+            finished.batch(rows, seconds)
 
         with BackgroundWriter() as background, PrefetchedChunks(preparer, records, self.packed.chunk_rows) as chunks:
             report.backoff = run_packed(
                 chunks, background, encoder.config.max_batch_tokens, self.packed, encoder.predict_s,
                 run_rows=lambda rows: list(self.backend.encode([r.token_ids for r in rows])),
-                on_results=on_results, on_error=on_error, backoff=options.backoff,
+                on_results=on_results, on_error=finished.error, backoff=options.backoff,
             )
         report.rows_skipped = preparer.skipped
         report.engine = encoder.stats.as_dict()

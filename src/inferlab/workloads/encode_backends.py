@@ -4,7 +4,7 @@ hidden states, on transformers (`hf`) or on the engine's packed prefill (`inferl
 classes (bench/backends/hf_encode.py, inferlab_encode.py).
 
 Each batches its own way (`encode_batches`): transformers pads batches of `batch_size` rows (sorted by length,
-or consecutive as the seeds measured), the engine packs consecutive rows without padding up to a token budget,
+or consecutive in input order), the engine packs consecutive rows without padding up to a token budget,
 cutting a batch whose expected device time is over `max_batch_latency_ms`.
 """
 

@@ -84,18 +84,6 @@ class LoadedModel:
         }
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"device {name!r} is not a torch device; use auto, cpu or cuda[:N]") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UnsupportedError(f"device {name!r} asked for, but torch sees no CUDA device; use --device cpu")
-    return device
-
-
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -168,9 +156,8 @@ def ensure_pad_token(tokenizer, model) -> int:
 def attention_for(model_dir: str | Path, attn: str | None) -> str | None:
     """The attention implementation to load `model_dir` with: `attn`, unless the model soft-caps its attention
     scores (SOFTCAPPED_ATTENTION), which SDPA cannot do: then None (transformers' default) means eager, and
-    sdpa is refused. transformers 5.17 and earlier let SDPA run Gemma 2 and silently drop the cap (every
-    logit off, no error: its H100 reference differed from its own fp32 eager forward by 0.48 on tiny-gemma2);
-    5.24 refuses SDPA for Gemma 2 itself."""
+    sdpa is refused: some transformers versions run SDPA on a soft-capped model and silently drop the cap
+    (docs/decisions.md)."""
     from transformers import AutoConfig
 
     model_type = getattr(text_config_of(AutoConfig.from_pretrained(str(model_dir))), "model_type", None)
@@ -201,6 +188,8 @@ def load_hf_model(config: ModelLoadConfig, auto_class) -> LoadedModel:
     quantization this machine cannot run (checked before the weights are read).
     """
     from transformers import AutoTokenizer
+
+    from inferlab.engine import resolve_device  # the engine's rule, so both backends read --device alike
 
     path = check_model_dir(config.model_dir)
     device = resolve_device(config.device)

@@ -57,7 +57,10 @@ class Recording:
         return [None if o is None else {layer: o[layer] for layer in plan.layers} for o, plan in zip(out, plans)]
 
 
-class HFTaps:
+class HFResidualHooks:
+    """Steering and collection hooks on a transformers model's decoder layers (the engine's ResidualHooks,
+    engine/residual_hooks.py, for the "hf" backend)."""
+
     def __init__(self, model) -> None:
         config = text_config_of(model.config)
         self.num_layers = int(config.num_hidden_layers)

@@ -40,7 +40,7 @@ from inferlab.workloads.hf_loading import (
     load_hf_model,
     model_max_positions,
 )
-from inferlab.workloads.hf_steering import HFTaps
+from inferlab.workloads.hf_steering import HFResidualHooks
 from inferlab.workloads.hf_text import Generated, HFTextGenerator
 from inferlab.workloads.oom import BackoffRunner, free_device_memory
 from inferlab.workloads.rows import TextRow, plan_row_batches
@@ -98,7 +98,7 @@ class HFTextBackend(Backend):
         if self.context is None:
             raise ConfigError("the model config has no max_position_embeddings; pass --max-seq-len")
         self.vocab_size = self.loaded.model.get_input_embeddings().num_embeddings
-        self.taps = HFTaps(self.loaded.model)
+        self.hooks = HFResidualHooks(self.loaded.model)
 
     def add_steering_vectors(self, vectors: SteeringVectors) -> None:
         self.named.update({name: vectors for name in vectors.names})
@@ -147,13 +147,13 @@ class HFTextBackend(Backend):
                                    "prompt or lower max_new_tokens", len(ids))
         steering, collect = [], None
         if wants_steering_or_collection(request):
-            taps = self.taps
-            steering = resolve_steering(request.steering or (), self.named, taps.num_layers, taps.hidden_size,
-                                        taps.dtype, MAX_STEERED_LAYERS)
+            hooks = self.hooks
+            steering = resolve_steering(request.steering or (), self.named, hooks.num_layers, hooks.hidden_size,
+                                        hooks.dtype, MAX_STEERED_LAYERS)
             if isinstance(steering, str):
                 return error_result(request, steering, len(ids))
             if request.collect is not None:
-                collect = resolve_collect(request.collect, taps.num_layers, request.sampling.max_new_tokens)
+                collect = resolve_collect(request.collect, hooks.num_layers, request.sampling.max_new_tokens)
                 if isinstance(collect, str):
                     return error_result(request, collect, len(ids))
         return _Checked(ids, steering, collect)
@@ -177,7 +177,7 @@ class HFTextBackend(Backend):
         def run_batch(rows: list[TextRow]) -> list[tuple[Generated, dict | None]]:
             checked = [by_id[r.id][1] for r in rows]
             layers = sorted({layer for c in checked if c.collect is not None for layer in c.collect.layers})
-            with self.taps.attached([c.steering for c in checked], layers) as recording:
+            with self.hooks.attached([c.steering for c in checked], layers) as recording:
                 generated = generator.generate([r.token_ids for r in rows])
             activations = recording.pooled([len(g.token_ids) for g in generated], [c.collect for c in checked])
             return list(zip(generated, activations))

@@ -1,69 +1,46 @@
 """`inferlab hidden-states`: pooled activations of chosen layers for a JSONL file of prompts, resumable.
 
-Owns: the options, the report, the shards (one per chunk of input lines, written when the chunk is done) and
-the final assembly in input order; the transformers loop (a chunk tokenised in one call, length-sorted into
-padded batches, run with OOM back-off). The engine's loop is hidden_states_engine.py (packed batches, reader
-and writer threads); both fill the same store. Memory stays bounded by one chunk of pooled vectors on the
-host and one batch on the device. Does not own: hooks and pooling (activations.py), files
-(activation_store.py), loading (hf_loading.py), validation (rows.py).
+Owns: the options, the report, HiddenStatesRun (the store, the shards: one per chunk of input lines, written
+when the chunk is done, and the final assembly in input order, around a backend's loop); the transformers
+loop (a chunk tokenised in one call, length-sorted into padded batches, run with OOM back-off). The engine's
+loop is hidden_states_engine.py (packed batches, reader and writer threads). Memory stays bounded by one
+chunk of pooled vectors on the host and one batch on the device. Does not own: what it shares with classify
+(row_workload.py), hooks and pooling (activations.py), files (activation_store.py), loading
+(hf_loading.py), validation (rows.py).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 
 from inferlab.errors import ConfigError, InputError
-from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS, check_max_line_chars
-from inferlab.jsonl_io import read_jsonl_records
+from inferlab.jsonl_io import InputRecord, read_jsonl_records
 from inferlab.workloads.activation_store import ActivationStore
 from inferlab.workloads.activations import POOLERS, HiddenStateCollector
-from inferlab.workloads.batching import BatchLimits
-from inferlab.workloads.hf_loading import (
-    DTYPES,
-    LoadedModel,
-    ModelLoadConfig,
-    load_hf_model,
-    model_max_positions,
-    resolve_max_length,
-)
-from inferlab.workloads.oom import BackoffPolicy, BackoffRunner, BackoffStats
-from inferlab.workloads.rows import (
-    LengthPolicy,
-    RowPreparer,
-    TextRow,
-    error_record,
-    padded_cost,
-    plan_row_batches,
-    text_field_getter,
-)
-from inferlab.workloads.stats import latency_summary_ms
+from inferlab.workloads.hf_loading import DTYPES, LoadedModel, ModelLoadConfig, load_hf_model, model_max_positions
+from inferlab.workloads.oom import BackoffRunner, BackoffStats
+from inferlab.workloads.row_workload import FinishedRows, RowReport, RowWorkloadOptions
+from inferlab.workloads.rows import RowPreparer, TextRow, error_record, padded_cost, plan_row_batches, text_field_getter
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class HiddenStatesOptions:
+@dataclass(frozen=True, kw_only=True)
+class HiddenStatesOptions(RowWorkloadOptions):
     layers: tuple[int, ...]  # transformers' numbering: 0 = embeddings output, L = final normed; negatives from the end
     pool: str = "last"  # "last" real token, "mean" over real tokens, or "all" real tokens (one vector each)
-    batch_size: int = 16
-    max_length: int | None = None  # None: the model's maximum positions
-    truncate: bool = False
-    max_batch_tokens: int | None = 131072
     text_field: str = "prompt"
     shard_rows: int = 1024  # input lines per chunk: one tokenizer call, one length sort, one shard
     save_dtype: str = "float32"
-    max_line_chars: int = DEFAULT_MAX_LINE_CHARS  # an input line over it is an error record
-    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
     def __post_init__(self) -> None:
-        check_max_line_chars(self.max_line_chars)
-        BatchLimits(self.batch_size, self.max_batch_tokens)
+        super().__post_init__()
         if self.pool not in POOLERS:
             raise ConfigError(f"pool {self.pool!r} is not known; use one of {', '.join(POOLERS)}")
         if self.save_dtype not in DTYPES:
@@ -73,44 +50,13 @@ class HiddenStatesOptions:
 
 
 @dataclass
-class HiddenStatesReport:
-    backend: str = "hf"  # "hf" (transformers) or "inferlab" (the engine)
-    rows_ok: int = 0
-    rows_error: int = 0
-    rows_skipped: int = 0
+class HiddenStatesReport(RowReport):
     rows_in_output: int = 0
-    tokens: int = 0  # real (unpadded) tokens run through the model
-    batch_seconds: list[float] = field(default_factory=list)
-    batch_rows: list[int] = field(default_factory=list)
     shards_written: int = 0
-    wall_s: float = 0.0
-    backoff: BackoffStats = field(default_factory=BackoffStats)
-    engine: dict[str, Any] = field(default_factory=dict)  # the engine's figures (stats), when it ran
-
-    def record_batch(self, rows: list[TextRow], seconds: float) -> None:
-        self.rows_ok += len(rows)
-        self.tokens += sum(len(r.token_ids) for r in rows)
-        self.batch_seconds.append(seconds)
-        self.batch_rows.append(len(rows))
 
     def summary(self) -> dict[str, Any]:
-        busy = sum(self.batch_seconds)
-        per_request = [s for s, n in zip(self.batch_seconds, self.batch_rows) for _ in range(n)]
-        return {
-            "backend": self.backend,
-            "rows_ok": self.rows_ok,
-            "rows_error": self.rows_error,
-            "rows_skipped": self.rows_skipped,
-            "rows_in_output": self.rows_in_output,
-            "shards_written": self.shards_written,
-            "prompts_per_s": self.rows_ok / busy if busy > 0 else None,
-            "tokens_per_s": self.tokens / busy if busy > 0 else None,
-            "wall_s": round(self.wall_s, 3),
-            "latency_ms": latency_summary_ms(per_request),
-            "oom_events": self.backoff.oom_events,
-            "largest_ok_batch_rows": self.backoff.largest_ok_rows,
-            **({"engine": self.engine} if self.engine else {}),
-        }
+        return self.summary_with({"rows_in_output": self.rows_in_output, "shards_written": self.shards_written},
+                                 "prompts_per_s")
 
 
 class ShardBuffer:
@@ -157,8 +103,48 @@ def open_store(output_path: str | Path, model_dir: str, layers: tuple[int, ...],
     return ActivationStore(output_path, settings)
 
 
-def length_policy(options: HiddenStatesOptions, max_length: int) -> LengthPolicy:
-    return LengthPolicy(max_length, options.truncate, "pass --truncate to keep the first tokens, or raise --max-length")
+def per_row(pooled: dict[int, Any], rows: int) -> list[dict[int, Any]]:
+    """{layer: [rows, hidden] or a list per row} -> one {layer: row's value} per row."""
+    return [{layer: t[i] for layer, t in pooled.items()} for i in range(rows)]
+
+
+class HiddenStatesRun:
+    """One run's store, report, row preparer and shard buffer, around a backend's loop (`run`): the
+    transformers loop below and the engine's (hidden_states_engine.py) fill the same store the same way."""
+
+    def __init__(self, input_path: str | Path, output_path: str | Path, options: HiddenStatesOptions, tokenizer, *,
+                 model_dir: str, layers: tuple[int, ...], pool: str, hidden_size: int, max_length: int,
+                 backend: dict[str, Any], progress: Callable[[int], None] | None) -> None:
+        if not Path(input_path).exists():
+            raise InputError(f"input file {input_path} does not exist")
+        self.start = time.perf_counter()
+        self.input_path, self.options, self.layers, self.hidden_size = input_path, options, layers, hidden_size
+        self.store = open_store(output_path, model_dir, layers, options, max_length, backend)
+        self.report = HiddenStatesReport(backend=backend["backend"])
+        self.finished = FinishedRows(self.report, self.store.write_error, progress)
+        self.preparer = RowPreparer(tokenizer, text_field_getter(options.text_field), options.length_policy(max_length),
+                                    skip_ids=set(self.store.done_ids), on_skip=progress)
+        self.shard = ShardBuffer(self.store, layers, pool, DTYPES[options.save_dtype], self.report)
+
+    def on_results(self, rows: list[TextRow], results: list[dict[int, Any]], seconds: float) -> None:
+        self.shard.add(rows, results)
+        self.finished.batch(rows, seconds)
+
+    def run(self, loop: Callable[[Iterable[InputRecord]], BackoffStats]) -> HiddenStatesReport:
+        """`loop(records)` runs every row (results to on_results, error records to finished.error, the shard
+        flushed after each chunk of options.shard_rows lines) and returns its back-off figures; then the
+        store is assembled in input order."""
+        save_dtype = DTYPES[self.options.save_dtype]
+        try:
+            records = read_jsonl_records(self.input_path, max_line_chars=self.options.max_line_chars)
+            self.report.backoff = loop(records)
+            self.report.rows_in_output = self.store.assemble(self.preparer.ids_in_order, self.layers,
+                                                             self.hidden_size, save_dtype)
+        finally:
+            self.store.close()
+        self.report.rows_skipped = self.preparer.skipped
+        self.report.wall_s = time.perf_counter() - self.start
+        return self.report
 
 
 def collect_hidden_states(
@@ -173,57 +159,32 @@ def collect_hidden_states(
     runs its own loop into the same store)."""
     if not isinstance(loaded, LoadedModel):
         return loaded.collect(input_path, output_path, options, progress)
-    if not Path(input_path).exists():
-        raise InputError(f"input file {input_path} does not exist")
-    start = time.perf_counter()
     collector = HiddenStateCollector(loaded, options.layers, options.pool)
-    max_length = resolve_max_length(options.max_length, model_max_positions(loaded.model))
-    backend = {"backend": "hf", "dtype": str(loaded.dtype).removeprefix("torch."), "quantization": loaded.quantization}
-    store = open_store(output_path, loaded.model_dir, collector.layers, options, max_length, backend)
-    report = HiddenStatesReport(backend="hf")
-    preparer = RowPreparer(loaded.tokenizer, text_field_getter(options.text_field), length_policy(options, max_length),
-                           skip_ids=set(store.done_ids), on_skip=progress)
-    shard = ShardBuffer(store, collector.layers, options.pool, DTYPES[options.save_dtype], report)
-
-    def write_error(record: dict) -> None:
-        store.write_error(record)
-        report.rows_error += 1
-        if progress:
-            progress(1)
-
-    def on_done(rows: list[TextRow], results, seconds: float) -> None:
-        shard.add(rows, results)
-        report.record_batch(rows, seconds)
-        if progress:
-            progress(len(rows))
-
-    def run_batch(rows: list[TextRow]) -> list[dict[int, Any]]:
-        pooled = collector.collect([r.token_ids for r in rows])  # {layer: [rows, hidden] or a list per row}
-        return [{layer: t[i] for layer, t in pooled.items()} for i in range(len(rows))]
-
-    runner: BackoffRunner[TextRow, dict[int, Any]] = BackoffRunner(
-        run_batch=run_batch,
-        cost=padded_cost,
-        on_done=on_done,
-        on_oom_row=lambda row, message: write_error(error_record(row.id, message, tokens=len(row.token_ids))),
-        policy=options.backoff,
+    run = HiddenStatesRun(
+        input_path, output_path, options, loaded.tokenizer, model_dir=loaded.model_dir, layers=collector.layers,
+        pool=options.pool, hidden_size=collector.hidden_size,
+        max_length=options.resolved_max_length(model_max_positions(loaded.model)),
+        backend={"backend": "hf", "dtype": str(loaded.dtype).removeprefix("torch."),
+                 "quantization": loaded.quantization},
+        progress=progress,
     )
-    limits = BatchLimits(options.batch_size, options.max_batch_tokens)
-    try:
-        records = read_jsonl_records(input_path, max_line_chars=options.max_line_chars)
-        for rows, errors in preparer.chunks(records, options.shard_rows):
+
+    def loop(records: Iterable[InputRecord]) -> BackoffStats:
+        runner: BackoffRunner[TextRow, dict[int, Any]] = BackoffRunner(
+            run_batch=lambda rows: per_row(collector.collect([r.token_ids for r in rows]), len(rows)),
+            cost=padded_cost,
+            on_done=run.on_results,
+            on_oom_row=lambda row, msg: run.finished.error(error_record(row.id, msg, tokens=len(row.token_ids))),
+            policy=options.backoff,
+        )
+        for rows, errors in run.preparer.chunks(records, options.shard_rows):
             for record in errors:
-                write_error(record)
-            runner.run(plan_row_batches(rows, limits))
-            shard.flush()
-        report.rows_in_output = store.assemble(preparer.ids_in_order, collector.layers, collector.hidden_size,
-                                               DTYPES[options.save_dtype])
-    finally:
-        store.close()
-    report.rows_skipped = preparer.skipped
-    report.backoff = runner.stats
-    report.wall_s = time.perf_counter() - start
-    return report
+                run.finished.error(record)
+            runner.run(plan_row_batches(rows, options.limits()))
+            run.shard.flush()
+        return runner.stats
+
+    return run.run(loop)
 
 
 def load_base_model(load_config: ModelLoadConfig) -> LoadedModel:

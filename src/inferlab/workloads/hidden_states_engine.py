@@ -6,18 +6,15 @@ workloads/packed_run.py; the same store, shards, options and report as the trans
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from inferlab.errors import InputError
-from inferlab.jsonl_io import read_jsonl_records
+from inferlab.jsonl_io import InputRecord
 from inferlab.workloads.encode_backends import EngineEncodeBackend
-from inferlab.workloads.hf_loading import DTYPES, resolve_max_length
-from inferlab.workloads.hidden_states import HiddenStatesOptions, HiddenStatesReport, ShardBuffer, length_policy, \
-    open_store
+from inferlab.workloads.hidden_states import HiddenStatesOptions, HiddenStatesReport, HiddenStatesRun, per_row
+from inferlab.workloads.oom import BackoffStats
 from inferlab.workloads.packed_run import BackgroundWriter, PackedOptions, PrefetchedChunks, run_packed
-from inferlab.workloads.rows import RowPreparer, TextRow, text_field_getter
+from inferlab.workloads.rows import TextRow
 
 
 class EngineHiddenStates:
@@ -33,46 +30,24 @@ class EngineHiddenStates:
     def collect(self, input_path: str | Path, output_path: str | Path, options: HiddenStatesOptions,
                 progress: Callable[[int], None] | None = None) -> HiddenStatesReport:
         """As workloads.hidden_states.collect_hidden_states, on the engine."""
-        if not Path(input_path).exists():
-            raise InputError(f"input file {input_path} does not exist")
-        start = time.perf_counter()
         encoder, spec = self.encoder, self.encoder.spec
-        layers = self.backend.layers
-        max_length = resolve_max_length(options.max_length, spec.max_position_embeddings)
-        backend = {"backend": "inferlab", "dtype": encoder.stats.dtype, "weights": encoder.config.weights}
-        store = open_store(output_path, str(encoder.config.model), layers, options, max_length, backend)
-        report = HiddenStatesReport(backend="inferlab")
-        preparer = RowPreparer(self.tokenizer, text_field_getter(options.text_field),
-                               length_policy(options, max_length), skip_ids=set(store.done_ids), on_skip=progress)
-        shard = ShardBuffer(store, layers, self.backend.spec.pool, DTYPES[options.save_dtype], report)
+        run = HiddenStatesRun(
+            input_path, output_path, options, self.tokenizer, model_dir=str(encoder.config.model),
+            layers=self.backend.layers, pool=self.backend.spec.pool, hidden_size=spec.hidden_size,
+            max_length=options.resolved_max_length(spec.max_position_embeddings),
+            backend={"backend": "inferlab", "dtype": encoder.stats.dtype, "weights": encoder.config.weights},
+            progress=progress,
+        )
 
-        def run_rows(rows: list[TextRow]) -> list[dict[int, Any]]:
-            pooled = self.backend.encode([r.token_ids for r in rows])  # {layer: [rows, hidden] or a list per row}
-            return [{layer: t[i] for layer, t in pooled.items()} for i in range(len(rows))]
+        def loop(records: Iterable[InputRecord]) -> BackoffStats:
+            def run_rows(rows: list[TextRow]) -> list[dict[int, Any]]:
+                return per_row(self.backend.encode([r.token_ids for r in rows]), len(rows))
 
-        def on_results(rows: list[TextRow], results: list[dict[int, Any]], seconds: float) -> None:
-            shard.add(rows, results)
-            report.record_batch(rows, seconds)
-            if progress:
-                progress(len(rows))
+            with BackgroundWriter() as writer, PrefetchedChunks(run.preparer, records, options.shard_rows) as chunks:
+                return run_packed(chunks, writer, encoder.config.max_batch_tokens, self.packed, encoder.predict_s,
+                                  run_rows, run.on_results, run.finished.error, options.backoff,
+                                  on_chunk_end=run.shard.flush)
 
-        def on_error(record: dict) -> None:
-            store.write_error(record)
-            report.rows_error += 1
-            if progress:
-                progress(1)
-
-        try:
-            records = read_jsonl_records(input_path, max_line_chars=options.max_line_chars)
-            with BackgroundWriter() as background, PrefetchedChunks(preparer, records, options.shard_rows) as chunks:
-                report.backoff = run_packed(chunks, background, encoder.config.max_batch_tokens, self.packed,
-                                            encoder.predict_s, run_rows, on_results, on_error, options.backoff,
-                                            on_chunk_end=shard.flush)
-            report.rows_in_output = store.assemble(preparer.ids_in_order, layers, spec.hidden_size,
-                                                   DTYPES[options.save_dtype])
-        finally:
-            store.close()
-        report.rows_skipped = preparer.skipped
+        report = run.run(loop)
         report.engine = encoder.stats.as_dict()
-        report.wall_s = time.perf_counter() - start
         return report

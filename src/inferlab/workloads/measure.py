@@ -2,7 +2,7 @@
 `hidden-states` scenarios and `inferlab tune`.
 
 Owns: synthetic texts of chosen token lengths, batches of a sample at one batch size (length-bucketed as
-the real commands run, or consecutive as the seeds did), and the timed loop: the first call timed apart,
+the real commands run, or consecutive in input order), and the timed loop: the first call timed apart,
 warm-up, then every batch timed between device synchronisations until a minimum count and a minimum
 duration are both met (or a maximum duration runs out), with peak device memory; latency per request (a
 batch's time, once for each of its rows) and per batch. Metrics use the lab's
@@ -73,7 +73,7 @@ def synthetic_texts(tokenizer, n: int, min_tokens: int, max_tokens: int, seed: i
 @dataclass(frozen=True)
 class MeasureSpec:
     batch_size: int
-    bucket_by_length: bool = True  # as the commands run; False: consecutive rows, as the seeds measured
+    bucket_by_length: bool = True  # as the commands run; False: consecutive rows in input order
     warmup_batches: int = 2
     min_batches: int = 10
     min_seconds: float = 1.0

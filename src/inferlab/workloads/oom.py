@@ -46,7 +46,7 @@ def is_oom_error(exc: BaseException) -> bool:
 def free_device_memory() -> None:
     """Drop unreachable tensors and return cached blocks to the driver (call after leaving `except`, when
     the traceback's frames, which hold the failed batch's tensors, are gone)."""
-    if torch.cuda.is_available():  # on the CPU there is no device cache, and gc.collect costs ~50 ms
+    if torch.cuda.is_available():  # on the CPU there is no device cache to return: skip the full gc.collect
         gc.collect()  # reference cycles can still hold the failed batch's tensors
         torch.cuda.empty_cache()
 

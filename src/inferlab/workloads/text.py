@@ -18,7 +18,7 @@ any UnsupportedError at engine start-up. run_text_generation closes the backend 
 
 Steering (`--steer FILE` and per-line "steer_layer" / "steer_scale" / "steer_vector") and hidden states
 collected while generating (`--collect-layers ... --collect-output acts.safetensors`, resumable alongside
-the JSONL) are text_taps.py's; both backends run them.
+the JSONL) are text_steering_collection.py's; both backends run them.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_reco
 from inferlab.types import Collect, Request, Result, SamplingParams
 from inferlab.workloads.backend import Backend
 from inferlab.workloads.engine_backend import EngineBackend
-from inferlab.workloads.text_taps import ActivationSink, CollectSettings, SteerSettings, line_steering
+from inferlab.workloads.text_steering_collection import ActivationSink, CollectSettings, SteerSettings, line_steering
 
 log = logging.getLogger(__name__)
 
@@ -165,15 +165,15 @@ def build_request(record: InputRecord, defaults: SamplingParams, steer: SteerSet
     steering = line_steering(data, record.line_no, steer)
     if isinstance(steering, str):
         return steering
-    taps = dict(steering=steering, collect=collect)
+    steering_and_collection = dict(steering=steering, collect=collect)
     if has_text:
         if not isinstance(data["prompt"], str):
             return f"line {record.line_no}: 'prompt' must be a string"
-        return Request(id=record.id, prompt=data["prompt"], sampling=sampling, **taps)
+        return Request(id=record.id, prompt=data["prompt"], sampling=sampling, **steering_and_collection)
     ids = data["prompt_ids"]
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         return f"line {record.line_no}: 'prompt_ids' must be a list of integers"
-    return Request(id=record.id, prompt_ids=tuple(ids), sampling=sampling, **taps)
+    return Request(id=record.id, prompt_ids=tuple(ids), sampling=sampling, **steering_and_collection)
 
 
 def result_row(result: Result, backend: str | None = None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""`inferlab generate --steer ... --collect-...` (workloads/text_taps.py): the engine and the transformers
+"""`inferlab generate --steer ... --collect-...` (workloads/text_steering_collection.py): the engine and the transformers
 backend (forward hooks) give the same steered tokens and the same activations; per-line overrides; the
 activation store resumes with the JSONL; misuse is refused with the fix."""
 
@@ -15,7 +15,7 @@ from inferlab.cli import main
 from inferlab.types import Result, SamplingParams
 from inferlab.workloads.backend import Backend
 from inferlab.workloads.text import run_text_generation
-from inferlab.workloads.text_taps import CollectSettings
+from inferlab.workloads.text_steering_collection import CollectSettings
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 HIDDEN, LAYERS = 64, 2  # the tiny preset

@@ -117,7 +117,7 @@ def cut_sample(source: Path, destination: Path, rows: int) -> int:
 
 
 def device_kind(device: str) -> str:
-    from inferlab.workloads.hf_loading import resolve_device
+    from inferlab.engine import resolve_device
 
     return resolve_device(device).type
 

@@ -1,7 +1,7 @@
 """Coordinate styles: how one Angstrom value is written inside a `<x,y,z>` block, and how a block is read.
 
 Values are truncated toward zero at 4 decimals, exactly: the float's binary value (`1.005` is really
-1.00499999999999989...) is cut, so the written value never exceeds |v|. The seeds' data used
+1.00499999999999989...) is cut, so the written value never exceeds |v|. 3DMolGen's data uses
 `trunc(v * 1e4)` in floating point, which agrees except where that product rounds onto the next integer
 (about one value in 10^5; `838.9998999999999` -> ours `838.9998`, theirs `838.9999`), a 1e-4 A difference
 a model cannot tell apart. fixed4 always writes 4 decimals; stripped removes trailing zeros and a trailing '.'.
@@ -56,7 +56,7 @@ class CoordinateStyle:
     name: str
     grammar: str  # a key of grammars.GRAMMARS: the content of one block, `x,y,z`
     format_value: Callable[[float], str]
-    baseline_placeholder: str  # the placeholder value the seeds-style baseline template uses
+    baseline_placeholder: str  # the placeholder value the 3DMolGen-style baseline template uses
 
     def format_block(self, x: float, y: float, z: float) -> str:
         """The content of one block (without `<` and `>`)."""
@@ -76,7 +76,7 @@ COORDINATE_STYLES: dict[str, CoordinateStyle] = {
     s.name: s
     for s in [
         CoordinateStyle("fixed4", "coord3-fixed4", format_fixed4, baseline_placeholder="0.0000"),
-        # The seeds' baseline used a 3-decimal placeholder with the stripped-format checkpoints.
+        # 3DMolGen's baseline uses a 3-decimal placeholder with the stripped-format checkpoints.
         CoordinateStyle("stripped", "coord3-stripped", format_stripped, baseline_placeholder="0.000"),
     ]
 }

@@ -1,5 +1,5 @@
 """A conformer template as one regular expression: how a user of a peer (vLLM's structured outputs,
-xgrammar, llguidance) constrains a conformer today, so the lab can put those peers beside our engine.
+xgrammar, llguidance) constrains a conformer, so the lab can put those peers beside our engine.
 
 `template_regex(template.segments)`: each `Copy` escaped as literal text, each `Hole` replaced by its
 named grammar (constraints/grammars.py, already written in the regex subset every engine reads),

@@ -1,8 +1,8 @@
-"""The seeds' constrained decoding, re-created as the lab's baseline: a transformers LogitsProcessor.
+"""3DMolGen's constrained decoding, re-created as the lab's baseline: a transformers LogitsProcessor.
 
-This is the design the users run today (3DMolGen's v4.3 "allowlist" processor), kept so our GPU
+This is the design its users run (3DMolGen's v4.3 "allowlist" processor), kept so our GPU
 constraint is measured against it side by side, not claimed. Per prompt, on the host, a skeleton of the
-conformer is written with placeholder coordinates (`0.0000` per value for fixed4, the seeds' `0.000` for
+conformer is written with placeholder coordinates (`0.0000` per value for fixed4, 3DMolGen's `0.000` for
 stripped) and tokenised once; each skeleton token is COPY or FREE (FREE when every character of it lies
 strictly between `<` and `>`). At every decode step, for every row in a Python loop, with
 position = current length - prompt length:
@@ -11,13 +11,13 @@ position = current length - prompt length:
 - FREE: allow only the coordinate allowlist (tokens of `0-9 . , -` without a doubled or `.,` `,.` `.-`
   `-,` pair: for qwen3-chem exactly `0`-`9 . , - ,- -.`); the first FREE position of a block also blocks
   comma-only tokens; the last two before the closing `>` block tokens made of `,`/`-` and `.,` `,.`.
-The block length is the placeholder's, not the grammar's: that is the seeds' design and its flaw
+The block length is the placeholder's, not the grammar's: that is 3DMolGen's design and its flaw
 (blocks are cut or padded with junk), which strict decoding then reports.
 
 As efficient as this design allows: masks live on the device, prebuilt and combined per position kind,
-applied in place with one `masked_fill_` per row; one device-scalar read per row per step (the seeds'
-`if template.is_free[pos]`; they made two or three, plus a sync per boolean index). Descriptors follow
-the format profile (the seeds' `[OH]`-for-v3 bug is a correctness bug, not a speed property).
+applied in place with one `masked_fill_` per row; one device-scalar read per row per step (3DMolGen's
+`if template.is_free[pos]`; it makes two or three, plus a sync per boolean index). Descriptors follow
+the format profile (3DMolGen's `[OH]`-for-v3 bug is a correctness bug, not a speed property).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def build_baseline_template(smiles: str, profile: FormatProfile, tokenizer) -> B
 
 
 def build_baseline_templates(smiles_list: list[str], profile: FormatProfile, tokenizer) -> list[BaselineTemplate]:
-    """Templates for a batch, built serially on the host as the seeds did per batch."""
+    """Templates for a batch, built serially on the host as 3DMolGen does per batch."""
     return [build_baseline_template(s, profile, tokenizer) for s in smiles_list]
 
 

@@ -1,4 +1,4 @@
-"""One batch of the seeds-style baseline through transformers `generate`, as the users run it today.
+"""One batch of the 3DMolGen-style baseline through transformers `generate`, as its users run it.
 
 Prompts are tokenised with left padding (HF generate needs it; the processor's position arithmetic
 assumes it), the processor is built for the batch, `generate` runs with `max_new_tokens` = the longest
@@ -40,8 +40,8 @@ def run_baseline_batch(
     **generate_kwargs,
 ) -> list[BaselineRow]:
     """`max_new_tokens` (default: longest skeleton + 1) and `pad_to_multiple_of` (prompt padding) let a
-    static cache keep one shape across batches, as the seeds' static runs padded prompts to 64.
-    `processors_before` run ahead of the constraint (as user processors ahead of the seeds' one)."""
+    static cache keep one shape across batches, as 3DMolGen's static runs pad prompts to 64.
+    `processors_before` run ahead of the constraint (as user processors ahead of 3DMolGen's one)."""
     eos = tokenizer.eos_token_id
     needed = max(len(t) for t in templates) + 1
     if max_new_tokens is not None and max_new_tokens < needed:

@@ -17,9 +17,9 @@ from inferlab.workloads.conformers.chemistry.input_bounds import InputBounds
 from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE, get_profile
 
 SAMPLING_MODES = ("greedy", "top-p")
-MAX_DEFAULT_WORKERS = 8  # template + compile processes when not told: ~25 ms per molecule each keeps a GPU fed
+MAX_DEFAULT_WORKERS = 8  # template + compile processes when not told (docs/decisions.md)
 INLINE_BELOW_MOLECULES = 64  # automatic worker counts: smaller jobs prepare and judge in this process
-DEFAULT_JUDGE_WORKERS = 2  # judging costs ~2 ms of CPU per drug-sized conformer; the engine makes ~60-200/s
+DEFAULT_JUDGE_WORKERS = 2  # judging processes when not told (docs/decisions.md)
 MIN_LOOKAHEAD_REQUESTS = 1024
 LOOKAHEAD_SLOTS = 4  # molecules prepared ahead: at least this many batches' worth of requests
 

@@ -7,8 +7,7 @@ The wiring, in input order:
      (prepare.py), started before the engine so it overlaps the engine's start-up; this process
      imports torch (the engine) only after the pools started, and never transformers: the engine runs
      without a tokenizer (load_tokenizer=False), on one preparing process's GrammarSet, and the judges
-     decode the token ids (transformers' import beside torch's slowed both: 8.3 s before the engine on
-     the H100 host, the tokenizer thread taking 11 s)
+     decode the token ids (transformers' import beside torch's slows both: docs/decisions.md)
   -> ONE generator of requests for the whole job (feed.py: K per molecule, conformer
      `<id>#<k>` with a seed derived from the run's seed and that id; stereo retries fed back into it)
      handed to one Engine.stream call, which pulls requests as rows free up: no waves, no drains

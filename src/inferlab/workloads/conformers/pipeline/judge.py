@@ -15,8 +15,8 @@ Three readings of every output, all on the CPU, in the judge pool (judge_pool.py
 
 The text is decoded here from the token ids, with the checkpoint's tokenizer loaded once per judging
 process, not by the engine: the engine's process then never imports transformers (generate.py).
-Together ~1.5-2 ms of CPU per conformer of 20-50 heavy atoms, all under the GIL (RDKit does not release
-it here), which is why they run in worker processes. Everything here is plain data in and out (no torch,
+Together they cost CPU time per conformer, all under the GIL (RDKit does not release it here), which is
+why they run in worker processes (docs/decisions.md). Everything here is plain data in and out (no torch,
 no engine objects), so a task pickles cheaply. Not here: writing (output.py), generation (generate.py).
 """
 

@@ -1,8 +1,8 @@
 """Where finished conformers are judged (judge.judge): a pool of worker processes, or this process.
 
 The engine's stream hands back a result right after it launched the next decode chunk, so whatever the
-pipeline does before asking for the next result is time the GPU may stand idle. Judging costs ~1.5-2 ms
-of CPU per drug-sized conformer and holds the GIL throughout (RDKit's parsing, stereo perception and
+pipeline does before asking for the next result is time the GPU may stand idle. Judging costs CPU time
+per conformer (docs/decisions.md) and holds the GIL throughout (RDKit's parsing, stereo perception and
 SDF writing do not release it: two threads judge no faster than one), so threads would only slow the
 engine's own host loop: judging runs in `workers` spawn processes (spawn: the parent holds CUDA state)
 that import RDKit and the conformer modules only, never torch, and end with this process however it ends
@@ -14,10 +14,11 @@ Not here: what to do with a verdict (collect.py).
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 
 from inferlab.child_processes import spawn_pool
 from inferlab.workloads.conformers.pipeline.judge import JudgeTask, Verdict, judge, tokenizer_for
+from inferlab.workloads.conformers.pipeline.worker_pool import OptionalWorkerPool
 
 
 def _ready(model_dir: str) -> None:
@@ -26,10 +27,9 @@ def _ready(model_dir: str) -> None:
     tokenizer_for(model_dir)
 
 
-class JudgePool:
+class JudgePool(OptionalWorkerPool):
     def __init__(self, workers: int, model_dir: str) -> None:
         self.workers = workers
-        self._pool: ProcessPoolExecutor | None = None
         if workers > 0:
             self._pool = spawn_pool(workers)  # they end with this process, however it ends
             for _ in range(workers):  # start every process now (imports, tokenizer), while the engine starts up
@@ -41,14 +41,3 @@ class JudgePool:
         future: Future[Verdict] = Future()
         future.set_result(judge(task))
         return future
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-
-    def __enter__(self) -> JudgePool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -1,8 +1,8 @@
 """Per-molecule preparation of the conformer pipeline, in a process pool: SMILES -> canonical form and
 template (chemistry/template.py) -> prompt token ids and the compiled ConstraintProgram (inferlab.constraints).
 
-Compiling costs ~25 ms per molecule of 16 atoms with the qwen3-chem tokenizer (the tokenizer runs over
-44 sample fills per hole), so `workers` processes prepare molecules ahead of the engine while it decodes
+Compiling takes CPU time per molecule (the tokenizer runs over 44 sample fills per hole; figures in
+docs/decisions.md), so `workers` processes prepare molecules ahead of the engine while it decodes
 (and while it starts up). Each worker loads the checkpoint's tokenizer and builds its GrammarSet once (the
 GrammarSet key is a fingerprint of the vocabulary, so programs compiled there pass the engine's check);
 one worker's GrammarSet is also the engine's (`grammar_set()`), so the engine's process loads no tokenizer.
@@ -13,8 +13,8 @@ PreparedMolecule with `error`, never an exception.
 Programs travel from the workers with their op array as numpy: torch would send every tensor through its
 own shared-memory file descriptor, and thousands of live programs would exhaust the process's limit.
 
-The module imports no torch: the pipeline starts these processes before its own process imports torch (~4 s
-on the H100 host), so the workers' start-up (torch, tokenizer, GrammarSet) overlaps it.
+The module imports no torch: the pipeline starts these processes before its own process imports torch (seconds),
+so the workers' start-up (torch, tokenizer, GrammarSet) overlaps it.
 
 Not here: which molecules to prepare and in what order (generate.py), the requests.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from inferlab.child_processes import spawn_pool
 from inferlab.errors import InferlabError
 from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.conformers.chemistry.template import ConformerTemplate, build_template
+from inferlab.workloads.conformers.pipeline.worker_pool import OptionalWorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def _with_ops(prepared: PreparedMolecule, convert) -> PreparedMolecule:
     return dataclasses.replace(prepared, program=program)
 
 
-class MoleculePreparer:
+class MoleculePreparer(OptionalWorkerPool):
     """Prepares molecules (by SMILES) in `workers` processes, or inline with workers=0; each distinct SMILES
     once while it is held (`submit` twice returns the same future until `forget`)."""
 
@@ -137,7 +138,6 @@ class MoleculePreparer:
         self.profile_name = profile_name
         self.workers = workers
         self._futures: dict[str, Future] = {}
-        self._pool: Executor | None = None
         self._inline: _PreparerState | None = None
         if workers > 0:
             # spawn, not fork: the parent may hold CUDA state and tokenizer threads that a fork would copy;
@@ -193,14 +193,3 @@ class MoleculePreparer:
         future: Future = Future()
         future.set_result(prepare_with(self._inline, smiles))
         return future
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-
-    def __enter__(self) -> MoleculePreparer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
