@@ -216,18 +216,9 @@ def math_reference(q: Any, k: Any, v: Any, causal: bool) -> Any:
 
 
 SCENARIO = Scenario(
-    name="attention-kernels",
-    description="one attention call per kernel: ms/iter, TFLOP/s, kernel seen, error vs math fp32",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="ms_per_iter",
-    higher_is_better=False,
-    uses_backends=False,
-    uses_model=False,
-    default_timeout_s=180.0,
+    "attention-kernels", "one attention call per kernel: ms/iter, TFLOP/s, kernel seen, error vs math fp32",
+    KNOBS, run, validate, estimate_s, precheck=precheck,
+    headline_metric="ms_per_iter", higher_is_better=False, uses_model=False, default_timeout_s=180.0,
     workload_knobs=("batch_size", "q_heads", "kv_heads", "q_len", "kv_len", "head_dim", "causal", "dtype"),
     row_backend=lambda cell: f"sdpa:{cell.config['kernel']}" if cell.config["kernel"] != "flash_attn" else "flash-attn",
-    precheck=precheck,
 )

@@ -126,13 +126,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
 
 
 SCENARIO = Scenario(
-    name="batching",
-    description="continuous vs static batching in the inferlab engine, output lengths drawn from a range",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="output_tokens_per_s",
+    "batching", "continuous vs static batching in the inferlab engine, output lengths drawn from a range",
+    KNOBS, run, validate, estimate_s,
     workload_knobs=("batch_size", "num_requests", "min_new_tokens", "max_new_tokens", "prompt_tokens"),
-    default_timeout_s=600.0,
 )

@@ -48,18 +48,9 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
 
 
 SCENARIO = Scenario(
-    name="classify",
-    description="sequence classification of long texts: samples/s, per-request latency percentiles, TFLOP/s, memory",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="requests_per_s",
-    higher_is_better=True,
-    uses_backends=True,
-    default_backend="hf",
-    uses_model=True,
-    default_timeout_s=240.0,
+    "classify", "sequence classification of long texts: samples/s, per-request latency percentiles, TFLOP/s, memory",
+    KNOBS, run, validate, estimate_s,
+    headline_metric="requests_per_s", uses_backends=True, default_backend="hf", default_timeout_s=240.0,
     # the sample's count only sets how long a pass is: a backend measured on fewer texts (transformers, slow)
     # still ranks beside the others on the same lengths
     workload_knobs=("min_tokens", "max_tokens", "length_distribution"),

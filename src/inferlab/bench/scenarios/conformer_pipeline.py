@@ -229,18 +229,10 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
 
 
 SCENARIO = Scenario(
-    name="conformer-pipeline",
-    description="`inferlab conformers generate` end to end (a subprocess, wall clock): tok/s, molecules/s, start-up, "
-                "validity, stereo agreement, and an independent reading of the SDF",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="output_tokens_per_s",
-    higher_is_better=True,
-    uses_backends=False,
-    uses_model=True,
-    default_timeout_s=540.0,
+    "conformer-pipeline",
+    "`inferlab conformers generate` end to end (a subprocess, wall clock): tok/s, molecules/s, start-up, "
+    "validity, stereo agreement, and an independent reading of the SDF",
+    KNOBS, run, validate, estimate_s, default_timeout_s=540.0,
     workload_knobs=("num_molecules", "num_conformers", "molecules_file", "min_heavy_atoms", "max_heavy_atoms",
                     "assign_stereo", "temperature", "top_p", "profile", "stereo_retries"),
 )

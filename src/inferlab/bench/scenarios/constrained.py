@@ -247,17 +247,8 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
 
 
 SCENARIO = Scenario(
-    name="constrained",
-    description="conformers of NCI molecules under the conformer constraint: tok/s, molecules/s, validity",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="output_tokens_per_s",
-    higher_is_better=True,
-    uses_backends=True,
-    uses_model=True,
-    default_timeout_s=600.0,
+    "constrained", "conformers of NCI molecules under the conformer constraint: tok/s, molecules/s, validity",
+    KNOBS, run, validate, estimate_s, uses_backends=True,
     # batch size and cache are serving choices: the baseline's best of them is what is compared
     workload_knobs=("num_molecules", "num_conformers", "max_requests", "sampling", "profile", "molecules_file",
                     "min_heavy_atoms", "max_heavy_atoms", "assign_stereo"),

@@ -196,14 +196,7 @@ def _write_step(ctx: CellContext, cell: Cell, kernels: list, steps: int, unmatch
 
 
 SCENARIO = Scenario(
-    name="decode-profile",
-    description="one decode step of the engine against its bound: per kernel family, time, share, % of the bound",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="step_bandwidth_fraction",
-    higher_is_better=True,
+    "decode-profile", "one decode step of the engine against its bound: per kernel family, time, share, % of the bound",
+    KNOBS, run, validate, estimate_s, headline_metric="step_bandwidth_fraction", default_timeout_s=300.0,
     workload_knobs=("batch_size", "context_tokens", "temperature", "top_p"),
-    default_timeout_s=300.0,
 )

@@ -295,17 +295,8 @@ def _after_measuring(cell: Cell, ctx: CellContext, backend: Any, short_call: Cal
 
 
 SCENARIO = Scenario(
-    name="generate",
-    description="batched generation of equal-length outputs through a backend: tok/s, first call, memory, kernel",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="output_tokens_per_s",
-    higher_is_better=True,
-    uses_backends=True,
-    uses_model=True,
-    default_timeout_s=600.0,
+    "generate", "batched generation of equal-length outputs through a backend: tok/s, first call, memory, kernel",
+    KNOBS, run, validate, estimate_s, uses_backends=True,
     workload_knobs=("batch_size", "num_prompts", "prompt_tokens", "new_tokens", "do_sample", "temperature", "top_p",
                     "top_k"),
 )

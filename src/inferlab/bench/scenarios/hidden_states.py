@@ -79,17 +79,8 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
 
 
 SCENARIO = Scenario(
-    name="hidden-states",
-    description="pooled activations of chosen layers: prompts/s, tokens/s, per-request latency, TFLOP/s, memory",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="input_tokens_per_s",
-    higher_is_better=True,
-    uses_backends=True,
-    default_backend="hf",
-    uses_model=True,
-    default_timeout_s=240.0,
+    "hidden-states", "pooled activations of chosen layers: prompts/s, tokens/s, per-request latency, TFLOP/s, memory",
+    KNOBS, run, validate, estimate_s,
+    headline_metric="input_tokens_per_s", uses_backends=True, default_backend="hf", default_timeout_s=240.0,
     workload_knobs=("min_tokens", "max_tokens", "length_distribution", "layers", "pool"),
 )

@@ -271,18 +271,10 @@ def mode_figures(passes: dict[str, list[Pass]]) -> dict[str, Any]:
 
 
 SCENARIO = Scenario(
-    name="steering",
-    description="the seed's steering job: generation with a steering vector and hidden states collected, "
-                "per mode (plain / steer / collect / both): tok/s, the step's cost of steering, activation check",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="output_tokens_per_s",
-    higher_is_better=True,
-    uses_backends=True,
-    uses_model=True,
-    default_timeout_s=600.0,
+    "steering",
+    "the seed's steering job: generation with a steering vector and hidden states collected, "
+    "per mode (plain / steer / collect / both): tok/s, the step's cost of steering, activation check",
+    KNOBS, run, validate, estimate_s, uses_backends=True,
     # the prompt count only sets how long a pass is (rates compare at equal prompt and output lengths), so
     # a cell that measures fewer prompts (transformers, slow) still ranks beside the engine's
     workload_knobs=("prompt_min_tokens", "prompt_max_tokens", "new_tokens", "do_sample", "temperature", "top_p",
