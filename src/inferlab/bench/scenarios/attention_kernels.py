@@ -15,7 +15,7 @@ import math
 from typing import Any, Callable
 
 from inferlab.bench.cells import Cell
-from inferlab.bench.knobs import Knob, common_knobs
+from inferlab.bench.knobs import Knob, common_knobs, dtype_knob
 from inferlab.bench.packages import missing_package
 from inferlab.bench.scenarios.base import CellContext, Scenario
 from inferlab.errors import ConfigError, UnsupportedError
@@ -32,7 +32,7 @@ KNOBS = (
     Knob("kv_len", int, 2048, "key/value positions (the KV cache length for a decode step)", minimum=1),
     Knob("head_dim", int, 64, "head dimension", minimum=1),
     Knob("causal", bool, True, "causal self-attention (needs q_len == kv_len)"),
-    Knob("dtype", str, "bfloat16", "q/k/v dtype", choices=("bfloat16", "float16", "float32")),
+    dtype_knob("q/k/v dtype"),
     Knob("gqa", str, "native", "grouped kv heads: native (enable_gqa) or expand (repeat to q_heads first, untimed)",
          choices=("native", "expand")),
     Knob("sample_min_s", float, 0.005, "calls per timed sample are chosen so one sample lasts at least this long", minimum=0.0),

@@ -17,8 +17,8 @@ from typing import Any
 
 from inferlab.bench.cells import Cell
 from inferlab.bench.scenarios.base import CellContext, Scenario
-from inferlab.bench.scenarios.encode_measurement import (approx_params_b, estimate_text_s, measure_encode,
-                                                         measuring_knobs, sample_knobs, validate_text_workload)
+from inferlab.bench.scenarios.encode_measurement import (estimate_cell_s, measure_encode, measuring_knobs,
+                                                         sample_knobs, validate_text_workload)
 from inferlab.workloads.encode_backends import EncodeSpec
 
 KNOBS = (
@@ -32,13 +32,7 @@ def validate(cell: Cell) -> None:
 
 
 def estimate_s(cell: Cell, accelerator: bool) -> float:
-    """The backend's own estimate (the engine, vLLM: backends/estimates.py), else transformers' model."""
-    from inferlab.bench.backends import backend_estimate_s
-
-    assert cell.model is not None
-    own = backend_estimate_s(cell, accelerator)
-    return own if own is not None else estimate_text_s(cell.config, accelerator, cell.config["num_samples"],
-                                                       approx_params_b(cell.model))
+    return estimate_cell_s(cell, accelerator, "num_samples")
 
 
 def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:

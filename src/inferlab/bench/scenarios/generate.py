@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
-from inferlab.bench.knobs import Knob, common_knobs
+from inferlab.bench.knobs import TOKENIZER_KNOB, Knob, common_knobs, dtype_knob, sampling_knobs
 from inferlab.bench.scenarios.base import CellContext, Scenario, completed
 from inferlab.errors import ConfigError
 
@@ -37,12 +37,10 @@ KNOBS = (
     Knob("num_prompts", int, 64, "prompts per pass (a multiple of batch_size)", minimum=1),
     Knob("prompt_tokens", int, 48, "tokens per prompt (random ids, all rows equally long)", minimum=1),
     Knob("new_tokens", int, 128, "tokens generated per row (min_new_tokens == max_new_tokens)", minimum=1),
-    Knob("dtype", str, "bfloat16", "weights and activations", choices=("bfloat16", "float16", "float32")),
-    Knob("do_sample", bool, True, "sample (true) or greedy (false)"),
-    Knob("temperature", float, 1.0, "sampling temperature", minimum=0.0),
-    Knob("top_p", float, 0.9, "nucleus sampling threshold (1.0 disables)", minimum=0.0),
+    dtype_knob(),
+    *sampling_knobs(top_p=0.9, do_sample="sample (true) or greedy (false)", temperature_help="sampling temperature"),
     Knob("top_k", int, 0, "top-k filter (0 disables)", minimum=0),
-    Knob("tokenizer", str, "", "tokenizer folder for building a preset model ('' = the preset's own)"),
+    TOKENIZER_KNOB,
     Knob("profile_kernels", bool, True, "profile one short call to see which attention kernel ran"),
     Knob("profile_steps", int, 4, "decode steps of the profiled call", minimum=1),
     Knob("warmup_steps", int, 16, "decode steps of each warm-up call with a static KV cache (every shape kept, so "
