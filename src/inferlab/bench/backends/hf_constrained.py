@@ -20,20 +20,14 @@ from typing import Any, Iterator
 from inferlab.bench.backends import hf_knobs
 from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call, require_attention_package, \
     unprepared
-from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for
-from inferlab.bench.knobs import Knob
+from inferlab.bench.backends.hf_compile import compile_config_for
 from inferlab.errors import UnsupportedError
 from inferlab.types import Request, Result
 from inferlab.workloads.backend import Backend, Supports, finished_result
 
 KNOBS = (
-    Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
-         choices=("eager", "sdpa", "flash_attention_2")),
-    Knob("kv_cache", str, "dynamic", "KV cache implementation", choices=("dynamic", "static")),
-    Knob("compile", bool, None, "compile the decode step (static cache only); default: on with a static cache, "
-         "as HF does by itself"),
-    Knob("compile_backend", str, "inductor", "torch.compile backend with compile=true (see the generate hf backend)",
-         choices=COMPILE_BACKENDS),
+    hf_knobs.ATTN_IMPLEMENTATION, hf_knobs.KV_CACHE, hf_knobs.COMPILE,
+    hf_knobs.compile_backend_knob("torch.compile backend with compile=true (see the generate hf backend)"),
 )
 PROMPT_PAD_MULTIPLE = 64
 
@@ -132,12 +126,7 @@ class HFConstrainedBackend(Backend):
 
 
 BACKEND = BackendSpec(
-    name="hf",
-    description="transformers generate + the seeds' per-token Python LogitsProcessor (the baseline)",
-    knobs=KNOBS,
-    create=lambda config, spec: HFConstrainedBackend(config, spec),
-    validate=lambda cell: hf_knobs.check_cache_and_compile(cell.config),
-    resolve=hf_knobs.resolve,
-    scenario="constrained",
+    "hf", "transformers generate + the seeds' per-token Python LogitsProcessor (the baseline)",
+    KNOBS, HFConstrainedBackend, hf_knobs.validate, hf_knobs.resolve, scenario="constrained",
     precheck=hf_knobs.precheck,
 )

@@ -164,11 +164,6 @@ class HFContinuousBackend(Backend):
 
 
 BACKEND = BackendSpec(
-    name="hf-continuous",
-    description="transformers' continuous batching (generate_batch): paged KV, CUDA graphs, persistent manager",
-    knobs=KNOBS,
-    create=lambda config, spec: HFContinuousBackend(config, spec),
-    validate=validate,
-    precheck=hf_knobs.precheck,
-    estimate_s=estimates.hf_continuous,
+    "hf-continuous", "transformers' continuous batching (generate_batch): paged KV, CUDA graphs, persistent manager",
+    KNOBS, HFContinuousBackend, validate, precheck=hf_knobs.precheck, estimate_s=estimates.hf_continuous,
 )

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 from inferlab.bench.backends import hf_knobs
 from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call, require_attention_package
-from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for, compile_forward_by_hand
+from inferlab.bench.backends.hf_compile import compile_config_for, compile_forward_by_hand
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError, UnsupportedError
@@ -28,15 +28,12 @@ from inferlab.types import Request, Result, SamplingParams
 from inferlab.workloads.backend import Backend, finished_result
 
 KNOBS = (
-    Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
-         choices=("eager", "sdpa", "flash_attention_2")),
+    hf_knobs.ATTN_IMPLEMENTATION,
     Knob("sdpa_backend", str, "auto", "force SDPA to one backend (only with attn_implementation=sdpa)",
          choices=("auto", "flash", "efficient", "cudnn", "math")),
-    Knob("kv_cache", str, "dynamic", "KV cache implementation", choices=("dynamic", "static")),
-    Knob("compile", bool, None, "compile the decode step (static cache only); default: on with a static cache, "
-         "as HF does by itself"),
-    Knob("compile_backend", str, "inductor", "torch.compile backend with compile=true: inductor (HF's default: CUDA "
-         "graphs); aot_eager / eager only trace (diagnosis, CPU checks)", choices=COMPILE_BACKENDS),
+    hf_knobs.KV_CACHE, hf_knobs.COMPILE,
+    hf_knobs.compile_backend_knob("torch.compile backend with compile=true: inductor (HF's default: CUDA graphs); "
+                                  "aot_eager / eager only trace (diagnosis, CPU checks)"),
     Knob("processor", str, "none", "a per-token Python LogitsProcessor in the seeds' style", choices=("none", "python"),
          baseline=("python",)),
 )
@@ -167,11 +164,7 @@ class HFGenerateBackend(Backend):
 
 
 BACKEND = BackendSpec(
-    name="hf",
-    description="transformers generate: attention implementation, forced SDPA backend, static/dynamic KV, compile, Python processor",
-    knobs=KNOBS,
-    create=lambda config, spec: HFGenerateBackend(config, spec),
-    validate=validate,
-    resolve=hf_knobs.resolve,
-    precheck=hf_knobs.precheck,
+    "hf", "transformers generate: attention implementation, forced SDPA backend, static/dynamic KV, compile, "
+    "Python processor",
+    KNOBS, HFGenerateBackend, validate, hf_knobs.resolve, precheck=hf_knobs.precheck,
 )

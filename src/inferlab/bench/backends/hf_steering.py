@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
+from inferlab.bench.backends import hf_knobs
 from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call, require_attention_package
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
@@ -23,8 +24,7 @@ from inferlab.types import Request, Result
 from inferlab.workloads.backend import Backend, Supports, error_result
 
 KNOBS = (
-    Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
-         choices=("eager", "sdpa", "flash_attention_2")),
+    hf_knobs.ATTN_IMPLEMENTATION,
     Knob("kv_cache", str, "dynamic", "KV cache implementation (static: transformers compiles the step)",
          choices=("dynamic", "static")),
 )
@@ -135,10 +135,6 @@ class HFSteeringBackend(Backend):
 
 
 BACKEND = BackendSpec(
-    name="hf",
-    description="transformers generate with forward hooks adding the vector and recording hidden states",
-    knobs=KNOBS,
-    create=lambda config, spec: HFSteeringBackend(config, spec),
-    validate=validate,
-    scenario="steering",
+    "hf", "transformers generate with forward hooks adding the vector and recording hidden states",
+    KNOBS, HFSteeringBackend, validate, scenario="steering",
 )

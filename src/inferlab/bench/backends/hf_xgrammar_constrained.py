@@ -23,21 +23,16 @@ from typing import Any, Iterator
 from inferlab.bench.backends import estimates, hf_knobs
 from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call, require_attention_package, \
     unprepared
-from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for
+from inferlab.bench.backends.hf_compile import compile_config_for
 from inferlab.bench.backends.hf_constrained import PROMPT_PAD_MULTIPLE
 from inferlab.bench.cells import Cell
-from inferlab.bench.knobs import Knob
 from inferlab.bench.packages import missing_package
 from inferlab.errors import UnsupportedError
 from inferlab.types import Request, Result
 from inferlab.workloads.backend import Backend, Supports, finished_result
 
 KNOBS = (
-    Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
-         choices=("eager", "sdpa", "flash_attention_2")),
-    Knob("kv_cache", str, "dynamic", "KV cache implementation", choices=("dynamic", "static")),
-    Knob("compile", bool, None, "compile the decode step (static cache only); default: on with a static cache"),
-    Knob("compile_backend", str, "inductor", "torch.compile backend with compile=true", choices=COMPILE_BACKENDS),
+    hf_knobs.ATTN_IMPLEMENTATION, hf_knobs.KV_CACHE, hf_knobs.COMPILE, hf_knobs.compile_backend_knob(),
 )
 
 
@@ -152,14 +147,8 @@ class HFXGrammarBackend(Backend):
 
 
 BACKEND = BackendSpec(
-    name="hf-xgrammar",
-    description="transformers generate + xgrammar's HF logits processor (a peer): one compiled template regex per "
-                "request",
-    knobs=KNOBS,
-    create=lambda config, spec: HFXGrammarBackend(config, spec),
-    validate=lambda cell: hf_knobs.check_cache_and_compile(cell.config),
-    resolve=hf_knobs.resolve,
-    scenario="constrained",
-    precheck=precheck,
-    estimate_s=estimates.hf_xgrammar,
+    "hf-xgrammar", "transformers generate + xgrammar's HF logits processor (a peer): one compiled template regex per "
+    "request",
+    KNOBS, HFXGrammarBackend, hf_knobs.validate, hf_knobs.resolve, scenario="constrained",
+    precheck=precheck, estimate_s=estimates.hf_xgrammar,
 )

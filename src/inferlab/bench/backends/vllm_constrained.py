@@ -167,12 +167,7 @@ def _validation_seconds(backend: str, regexes: list[str]) -> float | None:
 
 
 BACKEND = BackendSpec(
-    name="vllm",
-    description="vLLM's structured outputs (a peer): the conformer template as one regex per request, "
-                "xgrammar or guidance",
-    knobs=KNOBS,
-    create=lambda config, spec: VLLMConstrainedBackend(config, spec),
-    scenario="constrained",
-    precheck=vllm_support.precheck,
+    "vllm", "vLLM's structured outputs (a peer): the conformer template as one regex per request, xgrammar or guidance",
+    KNOBS, VLLMConstrainedBackend, scenario="constrained", precheck=vllm_support.precheck,
     estimate_s=estimates.vllm_constrained,
 )

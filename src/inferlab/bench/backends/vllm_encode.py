@@ -109,9 +109,9 @@ def validate_hidden_states(cell: Cell) -> None:
 
 BACKENDS = [
     BackendSpec(name="vllm", description="vLLM's pooling runner, LLM.classify (a peer)", knobs=KNOBS,
-                create=lambda config, spec: VllmEncodeBackend(config, spec), scenario="classify",
+                create=VllmEncodeBackend, scenario="classify",
                 precheck=vllm_support.precheck, estimate_s=estimates.vllm_encode),
     BackendSpec(name="vllm", description="vLLM's pooling runner, LLM.embed of the final hidden state (a peer)",
-                knobs=KNOBS, create=lambda config, spec: VllmEncodeBackend(config, spec), scenario="hidden-states",
+                knobs=KNOBS, create=VllmEncodeBackend, scenario="hidden-states",
                 validate=validate_hidden_states, precheck=vllm_support.precheck, estimate_s=estimates.vllm_encode),
 ]

@@ -107,10 +107,6 @@ class VLLMGenerateBackend(Backend):
 
 
 BACKEND = BackendSpec(
-    name="vllm",
-    description="vLLM's offline LLM (a peer): token-id prompts, exactly new_tokens per row, the same sampling",
-    knobs=KNOBS,
-    create=lambda config, spec: VLLMGenerateBackend(config, spec),
-    precheck=vllm_support.precheck,
-    estimate_s=estimates.vllm_generate,
+    "vllm", "vLLM's offline LLM (a peer): token-id prompts, exactly new_tokens per row, the same sampling",
+    KNOBS, VLLMGenerateBackend, precheck=vllm_support.precheck, estimate_s=estimates.vllm_generate,
 )
