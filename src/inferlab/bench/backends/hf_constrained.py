@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import hf_knobs
-from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call, require_attention_package, \
-    unprepared
+from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call, unprepared
 from inferlab.bench.backends.hf_compile import compile_config_for
+from inferlab.bench.backends.hf_model import load_with_tokenizer, padded_length
 from inferlab.errors import UnsupportedError
 from inferlab.types import Request, Result
 from inferlab.workloads.backend import Backend, Supports, finished_result
@@ -52,16 +52,10 @@ class HFConstrainedBackend(Backend):
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
         import transformers
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from inferlab.workloads.hf_loading import from_pretrained_for_inference
 
         c = self.config
-        require_attention_package(c["attn_implementation"])
-        self.model = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype, c["attn_implementation"],
-                                                   device)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        self.eos_token_ids = frozenset([self.tokenizer.eos_token_id])
+        self.model, self.tokenizer, self.eos_token_ids = load_with_tokenizer(c["attn_implementation"], model_dir,
+                                                                             device, dtype)
         auto_compile = hasattr(self.model, "_valid_auto_compile_criteria")
         if c["compile"] and not auto_compile:
             raise UnsupportedError(f"transformers {transformers.__version__} does not compile generate by itself; "
@@ -83,8 +77,7 @@ class HFConstrainedBackend(Backend):
             smiles = r.constraint.smiles
             if smiles not in self.templates:
                 self.templates[smiles] = build_baseline_template(smiles, profile, self.tokenizer)
-        longest_prompt = max(len(r.prompt_ids) for r in requests)
-        self.prompt_length = -(-longest_prompt // PROMPT_PAD_MULTIPLE) * PROMPT_PAD_MULTIPLE
+        self.prompt_length = padded_length(max(len(r.prompt_ids) for r in requests), PROMPT_PAD_MULTIPLE)
         self.max_new_tokens = max(len(t) for t in self.templates.values()) + 1
 
     def unsupported(self, request: Request) -> str | None:

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates, hf_knobs
-from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call, require_attention_package
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call
+from inferlab.bench.backends.hf_model import eos_and_pad, load_causal_lm
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError
@@ -100,19 +101,9 @@ class HFContinuousBackend(Backend):
         self.cb_config: Any = None
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
-        from transformers import AutoModelForCausalLM
-
-        from inferlab.workloads.hf_loading import from_pretrained_for_inference
-
-        c, s = self.config, self.spec
-        require_attention_package(c["attn_implementation"])
-        self.model = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype, c["attn_implementation"],
-                                                   device)
-        gen = self.model.generation_config
-        eos = gen.eos_token_id if gen.eos_token_id is not None else self.model.config.eos_token_id
-        self.eos_token_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
-        self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else min(self.eos_token_ids, default=0)
-        self.cb_config = continuous_batching_config(c, s.new_tokens, s.seed)
+        self.model = load_causal_lm(self.config["attn_implementation"], model_dir, device, dtype)
+        self.eos_token_ids, self.pad_token_id = eos_and_pad(self.model)
+        self.cb_config = continuous_batching_config(self.config, self.spec.new_tokens, self.spec.seed)
 
     def _generation_config(self, sampling: SamplingParams) -> Any:
         """Continuous batching drops min_new_tokens: a request asking for exactly max_new_tokens has EOS

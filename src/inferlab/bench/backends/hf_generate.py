@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import hf_knobs
-from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call, require_attention_package
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call
 from inferlab.bench.backends.hf_compile import compile_config_for, compile_forward_by_hand
+from inferlab.bench.backends.hf_model import eos_and_pad, load_causal_lm
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError, UnsupportedError
@@ -71,18 +72,11 @@ class HFGenerateBackend(Backend):
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
         import transformers
-        from transformers import AutoModelForCausalLM
-
-        from inferlab.workloads.hf_loading import from_pretrained_for_inference
 
         c = self.config
-        require_attention_package(c["attn_implementation"])
-        self.model = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype, c["attn_implementation"],
-                                                   device)
+        self.model = load_causal_lm(c["attn_implementation"], model_dir, device, dtype)
+        self.eos_token_ids, self.pad_token_id = eos_and_pad(self.model)
         gen = self.model.generation_config
-        eos = gen.eos_token_id if gen.eos_token_id is not None else self.model.config.eos_token_id
-        self.eos_token_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
-        self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else (min(self.eos_token_ids) if self.eos_token_ids else 0)
         self.auto_compile = hasattr(self.model, "_valid_auto_compile_criteria")
         if self.auto_compile and not c["compile"] and not hasattr(gen, "disable_compile"):
             raise UnsupportedError(f"transformers {transformers.__version__} auto-compiles static caches and has no "

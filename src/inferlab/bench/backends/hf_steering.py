@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import hf_knobs
-from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call, require_attention_package
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call
+from inferlab.bench.backends.hf_model import load_causal_lm
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError
@@ -46,21 +47,16 @@ class HFSteeringBackend(Backend):
         self.config = config
         self.spec = spec
         self.model: Any = None
-        self.taps: Any = None
+        self.hooks: Any = None
         self.named: dict[str, Any] = {}  # entry name -> its SteeringVectors set
         self.pad_id = 0
         self.calls = 0
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
-        from transformers import AutoModelForCausalLM
-
-        from inferlab.workloads.hf_loading import from_pretrained_for_inference
         from inferlab.workloads.hf_steering import HFTaps
 
-        require_attention_package(self.config["attn_implementation"])
-        self.model = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype,
-                                                   self.config["attn_implementation"], device)
-        self.taps = HFTaps(self.model)
+        self.model = load_causal_lm(self.config["attn_implementation"], model_dir, device, dtype)
+        self.hooks = HFTaps(self.model)
         gen = self.model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else self.model.config.eos_token_id
         eos = eos[0] if isinstance(eos, (list, tuple)) else eos
@@ -69,17 +65,17 @@ class HFSteeringBackend(Backend):
     def add_steering_vectors(self, vectors: Any) -> None:
         self.named.update({name: vectors for name in vectors.names})
 
-    def _taps(self, request: Request) -> tuple[list[Any], Any] | str:
+    def _checked(self, request: Request) -> tuple[list[Any], Any] | str:
         """The request's checked steering entries and collection plan, or why it cannot run."""
         from inferlab.engine import resolve_collect, resolve_steering
         from inferlab.workloads.hf_text_backend import MAX_STEERED_LAYERS
 
-        taps = self.taps
-        steering = resolve_steering(request.steering or (), self.named, taps.num_layers, taps.hidden_size, taps.dtype,
-                                    MAX_STEERED_LAYERS)
+        hooks = self.hooks
+        steering = resolve_steering(request.steering or (), self.named, hooks.num_layers, hooks.hidden_size,
+                                    hooks.dtype, MAX_STEERED_LAYERS)
         if isinstance(steering, str) or request.collect is None:
             return steering if isinstance(steering, str) else (steering, None)
-        plan = resolve_collect(request.collect, taps.num_layers, request.sampling.max_new_tokens)
+        plan = resolve_collect(request.collect, hooks.num_layers, request.sampling.max_new_tokens)
         return plan if isinstance(plan, str) else (steering, plan)
 
     def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
@@ -94,11 +90,11 @@ class HFSteeringBackend(Backend):
         runs, other = one_call(served)
         checked = {}
         for r in runs:
-            taps = self._taps(r)
-            if isinstance(taps, str):
-                other.append(error_result(r, taps))
+            entries = self._checked(r)
+            if isinstance(entries, str):
+                other.append(error_result(r, entries))
             else:
-                checked[r.id] = taps
+                checked[r.id] = entries
         runs = [r for r in runs if r.id in checked]
         if not runs:
             return iter(refused + other)
@@ -120,7 +116,7 @@ class HFSteeringBackend(Backend):
             layers = sorted({layer for plan in plans if plan is not None for layer in plan.layers})
             torch.manual_seed(self.spec.seed + self.calls)
             self.calls += 1
-            with torch.inference_mode(), self.taps.attached(steering, layers) as recording:
+            with torch.inference_mode(), self.hooks.attached(steering, layers) as recording:
                 out = self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
             new = out[:, input_ids.shape[1]:]  # [rows, n]
             pooled = recording.pooled([new.shape[1]] * len(batch), plans)

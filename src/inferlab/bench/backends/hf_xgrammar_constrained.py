@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates, hf_knobs
-from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call, require_attention_package, \
-    unprepared
+from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call, unprepared
 from inferlab.bench.backends.hf_compile import compile_config_for
 from inferlab.bench.backends.hf_constrained import PROMPT_PAD_MULTIPLE
+from inferlab.bench.backends.hf_model import load_with_tokenizer, padded_length
 from inferlab.bench.cells import Cell
 from inferlab.bench.packages import missing_package
 from inferlab.errors import UnsupportedError
@@ -59,20 +59,13 @@ class HFXGrammarBackend(Backend):
         self.eos_token_ids: frozenset[int] = frozenset()
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from inferlab.workloads.hf_loading import from_pretrained_for_inference
-
         try:
             import xgrammar  # noqa: F401
         except Exception as e:
             raise UnsupportedError(f"xgrammar cannot be imported here: {type(e).__name__}: {e}") from None
         c = self.config
-        require_attention_package(c["attn_implementation"])
-        self.model = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype, c["attn_implementation"],
-                                                   device)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        self.eos_token_ids = frozenset([self.tokenizer.eos_token_id])
+        self.model, self.tokenizer, self.eos_token_ids = load_with_tokenizer(c["attn_implementation"], model_dir,
+                                                                             device, dtype)
         if c["compile"]:
             if not hasattr(self.model, "_valid_auto_compile_criteria"):
                 raise UnsupportedError("compile=true needs transformers' auto-compile (transformers >= 4.48)")
@@ -95,8 +88,7 @@ class HFXGrammarBackend(Backend):
             smiles = r.constraint.smiles
             if smiles not in self.grammars:
                 self.grammars[smiles] = compiler.compile_regex(template_regex(r.constraint.template.segments))
-        longest_prompt = max(len(r.prompt_ids) for r in requests)
-        self.prompt_length = -(-longest_prompt // PROMPT_PAD_MULTIPLE) * PROMPT_PAD_MULTIPLE
+        self.prompt_length = padded_length(max(len(r.prompt_ids) for r in requests), PROMPT_PAD_MULTIPLE)
         self.max_new_tokens = max(len(t.skeleton) + t.num_atoms * hole_tokens + 1
                                   for t in (r.constraint.template for r in requests))
 

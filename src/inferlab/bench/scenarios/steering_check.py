@@ -23,13 +23,13 @@ def check_activations(results: list[Any], model_dir: Any, prompts: list[list[int
     # transformers' default attention for the model: sdpa where it has it, eager for Gemma 2's soft-capped
     # scores (hf_loading.attention_for: transformers 5.17 would run SDPA and drop the cap)
     hf = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype, None, device)
-    taps = HFTaps(hf)
+    hooks = HFTaps(hf)
     entry = SteerEntry(steered_layer, vector, scale, b"")
     rel, cos = [], []
     for prompt, result in zip(prompts, results):
         tokens = result.token_ids
         sequence = torch.tensor([prompt + tokens[:-1]], device=device)
-        with torch.inference_mode(), taps.attached([[entry]], layers, keep_all=True) as recording:
+        with torch.inference_mode(), hooks.attached([[entry]], layers, keep_all=True) as recording:
             hf(input_ids=sequence)
         start = len(prompt) - 1
         for layer in layers:
