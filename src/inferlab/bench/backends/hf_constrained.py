@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import hf_knobs
-from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call, unprepared
+from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call_of, unprepared
 from inferlab.bench.backends.hf_compile import compile_config_for
-from inferlab.bench.backends.hf_model import load_with_tokenizer, padded_length
+from inferlab.bench.backends.hf_model import HFModelBackend, load_with_tokenizer, padded_length
 from inferlab.errors import UnsupportedError
 from inferlab.types import Request, Result
-from inferlab.workloads.backend import Backend, Supports, finished_result
+from inferlab.workloads.backend import Supports, finished_result
 
 KNOBS = (
     hf_knobs.ATTN_IMPLEMENTATION, hf_knobs.KV_CACHE, hf_knobs.COMPILE,
@@ -32,23 +32,20 @@ KNOBS = (
 PROMPT_PAD_MULTIPLE = 64
 
 
-class HFConstrainedBackend(Backend):
+class HFConstrainedBackend(HFModelBackend):
     """Requests carry a ConformerConstraint and share their sampling within a call; others are error Results."""
 
     name = "hf"
     supports = Supports(constraint=True)
 
     def __init__(self, config: dict[str, Any], spec: ConstrainedSpec) -> None:
-        self.config = config
-        self.spec = spec
-        self.model: Any = None
+        super().__init__(config, spec)
         self.tokenizer: Any = None
         self.masks: Any = None
         self.templates: dict[str, Any] = {}  # SMILES -> BaselineTemplate (the K conformers of a molecule share it)
         self.prompt_length = 0  # every batch is left-padded to this
         self.max_new_tokens = 0  # every batch generates up to this (the longest skeleton + EOS)
         self.compile_config: Any = None
-        self.eos_token_ids: frozenset[int] = frozenset()
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
         import transformers
@@ -89,10 +86,9 @@ class HFConstrainedBackend(Backend):
         from inferlab.bench.backends.hf_generate_options import generate_options, stop_at
         from inferlab.workloads.conformers.evaluation.hf_baseline_run import run_baseline_batch
 
-        served, refused = self.split_supported(requests)
-        runs, other = one_call(served)
+        runs, not_run = one_call_of(self, requests)
         if not runs:
-            return iter(refused + other)
+            return iter(not_run)
         c = self.config
         kwargs = generate_options(runs[0].sampling, c["kv_cache"], c["compile"], self.compile_config,
                                   self.model.generation_config)
@@ -102,7 +98,7 @@ class HFConstrainedBackend(Backend):
         templates = [self.templates[r.constraint.smiles] for r in runs]
         rows = run_baseline_batch(self.model, self.tokenizer, templates, self.masks, max_new_tokens=self.max_new_tokens,
                                   pad_to_multiple_of=self.prompt_length, **kwargs)
-        return iter(refused + other + [finished_result(r, list(row.token_ids), self.eos_token_ids)
+        return iter(not_run + [finished_result(r, list(row.token_ids), self.eos_token_ids)
                                        for r, row in zip(runs, rows)])
 
     def extra_metrics(self) -> dict[str, Any]:

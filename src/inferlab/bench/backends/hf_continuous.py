@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates, hf_knobs
-from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call
-from inferlab.bench.backends.hf_model import eos_and_pad, load_causal_lm
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call_of
+from inferlab.bench.backends.hf_model import HFModelBackend, eos_and_pad, load_causal_lm
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError
 from inferlab.types import Request, Result, SamplingParams
-from inferlab.workloads.backend import Backend, finished_result
+from inferlab.workloads.backend import finished_result
 
 KNOBS = (
     Knob("attn_implementation", str, "sdpa", "attention, made paged by transformers (flash_attention_2 enables the "
@@ -86,16 +86,13 @@ def continuous_batching_config(c: dict[str, Any], new_tokens: int, seed: int) ->
     })
 
 
-class HFContinuousBackend(Backend):
+class HFContinuousBackend(HFModelBackend):
     """Requests of one call share their sampling (one GenerationConfig per call); others are error Results."""
 
     name = "hf-continuous"
 
     def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
-        self.config = config
-        self.spec = spec
-        self.model: Any = None
-        self.eos_token_ids: frozenset[int] = frozenset()
+        super().__init__(config, spec)
         self.pad_token_id: int | None = None
         self.generation_configs: dict[SamplingParams, Any] = {}  # one per sampling setting, made at its first call
         self.cb_config: Any = None
@@ -122,10 +119,9 @@ class HFContinuousBackend(Backend):
         return self.generation_configs[sampling]
 
     def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
-        served, refused = self.split_supported(requests)
-        runs, other = one_call(served)
+        runs, not_run = one_call_of(self, requests)
         if not runs:
-            return iter(refused + other)
+            return iter(not_run)
         sampling = runs[0].sampling
         new_tokens = min(stop_after_steps, sampling.max_new_tokens) if stop_after_steps else sampling.max_new_tokens
         results = self.model.generate_batch(
@@ -136,7 +132,7 @@ class HFContinuousBackend(Backend):
         failed = [r.error for r in results.values() if r.error is not None]
         if failed or len(results) != len(runs):
             raise RuntimeError(f"generate_batch returned {len(results)} of {len(runs)} rows; errors: {failed[:2]}")
-        return iter(refused + other + [finished_result(r, list(out.generated_tokens), self.eos_token_ids)
+        return iter(not_run + [finished_result(r, list(out.generated_tokens), self.eos_token_ids)
                                        for r, out in zip(runs, results.values())])
 
     def extra_metrics(self) -> dict[str, Any]:

@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import hf_knobs
-from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call_of
 from inferlab.bench.backends.hf_compile import compile_config_for, compile_forward_by_hand
-from inferlab.bench.backends.hf_model import eos_and_pad, load_causal_lm
+from inferlab.bench.backends.hf_model import HFModelBackend, eos_and_pad, load_causal_lm
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError, UnsupportedError
 from inferlab.types import Request, Result, SamplingParams
-from inferlab.workloads.backend import Backend, finished_result
+from inferlab.workloads.backend import finished_result
 
 KNOBS = (
     hf_knobs.ATTN_IMPLEMENTATION,
@@ -54,17 +54,14 @@ def requested_kernel(c: dict[str, Any]) -> str:
     return c["attn_implementation"]
 
 
-class HFGenerateBackend(Backend):
+class HFGenerateBackend(HFModelBackend):
     """Requests of one call share their sampling and their prompt length (the scenario's prompts need no
     padding); others are error Results."""
 
     name = "hf"
 
     def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
-        self.config = config
-        self.spec = spec
-        self.model: Any = None
-        self.eos_token_ids: frozenset[int] = frozenset()
+        super().__init__(config, spec)
         self.pad_token_id: int | None = None
         self.auto_compile = False  # transformers compiles the decode step itself
         self.manual_compile = False  # we wrapped forward in torch.compile (transformers without auto-compile)
@@ -114,10 +111,9 @@ class HFGenerateBackend(Backend):
     def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
         import torch
 
-        served, refused = self.split_supported(requests)
-        runs, other = one_call(served, same_length=True)
+        runs, not_run = one_call_of(self, requests, same_length=True)
         if not runs:
-            return iter(refused + other)
+            return iter(not_run)
         prompt_ids = torch.tensor([r.prompt_ids for r in runs], device=self.model.device)  # [batch, prompt]
         prompt_len = prompt_ids.shape[1]
         kwargs = self._generate_kwargs(runs[0].sampling, prompt_len, stop_after_steps)
@@ -125,7 +121,7 @@ class HFGenerateBackend(Backend):
         with self._sdpa_context():
             out = self.model.generate(prompt_ids, attention_mask=torch.ones_like(prompt_ids), **kwargs)
         rows = out[:, prompt_len:].tolist()  # [batch, new tokens]
-        return iter(refused + other + [finished_result(r, row, self.eos_token_ids) for r, row in zip(runs, rows)])
+        return iter(not_run + [finished_result(r, row, self.eos_token_ids) for r, row in zip(runs, rows)])
 
     def _sdpa_context(self) -> Any:
         backend = self.config["sdpa_backend"]

@@ -6,6 +6,17 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.bench.backends.base import require_attention_package
+from inferlab.workloads.backend import Backend
+
+
+class HFModelBackend(Backend):
+    """A lab backend around one transformers model: the cell's backend knobs, the scenario's spec, and the
+    model once load has run."""
+
+    def __init__(self, config: dict[str, Any], spec: Any) -> None:
+        self.config = config
+        self.spec = spec
+        self.model: Any = None
 
 
 def load_causal_lm(attn_implementation: str, model_dir: Path, device: Any, dtype: Any) -> Any:

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import hf_knobs
-from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call
-from inferlab.bench.backends.hf_model import load_causal_lm
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call_of
+from inferlab.bench.backends.hf_model import HFModelBackend, load_causal_lm
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError
 from inferlab.types import Request, Result
-from inferlab.workloads.backend import Backend, Supports, error_result
+from inferlab.workloads.backend import Supports, error_result
 
 KNOBS = (
     hf_knobs.ATTN_IMPLEMENTATION,
@@ -36,7 +36,7 @@ def validate(cell: Cell) -> None:
         raise ConfigError("flash_attention_2 needs bfloat16 or float16; set dtype or attn_implementation=sdpa")
 
 
-class HFSteeringBackend(Backend):
+class HFSteeringBackend(HFModelBackend):
     """Requests of one call share their sampling; others are error Results. Steering names entries of the set
     add_steering_vectors registered, checked by the engine's rules (as the text workload's hf backend does)."""
 
@@ -44,9 +44,7 @@ class HFSteeringBackend(Backend):
     supports = Supports(steering=True, collect=True)
 
     def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
-        self.config = config
-        self.spec = spec
-        self.model: Any = None
+        super().__init__(config, spec)
         self.hooks: Any = None
         self.named: dict[str, Any] = {}  # entry name -> its SteeringVectors set
         self.pad_id = 0
@@ -86,18 +84,17 @@ class HFSteeringBackend(Backend):
         from inferlab.bench.backends.hf_generate_options import generate_options, stop_at
         from inferlab.workloads.batching import pad_batch
 
-        served, refused = self.split_supported(requests)
-        runs, other = one_call(served)
+        runs, not_run = one_call_of(self, requests)
         checked = {}
         for r in runs:
             entries = self._checked(r)
             if isinstance(entries, str):
-                other.append(error_result(r, entries))
+                not_run.append(error_result(r, entries))
             else:
                 checked[r.id] = entries
         runs = [r for r in runs if r.id in checked]
         if not runs:
-            return iter(refused + other)
+            return iter(not_run)
         sampling, rows = runs[0].sampling, self.config["batch_size"]
         kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, min_new_tokens=sampling.min_new_tokens,
                                       num_beams=1, pad_token_id=self.pad_id, use_cache=True,
@@ -123,7 +120,7 @@ class HFSteeringBackend(Backend):
             for k, r in enumerate(batch):
                 results.append(Result(r.id, new[k].tolist(), None, "length", len(r.prompt_ids), metadata=r.metadata,
                                       activations=pooled[k]))
-        return iter(refused + other + results)
+        return iter(not_run + results)
 
     def extra_metrics(self) -> dict[str, Any]:
         return {"attention_kernel_requested": self.config["attn_implementation"],

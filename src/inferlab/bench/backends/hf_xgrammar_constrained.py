@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates, hf_knobs
-from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call, unprepared
+from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call_of, unprepared
 from inferlab.bench.backends.hf_compile import compile_config_for
 from inferlab.bench.backends.hf_constrained import PROMPT_PAD_MULTIPLE
-from inferlab.bench.backends.hf_model import load_with_tokenizer, padded_length
+from inferlab.bench.backends.hf_model import HFModelBackend, load_with_tokenizer, padded_length
 from inferlab.bench.cells import Cell
 from inferlab.bench.packages import missing_package
 from inferlab.errors import UnsupportedError
 from inferlab.types import Request, Result
-from inferlab.workloads.backend import Backend, Supports, finished_result
+from inferlab.workloads.backend import Supports, finished_result
 
 KNOBS = (
     hf_knobs.ATTN_IMPLEMENTATION, hf_knobs.KV_CACHE, hf_knobs.COMPILE, hf_knobs.compile_backend_knob(),
@@ -41,22 +41,19 @@ def precheck(cell: Cell) -> str | None:
             or hf_knobs.precheck(cell))
 
 
-class HFXGrammarBackend(Backend):
+class HFXGrammarBackend(HFModelBackend):
     """Requests carry a ConformerConstraint and share their sampling within a call; others are error Results."""
 
     name = "hf-xgrammar"
     supports = Supports(constraint=True)
 
     def __init__(self, config: dict[str, Any], spec: ConstrainedSpec) -> None:
-        self.config = config
-        self.spec = spec
-        self.model: Any = None
+        super().__init__(config, spec)
         self.tokenizer: Any = None
         self.compile_config: Any = None
         self.grammars: dict[str, Any] = {}  # SMILES -> xgrammar CompiledGrammar (a molecule's K conformers share it)
         self.prompt_length = 0
         self.max_new_tokens = 0
-        self.eos_token_ids: frozenset[int] = frozenset()
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
         try:
@@ -102,10 +99,9 @@ class HFXGrammarBackend(Backend):
 
         from inferlab.bench.backends.hf_generate_options import generate_options, stop_at
 
-        served, refused = self.split_supported(requests)
-        runs, other = one_call(served)
+        runs, not_run = one_call_of(self, requests)
         if not runs:
-            return iter(refused + other)
+            return iter(not_run)
         c, sampling = self.config, runs[0].sampling
         eos = min(self.eos_token_ids)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
@@ -126,7 +122,7 @@ class HFXGrammarBackend(Backend):
         with torch.inference_mode():
             out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
                                       logits_processor=LogitsProcessorList([processor]), **kwargs)
-        return iter(refused + other + [finished_result(r, row, self.eos_token_ids)
+        return iter(not_run + [finished_result(r, row, self.eos_token_ids)
                                        for r, row in zip(runs, out[:, width:].tolist())])
 
     def extra_metrics(self) -> dict[str, Any]:
