@@ -27,7 +27,7 @@ from inferlab.bench.backends import estimates, vllm_support
 from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, unprepared
 from inferlab.bench.knobs import Knob
 from inferlab.types import Request, Result
-from inferlab.workloads.backend import Backend, Supports, finished_result
+from inferlab.workloads.backend import Supports, finished_result
 
 KNOBS = (
     *vllm_support.COMMON_KNOBS,
@@ -39,19 +39,14 @@ KNOBS = (
 )
 
 
-class VLLMConstrainedBackend(Backend):
+class VLLMConstrainedBackend(vllm_support.VLLMBackend):
     """Requests carry a ConformerConstraint; each keeps its own sampling."""
 
     name = "vllm"
     supports = Supports(constraint=True)
-    kernels_visible = False
 
     def __init__(self, config: dict[str, Any], spec: ConstrainedSpec) -> None:
-        self.config = config
-        self.spec = spec
-        self.llm: Any = None
-        self.environment: dict[str, Any] = {}
-        self.eos_token_ids: frozenset[int] = frozenset()
+        super().__init__(config, spec)
         self.regexes: dict[str, str] = {}  # SMILES -> its template's regex (the K conformers of a molecule share it)
         self.max_model_len = 0
         self.distinct_regexes = 0
@@ -138,10 +133,6 @@ class VLLMConstrainedBackend(Backend):
                 # vLLM validates every request's regex on the host as it is added (inside the timed call; it
                 # overlaps decoding once the first rows run): its mean cost, timed on this cell's regexes
                 "regex_validation_s_per_request": self.validation_s_per_request}
-
-    def close(self) -> None:
-        vllm_support.shutdown(self.llm)
-        self.llm = None
 
 
 def _validation_seconds(backend: str, regexes: list[str]) -> float | None:
