@@ -43,7 +43,7 @@ from inferlab.bench.scenarios.molecules import SELECTION_KNOBS, validate_selecti
 from inferlab.errors import ConfigError, UnsupportedError
 
 TOKENS_PER_HEAVY_ATOM = 24  # a fixed4 conformer with the qwen3-chem tokenizer (CONFORMERS.md: ~640 for drug-sized)
-GPU_TOKENS_PER_S = 38_000.0  # the engine on this job, qwen3-0.6b on an H100 (~36k tok/s measured engine-only)
+GPU_TOKENS_PER_S = 38_000.0  # the engine's rate on this job with qwen3-0.6b, for estimates
 LOG_TAIL_LINES = 8
 MIN_RERUN_S = 30
 RERUN_FIGURES = ("wall_s", "engine_start_s", "output_tokens_per_s", "molecules_per_s", "generation_output_tokens_per_s",

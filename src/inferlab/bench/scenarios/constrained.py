@@ -129,7 +129,7 @@ class ConformerRequests:
 
     def batches(self, count: int, batch_size: int, sort_by_length: bool) -> list[list[int]]:
         """The first `count` requests in consecutive batches of `batch_size`; with sort_by_length, longest output
-        bound first (the seeds' PR #11: rows of a batch end close together, and the hungriest batch runs first)."""
+        bound first (rows of a batch end close together, and the hungriest batch runs first)."""
         order = list(range(count))
         if sort_by_length:
             order.sort(key=lambda i: -self.items[i][2])

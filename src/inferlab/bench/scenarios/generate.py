@@ -83,11 +83,10 @@ def validate(cell: Cell) -> None:
 
 
 def estimate_s(cell: Cell, accelerator: bool) -> float:
-    """Rough seconds: process start + load (~8 s on a GPU host) + the kernel profile (~2 s), a compile guess (~25 s,
-    BENCHMARKING.md saw 16-33 s), warm-up calls of `warmup_steps` steps (and the warm repeat of one), then
-    the timed calls: passes over all prompts, cut at `max_duration_s`. The GPU step model is fitted to
-    BENCHMARKING.md's H200 table for the Llama-380M shape (dynamic ~9 ms, static ~3 ms, +0.055 ms per
-    row; the Python processor ~+0.04 ms per row); other models and devices differ."""
+    """Rough seconds: process start + load (~8 s on a GPU host) + the kernel profile (~2 s), compilation
+    (~25 s), warm-up calls of `warmup_steps` steps (and the warm repeat of one), then the timed calls: passes
+    over all prompts, cut at `max_duration_s`. The GPU step of the Llama-380M shape: dynamic cache ~9 ms,
+    static ~3 ms, +0.055 ms per row, the Python processor +0.04 ms per row; other models and devices differ."""
     from inferlab.bench.backends import backend_estimate_s
 
     own = backend_estimate_s(cell, accelerator)
@@ -122,9 +121,8 @@ def planned_seconds(c: dict, step_ms: float, fixed_s: float) -> float:
 
 def _short_warmup_steps(c: dict) -> int | None:
     """Decode steps of a warm-up call, or None for full-length warm-ups. A dynamic cache meets a new KV
-    length at every step, and some kernels build per-shape state on first sight (measured on an H200,
-    torch 2.11: sdpa/cuDNN with a dynamic cache ran at 463 tok/s after a 16-step warm-up, against eager's
-    1,596), so only a full-length warm-up reaches the steady state there."""
+    length at every step, and some kernels build per-shape state on first sight (cuDNN SDPA plans one per
+    shape), so only a full-length warm-up reaches the steady state there."""
     if c.get("kv_cache") == "dynamic" or not 0 < c["warmup_steps"] < c["new_tokens"]:
         return None
     return c["warmup_steps"]
