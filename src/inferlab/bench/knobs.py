@@ -138,3 +138,20 @@ def common_knobs(*, min_repeats: int, min_duration_s: float, warmup: int,
         Knob("cpu_threads", int, 0, "torch intra-op threads (0 = torch's default); on a small shared CPU, 1 avoids "
              "threads spinning against each other", minimum=0),
     ]
+
+
+DTYPES = ("bfloat16", "float16", "float32")
+TOKENIZER_KNOB = Knob("tokenizer", str, "", "tokenizer folder for building a preset model ('' = the preset's own)")
+
+
+def dtype_knob(help: str = "weights and activations") -> Knob:
+    return Knob("dtype", str, "bfloat16", help, choices=DTYPES)
+
+
+def sampling_knobs(*, top_p: float, do_sample: str | None = None,
+                   temperature_help: str = "sampling temperature (0 = greedy)",
+                   top_p_help: str = "nucleus sampling threshold (1.0 disables)") -> list[Knob]:
+    """temperature and top_p; with `do_sample` (its help) a do_sample knob first, on by default."""
+    knobs = [Knob("do_sample", bool, True, do_sample)] if do_sample is not None else []
+    return knobs + [Knob("temperature", float, 1.0, temperature_help, minimum=0.0),
+                    Knob("top_p", float, top_p, top_p_help, minimum=0.0)]

@@ -1,10 +1,10 @@
-"""The preset `engine-vs-peers`: the engine beside vLLM 0.26 and transformers' own continuous batching on the
-issue's cases, and beside vLLM's structured outputs and HF + xgrammar on the conformer workload, every
-system in one run directory, each peer row beside an engine row of exactly the same work. On the device it
-runs as scripts/gpu/lab_sweep.py parts (peers-hf, peers-engine-conformers, peers-xgrammar, peers-vllm:
-benchmarks/README.md, "Procedure: a device session").
+"""The preset `engine-vs-peers`: the engine beside vLLM 0.26 and transformers' own continuous batching on
+five generation cases, and beside vLLM's structured outputs and HF + xgrammar on the conformer workload,
+every system in one run directory, each peer row beside an engine row of exactly the same work. On the
+device it runs as scripts/gpu/lab_sweep.py parts (peers-hf, peers-engine-conformers, peers-xgrammar,
+peers-vllm: benchmarks/README.md, "Procedure: a device session").
 
-Unconstrained (generate), the issue's five cases: llama-380m at batch 16 (top-p 0.9) and 256 (top-p 0.9
+Unconstrained (generate), five cases: llama-380m at batch 16 (top-p 0.9) and 256 (top-p 0.9
 and 1.0; 48-token prompts, exactly 1000 new tokens) and qwen3-0.6b at batch 256 (29-token prompts, 600
 new; top-p 0.9 and 1.0), T = 1, top-k off, for `inferlab` and `vllm`; the qwen3-0.6b top-p 1.0 case also
 with an FP8 KV cache on both (kv_dtype=fp8: ours e4m3 with per-position scales, vLLM's
@@ -16,11 +16,8 @@ graph capture, our engine's capture) is load_s / first_call_s, apart.
 cases, llama-380m b16 top-p 0.9 and qwen3-0.6b b256 top-p 1.0: its step attends over every row's KV under
 a block-diagonal mask (the cost grows with batch x context), and it warms up over the full length
 (warmup_steps=0: its CUDA graphs are captured per padded KV size as the KV grows), so its cells are the
-slowest of the preset; one timed call each (its spread is then unknown), 240 s at most. Sized to run with
-the engine's generate cells in one device call: the engine's six at ~20 s each on an H100 (the committed
-rows), hf-continuous ~40 s at b16 (1000 steps at ~7 ms) and ~80 s at b256 (start ~25 s, two calls of
-600 steps at ~40 ms, a guess: backends/estimates.py), ~4 min together, at most 10 with both at their
-timeouts.
+slowest of the preset; one timed call each (its spread is then unknown), 240 s at most, sized so that
+they run with the engine's generate cells in one device call (backends/estimates.py).
 
 Conformers (constrained): qwen3-0.6b with the qwen3-chem tokenizer, the conformer-pipeline preset's
 molecules (the first 400 NCI first_5K molecules with 20-50 heavy atoms that fit the context, stereo
@@ -28,12 +25,11 @@ assigned), K = 8, top-p 1.0 at T = 1, profile v3-fixed4. The first 800 requests 
 one call with 256 rows refilled as they finish: `inferlab` (the constraint on the GPU) with the model
 dtype and with fp8, `vllm` with structured outputs xgrammar (model dtype and fp8) and guidance (one regex
 per request). `hf-xgrammar` is a Python loop per row per step: it runs the first 32 requests (4 molecules
-x 8) in one batch of 32 (~75 s), beside `inferlab` on the same 32 requests with 32 rows.
+x 8) in one batch of 32, beside `inferlab` on the same 32 requests with 32 rows.
 
-Estimates (H100, backends/estimates.py; `lab_sweep.py --estimate --parts peers-hf peers-engine-conformers
-peers-xgrammar peers-vllm` prints them): the engine's and hf-continuous's generate cells ~4 min, the
-engine's conformer cells ~2.5, hf-xgrammar ~1.5, vLLM's 9 cells ~20 (its start-up ~70 s each): four to
-five device calls, each resuming where the last stopped.
+`lab_sweep.py --estimate --parts peers-hf peers-engine-conformers peers-xgrammar peers-vllm` prints the
+parts' estimates (backends/estimates.py); the parts fit several device calls, each resuming where the last
+stopped.
 """
 
 from __future__ import annotations
@@ -48,7 +44,7 @@ _HF_CONTINUOUS_TIMING = {"warmup": 1, "min_repeats": 1, "min_duration_s": 3.0, "
 _SAMPLING = {"dtype": "bfloat16", "do_sample": True, "temperature": 1.0, "top_k": 0}
 _LLAMA = {"prompt_tokens": 48, "new_tokens": 1000}
 _QWEN = {"prompt_tokens": 29, "new_tokens": 600}
-# the issue's five cases: (model, shape, batch, top-p)
+# the five generation cases: (model, shape, batch, top-p)
 _CASES = [("llama-380m", _LLAMA, 16, 0.9), ("llama-380m", _LLAMA, 256, 0.9), ("llama-380m", _LLAMA, 256, 1.0),
           ("qwen3-0.6b", _QWEN, 256, 0.9), ("qwen3-0.6b", _QWEN, 256, 1.0)]
 _FP8_CASE = _CASES[4]  # qwen3-0.6b, 256 rows, 600 new, top-p 1.0: also with an FP8 KV cache

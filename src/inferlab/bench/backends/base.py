@@ -16,7 +16,7 @@ from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob, knob_table
 from inferlab.errors import ConfigError, UnsupportedError
 from inferlab.types import Request, Result
-from inferlab.workloads.backend import error_result
+from inferlab.workloads.backend import Backend, error_result
 
 if TYPE_CHECKING:  # the parent process validates plans without RDKit
     from inferlab.workloads.conformers.chemistry.template import ConformerTemplate
@@ -125,3 +125,12 @@ def one_call(requests: list[Request], same_length: bool = False) -> tuple[list[R
         else:
             runs.append(r)
     return runs, refused
+
+
+def one_call_of(backend: Backend, requests: list[Request],
+                same_length: bool = False) -> tuple[list[Request], list[Result]]:
+    """(the requests `backend` runs in one batched call: those it supports, as one_call picks them; an error
+    Result for each other)."""
+    served, refused = backend.split_supported(requests)
+    runs, other = one_call(served, same_length)
+    return runs, refused + other

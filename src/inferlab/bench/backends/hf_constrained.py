@@ -18,56 +18,41 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import hf_knobs
-from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call, require_attention_package, \
-    unprepared
-from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for
-from inferlab.bench.knobs import Knob
+from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call_of, unprepared
+from inferlab.bench.backends.hf_compile import compile_config_for
+from inferlab.bench.backends.hf_model import HFModelBackend, load_with_tokenizer, padded_length
 from inferlab.errors import UnsupportedError
 from inferlab.types import Request, Result
-from inferlab.workloads.backend import Backend, Supports, finished_result
+from inferlab.workloads.backend import Supports, finished_result
 
 KNOBS = (
-    Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
-         choices=("eager", "sdpa", "flash_attention_2")),
-    Knob("kv_cache", str, "dynamic", "KV cache implementation", choices=("dynamic", "static")),
-    Knob("compile", bool, None, "compile the decode step (static cache only); default: on with a static cache, "
-         "as HF does by itself"),
-    Knob("compile_backend", str, "inductor", "torch.compile backend with compile=true (see the generate hf backend)",
-         choices=COMPILE_BACKENDS),
+    hf_knobs.ATTN_IMPLEMENTATION, hf_knobs.KV_CACHE, hf_knobs.COMPILE,
+    hf_knobs.compile_backend_knob("torch.compile backend with compile=true (see the generate hf backend)"),
 )
 PROMPT_PAD_MULTIPLE = 64
 
 
-class HFConstrainedBackend(Backend):
+class HFConstrainedBackend(HFModelBackend):
     """Requests carry a ConformerConstraint and share their sampling within a call; others are error Results."""
 
     name = "hf"
     supports = Supports(constraint=True)
 
     def __init__(self, config: dict[str, Any], spec: ConstrainedSpec) -> None:
-        self.config = config
-        self.spec = spec
-        self.model: Any = None
+        super().__init__(config, spec)
         self.tokenizer: Any = None
         self.masks: Any = None
         self.templates: dict[str, Any] = {}  # SMILES -> BaselineTemplate (the K conformers of a molecule share it)
         self.prompt_length = 0  # every batch is left-padded to this
         self.max_new_tokens = 0  # every batch generates up to this (the longest skeleton + EOS)
         self.compile_config: Any = None
-        self.eos_token_ids: frozenset[int] = frozenset()
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
         import transformers
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from inferlab.workloads.hf_loading import from_pretrained_for_inference
 
         c = self.config
-        require_attention_package(c["attn_implementation"])
-        self.model = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype, c["attn_implementation"],
-                                                   device)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        self.eos_token_ids = frozenset([self.tokenizer.eos_token_id])
+        self.model, self.tokenizer, self.eos_token_ids = load_with_tokenizer(c["attn_implementation"], model_dir,
+                                                                             device, dtype)
         auto_compile = hasattr(self.model, "_valid_auto_compile_criteria")
         if c["compile"] and not auto_compile:
             raise UnsupportedError(f"transformers {transformers.__version__} does not compile generate by itself; "
@@ -89,8 +74,7 @@ class HFConstrainedBackend(Backend):
             smiles = r.constraint.smiles
             if smiles not in self.templates:
                 self.templates[smiles] = build_baseline_template(smiles, profile, self.tokenizer)
-        longest_prompt = max(len(r.prompt_ids) for r in requests)
-        self.prompt_length = -(-longest_prompt // PROMPT_PAD_MULTIPLE) * PROMPT_PAD_MULTIPLE
+        self.prompt_length = padded_length(max(len(r.prompt_ids) for r in requests), PROMPT_PAD_MULTIPLE)
         self.max_new_tokens = max(len(t) for t in self.templates.values()) + 1
 
     def unsupported(self, request: Request) -> str | None:
@@ -102,10 +86,9 @@ class HFConstrainedBackend(Backend):
         from inferlab.bench.backends.hf_generate_options import generate_options, stop_at
         from inferlab.workloads.conformers.evaluation.hf_baseline_run import run_baseline_batch
 
-        served, refused = self.split_supported(requests)
-        runs, other = one_call(served)
+        runs, not_run = one_call_of(self, requests)
         if not runs:
-            return iter(refused + other)
+            return iter(not_run)
         c = self.config
         kwargs = generate_options(runs[0].sampling, c["kv_cache"], c["compile"], self.compile_config,
                                   self.model.generation_config)
@@ -115,7 +98,7 @@ class HFConstrainedBackend(Backend):
         templates = [self.templates[r.constraint.smiles] for r in runs]
         rows = run_baseline_batch(self.model, self.tokenizer, templates, self.masks, max_new_tokens=self.max_new_tokens,
                                   pad_to_multiple_of=self.prompt_length, **kwargs)
-        return iter(refused + other + [finished_result(r, list(row.token_ids), self.eos_token_ids)
+        return iter(not_run + [finished_result(r, list(row.token_ids), self.eos_token_ids)
                                        for r, row in zip(runs, rows)])
 
     def extra_metrics(self) -> dict[str, Any]:
@@ -132,12 +115,7 @@ class HFConstrainedBackend(Backend):
 
 
 BACKEND = BackendSpec(
-    name="hf",
-    description="transformers generate + the seeds' per-token Python LogitsProcessor (the baseline)",
-    knobs=KNOBS,
-    create=lambda config, spec: HFConstrainedBackend(config, spec),
-    validate=lambda cell: hf_knobs.check_cache_and_compile(cell.config),
-    resolve=hf_knobs.resolve,
-    scenario="constrained",
+    "hf", "transformers generate + the seeds' per-token Python LogitsProcessor (the baseline)",
+    KNOBS, HFConstrainedBackend, hf_knobs.validate, hf_knobs.resolve, scenario="constrained",
     precheck=hf_knobs.precheck,
 )

@@ -36,12 +36,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates, hf_knobs
-from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call, require_attention_package
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call_of
+from inferlab.bench.backends.hf_model import HFModelBackend, eos_and_pad, load_causal_lm
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError
 from inferlab.types import Request, Result, SamplingParams
-from inferlab.workloads.backend import Backend, finished_result
+from inferlab.workloads.backend import finished_result
 
 KNOBS = (
     Knob("attn_implementation", str, "sdpa", "attention, made paged by transformers (flash_attention_2 enables the "
@@ -85,34 +86,21 @@ def continuous_batching_config(c: dict[str, Any], new_tokens: int, seed: int) ->
     })
 
 
-class HFContinuousBackend(Backend):
+class HFContinuousBackend(HFModelBackend):
     """Requests of one call share their sampling (one GenerationConfig per call); others are error Results."""
 
     name = "hf-continuous"
 
     def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
-        self.config = config
-        self.spec = spec
-        self.model: Any = None
-        self.eos_token_ids: frozenset[int] = frozenset()
+        super().__init__(config, spec)
         self.pad_token_id: int | None = None
         self.generation_configs: dict[SamplingParams, Any] = {}  # one per sampling setting, made at its first call
         self.cb_config: Any = None
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
-        from transformers import AutoModelForCausalLM
-
-        from inferlab.workloads.hf_loading import from_pretrained_for_inference
-
-        c, s = self.config, self.spec
-        require_attention_package(c["attn_implementation"])
-        self.model = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype, c["attn_implementation"],
-                                                   device)
-        gen = self.model.generation_config
-        eos = gen.eos_token_id if gen.eos_token_id is not None else self.model.config.eos_token_id
-        self.eos_token_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
-        self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else min(self.eos_token_ids, default=0)
-        self.cb_config = continuous_batching_config(c, s.new_tokens, s.seed)
+        self.model = load_causal_lm(self.config["attn_implementation"], model_dir, device, dtype)
+        self.eos_token_ids, self.pad_token_id = eos_and_pad(self.model)
+        self.cb_config = continuous_batching_config(self.config, self.spec.new_tokens, self.spec.seed)
 
     def _generation_config(self, sampling: SamplingParams) -> Any:
         """Continuous batching drops min_new_tokens: a request asking for exactly max_new_tokens has EOS
@@ -131,10 +119,9 @@ class HFContinuousBackend(Backend):
         return self.generation_configs[sampling]
 
     def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
-        served, refused = self.split_supported(requests)
-        runs, other = one_call(served)
+        runs, not_run = one_call_of(self, requests)
         if not runs:
-            return iter(refused + other)
+            return iter(not_run)
         sampling = runs[0].sampling
         new_tokens = min(stop_after_steps, sampling.max_new_tokens) if stop_after_steps else sampling.max_new_tokens
         results = self.model.generate_batch(
@@ -145,7 +132,7 @@ class HFContinuousBackend(Backend):
         failed = [r.error for r in results.values() if r.error is not None]
         if failed or len(results) != len(runs):
             raise RuntimeError(f"generate_batch returned {len(results)} of {len(runs)} rows; errors: {failed[:2]}")
-        return iter(refused + other + [finished_result(r, list(out.generated_tokens), self.eos_token_ids)
+        return iter(not_run + [finished_result(r, list(out.generated_tokens), self.eos_token_ids)
                                        for r, out in zip(runs, results.values())])
 
     def extra_metrics(self) -> dict[str, Any]:
@@ -164,11 +151,6 @@ class HFContinuousBackend(Backend):
 
 
 BACKEND = BackendSpec(
-    name="hf-continuous",
-    description="transformers' continuous batching (generate_batch): paged KV, CUDA graphs, persistent manager",
-    knobs=KNOBS,
-    create=lambda config, spec: HFContinuousBackend(config, spec),
-    validate=validate,
-    precheck=hf_knobs.precheck,
-    estimate_s=estimates.hf_continuous,
+    "hf-continuous", "transformers' continuous batching (generate_batch): paged KV, CUDA graphs, persistent manager",
+    KNOBS, HFContinuousBackend, validate, precheck=hf_knobs.precheck, estimate_s=estimates.hf_continuous,
 )

@@ -19,24 +19,22 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import hf_knobs
-from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call, require_attention_package
-from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for, compile_forward_by_hand
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call_of
+from inferlab.bench.backends.hf_compile import compile_config_for, compile_forward_by_hand
+from inferlab.bench.backends.hf_model import HFModelBackend, eos_and_pad, load_causal_lm
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError, UnsupportedError
 from inferlab.types import Request, Result, SamplingParams
-from inferlab.workloads.backend import Backend, finished_result
+from inferlab.workloads.backend import finished_result
 
 KNOBS = (
-    Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
-         choices=("eager", "sdpa", "flash_attention_2")),
+    hf_knobs.ATTN_IMPLEMENTATION,
     Knob("sdpa_backend", str, "auto", "force SDPA to one backend (only with attn_implementation=sdpa)",
          choices=("auto", "flash", "efficient", "cudnn", "math")),
-    Knob("kv_cache", str, "dynamic", "KV cache implementation", choices=("dynamic", "static")),
-    Knob("compile", bool, None, "compile the decode step (static cache only); default: on with a static cache, "
-         "as HF does by itself"),
-    Knob("compile_backend", str, "inductor", "torch.compile backend with compile=true: inductor (HF's default: CUDA "
-         "graphs); aot_eager / eager only trace (diagnosis, CPU checks)", choices=COMPILE_BACKENDS),
+    hf_knobs.KV_CACHE, hf_knobs.COMPILE,
+    hf_knobs.compile_backend_knob("torch.compile backend with compile=true: inductor (HF's default: CUDA graphs); "
+                                  "aot_eager / eager only trace (diagnosis, CPU checks)"),
     Knob("processor", str, "none", "a per-token Python LogitsProcessor in the seeds' style", choices=("none", "python"),
          baseline=("python",)),
 )
@@ -56,17 +54,14 @@ def requested_kernel(c: dict[str, Any]) -> str:
     return c["attn_implementation"]
 
 
-class HFGenerateBackend(Backend):
+class HFGenerateBackend(HFModelBackend):
     """Requests of one call share their sampling and their prompt length (the scenario's prompts need no
     padding); others are error Results."""
 
     name = "hf"
 
     def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
-        self.config = config
-        self.spec = spec
-        self.model: Any = None
-        self.eos_token_ids: frozenset[int] = frozenset()
+        super().__init__(config, spec)
         self.pad_token_id: int | None = None
         self.auto_compile = False  # transformers compiles the decode step itself
         self.manual_compile = False  # we wrapped forward in torch.compile (transformers without auto-compile)
@@ -74,18 +69,11 @@ class HFGenerateBackend(Backend):
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
         import transformers
-        from transformers import AutoModelForCausalLM
-
-        from inferlab.workloads.hf_loading import from_pretrained_for_inference
 
         c = self.config
-        require_attention_package(c["attn_implementation"])
-        self.model = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype, c["attn_implementation"],
-                                                   device)
+        self.model = load_causal_lm(c["attn_implementation"], model_dir, device, dtype)
+        self.eos_token_ids, self.pad_token_id = eos_and_pad(self.model)
         gen = self.model.generation_config
-        eos = gen.eos_token_id if gen.eos_token_id is not None else self.model.config.eos_token_id
-        self.eos_token_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
-        self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else (min(self.eos_token_ids) if self.eos_token_ids else 0)
         self.auto_compile = hasattr(self.model, "_valid_auto_compile_criteria")
         if self.auto_compile and not c["compile"] and not hasattr(gen, "disable_compile"):
             raise UnsupportedError(f"transformers {transformers.__version__} auto-compiles static caches and has no "
@@ -123,10 +111,9 @@ class HFGenerateBackend(Backend):
     def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
         import torch
 
-        served, refused = self.split_supported(requests)
-        runs, other = one_call(served, same_length=True)
+        runs, not_run = one_call_of(self, requests, same_length=True)
         if not runs:
-            return iter(refused + other)
+            return iter(not_run)
         prompt_ids = torch.tensor([r.prompt_ids for r in runs], device=self.model.device)  # [batch, prompt]
         prompt_len = prompt_ids.shape[1]
         kwargs = self._generate_kwargs(runs[0].sampling, prompt_len, stop_after_steps)
@@ -134,7 +121,7 @@ class HFGenerateBackend(Backend):
         with self._sdpa_context():
             out = self.model.generate(prompt_ids, attention_mask=torch.ones_like(prompt_ids), **kwargs)
         rows = out[:, prompt_len:].tolist()  # [batch, new tokens]
-        return iter(refused + other + [finished_result(r, row, self.eos_token_ids) for r, row in zip(runs, rows)])
+        return iter(not_run + [finished_result(r, row, self.eos_token_ids) for r, row in zip(runs, rows)])
 
     def _sdpa_context(self) -> Any:
         backend = self.config["sdpa_backend"]
@@ -167,11 +154,7 @@ class HFGenerateBackend(Backend):
 
 
 BACKEND = BackendSpec(
-    name="hf",
-    description="transformers generate: attention implementation, forced SDPA backend, static/dynamic KV, compile, Python processor",
-    knobs=KNOBS,
-    create=lambda config, spec: HFGenerateBackend(config, spec),
-    validate=validate,
-    resolve=hf_knobs.resolve,
-    precheck=hf_knobs.precheck,
+    "hf", "transformers generate: attention implementation, forced SDPA backend, static/dynamic KV, compile, "
+    "Python processor",
+    KNOBS, HFGenerateBackend, validate, hf_knobs.resolve, precheck=hf_knobs.precheck,
 )

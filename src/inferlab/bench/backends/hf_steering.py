@@ -15,16 +15,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
-from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call, require_attention_package
+from inferlab.bench.backends import hf_knobs
+from inferlab.bench.backends.base import BackendSpec, GenerateSpec, one_call_of
+from inferlab.bench.backends.hf_model import HFModelBackend, load_causal_lm
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError
 from inferlab.types import Request, Result
-from inferlab.workloads.backend import Backend, Supports, error_result
+from inferlab.workloads.backend import Supports, error_result
 
 KNOBS = (
-    Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
-         choices=("eager", "sdpa", "flash_attention_2")),
+    hf_knobs.ATTN_IMPLEMENTATION,
     Knob("kv_cache", str, "dynamic", "KV cache implementation (static: transformers compiles the step)",
          choices=("dynamic", "static")),
 )
@@ -35,7 +36,7 @@ def validate(cell: Cell) -> None:
         raise ConfigError("flash_attention_2 needs bfloat16 or float16; set dtype or attn_implementation=sdpa")
 
 
-class HFSteeringBackend(Backend):
+class HFSteeringBackend(HFModelBackend):
     """Requests of one call share their sampling; others are error Results. Steering names entries of the set
     add_steering_vectors registered, checked by the engine's rules (as the text workload's hf backend does)."""
 
@@ -43,23 +44,16 @@ class HFSteeringBackend(Backend):
     supports = Supports(steering=True, collect=True)
 
     def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
-        self.config = config
-        self.spec = spec
-        self.model: Any = None
+        super().__init__(config, spec)
         self.hooks: Any = None
         self.named: dict[str, Any] = {}  # entry name -> its SteeringVectors set
         self.pad_id = 0
         self.calls = 0
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
-        from transformers import AutoModelForCausalLM
-
-        from inferlab.workloads.hf_loading import from_pretrained_for_inference
         from inferlab.workloads.hf_steering import HFResidualHooks
 
-        require_attention_package(self.config["attn_implementation"])
-        self.model = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype,
-                                                   self.config["attn_implementation"], device)
+        self.model = load_causal_lm(self.config["attn_implementation"], model_dir, device, dtype)
         self.hooks = HFResidualHooks(self.model)
         gen = self.model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else self.model.config.eos_token_id
@@ -69,14 +63,14 @@ class HFSteeringBackend(Backend):
     def add_steering_vectors(self, vectors: Any) -> None:
         self.named.update({name: vectors for name in vectors.names})
 
-    def _checked_steering_collection(self, request: Request) -> tuple[list[Any], Any] | str:
+    def _checked(self, request: Request) -> tuple[list[Any], Any] | str:
         """The request's checked steering entries and collection plan, or why it cannot run."""
         from inferlab.engine import resolve_collect, resolve_steering
         from inferlab.workloads.hf_text_backend import MAX_STEERED_LAYERS
 
         hooks = self.hooks
-        steering = resolve_steering(request.steering or (), self.named, hooks.num_layers, hooks.hidden_size, hooks.dtype,
-                                    MAX_STEERED_LAYERS)
+        steering = resolve_steering(request.steering or (), self.named, hooks.num_layers, hooks.hidden_size,
+                                    hooks.dtype, MAX_STEERED_LAYERS)
         if isinstance(steering, str) or request.collect is None:
             return steering if isinstance(steering, str) else (steering, None)
         plan = resolve_collect(request.collect, hooks.num_layers, request.sampling.max_new_tokens)
@@ -90,18 +84,17 @@ class HFSteeringBackend(Backend):
         from inferlab.bench.backends.hf_generate_options import generate_options, stop_at
         from inferlab.workloads.batching import pad_batch
 
-        served, refused = self.split_supported(requests)
-        runs, other = one_call(served)
+        runs, not_run = one_call_of(self, requests)
         checked = {}
         for r in runs:
-            checked_or_error = self._checked_steering_collection(r)
-            if isinstance(checked_or_error, str):
-                other.append(error_result(r, checked_or_error))
+            entries = self._checked(r)
+            if isinstance(entries, str):
+                not_run.append(error_result(r, entries))
             else:
-                checked[r.id] = checked_or_error
+                checked[r.id] = entries
         runs = [r for r in runs if r.id in checked]
         if not runs:
-            return iter(refused + other)
+            return iter(not_run)
         sampling, rows = runs[0].sampling, self.config["batch_size"]
         kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, min_new_tokens=sampling.min_new_tokens,
                                       num_beams=1, pad_token_id=self.pad_id, use_cache=True,
@@ -127,7 +120,7 @@ class HFSteeringBackend(Backend):
             for k, r in enumerate(batch):
                 results.append(Result(r.id, new[k].tolist(), None, "length", len(r.prompt_ids), metadata=r.metadata,
                                       activations=pooled[k]))
-        return iter(refused + other + results)
+        return iter(not_run + results)
 
     def extra_metrics(self) -> dict[str, Any]:
         return {"attention_kernel_requested": self.config["attn_implementation"],
@@ -135,10 +128,6 @@ class HFSteeringBackend(Backend):
 
 
 BACKEND = BackendSpec(
-    name="hf",
-    description="transformers generate with forward hooks adding the vector and recording hidden states",
-    knobs=KNOBS,
-    create=lambda config, spec: HFSteeringBackend(config, spec),
-    validate=validate,
-    scenario="steering",
+    "hf", "transformers generate with forward hooks adding the vector and recording hidden states",
+    KNOBS, HFSteeringBackend, validate, scenario="steering",
 )

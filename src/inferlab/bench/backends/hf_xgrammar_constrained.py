@@ -21,23 +21,18 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates, hf_knobs
-from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call, require_attention_package, \
-    unprepared
-from inferlab.bench.backends.hf_compile import COMPILE_BACKENDS, compile_config_for
+from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, one_call_of, unprepared
+from inferlab.bench.backends.hf_compile import compile_config_for
 from inferlab.bench.backends.hf_constrained import PROMPT_PAD_MULTIPLE
+from inferlab.bench.backends.hf_model import HFModelBackend, load_with_tokenizer, padded_length
 from inferlab.bench.cells import Cell
-from inferlab.bench.knobs import Knob
 from inferlab.bench.packages import missing_package
 from inferlab.errors import UnsupportedError
 from inferlab.types import Request, Result
-from inferlab.workloads.backend import Backend, Supports, finished_result
+from inferlab.workloads.backend import Supports, finished_result
 
 KNOBS = (
-    Knob("attn_implementation", str, "sdpa", "transformers attention implementation",
-         choices=("eager", "sdpa", "flash_attention_2")),
-    Knob("kv_cache", str, "dynamic", "KV cache implementation", choices=("dynamic", "static")),
-    Knob("compile", bool, None, "compile the decode step (static cache only); default: on with a static cache"),
-    Knob("compile_backend", str, "inductor", "torch.compile backend with compile=true", choices=COMPILE_BACKENDS),
+    hf_knobs.ATTN_IMPLEMENTATION, hf_knobs.KV_CACHE, hf_knobs.COMPILE, hf_knobs.compile_backend_knob(),
 )
 
 
@@ -46,38 +41,28 @@ def precheck(cell: Cell) -> str | None:
             or hf_knobs.precheck(cell))
 
 
-class HFXGrammarBackend(Backend):
+class HFXGrammarBackend(HFModelBackend):
     """Requests carry a ConformerConstraint and share their sampling within a call; others are error Results."""
 
     name = "hf-xgrammar"
     supports = Supports(constraint=True)
 
     def __init__(self, config: dict[str, Any], spec: ConstrainedSpec) -> None:
-        self.config = config
-        self.spec = spec
-        self.model: Any = None
+        super().__init__(config, spec)
         self.tokenizer: Any = None
         self.compile_config: Any = None
         self.grammars: dict[str, Any] = {}  # SMILES -> xgrammar CompiledGrammar (a molecule's K conformers share it)
         self.prompt_length = 0
         self.max_new_tokens = 0
-        self.eos_token_ids: frozenset[int] = frozenset()
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from inferlab.workloads.hf_loading import from_pretrained_for_inference
-
         try:
             import xgrammar  # noqa: F401
         except Exception as e:
             raise UnsupportedError(f"xgrammar cannot be imported here: {type(e).__name__}: {e}") from None
         c = self.config
-        require_attention_package(c["attn_implementation"])
-        self.model = from_pretrained_for_inference(AutoModelForCausalLM, model_dir, dtype, c["attn_implementation"],
-                                                   device)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        self.eos_token_ids = frozenset([self.tokenizer.eos_token_id])
+        self.model, self.tokenizer, self.eos_token_ids = load_with_tokenizer(c["attn_implementation"], model_dir,
+                                                                             device, dtype)
         if c["compile"]:
             if not hasattr(self.model, "_valid_auto_compile_criteria"):
                 raise UnsupportedError("compile=true needs transformers' auto-compile (transformers >= 4.48)")
@@ -100,8 +85,7 @@ class HFXGrammarBackend(Backend):
             smiles = r.constraint.smiles
             if smiles not in self.grammars:
                 self.grammars[smiles] = compiler.compile_regex(template_regex(r.constraint.template.segments))
-        longest_prompt = max(len(r.prompt_ids) for r in requests)
-        self.prompt_length = -(-longest_prompt // PROMPT_PAD_MULTIPLE) * PROMPT_PAD_MULTIPLE
+        self.prompt_length = padded_length(max(len(r.prompt_ids) for r in requests), PROMPT_PAD_MULTIPLE)
         self.max_new_tokens = max(len(t.skeleton) + t.num_atoms * hole_tokens + 1
                                   for t in (r.constraint.template for r in requests))
 
@@ -115,10 +99,9 @@ class HFXGrammarBackend(Backend):
 
         from inferlab.bench.backends.hf_generate_options import generate_options, stop_at
 
-        served, refused = self.split_supported(requests)
-        runs, other = one_call(served)
+        runs, not_run = one_call_of(self, requests)
         if not runs:
-            return iter(refused + other)
+            return iter(not_run)
         c, sampling = self.config, runs[0].sampling
         eos = min(self.eos_token_ids)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
@@ -139,7 +122,7 @@ class HFXGrammarBackend(Backend):
         with torch.inference_mode():
             out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
                                       logits_processor=LogitsProcessorList([processor]), **kwargs)
-        return iter(refused + other + [finished_result(r, row, self.eos_token_ids)
+        return iter(not_run + [finished_result(r, row, self.eos_token_ids)
                                        for r, row in zip(runs, out[:, width:].tolist())])
 
     def extra_metrics(self) -> dict[str, Any]:
@@ -152,14 +135,8 @@ class HFXGrammarBackend(Backend):
 
 
 BACKEND = BackendSpec(
-    name="hf-xgrammar",
-    description="transformers generate + xgrammar's HF logits processor (a peer): one compiled template regex per "
-                "request",
-    knobs=KNOBS,
-    create=lambda config, spec: HFXGrammarBackend(config, spec),
-    validate=lambda cell: hf_knobs.check_cache_and_compile(cell.config),
-    resolve=hf_knobs.resolve,
-    scenario="constrained",
-    precheck=precheck,
-    estimate_s=estimates.hf_xgrammar,
+    "hf-xgrammar", "transformers generate + xgrammar's HF logits processor (a peer): one compiled template regex per "
+    "request",
+    KNOBS, HFXGrammarBackend, hf_knobs.validate, hf_knobs.resolve, scenario="constrained",
+    precheck=precheck, estimate_s=estimates.hf_xgrammar,
 )

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates
 from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, unprepared
+from inferlab.bench.backends.inferlab_generate import DECODE_STEPS_PER_SYNC_KNOB, KV_DTYPE_KNOB
 from inferlab.bench.knobs import Knob
 from inferlab.types import Request, Result
 from inferlab.workloads.engine_backend import EngineBackend
@@ -31,9 +32,8 @@ KNOBS = (
     Knob("slots", int, 0, "engine rows (KV slots); 0 = the scenario's batch_size", minimum=0),
     Knob("constraint", str, "on", "on: the GPU constraint; off: unconstrained at the constrained pass's lengths",
          choices=("on", "off"), baseline=("off",)),
-    Knob("decode_steps_per_sync", int, 16, "decode steps between host reads of the finished flags", minimum=1),
-    Knob("kv_dtype", str, "auto", "KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales; CUDA >= 8.9)",
-         choices=("auto", "fp8")),
+    DECODE_STEPS_PER_SYNC_KNOB,
+    KV_DTYPE_KNOB,
 )
 
 
@@ -112,10 +112,6 @@ class InferlabConstrainedBackend(EngineBackend):
 
 
 BACKEND = BackendSpec(
-    name="inferlab",
-    description="the inferlab engine with the conformer constraint inside the captured decode step",
-    knobs=KNOBS,
-    create=lambda config, spec: InferlabConstrainedBackend(config, spec),
-    scenario="constrained",
-    estimate_s=estimates.inferlab_constrained,
+    "inferlab", "the inferlab engine with the conformer constraint inside the captured decode step",
+    KNOBS, InferlabConstrainedBackend, scenario="constrained", estimate_s=estimates.inferlab_constrained,
 )

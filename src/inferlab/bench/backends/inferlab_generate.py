@@ -19,27 +19,34 @@ from inferlab.bench.backends.base import BackendSpec, GenerateSpec
 from inferlab.bench.knobs import Knob
 from inferlab.workloads.engine_backend import EngineBackend
 
-KNOBS = (
+DECODE_STEPS_PER_SYNC_KNOB = Knob("decode_steps_per_sync", int, 16, "decode steps between host reads of the finished "
+                                  "flags", minimum=1)
+KV_DTYPE_KNOB = Knob("kv_dtype", str, "auto", "KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales; "
+                     "CUDA >= 8.9)", choices=("auto", "fp8"))
+ENGINE_KNOBS = (  # the engine's knobs in the generating scenarios (generate, steering)
     Knob("cuda_graphs", bool, True, "capture the decode step in CUDA graphs (on CUDA)"),
     Knob("kernels", str, "auto", "Triton kernels (auto: on CUDA) or plain torch", choices=("auto", "torch", "triton")),
     Knob("gemm", str, "auto", "decode projections: auto (timed choice of cuBLAS or our skinny Triton GEMM) or cublas",
          choices=("auto", "cublas")),
-    Knob("decode_steps_per_sync", int, 16, "decode steps between host reads of the finished flags", minimum=1),
-    Knob("kv_dtype", str, "auto", "KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales; CUDA >= 8.9)",
-         choices=("auto", "fp8")),
+    DECODE_STEPS_PER_SYNC_KNOB,
 )
+KNOBS = (*ENGINE_KNOBS, KV_DTYPE_KNOB)
+
+
+def engine_options(config: dict[str, Any], max_seq_len: int, seed: int) -> dict[str, Any]:
+    """The engine's options for a cell of ENGINE_KNOBS: `batch_size` slots of up to `max_seq_len` positions."""
+    return {"max_slots": config["batch_size"], "max_seq_len": max_seq_len, "seed": seed,
+            "cuda_graphs": None if config["cuda_graphs"] else False,  # None: on for CUDA
+            "kernels": config["kernels"], "gemm": config["gemm"],
+            "decode_steps_per_sync": config["decode_steps_per_sync"], "decode_text": False}
 
 
 class InferlabGenerateBackend(EngineBackend):
     """The workloads' engine backend sized for the cell; its KV bytes per position for the scenario's bandwidth."""
 
     def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
-        super().__init__({
-            "max_slots": config["batch_size"], "max_seq_len": config["prompt_tokens"] + spec.new_tokens,
-            "seed": spec.seed, "cuda_graphs": None if config["cuda_graphs"] else False,  # None: on for CUDA
-            "kernels": config["kernels"], "gemm": config["gemm"],
-            "decode_steps_per_sync": config["decode_steps_per_sync"], "kv_dtype": config["kv_dtype"], "decode_text": False,
-        })
+        super().__init__({**engine_options(config, config["prompt_tokens"] + spec.new_tokens, spec.seed),
+                          "kv_dtype": config["kv_dtype"]})
 
     def kv_bytes_per_position(self) -> int:
         """The KV bytes one position costs in this engine's cache (fp8: values + scales), for the scenario's
@@ -51,9 +58,6 @@ class InferlabGenerateBackend(EngineBackend):
 
 
 BACKEND = BackendSpec(
-    name="inferlab",
-    description="the inferlab engine: static KV cache, CUDA-graph decode, sampling on the device",
-    knobs=KNOBS,
-    create=lambda config, spec: InferlabGenerateBackend(config, spec),
-    estimate_s=estimates.inferlab_generate,
+    "inferlab", "the inferlab engine: static KV cache, CUDA-graph decode, sampling on the device",
+    KNOBS, InferlabGenerateBackend, estimate_s=estimates.inferlab_generate,
 )

@@ -27,7 +27,7 @@ from inferlab.bench.backends import estimates, vllm_support
 from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, unprepared
 from inferlab.bench.knobs import Knob
 from inferlab.types import Request, Result
-from inferlab.workloads.backend import Backend, Supports, finished_result
+from inferlab.workloads.backend import Supports, finished_result
 
 KNOBS = (
     *vllm_support.COMMON_KNOBS,
@@ -39,19 +39,14 @@ KNOBS = (
 )
 
 
-class VLLMConstrainedBackend(Backend):
+class VLLMConstrainedBackend(vllm_support.VLLMBackend):
     """Requests carry a ConformerConstraint; each keeps its own sampling."""
 
     name = "vllm"
     supports = Supports(constraint=True)
-    kernels_visible = False
 
     def __init__(self, config: dict[str, Any], spec: ConstrainedSpec) -> None:
-        self.config = config
-        self.spec = spec
-        self.llm: Any = None
-        self.environment: dict[str, Any] = {}
-        self.eos_token_ids: frozenset[int] = frozenset()
+        super().__init__(config, spec)
         self.regexes: dict[str, str] = {}  # SMILES -> its template's regex (the K conformers of a molecule share it)
         self.max_model_len = 0
         self.distinct_regexes = 0
@@ -139,10 +134,6 @@ class VLLMConstrainedBackend(Backend):
                 # overlaps decoding once the first rows run): its mean cost, timed on this cell's regexes
                 "regex_validation_s_per_request": self.validation_s_per_request}
 
-    def close(self) -> None:
-        vllm_support.shutdown(self.llm)
-        self.llm = None
-
 
 def _validation_seconds(backend: str, regexes: list[str]) -> float | None:
     """Mean seconds of vLLM's own per-request validation of a regex (what LLM.generate runs for each request
@@ -167,12 +158,7 @@ def _validation_seconds(backend: str, regexes: list[str]) -> float | None:
 
 
 BACKEND = BackendSpec(
-    name="vllm",
-    description="vLLM's structured outputs (a peer): the conformer template as one regex per request, "
-                "xgrammar or guidance",
-    knobs=KNOBS,
-    create=lambda config, spec: VLLMConstrainedBackend(config, spec),
-    scenario="constrained",
-    precheck=vllm_support.precheck,
+    "vllm", "vLLM's structured outputs (a peer): the conformer template as one regex per request, xgrammar or guidance",
+    KNOBS, VLLMConstrainedBackend, scenario="constrained", precheck=vllm_support.precheck,
     estimate_s=estimates.vllm_constrained,
 )

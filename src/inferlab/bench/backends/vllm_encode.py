@@ -21,8 +21,7 @@ from inferlab.bench.backends.base import BackendSpec
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.errors import ConfigError, UnsupportedError
-from inferlab.workloads.backend import Backend, Supports
-from inferlab.workloads.encode_backends import EncodeSpec
+from inferlab.workloads.backend import Supports
 
 KNOBS = (
     *vllm_support.COMMON_KNOBS,
@@ -32,17 +31,10 @@ KNOBS = (
 )
 
 
-class VllmEncodeBackend(Backend):
+class VllmEncodeBackend(vllm_support.VLLMBackend):
     name = "vllm"
     supports = Supports(encode=True)
     pads = False  # rows scheduled without padding
-    kernels_visible = False  # vLLM's kernels run in its engine-core process
-
-    def __init__(self, config: dict[str, Any], spec: EncodeSpec) -> None:
-        self.config = config
-        self.spec = spec
-        self.llm: Any = None
-        self.environment: dict[str, Any] = {}
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
         self.environment = vllm_support.prepare_environment()
@@ -75,10 +67,6 @@ class VllmEncodeBackend(Backend):
     def extra_metrics(self) -> dict[str, Any]:
         return vllm_support.engine_facts(self.llm, self.environment)
 
-    def close(self) -> None:
-        vllm_support.shutdown(self.llm)
-        self.llm = None
-
 
 def _pooler_config(pool: str) -> Any:
     """vLLM's PoolerConfig for the pooling asked for, without normalisation (the field is `use_activation` in
@@ -109,9 +97,9 @@ def validate_hidden_states(cell: Cell) -> None:
 
 BACKENDS = [
     BackendSpec(name="vllm", description="vLLM's pooling runner, LLM.classify (a peer)", knobs=KNOBS,
-                create=lambda config, spec: VllmEncodeBackend(config, spec), scenario="classify",
+                create=VllmEncodeBackend, scenario="classify",
                 precheck=vllm_support.precheck, estimate_s=estimates.vllm_encode),
     BackendSpec(name="vllm", description="vLLM's pooling runner, LLM.embed of the final hidden state (a peer)",
-                knobs=KNOBS, create=lambda config, spec: VllmEncodeBackend(config, spec), scenario="hidden-states",
+                knobs=KNOBS, create=VllmEncodeBackend, scenario="hidden-states",
                 validate=validate_hidden_states, precheck=vllm_support.precheck, estimate_s=estimates.vllm_encode),
 ]

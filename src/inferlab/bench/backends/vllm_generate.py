@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferlab.bench.backends import estimates, vllm_support
-from inferlab.bench.backends.base import BackendSpec, GenerateSpec
+from inferlab.bench.backends.base import BackendSpec
 from inferlab.bench.knobs import Knob
 from inferlab.types import Request, Result, SamplingParams
-from inferlab.workloads.backend import Backend, finished_result
+from inferlab.workloads.backend import finished_result
 
 KNOBS = (
     *vllm_support.COMMON_KNOBS,
@@ -51,16 +51,8 @@ def read_eos_token_ids(model_dir: Path) -> frozenset[int]:
     return frozenset()
 
 
-class VLLMGenerateBackend(Backend):
+class VLLMGenerateBackend(vllm_support.VLLMBackend):
     name = "vllm"
-    kernels_visible = False  # vLLM's kernels run in its engine-core process, not in the profiled cell
-
-    def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
-        self.config = config
-        self.spec = spec
-        self.llm: Any = None
-        self.environment: dict[str, Any] = {}
-        self.eos_token_ids: frozenset[int] = frozenset()
 
     def load(self, model_dir: Path, device: Any, dtype: Any) -> None:
         self.environment = vllm_support.prepare_environment()
@@ -101,16 +93,8 @@ class VLLMGenerateBackend(Backend):
     def extra_metrics(self) -> dict[str, Any]:
         return vllm_support.engine_facts(self.llm, self.environment)
 
-    def close(self) -> None:
-        vllm_support.shutdown(self.llm)
-        self.llm = None
-
 
 BACKEND = BackendSpec(
-    name="vllm",
-    description="vLLM's offline LLM (a peer): token-id prompts, exactly new_tokens per row, the same sampling",
-    knobs=KNOBS,
-    create=lambda config, spec: VLLMGenerateBackend(config, spec),
-    precheck=vllm_support.precheck,
-    estimate_s=estimates.vllm_generate,
+    "vllm", "vLLM's offline LLM (a peer): token-id prompts, exactly new_tokens per row, the same sampling",
+    KNOBS, VLLMGenerateBackend, precheck=vllm_support.precheck, estimate_s=estimates.vllm_generate,
 )

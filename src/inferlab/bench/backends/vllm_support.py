@@ -1,9 +1,10 @@
-"""What the two `vllm` backends (generate, constrained) share: the parent-side precheck, the environment a
-cell sets before vLLM starts, the engine arguments both pass, the facts every vLLM row records, and the
-shutdown. vLLM is a peer in the lab, never a dependency of inferlab: it is imported here only inside a
-cell (child process), and where it cannot be found the cells are `unavailable` rows without a process.
+"""What the `vllm` backends (generate, constrained, encode) share: the parent-side precheck, the environment
+a cell sets before vLLM starts, the engine arguments they pass, the facts every vLLM row records, and the
+backend's state and shutdown (VLLMBackend). vLLM is a peer in the lab, never a dependency of inferlab: it is
+imported here only inside a cell (child process), and where it cannot be found the cells are `unavailable`
+rows without a process.
 
-Knobs both backends share: `gpu_memory_utilization`, `enforce_eager` (a diagnosis, never recommended),
+Knobs the backends share: `gpu_memory_utilization`, `enforce_eager` (a diagnosis, never recommended),
 `kv_dtype` (auto: the model dtype; fp8: `kv_cache_dtype="fp8"`, e4m3 with vLLM's per-tensor scale) and
 `attention_backend` (auto: vLLM's own choice for the device; else `attention_config={"backend": NAME}`).
 
@@ -27,6 +28,7 @@ from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.bench.packages import missing_package
 from inferlab.errors import UnsupportedError
+from inferlab.workloads.backend import Backend
 
 INSTALL_HINT = ("pip install vllm==0.26.0 (it pins its own torch); on the device machine, carry .dev2 "
                 "(scripts/gpu/device_payload.sh) in the call after .dev1's: benchmarks/README.md, "
@@ -146,3 +148,20 @@ def shutdown(llm: Any) -> None:
         llm.llm_engine.engine_core.shutdown(timeout=10)
     except Exception:  # noqa: BLE001 - best effort at the end of a finished cell
         pass
+
+
+class VLLMBackend(Backend):
+    """A lab backend around one vLLM `LLM`: the cell's backend knobs, the scenario's spec, the LLM once load
+    has run and the environment it was started in."""
+
+    kernels_visible = False  # vLLM's kernels run in its engine-core process, not in the profiled cell
+
+    def __init__(self, config: dict[str, Any], spec: Any) -> None:
+        self.config = config
+        self.spec = spec
+        self.llm: Any = None
+        self.environment: dict[str, Any] = {}
+
+    def close(self) -> None:
+        shutdown(self.llm)
+        self.llm = None

@@ -15,7 +15,7 @@ import math
 from typing import Any, Callable
 
 from inferlab.bench.cells import Cell
-from inferlab.bench.knobs import Knob, common_knobs
+from inferlab.bench.knobs import Knob, common_knobs, dtype_knob
 from inferlab.bench.packages import missing_package
 from inferlab.bench.scenarios.base import CellContext, Scenario
 from inferlab.errors import ConfigError, UnsupportedError
@@ -32,7 +32,7 @@ KNOBS = (
     Knob("kv_len", int, 2048, "key/value positions (the KV cache length for a decode step)", minimum=1),
     Knob("head_dim", int, 64, "head dimension", minimum=1),
     Knob("causal", bool, True, "causal self-attention (needs q_len == kv_len)"),
-    Knob("dtype", str, "bfloat16", "q/k/v dtype", choices=("bfloat16", "float16", "float32")),
+    dtype_knob("q/k/v dtype"),
     Knob("gqa", str, "native", "grouped kv heads: native (enable_gqa) or expand (repeat to q_heads first, untimed)",
          choices=("native", "expand")),
     Knob("sample_min_s", float, 0.005, "calls per timed sample are chosen so one sample lasts at least this long", minimum=0.0),
@@ -216,18 +216,9 @@ def math_reference(q: Any, k: Any, v: Any, causal: bool) -> Any:
 
 
 SCENARIO = Scenario(
-    name="attention-kernels",
-    description="one attention call per kernel: ms/iter, TFLOP/s, kernel seen, error vs math fp32",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="ms_per_iter",
-    higher_is_better=False,
-    uses_backends=False,
-    uses_model=False,
-    default_timeout_s=180.0,
+    "attention-kernels", "one attention call per kernel: ms/iter, TFLOP/s, kernel seen, error vs math fp32",
+    KNOBS, run, validate, estimate_s, precheck=precheck,
+    headline_metric="ms_per_iter", higher_is_better=False, uses_model=False, default_timeout_s=180.0,
     workload_knobs=("batch_size", "q_heads", "kv_heads", "q_len", "kv_len", "head_dim", "causal", "dtype"),
     row_backend=lambda cell: f"sdpa:{cell.config['kernel']}" if cell.config["kernel"] != "flash_attn" else "flash-attn",
-    precheck=precheck,
 )

@@ -79,15 +79,16 @@ def _nothing_missing(cell: Cell) -> str | None:
 class Scenario:
     """A kind of measurement. `run(cell, ctx) -> metrics` executes in the child and may raise: the child
     turns UnsupportedError and torch's "No available kernel" into status `unavailable`, anything else
-    into `error`."""
+    into `error`. A scenario module passes its name, description, KNOBS, run, validate and estimate_s
+    positionally and only the fields that differ from the defaults by name."""
 
     name: str
     description: str
     knobs: tuple[Knob, ...]
     run: Callable[[Cell, CellContext], dict[str, Any]]
     validate: Callable[[Cell], None] = _no_checks  # impossible combinations -> ConfigError
-    resolve: Callable[[dict[str, Any]], dict[str, Any]] = _unchanged  # fill knobs whose default is None
     estimate_s: Callable[[Cell, bool], float] = _no_estimate  # rough seconds; bool: an accelerator is present
+    resolve: Callable[[dict[str, Any]], dict[str, Any]] = _unchanged  # fill knobs whose default is None
     headline_metric: str = "output_tokens_per_s"  # what reports rank by
     higher_is_better: bool = True
     uses_backends: bool = False  # True: cells name a backend from backends.BACKENDS

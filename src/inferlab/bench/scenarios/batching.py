@@ -17,7 +17,7 @@ from typing import Any
 
 from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
-from inferlab.bench.knobs import Knob, common_knobs
+from inferlab.bench.knobs import TOKENIZER_KNOB, Knob, common_knobs, dtype_knob, sampling_knobs
 from inferlab.bench.scenarios.base import CellContext, Scenario
 from inferlab.errors import ConfigError
 
@@ -28,10 +28,9 @@ KNOBS = (
     Knob("prompt_tokens", int, 48, "prompt length (random token ids)", minimum=1),
     Knob("min_new_tokens", int, 200, "shortest output length drawn", minimum=1),
     Knob("max_new_tokens", int, 1000, "longest output length drawn", minimum=1),
-    Knob("temperature", float, 1.0, "sampling temperature (0 = greedy)", minimum=0.0),
-    Knob("top_p", float, 1.0, "nucleus sampling threshold (1.0 disables)", minimum=0.0),
-    Knob("dtype", str, "bfloat16", "weights and activations", choices=("bfloat16", "float16", "float32")),
-    Knob("tokenizer", str, "", "tokenizer folder for building a preset model ('' = the preset's own)"),
+    *sampling_knobs(top_p=1.0),
+    dtype_knob(),
+    TOKENIZER_KNOB,
     *common_knobs(min_repeats=1, min_duration_s=0.0, warmup=1, repeats_help="timed calls over all requests"),
 )
 
@@ -126,13 +125,7 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
 
 
 SCENARIO = Scenario(
-    name="batching",
-    description="continuous vs static batching in the inferlab engine, output lengths drawn from a range",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="output_tokens_per_s",
+    "batching", "continuous vs static batching in the inferlab engine, output lengths drawn from a range",
+    KNOBS, run, validate, estimate_s,
     workload_knobs=("batch_size", "num_requests", "min_new_tokens", "max_new_tokens", "prompt_tokens"),
-    default_timeout_s=600.0,
 )

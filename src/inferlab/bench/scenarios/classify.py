@@ -17,8 +17,8 @@ from typing import Any
 
 from inferlab.bench.cells import Cell
 from inferlab.bench.scenarios.base import CellContext, Scenario
-from inferlab.bench.scenarios.encode_measurement import (approx_params_b, estimate_text_s, measure_encode,
-                                                         measuring_knobs, sample_knobs, validate_text_workload)
+from inferlab.bench.scenarios.encode_measurement import (estimate_cell_s, measure_encode, measuring_knobs,
+                                                         sample_knobs, validate_text_workload)
 from inferlab.workloads.encode_backends import EncodeSpec
 
 KNOBS = (
@@ -32,13 +32,7 @@ def validate(cell: Cell) -> None:
 
 
 def estimate_s(cell: Cell, accelerator: bool) -> float:
-    """The backend's own estimate (the engine, vLLM: backends/estimates.py), else transformers' model."""
-    from inferlab.bench.backends import backend_estimate_s
-
-    assert cell.model is not None
-    own = backend_estimate_s(cell, accelerator)
-    return own if own is not None else estimate_text_s(cell.config, accelerator, cell.config["num_samples"],
-                                                       approx_params_b(cell.model))
+    return estimate_cell_s(cell, accelerator, "num_samples")
 
 
 def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
@@ -48,18 +42,9 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
 
 
 SCENARIO = Scenario(
-    name="classify",
-    description="sequence classification of long texts: samples/s, per-request latency percentiles, TFLOP/s, memory",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="requests_per_s",
-    higher_is_better=True,
-    uses_backends=True,
-    default_backend="hf",
-    uses_model=True,
-    default_timeout_s=240.0,
+    "classify", "sequence classification of long texts: samples/s, per-request latency percentiles, TFLOP/s, memory",
+    KNOBS, run, validate, estimate_s,
+    headline_metric="requests_per_s", uses_backends=True, default_backend="hf", default_timeout_s=240.0,
     # the sample's count only sets how long a pass is: a backend measured on fewer texts (transformers, slow)
     # still ranks beside the others on the same lengths
     workload_knobs=("min_tokens", "max_tokens", "length_distribution"),

@@ -36,14 +36,14 @@ from typing import Any
 
 from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
-from inferlab.bench.knobs import Knob
+from inferlab.bench.knobs import TOKENIZER_KNOB, Knob, dtype_knob, sampling_knobs
 from inferlab.bench.scenarios.base import CellContext, Scenario
 from inferlab.bench.scenarios.conformer_pipeline_scale import figures_from_scale_report
 from inferlab.bench.scenarios.molecules import SELECTION_KNOBS, validate_selection
 from inferlab.errors import ConfigError, UnsupportedError
 
 TOKENS_PER_HEAVY_ATOM = 24  # a fixed4 conformer with the qwen3-chem tokenizer (CONFORMERS.md: ~640 for drug-sized)
-GPU_TOKENS_PER_S = 38_000.0  # the engine on this job, qwen3-0.6b on an H100 (~36k tok/s measured engine-only)
+GPU_TOKENS_PER_S = 38_000.0  # the engine's rate on this job with qwen3-0.6b, for estimates
 LOG_TAIL_LINES = 8
 MIN_RERUN_S = 30
 RERUN_FIGURES = ("wall_s", "engine_start_s", "output_tokens_per_s", "molecules_per_s", "generation_output_tokens_per_s",
@@ -55,11 +55,11 @@ KNOBS = (
     Knob("context", int, 2048, "positions a molecule's prompt + longest conformer may use (selection)", minimum=16),
     Knob("molecules_file", str, "", "a .smi/.csv of molecules ('' = RDKit's NCI first_5K.smi)"),
     *SELECTION_KNOBS,
-    Knob("temperature", float, 1.0, "sampling temperature (--temperature); 0 = greedy", minimum=0.0),
-    Knob("top_p", float, 1.0, "nucleus sampling (--top-p)", minimum=0.0),
+    *sampling_knobs(top_p=1.0, temperature_help="sampling temperature (--temperature); 0 = greedy",
+                    top_p_help="nucleus sampling (--top-p)"),
     Knob("profile", str, "v3-fixed4", "conformer format profile",
          choices=("v3-fixed4", "v3-stripped", "v2-fixed4", "v2-stripped")),
-    Knob("dtype", str, "bfloat16", "weights and activations (--dtype)", choices=("bfloat16", "float16", "float32")),
+    dtype_knob("weights and activations (--dtype)"),
     Knob("kv_dtype", str, "auto", "KV cache (--kv-dtype; fp8 needs a build and GPU with the fp8 cache)",
          choices=("auto", "fp8")),
     Knob("max_slots", int, 0, "engine rows (--max-slots); 0 = as memory allows", minimum=0),
@@ -68,7 +68,7 @@ KNOBS = (
     Knob("stereo_retries", int, 0, "--stereo-retries", minimum=0),
     Knob("runs", int, 2, "1, or 2: the same job again into a fresh output (start-up with the cache)", choices=(1, 2)),
     Knob("verify_sdf", bool, True, "read the first run's SDF and JSONL back independently (validity, graph, stereo)"),
-    Knob("tokenizer", str, "", "tokenizer folder for building a preset model ('' = the preset's own)"),
+    TOKENIZER_KNOB,
     Knob("device", str, "auto", "--device", choices=("auto", "cuda", "cpu")),
     Knob("seed", int, 0, "--seed", minimum=0),
     Knob("cpu_threads", int, 0, "torch threads of the CLI process (OMP_NUM_THREADS; 0 = torch's default)", minimum=0),
@@ -229,18 +229,10 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
 
 
 SCENARIO = Scenario(
-    name="conformer-pipeline",
-    description="`inferlab conformers generate` end to end (a subprocess, wall clock): tok/s, molecules/s, start-up, "
-                "validity, stereo agreement, and an independent reading of the SDF",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="output_tokens_per_s",
-    higher_is_better=True,
-    uses_backends=False,
-    uses_model=True,
-    default_timeout_s=540.0,
+    "conformer-pipeline",
+    "`inferlab conformers generate` end to end (a subprocess, wall clock): tok/s, molecules/s, start-up, "
+    "validity, stereo agreement, and an independent reading of the SDF",
+    KNOBS, run, validate, estimate_s, default_timeout_s=540.0,
     workload_knobs=("num_molecules", "num_conformers", "molecules_file", "min_heavy_atoms", "max_heavy_atoms",
                     "assign_stereo", "temperature", "top_p", "profile", "stereo_retries"),
 )

@@ -20,7 +20,7 @@ from typing import Any
 
 from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
-from inferlab.bench.knobs import Knob, common_knobs
+from inferlab.bench.knobs import TOKENIZER_KNOB, Knob, common_knobs, dtype_knob
 from inferlab.bench.scenarios.base import CellContext, Scenario, completed
 from inferlab.bench.scenarios.molecules import SELECTION_KNOBS, validate_selection
 from inferlab.errors import ConfigError
@@ -41,11 +41,11 @@ KNOBS = (
     Knob("sampling", str, "top-p", "greedy, or top-p 1.0 at temperature 1.0", choices=tuple(SAMPLINGS)),
     Knob("profile", str, "v3-fixed4", "conformer format profile",
          choices=("v3-fixed4", "v3-stripped", "v2-fixed4", "v2-stripped")),
-    Knob("sort_by_length", bool, True, "batch requests of similar length, longest first (the seeds' PR #11)"),
+    Knob("sort_by_length", bool, True, "batch requests of similar length, longest first"),
     Knob("molecules_file", str, "", "a .smi/.csv of molecules ('' = RDKit's NCI first_5K.smi)"),
     *SELECTION_KNOBS,
-    Knob("dtype", str, "bfloat16", "weights and activations", choices=("bfloat16", "float16", "float32")),
-    Knob("tokenizer", str, "", "tokenizer folder for building a preset model ('' = the preset's own)"),
+    dtype_knob(),
+    TOKENIZER_KNOB,
     Knob("warmup_steps", int, 16, "decode steps of each warm-up call (every shape kept); 0 = full length",
          minimum=0),
     *common_knobs(min_repeats=1, min_duration_s=0.0, warmup=1, repeats_help="timed passes over the measured requests"),
@@ -129,7 +129,7 @@ class ConformerRequests:
 
     def batches(self, count: int, batch_size: int, sort_by_length: bool) -> list[list[int]]:
         """The first `count` requests in consecutive batches of `batch_size`; with sort_by_length, longest output
-        bound first (the seeds' PR #11: rows of a batch end close together, and the hungriest batch runs first)."""
+        bound first (rows of a batch end close together, and the hungriest batch runs first)."""
         order = list(range(count))
         if sort_by_length:
             order.sort(key=lambda i: -self.items[i][2])
@@ -247,17 +247,8 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
 
 
 SCENARIO = Scenario(
-    name="constrained",
-    description="conformers of NCI molecules under the conformer constraint: tok/s, molecules/s, validity",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="output_tokens_per_s",
-    higher_is_better=True,
-    uses_backends=True,
-    uses_model=True,
-    default_timeout_s=600.0,
+    "constrained", "conformers of NCI molecules under the conformer constraint: tok/s, molecules/s, validity",
+    KNOBS, run, validate, estimate_s, uses_backends=True,
     # batch size and cache are serving choices: the baseline's best of them is what is compared
     workload_knobs=("num_molecules", "num_conformers", "max_requests", "sampling", "profile", "molecules_file",
                     "min_heavy_atoms", "max_heavy_atoms", "assign_stereo"),

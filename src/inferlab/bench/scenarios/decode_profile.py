@@ -29,7 +29,7 @@ from typing import Any
 
 from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
-from inferlab.bench.knobs import Knob, common_knobs
+from inferlab.bench.knobs import TOKENIZER_KNOB, Knob, common_knobs, dtype_knob, sampling_knobs
 from inferlab.bench.roofline import Ceilings, StepShape, family_rows, gemm_tiles, minimum_work, step_summary
 from inferlab.bench.scenarios.base import CellContext, Scenario
 from inferlab.bench.step_profile import (
@@ -53,11 +53,10 @@ KNOBS = (
     Knob("context_tokens", int, 330, "K/V positions each row attends over in the profiled step", minimum=2),
     Knob("kv_dtype", str, "auto", "KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales; CUDA >= 8.9)",
          choices=("auto", "fp8")),
-    Knob("dtype", str, "bfloat16", "weights and activations", choices=("bfloat16", "float16", "float32")),
-    Knob("temperature", float, 1.0, "sampling temperature (0 = greedy)", minimum=0.0),
-    Knob("top_p", float, 1.0, "nucleus threshold (1.0: the plain race; < 1: top-p by rejection)", minimum=0.0),
+    dtype_knob(),
+    *sampling_knobs(top_p=1.0, top_p_help="nucleus threshold (1.0: the plain race; < 1: top-p by rejection)"),
     Knob("profile_steps", int, 5, "steps (graph replays) run under the profiler", minimum=1),
-    Knob("tokenizer", str, "", "tokenizer folder for building a preset model ('' = the preset's own)"),
+    TOKENIZER_KNOB,
     *common_knobs(min_repeats=20, min_duration_s=0.3, warmup=5, repeats_help="timed batches of 10 steps"),
 )
 
@@ -196,14 +195,7 @@ def _write_step(ctx: CellContext, cell: Cell, kernels: list, steps: int, unmatch
 
 
 SCENARIO = Scenario(
-    name="decode-profile",
-    description="one decode step of the engine against its bound: per kernel family, time, share, % of the bound",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="step_bandwidth_fraction",
-    higher_is_better=True,
+    "decode-profile", "one decode step of the engine against its bound: per kernel family, time, share, % of the bound",
+    KNOBS, run, validate, estimate_s, headline_metric="step_bandwidth_fraction", default_timeout_s=300.0,
     workload_knobs=("batch_size", "context_tokens", "temperature", "top_p"),
-    default_timeout_s=300.0,
 )

@@ -25,7 +25,7 @@ from typing import Any
 
 from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
-from inferlab.bench.knobs import Knob, common_knobs
+from inferlab.bench.knobs import Knob, common_knobs, dtype_knob
 from inferlab.bench.scenarios.base import CellContext
 from inferlab.errors import ConfigError
 from inferlab.workloads.encode_backends import EncodeSpec
@@ -40,7 +40,7 @@ def sample_knobs(count_name: str, count: int, min_tokens: int, max_tokens: int, 
         Knob("max_tokens", int, max_tokens, "longest text, in tokens", minimum=1),
         Knob("length_distribution", str, distribution, "how token lengths spread over [min_tokens, max_tokens]",
              choices=LENGTH_DISTRIBUTIONS),
-        Knob("dtype", str, "bfloat16", "weights and activations", choices=("bfloat16", "float16", "float32")),
+        dtype_knob(),
         Knob("check_texts", int, 0, "texts whose outputs are compared with transformers' (the dtype, SDPA) after the "
              "timing: label agreement, probability / hidden-state differences (0: no check)", minimum=0),
     )
@@ -102,6 +102,17 @@ def check_s(c: dict[str, Any], accelerator: bool) -> float:
     if not c["check_texts"]:
         return 0.0
     return (4.0 + 0.01 * c["check_texts"]) if accelerator else (2.0 + 0.05 * c["check_texts"])
+
+
+def estimate_cell_s(cell: Cell, accelerator: bool, count_knob: str) -> float:
+    """The backend's own estimate (the engine, vLLM: backends/estimates.py), else transformers' model over
+    the sample of `count_knob` texts."""
+    from inferlab.bench.backends import backend_estimate_s
+
+    assert cell.model is not None
+    own = backend_estimate_s(cell, accelerator)
+    return own if own is not None else estimate_text_s(cell.config, accelerator, cell.config[count_knob],
+                                                       approx_params_b(cell.model))
 
 
 def approx_params_b(model: str) -> float:

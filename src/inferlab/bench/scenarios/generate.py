@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
-from inferlab.bench.knobs import Knob, common_knobs
+from inferlab.bench.knobs import TOKENIZER_KNOB, Knob, common_knobs, dtype_knob, sampling_knobs
 from inferlab.bench.scenarios.base import CellContext, Scenario, completed
 from inferlab.errors import ConfigError
 
@@ -37,12 +37,10 @@ KNOBS = (
     Knob("num_prompts", int, 64, "prompts per pass (a multiple of batch_size)", minimum=1),
     Knob("prompt_tokens", int, 48, "tokens per prompt (random ids, all rows equally long)", minimum=1),
     Knob("new_tokens", int, 128, "tokens generated per row (min_new_tokens == max_new_tokens)", minimum=1),
-    Knob("dtype", str, "bfloat16", "weights and activations", choices=("bfloat16", "float16", "float32")),
-    Knob("do_sample", bool, True, "sample (true) or greedy (false)"),
-    Knob("temperature", float, 1.0, "sampling temperature", minimum=0.0),
-    Knob("top_p", float, 0.9, "nucleus sampling threshold (1.0 disables)", minimum=0.0),
+    dtype_knob(),
+    *sampling_knobs(top_p=0.9, do_sample="sample (true) or greedy (false)", temperature_help="sampling temperature"),
     Knob("top_k", int, 0, "top-k filter (0 disables)", minimum=0),
-    Knob("tokenizer", str, "", "tokenizer folder for building a preset model ('' = the preset's own)"),
+    TOKENIZER_KNOB,
     Knob("profile_kernels", bool, True, "profile one short call to see which attention kernel ran"),
     Knob("profile_steps", int, 4, "decode steps of the profiled call", minimum=1),
     Knob("warmup_steps", int, 16, "decode steps of each warm-up call with a static KV cache (every shape kept, so "
@@ -85,11 +83,10 @@ def validate(cell: Cell) -> None:
 
 
 def estimate_s(cell: Cell, accelerator: bool) -> float:
-    """Rough seconds: process start + load (~8 s on a GPU host) + the kernel profile (~2 s), a compile guess (~25 s,
-    BENCHMARKING.md saw 16-33 s), warm-up calls of `warmup_steps` steps (and the warm repeat of one), then
-    the timed calls: passes over all prompts, cut at `max_duration_s`. The GPU step model is fitted to
-    BENCHMARKING.md's H200 table for the Llama-380M shape (dynamic ~9 ms, static ~3 ms, +0.055 ms per
-    row; the Python processor ~+0.04 ms per row); other models and devices differ."""
+    """Rough seconds: process start + load (~8 s on a GPU host) + the kernel profile (~2 s), compilation
+    (~25 s), warm-up calls of `warmup_steps` steps (and the warm repeat of one), then the timed calls: passes
+    over all prompts, cut at `max_duration_s`. The GPU step of the Llama-380M shape: dynamic cache ~9 ms,
+    static ~3 ms, +0.055 ms per row, the Python processor +0.04 ms per row; other models and devices differ."""
     from inferlab.bench.backends import backend_estimate_s
 
     own = backend_estimate_s(cell, accelerator)
@@ -124,9 +121,8 @@ def planned_seconds(c: dict, step_ms: float, fixed_s: float) -> float:
 
 def _short_warmup_steps(c: dict) -> int | None:
     """Decode steps of a warm-up call, or None for full-length warm-ups. A dynamic cache meets a new KV
-    length at every step, and some kernels build per-shape state on first sight (measured on an H200,
-    torch 2.11: sdpa/cuDNN with a dynamic cache ran at 463 tok/s after a 16-step warm-up, against eager's
-    1,596), so only a full-length warm-up reaches the steady state there."""
+    length at every step, and some kernels build per-shape state on first sight (cuDNN SDPA plans one per
+    shape), so only a full-length warm-up reaches the steady state there."""
     if c.get("kv_cache") == "dynamic" or not 0 < c["warmup_steps"] < c["new_tokens"]:
         return None
     return c["warmup_steps"]
@@ -295,17 +291,8 @@ def _after_measuring(cell: Cell, ctx: CellContext, backend: Any, short_call: Cal
 
 
 SCENARIO = Scenario(
-    name="generate",
-    description="batched generation of equal-length outputs through a backend: tok/s, first call, memory, kernel",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="output_tokens_per_s",
-    higher_is_better=True,
-    uses_backends=True,
-    uses_model=True,
-    default_timeout_s=600.0,
+    "generate", "batched generation of equal-length outputs through a backend: tok/s, first call, memory, kernel",
+    KNOBS, run, validate, estimate_s, uses_backends=True,
     workload_knobs=("batch_size", "num_prompts", "prompt_tokens", "new_tokens", "do_sample", "temperature", "top_p",
                     "top_k"),
 )

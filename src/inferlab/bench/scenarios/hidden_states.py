@@ -18,8 +18,8 @@ from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob
 from inferlab.bench.scenarios.base import CellContext, Scenario
-from inferlab.bench.scenarios.encode_measurement import (approx_params_b, estimate_text_s, measure_encode,
-                                                         measuring_knobs, sample_knobs, validate_text_workload)
+from inferlab.bench.scenarios.encode_measurement import (estimate_cell_s, measure_encode, measuring_knobs,
+                                                         sample_knobs, validate_text_workload)
 from inferlab.errors import ConfigError
 from inferlab.workloads.encode_backends import EncodeSpec
 
@@ -59,13 +59,7 @@ def validate(cell: Cell) -> None:
 
 
 def estimate_s(cell: Cell, accelerator: bool) -> float:
-    """The backend's own estimate (the engine, vLLM: backends/estimates.py), else transformers' model."""
-    from inferlab.bench.backends import backend_estimate_s
-
-    assert cell.model is not None
-    own = backend_estimate_s(cell, accelerator)
-    return own if own is not None else estimate_text_s(cell.config, accelerator, cell.config["num_prompts"],
-                                                       approx_params_b(cell.model))
+    return estimate_cell_s(cell, accelerator, "num_prompts")
 
 
 def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
@@ -79,17 +73,8 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
 
 
 SCENARIO = Scenario(
-    name="hidden-states",
-    description="pooled activations of chosen layers: prompts/s, tokens/s, per-request latency, TFLOP/s, memory",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="input_tokens_per_s",
-    higher_is_better=True,
-    uses_backends=True,
-    default_backend="hf",
-    uses_model=True,
-    default_timeout_s=240.0,
+    "hidden-states", "pooled activations of chosen layers: prompts/s, tokens/s, per-request latency, TFLOP/s, memory",
+    KNOBS, run, validate, estimate_s,
+    headline_metric="input_tokens_per_s", uses_backends=True, default_backend="hf", default_timeout_s=240.0,
     workload_knobs=("min_tokens", "max_tokens", "length_distribution", "layers", "pool"),
 )

@@ -26,7 +26,7 @@ from typing import Any
 
 from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
-from inferlab.bench.knobs import Knob, common_knobs
+from inferlab.bench.knobs import TOKENIZER_KNOB, Knob, common_knobs, dtype_knob, sampling_knobs
 from inferlab.bench.scenarios.base import CellContext, Scenario, completed
 from inferlab.errors import ConfigError
 
@@ -40,10 +40,8 @@ KNOBS = (
     Knob("prompt_min_tokens", int, 64, "shortest prompt (lengths drawn uniformly, seeded)", minimum=1),
     Knob("prompt_max_tokens", int, 256, "longest prompt", minimum=1),
     Knob("new_tokens", int, 150, "tokens generated per row (min == max)", minimum=1),
-    Knob("dtype", str, "bfloat16", "weights and activations", choices=("bfloat16", "float16", "float32")),
-    Knob("do_sample", bool, True, "sample (the seed's setting) or greedy"),
-    Knob("temperature", float, 1.0, "sampling temperature", minimum=0.0),
-    Knob("top_p", float, 1.0, "nucleus threshold (1.0 disables)", minimum=0.0),
+    dtype_knob(),
+    *sampling_knobs(top_p=1.0, do_sample="sample (the seed's setting) or greedy", temperature_help="sampling temperature"),
     Knob("steer_layer", int, 6, "decoder layer whose output is steered (0-based, negative from the end)"),
     Knob("steer_scale", float, 8.0, "the vector is unit norm times this"),
     Knob("collect_layers", str, "6:-1", "decoder layers collected, separated by ':' or ',' (negative from the end)"),
@@ -54,7 +52,7 @@ KNOBS = (
          "(0 = no check)", minimum=0),
     Knob("check_tolerance", float, 0.0, "largest accepted |engine - hf| / |hf| per vector; 0 = by dtype (0.05 in "
          "bf16/fp16: different kernels round differently through every layer; 1e-4 in fp32)", minimum=0.0),
-    Knob("tokenizer", str, "", "tokenizer folder for building a preset model ('' = the preset's own)"),
+    TOKENIZER_KNOB,
     *common_knobs(min_repeats=1, min_duration_s=0.0, warmup=1, repeats_help="rounds of timed passes (every mode once)"),
 )
 
@@ -271,18 +269,10 @@ def mode_figures(passes: dict[str, list[Pass]]) -> dict[str, Any]:
 
 
 SCENARIO = Scenario(
-    name="steering",
-    description="the seed's steering job: generation with a steering vector and hidden states collected, "
-                "per mode (plain / steer / collect / both): tok/s, the step's cost of steering, activation check",
-    knobs=KNOBS,
-    run=run,
-    validate=validate,
-    estimate_s=estimate_s,
-    headline_metric="output_tokens_per_s",
-    higher_is_better=True,
-    uses_backends=True,
-    uses_model=True,
-    default_timeout_s=600.0,
+    "steering",
+    "the seed's steering job: generation with a steering vector and hidden states collected, "
+    "per mode (plain / steer / collect / both): tok/s, the step's cost of steering, activation check",
+    KNOBS, run, validate, estimate_s, uses_backends=True,
     # the prompt count only sets how long a pass is (rates compare at equal prompt and output lengths), so
     # a cell that measures fewer prompts (transformers, slow) still ranks beside the engine's
     workload_knobs=("prompt_min_tokens", "prompt_max_tokens", "new_tokens", "do_sample", "temperature", "top_p",

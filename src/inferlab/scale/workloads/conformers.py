@@ -123,15 +123,7 @@ def conformer_adapter(
 ) -> WorkloadAdapter:
     """An adapter for a conformer generator; `run_shard` writes the SDF at ctx.output and its JSONL at
     default_jsonl_path(ctx.output) with ConformerResultWriter (resumable), K rows per molecule."""
-    return WorkloadAdapter(
-        name=name,
-        read_units=read_conformer_units,
-        run_shard=run_shard,
-        merge=merge_conformers,
-        settings=settings,
-        output_suffix=".sdf",
-        progress_file=default_jsonl_path,
-        rows_exact=rows_exact,
-        final_outputs=lambda output, params: [output, rows_path(output, params)],
-    )
+    return WorkloadAdapter(name, read_conformer_units, run_shard, merge_conformers, settings, output_suffix=".sdf",
+                           progress_file=default_jsonl_path, rows_exact=rows_exact,
+                           final_outputs=lambda output, params: [output, rows_path(output, params)])
 

@@ -130,10 +130,4 @@ def _settings(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-GENERATE = WorkloadAdapter(
-    name="generate",
-    read_units=_read_units,
-    run_shard=_run_shard,
-    merge=merge_jsonl_by_id,
-    settings=_settings,
-)
+GENERATE = WorkloadAdapter("generate", _read_units, _run_shard, merge_jsonl_by_id, _settings)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,42 +19,27 @@ from safetensors.torch import save_file
 from inferlab.errors import InputError
 from inferlab.scale.adapter import ShardContext, WorkloadAdapter
 from inferlab.scale.order import OrderIndex
-from inferlab.scale.params import from_params, to_params
-from inferlab.scale.units import UnitPlan
-from inferlab.scale.workloads.text_units import load_tokenizer, read_jsonl_units
+from inferlab.scale.workloads.encoder_workload import encoder_params, model_settings, run_encoder_shard, units_reader
 from inferlab.workloads.activation_store import store_folder
 from inferlab.workloads.backend_choice import WorkloadBackend
 from inferlab.workloads.hf_loading import ModelLoadConfig
 from inferlab.workloads.hidden_states import HiddenStatesOptions
-from inferlab.workloads.rows import text_field_getter
 
 
 def hidden_states_params(load: ModelLoadConfig, options: HiddenStatesOptions,
                          backend: WorkloadBackend = WorkloadBackend()) -> dict[str, Any]:
-    return {"load": to_params(load), "options": to_params(options), "backend": to_params(backend)}
+    return encoder_params(load, options, backend)
 
 
 def _store_index(output: Path) -> Path:
     return store_folder(output) / "index.jsonl"
 
 
-def _read_units(input_path: Path, params: dict[str, Any]) -> UnitPlan:
-    options = from_params(HiddenStatesOptions, params["options"])
-    tokenizer = load_tokenizer(params["load"]["model_dir"])
-    return read_jsonl_units(input_path, tokenizer, text_field_getter(options.text_field))
-
-
 def _run_shard(params: dict[str, Any], ctx: ShardContext) -> dict[str, Any]:
     from inferlab.workloads.backend_choice import open_hidden_states
     from inferlab.workloads.hidden_states import collect_hidden_states
 
-    load = from_params(ModelLoadConfig, {**params["load"], "device": ctx.device})
-    options = from_params(HiddenStatesOptions, params["options"])
-    start = time.perf_counter()
-    source, _ = open_hidden_states(load, from_params(WorkloadBackend, params.get("backend", {})), options)
-    load_s = time.perf_counter() - start
-    report = collect_hidden_states(source, ctx.input, ctx.output, options, progress=ctx.progress)
-    return {"load_s": load_s, "run_s": report.wall_s, **report.summary()}
+    return run_encoder_shard(params, ctx, HiddenStatesOptions, open_hidden_states, collect_hidden_states)
 
 
 OkRow = tuple[float, int, int, str]  # (input line, shard, row in the shard, id)
@@ -134,24 +118,13 @@ def _write_index(path: Path, ok, errors, tokens: dict[str, int]) -> None:
 
 
 def _settings(params: dict[str, Any]) -> dict[str, Any]:
-    load, options = params["load"], params["options"]
-    return {
-        "model": str(Path(load["model_dir"]).resolve()),
-        "dtype": load["dtype"],
-        "quantization": load["quantization"],
-        "backend": params.get("backend", {}).get("backend", "auto"),
-        "weights": params.get("backend", {}).get("weights", "auto"),
-        **{k: options[k] for k in ("layers", "pool", "max_length", "truncate", "text_field", "save_dtype")},
-    }
+    options = params["options"]
+    return {**model_settings(params),
+            **{k: options[k] for k in ("layers", "pool", "max_length", "truncate", "text_field", "save_dtype")}}
 
 
 HIDDEN_STATES = WorkloadAdapter(
-    name="hidden-states",
-    read_units=_read_units,
-    run_shard=_run_shard,
-    merge=_merge,
-    settings=_settings,
-    output_suffix=".safetensors",
-    progress_file=_store_index,
+    "hidden-states", units_reader(HiddenStatesOptions), _run_shard, _merge, _settings,
+    output_suffix=".safetensors", progress_file=_store_index,
     final_outputs=lambda output, params: [output, output.with_name(output.name + ".index.jsonl")],
 )
