@@ -101,10 +101,16 @@ if triton is not None:
 
 @lru_cache(maxsize=2)
 def _interpreted(name: str):
-    """The same kernel run by Triton's interpreter, for CPU tensors (tests)."""
+    """The same kernel run by Triton's interpreter, for CPU tensors (tests). The @triton.jit helpers it calls
+    run interpreted too: an interpreted kernel cannot call a compiled helper."""
+    import types
+
     from triton.runtime.interpreter import InterpretedFunction
 
-    return InterpretedFunction(globals()[name].fn)
+    kernel = globals()[name].fn
+    scope = {key: InterpretedFunction(value.fn) if isinstance(value, triton.runtime.JITFunction) else value
+             for key, value in kernel.__globals__.items()}
+    return InterpretedFunction(types.FunctionType(kernel.__code__, scope, kernel.__name__))
 
 
 def _kernel(name: str, device: torch.device):
