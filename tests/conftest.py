@@ -25,13 +25,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "full (the real model shapes); default: $INFERLAB_GPU_SIZE, else quick")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reports its collection: the order reaches the scheduler
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The Triton-interpreter cases (~2 minutes of one core) start now in their child process, beside the
-    rest of the suite, and their test runs last (tests/triton_interpreter_child.py)."""
+    """The Triton-interpreter cases (minutes of one core) run in a child process beside the rest of the
+    suite (tests/triton_interpreter_child.py). In one process the child starts now and its test runs last.
+    Under pytest-xdist (CI: -n 2) its test runs first instead: the worker that takes it starts the child and
+    waits, while the other worker runs the suite, so the child and that worker keep both cores busy."""
     chosen = [item for item in session.items if item.path.name == triton_interpreter_child.TEST_FILE]
     if not chosen or session.config.option.collectonly:
         return
-    session.items[:] = [item for item in session.items if item not in chosen] + chosen
+    others = [item for item in session.items if item not in chosen]
+    if hasattr(session.config, "workerinput"):  # an xdist worker: every worker collects the same order
+        session.items[:] = chosen + others
+        return
+    session.items[:] = others + chosen
     if importlib.util.find_spec("triton") is not None:  # without triton the test skips itself
         triton_interpreter_child.start(session.config)
 

@@ -1,11 +1,11 @@
 """The child pytest that runs tests/unit/engine/triton_interpreter_cases.py with TRITON_INTERPRET=1 (the
 variable must be set before triton is first imported, so those cases cannot run in this process).
 
-The interpreter cases take ~2 minutes of one core, about a quarter of the CPU suite, while the rest of the
-suite mostly keeps one core busy: tests/conftest.py starts the child as soon as collection has selected
-test_engine_triton_interpreter.py (and moves that test last), so on CI's 2 cores the child runs beside
-the other tests; the test then waits for it and fails with its output. The child is killed if the session
-ends first (-x, Ctrl-C).
+The interpreter cases take minutes of one core, a large part of the CPU suite; tests/conftest.py runs them
+beside the rest of the suite: in one process it starts the child as soon as collection has selected
+test_engine_triton_interpreter.py (and moves that test last); under pytest-xdist (CI: -n 2) it moves that test
+first, and the worker that takes it starts the child and waits while the other worker runs the suite. The test
+waits for the child and fails with its output. The child is killed if the session ends first (-x, Ctrl-C).
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def start(config: pytest.Config) -> None:
     if CHILD in config.stash:
         return
     log = tempfile.TemporaryFile(mode="w+")
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    # one torch thread: the child has one core of its own at most, beside the suite
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
     process = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(CASES)],
                                env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     config.stash[CHILD] = Child(process, log)
