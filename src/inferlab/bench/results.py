@@ -4,12 +4,14 @@ helpers reports share (a row's headline value, the knobs that vary within a grou
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Iterable
 
 from inferlab.errors import InputError
 
 RESULTS_FILE = "results.jsonl"
+log = logging.getLogger(__name__)
 
 
 def results_path(run: str | Path) -> Path:
@@ -22,12 +24,21 @@ def results_path(run: str | Path) -> Path:
 
 def load_rows(runs: Iterable[str | Path], latest_only: bool = True) -> list[dict[str, Any]]:
     """All rows of the given runs; within one file only the last row of each cell (a resumed run appends
-    a new row for a cell that was skipped or retried). A torn last line is ignored."""
+    a new row for a cell that was skipped or retried). A torn last line is ignored. A run directory with no
+    rows yet (a run stopped before its first cell ended) is passed over with a warning when another run
+    has rows, as `runs/*` names every run."""
+    runs = list(runs)
+    missing = [run for run in runs if not results_path(run).is_file()]
+    if missing and (len(missing) == len(runs) or not all(Path(run).is_dir() for run in missing)):
+        raise InputError(f"{missing[0]}: no {RESULTS_FILE} there; pass a run directory written by `inferlab bench` "
+                         "or a .jsonl file")
+    for run in missing:
+        log.warning("%s: no %s yet (no cell of that run has ended); left out", run, RESULTS_FILE)
     rows: list[dict[str, Any]] = []
     for run in runs:
         path = results_path(run)
-        if not path.is_file():
-            raise InputError(f"{run}: no {RESULTS_FILE} there; pass a run directory written by `inferlab bench` or a .jsonl file")
+        if run in missing:
+            continue
         file_rows = []
         for line in path.read_text(encoding="utf-8").splitlines():
             if not line.strip():

@@ -198,3 +198,22 @@ def test_seed_004_findings_are_computed_from_classify_rows(tmp_path):
     text = write_report(["r"], rows, tmp_path / "rep").read_text()
     assert "Seed 004 (classification)" in text and "| samples/s |" not in text.split("## Results")[0]
     assert "### classify · qwen2-cls" in text and "p95 ms" in text
+
+
+def test_a_run_directory_without_rows_is_left_out_of_runs_star_with_a_warning(tmp_path, caplog):
+    import json
+
+    from inferlab.bench.results import load_rows
+    from inferlab.errors import InputError
+
+    done, stopped = tmp_path / "done", tmp_path / "stopped"
+    done.mkdir()
+    stopped.mkdir()
+    (done / "results.jsonl").write_text(json.dumps(_row(_gen_cell(), 100.0)) + "\n")
+    with caplog.at_level("WARNING"):
+        rows = load_rows([done, stopped])
+    assert len(rows) == 1 and "stopped: no results.jsonl yet" in caplog.text
+    with pytest.raises(InputError, match="no results.jsonl there"):
+        load_rows([stopped])
+    with pytest.raises(InputError, match="no results.jsonl there"):
+        load_rows([done, tmp_path / "typo.jsonl"])
