@@ -545,7 +545,7 @@ def test_engine_steering_and_collection_on_triton_kernels_match_the_torch_kernel
 def test_rejection_top_p_kernels_draw_the_reference_tokens(dtype):
     """Re-keyed rounds with skipped rows, and the fused top-p draw: Triton == the torch reference."""
     g = torch.Generator().manual_seed(4)
-    rows, vocab = 10, 2500  # three 1024-token blocks, the last one partial
+    rows, vocab = 10, 1250  # three 512-token blocks, the last one partial
     logits = (torch.randn(rows, vocab, generator=g) * 2).to(dtype)
     logits[2, 100:] = float("-inf")  # a masked row
     temperature = torch.where(torch.arange(rows) % 5 == 1, 0.0, torch.rand(rows, generator=g) + 0.5)
@@ -553,14 +553,14 @@ def test_rejection_top_p_kernels_draw_the_reference_tokens(dtype):
     index = torch.randint(0, 1000, (rows,), generator=g)
     skip = torch.arange(rows) % 3 == 0
     for r in (0, 2):
-        ours = triton_sampling.race_argmax(logits, temperature, None, seeds, index, r, skip, block=1024)
+        ours = triton_sampling.race_argmax(logits, temperature, None, seeds, index, r, skip, block=512)
         ref = race_argmax_torch(logits, temperature, None, seeds, index, r)
         assert torch.equal(ours[~skip], ref[~skip])
     top_p = torch.tensor([0.9, 0.5, 0.95, 1.0, 0.3, 0.8, 0.99, 0.6, 0.05, 0.7])
     # min-p on a greedy row (1), a row without top-p (3: only the floor to check) and a top-p row (7)
     min_p = torch.where((torch.arange(rows) == 1) | (torch.arange(rows) == 3) | (torch.arange(rows) == 7), 0.3, 0.0)
     for rounds in (1, 3):
-        ours = triton_top_p.top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, rounds, block=1024)
+        ours = triton_top_p.top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, rounds, block=512)
         assert torch.equal(ours, top_p_by_rejection(logits, temperature, top_p, min_p, seeds, index, rounds))
 
 
