@@ -269,14 +269,14 @@ def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads,
     reference dequantizes; the new position is written as the reference writes it (same bytes) and
     attended to as stored; nothing past a row's position is read (NaN codes and scales there). head_dim
     40 leaves masked lanes in every block, which must not enter a scale. gemma: MQA at head_dim 256, a
-    window of 40 (row 2 at position 199 reads nothing before 160), soft-capped scores, (1 + w) q/k norms."""
+    window of 40 (row 2 at position 99 reads nothing before 60), soft-capped scores, (1 + w) q/k norms."""
     g = torch.Generator().manual_seed(2)
     tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 256, torch.device("cpu"))
-    stored = [kv_quant.quantize(torch.randn(5, kv_heads, 200, head_dim, generator=g)) for _ in range(2)]
+    stored = [kv_quant.quantize(torch.randn(5, kv_heads, 100, head_dim, generator=g)) for _ in range(2)]
     caches, scales = [q.clone() for q, _ in stored], [s.clone() for _, s in stored]
     ref_caches, ref_scales = [q.clone() for q, _ in stored], [s.clone() for _, s in stored]
     qkv = torch.randn(4, (heads + 2 * kv_heads) * head_dim, generator=g)
-    slots, positions = torch.tensor([3, 0, 4, 1]), torch.tensor([0, 16, 199, 64])
+    slots, positions = torch.tensor([3, 0, 4, 1]), torch.tensor([0, 16, 99, 64])  # 99: a partial last block
     norms = [torch.randn(head_dim, generator=g) if qk_norm else None for _ in range(2)]
     args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
     counters = torch.zeros(5 * kv_heads, dtype=torch.int32)
@@ -300,8 +300,8 @@ def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads,
     caches[0].view(torch.uint8)[3, :, 1:] = 0x7F  # e4m3fn NaN
     scales[1][3, :, 1:] = float("nan")
     if gemma:  # before row 2's window
-        caches[1].view(torch.uint8)[4, :, :160] = 0x7F
-        scales[0][4, :, :160] = float("nan")
+        caches[1].view(torch.uint8)[4, :, :60] = 0x7F
+        scales[0][4, :, :60] = float("nan")
     again = run()
     assert torch.equal(again[0], ours[0]) and torch.equal(again[2], ours[2])
 
