@@ -109,15 +109,24 @@ def test_validity_reports_the_stereo_of_the_coordinates(chem_tokenizer):
         assert result["stereo_agreement"] == expected
 
 
+@pytest.fixture
+def small_molecules(tmp_path):
+    """Two molecules of 3 and 4 heavy atoms (a branch): short conformers, so the HF runs take seconds."""
+    smi = tmp_path / "small.smi"
+    smi.write_text("CCO ethanol\nCC(=O)O acetic-acid\n")
+    return smi
+
+
 @pytest.mark.slow
-def test_the_hf_baseline_runs_and_every_row_ends_after_its_skeleton(tiny_checkpoint, run_cell, chem_tokenizer):
+def test_the_hf_baseline_runs_and_every_row_ends_after_its_skeleton(tiny_checkpoint, run_cell, chem_tokenizer,
+                                                                    small_molecules):
     path = tiny_checkpoint("tiny-qwen3")
     data = {"sweep": [{"scenario": "constrained", "model": str(path), "backend": "hf",
-                       "set": {**TINY, "max_requests": 2}}]}
+                       "set": {**TINY, "max_requests": 2, "molecules_file": str(small_molecules)}}]}
     cell, out = run_cell(data, path)
     assert out.status == "ok", out.message
     m = out.metrics
-    found = load_molecules(nci_molecules_path(), 2, PROFILE, chem_tokenizer, max_positions=512)
+    found = load_molecules(small_molecules, 2, PROFILE, chem_tokenizer, max_positions=512)
     skeleton = len(build_baseline_template(found.molecules[0].smiles, PROFILE, chem_tokenizer))
     # the first 2 of 4 requests are molecule 0's two conformers; the processor forces EOS after its skeleton
     assert m["requests_measured"] == 2 and m["requests_total"] == 4 and m["output_tokens"] == 2 * (skeleton + 1)
@@ -130,11 +139,11 @@ def test_the_hf_baseline_runs_and_every_row_ends_after_its_skeleton(tiny_checkpo
 
 
 @pytest.mark.slow
-def test_a_compiled_static_cache_compiles_nothing_while_timed(tiny_checkpoint, run_cell):
+def test_a_compiled_static_cache_compiles_nothing_while_timed(tiny_checkpoint, run_cell, small_molecules):
     path = tiny_checkpoint("tiny-qwen3")
     data = {"sweep": [{"scenario": "constrained", "model": str(path), "backend": "hf",
                        "set": {**TINY, "num_molecules": 1, "kv_cache": "static", "compile": True,
-                               "compile_backend": "eager"}}]}
+                               "compile_backend": "eager", "molecules_file": str(small_molecules)}}]}
     _, out = run_cell(data, path)
     assert out.status == "ok", out.message
     assert out.metrics["compile_observed"] is True and out.metrics["graphs_compiled_while_timed"] == 0
