@@ -87,6 +87,21 @@ def _settings(row: dict[str, Any], knobs: list[str]) -> dict[str, Any]:
     return {k: row.get("backend") if k == "backend" else row.get("config", {}).get(k) for k in knobs}
 
 
+def _telling_knobs(group: list[dict[str, Any]], knobs: list[str]) -> list[str]:
+    """The knobs that tell the group's rows apart, in order, each only where it adds to the ones before: a
+    knob whose value follows from the earlier kept knobs (one backend's own knobs, fixed for its rows and
+    absent from the others', follow from `backend`) would repeat their verdict."""
+    told: list[str] = []
+    keys: list[tuple[str, ...]] = [() for _ in group]
+    for knob in knobs:
+        values = [json.dumps(_settings(r, [knob])[knob], sort_keys=True, default=str) for r in group]
+        seen: dict[tuple[str, ...], str] = {}
+        if any(seen.setdefault(key, value) != value for key, value in zip(keys, values)):
+            told.append(knob)
+            keys = [key + (value,) for key, value in zip(keys, values)]
+    return told
+
+
 def recommend(rows: list[dict[str, Any]]) -> list[Recommendation]:
     ok = [r for r in rows if headline(r) is not None and not is_baseline(r)]
     out: list[Recommendation] = []
@@ -95,7 +110,7 @@ def recommend(rows: list[dict[str, Any]]) -> list[Recommendation]:
     for (gpu, scenario, model, _), group in group_rows(
             ok, lambda r: (gpu_of(r), r.get("scenario"), r.get("model") or "-", workload_key(r))).items():
         higher = group[0].get("higher_is_better", True)
-        knobs = knobs_of[(gpu, scenario, model)]
+        knobs = _telling_knobs(group, knobs_of[(gpu, scenario, model)])
         workload = _workload_text(group[0], [r for r in ok if r.get("scenario") == scenario])
         pairs = [(r, Candidate(_settings(r, knobs), headline(r), *row_spread(r)))  # type: ignore[arg-type]
                  for r in group]

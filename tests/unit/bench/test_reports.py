@@ -217,3 +217,18 @@ def test_a_run_directory_without_rows_is_left_out_of_runs_star_with_a_warning(tm
         load_rows([stopped])
     with pytest.raises(InputError, match="no results.jsonl there"):
         load_rows([done, tmp_path / "typo.jsonl"])
+
+
+def test_recommend_judges_only_the_knobs_that_tell_rows_apart():
+    from inferlab.bench.recommend import _telling_knobs
+
+    def row(backend, **config):
+        return {"backend": backend, "config": config}
+
+    group = [row("hf", batch_size=16, bucket="on"), row("hf", batch_size=64, bucket="on"),
+             row("inferlab", weights="auto", budget=32768), row("inferlab", weights="fp8", budget=32768),
+             row("vllm", gpu_memory=0.92)]
+    knobs = ["backend", "bucket", "batch_size", "budget", "weights", "gpu_memory", "dtype"]
+    # bucket, budget and gpu_memory follow from the backend; dtype is the same everywhere
+    assert _telling_knobs(group, knobs) == ["backend", "batch_size", "weights"]
+    assert _telling_knobs(group[:1], knobs) == []
