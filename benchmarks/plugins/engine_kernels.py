@@ -44,6 +44,7 @@ import random
 import time
 from typing import Any, Callable
 
+from inferlab.bench.graph_timing import graph_us as cuda_graph_us
 from inferlab.bench.knobs import Knob
 from inferlab.bench.scenarios import register_scenario
 from inferlab.bench.scenarios.base import Scenario
@@ -78,32 +79,13 @@ KNOBS = (
 
 def graph_us(calls: list[Callable[[], Any]], replays: int, cuda: bool) -> float:
     """Microseconds per call: the calls captured once in a CUDA graph and replayed; on CPU, wall clock."""
-    import torch
-
     if not cuda:
         calls[0]()
         start = time.perf_counter()
         for call in calls:
             call()
         return 1e6 * (time.perf_counter() - start) / len(calls)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for call in calls:
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return 1e3 * start.elapsed_time(end) / (replays * len(calls))
+    return cuda_graph_us(calls, replays)
 
 
 def timed_labels(cells: dict[str, Callable[[], float]]) -> dict[str, Any]:

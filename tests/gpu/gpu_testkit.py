@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import torch
 
+from inferlab.bench.graph_timing import graph_us  # noqa: F401  (the tests' kernel timing)
+
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CUDA_ONLY = [pytest.mark.gpu, NEEDS_CUDA]
 CPU_AND_CUDA = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA_ONLY)])
@@ -62,26 +64,3 @@ def free_device_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def graph_us(calls: list, replays: int = 10) -> float:
-    """Device microseconds per call: the calls (one per layer, over distinct tensors: no L2 reuse) warmed up on a
-    side stream, captured once in a CUDA graph and replayed (no launch overhead)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for call in calls:
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return 1e3 * start.elapsed_time(end) / (replays * len(calls))
