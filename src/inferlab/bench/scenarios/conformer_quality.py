@@ -129,28 +129,35 @@ def system_label(backend: str | None, config: dict[str, Any]) -> str:
 
 
 def estimate_s(cell: Cell, accelerator: bool) -> float:
-    """Rough seconds (budgets, not figures). Per cell ~12 s of process, imports and molecules; scoring at
-    ~0.1 ms per RMSD pair and ~1 ms per output read on 16 cores (2 here). GPU: the engine ~15 s of start-up,
-    then ~300k tok/s (a ~10M-parameter model, 256 rows); transformers ~10 ms per decode step plus, with the
-    Python processor, ~40 us per row and step (its loop and a device read per row); ETKDG ~20 ms per
-    conformer per core. CPU (tiny models): ~250 tok/s for the engine and transformers alike."""
+    """Rough seconds (budgets, not figures). Per cell ~12 s of process, imports, molecules and references;
+    scoring ~1.5 ms per output read and ~0.2 ms per RMSD pair, over 16 cores (2 here). GPU: the engine ~15 s
+    of start-up, then ~300k tok/s (a ~10M-parameter model on 256 rows); transformers ~10 ms per decode step
+    plus ~6 us per row (its cache grows by concatenation) and, with the Python processor, ~60 us per row and
+    step (its loop and a device read per row; the committed H200 rows of qwen3-0.6b gave 60-250 us with the
+    full vocabulary), each call as long as its longest row (the output bound, ~1.6x a conformer, when a row
+    never writes EOS; the processor's skeleton otherwise); ETKDG ~40 ms per conformer per core. CPU (tiny
+    models): ~250 tok/s for the engine and transformers alike."""
     c = cell.config
-    molecules, generations, seeds = molecules_run(c), generations_of(c), c["num_seeds"] + c["warmup"] / molecules_run(c)
+    molecules, generations = molecules_run(c), generations_of(c)
     atoms = 16 if 0 < c["max_heavy_atoms"] <= 30 else 27 if c["min_heavy_atoms"] >= 20 else 20
-    requests = molecules * generations * seeds
-    tokens = requests * atoms * TOKENS_PER_HEAVY_ATOM
+    per_seed = molecules * generations
+    requests = per_seed * c["num_seeds"] + generations * c["warmup"]
     cores = 16 if accelerator else 2
-    scoring = 3.0 + molecules * c["num_seeds"] * generations * (c["num_references"] * 1e-4 + 1e-3) / cores
+    scoring = 3.0 + requests * (c["num_references"] * 2e-4 + 1.5e-3) / cores
     fixed = 12.0 + scoring
     if cell.backend == "etkdg":
-        return fixed + requests * 0.02 / cores
+        return fixed + requests * 0.04 / cores
+    tokens = requests * atoms * TOKENS_PER_HEAVY_ATOM
     if not accelerator:
         return fixed + 5.0 + tokens / 250.0
     if cell.backend == "inferlab":
         return fixed + 15.0 + tokens / 300_000.0
-    steps = 1.6 * atoms * TOKENS_PER_HEAVY_ATOM * seeds  # the longest row of each seed's call sets its steps
-    processor = requests * atoms * TOKENS_PER_HEAVY_ATOM * 1.3 * 40e-6 if c.get("processor") == "python" else 0.0
-    return fixed + 5.0 + steps * 0.010 + processor
+    rows = c.get("batch_size") or per_seed
+    calls = -(-per_seed // rows) * c["num_seeds"] + c["warmup"]
+    python = c.get("processor") == "python"
+    steps = (1.4 if python else 1.6) * atoms * TOKENS_PER_HEAVY_ATOM  # the longest row of a call
+    step_s = 0.010 + rows * (6e-6 + (60e-6 if python else 0.0))
+    return fixed + 5.0 + calls * steps * step_s
 
 
 def request_seed(seed: int, request_id: str) -> int:
