@@ -243,10 +243,11 @@ def write_plot(rows: list[dict[str, Any]], out_dir: Path) -> Path | None:
 
     fig, axes = plt.subplots(1, len(grouped), figsize=(6 * len(grouped), 4.5), squeeze=False)
     for ax, (key, systems) in zip(axes[0], grouped.items()):
-        for row in systems.values():
+        for system, row in systems.items():
             curve = (row.get("metrics") or {}).get("coverage_curve")
-            if row.get("status") == "ok" and curve:
-                ax.plot(curve["thresholds"], curve["cov_r"], label=system_label(row.get("backend"), row["config"]))
+            if row.get("status") == "ok" and curve:  # one colour per system in every panel
+                ax.plot(curve["thresholds"], curve["cov_r"], color=f"C{ORDER.index(system) if system in ORDER else 9}",
+                        label=system_label(row.get("backend"), row["config"]))
         for t in thresholds_of(list(systems.values())):
             ax.axvline(t, color="grey", lw=0.6, ls="--")
         ax.set_xlabel("threshold (A)")

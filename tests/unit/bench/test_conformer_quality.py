@@ -243,3 +243,14 @@ def test_the_report_section_the_model_card_table_and_the_plot(tmp_path):
     assert card.startswith("## Quality") and "42.0% ± 1.0 |" in card and "[41.0-43.0]" not in card
     assert "K = 8 ETKDGv3 references (seed 1001)" in card and "NVIDIA H200" in card
     assert (tmp_path / "report" / "plots" / "conformer-quality.png").is_file()
+
+
+def test_recommend_names_no_best_system_from_quality_rows():
+    from inferlab.bench.recommend import recommend
+
+    rows = [_row("inferlab", {"cov_r_0.75": [0.4] * 3}, constraint="on", kv_dtype="auto"), _row("etkdg", {"cov_r_0.75": [0.9] * 3})]
+    for r in rows:
+        r["metrics"]["coverage_recall"], r["headline_metric"] = r["metrics"]["quality"]["cov_r_0.75"]["mean"], "coverage_recall"
+    assert recommend(rows) == []
+    rows[0]["scenario"] = rows[1]["scenario"] = "constrained"  # the same rows of a speed scenario are ranked
+    assert recommend(rows)

@@ -386,7 +386,7 @@ SCENARIO = Scenario(
     NAME, "conformer quality of a system against ETKDG references (COV-R/P, AMR-R/P at several thresholds, "
     "validity, stereo) over several sampling seeds",
     KNOBS, run, validate, estimate_s, uses_backends=True,
-    headline_metric="coverage_recall", higher_is_better=True, default_timeout_s=540.0,
+    headline_metric="coverage_recall", higher_is_better=True, default_timeout_s=540.0, recommendable=False,
     workload_knobs=("num_molecules", "molecules_file", "min_heavy_atoms", "max_heavy_atoms", "assign_stereo",
                     "num_references", "num_generations", "reference_seed", "temperature", "top_p", "top_k",
                     "thresholds", "subset_molecules", "on_subset_only", "profile"),

@@ -9,7 +9,6 @@ spread over seeds.
 from __future__ import annotations
 
 import math
-import os
 from concurrent.futures import as_completed
 from dataclasses import dataclass
 from typing import Any
@@ -86,9 +85,10 @@ def score_all(tasks: list[MoleculeTask], workers: int) -> list[MoleculeScore]:
     """Every task's score, in task order: in this process (workers 1, or a single task), else in a spawn pool
     of `workers` processes (0 = one per CPU core)."""
     from inferlab.child_processes import spawn_pool
+    from inferlab.workloads.conformers.evaluation.evaluate import pool_size
 
-    workers = min(workers or os.cpu_count() or 1, len(tasks))
-    if workers <= 1:
+    workers = pool_size(workers, len(tasks))
+    if workers == 1:
         return [score_molecule(t) for t in tasks]
     scores: list[MoleculeScore | None] = [None] * len(tasks)
     # spawn, not fork: this process holds CUDA and threads that a forked child must not inherit

@@ -190,8 +190,15 @@ def evaluate_files(
     )
 
 
+def pool_size(workers: int, tasks: int) -> int:
+    """Processes for `tasks` tasks: `workers`, or (0) one per CPU core this process may use (its affinity,
+    not the host's count), never more than the tasks."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(workers or cores, tasks))
+
+
 def _run(tasks: list[tuple], workers: int, progress: Callable[[int, int], None] | None) -> list[MoleculeEvaluation]:
-    workers = workers or os.cpu_count() or 1
+    workers = pool_size(workers, len(tasks))
     if progress:
         progress(0, len(tasks))
     results: list[MoleculeEvaluation] = []
@@ -202,7 +209,7 @@ def _run(tasks: list[tuple], workers: int, progress: Callable[[int, int], None] 
                 progress(len(results), len(tasks))
         return results
     # spawn, not fork: the caller may hold CUDA or threads that a forked child must not inherit
-    with spawn_pool(min(workers, len(tasks))) as pool:
+    with spawn_pool(workers) as pool:
         futures = [pool.submit(evaluate_molecule, *task) for task in tasks]
         for future in as_completed(futures):
             results.append(future.result())

@@ -25,6 +25,7 @@ from inferlab.outputs.atomic import write_text_atomic
 from inferlab.workloads.conformers.chemistry.inputs import MoleculeInputs
 from inferlab.workloads.conformers.chemistry.sdf import ConformerSdfWriter
 from inferlab.workloads.conformers.chemistry.smiles import canonicalize_mol, parse_smiles
+from inferlab.workloads.conformers.evaluation.evaluate import pool_size
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +73,12 @@ def embed_many(smiles: list[str], config: ReferenceConfig, workers: int = 0,
     """embed_reference of each SMILES: the molecule, or the reason it could not be embedded. `seeds`: one
     ETKDG seed per molecule (default: config.seed for all). In a spawn pool of `workers` processes (0: one
     per CPU core, 1: in this process), one molecule per task, each embedding on one thread."""
+
     seeds = [config.seed] * len(smiles) if seeds is None else seeds
     assert len(seeds) == len(smiles)
     jobs = [(s, dataclasses.replace(config, seed=seed, threads=1)) for s, seed in zip(smiles, seeds)]
-    workers = min(workers or os.cpu_count() or 1, len(jobs))
-    if workers <= 1:
+    workers = pool_size(workers, len(jobs))
+    if workers == 1:
         return [Chem.Mol(b) if isinstance(b, bytes) else b for b in (_embedded(*job) for job in jobs)]
     # spawn, not fork: the caller may hold CUDA or threads that a forked child must not inherit
     with spawn_pool(workers) as pool:
