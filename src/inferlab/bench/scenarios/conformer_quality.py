@@ -35,11 +35,11 @@ from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import TOKENIZER_KNOB, Knob, dtype_knob
 from inferlab.bench.scenarios.base import CellContext, Scenario
+from inferlab.bench.scenarios.conformer_quality_scores import CURVE_THRESHOLDS, molecule_tasks, summarise
 from inferlab.bench.scenarios.molecules import SELECTION_KNOBS, validate_selection
-from inferlab.errors import ConfigError
+from inferlab.errors import ConfigError, InputError
 
 NAME = "conformer-quality"
-CURVE_THRESHOLDS = tuple(round(0.1 * i, 1) for i in range(1, 31))  # 0.1-3.0 A: the coverage-vs-threshold curve
 TOKENS_PER_HEAVY_ATOM = 24  # a fixed4 conformer with the qwen3-chem tokenizer (CONFORMERS.md)
 
 KNOBS = (
@@ -215,6 +215,9 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     evaluated = [m for m in unique if m.template.canonical_smiles in references.conformers]
     subset = evaluated[: c["subset_molecules"]] if c["subset_molecules"] else []
     run_on = subset if c["on_subset_only"] else evaluated
+    if not run_on:
+        raise InputError(f"RDKit could not embed references for any of the {len(unique)} molecules "
+                         f"({'; '.join(list(references.failed.values())[:2])}); choose other molecules")
 
     sampling = SamplingParams(temperature=c["temperature"], top_p=c["top_p"], top_k=c["top_k"])
     backend = get_backend(cell.backend, NAME).create(dict(c), QualitySpec(profile.name))
@@ -245,8 +248,8 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
 
     with timed(sync) as scoring:
         tasks = [task for seed in seeds
-                 for task in _tasks(seed, run_on, outputs[seed], generations, references, tokenizer,
-                                    backend.eos_token_ids, profile, thresholds + CURVE_THRESHOLDS)]
+                 for task in molecule_tasks(seed, run_on, outputs[seed], generations, references.conformers, tokenizer,
+                                            backend.eos_token_ids, profile.name, thresholds + CURVE_THRESHOLDS)]
         scores = score_all(tasks, c["workers"])
     files = _write_generated(ctx.run_dir / NAME / cell.key, seeds, run_on, scores)
     metrics: dict[str, Any] = {
@@ -305,56 +308,6 @@ def _backend_extra(ctx: CellContext, backend: Any) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     ctx.add_backend_metrics(extra, backend)
     return extra
-
-
-def _tasks(seed: int, molecules: list[Any], outputs: list[list[int]], generations: int, references: Any,
-           tokenizer: Any, eos: frozenset[int], profile: Any, thresholds: tuple[float, ...]) -> list[Any]:
-    """One scoring task per molecule of this seed: its generations' texts (before EOS; None without one)."""
-    from inferlab.bench.scenarios.conformer_quality_scores import MoleculeTask
-
-    tasks = []
-    for index, m in enumerate(molecules):
-        texts = []
-        for ids in outputs[index * generations : (index + 1) * generations]:
-            end = next((i for i, t in enumerate(ids) if t in eos), None)
-            texts.append(None if end is None else tokenizer.decode(ids[:end], skip_special_tokens=False))
-        tasks.append(MoleculeTask(seed, index, m.template, profile.name,
-                                  references.conformers[m.template.canonical_smiles], tuple(texts), thresholds))
-    return tasks
-
-
-def summarise(scores: list[Any], seeds: list[int], molecules: list[int], thresholds: tuple[float, ...],
-              calls: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per seed the figures over `molecules` (indices), their spread over seeds (`quality`), the coverage curve
-    (mean over seeds at each grid threshold), and the headline: COV-R at the first threshold, mean over seeds."""
-    from inferlab.bench.scenarios.conformer_quality_scores import seed_figures, spread, threshold_name
-
-    wanted = set(molecules)
-    per_seed = []
-    for seed, call in zip(seeds, calls):
-        picked = [s for s in scores if s.seed == seed and s.molecule in wanted]
-        figures = seed_figures(picked, thresholds + CURVE_THRESHOLDS)
-        per_seed.append({"seed": seed, **{k: v for k, v in figures.items() if not _on_curve_only(k, thresholds)},
-                         "output_tokens_per_s": call["output_tokens_per_s"]})
-        per_seed[-1]["curve"] = {p: [figures[threshold_name(p, t)] for t in CURVE_THRESHOLDS] for p in ("cov_r", "cov_p")}
-    names = [threshold_name(p, t) for t in thresholds for p in ("cov_r", "cov_p")]
-    names += ["amr_r", "amr_p", "validity", "stereo_agreement", "molecules_without_valid_output", "output_tokens_per_s"]
-    quality = {name: spread([s[name] for s in per_seed]) for name in names}
-    curve = {"thresholds": list(CURVE_THRESHOLDS)}
-    for p in ("cov_r", "cov_p"):
-        curve[p] = [sum(s["curve"][p][i] for s in per_seed) / len(per_seed) for i in range(len(CURVE_THRESHOLDS))]
-    head = quality[threshold_name("cov_r", thresholds[0])]
-    return {"per_seed": [{k: v for k, v in s.items() if k != "curve"} for s in per_seed], "quality": quality,
-            "coverage_curve": curve, "coverage_recall": head["mean"] if head else None,
-            "output_tokens_per_s": quality["output_tokens_per_s"]["mean"]}
-
-
-def _on_curve_only(key: str, thresholds: tuple[float, ...]) -> bool:
-    """A per-seed figure at a grid threshold that is not a reported one (it goes into the curve only)."""
-    from inferlab.bench.scenarios.conformer_quality_scores import threshold_name
-
-    reported = {threshold_name(p, t) + suffix for t in thresholds for p in ("cov_r", "cov_p") for suffix in ("", "_median")}
-    return key.startswith(("cov_r_", "cov_p_")) and key not in reported
 
 
 def _write_generated(folder: Any, seeds: list[int], molecules: list[Any], scores: list[Any]) -> list[str]:

@@ -2,8 +2,8 @@
 a process pool that reads the molecule's generations strictly (ConformerTemplate.check; stereo agreement of
 the valid ones where the input specifies stereo), builds the RMSD matrix against the references and reads
 it at every threshold in one pass (evaluation/metrics.py: a generation with no valid conformer is a miss,
-a molecule without one has coverage 0); then the figures of one seed over a list of molecules, and their
-spread over seeds.
+a molecule without one has coverage 0); then the figures of one seed over a list of molecules, their
+spread over seeds, and the coverage curve on a grid of thresholds.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_REASONS = 2  # invalid outputs' reasons kept per molecule
+CURVE_THRESHOLDS = tuple(round(0.1 * i, 1) for i in range(1, 31))  # 0.1-3.0 A: the coverage-vs-threshold curve
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,22 @@ class MoleculeScore:
     failed_pairs: int
     conformers: tuple[bytes, ...]  # the valid conformers (for the run's SDF)
     reasons: tuple[str, ...]  # why the first invalid outputs are invalid
+
+
+def molecule_tasks(seed: int, molecules: list[Any], outputs: list[list[int]], generations: int,
+                   references: dict[str, tuple[bytes, ...]], tokenizer: Any, eos: frozenset[int], profile: str,
+                   thresholds: tuple[float, ...]) -> list[MoleculeTask]:
+    """One scoring task per molecule of this seed: its generations' texts (before EOS; None without one).
+    outputs: the seed's token ids, `generations` per molecule in molecule order."""
+    tasks = []
+    for index, m in enumerate(molecules):
+        texts = []
+        for ids in outputs[index * generations : (index + 1) * generations]:
+            end = next((i for i, t in enumerate(ids) if t in eos), None)
+            texts.append(None if end is None else tokenizer.decode(ids[:end], skip_special_tokens=False))
+        tasks.append(MoleculeTask(seed, index, m.template, profile, references[m.template.canonical_smiles],
+                                  tuple(texts), thresholds))
+    return tasks
 
 
 def score_molecule(task: MoleculeTask) -> MoleculeScore:
@@ -153,3 +170,33 @@ def spread(values: list[float | None]) -> dict[str, Any] | None:
     mean = sum(values) / len(values)
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else None
     return {"mean": mean, "std": std, "min": min(values), "max": max(values), "values": list(values)}
+
+
+def summarise(scores: list[Any], seeds: list[int], molecules: list[int], thresholds: tuple[float, ...],
+              calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per seed the figures over `molecules` (indices), their spread over seeds (`quality`), the coverage curve
+    (mean over seeds at each grid threshold), and the headline: COV-R at the first threshold, mean over seeds."""
+    wanted = set(molecules)
+    per_seed = []
+    for seed, call in zip(seeds, calls):
+        picked = [s for s in scores if s.seed == seed and s.molecule in wanted]
+        figures = seed_figures(picked, thresholds + CURVE_THRESHOLDS)
+        per_seed.append({"seed": seed, **{k: v for k, v in figures.items() if not _on_curve_only(k, thresholds)},
+                         "output_tokens_per_s": call["output_tokens_per_s"]})
+        per_seed[-1]["curve"] = {p: [figures[threshold_name(p, t)] for t in CURVE_THRESHOLDS] for p in ("cov_r", "cov_p")}
+    names = [threshold_name(p, t) for t in thresholds for p in ("cov_r", "cov_p")]
+    names += ["amr_r", "amr_p", "validity", "stereo_agreement", "molecules_without_valid_output", "output_tokens_per_s"]
+    quality = {name: spread([s[name] for s in per_seed]) for name in names}
+    curve = {"thresholds": list(CURVE_THRESHOLDS)}
+    for p in ("cov_r", "cov_p"):
+        curve[p] = [sum(s["curve"][p][i] for s in per_seed) / len(per_seed) for i in range(len(CURVE_THRESHOLDS))]
+    head = quality[threshold_name("cov_r", thresholds[0])]
+    return {"per_seed": [{k: v for k, v in s.items() if k != "curve"} for s in per_seed], "quality": quality,
+            "coverage_curve": curve, "coverage_recall": head["mean"] if head else None,
+            "output_tokens_per_s": quality["output_tokens_per_s"]["mean"]}
+
+
+def _on_curve_only(key: str, thresholds: tuple[float, ...]) -> bool:
+    """A per-seed figure at a grid threshold that is not a reported one (it goes into the curve only)."""
+    reported = {threshold_name(p, t) + suffix for t in thresholds for p in ("cov_r", "cov_p") for suffix in ("", "_median")}
+    return key.startswith(("cov_r_", "cov_p_")) and key not in reported
