@@ -49,7 +49,7 @@ def sampling_of(row: dict[str, Any]) -> str:
     return f"T={c.get('temperature'):g}, top-p {c.get('top_p'):g}" + (f", top-k {top_k}" if top_k else ", no top-k")
 
 
-def thresholds_of(rows: list[dict[str, Any]]) -> list[float]:
+def reported_thresholds(rows: list[dict[str, Any]]) -> list[float]:
     for r in rows:
         if (r.get("metrics") or {}).get("thresholds"):
             return list(r["metrics"]["thresholds"])
@@ -202,7 +202,7 @@ def render_section(rows: list[dict[str, Any]]) -> list[str]:
              "with a counterpart below the threshold; AMR-R / AMR-P: mean of the minimum RMSDs (lower is better). "
              f"The model card's table: `{MODEL_CARD_FILE}` beside this report.", ""]
     for key, systems in grouped.items():
-        thresholds = thresholds_of(list(systems.values()))
+        thresholds = reported_thresholds(list(systems.values()))
         lines += [f"### {_heading(key)}", "", _protocol(systems), "", quality_table(systems, thresholds, False), ""]
         subset = next((r["metrics"].get("subset_molecules") for r in systems.values()
                        if (r.get("metrics") or {}).get("quality_on_subset")), None)
@@ -221,7 +221,7 @@ def model_card_table(rows: list[dict[str, Any]]) -> str:
         return ""
     parts = ["## Quality", ""]
     for key, systems in grouped.items():
-        thresholds = thresholds_of(list(systems.values()))
+        thresholds = reported_thresholds(list(systems.values()))
         parts += [f"### {key[2]}", "", _protocol(systems), "", quality_table(systems, thresholds, False, with_range=False),
                   ""] + verdicts(systems, thresholds) + [""]
     env = next((r.get("env") or {} for r in quality_rows(rows)), {})
@@ -248,7 +248,7 @@ def write_plot(rows: list[dict[str, Any]], out_dir: Path) -> Path | None:
             if row.get("status") == "ok" and curve:  # one colour per system in every panel
                 ax.plot(curve["thresholds"], curve["cov_r"], color=f"C{ORDER.index(system) if system in ORDER else 9}",
                         label=system_label(row.get("backend"), row["config"]))
-        for t in thresholds_of(list(systems.values())):
+        for t in reported_thresholds(list(systems.values())):
             ax.axvline(t, color="grey", lw=0.6, ls="--")
         ax.set_xlabel("threshold (A)")
         ax.set_ylabel("COV-R (mean over seeds)")

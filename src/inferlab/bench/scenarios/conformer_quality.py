@@ -252,7 +252,9 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
                                             backend.eos_token_ids, profile.name, thresholds + CURVE_THRESHOLDS)]
         scores = score_all(tasks, c["workers"])
     files = _write_generated(ctx.run_dir / NAME / cell.key, seeds, run_on, scores)
-    metrics: dict[str, Any] = {
+    metrics: dict[str, Any] = {  # the backend's own figures first: the scenario's win
+        **extra,
+        **memory,
         "system": system_label(cell.backend, c),
         "molecules_requested": c["num_molecules"],
         "molecules_evaluated": len(evaluated),
@@ -279,8 +281,6 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
         "scoring_s": scoring.seconds,
         "invalid_examples": [reason for s in scores for reason in s.reasons][:3],
         **summarise(scores, seeds, list(range(len(run_on))), thresholds, calls),
-        **memory,
-        **extra,
     }
     if subset and not c["on_subset_only"]:
         metrics["quality_on_subset"] = summarise(scores, seeds, list(range(len(subset))), thresholds, calls)["quality"]
