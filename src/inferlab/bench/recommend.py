@@ -6,7 +6,8 @@ The rule is `inferlab tune`'s (workloads/winner.py): a row's spread is the relat
 calls (>= 3 of them, else unknown), and the best row's value of a knob is named only when it beats the
 best row with another value of that knob by more than the larger of the two spreads. Rows with a knob at a
 baseline value (Knob.baseline: the seeds' Python logits processor, the constraint switched off, vLLM in
-eager mode) are references, never recommendations: they are left out here.
+eager mode) are references, never recommendations: they are left out here, and so are the rows of a
+scenario that does not compare serving choices (Scenario.recommendable: conformer-quality).
 """
 
 from __future__ import annotations
@@ -102,8 +103,15 @@ def _telling_knobs(group: list[dict[str, Any]], knobs: list[str]) -> list[str]:
     return told
 
 
+def _recommendable(row: dict[str, Any]) -> bool:
+    from inferlab.bench.scenarios import SCENARIOS
+
+    scenario = SCENARIOS.get(row.get("scenario", ""))
+    return scenario is None or scenario.recommendable
+
+
 def recommend(rows: list[dict[str, Any]]) -> list[Recommendation]:
-    ok = [r for r in rows if headline(r) is not None and not is_baseline(r)]
+    ok = [r for r in rows if headline(r) is not None and not is_baseline(r) and _recommendable(r)]
     out: list[Recommendation] = []
     buckets = group_rows(ok, lambda r: (gpu_of(r), r.get("scenario"), r.get("model") or "-"))
     knobs_of = {key: label_knobs(rows) for key, rows in buckets.items()}  # labels consistent across workloads

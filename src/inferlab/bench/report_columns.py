@@ -190,6 +190,16 @@ COLUMNS: dict[str, list[tuple[str, Cell]]] = {
         ("invalid (read back)", _metric("invalid_total", str)),
         ("status", _status),
     ],
+    "conformer-quality": [  # the full table, with the spread over seeds: the report's "Conformer quality"
+        ("configuration", _label),
+        ("COV-R (first threshold, mean of seeds)", _metric("coverage_recall", pct)),
+        ("valid", lambda r, c: pct(((r.get("metrics", {}).get("quality") or {}).get("validity") or {}).get("mean"))
+         if r.get("status") == "ok" else "-"),
+        ("tok/s", _metric("output_tokens_per_s", num)),
+        ("run on", _metric("run_on", str)),
+        ("scoring s", _metric("scoring_s", sig)),
+        ("status", _status),
+    ],
 }
 DEFAULT_COLUMNS: list[tuple[str, Cell]] = [
     ("configuration", _label),
