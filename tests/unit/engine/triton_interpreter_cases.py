@@ -511,7 +511,7 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
                 outputs[kernels].append(engine.generate([short])[0].token_ids)
         else:
             outputs[kernels] += [outputs[kernels][0][:2]] * 2  # greedy: the 2-token run is the 4-token run's start
-        assert engine.constraints.runtime.mask_impl == kernels
+        assert engine.runner.constraints.mask_impl == kernels
         outputs[kernels].append(engine.generate(requests[-1:])[0].token_ids)  # a 1-token prefill batch
     assert outputs["triton"] == outputs["torch"]
 
