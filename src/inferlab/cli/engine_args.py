@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from inferlab.cli.device_arg import add_device_arg
+from inferlab.cli.tuned_config_args import add_tunable
 from inferlab.engine import EngineConfig
 
 
@@ -14,8 +15,8 @@ def add_engine_args(p: argparse.ArgumentParser, max_seq_len_help: str) -> argpar
     """The "engine" group with the memory and precision flags; the command adds its own to the group returned
     and then `add_kv_dtype_arg`."""
     e = p.add_argument_group("engine")
-    e.add_argument("--max-slots", "--max-num-seqs", type=int, default=None,
-                   help="concurrent rows (default: as memory allows)")
+    add_tunable(e, "--max-slots", "--max-num-seqs", type=int, default=None,
+                help="concurrent rows (default: as memory allows)")
     e.add_argument("--max-seq-len", "--max-model-len", type=int, default=None, help=max_seq_len_help)
     e.add_argument("--gpu-memory-fraction", "--gpu-memory-utilization", type=float, default=0.9,
                    help="share of the device memory free at start-up the engine plans for (weights, KV cache, "
@@ -26,9 +27,9 @@ def add_engine_args(p: argparse.ArgumentParser, max_seq_len_help: str) -> argpar
 
 
 def add_kv_dtype_arg(e: argparse._ArgumentGroup) -> None:
-    e.add_argument("--kv-dtype", default="auto", choices=["auto", "fp8"],
-                   help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA "
-                        "capability >= 8.9)")
+    add_tunable(e, "--kv-dtype", default="auto", choices=["auto", "fp8"],
+                help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA "
+                     "capability >= 8.9)")
 
 
 def engine_config_from(args: argparse.Namespace, **more: Any) -> EngineConfig:
