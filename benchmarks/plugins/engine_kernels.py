@@ -308,11 +308,11 @@ ONE_PROGRAM_TILES = ((256, 64, 64, 1, 8), (256, 128, 64, 1, 8), (256, 32, 64, 1,
 
 def skinny_one_program(x, w, tile: tuple, counters):
     """The skinny GEMM kernel launched with BLOCK_M rows per program (x has at most BLOCK_M rows)."""
-    from inferlab.engine.kernels.triton_gemm import SkinnyConfig, skinny_linear
+    from inferlab.engine.kernels.triton_gemm import SkinnyConfig
+    from inferlab.engine.kernels.triton_gemm_rows import skinny_rows_linear
 
     block_m, block_n, block_k, split, warps = tile
-    return skinny_linear(x, w, SkinnyConfig(block_n, block_k, split, warps, num_stages=3), counters=counters,
-                         block_m=block_m)
+    return skinny_rows_linear(x, w, block_m, SkinnyConfig(block_n, block_k, split, warps, num_stages=3), counters)
 
 
 def skinny_gemm(c: dict[str, Any], device: Any, cache_dir: Any) -> dict[str, Any]:

@@ -162,11 +162,14 @@ def test_skinny_gemm_equals_the_matmul(rows, swiglu):
 
 
 def test_skinny_gemm_runs_more_rows_in_one_program_when_asked():
-    """block_m: every row in one program past the plan's 64 (the lab's engine-kernels plugin launches it so)."""
+    """Every row in one program past the plan's 64 (the lab's engine-kernels plugin launches it so)."""
+    from inferlab.engine.kernels.triton_gemm_rows import skinny_rows_linear
+
     g = torch.Generator().manual_seed(0)
     w, x = torch.randn(48, 96, generator=g), torch.randn(80, 96, generator=g)
     for split in (1, 2):
-        got = triton_gemm.skinny_linear(x, w, triton_gemm.SkinnyConfig(16, 32, split), block_m=128)
+        config = triton_gemm.SkinnyConfig(16, 32, split)
+        got = skinny_rows_linear(x, w, 128, config, triton_gemm.tile_counters(48, config.block_n, x.device))
         torch.testing.assert_close(got, x @ w.T, atol=1e-4, rtol=1e-5)
 
 

@@ -110,11 +110,10 @@ def skinny_linear(
     counters: torch.Tensor | None = None,  # >= tile_counters(N, block_n); None: allocated (a memset)
     gated: bool = False,  # w is gate_up [2I, K]: returns silu(x @ gate^T) * (x @ up^T), [M, I]
     activation: str = "silu",  # the gate activation of swiglu / gated: "silu" or "gelu_tanh" (Gemma's GeGLU)
-    block_m: int | None = None,  # rows per program, >= M; None: M rounded up to a power of two from 16 (M <= 64)
 ) -> torch.Tensor:  # [M, N] in w's dtype (N = I when gated)
     m = x.shape[0]
     n, k = w.shape
-    assert m <= (block_m or 64) and w.stride(1) == 1 and x.stride(-1) == 1
+    assert m <= 64 and w.stride(1) == 1 and x.stride(-1) == 1
     assert x.shape[1] == (2 * k if swiglu else k), (x.shape, w.shape, swiglu)
     assert not (gated and (swiglu or config.split_k > 1)), "gated: one split, plain input"
     assert activation in ("silu", "gelu_tanh"), activation
@@ -129,7 +128,7 @@ def skinny_linear(
     _skinny_kernel[(tiles, config.split_k)](
         x, w, out, part, counters, m, n, k, x.stride(0), w.stride(0), out.stride(0), k_blocks,
         PARTIALS=config.split_k > 1, SWIGLU=swiglu, GATED=gated, IEEE=w.dtype == torch.float32,
-        BLOCK_M=block_m or max(16, triton.next_power_of_2(m)), BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+        BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_N=config.block_n, BLOCK_K=config.block_k,
         GELU_TANH=activation == "gelu_tanh",
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
