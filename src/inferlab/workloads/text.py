@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from inferlab.engine import SteeringVectors
+from inferlab.engine import EngineConfig, SteeringVectors
 from inferlab.errors import ConfigError, InputError, UnsupportedError
 from inferlab.input_order import InputOrder
 from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS
@@ -41,8 +41,8 @@ from inferlab.workloads.text_steering_collection import ActivationSink, CollectS
 
 log = logging.getLogger(__name__)
 
-# (model_dir, engine options, named steering vectors or None) -> a loaded backend
-BackendFactory = Callable[[str, dict[str, Any], SteeringVectors | None], Backend]
+# (the engine's configuration: its model and knobs, named steering vectors or None) -> a loaded backend
+BackendFactory = Callable[[EngineConfig, SteeringVectors | None], Backend]
 
 
 def _is_int(v: Any) -> bool:
@@ -63,10 +63,10 @@ OVERRIDE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def engine_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> Backend:
-    """Our engine: options are EngineConfig fields (max_slots, max_seq_len, device, dtype, ...)."""
-    backend = EngineBackend(options)
-    backend.load(model_dir)
+def engine_backend(config: EngineConfig, steering: SteeringVectors | None = None) -> Backend:
+    """Our engine, started with `config`."""
+    backend = EngineBackend(config)
+    backend.load(config.model)
     if steering is not None:
         backend.add_steering_vectors(steering)
     return backend
@@ -87,17 +87,17 @@ def borrowed(backend: Backend) -> Backend:
     return _Borrowed(backend)
 
 
-def hf_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> Backend:
-    """transformers' generate for any causal LM (workloads/hf_text_backend.py); options as the engine's."""
+def hf_backend(config: EngineConfig, steering: SteeringVectors | None = None) -> Backend:
+    """transformers' generate for any causal LM (workloads/hf_text_backend.py), sized by the engine's knobs."""
     from inferlab.workloads.hf_text_backend import hf_backend as build
 
-    if options.get("kv_dtype", "auto") != "auto":
+    if config.kv_dtype != "auto":
         raise ConfigError(
-            f"kv_dtype={options['kv_dtype']!r} (--kv-dtype) is a setting of the inferlab engine's KV cache; the hf "
+            f"kv_dtype={config.kv_dtype!r} (--kv-dtype) is a setting of the inferlab engine's KV cache; the hf "
             "backend keeps transformers' own cache: use --backend inferlab, or --kv-dtype auto"
         )
 
-    return build(model_dir, options, steering)
+    return build(config, steering)
 
 
 BACKENDS: dict[str, BackendFactory] = {"inferlab": engine_backend, "hf": hf_backend}
@@ -117,29 +117,42 @@ def engine_architecture_problem(model_dir: str) -> str | None:
     return None
 
 
-def open_backend(name: str, model_dir: str, options: dict[str, Any],
-                 steering: SteeringVectors | None = None) -> Backend:
-    """Build the named backend; "auto" = inferlab, or "hf" when the engine does not support the model (its
-    architecture, or any other UnsupportedError the engine raises at start-up). An fp8 KV cache
+def open_backend(name: str, config: EngineConfig, steering: SteeringVectors | None = None) -> Backend:
+    """Build the named backend for `config.model`; "auto" = inferlab, or "hf" when the engine does not support
+    the model (its architecture, or any other UnsupportedError the engine raises at start-up). An fp8 KV cache
     (kv_dtype="fp8") exists only in the engine: then the engine's refusal stands, with no fallback."""
     if name == "auto":
-        problem = engine_architecture_problem(model_dir)
-        engine_only = options.get("kv_dtype", "auto") != "auto"
+        problem = engine_architecture_problem(str(config.model))
+        engine_only = config.kv_dtype != "auto"
         if problem is not None and engine_only:
-            raise UnsupportedError(f"{problem}; kv_dtype={options['kv_dtype']!r} needs the inferlab engine: use "
+            raise UnsupportedError(f"{problem}; kv_dtype={config.kv_dtype!r} needs the inferlab engine: use "
                                    "--kv-dtype auto to run this model on the hf backend")
         if problem is None:
             try:
-                return BACKENDS["inferlab"](model_dir, options, steering)
+                return BACKENDS["inferlab"](config, steering)
             except UnsupportedError as e:
                 if engine_only:
                     raise
                 problem = str(e)
         log.warning("%s; falling back to the transformers backend (--backend hf)", problem)
-        return BACKENDS["hf"](model_dir, options, steering)
+        return BACKENDS["hf"](config, steering)
     if name not in BACKENDS:
         raise ConfigError(f"backend {name!r} is not available; choose one of auto, {', '.join(BACKENDS)}")
-    return BACKENDS[name](model_dir, options, steering)
+    return BACKENDS[name](config, steering)
+
+
+def result_settings(model: str | Path, backend: str, sampling: SamplingParams, engine: EngineConfig | None,
+                    hf_dtype: str = "auto") -> dict[str, Any]:
+    """The settings that change a run's rows (a rerun that changes one is refused; the output manifest's):
+    the model, the backend, the sampling defaults, the dtype (the engine's, else transformers') and the seed of
+    rows without their own."""
+    return {
+        "model": str(Path(model).resolve()),
+        "backend": backend,
+        "sampling": dataclasses.asdict(sampling),
+        "dtype": engine.dtype if engine is not None else hf_dtype,
+        "seed": engine.seed if engine is not None else None,
+    }
 
 
 def build_request(record: InputRecord, defaults: SamplingParams, steer: SteerSettings | None = None,

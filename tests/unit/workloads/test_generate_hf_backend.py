@@ -19,6 +19,7 @@ from transformers import (
 
 from inferlab.cli import main
 from inferlab.constraints.program import compile_program
+from inferlab.engine import EngineConfig
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
 from inferlab.types import Request, SamplingParams
 from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE, get_profile
@@ -120,7 +121,7 @@ def test_over_long_prompt_and_constrained_request_are_error_results(gpt2_dir, tm
     assert rows["long"]["finish_reason"] == "error" and f"{POSITIONS} positions" in rows["long"]["error"]
     assert rows["empty"]["finish_reason"] == "error" and "empty" in rows["empty"]["error"]
 
-    backend = open_backend("hf", str(gpt2_dir), {"device": "cpu", "dtype": "float32"})
+    backend = open_backend("hf", EngineConfig(model=str(gpt2_dir), device="cpu", dtype="float32"))
     tokenizer = build_builtin_tokenizer()
     template = build_template("CO", get_profile(DEFAULT_PROFILE))
     program = compile_program(template.segments, tokenizer)

@@ -129,6 +129,7 @@ def run_demo(
     on_row: Callable[[dict[str, Any]], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
 ) -> DemoRun:
+    from inferlab.engine import EngineConfig
     from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
     work = Path(config.work_dir)
@@ -145,6 +146,7 @@ def run_demo(
         on_ready(run)
     pipeline = PipelineConfig(num_conformers=config.num_conformers, sampling=config.sampling, seed=config.seed)
     # Rows of the demo's molecules need a few hundred positions; slots enough for every conformer at once.
-    engine = {"device": config.device, "max_slots": min(64, config.num_molecules * config.num_conformers)}
-    summary = generate_conformers(checkpoint, inp, out, pipeline, engine, on_start, on_row, on_phase)
+    engine = EngineConfig(model=checkpoint, device=config.device,
+                          max_slots=min(64, config.num_molecules * config.num_conformers))
+    summary = generate_conformers(engine, inp, out, pipeline, on_start, on_row, on_phase)
     return DemoRun(checkpoint, built, tokenizer, inp, out, rows, molecules, summary)
