@@ -21,6 +21,7 @@ from typing import Any, Iterator
 from inferlab.bench.backends.base import BackendSpec, QualitySpec, unprepared
 from inferlab.bench.backends.inferlab_generate import DECODE_STEPS_PER_SYNC_KNOB, KV_DTYPE_KNOB
 from inferlab.bench.knobs import Knob
+from inferlab.engine import EngineConfig
 from inferlab.errors import UnsupportedError
 from inferlab.types import Request, Result
 from inferlab.workloads.engine_backend import EngineBackend
@@ -38,8 +39,9 @@ class InferlabQualityBackend(EngineBackend):
     """The workloads' engine backend, built in prepare once the programs and lengths are known."""
 
     def __init__(self, config: dict[str, Any], spec: QualitySpec) -> None:
-        super().__init__({"max_slots": config["slots"], "seed": 0, "decode_steps_per_sync": config["decode_steps_per_sync"],
-                          "cuda_graphs": None, "kv_dtype": config["kv_dtype"], "decode_text": False})
+        super().__init__()
+        self.config = config
+        self.max_seq_len: int | None = None  # set in prepare: the longest prompt + output bound
         self.constrained = config["constraint"] == "on"
         self.model_dir: Path | None = None
         self.device_dtype: tuple[Any, Any] = (None, None)
@@ -49,7 +51,7 @@ class InferlabQualityBackend(EngineBackend):
     def load(self, model_dir: str | Path, device: Any = None, dtype: Any = None) -> None:
         from inferlab.models.tokenizer_loading import load_hf_tokenizer
 
-        if self.options["kv_dtype"] == "fp8" and getattr(device, "type", str(device)) != "cuda":
+        if self.config["kv_dtype"] == "fp8" and getattr(device, "type", str(device)) != "cuda":
             raise UnsupportedError(f"kv_dtype=fp8 on {device}: the FP8 KV cache's quality is measured on CUDA (the "
                                    "CPU path emulates it); run this cell on a GPU")
         self.model_dir, self.device_dtype = Path(model_dir), (device, dtype)
@@ -64,9 +66,15 @@ class InferlabQualityBackend(EngineBackend):
             if smiles not in self.programs:
                 self.programs[smiles] = (compile_program(r.constraint.template.segments, self.tokenizer)
                                          if self.constrained else None)
-        self.options["max_seq_len"] = max(len(r.prompt_ids) + self._bound(r) for r in requests)
+        self.max_seq_len = max(len(r.prompt_ids) + self._bound(r) for r in requests)
         super().load(self.model_dir, *self.device_dtype)
         self.eos_token_ids = frozenset([self.tokenizer.eos_token_id])  # the templates' EOS, as load set it
+
+    def config_for(self, model_dir: str | Path) -> EngineConfig:
+        return EngineConfig(model=str(model_dir), max_slots=self.config["slots"], max_seq_len=self.max_seq_len, seed=0,
+                            decode_steps_per_sync=self.config["decode_steps_per_sync"],
+                            cuda_graphs=None,  # on for CUDA
+                            kv_dtype=self.config["kv_dtype"], decode_text=False)
 
     def _bound(self, request: Request) -> int:
         program = self.programs[request.constraint.smiles]
@@ -82,7 +90,7 @@ class InferlabQualityBackend(EngineBackend):
 
     def extra_metrics(self) -> dict[str, Any]:
         stats = self.engine.stats.as_dict()
-        return {"engine": stats, "slots": self.options["max_slots"], "graph_capture_s": stats.get("capture_s")}
+        return {"engine": stats, "slots": self.config["slots"], "graph_capture_s": stats.get("capture_s")}
 
 
 BACKEND = BackendSpec(
