@@ -18,20 +18,48 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from inferlab.engine.sampler import GOLDEN, LOG2E, MIX_MULTIPLIERS, UNIFORM_BITS, UNIFORM_SCALE, float_key, row_keys
+from inferlab.engine.sampler import (
+    GOLDEN,
+    INDEX_SALT,
+    LOG2E,
+    MIX_MULTIPLIERS,
+    ROUND_SALT,
+    SEED_SALT,
+    UNIFORM_BITS,
+    UNIFORM_SCALE,
+    float_key,
+)
 
 SPARSE_BELOW = 0.25  # fraction of a drawing row's tokens still in the race under which noise goes per token
 _U32 = np.uint32
 
 
-def noise_cpu(keys: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
-    """sampler.noise_at's fp32 values for int64 keys (in [0, 2^32)) and vocabulary ids of broadcastable
-    shapes, the hash in numpy uint32 (module docstring), the logarithms torch's as the reference's."""
-    h = keys.numpy().astype(_U32) ^ (token_ids.numpy().astype(_U32) * _U32(GOLDEN))  # broadcast
-    for shift, multiplier in ((16, MIX_MULTIPLIERS[0]), (15, MIX_MULTIPLIERS[1])):  # sampler.mix32
+def _mix32(h: np.ndarray) -> np.ndarray:
+    """sampler.mix32 on a uint32 array, in place."""
+    for shift, multiplier in ((16, MIX_MULTIPLIERS[0]), (15, MIX_MULTIPLIERS[1])):
         h ^= h >> _U32(shift)
         h *= _U32(multiplier)
     h ^= h >> _U32(16)
+    return h
+
+
+def row_keys_cpu(seeds: torch.Tensor, token_index: torch.Tensor, round_index: int = 0) -> np.ndarray:
+    """sampler.row_keys's keys as uint32 ([rows]): some forty passes over a handful of values, which cost
+    torch's dispatch more than their arithmetic."""
+    s = seeds.numpy().astype(np.uint64)
+    lo, hi = (s & np.uint64(0xFFFFFFFF)).astype(_U32), (s >> np.uint64(32)).astype(_U32)
+    seed_key = _mix32(lo ^ _mix32(hi ^ _U32(SEED_SALT)))
+    key = _mix32(seed_key + _mix32(token_index.numpy().astype(_U32) ^ _U32(INDEX_SALT)))  # the add wraps
+    if round_index:
+        key = _mix32(key ^ _mix32(np.full_like(key, round_index ^ ROUND_SALT)))
+    return key
+
+
+def noise_cpu(keys: np.ndarray, token_ids: torch.Tensor) -> torch.Tensor:
+    """sampler.noise_at's fp32 values for uint32 keys (row_keys_cpu) and int64 vocabulary ids of
+    broadcastable shapes, the hash in numpy uint32 (module docstring), the logarithms torch's as the
+    reference's."""
+    h = _mix32(keys ^ (token_ids.numpy().astype(_U32) * _U32(GOLDEN)))  # broadcast
     u = torch.from_numpy((h >> _U32(32 - UNIFORM_BITS)).astype(np.float32))  # exact: below 2^23
     u.add_(0.5).mul_(UNIFORM_SCALE)  # sampler.uniform_from_hash
     return u.log2_().neg_().log2_().neg_()  # -log2(-log2(u))
@@ -54,12 +82,12 @@ def race_argmax_cpu(
     drawing = ~greedy if skip is None else ~greedy & ~skip
     rows = drawing.nonzero().squeeze(1)  # [n] the rows whose token is drawn
     if rows.numel():
-        keys = row_keys(seeds[rows], token_index[rows], round_index)  # [n]
+        keys = row_keys_cpu(seeds[rows], token_index[rows], round_index)  # [n] uint32
         part = race[rows]  # [n, vocab]
         open_ = part > float("-inf")
         if open_.sum() < SPARSE_BELOW * open_.numel():
             r, c = open_.nonzero(as_tuple=True)  # the tokens still in the race
-            values = part[r, c] + noise_cpu(keys[r], c)
+            values = part[r, c] + noise_cpu(keys[r.numpy()], c)
             part = torch.full_like(part, float("-inf")).index_put_((r, c), values)
         else:
             part += noise_cpu(keys[:, None], torch.arange(logits.shape[1])[None, :])

@@ -55,14 +55,15 @@ def mix32(x: torch.Tensor) -> torch.Tensor:
 
 
 ROUND_SALT = 0x68E31DA4  # keys of the rejection rounds after the first (see top_p_by_rejection)
+SEED_SALT, INDEX_SALT = 0x5BD1E995, 0x27D4EB2F  # mixed into a seed's high half and into the token index
 
 
 def row_keys(seeds: torch.Tensor, token_index: torch.Tensor, round_index: int = 0) -> torch.Tensor:
     """[rows] int64 seeds (>= 0) and token indices -> [rows] int64 keys in [0, 2^32), one per sampled token
     (and per rejection round: round 0 is the plain race's key)."""
     lo, hi = seeds & MASK32, (seeds >> 32) & MASK32
-    seed_key = mix32(lo ^ mix32(hi ^ 0x5BD1E995))
-    key = mix32((seed_key + mix32((token_index & MASK32) ^ 0x27D4EB2F)) & MASK32)
+    seed_key = mix32(lo ^ mix32(hi ^ SEED_SALT))
+    key = mix32((seed_key + mix32((token_index & MASK32) ^ INDEX_SALT)) & MASK32)
     if round_index:
         key = mix32(key ^ mix32(torch.full_like(key, round_index ^ ROUND_SALT)))
     return key

@@ -8,7 +8,7 @@ import torch
 
 from inferlab.engine.attention import decode_attention_torch, decode_rope_attention_torch
 from inferlab.engine.cpu_attention import decode_attention_cpu, decode_rope_attention_cpu
-from inferlab.engine.cpu_sampling import noise_cpu, race_argmax_cpu
+from inferlab.engine.cpu_sampling import noise_cpu, race_argmax_cpu, row_keys_cpu
 from inferlab.engine.ops import select_ops
 from inferlab.engine.sampler import float_key, noise_at, race_argmax_torch, row_keys
 
@@ -52,12 +52,16 @@ def test_decode_rope_attention_writes_the_cache_as_the_reference():
         assert torch.equal(c, r)
 
 
-def test_noise_equals_the_reference_hash_bit_for_bit():
+def test_keys_and_noise_equal_the_reference_bit_for_bit():
     g = torch.Generator().manual_seed(2)
     seeds = torch.cat([torch.randint(0, 2**62, (30,), generator=g), torch.tensor([0, 1, 2**32 - 1, 2**32, 2**62])])
-    keys = row_keys(seeds, torch.randint(0, 2**31, seeds.shape, generator=g))  # keys near 0 and 2^32 included
+    index = torch.cat([torch.randint(0, 2**31, (30,), generator=g), torch.tensor([0, 1, 2**31 - 1, 2**32 - 1, 5])])
     ids = torch.cat([torch.arange(300), torch.tensor([151935, 2**20, 2**31 - 1])])
-    assert torch.equal(noise_cpu(keys[:, None], ids[None, :]), noise_at(keys[:, None], ids[None, :]))
+    for round_index in (0, 1, 3):
+        keys = row_keys(seeds, index, round_index)
+        ours = row_keys_cpu(seeds, index, round_index)
+        assert torch.equal(torch.from_numpy(ours.astype("int64")), keys)
+        assert torch.equal(noise_cpu(ours[:, None], ids[None, :]), noise_at(keys[:, None], ids[None, :]))
 
 
 def _race_inputs(rows: int, vocab: int, seed: int):
