@@ -27,7 +27,8 @@ class _NewTensors(TorchDispatchMode):
         self.made: list[tuple[str, tuple, torch.dtype, int]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        inputs = {t.untyped_storage().data_ptr() for t in tensors}
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
