@@ -76,21 +76,41 @@ def race_argmax_cpu(
 ) -> torch.Tensor:  # [rows] int64, equal to race_argmax_torch's
     logits = logits.float()
     greedy = temperature <= 0
-    race = logits * (LOG2E / torch.where(greedy, 1.0, temperature))[:, None]  # logit / T in base 2
-    if tau is not None:  # -inf before the noise is added: -inf + noise is -inf, as the reference's mask after
-        race = torch.where(float_key(logits) >= tau[:, None], race, float("-inf"))
+    scale = LOG2E / torch.where(greedy, 1.0, temperature)  # [rows]: logit / T in base 2
+    in_race = logits > float("-inf")  # [rows, vocab]: a masked token never wins
+    if tau is not None:
+        in_race &= float_key(logits) >= tau[:, None]
+    if skip is not None:
+        in_race &= ~skip[:, None]
     drawing = ~greedy if skip is None else ~greedy & ~skip
-    rows = drawing.nonzero().squeeze(1)  # [n] the rows whose token is drawn
-    if rows.numel():
-        keys = row_keys_cpu(seeds[rows], token_index[rows], round_index)  # [n] uint32
-        part = race[rows]  # [n, vocab]
-        open_ = part > float("-inf")
-        if open_.sum() < SPARSE_BELOW * open_.numel():
-            r, c = open_.nonzero(as_tuple=True)  # the tokens still in the race
-            values = part[r, c] + noise_cpu(keys[r.numpy()], c)
-            part = torch.full_like(part, float("-inf")).index_put_((r, c), values)
-        else:
-            part += noise_cpu(keys[:, None], torch.arange(logits.shape[1])[None, :])
-        race[rows] = part
-    tokens = race.argmax(dim=-1)
+    if in_race.sum() < SPARSE_BELOW * in_race.numel():
+        tokens = _sparse_race(logits, in_race, scale, greedy, row_keys_cpu(seeds, token_index, round_index))
+    else:
+        tokens = _dense_race(logits, in_race, scale, drawing, seeds, token_index, round_index)
     return tokens if skip is None else torch.where(skip, 0, tokens)
+
+
+def _dense_race(logits, in_race, scale, drawing, seeds, token_index, round_index) -> torch.Tensor:
+    """The reference's race over [rows, vocab], the noise added to the drawing rows only."""
+    race = torch.where(in_race, logits * scale[:, None], float("-inf"))  # -inf + noise is -inf: masked first
+    rows = drawing.nonzero().squeeze(1)  # [n]
+    if rows.numel() == race.shape[0]:
+        race += noise_cpu(row_keys_cpu(seeds, token_index, round_index)[:, None], torch.arange(race.shape[1])[None, :])
+    elif rows.numel():
+        keys = row_keys_cpu(seeds[rows], token_index[rows], round_index)
+        race[rows] += noise_cpu(keys[:, None], torch.arange(race.shape[1])[None, :])
+    return race.argmax(dim=-1)
+
+
+def _sparse_race(logits, in_race, scale, greedy, keys: np.ndarray) -> torch.Tensor:
+    """The race over the (row, token) pairs still in it: each row's first largest value, as argmax picks it;
+    0 for a row with none (the reference's argmax over a row of -inf)."""
+    rows, vocab = logits.shape
+    r, c = in_race.nonzero(as_tuple=True)  # [m] pairs
+    values = logits[r, c] * scale[r]
+    noisy = (~greedy)[r]
+    values[noisy] += noise_cpu(keys[r[noisy].numpy()], c[noisy])
+    best = torch.full((rows,), float("-inf")).scatter_reduce_(0, r, values, "amax")
+    first = values == best[r]
+    token = torch.full((rows,), vocab).scatter_reduce_(0, r[first], c[first], "amin")
+    return torch.where(token == vocab, 0, token)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import inferlab.engine.cpu_sampling as cpu_sampling
 from inferlab.engine.attention import decode_attention_torch, decode_rope_attention_torch
 from inferlab.engine.cpu_attention import decode_attention_cpu, decode_rope_attention_cpu
 from inferlab.engine.cpu_sampling import noise_cpu, race_argmax_cpu, row_keys_cpu
@@ -90,6 +91,25 @@ def test_race_equals_the_reference(allowed, with_skip, with_tau):
         ref = race_argmax_torch(logits, temperature, tau, seeds, index, round_index, skip)
         ours = race_argmax_cpu(logits, temperature, tau, seeds, index, round_index, skip)
         assert torch.equal(ours, ref)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("sparse_below", [0.0, 2.0])  # every batch dense, every batch sparse
+def test_race_equals_the_reference_on_random_masks_ties_and_rows(seed, sparse_below, monkeypatch):
+    monkeypatch.setattr(cpu_sampling, "SPARSE_BELOW", sparse_below)
+    g = torch.Generator().manual_seed(seed)
+    rows, vocab = 9, 700
+    logits = (torch.randn(rows, vocab, generator=g) * 4).round() / 4  # coarse values: ties, greedy rows included
+    density = torch.rand(rows, 1, generator=g) ** 3  # rows from nearly all masked to nearly open
+    logits = logits.masked_fill(torch.rand(rows, vocab, generator=g) > density, float("-inf"))
+    logits[seed % rows] = float("-inf")  # a row with nothing left
+    temperature = torch.where(torch.rand(rows, generator=g) < 0.3, 0.0, torch.rand(rows, generator=g) + 0.5)
+    skip = torch.rand(rows, generator=g) < 0.2
+    tau = float_key(torch.where(torch.rand(rows, generator=g) < 0.5, -1.0, float("-inf")))
+    seeds, index = torch.randint(0, 2**40, (rows,), generator=g), torch.randint(0, 900, (rows,), generator=g)
+    for t, k in ((None, None), (tau, None), (None, skip), (tau, skip)):
+        ref = race_argmax_torch(logits, temperature, t, seeds, index, seed % 3, k)
+        assert torch.equal(race_argmax_cpu(logits, temperature, t, seeds, index, seed % 3, k), ref)
 
 
 def test_race_keeps_the_first_index_on_ties_and_all_masked_rows():
