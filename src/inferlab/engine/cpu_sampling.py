@@ -8,8 +8,8 @@ at a 150k vocabulary. Two savings, neither changing a value:
 - noise only where it can win. A greedy or skipped row (a constraint's copy op) takes none, and a token
   whose logit is -inf (masked by a constraint or a stop rule) or below the filter's threshold cannot win.
   On the CPU a host read costs nothing (no device to wait for, no graph to capture), so this path looks:
-  noise for the drawing rows only, and where few of their tokens are still in the race (a constraint's
-  hole), for those tokens only.
+  noise for the drawing rows only, and where few tokens are still in the race (constraints' holes), the
+  race over those (row, token) pairs alone, each row's first maximum found by scatter_reduce.
 The race's values are the reference's, element by element, so the argmax (first index on ties) is too.
 """
 
@@ -30,7 +30,7 @@ from inferlab.engine.sampler import (
     float_key,
 )
 
-SPARSE_BELOW = 0.25  # fraction of a drawing row's tokens still in the race under which noise goes per token
+SPARSE_BELOW = 0.25  # fraction of the batch's (row, token) pairs still in the race under which it races the pairs
 _U32 = np.uint32
 
 
