@@ -26,6 +26,7 @@ import torch
 
 from inferlab.engine.collection import AwaitingResults
 from inferlab.engine.config import EngineConfig
+from inferlab.engine.cpu_threads import torch_threads
 from inferlab.engine.graphs import bucket_for
 from inferlab.engine.intake import Prepared, RequestSource, finished_result
 from inferlab.engine.rows import REASON_NAMES
@@ -79,6 +80,7 @@ class GenerationLoop:
         self.pending: Snapshot | None = None  # the snapshot of the chunk in flight, read at the next sync point
         self._fresh: Snapshot | None = None  # the snapshot just launched (becomes `pending` once collected)
         self.awaiting = AwaitingResults()  # collecting Results, their activations in flight
+        self.threads = None if parts.cuda else config.cpu_threads  # torch's threads while the CPU runs a chunk
 
     @property
     def runner(self) -> ModelRunner:
@@ -96,7 +98,8 @@ class GenerationLoop:
                 if self.source.exhausted:
                     break
                 continue  # everything pulled so far was refused at intake: pull again
-            steps = self._launch()
+            with torch_threads(self.threads):
+                steps = self._launch()
             yield from self._collect(steps)
             if steps > 0:  # the device has a chunk to run: pull ahead now rather than before the next launch
                 yield from self._pull(self.queue_ahead - len(self.scheduler.waiting), blocking=False)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ContextManager
 
 import torch
 
+from inferlab.engine.cpu_threads import torch_threads
 from inferlab.engine.graphs import bucket_for
 from inferlab.engine.intake import Prepared
 from inferlab.engine.lifetime import closed_error
@@ -60,6 +61,7 @@ class DecodeStepProbe:
         self._batch = self._runner.batch_of(range(rows), items)  # one lane: the rows share the prompt
         self._variant = self._batch.variant
         self.cuda_graphs = self._runner.graphs is not None
+        self._threads = engine.config.cpu_threads if engine.device.type == "cpu" else None  # as the engine's steps
         self.stop_ids_width = self._runner.rows.stop_ids.shape[1]  # each row's stop table (EngineConfig.max_stop_ids)
         self._frozen = ExitStack()  # what close() undoes: the rows' release, then their frozen state
         self._closed = False
@@ -86,13 +88,15 @@ class DecodeStepProbe:
         if self.cuda_graphs:
             self._runner.graphs.replay(self.bucket, self._variant)
         else:
-            self._runner.decode_step(self.bucket, self._variant, None)
+            with torch_threads(self._threads):
+                self._runner.decode_step(self.bucket, self._variant, None)
 
     @torch.inference_mode()
     def eager_step(self) -> None:
         """One eager decode step over the rows (the step the graph captured; inside `labelled`, labelled)."""
         self._check_open()
-        self._runner.decode_step(self.bucket, self._variant, None)
+        with torch_threads(self._threads):
+            self._runner.decode_step(self.bucket, self._variant, None)
 
     def labelled(self, range_for: RangeFactory) -> ContextManager[None]:
         """While inside, every operation of an eager step runs inside `range_for(family)` (a context manager;

@@ -130,6 +130,14 @@ def _qwen3_chem_mini() -> PretrainedConfig:
     return Qwen3Config(**_shape(256, 768, 4, 4, 2, **_QWEN3_06B_TEXT))
 
 
+def _conformer_ref_shape() -> PretrainedConfig:
+    """The trained reference conformer model's shape (~9M parameters: 8 narrow Qwen3 layers, a vocabulary
+    reduced to a few thousand tokens), random: what the CPU path's speed is measured on."""
+    return Qwen3Config(**_shape(256, 1024, 8, 4, 2, head_dim=64, vocab_size=4096, max_position_embeddings=2048,
+                                rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                                use_sliding_window=False, initializer_range=0.1))
+
+
 def _gemma_2b() -> PretrainedConfig:
     return GemmaConfig(**_shape(2048, 16384, 18, 8, 1, head_dim=256, vocab_size=256000, max_position_embeddings=8192,
                                 rope_theta=10000.0, tie_word_embeddings=True))
@@ -159,6 +167,8 @@ PRESETS: dict[str, Preset] = {
         Preset("qwen3-0.6b", "Qwen3-0.6B shape (28 layers, head_dim 128, q/k norm)", "causal-lm", _qwen3_06b, "qwen3-chem"),
         Preset("qwen3-chem-mini", "qwen3-0.6b's vocabulary and heads in 4 layers of hidden 256 (constraint soaks)",
                "causal-lm", _qwen3_chem_mini, "qwen3-chem"),
+        Preset("conformer-ref-shape", "the reference conformer model's shape (8 layers, hidden 256, vocab 4096), "
+               "random: CPU speed", "causal-lm", _conformer_ref_shape),
         Preset("gemma-2b", "Gemma-2B shape (18 layers, hidden 2048, MQA)", "causal-lm", _gemma_2b),
         Preset("qwen2-cls", "Qwen2-0.5B shape with a 2-label classification head", "sequence-classification", _qwen2_cls),
     ]

@@ -79,13 +79,13 @@ def demo_tokenizer() -> tuple[str, Path | None]:
 def demo_checkpoint(work_dir: Path) -> tuple[Path, bool, str]:
     """The demo's checkpoint under `work_dir` (built once; a half-built folder from a crash is replaced),
     whether it was built now, and its tokenizer's label."""
-    from inferlab.models.checkpoint_init import init_checkpoint
-
     label, tokenizer_dir = demo_tokenizer()
     preset = DEMO_MODELS[label]
     path = work_dir / f"{preset}-float32"
     if (path / "inferlab_preset.json").exists():
         return path, False, label
+    from inferlab.models.checkpoint_init import init_checkpoint  # transformers' model classes: seconds to import
+
     partial = work_dir / f"{path.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     init_checkpoint(preset, partial, seed=0, dtype="float32", tokenizer_dir=tokenizer_dir)
