@@ -362,6 +362,9 @@ def _summarise(run_dir: Path, report: Path, stem: str) -> list[str]:
     if "## Do the seeds' findings hold?" in text:
         section = text.split("## Do the seeds' findings hold?", 1)[1].split("\n## ", 1)[0]
         lines += ["Do the seeds' findings hold?", section.strip()]
+    if "## Labels beside transformers'" in text:
+        section = text.split("## Labels beside transformers'", 1)[1].split("\n## ", 1)[0]
+        lines += ["Labels beside transformers':", section.strip()]
     if "## Conformer quality" in text:
         lines += [text.split("## Conformer quality", 1)[1].split("\n## ", 1)[0].strip()]
     lines += ["Recommendations:", format_text(recommend(rows))]
