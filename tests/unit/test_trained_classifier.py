@@ -17,7 +17,7 @@ from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
 from inferlab.models.checkpoint_init import init_checkpoint
 from inferlab.models.trained import file_sha256, weights_path
 from inferlab.models.trained.aromatic_rings import HELD_OUT_EVERY, LABELS, aromatic_ring_class, aromatic_ring_set
-from inferlab.models.trained.recipe import Recipe, accuracy, state_bytes, train
+from inferlab.models.trained.recipe import Recipe, accuracy, save_weights, state_bytes, train
 
 
 def test_the_labelled_set_is_rdkits_nci_file_labelled_by_its_aromatic_rings():
@@ -47,6 +47,13 @@ def test_the_recipe_is_deterministic():
     assert any(not torch.equal(wa[k], v) for k, v in state_bytes(c).items())
 
 
+def test_the_weights_file_is_the_same_bytes_for_the_same_weights(tmp_path):
+    weights = {"b": torch.ones(3, dtype=torch.bfloat16), "a": torch.zeros(2, 2, dtype=torch.bfloat16)}
+    for name in ("one", "two", "three"):
+        save_weights(weights, tmp_path / name, Recipe(steps=7), 0.5, 10)
+    assert len({file_sha256(tmp_path / name) for name in ("one", "two", "three")}) == 1
+
+
 @pytest.mark.slow
 def test_the_recipe_learns_the_task_on_a_tiny_budget():
     """40 steps of 16 rows (a sixth of a pass) reach 84% on the first 200 held-out rows here; the majority class
@@ -59,7 +66,8 @@ def test_the_recipe_learns_the_task_on_a_tiny_budget():
 def test_the_preset_carries_the_shipped_weights_and_they_classify_held_out_molecules(tmp_path):
     shipped = weights_path("qwen2-cls-aromatic")
     with safe_open(str(shipped), "pt") as f:
-        assert float(f.metadata()["held_out_accuracy"]) >= 0.97
+        facts = json.loads(f.metadata()["inferlab"])
+    assert facts["held_out_accuracy"] >= 0.97 and facts["held_out_rows"] == 997 and facts["recipe"]["steps"] == 400
     out = init_checkpoint("qwen2-cls-aromatic", tmp_path / "ckpt", seed=5, dtype="bfloat16")  # the seed is unused
     record = json.loads((out / "inferlab_preset.json").read_text())
     assert record["trained_weights"] == {"name": "qwen2-cls-aromatic", "sha256": file_sha256(shipped)}

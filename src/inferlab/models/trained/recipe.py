@@ -127,9 +127,17 @@ def state_bytes(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
 
 
-def main(argv: list[str] | None = None) -> None:
+def save_weights(weights: dict[str, torch.Tensor], path: Path, recipe: Recipe, held_out: float, rows: int) -> None:
+    """The weights file, byte for byte the same for the same weights: its metadata is one key (safetensors writes
+    a metadata map in no fixed order), a JSON of sorted keys."""
     from safetensors.torch import save_file
 
+    facts = {"preset": PRESET, "recipe": dataclasses.asdict(recipe), "held_out_accuracy": round(held_out, 4),
+             "held_out_rows": rows}
+    save_file(weights, str(path), metadata={"inferlab": json.dumps(facts, sort_keys=True)})
+
+
+def main(argv: list[str] | None = None) -> None:
     from inferlab.models.trained import file_sha256
 
     default_out = Path(__file__).with_name(f"{PRESET}.safetensors")
@@ -142,9 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     model, tokenizer = train(recipe)
     train_s = time.perf_counter() - start
     held_out = accuracy(model, tokenizer, aromatic_ring_set().test)
-    metadata = {"recipe": json.dumps(dataclasses.asdict(recipe)), "preset": PRESET,
-                "held_out_accuracy": f"{held_out:.4f}", "held_out_rows": str(len(aromatic_ring_set().test))}
-    save_file(state_bytes(model), str(args.out), metadata=metadata)
+    save_weights(state_bytes(model), args.out, recipe, held_out, len(aromatic_ring_set().test))
     print(f"{args.out}: held-out accuracy {held_out:.4f} of {len(aromatic_ring_set().test)} rows, trained in "
           f"{train_s:.0f} s, sha256 {file_sha256(args.out)}")
 
