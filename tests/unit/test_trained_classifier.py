@@ -80,6 +80,12 @@ def test_the_preset_carries_the_shipped_weights_and_they_classify_held_out_molec
     assert accuracy(model, build_builtin_tokenizer(), aromatic_ring_set().test[:300]) >= 0.95
 
 
+def test_a_trained_preset_refuses_another_tokenizer(tmp_path):
+    with pytest.raises(ConfigError, match="trained with the built-in tokenizer.*leave out --tokenizer"):
+        init_checkpoint("qwen2-cls-aromatic", tmp_path / "x", tokenizer_dir=tmp_path)
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_cell_reads_the_held_out_rows_in_its_token_range_or_says_how_many_there_are():
     from inferlab.bench.scenarios.classify_texts import cell_texts
 

@@ -69,6 +69,9 @@ def init_checkpoint(
     """Create `out_dir` with a checkpoint of `preset_name` and return its path: random weights from `seed`, or
     the shipped weights of a trained preset (the seed is then unused)."""
     preset = get_preset(preset_name)
+    if preset.trained and tokenizer_dir is not None:
+        raise ConfigError(f"preset {preset_name!r} was trained with the built-in tokenizer: its weights read no other "
+                          "tokenizer's ids; leave out --tokenizer")
     torch_dtype = parse_dtype(dtype)
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
