@@ -36,7 +36,7 @@ _SEED_004_TEXTS = {"num_samples": 256, "min_tokens": 131, "max_tokens": 5557, "l
                    **_TEXT_PROTOCOL}
 _CLASSIFIER = {"scenario": "classify", "model": "qwen2-cls"}
 _BF16 = {**_SEED_004_TEXTS, "dtype": "bfloat16"}
-# The trained classifier on its held-out SMILES (997 rows of 2-292 tokens), every text checked
+# The trained classifier on its held-out SMILES (997 rows of 6-196 tokens), every text checked
 _MOLECULES = {"texts": "nci-aromatic-rings", "num_samples": 990, "min_tokens": 1, "max_tokens": 512,
               "dtype": "bfloat16", "check_texts": 990, **_TEXT_PROTOCOL}
 
