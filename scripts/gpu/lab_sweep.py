@@ -41,8 +41,8 @@ seed-static-cache share one run directory, so their two common cells run once; p
 built once into runs/lab/cache/models for every part (llama-380m serves generate, static-cache and hidden).
 
 Time (one H100/H200, the lab's estimates; `--estimate` prints them): attention ~2.4 min, generate
-~5.6, static-cache ~6.4 beyond generate's cells, classify ~5, hidden ~1.3, conformer-baseline ~3
-(~24 min in all; ~25 min for the first three alone before this round's cuts), plus building the
+~5.6, static-cache ~6.4 beyond generate's cells, classify ~4.3 (+1.7 for classify-vllm), hidden ~1.3,
+conformer-baseline ~3 (~24 min in all; ~25 min for the first three alone before this round's cuts), plus building the
 preset checkpoints once (llama-380m, qwen2-cls, qwen3-0.6b: a few seconds each). A hung cell costs its
 timeout (120-300 s) at most. int8/fp8 classify cells need torchao importable (docs/workloads.md: carry
 the wheel) and flash-attn cells the flash-attn package; without them those cells are `unavailable` rows
@@ -362,6 +362,9 @@ def _summarise(run_dir: Path, report: Path, stem: str) -> list[str]:
     if "## Do the seeds' findings hold?" in text:
         section = text.split("## Do the seeds' findings hold?", 1)[1].split("\n## ", 1)[0]
         lines += ["Do the seeds' findings hold?", section.strip()]
+    if "## Labels beside transformers'" in text:
+        section = text.split("## Labels beside transformers'", 1)[1].split("\n## ", 1)[0]
+        lines += ["Labels beside transformers':", section.strip()]
     if "## Conformer quality" in text:
         lines += [text.split("## Conformer quality", 1)[1].split("\n## ", 1)[0].strip()]
     lines += ["Recommendations:", format_text(recommend(rows))]

@@ -2,7 +2,8 @@
 against a chosen baseline, the winner marked), PNG plots (plots.py) and, where seed-preset rows exist,
 the "Do the seeds' findings hold?" section (report_findings.py), with peer rows (vLLM, transformers'
 continuous batching, xgrammar), "The engine beside its peers" (report_peers.py), and with conformer-quality
-rows "Conformer quality" (report_quality.py; its model card table goes to quality-table.md beside the report).
+rows "Conformer quality" (report_quality.py; its model card table goes to quality-table.md beside the report),
+with classify rows checked against transformers "Labels beside transformers'" (report_findings.py).
 Every number comes from the rows.
 
 Speedup baseline: by default the first configuration of each workload (rows with equal workload knobs,
@@ -125,6 +126,7 @@ def write_report(runs: list[str], rows: list[dict[str, Any]], out_dir: Path, bas
              f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) + ".", "",
              "## Environment", "", _env_table(rows), ""]
     lines += report_findings.render_section(rows)
+    lines += report_findings.render_label_section(rows)
     lines += report_peers.render_section(rows)
     lines += report_roofline.render_section(rows)
     lines += report_quality.render_section(rows)
