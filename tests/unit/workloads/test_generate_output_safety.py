@@ -74,3 +74,22 @@ def test_the_identical_command_resumes_its_activation_store(tmp_path):
     resumed = ActivationStore(tmp_path / "acts.safetensors", settings)
     assert resumed.done_ids == {"a"}
     resumed.close()
+
+
+def test_non_finite_sampling_settings_are_refused_as_flags_and_as_rows(tiny_checkpoint, tmp_path, capsys):
+    """`--temperature nan` (a float flag takes it) and a JSONL line's `"temperature": NaN` (Python's JSON
+    reads it) once passed the checks and gave token 0 repeated: now the flag is refused before any work and
+    the line is one error row."""
+    model = tiny_checkpoint("tiny")
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text('{"id": "a", "prompt_ids": [5]}\n{"id": "b", "prompt_ids": [6], "temperature": NaN}\n'
+                   '{"id": "c", "prompt_ids": [7], "top_p": Infinity}\n')
+    for flag in (["--temperature", "nan"], ["--temperature", "1e-45"], ["--top-p", "inf"]):
+        assert main(["generate", "--model", str(model), "--input", str(inp), "--output", str(out), "--device", "cpu",
+                     *flag]) == 2
+        assert f"{flag[0]}=" in capsys.readouterr().err and not out.exists()
+    assert generate(model, inp, out) == 0
+    rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert rows["a"]["status"] == "ok"
+    assert "temperature=nan must be a finite number" in rows["b"]["error"]
+    assert "top_p=inf must be a finite number" in rows["c"]["error"]
