@@ -42,6 +42,14 @@ _WRITE_FIXES = {
 }
 
 
+def is_write_failure(error: OSError) -> bool:
+    """Whether `error` is one a write meets for a reason outside the program (a full disk, a read-only
+    folder, no permission), which write_failed explains."""
+    import errno
+
+    return errno.errorcode.get(error.errno or 0, "") in _WRITE_FIXES
+
+
 def write_failed(path: object, error: OSError) -> OutputError:
     """The OutputError of an OSError met while writing `path`."""
     import errno
