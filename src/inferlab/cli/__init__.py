@@ -15,7 +15,7 @@ import re
 import signal
 import sys
 
-from inferlab.cli.interrupts import interrupted_exit, signals_ignored, sigterm_interrupts
+from inferlab.cli.interrupts import interrupted_exit, interrupts_end_the_command
 from inferlab.errors import InferlabError, is_write_failure, write_failed
 
 # Packages a command may need that a machine can lack (import name -> what to install).
@@ -113,13 +113,13 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
     )
     try:
-        with sigterm_interrupts():
-            return int(args.func(args) or 0)
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (cli/interrupts.py)
-        with signals_ignored():
-            code, line = interrupted_exit(e, getattr(args, "resumes", False))
-            print(f"\n{line}", file=sys.stderr)
-        return code
+        with interrupts_end_the_command():
+            try:
+                return int(args.func(args) or 0)
+            except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (cli/interrupts.py); both ignored from here on
+                code, line = interrupted_exit(e, getattr(args, "resumes", False))
+                print(f"\n{line}", file=sys.stderr)
+                return code
     except InferlabError as e:
         print(f"error: {in_flag_words(str(e), flag_names(command_parser(parser, args.command)))}", file=sys.stderr)
         return 2
