@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -160,7 +161,7 @@ def build_request(record: InputRecord, defaults: SamplingParams, steer: SteerSet
     if "stop_token_ids" in overrides:
         overrides["stop_token_ids"] = tuple(overrides["stop_token_ids"])
     try:
-        sampling = dataclasses.replace(defaults, **overrides)
+        sampling = dataclasses.replace(defaults, **overrides) if overrides else defaults  # shared, when the same
     except ConfigError as e:
         return f"line {record.line_no}: {e}"
     steering = line_steering(data, record.line_no, steer)
@@ -305,8 +306,9 @@ def run_text_generation(
     max_line_chars: int = DEFAULT_MAX_LINE_CHARS,  # an input line over it is an error row
 ) -> TextJobSummary:
     """Rows are written in input order (input_order.py) as they finish; on any exit, interrupts included,
-    every finished row is written before the output closes. The input is read in passes (the plan, the
-    requests the backend pulls as it goes, the ids the rows are ordered by), never held whole. A run that
+    every finished row is written before the output closes. The input is read twice (the plan, then the
+    requests as the backend pulls them), never held whole: what stays is the ids of rows in flight or
+    waiting for an earlier one, the ids done, and the reader's record of the ids seen (record_ids.py). A run that
     completes an output an interrupted run left with rows after a gap rewrites it in input order."""
     summary = TextJobSummary()
     keep_row = (lambda row: row.get("error") is None) if retry_errors else None
@@ -322,17 +324,18 @@ def run_text_generation(
             order.put(row["id"], row)
 
         sink = None
-        done = set(writer.done)
+        done = writer.done  # the ids of earlier runs (it grows with the rows written, which are walked already)
         if collect is not None:
             settings = {**(run_settings or {}), "steering": steer.describe() if steer is not None else None}
             sink = ActivationSink.open(collect, settings, in_order)
-            done &= sink.done_ids  # both files must have the row; others are recomputed
+            done = done & sink.done_ids  # both files must have the row; others are recomputed
         request_collect = collect.request_collect() if collect is not None else None
         fit = RowFit(row_positions)
         plan = plan_text_job(records(), done, defaults, fit, steer, request_collect)
         fit.check()
         summary.skipped = plan.skipped
-        order = InputOrder((r.id for r in records() if r.id not in done), writer.write)
+        walked = _Walked()  # the ids the request pass has reached: the order rows are written in
+        order = InputOrder(walked, writer.write)
         if on_start is not None:
             on_start(plan.requests + plan.errors)
 
@@ -352,6 +355,7 @@ def run_text_generation(
             for record in records():
                 if record.id in done:
                     continue
+                walked.append(record.id)
                 built = build_request(record, defaults, steer, request_collect)
                 if isinstance(built, str):
                     emit(error_row(record.id, built))
@@ -378,3 +382,16 @@ def run_text_generation(
     if plan.out_of_order or writer.damaged or writer.dropped:
         reorder_jsonl(output_path, [r.id for r in records()])
     return summary
+
+
+class _Walked(deque):
+    """Ids in input order as the request pass reaches them, taken by InputOrder as it writes: an iterator
+    that has nothing (yet) until the pass appends more (InputOrder asks again later)."""
+
+    def __next__(self) -> str:
+        if not self:
+            raise StopIteration
+        return self.popleft()
+
+    def __iter__(self) -> "_Walked":
+        return self
