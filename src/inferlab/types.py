@@ -75,7 +75,8 @@ class SamplingParams:
             object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         if not isinstance(self.stop_token_ids, tuple) or not all(
                 _is_int(t) and 0 <= t <= _INT32_MAX for t in self.stop_token_ids):
-            raise ConfigError(f"stop_token_ids={self.stop_token_ids!r} must be a tuple of token ids (whole numbers >= 0)")
+            raise ConfigError(f"stop_token_ids={self.stop_token_ids!r} must be a tuple of token ids (whole numbers "
+                              ">= 0)")
         if not isinstance(self.ignore_eos, bool):
             raise ConfigError(f"ignore_eos={self.ignore_eos!r} must be true or false")
         if self.seed is not None and not _is_int(self.seed):

@@ -308,8 +308,8 @@ def run_text_generation(
     """Rows are written in input order (input_order.py) as they finish; on any exit, interrupts included,
     every finished row is written before the output closes. The input is read twice (the plan, then the
     requests as the backend pulls them), never held whole: what stays is the ids of rows in flight or
-    waiting for an earlier one, the ids done, and the reader's record of the ids seen (record_ids.py). A run that
-    completes an output an interrupted run left with rows after a gap rewrites it in input order."""
+    waiting for an earlier one, the ids done, and the reader's record of the ids seen (record_ids.py). A
+    run that completes an output an interrupted run left with rows after a gap rewrites it in input order."""
     summary = TextJobSummary()
     keep_row = (lambda row: row.get("error") is None) if retry_errors else None
 

@@ -71,8 +71,9 @@ def test_memory_grows_by_a_small_bound_per_input_line(tmp_path):
     is the job's memory per line (~280 bytes here: the ids done and seen; with the requests held, ~680)."""
     grown = {}
     for n in (2_000, 20_000):
-        run = subprocess.run([sys.executable, "-c", MEASURE, str(tmp_path / f"in{n}.jsonl"), str(tmp_path / f"o{n}.jsonl"),
-                              str(n)], capture_output=True, text=True, env={"PYTHONPATH": SRC, "PATH": ""}, check=True)
+        paths = [str(tmp_path / f"in{n}.jsonl"), str(tmp_path / f"o{n}.jsonl")]
+        run = subprocess.run([sys.executable, "-c", MEASURE, *paths, str(n)], capture_output=True, text=True,
+                             env={"PYTHONPATH": SRC, "PATH": ""}, check=True)
         grown[n] = int(run.stdout.split()[-1]) * 1024
     per_line = (grown[20_000] - grown[2_000]) / 18_000
     assert per_line < 400, f"{per_line:.0f} bytes per input line"

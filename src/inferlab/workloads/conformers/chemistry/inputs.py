@@ -3,13 +3,14 @@
 Reading never stops on a bad line: each line is bounded and decoded on its own (inputs/lines.py: a line
 over `max_line_chars` or not UTF-8 is an error record), and a malformed CSV row (a record that a quoted
 field may carry over at most MAX_RECORD_LINES lines: a stray quote is one error row for its own line, and
-the next line is read as its own record), a CSV field over Python's csv limit, an empty field, a SMILES with whitespace or characters no SMILES has, one over `max_atoms`
-atoms (counted from the text, before RDKit parses it: RDKit crashes the process on tens of thousands), an
-unparsable SMILES or a repeated id becomes a record with `error` set (and the reason), so a long batch goes
-on and the error is reported beside the results. Ids come from inputs/record_ids.py: a missing id becomes
-`line-<n>`, a line repeating an earlier id is an error record under its own `line-<n>` (`given_id` keeps
-the id it declared). Which columns were used is told in `MoleculeInputs.description`. Not here:
-canonicalisation (smiles.py) and the molecules' templates.
+the next line is read as its own record), a CSV field over Python's csv limit, an empty field, a SMILES
+with whitespace or characters no SMILES has, one over `max_atoms` atoms (counted from the text, before
+RDKit parses it: RDKit crashes the process on tens of thousands), an unparsable SMILES or a repeated id
+becomes a record with `error` set (and the reason), so a long batch goes on and the error is reported
+beside the results. Ids come from inputs/record_ids.py: a missing id becomes `line-<n>`, a line repeating
+an earlier id is an error record under its own `line-<n>` (`given_id` keeps the id it declared). Which
+columns were used is told in `MoleculeInputs.description`. Not here: canonicalisation (smiles.py) and the
+molecules' templates.
 """
 
 from __future__ import annotations
