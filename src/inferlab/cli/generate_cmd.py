@@ -93,13 +93,17 @@ def _steering_and_collection(args: argparse.Namespace, defaults):
 
 
 def check_model(model: str, backend: str) -> None:
-    """The checkpoint before any work: config.json checked, and where the engine will run it (not --backend
-    hf, nor an architecture the engine leaves to transformers) its config and safetensors weights."""
-    from inferlab.models.checkpoint_check import check_engine_checkpoint
+    """The checkpoint before any work: config.json checked, its safetensors weights whole (every backend reads
+    safetensors only), and where the engine will run it (not --backend hf, nor an architecture the engine
+    leaves to transformers) what the engine needs of them."""
+    from pathlib import Path
+
+    from inferlab.models.checkpoint_check import check_engine_checkpoint, weight_files
     from inferlab.models.config_file import read_config
     from inferlab.workloads.text import engine_architecture_problem
 
     read_config(model)
+    weight_files(Path(model))
     if backend != "hf" and engine_architecture_problem(model) is None:
         check_engine_checkpoint(model)
 
