@@ -166,3 +166,31 @@ def test_an_engine_without_constrained_requests_pays_nothing_for_pressure(tiny_c
         features = engine.runner.features
         assert features.pressure.buffers is None and features.snapshot_tail(3).columns == []
         assert features.logits_hooks(Variant(0)) is NO_CONSTRAINTS
+
+
+def test_pressure_tells_the_program_a_model_writes_from_one_it_does_not(tiny_checkpoint, tmp_path):
+    """A model that writes `[CONFORMER]Cl(O)N[/CONFORMER]` by itself (a bigram checkpoint,
+    logit_controlled_checkpoints.py): the program of that text costs it nothing; the program of the same text
+    with `[OH]`'s H forced (a wrong descriptor style, in miniature) peaks at ~1 at exactly the forced H."""
+    from logit_controlled_checkpoints import bigram
+
+    from inferlab.constraints.program import compile_program
+    from inferlab.constraints.segments import Copy, EndOfSequence
+    from inferlab.types import Request, SamplingParams
+
+    tokenizer = build_builtin_tokenizer()
+    text, prompt = "[CONFORMER]Cl(O)N[/CONFORMER]", tokenizer.bos_token_id
+    chain = [prompt] + tokenizer(text, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+    assert len(set(chain)) == len(chain)  # a bigram can write it
+    path = bigram(tiny_checkpoint("tiny"), tmp_path / "bigram", dict(zip(chain, chain[1:])))
+    with _engine(path) as engine:
+        right, wrong = (compile_program([Copy(t), EndOfSequence()], engine.tokenizer)
+                        for t in (text, text.replace("(O)", "(OH)")))  # fmt: skip
+        got = {r.id: r for r in engine.generate([
+            Request(id=name, prompt_ids=(prompt,), constraint=program, sampling=SamplingParams(seed=1))
+            for name, program in (("right", right), ("wrong", wrong))])}  # fmt: skip
+    assert got["right"].constraint_pressure.max < 1e-4
+    forced_h = got["wrong"].token_ids.index(tokenizer.convert_tokens_to_ids("H"))
+    peak = got["wrong"].constraint_pressure
+    assert peak.max > 0.999 and peak.max_step == peak.max_op == forced_h  # copy ops: one token each
+    assert wrong.segment_at(peak.max_op) == 0 and peak.mean > 10 * got["right"].constraint_pressure.mean
