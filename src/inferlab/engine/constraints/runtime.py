@@ -6,6 +6,9 @@ functions the engine's step calls, in this order:
     tokens = runtime.emit(sampled, active, finished)  # choose (forced copy tokens replace the sampled
                                            # ones), then advance (pointer and automaton state) of live rows
 
+With `pressure` (pressure.PressureBuffers: the constraint pressure's row feature passes it) the mask or the
+fused race also measures how much probability the constraint takes away, and emit accumulates it.
+
 Each is pure tensor work over static buffers sliced to the bucket's first B rows: no host sync, no
 data-dependent shapes, cost O(B x V) for the mask and O(B) for the rest, so the engine captures them in
 its CUDA graphs. `rows` is None in the decode step (rows 0..B-1) or the admitted row ids in prefill. The

@@ -12,7 +12,9 @@ the automaton step), a fixed cost per step that a small batch feels. Here:
 - `emit_step`: one lane per row: the forced copy token or the sample, then the advance of the rows still
   live (runtime.advance).
 Same semantics as runtime.mask_logits / choose / advance (the torch reference), tested through the
-interpreter. `rows` (optional) maps lanes to runtime rows (prefill).
+interpreter. `rows` (optional) maps lanes to runtime rows (prefill). With `pressure` (pressure.py) the mask
+kernel and the race also measure the constraint's pressure (the mask: each block's share, then one
+combining launch per row) and the emit kernel accumulates it for the live rows.
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ with the constraint's mask applied in registers, from the state the mask kernel 
 (constraints/step_kernels.py). A copy row's programs return at once (its token is forced); a hole row's
 program returns at once when its state allows no token of its chunk (a per-state chunk table answers before
 any token class is read), else races over the allowed tokens only. The tokens equal the mask kernel's
-followed by race_argmax, without the mask's write pass over [B, V].
+followed by race_argmax, without the mask's write pass over [B, V]. With PRESSURE every program also reads
+the rest of its chunk for the constraint's pressure (engine/constraints/pressure.py: `block_pressure`, then
+`combined_pressure` in the pick), racing over exactly the same values: the same tokens.
 """
 
 from __future__ import annotations
