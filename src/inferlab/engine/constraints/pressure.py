@@ -5,7 +5,7 @@ At a step, over the model's own distribution (softmax of the raw logits, T = 1, 
     hole step:  p = mass on the tokens the hole's state forbids (its open exit token counts as allowed)
     copy step:  p = 1 - p(forced token)
 It is computed where the step already reads the logits with the constraint's state: the torch mask
-(`lane_pressure`, two log-sum-exps around the mask), the Triton mask kernel and the fused race (each block's
+(`lane_pressure`, from its forbidden table), the Triton mask kernel and the fused race (each block's
 largest logit and its masses over all and over the forbidden tokens, combined per row: step_kernels.py,
 kernels/triton_sampling.py). They write this step's value per lane into `now`; `emit` folds it into the
 row's `acc` for the rows still live (`accumulate`, or the emit kernel), before the row's pointer advances.
@@ -63,16 +63,18 @@ def pressure_from_columns(values: list[int]) -> ConstraintPressure | None:
 
 
 def lane_pressure(
-    lse_all: torch.Tensor,  # [B] fp32: logsumexp of the lane's logits before the mask
-    masked: torch.Tensor,  # [B, V] fp32: the logits after the mask (hole rows' forbidden tokens -inf)
+    logits: torch.Tensor,  # [B, V] fp32, before the mask
+    forbidden: torch.Tensor,  # [B, V] bool: what the hole rows' states forbid (nothing for the other rows)
     copy: torch.Tensor,  # [B] bool: the lane is in a copy op
     forced: torch.Tensor,  # [B] int64: its token in a copy op (any id elsewhere)
 ) -> torch.Tensor:  # [B] fp32 in [0, 1]
-    """The torch mask's pressure: 1 - exp(lse(allowed) - lse(all)), the allowed mass being the masked
-    logits' (a hole) or the forced token's (a copy; copy rows are not masked). expm1 keeps small values
-    exact; unconstrained lanes come out 0."""
-    kept = torch.where(copy, masked.gather(1, forced[:, None])[:, 0], torch.logsumexp(masked, dim=1))
-    return -torch.expm1(kept - lse_all)
+    """The torch mask's pressure: the mass of the taken-away tokens (a hole row's forbidden ones, every
+    token but the forced one of a copy row) over the whole, from one exp of the logits shifted by their
+    maximum; summed directly, so small values keep their precision. Unconstrained lanes come out 0."""
+    taken_away = torch.where(copy[:, None], True, forbidden)  # [B, V]
+    taken_away.scatter_(1, forced[:, None], ~copy[:, None] & forbidden.gather(1, forced[:, None]))
+    weights = (logits - logits.amax(dim=1, keepdim=True)).exp_()  # [B, V]
+    return torch.where(taken_away, weights, 0.0).sum(dim=1) / weights.sum(dim=1)
 
 
 def accumulate(

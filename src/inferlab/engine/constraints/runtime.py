@@ -190,12 +190,10 @@ class ConstraintRuntime:
         forbidden = self.forbidden.index_select(0, torch.where(in_hole, state, self.free_row))  # [B, V] bool
         exit_token = torch.where(in_hole, next_arg, 0)[:, None]  # [B, 1]; a token id in hole rows
         forbidden.scatter_(1, exit_token, forbidden.gather(1, exit_token) & ~exit_open[:, None])
-        lse_all = torch.logsumexp(logits.float(), dim=1) if pressure is not None else None  # [B], before the mask
-        logits = logits.masked_fill_(forbidden, float("-inf"))
-        if pressure is not None:
+        if pressure is not None:  # from the logits before the mask
             copy = self.active[at] & (kind == COPY)
-            pressure.now[: logits.shape[0]] = lane_pressure(lse_all, logits.float(), copy, torch.where(copy, arg, 0))
-        return logits
+            pressure.now[: logits.shape[0]] = lane_pressure(logits.float(), forbidden, copy, torch.where(copy, arg, 0))
+        return logits.masked_fill_(forbidden, float("-inf"))
 
     def forced_rows(self, batch: int, rows: torch.Tensor | None = None) -> torch.Tensor:
         """[B]: the lanes whose row is in a copy op (its token is forced: the sampler skips its draw).
