@@ -18,7 +18,8 @@ GENERATE_DESCRIPTION = (
     "applied on the GPU inside each decode step: every output is valid by construction. Writes the valid "
     "conformers to OUTPUT (SDF) and one row per conformer (valid or not, with its error) to OUTPUT with .jsonl; "
     "a rerun resumes. The progress bar shows conformers done, tok/s, validity and the ETA; the closing summary "
-    "validity, graph and stereo agreement read back by RDKit, and speed. Try it first with `inferlab demo`; a checkpoint of a real shape: `inferlab model "
+    "validity, graph and stereo agreement read back by RDKit, the constraint pressure (how much of the model's "
+    "probability the constraint took away, with a warning when the profile may not fit the checkpoint), and speed. Try it first with `inferlab demo`; a checkpoint of a real shape: `inferlab model "
     "init --preset qwen3-0.6b --out DIR --tokenizer PATH/qwen3-chem`. docs/conformers.md explains the format.")
 REQUIRED = ("model", "input", "output")
 
