@@ -4,12 +4,13 @@ The public API is what this module exports; everything else is internal and may 
 """
 
 from inferlab.errors import CapacityError, ConfigError, InferlabError, InputError, UnsupportedError
-from inferlab.types import Collect, Request, Result, SamplingParams, Steer, Timings
+from inferlab.types import Collect, ConstraintPressure, Request, Result, SamplingParams, Steer, Timings
 
 __all__ = [
     "CapacityError",
     "Collect",
     "ConfigError",
+    "ConstraintPressure",
     "InferlabError",
     "InputError",
     "Request",

@@ -162,6 +162,21 @@ class Timings:
     finished_s: float = 0.0  # the host saw the finished flag
 
 
+@dataclass(frozen=True)
+class ConstraintPressure:
+    """How much probability a request's constraint took away from the model (docs/constraints.md
+    "Pressure"): at each generated token, the mass the model's own distribution (softmax of its logits at
+    T = 1, before top-k / top-p / min-p) put on tokens the constraint did not allow: at a hole step the
+    tokens its grammar forbids there, at a copy step every token but the forced one (1 - p(forced)).
+    Near 0: the model writes the format by itself; near 1: the constraint overrides it."""
+
+    mean: float  # over the request's generated tokens (every one is a hole or a copy step)
+    max: float
+    max_step: int  # the token (index into Result.token_ids) where the max was, the first one on ties
+    max_op: int  # the program's op at that token (ConstraintProgram.segment_at names its segment)
+    steps: int  # tokens measured (= len(token_ids))
+
+
 @dataclass
 class Result:
     """What came back for one Request. finish_reason: 'eos', 'stop', 'length' or 'error'."""
@@ -176,6 +191,7 @@ class Result:
     metadata: Any = None  # the Request's metadata, the same object
     # Request.collect's hidden states: {layer: fp32 tensor}, [hidden] (last, mean) or [tokens, hidden] (all)
     activations: dict[int, Any] | None = None
+    constraint_pressure: ConstraintPressure | None = None  # a constrained request's (None: unconstrained)
 
     @property
     def ok(self) -> bool:

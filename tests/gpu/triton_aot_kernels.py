@@ -140,10 +140,11 @@ def kernel_cases(full: bool) -> list[tuple[str, object, dict, dict, list[str], d
                  STATS=stats, FAST_LOG=True)
         out.append((f"race tau={tau} round={round_index} skip={skip} stats={stats} span={span}",
                     triton_sampling._race_kernel, race, c, ["LOGITS", "stride_l", "vocab"], dict(num_warps=4)))
-    for done in (False, True):
-        out.append((f"race pick done={done}", triton_sampling._pick_kernel,
-                    dict(BEST_VAL="*fp32", BEST_IDX="*i32", OUT="*i64", DONE="*i8", TOKENS="*i64"),
-                    dict(CHUNKS=38, BLOCK_C=64, HAS_DONE=done), [], {}))  # fmt: skip
+    for done, pressure in ((False, False), (True, False), (False, True)):
+        out.append((f"race pick done={done} pressure={pressure}", triton_sampling._pick_kernel,
+                    dict(BEST_VAL="*fp32", BEST_IDX="*i32", OUT="*i64", DONE="*i8", TOKENS="*i64", CHUNK_MAX="*fp32",
+                         CHUNK_ALL="*fp32", CHUNK_OFF="*fp32", PRESSURE_NOW="*fp32"),
+                    dict(CHUNKS=38, BLOCK_C=64, HAS_DONE=done, PRESSURE=pressure), [], {}))  # fmt: skip
     for done, span in ((False, 1), (True, 4)):
         out.append((f"top-p mass done={done} span={span}", triton_top_p._mass_kernel,
                     dict(LOGITS="*bf16", TEMP="*fp32", TOP_P="*fp32", BEST_VAL="*fp32", BEST_IDX="*i32", DONE="*i8",
@@ -174,17 +175,21 @@ def kernel_cases(full: bool) -> list[tuple[str, object, dict, dict, list[str], d
                 dict(STOPS=8, BLOCK_S=8), [], {}))  # fmt: skip
     rt = dict(ROWS="*i64", ACTIVE="*i1", PTR="*i64", LAST="*i64", KIND="*i64", ARG="*i64", op_stride="i32",
               STATE="*i64", ACCEPTING="*i1")  # fmt: skip
+    shares = dict(CHUNK_MAX="*fp32", CHUNK_ALL="*fp32", CHUNK_OFF="*fp32")  # constraint pressure's block shares
     mask = dict(LOGITS="*bf16", row_stride="i32", vocab="i32") | rt | dict(TOKEN_CLASS="*i32", ALLOWED="*i8",
-                                                                          num_classes="i32", FORCED="*i8")  # fmt: skip
-    out.append(("constraint mask step (bf16)", step_kernels._mask_step_kernel, mask,
-                dict(HAS_ROWS=False, HOLE_KIND=2, COPY_KIND=1, BLOCK_SIZE=1024), [], {}))  # fmt: skip
+                                                                          num_classes="i32", FORCED="*i8") | shares
+    for pressure in (False, True):
+        out.append((f"constraint mask step (bf16) pressure={pressure}", step_kernels._mask_step_kernel, mask,
+                    dict(HAS_ROWS=False, HOLE_KIND=2, COPY_KIND=1, BLOCK_SIZE=1024, PRESSURE=pressure), [], {}))
+    out.append(("constraint pressure of the mask's blocks", step_kernels._pressure_kernel, shares | dict(NOW="*fp32"),
+                dict(CHUNKS=149, BLOCK_C=256), [], {}))  # fmt: skip
     fused = (dict(LOGITS="*bf16", stride_l="i32", vocab="i32", TEMP="*fp32", SEEDS="*i64", INDEX="*i64",
                   BEST_VAL="*fp32", BEST_IDX="*i32") | rt | dict(TOKEN_CLASS="*i32", ALLOWED="*i8", num_classes="i32",
-                                                                CHUNK_ALLOWED="*i8"))
-    for has_rows in (False, True):
-        c = dict(CHUNKS=38, BLOCK=4096, HAS_ROWS=has_rows, HOLE_KIND=2, COPY_KIND=1, FAST_LOG=True)
-        out.append((f"constrained race rows={has_rows}", triton_sampling._constrained_race_kernel, fused, c,
-                    ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
+                                                                CHUNK_ALLOWED="*i8") | shares)
+    for has_rows, pressure in ((False, False), (True, False), (False, True), (True, True)):
+        c = dict(CHUNKS=38, BLOCK=4096, HAS_ROWS=has_rows, HOLE_KIND=2, COPY_KIND=1, FAST_LOG=True, PRESSURE=pressure)
+        out.append((f"constrained race rows={has_rows} pressure={pressure}", triton_sampling._constrained_race_kernel,
+                    fused, c, ["LOGITS", "stride_l"], dict(num_warps=8)))  # fmt: skip
     # bf16 and fp8 caches and the fp8 cache's fp32 scales, copied as bits; Gemma's MQA (one kv head)
     for bits, kv_heads in (("*i16", 8), ("*u8", 8), ("*i32", 8), ("*i16", 1), ("*u8", 1)):
         out.append((f"KV prefix copy {bits} kv_heads={kv_heads}", triton_kv_copy._copy_prefix_kernel,
@@ -193,11 +198,12 @@ def kernel_cases(full: bool) -> list[tuple[str, object, dict, dict, list[str], d
     emit = (
         dict(SAMPLED="*i64", TOKENS="*i64", ROW_ACTIVE="*i1", ROW_FINISHED="*i1")
         | rt
-        | dict(TRANSITIONS="*i64", num_classes="i32", TOKEN_CLASS="*i64", lanes="i32")
+        | dict(TRANSITIONS="*i64", num_classes="i32", TOKEN_CLASS="*i64", lanes="i32", NOW="*fp32", ACC="*fp32")
     )
-    for has_rows in (False, True):
-        c = dict(HAS_ROWS=has_rows, COPY_KIND=1, HOLE_KIND=2, BLOCK_ROWS=256)
-        out.append((f"constraint emit step rows={has_rows}", step_kernels._emit_step_kernel, emit, c, [], {}))
+    for has_rows, pressure in ((False, False), (True, False), (False, True), (True, True)):
+        c = dict(HAS_ROWS=has_rows, COPY_KIND=1, HOLE_KIND=2, BLOCK_ROWS=256, PRESSURE=pressure)
+        out.append((f"constraint emit step rows={has_rows} pressure={pressure}", step_kernels._emit_step_kernel,
+                    emit, c, [], {}))
     out += packed_prefill_kernels(full)
     return out
 

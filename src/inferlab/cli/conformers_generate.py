@@ -18,7 +18,8 @@ GENERATE_DESCRIPTION = (
     "applied on the GPU inside each decode step: every output is valid by construction. Writes the valid "
     "conformers to OUTPUT (SDF) and one row per conformer (valid or not, with its error) to OUTPUT with .jsonl; "
     "a rerun resumes. The progress bar shows conformers done, tok/s, validity and the ETA; the closing summary "
-    "validity, graph and stereo agreement read back by RDKit, and speed. Try it first with `inferlab demo`; a checkpoint of a real shape: `inferlab model "
+    "validity, graph and stereo agreement read back by RDKit, the constraint pressure (how much of the model's "
+    "probability the constraint took away, with a warning when the profile may not fit the checkpoint), and speed. Try it first with `inferlab demo`; a checkpoint of a real shape: `inferlab model "
     "init --preset qwen3-0.6b --out DIR --tokenizer PATH/qwen3-chem`. docs/conformers.md explains the format.")
 REQUIRED = ("model", "input", "output")
 
@@ -201,6 +202,7 @@ def print_summary(summary, output: str) -> None:
               f"input{retried}")
     elif s["conformers_ok"]:
         print("stereo: no input molecule specifies stereo (tetrahedral centres or double bonds)")
+    print_pressure(s["constraint_pressure"])
     print(f"tokens: {s['output_tokens']:,} generated in {s['wall_s']:.1f} s: {_rate(s['output_tokens_per_s'])} tok/s, "
           f"{_rate(s['conformers_per_s'], 2)} conformers/s, {_rate(s['molecules_per_s'], 2)} molecules/s "
           f"(inside the engine: {_rate(s['generate_output_tokens_per_s'])} tok/s)")
@@ -211,6 +213,17 @@ def print_summary(summary, output: str) -> None:
           f"{s['write_s']:.1f} s; templates {s['template_cpu_s']:.1f} s of CPU in the pool, "
           f"{s['template_wait_s']:.1f} s waited for")
     print(f"wrote {output} and {default_jsonl_path(output)}")
+
+
+def print_pressure(pressure: dict | None) -> None:
+    """The run's constraint pressure (workloads/conformers/pipeline/pressure.py) and its warning, if any."""
+    if pressure is None:
+        return
+    print(f"constraint pressure (the model's probability the constraint took away, per token): mean "
+          f"{pressure['mean']:.3f}, p95 of the conformers' means {pressure['p95_request_mean']:.3f}, max "
+          f"{pressure['max']:.3f} at {pressure['max_at']}")
+    if pressure["warning"]:
+        print(f"warning: {pressure['warning']}")
 
 
 def _rate(value: float | None, digits: int = 0) -> str:

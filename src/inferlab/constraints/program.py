@@ -17,6 +17,7 @@ Malformed programs (empty, holes touching, EndOfSequence not last, unknown gramm
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -60,6 +61,21 @@ class ConstraintProgram:
     def initial_state(self) -> int:
         """The automaton state a row starts in: the first hole's start, or 0 when it starts with a copy."""
         return int(self.ops[1, 0]) if int(self.ops[0, 0]) == HOLE else 0
+
+    def segment_at(self, op: int) -> int:
+        """The index into `segments` of the segment op `op` belongs to (a Copy's run of COPY ops, a Hole's
+        one HOLE op, EndOfSequence's final COPY)."""
+        if not 0 <= op < self.length:
+            raise InputError(f"op {op} is outside this program's ops 0..{self.length - 1}")
+        if op == self.length - 1:
+            return len(self.segments) - 1
+        return bisect.bisect_right(self._segment_starts, op) - 1
+
+    @functools.cached_property
+    def _segment_starts(self) -> list[int]:
+        """The first op of each segment but EndOfSequence: a HOLE op, or a COPY op after a HOLE (or first)."""
+        hole = (self.ops[0] == HOLE).tolist()
+        return [i for i in range(len(hole)) if hole[i] or i == 0 or hole[i - 1]]
 
 
 def compile_program(segments, tokenizer, grammar_set: GrammarSet | None = None) -> ConstraintProgram:

@@ -50,6 +50,9 @@ class EngineConfig:
     # and out, Result.text None, text prompts refused; constraints need Engine(config, grammar_set=...)
     load_tokenizer: bool = True
     share_prompts: bool = True  # rows admitted together with equal prompts: one prefill, the K/V copied
+    # constrained requests measure how much probability their constraint takes away (Result.constraint_pressure,
+    # inside the step; off: None, for measuring what it costs)
+    constraint_pressure: bool = True
     queue_ahead: int | None = None  # requests pulled ahead of free rows (lazy intake); None: max(min_admission,
     # slots // 8)
     startup_cache: bool = True  # keep start-up measurements (the GEMM plan) on disk and reuse them

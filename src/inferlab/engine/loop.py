@@ -153,7 +153,8 @@ class GenerationLoop:
         if plan.steps > 0:
             self._decode(plan)
         holders = [(r, scheduler.item(r)) for r in plan.live]
-        self._fresh = self.parts.snapshots().take(self.runner.rows, plan.bucket, plan.steps + 1, holders)
+        self._fresh = self.parts.snapshots().take(self.runner.rows, plan.bucket, plan.steps + 1, holders,
+                                                  self.runner.features.snapshot_tail(plan.bucket))
         return plan.steps
 
     @torch.inference_mode()
@@ -222,6 +223,7 @@ class GenerationLoop:
                 result = finished_result(
                     item, item.tokens, REASON_NAMES[reason], tokenizer, decode_text
                 )
+                snapshot.finish(result, item, data[row])  # the row features' values (constraint pressure)
                 if item.collect is not None:
                     collected.append((item.index, result, item))
                 else:

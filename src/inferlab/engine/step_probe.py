@@ -6,7 +6,11 @@
             probe.eager_step()                         # every operation inside its family's range
 
 Rows [0, rows) get one prompt of `context - 1` random ids (seeded; row i samples with seed
-`seed * 100_003 + i`), prefilled together, so each row's step attends over `context` positions. A step runs
+`seed * 100_003 + i`), prefilled together, so each row's step attends over `context` positions. With
+`constraints` (ConstraintPrograms compiled with the engine's tokenizer), row i is constrained by
+constraints[i % len]: the step is the constrained variant, each row at its program's op after the prefill's
+token (a program that starts with a hole keeps its row in it), and its pressure measured when the engine
+measures it (EngineConfig.constraint_pressure). A step runs
 over the smallest decode bucket holding the rows, as the engine's own steps do. The rows' state is frozen
 until close() (the runner's preserved_rows): every step reads and writes the same positions, and no row
 advances or finishes. The probe borrows the engine's rows: use it on an engine that runs no generate/stream
@@ -16,7 +20,7 @@ meanwhile, and close it before the engine.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, ContextManager
+from typing import TYPE_CHECKING, Any, ContextManager, Sequence
 
 import torch
 
@@ -40,7 +44,8 @@ class DecodeStepProbe:
 
     FAMILIES = LABELS  # the family names `labelled` passes to its range factory
 
-    def __init__(self, engine: Engine, rows: int, context: int, sampling: SamplingParams, seed: int = 0) -> None:
+    def __init__(self, engine: Engine, rows: int, context: int, sampling: SamplingParams, seed: int = 0,
+                 constraints: Sequence[Any] = ()) -> None:
         plan = engine.plan
         if not 1 <= rows <= plan.slots:
             raise ConfigError(f"rows={rows} must be in [1, {plan.slots}] (the engine's slots); make the Engine "
@@ -56,7 +61,13 @@ class DecodeStepProbe:
         g = torch.Generator().manual_seed(seed)
         prompt = torch.randint(0, engine.spec.vocab_size, (context - 1,), generator=g).tolist()
         items = [Prepared(i, Request(id=f"probe{i}", prompt_ids=(0,)), prompt, sampling, seed * ROW_SEED_STRIDE + i,
-                          [], 0, Timings()) for i in range(rows)]  # fmt: skip
+                          [], 0, Timings(), constraints[i % len(constraints)] if constraints else None)
+                 for i in range(rows)]  # fmt: skip
+        features = self._runner.features
+        for item in items if constraints else ():  # the constraint's intake alone (the prompt is the probe's)
+            problem = features.constraints.check(item, engine.tokenizer) or features.pressure.check(item, None)
+            if problem is not None:
+                raise ConfigError(f"the probe's constraint: {problem}")
         self.filter_level = items[0].filter_level  # sampler.FILTER_*: the decode variant the rows need
         self._batch = self._runner.batch_of(range(rows), items)  # one lane: the rows share the prompt
         self._variant = self._batch.variant

@@ -11,6 +11,7 @@ import json
 
 import pytest
 import torch
+from conformer_rows import assert_same_rows
 
 from inferlab.cli import main
 from inferlab.cli.scale_args import EXIT_INCOMPLETE
@@ -63,7 +64,7 @@ def generate(model, inp, out, *extra) -> int:
 def check_merged(out, single_rows) -> None:
     rows = [json.loads(line) for line in out.with_suffix(".jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == expected_order()  # input order, each once
-    assert {r["id"]: r for r in rows} == single_rows  # token for token the single-process rows
+    assert_same_rows({r["id"]: r for r in rows}, single_rows)  # token for token the single-process rows
     records = list(read_sdf(out))
     assert [r.prop("row_id") for r in records] == [r["id"] for r in rows if r["status"] == "ok"]
     assert len(records) == 7 * K

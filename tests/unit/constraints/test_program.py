@@ -148,3 +148,16 @@ def test_programs_and_grammar_sets_pickle_for_process_pools(qwen_case):
     grammar_set = pickle.loads(pickle.dumps(qwen_case.grammar_set))
     assert grammar_set.key == qwen_case.grammar_set.key
     assert torch.equal(grammar_set.transitions, qwen_case.grammar_set.transitions)
+
+
+def test_segment_at_names_the_segment_of_every_op(llama_case):
+    """Copy runs (several COPY ops), holes (one HOLE op each), EndOfSequence (the final COPY)."""
+    program = compile_program([Copy("[C]<"), Hole("coord3-fixed4"), Copy(">[O]<"), Hole("coord3-fixed4"),
+                               Copy(">"), EndOfSequence()], llama_case.tokenizer)
+    kinds = program.ops[0].tolist()
+    segments = [program.segment_at(op) for op in range(program.length)]
+    assert segments == sorted(segments) and segments[-1] == len(program.segments) - 1 == 5
+    assert [s for s, kind in zip(segments, kinds) if kind == HOLE] == [1, 3]
+    assert {s for s, kind in zip(segments[:-1], kinds) if kind == COPY} == {0, 2, 4}
+    with pytest.raises(InputError, match="outside this program's ops"):
+        program.segment_at(program.length)

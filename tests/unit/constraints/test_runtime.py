@@ -8,6 +8,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from inferlab.constraints.program import compile_program
 from inferlab.constraints.segments import Copy, EndOfSequence, Hole
+from inferlab.engine.constraints.pressure import PressureBuffers
 from inferlab.engine.constraints.runtime import ConstraintRuntime
 from inferlab.errors import CapacityError, ConfigError, InputError
 
@@ -167,8 +168,18 @@ def test_in_graph_functions_never_sync_or_depend_on_data_shapes(qwen_case, qwen_
     qwen_runtime.assign(0, program)
     qwen_runtime.assign(1, None)
     logits = torch.randn(3, 151936)
+    pressure = PressureBuffers.allocate(4, torch.device("cpu"))
+    live, finished = torch.ones(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool)
     with _ForbidHostSync():
         for _ in range(8):  # through copies into the hole
             masked = qwen_runtime.mask_logits(logits.clone())
             tokens = qwen_runtime.choose(masked.argmax(dim=-1))
             qwen_runtime.advance(tokens)
+        for step in range(4):  # the constraint pressure measured and accumulated (decode, then prefill lanes)
+            lanes = torch.tensor([1, 0]) if step % 2 else None
+            rows = logits[:2].clone() if step % 2 else logits.clone()
+            masked = qwen_runtime.mask_logits(rows, lanes, pressure)
+            qwen_runtime.emit(masked.argmax(dim=-1), live[: len(rows)], finished[: len(rows)], lanes, pressure)
+        pressure.reset(torch.tensor([0, 2]))
+        pressure.move(torch.tensor([0]), torch.tensor([3]))
+        pressure.snapshot_columns(3)

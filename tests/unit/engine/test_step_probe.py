@@ -54,6 +54,30 @@ def test_a_probe_with_fewer_rows_steps_over_the_engines_bucket(tiny_checkpoint, 
         assert steps == [4]
 
 
+def test_a_constrained_probe_steps_the_constrained_variant_with_its_rows_frozen(tiny_checkpoint):
+    """Rows alternate between a program that starts with a hole and one that starts with a copy; the steps
+    run the constrained variant (its pressure measured) and leave the programs' state and the rows'
+    accumulated pressure as the prefill left them."""
+    from inferlab.constraints.program import compile_program
+    from inferlab.constraints.segments import Copy, EndOfSequence, Hole
+
+    with _engine(tiny_checkpoint(), load_tokenizer=True, max_slots=4) as engine:
+        programs = [compile_program(segments, engine.tokenizer) for segments in (
+            [Hole("coord3-fixed4"), Copy(">"), EndOfSequence()], [Copy("[CONFORMER][C]<"), Hole("coord3-fixed4"),
+                                                                  Copy(">"), EndOfSequence()])]  # fmt: skip
+        with DecodeStepProbe(engine, rows=4, context=5, sampling=SamplingParams(temperature=1.0),
+                             constraints=programs) as probe:
+            runtime, pressure = engine.runner.constraints, engine.runner.features.pressure.buffers
+            assert probe._variant.constrained and runtime.op_kind[:4, 0].tolist() == [2, 1, 2, 1]  # HOLE, COPY
+            before = (runtime.ptr.clone(), runtime.state.clone(), pressure.acc.clone())
+            pressure.now.zero_()
+            for _ in range(3):
+                probe.step()
+            assert torch.equal(runtime.ptr, before[0]) and torch.equal(runtime.state, before[1])
+            assert torch.equal(pressure.acc, before[2]) and pressure.acc[:4, 1].tolist() == [1.0] * 4  # the prefill's
+            assert bool((pressure.now[:4] > 0).all())  # measured by the steps, added to nothing
+
+
 def test_the_seed_fixes_the_prompt(tiny_checkpoint):
     with _engine(tiny_checkpoint()) as engine:
         k = engine.runner.cache.k

@@ -505,14 +505,16 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
         Request(id="shared", prompt_ids=(11,) * 9, sampling=SamplingParams(top_p=0.9, max_new_tokens=4, seed=6)),
     ]  # "shared" repeats "top-p"'s prompt: one prefill, the K/V copied (the Triton copy on "triton")
     short = Request(id="short", prompt_ids=(5, 9, 100, 7), sampling=SamplingParams(temperature=0, max_new_tokens=2))
-    outputs = {}
+    outputs, pressures = {}, {}
     for kernels in ("torch", "triton"):
         engine = Engine(EngineConfig(model=path, max_slots=5, max_seq_len=96, kernels=kernels))
         assert engine.ops.name == kernels
         program = compile_program(template.segments, engine.tokenizer)  # the Triton mask kernel on "triton"
         constrained = Request(id="conformer", constraint=program, **conformer)
         outputs[kernels] = [r.token_ids for r in engine.generate(requests)]
-        outputs[kernels].append(engine.generate([constrained])[0].token_ids)  # alone
+        alone = engine.generate([constrained])[0]
+        outputs[kernels].append(alone.token_ids)
+        pressures[kernels] = alone.constraint_pressure  # the fused race's on "triton", the torch mask's on "torch"
         if kernels == "triton":  # the skinny GEMM in every projection (the GPU engine chooses it by timing)
             gemm = engine.runner.model.gemm
             gemm.counters = torch.zeros(64, dtype=torch.int32)
@@ -526,6 +528,9 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
         assert engine.runner.constraints.mask_impl == kernels
         outputs[kernels].append(engine.generate(requests[-1:])[0].token_ids)  # a 1-token prefill batch
     assert outputs["triton"] == outputs["torch"]
+    ours, ref = pressures["triton"], pressures["torch"]
+    assert (ours.steps, ours.max_step, ours.max_op) == (ref.steps, ref.max_step, ref.max_op)
+    assert ours.mean == pytest.approx(ref.mean, abs=1e-5) and ours.max == pytest.approx(ref.max, abs=1e-5)
 
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny-gemma2"])  # Gemma 2: (1 + w) norms, the post-norm before the steer
@@ -775,3 +780,74 @@ def test_packed_encoder_on_triton_kernels_matches_the_torch_kernels(tiny_classif
     ours.forward.attention.chosen = {(False, False): "triton", (True, False): "triton", (False, True): "triton",
                                      (True, True): "triton"}
     torch.testing.assert_close(ours.classify(ours.pack(rows)), ref.classify(ref.pack(rows)), atol=1e-4, rtol=1e-4)
+
+
+def test_constraint_pressure_kernels_measure_the_float64_reference_and_draw_the_same_tokens():
+    """The constraint pressure in the Triton kernels (engine/constraints/pressure.py): the fused race (the
+    runtime's 4096-token blocks and 256-token ones, whose skipped blocks count as taken away) and the mask
+    kernel with its combining launch give each lane the float64 reference (pressure_reference.py) at hole and
+    copy steps, fp32 and bf16 logits, decode and prefill lanes; the race draws the tokens it draws without
+    pressure and the mask writes the same logits; the emit kernel accumulates what the torch emit does."""
+    from pressure_reference import conformer_like_programs, pressing_logits, reference_pressure
+
+    from inferlab.constraints.program import COPY, HOLE
+    from inferlab.constraints.token_automaton import grammar_set_for
+    from inferlab.engine.constraints import step_kernels
+    from inferlab.engine.constraints.pressure import PressureBuffers
+    from inferlab.engine.constraints.runtime import ConstraintRuntime, chunks_with_moves
+    from inferlab.engine.sampler import FILTER_NONE
+    from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
+
+    tokenizer = build_builtin_tokenizer()
+    vocab, rows = 1536, 4
+    programs = conformer_like_programs(tokenizer, 3, atoms=1, seed=5)
+    runtimes = {impl: ConstraintRuntime(grammar_set_for(tokenizer), rows, 256, vocab, "cpu", mask_impl=impl)
+                for impl in ("torch", "triton")}
+    for runtime in runtimes.values():
+        runtime.assign_rows(list(range(rows)), programs + [None])
+    ours, ref = runtimes["triton"], runtimes["torch"]
+    view = triton_sampling.ConstraintView(
+        ours.active, ours.ptr, ours.last_op, ours.op_kind, ours.op_arg, ours.state, ours.accepting,
+        ours.token_class_i32, ours.allowed_by_class, chunks_with_moves(ours.transitions, ours.token_class, 256),
+        COPY, HOLE)  # fmt: skip
+    buffers = {impl: PressureBuffers.allocate(rows, torch.device("cpu")) for impl in runtimes}
+    for b in buffers.values():
+        b.reset(torch.arange(rows))
+    g = torch.Generator().manual_seed(4)
+    temperature, seeds = torch.tensor([1.0, 0.0, 0.7, 1.0]), torch.tensor([3, 4, 5, 6])
+    live, finished = torch.ones(rows, dtype=torch.bool), torch.zeros(rows, dtype=torch.bool)
+    kinds, now = set(), buffers["triton"].now
+    for n in range(10):  # the opening copy run, then the first hole's digits
+        logits = pressing_logits(rows, vocab, ref, g, torch.bfloat16 if n % 2 else torch.float32)
+        expected = torch.tensor([p if p is not None else 0.0 for p in reference_pressure(logits.float(), ref)])
+        measured = ref.active & ~finished
+        kinds |= {int(ref.op_kind[r, ref.ptr[r]]) for r in range(3) if measured[r]}
+        index = torch.full((rows,), n, dtype=torch.int64)
+        plain = ours.fused_race(FILTER_NONE)(logits, temperature, seeds, index, None)
+        assert torch.equal(ours.fused_race(FILTER_NONE, buffers["triton"])(logits, temperature, seeds, index, None),
+                           plain), n
+        assert torch.allclose(now[measured], expected[measured], atol=2e-6), n
+        small = triton_sampling.constrained_race_argmax(logits, temperature, seeds, index, view, None, block=256,
+                                                        pressure=now)
+        assert torch.equal(small, plain) and torch.allclose(now[measured], expected[measured], atol=2e-6), n
+        masked = logits.clone()
+        step_kernels.mask_step(ours, masked, None, buffers["triton"])
+        assert torch.equal(masked, step_kernels.mask_step(ours, logits.clone(), None)), n
+        assert torch.allclose(now[measured], expected[measured], atol=2e-6), n
+        if n in (1, 8):  # prefill lanes (a copy step, a hole step): lane 0 -> row 2, lane 1 -> row 0
+            lanes, sub = torch.tensor([2, 0]), logits[[2, 0]].contiguous()
+            keep = measured[[2, 0]]
+            triton_sampling.constrained_race_argmax(sub, temperature[:2], seeds[:2], index[:2], view, lanes,
+                                                    block=256, pressure=now)
+            assert torch.allclose(now[:2][keep], expected[[2, 0]][keep], atol=2e-6), n
+            step_kernels.mask_step(ours, sub.clone(), lanes, buffers["triton"])
+            assert torch.allclose(now[:2][keep], expected[[2, 0]][keep], atol=2e-6), n
+            step_kernels.mask_step(ours, logits.clone(), None, buffers["triton"])  # back to this step's lanes
+        ref.mask_logits(logits.float(), None, buffers["torch"])
+        tokens = ours.emit(plain, live, finished, None, buffers["triton"])
+        assert torch.equal(tokens, ref.emit(plain, live, finished, None, buffers["torch"])), n
+        assert torch.allclose(buffers["triton"].acc, buffers["torch"].acc, atol=2e-6), n
+        assert torch.equal(ours.ptr, ref.ptr) and torch.equal(ours.state, ref.state), n
+        finished = finished | (ref.ptr == ref.last_op) & (tokens == programs[0].eos_token_id)
+    assert kinds == {COPY, HOLE}
+    assert buffers["triton"].acc[:, 1].tolist() == [10.0, 10.0, 10.0, 0.0]  # each step counted, where measured

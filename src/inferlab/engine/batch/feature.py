@@ -12,6 +12,9 @@ buffers the step reads, host bookkeeping) in step with that lifecycle:
                             warm-up step of a graph captured while rows are live (ModelRunner.preserved_rows)
     logits_hooks(hooks, v)  what it adds to the sampling step (hooks.ConstraintHooks) under variant v
     buffers_replaced()      whether check() replaced buffers that captured graphs of its bit address
+    snapshot_columns(b)     per-row values of rows [0, b) to copy to the host with every snapshot ([b, k] int64,
+                            at most `snapshot_width` columns; None: none), read at retirement by
+    finish(result, item, values)  the retiring row's values of that snapshot onto its Result
 Every method has a default that does nothing, so a feature writes only what it has. The runner calls them
 in registration order (features.py), which is also the order of the intake checks.
 """
@@ -27,6 +30,7 @@ from inferlab.engine.hooks import ConstraintHooks
 
 if TYPE_CHECKING:
     from inferlab.engine.intake import Prepared
+    from inferlab.types import Result
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class RowMoves:
 
 class RowFeature:
     bit: str | None = None  # its field of features.Variant; None: the graphs do not depend on it
+    snapshot_width: int = 0  # the most columns snapshot_columns gives (the snapshot buffers' room)
 
     def check(self, item: Prepared, tokenizer: Any) -> str | None:
         return None
@@ -73,6 +78,12 @@ class RowFeature:
 
     def buffers_replaced(self) -> bool:
         return False
+
+    def snapshot_columns(self, b: int) -> torch.Tensor | None:
+        return None
+
+    def finish(self, result: Result, item: Prepared, values: list[int]) -> None:
+        pass
 
     def close(self) -> None:
         pass

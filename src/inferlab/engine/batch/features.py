@@ -1,7 +1,8 @@
 """The batch's row features, registered in one place, and the graph Variant: the tuple of their bits.
 
 Registration order is the order of the intake checks (a constrained request is sized by its program before
-its prompt is checked against that size; steering and collection last) and of every lifecycle call. A new
+its prompt is checked against that size; steering and collection last) and of every lifecycle call (the
+constraint pressure wraps the constraint's sampling hooks, so it comes after it). A new
 per-row feature is one file (a RowFeature, batch/feature.py) plus its line here, and its field in Variant
 when the captured step depends on it.
 """
@@ -16,10 +17,12 @@ from inferlab.engine.batch.collecting_rows import CollectingRows
 from inferlab.engine.batch.constrained_rows import ConstrainedRows
 from inferlab.engine.batch.feature import RowFeature, RowMoves, RowSet
 from inferlab.engine.batch.kv_slots import KVSlots
+from inferlab.engine.batch.pressure_rows import PressureRows
 from inferlab.engine.batch.sampling_rows import SamplingRows
 from inferlab.engine.batch.setup import BatchSetup
 from inferlab.engine.batch.steered_rows import SteeredRows
 from inferlab.engine.hooks import NO_CONSTRAINTS, ConstraintHooks
+from inferlab.engine.snapshots import SnapshotTail
 
 
 class Variant(NamedTuple):
@@ -36,12 +39,14 @@ class RowFeatures:
 
     def __init__(self, setup: BatchSetup) -> None:
         self.constraints = ConstrainedRows(setup)
+        self.pressure = PressureRows(setup)
         self.kv_slots = KVSlots(setup)
         self.sampling = SamplingRows(setup)
         self.steering = SteeredRows(setup)
         self.collection = CollectingRows(setup)
-        self.all: tuple[RowFeature, ...] = (self.constraints, self.kv_slots, self.sampling, self.steering,
-                                            self.collection)
+        self.all: tuple[RowFeature, ...] = (self.constraints, self.pressure, self.kv_slots, self.sampling,
+                                            self.steering, self.collection)
+        self.snapshot_width = sum(f.snapshot_width for f in self.all)  # the snapshot buffers' room for tails
 
     def variant_of(self, items: Sequence[Any]) -> Variant:
         """The Variant a batch of these requests (intake.Prepared) runs with."""
@@ -53,6 +58,12 @@ class RowFeatures:
         for f in self.all:
             hooks = f.logits_hooks(hooks, variant)
         return hooks
+
+    def snapshot_tail(self, b: int) -> SnapshotTail:
+        """What the features add to a snapshot of rows [0, b) (snapshots.py), in registration order."""
+        parts = [(f, f.snapshot_columns(b)) for f in self.all]
+        return SnapshotTail([c for _, c in parts if c is not None],
+                            tuple((f, c.shape[1]) for f, c in parts if c is not None))
 
     def saved(self) -> list[torch.Tensor]:
         return [t for f in self.all for t in f.saved()]

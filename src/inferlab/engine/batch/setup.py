@@ -22,3 +22,4 @@ class BatchSetup:
     max_steered_layers: int = 8
     seed: int = 0  # the engine's: requests without a seed derive theirs from it
     grammar_set: Any = None  # constrained requests run with it (a GrammarSet or a Future); None: the tokenizer's
+    constraint_pressure: bool = True  # constrained rows measure how much probability their constraint takes away

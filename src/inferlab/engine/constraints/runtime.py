@@ -6,6 +6,9 @@ functions the engine's step calls, in this order:
     tokens = runtime.emit(sampled, active, finished)  # choose (forced copy tokens replace the sampled
                                            # ones), then advance (pointer and automaton state) of live rows
 
+With `pressure` (pressure.PressureBuffers: the constraint pressure's row feature passes it) the mask or the
+fused race also measures how much probability the constraint takes away, and emit accumulates it.
+
 Each is pure tensor work over static buffers sliced to the bucket's first B rows: no host sync, no
 data-dependent shapes, cost O(B x V) for the mask and O(B) for the rest, so the engine captures them in
 its CUDA graphs. `rows` is None in the decode step (rows 0..B-1) or the admitted row ids in prefill. The
@@ -30,6 +33,7 @@ import torch
 
 from inferlab.constraints.program import COPY, HOLE, ConstraintProgram
 from inferlab.constraints.token_automaton import DEAD_STATE, GrammarSet
+from inferlab.engine.constraints.pressure import PressureBuffers, accumulate, lane_pressure
 from inferlab.engine.constraints.step_kernels import RACE_BLOCK, constrained_race, emit_step, mask_step, triton_available
 from inferlab.engine.transfer import tensor_on, to_device
 from inferlab.errors import CapacityError, ConfigError, InputError, UnsupportedError
@@ -172,18 +176,23 @@ class ConstraintRuntime:
             return table[at].gather(1, column[:, None])[:, 0]
         return table[at, column]
 
-    def mask_logits(self, logits: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def mask_logits(self, logits: torch.Tensor, rows: torch.Tensor | None = None,
+                    pressure: PressureBuffers | None = None) -> torch.Tensor:
         """Set to -inf, in place, every token the current hole state forbids (the exit token is allowed in
-        accepting states). Copy rows and unconstrained rows are untouched. logits: [B, V] fp32 or bf16."""
+        accepting states). Copy rows and unconstrained rows are untouched. logits: [B, V] fp32 or bf16.
+        With `pressure`, each lane's pressure (pressure.py) goes to pressure.now first."""
         if self.mask_impl == "triton":
-            return mask_step(self, logits, rows)
-        kind, _, next_arg, at = self._current(logits.shape[0], rows)
+            return mask_step(self, logits, rows, pressure)
+        kind, arg, next_arg, at = self._current(logits.shape[0], rows)
         state = self.state[at]  # [B]
         in_hole = self.active[at] & (kind == HOLE)  # [B]
         exit_open = in_hole & self.accepting[state]  # [B] the next op's token may end the hole now
         forbidden = self.forbidden.index_select(0, torch.where(in_hole, state, self.free_row))  # [B, V] bool
         exit_token = torch.where(in_hole, next_arg, 0)[:, None]  # [B, 1]; a token id in hole rows
         forbidden.scatter_(1, exit_token, forbidden.gather(1, exit_token) & ~exit_open[:, None])
+        if pressure is not None:  # from the logits before the mask
+            copy = self.active[at] & (kind == COPY)
+            pressure.now[: logits.shape[0]] = lane_pressure(logits.float(), forbidden, copy, torch.where(copy, arg, 0))
         return logits.masked_fill_(forbidden, float("-inf"))
 
     def forced_rows(self, batch: int, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -194,17 +203,17 @@ class ConstraintRuntime:
         kind, _, _, at = self._current(batch, rows)
         return self.active[at] & (kind == COPY)
 
-    def fused_race(self, filter_level: int):
+    def fused_race(self, filter_level: int, pressure: PressureBuffers | None = None):
         """The Triton race with the mask in registers (step_kernels.constrained_race) at filter level none,
         where the engine's Triton kernels run (CUDA, or TRITON_INTERPRET=1); None otherwise, and on the torch
-        path (mask_logits + the sampler stay the reference)."""
+        path (mask_logits + the sampler stay the reference). With `pressure`, the race also measures it."""
         from inferlab.engine.sampler import FILTER_NONE
 
         native = self.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
         if self.mask_impl != "triton" or filter_level != FILTER_NONE or not native:
             return None
         return lambda logits, temperature, seeds, index, rows: constrained_race(self, logits, temperature, seeds,
-                                                                                index, rows)
+                                                                                index, rows, pressure)
 
     def emit(
         self,
@@ -212,12 +221,18 @@ class ConstraintRuntime:
         row_active: torch.Tensor,  # [B] bool: the engine's rows (a request holds the row)
         row_finished: torch.Tensor,  # [B] bool: the request already finished (before this token)
         rows: torch.Tensor | None = None,
+        pressure: PressureBuffers | None = None,
     ) -> torch.Tensor:  # [B] tokens
-        """choose, then advance the rows still live (row_active & ~row_finished): the engine's step."""
+        """choose, then advance the rows still live (row_active & ~row_finished): the engine's step. With
+        `pressure`, this step's pressure.now is first added to the live constrained rows' accumulators."""
         if self.mask_impl == "triton":
-            return emit_step(self, sampled, row_active, row_finished, rows)
+            return emit_step(self, sampled, row_active, row_finished, rows, pressure)
         tokens = self.choose(sampled, rows)
-        self.advance(tokens, row_active & ~row_finished, rows)
+        live = row_active & ~row_finished
+        if pressure is not None:
+            at = slice(0, sampled.shape[0]) if rows is None else rows
+            accumulate(pressure, self.active[at] & live, self.ptr[at], at)
+        self.advance(tokens, live, rows)
         return tokens
 
     def choose(self, sampled: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:

@@ -21,7 +21,9 @@ with the constraint's mask applied in registers, from the state the mask kernel 
 (constraints/step_kernels.py). A copy row's programs return at once (its token is forced); a hole row's
 program returns at once when its state allows no token of its chunk (a per-state chunk table answers before
 any token class is read), else races over the allowed tokens only. The tokens equal the mask kernel's
-followed by race_argmax, without the mask's write pass over [B, V].
+followed by race_argmax, without the mask's write pass over [B, V]. With PRESSURE every program also reads
+the rest of its chunk for the constraint's pressure (engine/constraints/pressure.py: `block_pressure`, then
+`combined_pressure` in the pick), racing over exactly the same values: the same tokens.
 """
 
 from __future__ import annotations
@@ -178,18 +180,44 @@ def hole_state(r, ptr, STATE, ARG, LAST, ACCEPTING, op_stride):
 
 
 @triton.jit
+def block_pressure(x, off):
+    """One block's share of a lane's constraint pressure (engine/constraints/pressure.py), at T = 1: its
+    largest logit, and the sums of 2^((x - that) * log2 e) over all its tokens and over the `off` ones (those
+    the constraint takes away). x [BLOCK] fp32, -inf past the vocabulary."""
+    top = tl.max(x, axis=0)
+    e = tl.exp2((x - tl.where(top == float("-inf"), 0.0, top)) * 1.4426950408889634)
+    return top, tl.sum(e, axis=0), tl.sum(tl.where(off, e, 0.0), axis=0)
+
+
+@triton.jit
+def combined_pressure(CHUNK_MAX, CHUNK_ALL, CHUNK_OFF, lane, CHUNKS: tl.constexpr, BLOCK_C: tl.constexpr):
+    """A lane's pressure from its blocks' shares (block_pressure): the mass taken away over the whole mass,
+    each block's sums rescaled to the lane's largest logit; 0 for a lane no block measured."""
+    c = tl.arange(0, BLOCK_C)
+    inside = c < CHUNKS
+    at = lane * CHUNKS + c
+    tops = tl.load(CHUNK_MAX + at, mask=inside, other=float("-inf"))
+    top = tl.max(tops, axis=0)
+    scale = tl.exp2((tops - tl.where(top == float("-inf"), 0.0, top)) * 1.4426950408889634)  # 0 for -inf blocks
+    total = tl.sum(tl.load(CHUNK_ALL + at, mask=inside, other=0.0) * scale, axis=0)
+    taken = tl.sum(tl.load(CHUNK_OFF + at, mask=inside, other=0.0) * scale, axis=0)
+    return tl.where(total > 0.0, taken / tl.where(total > 0.0, total, 1.0), 0.0)
+
+
+@triton.jit
 def _constrained_race_kernel(
     LOGITS, stride_l, vocab, TEMP, SEEDS, INDEX, BEST_VAL, BEST_IDX, ROWS, ACTIVE, PTR, LAST, KIND, ARG, op_stride,
-    STATE, ACCEPTING, TOKEN_CLASS, ALLOWED, num_classes, CHUNK_ALLOWED,
+    STATE, ACCEPTING, TOKEN_CLASS, ALLOWED, num_classes, CHUNK_ALLOWED, CHUNK_MAX, CHUNK_ALL, CHUNK_OFF,
     CHUNKS: tl.constexpr, BLOCK: tl.constexpr, HAS_ROWS: tl.constexpr, HOLE_KIND: tl.constexpr,
-    COPY_KIND: tl.constexpr, FAST_LOG: tl.constexpr,
+    COPY_KIND: tl.constexpr, FAST_LOG: tl.constexpr, PRESSURE: tl.constexpr,
 ):  # fmt: skip
     lane = tl.program_id(0)
     chunk = tl.program_id(1)
     out = lane * CHUNKS + chunk
     r, ptr, active, kind = lane_op(lane, ROWS, ACTIVE, PTR, KIND, op_stride, HAS_ROWS)
     ids = chunk * BLOCK + tl.arange(0, BLOCK)
-    keep = ids < vocab
+    in_vocab = ids < vocab
+    keep = in_vocab
     nothing = active & (kind == COPY_KIND)  # a forced token: no draw
     if active & (kind == HOLE_KIND):
         state, exit_token = hole_state(r, ptr, STATE, ARG, LAST, ACCEPTING, op_stride)
@@ -200,12 +228,23 @@ def _constrained_race_kernel(
             keep = keep & (allowed | (ids == exit_token))
             nothing = tl.max(keep.to(tl.int32), axis=0) == 0  # no token of this chunk may come next
         else:
+            keep = ids < 0  # (for PRESSURE: every token of the chunk is taken away)
             nothing = active  # (true here) no move of the state into this chunk, and the exit token lies elsewhere
+    row_start = LOGITS + lane.to(tl.int64) * stride_l
+    if PRESSURE:  # every logit of the chunk is read: the race takes the kept ones, the pressure all of them
+        x = tl.load(row_start + ids, mask=in_vocab, other=float("-inf")).to(tl.float32)
+        copy = active & (kind == COPY_KIND)
+        allowed = tl.where(copy, ids == tl.load(ARG + r * op_stride + ptr), keep)  # a copy: its token alone
+        top, total, taken = block_pressure(x, in_vocab & ~allowed)
+        tl.store(CHUNK_MAX + out, top)
+        tl.store(CHUNK_ALL + out, total)
+        tl.store(CHUNK_OFF + out, taken)
     if nothing:
         tl.store(BEST_VAL + out, float("-inf"))
         tl.store(BEST_IDX + out, 0)
     else:
-        x = tl.load(LOGITS + lane.to(tl.int64) * stride_l + ids, mask=keep, other=float("-inf")).to(tl.float32)
+        if not PRESSURE:  # the kept logits alone
+            x = tl.load(row_start + ids, mask=keep, other=float("-inf")).to(tl.float32)
         race = _race_value(x, tl.load(TEMP + lane), tl.load(SEEDS + lane), tl.load(INDEX + lane), ids, 0, FAST_LOG)
         race = tl.where(keep, race, float("-inf"))
         best, where = tl.max(race, axis=0, return_indices=True, return_indices_tie_break_left=True)
@@ -223,13 +262,16 @@ def pick(BEST_VAL, BEST_IDX, row, CHUNKS: tl.constexpr, BLOCK_C: tl.constexpr):
 
 
 @triton.jit
-def _pick_kernel(BEST_VAL, BEST_IDX, OUT, DONE, TOKENS, CHUNKS: tl.constexpr, BLOCK_C: tl.constexpr,
-                 HAS_DONE: tl.constexpr):  # fmt: skip
+def _pick_kernel(BEST_VAL, BEST_IDX, OUT, DONE, TOKENS, CHUNK_MAX, CHUNK_ALL, CHUNK_OFF, PRESSURE_NOW,
+                 CHUNKS: tl.constexpr, BLOCK_C: tl.constexpr, HAS_DONE: tl.constexpr,
+                 PRESSURE: tl.constexpr):  # fmt: skip
     row = tl.program_id(0)
     token = pick(BEST_VAL, BEST_IDX, row, CHUNKS, BLOCK_C).to(tl.int64)
     if HAS_DONE:  # a settled row keeps the token it has
         token = tl.where(tl.load(DONE + row) != 0, tl.load(TOKENS + row), token)
     tl.store(OUT + row, token)
+    if PRESSURE:  # the constrained race's blocks' shares of the lane's pressure, combined
+        tl.store(PRESSURE_NOW + row, combined_pressure(CHUNK_MAX, CHUNK_ALL, CHUNK_OFF, row, CHUNKS, BLOCK_C))
 
 
 class RacePartials(NamedTuple):
@@ -283,12 +325,14 @@ def pick_tokens(
     partials: RacePartials,
     done: torch.Tensor | None = None,  # [rows] int8: settled rows, which keep `tokens`
     tokens: torch.Tensor | None = None,  # [rows] int64
+    pressure: tuple[torch.Tensor, ...] | None = None,  # the constrained race's (max, all, off) [rows, chunks], now
 ) -> torch.Tensor:  # [rows] int64
     rows, chunks = partials.best_val.shape
     out = torch.empty(rows, dtype=torch.int64, device=partials.best_val.device)
     _pick_kernel[(rows,)](
         partials.best_val, partials.best_idx, out, done if done is not None else out,
-        tokens if tokens is not None else out, CHUNKS=chunks, BLOCK_C=block_c(chunks), HAS_DONE=done is not None,
+        tokens if tokens is not None else out, *(pressure if pressure is not None else (out,) * 4),
+        CHUNKS=chunks, BLOCK_C=block_c(chunks), HAS_DONE=done is not None, PRESSURE=pressure is not None,
     )  # fmt: skip
     return out
 
@@ -336,6 +380,7 @@ def constrained_race_argmax(
     rows: torch.Tensor | None = None,  # [lanes] int64 runtime rows (prefill); None: lane = row
     block: int = 4096,
     num_warps: int = 8,
+    pressure: torch.Tensor | None = None,  # [>= lanes] fp32: each lane's constraint pressure written here
 ) -> torch.Tensor:  # [lanes] int64: race_argmax over the allowed tokens; 0 for rows in a copy op
     lanes, vocab = logits.shape
     assert logits.stride(-1) == 1
@@ -344,12 +389,14 @@ def constrained_race_argmax(
     assert view.chunk_allowed.shape[1] == chunks, "chunk_allowed was built for another block or vocabulary"
     best_val = torch.empty((lanes, chunks), dtype=torch.float32, device=logits.device)
     best_idx = torch.empty((lanes, chunks), dtype=torch.int32, device=logits.device)
+    shares = [torch.empty_like(best_val) for _ in range(3)] if pressure is not None else [best_val] * 3
     _constrained_race_kernel[(lanes, chunks)](
         logits, logits.stride(0), vocab, temperature, seeds, token_index, best_val, best_idx,
         rows if rows is not None else view.ptr, view.active, view.ptr, view.last_op, view.op_kind, view.op_arg,
         view.op_kind.stride(0), view.state, view.accepting, view.token_class, view.allowed_by_class,
-        view.allowed_by_class.shape[1], view.chunk_allowed,
+        view.allowed_by_class.shape[1], view.chunk_allowed, *shares,
         CHUNKS=chunks, BLOCK=block, HAS_ROWS=rows is not None, HOLE_KIND=view.hole_kind, COPY_KIND=view.copy_kind,
-        FAST_LOG=fast_log(), num_warps=num_warps,
+        FAST_LOG=fast_log(), PRESSURE=pressure is not None, num_warps=num_warps,
     )  # fmt: skip
-    return pick_tokens(RacePartials(best_val, best_idx, None, None, block))
+    return pick_tokens(RacePartials(best_val, best_idx, None, None, block),
+                       pressure=(*shares, pressure) if pressure is not None else None)

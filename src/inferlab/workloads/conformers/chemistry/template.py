@@ -50,6 +50,20 @@ class ConformerTemplate:
         """The prompt's token ids; a BOS comes first exactly when the tokenizer is configured to add one."""
         return list(tokenizer(self.prompt, add_special_tokens=True)["input_ids"])
 
+    def describe_segment(self, index: int) -> str:
+        """Segment `index` of `segments` in words: an atom's coordinate block or a copy run (where, e.g., a
+        constraint's pressure peaked)."""
+        segment = self.segments[index]
+        if isinstance(segment, EndOfSequence):
+            return "the end of the conformer (EOS)"
+        if isinstance(segment, Hole):
+            atom = (index - 1) // 2
+            before = self.copy_texts[atom]
+            return f"atom {atom}'s coordinates ({before[before.rfind('[') : -1]})"
+        k = index // 2
+        where = "the opening" if k == 0 else "the closing" if k == self.num_atoms else f"before atom {k}'s coordinates"
+        return f"the copy {segment.text!r} ({where})"
+
     def fill(self, blocks: list[str] | tuple[str, ...]) -> str:
         """The generation text with block k holding blocks[k] (used by tests and the baseline)."""
         if len(blocks) != self.num_atoms:

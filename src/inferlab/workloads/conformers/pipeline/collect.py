@@ -33,6 +33,7 @@ from inferlab.workloads.conformers.pipeline.judge import JudgeTask, Verdict
 from inferlab.workloads.conformers.pipeline.judge_pool import JudgePool
 from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
 from inferlab.workloads.conformers.pipeline.plan import MoleculeJob
+from inferlab.workloads.conformers.pipeline.pressure import NO_FIELDS, row_pressure
 from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
 from inferlab.workloads.conformers.pipeline.task import ConformerTask
 
@@ -95,11 +96,14 @@ class ResultCollector:
         s.output_tokens += len(result.token_ids)
         s.conformers_generated += result.ok
         s.retry_output_tokens += len(result.token_ids) if task.attempt else 0
+        pressure = row_pressure(result.constraint_pressure, task.molecule)
+        s.pressure.add(task.request_id, pressure)
         judge_task = JudgeTask(input_id=task.job.record.id, conformer_index=task.k, attempt=task.attempt,
                                may_retry=task.attempt < self.stereo_retries, template=task.molecule.template,
                                profile=self.profile, model_dir=self.model_dir, token_ids=tuple(result.token_ids),
                                finish_reason=result.finish_reason, engine_error=result.error,
-                               prompt_tokens=result.prompt_tokens, output_tokens=len(result.token_ids))
+                               prompt_tokens=result.prompt_tokens, output_tokens=len(result.token_ids),
+                               pressure=pressure.fields() if pressure is not None else NO_FIELDS)
         self._pending.append((task, self.judges.submit(judge_task)))
         if len(self._pending) > self.window:
             t = time.perf_counter()

@@ -42,6 +42,7 @@ from inferlab.workloads.conformers.pipeline.judge_pool import JudgePool
 from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
 from inferlab.workloads.conformers.pipeline.plan import MoleculeJob, auto_max_seq_len, plan_molecules
 from inferlab.workloads.conformers.pipeline.prepare import MoleculePreparer
+from inferlab.workloads.conformers.pipeline.pressure import PressureTally
 from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def generate_conformers(
     phase = on_phase or (lambda what: None)
     phase("reading the molecules")
     inputs = read_molecule_inputs(input_path, config.smiles_column, config.id_column, config.input_bounds)
-    summary = PipelineSummary(molecules=len(inputs.records))
+    summary = PipelineSummary(molecules=len(inputs.records), pressure=PressureTally(profile.name))
     with ConformerResultWriter(output_path, config.rows_output, profile.name, config.retry_errors) as writer:
         summary.conformers_retried = writer.retried
         plan = plan_molecules(inputs, writer.done, config.num_conformers)

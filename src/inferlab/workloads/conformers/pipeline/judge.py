@@ -23,7 +23,7 @@ no engine objects), so a task pickles cheaply. Not here: writing (output.py), ge
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rdkit import Chem
@@ -54,6 +54,7 @@ class JudgeTask:
     engine_error: str | None
     prompt_tokens: int
     output_tokens: int
+    pressure: dict[str, Any] = field(default_factory=dict)  # the row's constraint pressure fields (pressure.py)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ def judge(task: JudgeTask) -> Verdict:
         "finish_reason": task.finish_reason,
         "graph_match": None,
         "stereo_ok": None,
+        **task.pressure,
     }
 
     def verdict(error: str | None, record: str | None = None, retry: bool = False) -> Verdict:

@@ -17,12 +17,16 @@ starting the pools, importing torch); `teardown_s`: from the last result to the 
 and the pools). `other_s` is the rest of `wall_s` beyond engine start, generation, consumer and drain (the
 two above included).
 `engine` holds the engine's own figures (EngineStats: start-up phases, prefill and decode device time).
+`pressure`: the conformers' constraint pressures (pressure.py; `constraint_pressure` in as_dict: None
+when none was measured).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from inferlab.workloads.conformers.pipeline.pressure import PressureTally
 
 
 @dataclass
@@ -60,6 +64,7 @@ class PipelineSummary:
     stream_calls: int = 0  # Engine.stream calls: 1, plus one per round of retries given after the feed ended
     judge_workers: int = 0
     engine: dict[str, Any] = field(default_factory=dict)  # EngineStats.as_dict() without the GEMM choices
+    pressure: PressureTally = field(default_factory=PressureTally)
 
     @property
     def conformers_written(self) -> int:
@@ -127,5 +132,6 @@ class PipelineSummary:
             "before_engine_s": round(self.before_engine_s, 3),
             "teardown_s": round(self.teardown_s, 3),
             "other_s": round(self.wall_s - self.engine_start_s - self.generate_s - self.consumer_s - self.drain_s, 3),
+            "constraint_pressure": self.pressure.figures(),
             "engine": self.engine,
         }

@@ -1,0 +1,128 @@
+"""Constraint pressure in the conformer job: each conformer's (Result.constraint_pressure: how much of the
+model's probability the template's constraint took away, docs/constraints.md "Pressure") as row fields with
+the place it peaked in words, and the run's figures with a warning when they say the checkpoint does not
+write this format by itself.
+
+A checkpoint that fits its profile writes the template's copies and its coordinate style almost alone, so
+its pressure stays near 0. The seeds' silent failure was a profile that did not fit: `[O]` forced where the
+checkpoint writes `[OH]` (v3 vs v2 descriptors), or `1.25` where it writes `1.2500` (stripped vs fixed4
+coordinates). Every output is still valid (the constraint sees to it), but at such steps the constraint
+overrides the model: the pressure of those steps is near 1. So the run is flagged when a typical conformer
+has such a step (the median of the per-conformer maxima is at least STEP_HIGH) or when the mean is high;
+where the maxima sit (coordinate blocks or copy runs) names the likely mismatch.
+
+Not here: the measurement (the engine's), the row writing (collect.py), the printing (the CLI).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferlab.constraints.segments import Hole
+from inferlab.types import ConstraintPressure
+from inferlab.workloads.conformers.chemistry.profiles import PROFILES, get_profile
+from inferlab.workloads.stats import percentile
+
+STEP_HIGH = 0.9  # a step where the constraint took at least this much of the model's probability
+MEAN_HIGH = 0.2  # a run mean this high: the model is far from the format throughout
+ANYWHERE = 0.5  # a run mean this high: the model writes almost nothing of this format (random weights, say)
+FIELDS = ("pressure_mean", "pressure_max", "pressure_max_step", "pressure_max_at")
+
+
+@dataclass(frozen=True)
+class RowPressure:
+    """One conformer's pressure, located in its template."""
+
+    mean: float
+    max: float
+    max_step: int  # the output token where it peaked
+    where: str  # that token's segment in words (ConformerTemplate.describe_segment)
+    in_block: bool  # the peak is inside an atom's coordinate block (else in a copy run or the EOS)
+
+    def fields(self) -> dict[str, Any]:
+        return dict(zip(FIELDS, (round(self.mean, 6), round(self.max, 6), self.max_step, self.where)))
+
+
+NO_FIELDS = dict.fromkeys(FIELDS)  # a row without a measured pressure (the engine refused its request)
+
+
+def row_pressure(pressure: ConstraintPressure | None, molecule) -> RowPressure | None:
+    """A Result's pressure located in its molecule's (pipeline/prepare.PreparedMolecule) template."""
+    if pressure is None:
+        return None
+    segment = molecule.program.segment_at(pressure.max_op)
+    template = molecule.template
+    return RowPressure(pressure.mean, pressure.max, pressure.max_step, template.describe_segment(segment),
+                       isinstance(template.segments[segment], Hole))
+
+
+@dataclass
+class PressureTally:
+    """The run's pressures, one per generated conformer (stereo retries included)."""
+
+    profile: str = ""  # the run's format profile (the warning names the alternatives)
+    means: list[float] = field(default_factory=list)
+    maxima: list[float] = field(default_factory=list)
+    high_in_blocks: int = 0  # conformers whose peak >= STEP_HIGH is in a coordinate block
+    high_in_copies: int = 0  # ... in a copy run
+    peak: tuple[float, str] | None = None  # the run's largest value and where (request id, token, segment)
+
+    def add(self, request_id: str, pressure: RowPressure | None) -> None:
+        if pressure is None:
+            return
+        self.means.append(pressure.mean)
+        self.maxima.append(pressure.max)
+        if pressure.max >= STEP_HIGH:
+            self.high_in_blocks += pressure.in_block
+            self.high_in_copies += not pressure.in_block
+        if self.peak is None or pressure.max > self.peak[0]:
+            self.peak = (pressure.max, f"{request_id} token {pressure.max_step}: {pressure.where}")
+
+    def figures(self) -> dict[str, Any] | None:
+        """mean (of the per-conformer means), p95_request_mean, median_request_max, max and max_at, the
+        high-step counts and the warning (None when nothing is wrong); None without a measured conformer."""
+        if not self.means:
+            return None
+        out = {"conformers": len(self.means), "mean": round(statistics.fmean(self.means), 6),
+               "p95_request_mean": round(percentile(self.means, 95), 6),
+               "median_request_max": round(statistics.median(self.maxima), 6), "max": round(self.peak[0], 6),
+               "max_at": self.peak[1], "high_in_blocks": self.high_in_blocks, "high_in_copies": self.high_in_copies}
+        out["warning"] = pressure_warning(out, self.profile)
+        return out
+
+
+def pressure_warning(figures: dict[str, Any], profile: str) -> str | None:
+    """Why a run's pressure (PressureTally.figures) says the checkpoint does not fit the format, and what to
+    try; None when it does not say so."""
+    mean, median_max = figures["mean"], figures["median_request_max"]
+    if mean < MEAN_HIGH and median_max < STEP_HIGH:
+        return None
+    told = f"the constraint took away a mean {mean:.2f} of the model's probability per token"
+    if median_max >= STEP_HIGH:
+        told += (f", and at least {STEP_HIGH:.0%} of it at some token in half the conformers or more (median "
+                 f"peak {median_max:.2f})")
+    if mean >= ANYWHERE:
+        cause = ("the model writes almost nothing of this format by itself: random weights, or a checkpoint "
+                 "never trained on it")
+    elif figures["high_in_copies"] >= figures["high_in_blocks"]:
+        cause = (f"the peaks sit in copy runs (atom descriptors, bonds): the checkpoint may write another "
+                 f"descriptor style (v3: `[O]`, v2: `[OH]`){_try(profile, 'descriptor_style')}")
+    else:
+        cause = (f"the peaks sit in coordinate blocks: the checkpoint may write another coordinate style (fixed4: "
+                 f"`1.2500`, stripped: `1.25`){_try(profile, 'coordinate_style')}")
+    return f"constraint pressure is high: {told}. Likely cause: {cause}. The outputs are valid, but the " \
+           "constraint, not the model, wrote them where it overrode it."  # fmt: skip
+
+
+def _try(profile: str, style: str) -> str:
+    """'; try --profile X' with the profile that differs from `profile` in `style` alone ('' if none)."""
+    if profile not in PROFILES:
+        return ""
+    mine = get_profile(profile)
+    other = "descriptor_style" if style == "coordinate_style" else "coordinate_style"
+    for p in PROFILES.values():
+        if getattr(p, style) != getattr(mine, style) and getattr(p, other) == getattr(mine, other):
+            return f"; try --profile {p.name}"
+    return ""
