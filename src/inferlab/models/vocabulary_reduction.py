@@ -93,7 +93,8 @@ def reduce_bpe_tokenizer(tokenizer_json: Mapping[str, Any], used_ids: Iterable[i
 
     kept_ids = sorted({vocab[t] for t in kept_tokens if t in vocab} | set(added) | set(used_ids))
     new_id = {source: reduced for reduced, source in enumerate(kept_ids)}
-    reduced = copy.deepcopy(dict(tokenizer_json))
+    reduced = {key: copy.deepcopy(value) for key, value in tokenizer_json.items() if key != "model"}
+    reduced["model"] = {key: copy.deepcopy(value) for key, value in model.items() if key not in ("vocab", "merges")}
     reduced["model"]["vocab"] = {t: new_id[i] for t, i in sorted(vocab.items(), key=lambda kv: kv[1]) if i in new_id}
     reduced["model"]["merges"] = [[a, b] for a, b in merges if a + b in kept_tokens and a in kept_tokens
                                   and b in kept_tokens]

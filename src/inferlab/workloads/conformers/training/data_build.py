@@ -31,6 +31,7 @@ from inferlab.errors import InputError
 from inferlab.outputs.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from inferlab.workloads.conformers.training import conformer_texts
 from inferlab.workloads.conformers.training.conformer_texts import MoleculeTexts
+from inferlab.workloads.conformers.training.data_layout import MANIFEST, SPLIT_FILE
 from inferlab.workloads.conformers.training.molecule_selection import MAX_ATOMS, MIN_ATOMS, select_molecules
 from inferlab.workloads.conformers.training.molecule_sources import read_sources, source_digests, source_paths
 from inferlab.workloads.conformers.training.scaffold_split import (
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 
 SEED = 27  # the recipe's seed: split hash, ETKDG seeds, probe coordinates
 CHUNK_MOLECULES = 48
-SPLIT_FILE = "split.tsv"
-MANIFEST = "data_manifest.json"
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,7 @@ class BuildConfig:
     out: Path
     workers: int = 2
     seed: int = SEED
-    limit: int | None = None  # only the first `limit` candidates (tests, trials)
+    limit: int | None = None  # only the first `limit` candidates of each split (tests, trials)
 
     @property
     def work(self) -> Path:
@@ -69,8 +68,9 @@ def build_data(config: BuildConfig) -> dict[str, Any]:
     paths = source_paths()
     candidates, dropped = select_molecules(read_sources(paths))
     splits = assign_splits([group_key(c.canonical_smiles, c.scaffold) for c in candidates], config.seed)
-    if config.limit is not None:  # a trial: the first molecules, with the labels the whole list gives them
-        candidates, splits = candidates[: config.limit], splits[: config.limit]
+    if config.limit is not None:  # a trial: the first molecules of each split, labelled as in the whole list
+        first = [i for split in SPLITS for i in [k for k, s in enumerate(splits) if s == split][: config.limit]]
+        candidates, splits = [candidates[i] for i in sorted(first)], [splits[i] for i in sorted(first)]
     rows = [(c.id, c.canonical_smiles, split) for c, split in zip(candidates, splits)]
     _record_molecule_list(config, rows)
     log.info("%d candidate molecules (%s)", len(rows), _counts(Counter(splits)))

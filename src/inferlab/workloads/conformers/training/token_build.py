@@ -25,13 +25,13 @@ from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
 from inferlab.models.tokenizer_loading import load_tokenizer
 from inferlab.models.vocabulary_reduction import reduce_bpe_tokenizer, write_reduced_tokenizer
 from inferlab.workloads.conformers.training.conformer_texts import MoleculeTexts
+from inferlab.workloads.conformers.training.data_layout import TOKENIZER_DIR, TRAIN_TOKENS, VALIDATION_TOKENS
 from inferlab.workloads.conformers.training.scaffold_split import HELD_OUT, TRAIN, VALIDATION
 from inferlab.workloads.conformers.training.token_store import token_store, write_token_store
 
 log = logging.getLogger(__name__)
 
-TOKENIZER_DIR = "tokenizer"
-STORES = {TRAIN: "train.npz.xz", VALIDATION: "validation.npz.xz"}
+STORES = {TRAIN: TRAIN_TOKENS, VALIDATION: VALIDATION_TOKENS}
 SOURCE_TOKENIZER = "qwen3-chem"
 _BATCH = 1024  # texts per tokenizer call
 
