@@ -23,6 +23,7 @@ import math
 import time
 from collections import Counter
 from concurrent.futures import as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 
 SEED = 27  # the recipe's seed: split hash, ETKDG seeds, probe coordinates
 CHUNK_MOLECULES = 48
+POOL_ATTEMPTS = 3  # pools started before a build gives up on workers that keep dying
 
 
 @dataclass(frozen=True)
@@ -131,28 +133,45 @@ def _chunk_path(config: BuildConfig, index: int) -> Path:
 
 def _make_texts(config: BuildConfig, rows: list[tuple[str, str, str]]) -> list[MoleculeTexts]:
     chunks = [rows[i:i + CHUNK_MOLECULES] for i in range(0, len(rows), CHUNK_MOLECULES)]
-    missing = [k for k in range(len(chunks)) if not _chunk_path(config, k).exists()]
+    missing = _missing(config, len(chunks))
     log.info("texts: %d of %d chunks of %d molecules to make (%d workers)", len(missing), len(chunks),
              CHUNK_MOLECULES, config.workers)
+    progress = _Progress(len(missing), sum(len(chunks[k]) for k in missing))
+    if config.workers == 0 and missing:
+        _init_worker(config.seed)
+        for k in missing:
+            _write_chunk(config, k, _make_chunk(chunks[k]))
+            progress.done(len(chunks[k]))
+    for attempt in range(1, POOL_ATTEMPTS + 1):
+        missing = _missing(config, len(chunks))
+        if not missing:
+            break
+        try:
+            _make_in_pool(config, chunks, missing, progress)
+        except BrokenProcessPool:  # a worker killed from outside (the OOM killer of a shared machine)
+            log.warning("a text worker died (attempt %d of %d); the chunks written are kept", attempt, POOL_ATTEMPTS)
+    missing = _missing(config, len(chunks))
     if missing:
-        progress = _Progress(len(missing), sum(len(chunks[k]) for k in missing))
-        if config.workers > 0:
-            from inferlab.child_processes import spawn_pool
-
-            with spawn_pool(config.workers, _init_worker, (config.seed,)) as pool:
-                futures = {pool.submit(_make_chunk, chunks[k]): k for k in missing}
-                for future in as_completed(futures):
-                    _write_chunk(config, futures[future], future.result())
-                    progress.done(len(chunks[futures[future]]))
-        else:
-            _init_worker(config.seed)
-            for k in missing:
-                _write_chunk(config, k, _make_chunk(chunks[k]))
-                progress.done(len(chunks[k]))
+        raise InputError(f"{len(missing)} chunks of conformer texts could not be made (workers kept dying); "
+                         "rerun the same command to resume")
     texts = []
     for k in range(len(chunks)):
         texts += [MoleculeTexts(**entry) for entry in json.loads(lzma.decompress(_chunk_path(config, k).read_bytes()))]
     return texts
+
+
+def _missing(config: BuildConfig, chunks: int) -> list[int]:
+    return [k for k in range(chunks) if not _chunk_path(config, k).exists()]
+
+
+def _make_in_pool(config: BuildConfig, chunks: list, missing: list[int], progress: _Progress) -> None:
+    from inferlab.child_processes import spawn_pool
+
+    with spawn_pool(config.workers, _init_worker, (config.seed,)) as pool:
+        futures = {pool.submit(_make_chunk, chunks[k]): k for k in missing}
+        for future in as_completed(futures):
+            _write_chunk(config, futures[future], future.result())
+            progress.done(len(chunks[futures[future]]))
 
 
 def _write_chunk(config: BuildConfig, index: int, texts: list[dict[str, Any]]) -> None:

@@ -15,7 +15,8 @@ def write_loss_plot(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(7, 4), dpi=110)
-    axes.plot([r["tokens"] / 1e6 for r in rows], [r["loss"] for r in rows], label="training", linewidth=1)
+    trained = [r for r in rows if r["loss"] is not None]
+    axes.plot([r["tokens"] / 1e6 for r in trained], [r["loss"] for r in trained], label="training", linewidth=1)
     evaluated = [r for r in rows if "val_loss" in r]
     axes.plot([r["tokens"] / 1e6 for r in evaluated], [r["val_loss"] for r in evaluated], "o-", label="validation",
               markersize=4)

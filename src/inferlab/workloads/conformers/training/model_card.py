@@ -65,8 +65,8 @@ def model_card(summary: dict[str, Any], data: dict[str, Any]) -> str:
         f"{recipe['final_lr_share']:g} of the peak, weight decay {recipe['weight_decay']:g}, clip "
         f"{recipe['grad_clip']:g}), bf16 autocast, seed {recipe['seed']}; loss on the tokens after the prompt. "
         f"Tokens seen: {summary['loss_tokens']:,} loss tokens ({summary['padded_tokens']:,} with prompts and "
-        f"padding). Final losses (nats per token): training {summary['train_loss']:.4f}, validation "
-        f"{summary['validation_loss']:.4f}. {summary['device']}, {summary['loop_s']:.0f} s of training "
+        f"padding). Final losses (nats per token): training {_loss(summary['train_loss'])}, validation "
+        f"{_loss(summary['validation_loss'])}. {summary['device']}, {summary['loop_s']:.0f} s of training "
         f"({summary['command_s']:.0f} s for the command), {summary['attention']} attention, deterministic "
         "algorithms on; torch " + summary["versions"]["torch"] + ", transformers " + summary["versions"]["transformers"]
         + ". training.json holds these figures, training_log.jsonl every logged step.",
@@ -91,3 +91,7 @@ def model_card(summary: dict[str, Any], data: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _loss(value: float | None) -> str:
+    return "none (no step ran)" if value is None else f"{value:.4f}"

@@ -77,8 +77,8 @@ def train_reference(data_dir: str | Path, out_dir: str | Path, config: TrainConf
             rows.append(row)
             log_file.write(json.dumps(row) + "\n")
             log_file.flush()
-            log.info("step %d: loss %.4f%s, %.0f s", row["step"], row["loss"],
-                     f", validation {row['val_loss']:.4f}" if "val_loss" in row else "", row["elapsed_s"])
+            log.info("step %d: loss %s%s, %.0f s", row["step"], row["loss"],
+                     f", validation {row['val_loss']}" if "val_loss" in row else "", row["elapsed_s"])
 
         result = train(model, run.train_store, run.validation_store, config, target, tokenizer.eos_token_id, on_row)
     if result.stopped_by_budget:

@@ -65,7 +65,7 @@ class LoopResult:
     loss_tokens: int  # tokens the loss was taken on
     padded_tokens: int  # tokens the model processed, pads included
     loop_s: float
-    train_loss: float  # mean of the last log interval
+    train_loss: float | None  # mean of the last log interval (None before the first step)
     validation_loss: float | None
 
 
@@ -132,7 +132,8 @@ def train(model: torch.nn.Module, train_store: TokenStore, validation_store: Tok
     interval_loss = torch.zeros((), device=device, dtype=torch.float64)
     interval_tokens = torch.zeros((), device=device, dtype=torch.int64)
     loss_tokens = padded_tokens = 0
-    train_loss, val_loss, stopped = math.nan, None, False
+    train_loss: float | None = None
+    val_loss, stopped = None, False
     step = 0
     while step < config.steps:
         if time.perf_counter() - started > config.budget_s:
@@ -172,7 +173,8 @@ def train(model: torch.nn.Module, train_store: TokenStore, validation_store: Tok
         loss_tokens += count
         train_loss = float(interval_loss) / count if count else train_loss
         val_loss = validation_loss(model, validation_store, config, device, pad_id)
-        on_row({"step": step, "loss": round(train_loss, 5), "lr": learning_rate(max(0, step - 1), config),
+        on_row({"step": step, "loss": None if train_loss is None else round(train_loss, 5),
+                "lr": learning_rate(max(0, step - 1), config),
                 "tokens": loss_tokens, "padded_tokens": padded_tokens, "val_loss": round(val_loss, 5),
                 "elapsed_s": round(time.perf_counter() - started, 2), "stopped_by_budget": True})
     return LoopResult(step, stopped, loss_tokens, padded_tokens, time.perf_counter() - started, train_loss, val_loss)
