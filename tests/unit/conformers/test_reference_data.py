@@ -52,7 +52,8 @@ def test_the_split_is_by_group_deterministic_and_near_its_shares():
 
 
 def test_the_split_file_round_trips_and_refuses_another_file(tmp_path):
-    rows = [SplitRow("nci:1", "nci", "CCO", 3, "", TRAIN), SplitRow("nci:2", "nci", "c1ccccc1", 6, "c1ccccc1", HELD_OUT)]
+    rows = [SplitRow("nci:1", "nci", "CCO", 3, "", TRAIN),
+            SplitRow("nci:2", "nci", "c1ccccc1", 6, "c1ccccc1", HELD_OUT)]
     path = tmp_path / "split.tsv"
     path.write_text(split_text(rows))
     assert read_split(path) == rows

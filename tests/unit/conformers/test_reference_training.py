@@ -32,6 +32,25 @@ def test_the_learning_rate_warms_up_then_decays_to_its_final_share():
     assert all(a >= b for a, b in zip(rates, rates[1:])) and learning_rate(1000, config) == pytest.approx(1e-4)
 
 
+def test_the_loss_is_the_cross_entropy_of_the_tokens_after_the_prompt():
+    from inferlab.workloads.conformers.training.batches import IGNORE
+    from inferlab.workloads.conformers.training.train_loop import token_loss_sum
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(model_config(TINY, 60, 0))
+    ids = torch.randint(1, 60, (3, 12))
+    labels = ids.clone()
+    labels[:, :4] = IGNORE
+    labels[2, 9:] = IGNORE
+    with torch.no_grad():
+        loss, count = token_loss_sum(model, ids, labels)
+        logits = model(input_ids=ids).logits
+        expected = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                                     labels[:, 1:].reshape(-1), ignore_index=IGNORE,
+                                                     reduction="sum")
+    assert int(count) == 3 * 8 - 3 and float(loss) == pytest.approx(float(expected), rel=1e-5)
+
+
 def synthetic_stores(seed: int = 0):
     rng = np.random.default_rng(seed)
     def store(n):
@@ -95,8 +114,9 @@ def test_the_trial_checkpoint_is_complete_and_transformers_loads_it(trial_checkp
     ckpt, manifest, summary = trial_checkpoint
     assert manifest["molecules"] == {"train": 1, "validation": 1, "held_out": 1}
     assert manifest["exactness"]["differences"] == 0 and manifest["exactness"]["held_out_molecules"] == 1
-    for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "vocabulary_map.json",
-                 "split.tsv", "data_manifest.json", "training_log.jsonl", "loss_curve.png", "training.json", "README.md"):
+    for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
+                 "vocabulary_map.json", "split.tsv", "data_manifest.json", "training_log.jsonl", "loss_curve.png",
+                 "training.json", "README.md"):
         assert (ckpt / name).exists(), name
     assert summary["steps"] == 3 and json.loads((ckpt / "training.json").read_text())["steps"] == 3
     config = json.loads((ckpt / "config.json").read_text())

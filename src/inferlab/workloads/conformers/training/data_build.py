@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import rdkit
+
 from inferlab.errors import InputError
 from inferlab.outputs.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from inferlab.workloads.conformers.training import conformer_texts
@@ -44,6 +46,7 @@ from inferlab.workloads.conformers.training.scaffold_split import (
     group_key,
     split_text,
 )
+from inferlab.workloads.conformers.training.token_build import build_tokens
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +87,8 @@ def build_data(config: BuildConfig) -> dict[str, Any]:
     split_rows = [SplitRow(t.id, by_id[t.id].source, t.canonical_smiles, by_id[t.id].num_atoms,
                            by_id[t.id].scaffold, t.split) for t in kept]
 
-    from inferlab.workloads.conformers.training.token_build import build_tokens
-
     tokens = build_tokens(kept, config.out)
     write_text_atomic(config.out / SPLIT_FILE, split_text(split_rows))
-    import rdkit
-
     manifest = {
         "recipe": {"seed": config.seed, "profile": conformer_texts.PROFILE,
                    "conformers_per_molecule": conformer_texts.NUM_CONFORMERS, "atoms": [MIN_ATOMS, MAX_ATOMS],

@@ -4,7 +4,8 @@ The folder: config.json, model.safetensors (bf16), generation_config.json, the r
 id map, the split file and data manifest, training_log.jsonl, loss_curve.png, training.json (the run's
 figures) and README.md (the model card). Needs torch and transformers, never RDKit (the device has none).
 
-Deterministic: CUBLAS_WORKSPACE_CONFIG set before CUDA starts, torch.use_deterministic_algorithms(True),
+Deterministic: CUBLAS_WORKSPACE_CONFIG set before CUDA starts, torch.use_deterministic_algorithms(True) (an
+op without a deterministic kernel raises instead of running: the loss avoids NLLLoss for that reason),
 the model initialised and the data ordered from the seed, no torch.compile (its kernels and their
 choice are not guaranteed to repeat, and its compile time would come out of the budget), and attention
 through one SDPA backend chosen up front among those with a deterministic backward (FlashAttention, then
@@ -141,6 +142,9 @@ def _prepare(data: Path, shape: ModelShape, device: str) -> _Run:
                          "positions; lower the molecule size cap or raise max_positions")
     target = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
     torch.use_deterministic_algorithms(True)
+    # no NaN fill of every new tensor (that mode's default, a write per op output): no kernel of the loop reads
+    # memory it did not write, so the fill would only cost bandwidth
+    torch.utils.deterministic.fill_uninitialized_memory = False
     torch.backends.cudnn.benchmark = False
     return _Run(tokenizer, train_store, validation_store, target, _attention_backend(shape, target))
 
@@ -178,7 +182,8 @@ def probe_reference(data_dir: str | Path, steps: int = 40, shape: ModelShape = R
     tokens_per_s = (last["padded_tokens"] - first["padded_tokens"]) / (last["elapsed_s"] - first["elapsed_s"])
     return {"device": str(run.device), "attention": run.attention, "deterministic": deterministic,
             "padded_tokens_per_s": round(tokens_per_s), "step_s": round(base.tokens_per_batch / tokens_per_s, 4),
-            "recipe_steps": base.steps, "recipe_train_s_estimate": round(base.steps * base.tokens_per_batch / tokens_per_s)}
+            "recipe_steps": base.steps,
+            "recipe_train_s_estimate": round(base.steps * base.tokens_per_batch / tokens_per_s)}
 
 
 def _attention_backend(shape: ModelShape, device) -> str:

@@ -38,7 +38,7 @@ def token_store(sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int
     if len(sequences) != len(prompt_lengths):
         raise ValueError(f"{len(sequences)} sequences but {len(prompt_lengths)} prompt lengths")
     lengths = np.array([len(s) for s in sequences], dtype=np.int64)
-    flat = np.concatenate([np.asarray(s, dtype=np.int64) for s in sequences]) if len(sequences) else np.zeros(0, np.int64)
+    flat = np.concatenate([np.asarray(s, dtype=np.int64) for s in sequences] or [np.zeros(0, np.int64)])
     if flat.size and (flat.min() < 0 or flat.max() > np.iinfo(np.uint16).max):
         raise InputError("token ids outside 0-65535 cannot be stored as uint16; reduce the vocabulary first")
     offsets = np.concatenate([[0], np.cumsum(lengths)])

@@ -88,13 +88,19 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.de
                              fused=device.type == "cuda")
 
 
-def token_loss_sum(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(summed cross-entropy, number of loss tokens) of one batch: position t predicts the label at t + 1."""
-    logits = model(input_ids=ids).logits  # [B, L, V]
-    targets = labels[:, 1:]
-    loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                           ignore_index=IGNORE, reduction="sum")
-    return loss, (targets != IGNORE).sum()
+def token_loss_sum(model: torch.nn.Module, ids: torch.Tensor,
+                   labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed cross-entropy, number of loss tokens) of one batch: position t predicts the label at t + 1.
+
+    Written as log-softmax times a one-hot target rather than F.cross_entropy: its NLL kernel has no
+    deterministic CUDA implementation (torch raises under use_deterministic_algorithms), and with a vocabulary
+    of a few hundred tokens the one-hot costs no more than the logits themselves."""
+    logits = model(input_ids=ids).logits[:, :-1]  # [B, L - 1, V]
+    targets = labels[:, 1:]  # [B, L - 1]
+    valid = targets != IGNORE
+    log_p = logits.float().log_softmax(dim=-1)
+    picked = (log_p * F.one_hot(targets.clamp(min=0), log_p.shape[-1]).to(log_p.dtype)).sum(dim=-1)  # [B, L - 1]
+    return -(picked * valid).sum(), valid.sum()
 
 
 def _autocast(device: torch.device):
