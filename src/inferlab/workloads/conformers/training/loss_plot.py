@@ -22,7 +22,6 @@ def write_loss_plot(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
               markersize=4)
     axes.set_xlabel("conformer tokens seen (millions)")
     axes.set_ylabel("cross-entropy per token (nats)")
-    axes.set_yscale("log")
     axes.grid(True, which="both", alpha=0.3)
     axes.legend()
     axes.set_title("reference conformer model: loss on the tokens after the prompt")

@@ -102,6 +102,7 @@ def train_reference(data_dir: str | Path, out_dir: str | Path, config: TrainConf
         "loop_s": round(result.loop_s, 1), "command_s": round(time.perf_counter() - started, 1),
         "tokens_per_s": round(result.padded_tokens / result.loop_s) if result.loop_s else None,
         "device": torch.cuda.get_device_name(target) if target.type == "cuda" else platform.processor() or "cpu",
+        "precision": "bf16 autocast, fp32 master weights" if target.type == "cuda" else "fp32",
         "attention": run.attention, "deterministic_algorithms": True,
         "versions": {"torch": torch.__version__, "transformers": version("transformers"),
                      "python": platform.python_version()},
