@@ -22,6 +22,7 @@ from rdkit.Chem import AllChem
 from inferlab.child_processes import spawn_pool
 from inferlab.errors import ConfigError, InputError
 from inferlab.outputs.atomic import write_text_atomic
+from inferlab.workloads.conformers.chemistry.etkdg import embed_etkdg
 from inferlab.workloads.conformers.chemistry.inputs import MoleculeInputs
 from inferlab.workloads.conformers.chemistry.sdf import ConformerSdfWriter
 from inferlab.workloads.conformers.chemistry.smiles import canonicalize_mol, parse_smiles
@@ -52,17 +53,8 @@ class ReferenceSummary:
 
 
 def embed_reference(smiles: str, config: ReferenceConfig) -> Chem.Mol:
-    """The heavy-atom molecule with exactly `num_confs` ETKDG conformers, or InputError."""
-    mol = Chem.AddHs(parse_smiles(smiles))
-    params = AllChem.ETKDGv3()
-    params.randomSeed = config.seed
-    params.numThreads = config.threads
-    try:
-        ids = list(AllChem.EmbedMultipleConfs(mol, numConfs=config.num_confs, params=params))
-    except RuntimeError as e:  # RDKit raises on some inputs (e.g. bad distance bounds around metals)
-        raise InputError(f"RDKit could not embed {smiles!r}: {str(e).strip().splitlines()[0]}") from None
-    if len(ids) < config.num_confs:
-        raise InputError(f"RDKit embedded {len(ids)} of {config.num_confs} conformers of {smiles!r}")
+    """The heavy-atom molecule with exactly `num_confs` ETKDG conformers (chemistry/etkdg.py), or InputError."""
+    mol = embed_etkdg(parse_smiles(smiles), config.num_confs, config.seed, config.threads, label=repr(smiles))
     if config.optimize:
         AllChem.MMFFOptimizeMoleculeConfs(mol, numThreads=config.threads)
     return Chem.RemoveHs(mol)

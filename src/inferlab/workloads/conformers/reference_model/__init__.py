@@ -1,0 +1,25 @@
+"""The reference conformer model, shipped as package data: this folder is its HuggingFace checkpoint
+(config.json, model.safetensors, the reduced qwen3-chem tokenizer and its id map, the model card) and
+holds its split file (split.tsv: which molecules were trained on, validated on, held out). The recipe
+that makes it is inferlab.workloads.conformers.training (docs/conformers.md "The reference model").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inferlab.errors import InputError
+
+FOLDER = Path(__file__).resolve().parent
+SPLIT_FILE = FOLDER / "split.tsv"
+
+
+def reference_model_dir() -> Path:
+    """The checkpoint folder; InputError when its weights are not there (a checkout before the first run of
+    the recipe, or a wheel built without its package data)."""
+    missing = [name for name in ("config.json", "model.safetensors", "tokenizer.json") if not (FOLDER / name).exists()]
+    if missing:
+        raise InputError(f"the reference conformer model is not in {FOLDER} (no {', '.join(missing)}); train it with "
+                         "`python -m inferlab.workloads.conformers.training train --data DATA --out CKPT` and copy "
+                         "CKPT's files there")
+    return FOLDER

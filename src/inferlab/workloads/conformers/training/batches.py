@@ -1,0 +1,83 @@
+"""Training batches: sequences of similar length together, a token budget per batch, a seeded order.
+
+Each epoch shuffles the sequences (numpy's Generator of the run's seed), sorts each window of
+WINDOW_BATCHES batches' worth by length and cuts it greedily into batches whose rows x padded length stays
+within the budget, then shuffles the batches. Padding stays small (neighbours in a sorted window have
+nearly equal lengths) while a batch still mixes molecules; the order depends on the seed and the data
+alone, never on the machine. Rows are right-padded: causal attention never lets a real token see a pad,
+so no attention mask is needed (the fast SDPA kernels run with is_causal alone) and pads only need
+their labels ignored.
+
+Labels: every token after the prompt (the conformer text and EOS, what the model writes at inference);
+prompt tokens and pads are IGNORE. numpy only; the loop turns arrays into tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from inferlab.workloads.conformers.training.token_store import TokenStore
+
+IGNORE = -100  # the label of a token the loss skips (torch's cross_entropy ignore_index)
+WINDOW_BATCHES = 16
+PAD_MULTIPLE = 8  # padded lengths are multiples of this
+
+
+def padded_length(longest: int) -> int:
+    return -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE
+
+
+def cut_batches(order: np.ndarray, lengths: np.ndarray, tokens_per_batch: int) -> list[np.ndarray]:
+    """`order` (sequence indices sorted by length) cut into consecutive batches within the token budget."""
+    batches, start = [], 0
+    for end in range(1, len(order) + 1):
+        if end - start > 1 and (end - start) * padded_length(int(lengths[order[end - 1]])) > tokens_per_batch:
+            batches.append(order[start:end - 1])
+            start = end - 1
+    if start < len(order):
+        batches.append(order[start:])
+    return batches
+
+
+def epoch_batches(lengths: np.ndarray, tokens_per_batch: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One epoch's batches (arrays of sequence indices), in training order."""
+    if int(lengths.max(initial=0)) > tokens_per_batch:
+        raise ValueError(f"a sequence of {int(lengths.max())} tokens exceeds the batch budget of {tokens_per_batch}")
+    per_window = max(1, int(WINDOW_BATCHES * tokens_per_batch / max(1.0, float(lengths.mean()))))
+    shuffled = rng.permutation(len(lengths))
+    batches: list[np.ndarray] = []
+    for start in range(0, len(shuffled), per_window):
+        window = shuffled[start:start + per_window]
+        batches += cut_batches(window[np.argsort(lengths[window], kind="stable")], lengths, tokens_per_batch)
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def training_batches(store: TokenStore, tokens_per_batch: int, seed: int) -> Iterator[np.ndarray]:
+    """Batches for ever, epoch after epoch (the loop decides when to stop)."""
+    rng = np.random.default_rng(seed)
+    lengths = store.lengths
+    while True:
+        yield from epoch_batches(lengths, tokens_per_batch, rng)
+
+
+def evaluation_batches(store: TokenStore, tokens_per_batch: int) -> list[np.ndarray]:
+    """All sequences in length order, every evaluation the same batches."""
+    lengths = store.lengths
+    return cut_batches(np.argsort(lengths, kind="stable"), lengths, tokens_per_batch)
+
+
+def batch_arrays(store: TokenStore, rows: np.ndarray, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """(input ids, labels), both [len(rows), padded length] int64: right-padded with pad_id, labels IGNORE on
+    prompt tokens and pads."""
+    lengths = store.lengths[rows]
+    width = padded_length(int(lengths.max()))
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    labels = np.full((len(rows), width), IGNORE, dtype=np.int64)
+    for r, (row, length) in enumerate(zip(rows, lengths)):
+        sequence = store.sequence(int(row))
+        ids[r, :length] = sequence
+        prompt = int(store.prompt_lengths[row])
+        labels[r, prompt:length] = sequence[prompt:]
+    return ids, labels

@@ -1,0 +1,114 @@
+"""The build's last stage: the reduced tokenizer, the proof that it cuts every text as qwen3-chem does, and
+the token stores.
+
+Texts are cut by the tokenizers' own transformers objects, as the pipeline cuts them: a prompt with
+add_special_tokens=True (template.prompt_ids), a generation text (conformer or probe) without. Pass 1 cuts
+every text with qwen3-chem to learn the tokens used; the reduced tokenizer is written and loaded back
+from its folder (the loader the engine uses); pass 2 cuts every text with both and compares the ids, the
+reduced ones mapped through the id map. One difference fails the build. Texts go in batches, as numpy, so
+memory stays bounded (tens of millions of tokens).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferlab.errors import InputError
+from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
+from inferlab.models.tokenizer_loading import load_tokenizer
+from inferlab.models.vocabulary_reduction import reduce_bpe_tokenizer, write_reduced_tokenizer
+from inferlab.workloads.conformers.training.conformer_texts import MoleculeTexts
+from inferlab.workloads.conformers.training.data_layout import TOKENIZER_DIR, TRAIN_TOKENS, VALIDATION_TOKENS
+from inferlab.workloads.conformers.training.scaffold_split import HELD_OUT, TRAIN, VALIDATION
+from inferlab.workloads.conformers.training.token_store import token_store, write_token_store
+
+log = logging.getLogger(__name__)
+
+STORES = {TRAIN: TRAIN_TOKENS, VALIDATION: VALIDATION_TOKENS}
+SOURCE_TOKENIZER = "qwen3-chem"
+_BATCH = 1024  # texts per tokenizer call
+
+
+def build_tokens(kept: list[MoleculeTexts], out: Path) -> dict[str, Any]:
+    """Write OUT/tokenizer and the token stores; return the manifest's token figures."""
+    source_dir = qwen3_chem_tokenizer_dir()
+    full = load_tokenizer(source_dir)
+    prompts = [t.prompt for t in kept]
+    generations = [text for t in kept for text in t.conformers + t.probes]
+
+    used = {full.eos_token_id}
+    for ids in _cut(full, prompts, True):
+        used.update(ids)
+    for ids in _cut(full, generations, False):
+        used.update(ids)
+    reduced = reduce_bpe_tokenizer(json.loads(full.backend_tokenizer.to_str()), used)
+    folder = write_reduced_tokenizer(out / TOKENIZER_DIR, reduced, _json(source_dir / "tokenizer_config.json"),
+                                     _json(source_dir / "special_tokens_map.json"), SOURCE_TOKENIZER)
+    small = load_tokenizer(folder)
+    source_ids = np.asarray(reduced.source_ids, dtype=np.int64)
+    if len(small) != reduced.size or source_ids[small.eos_token_id] != full.eos_token_id:
+        raise InputError(f"the tokenizer loaded from {folder} is not the one written ({len(small)} tokens, "
+                         f"{reduced.size} written); check the transformers version")
+    log.info("reduced vocabulary: %d of %d tokens, %d merges", reduced.size, len(full),
+             len(reduced.tokenizer_json["model"]["merges"]))
+
+    prompt_ids = _exact_cuts(full, small, source_ids, prompts, True)
+    generation_ids = iter(_exact_cuts(full, small, source_ids, generations, False))
+    sequences: dict[str, list[np.ndarray]] = {TRAIN: [], VALIDATION: []}
+    prompt_lengths: dict[str, list[int]] = {TRAIN: [], VALIDATION: []}
+    longest_probe = 0
+    eos = np.array([small.eos_token_id], dtype=np.uint16)
+    for molecule, prompt in zip(kept, prompt_ids):
+        for _ in molecule.conformers:
+            sequences[molecule.split].append(np.concatenate([prompt, next(generation_ids), eos]))
+            prompt_lengths[molecule.split].append(len(prompt))
+        for _ in molecule.probes:
+            longest_probe = max(longest_probe, len(prompt) + len(next(generation_ids)) + 1)
+
+    files = {}
+    for split, name in STORES.items():
+        write_token_store(out / name, token_store(sequences[split], prompt_lengths[split]))
+        files[name] = hashlib.sha256((out / name).read_bytes()).hexdigest()
+    lengths = {split: [len(s) for s in rows] for split, rows in sequences.items()}
+    return {
+        "sequences": {split: len(rows) for split, rows in lengths.items()},
+        "tokens": {split: int(sum(rows)) for split, rows in lengths.items()},
+        "longest_sequence": max(max(rows, default=0) for rows in lengths.values()),
+        "longest_probe_sequence": longest_probe,  # held-out molecules included
+        "vocabulary": {"source": SOURCE_TOKENIZER, "source_size": len(full), "reduced_size": reduced.size,
+                       "merges": len(reduced.tokenizer_json["model"]["merges"])},
+        "exactness": {"prompts": len(prompts), "generation_texts": len(generations), "differences": 0,
+                      "held_out_molecules": sum(1 for t in kept if t.split == HELD_OUT),
+                      "rule": "the reduced tokenizer's ids, mapped through vocabulary_map.json, equal qwen3-chem's "
+                              "for every prompt, conformer text and probe text of every kept molecule"},
+        "files": files,
+    }
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _cut(tokenizer, texts: list[str], special: bool) -> Iterator[list[int]]:
+    for start in range(0, len(texts), _BATCH):
+        batch = tokenizer(texts[start:start + _BATCH], add_special_tokens=special, return_attention_mask=False)
+        yield from batch["input_ids"]
+
+
+def _exact_cuts(full, small, source_ids: np.ndarray, texts: list[str], special: bool) -> list[np.ndarray]:
+    """The reduced tokenizer's ids of each text; InputError at the first text qwen3-chem cuts otherwise."""
+    cuts = []
+    for k, (want, got) in enumerate(zip(_cut(full, texts, special), _cut(small, texts, special))):
+        got = np.asarray(got, dtype=np.int64)
+        if len(got) != len(want) or not np.array_equal(source_ids[got], want):
+            raise InputError(f"the reduced tokenizer cuts text {k} differently from {SOURCE_TOKENIZER}: "
+                             f"{texts[k][:120]!r}...; the vocabulary reduction is wrong for this tokenizer")
+        cuts.append(got.astype(np.uint16))
+    return cuts
