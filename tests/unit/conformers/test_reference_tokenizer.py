@@ -32,23 +32,24 @@ def tokenizers(qwen3_chem_dir):
 
 
 @pytest.fixture(scope="module")
-def templates():
-    profile = get_profile(PROFILE)
-    return [(row, build_template(row.canonical_smiles, profile)) for row in read_split(FOLDER / "split.tsv")]
+def rows():
+    return read_split(FOLDER / "split.tsv")
 
 
-def test_the_split_file_names_every_split_and_its_prompts_are_canonical(templates):
-    assert {row.split for row, _ in templates} == set(SPLITS)
-    assert sum(row.split == HELD_OUT for row, _ in templates) > 300
-    assert all(template.canonical_smiles == row.canonical_smiles for row, template in templates)
+def test_the_split_file_names_every_split(rows):
+    assert {row.split for row in rows} == set(SPLITS) and sum(row.split == HELD_OUT for row in rows) > 300
+    assert len({row.canonical_smiles for row in rows}) == len(rows)
 
 
 @pytest.mark.slow
-def test_every_shipped_molecule_cuts_exactly_as_qwen3_chem(tokenizers, templates):
+def test_every_shipped_molecule_cuts_exactly_as_qwen3_chem(tokenizers, rows):
     full, small, source_ids = tokenizers
-    prompts = [template.prompt for _, template in templates]
+    profile = get_profile(PROFILE)
+    templates = [build_template(row.canonical_smiles, profile) for row in rows]
+    assert all(t.canonical_smiles == row.canonical_smiles for t, row in zip(templates, rows))  # the prompts' form
+    prompts = [template.prompt for template in templates]
     texts = [template.fill(probe_blocks(template.num_atoms, random.Random(f"exactness:{row.id}"), "random"))
-             for row, template in templates]
+             for row, template in zip(rows, templates)]
     for batch, special in ((prompts, True), (texts, False)):
         want = full(batch, add_special_tokens=special, return_attention_mask=False)["input_ids"]
         got = small(batch, add_special_tokens=special, return_attention_mask=False)["input_ids"]
@@ -56,10 +57,12 @@ def test_every_shipped_molecule_cuts_exactly_as_qwen3_chem(tokenizers, templates
         assert not differ, f"{len(differ)} texts cut differently, the first: {batch[differ[0]][:200]!r}"
 
 
-def test_constraint_programs_compiled_with_it_force_qwen3_chems_copy_tokens(tokenizers, templates):
+def test_constraint_programs_compiled_with_it_force_qwen3_chems_copy_tokens(tokenizers, rows):
     full, small, source_ids = tokenizers
     kinds = [r"@", r"\+", r"/|\\", r"%\d\d|\d.*\d.*\d", r"\[\d+[A-Z]", r"Cl|Br"]  # stereo, charges, E/Z, rings...
-    chosen = [next(t for _, t in templates if re.search(kind, t.canonical_smiles)) for kind in kinds]
+    profile = get_profile(PROFILE)
+    chosen = [build_template(next(r.canonical_smiles for r in rows if re.search(kind, r.canonical_smiles)), profile)
+              for kind in kinds]
     full_set, small_set = grammar_set_for(full), grammar_set_for(small)
     for template in chosen:
         reference = compile_program(template.segments, full, full_set)
