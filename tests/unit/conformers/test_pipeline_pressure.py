@@ -63,17 +63,18 @@ def _tally(profile: str, rows: list[tuple[float, float, bool]]) -> dict:
 
 
 def test_the_warning_names_the_likely_mismatch_and_stays_silent_when_the_model_fits():
-    fits = _tally("v3-fixed4", [(0.01, 0.3, True), (0.02, 0.6, False), (0.015, 0.95, True)])
+    fits = _tally("v3-fixed4", [(0.01, 0.3, True), (0.02, 0.1, False), (0.015, 0.95, True), (0.01, 0.2, True),
+                                (0.01, 0.4, True)])
     assert fits["warning"] is None and fits["max"] == 0.95 and fits["max_at"] == "m2#0 token 7: place 2"
-    assert fits["median_request_max"] == 0.6 and fits["mean"] == pytest.approx(0.015)
-    assert fits["p95_request_mean"] == pytest.approx(0.0195)
+    assert fits["median_request_max"] == 0.3 and fits["high_share"] == 0.2 and fits["mean"] == pytest.approx(0.013)
+    assert fits["p95_request_mean"] == pytest.approx(0.019)
     descriptors = _tally("v3-fixed4", [(0.04, 0.99, False), (0.05, 0.97, False), (0.03, 0.2, True)])
     assert "descriptor style" in descriptors["warning"] and "--profile v2-fixed4" in descriptors["warning"]
     coordinates = _tally("v2-stripped", [(0.06, 0.99, True), (0.05, 0.97, True), (0.03, 0.98, False)])
     assert "coordinate style" in coordinates["warning"] and "--profile v2-fixed4" in coordinates["warning"]
     everywhere = _tally("v3-fixed4", [(0.8, 1.0, True), (0.7, 1.0, False)])
     assert "random weights" in everywhere["warning"]
-    assert "took away a mean 0.25" in _tally("v3-fixed4", [(0.25, 0.5, True)])["warning"]  # the mean alone
+    assert "took away a mean 0.25" in _tally("v3-fixed4", [(0.25, 0.4, True)])["warning"]  # the mean alone
     assert PressureTally("v3-fixed4").figures() is None  # nothing measured
 
 

@@ -130,6 +130,7 @@ def test_the_trial_checkpoint_is_complete_and_transformers_loads_it(trial_checkp
 @pytest.mark.slow
 def test_the_engine_writes_valid_constrained_conformers_with_the_trial_checkpoint(trial_checkpoint, tmp_path):
     from inferlab.workloads.conformers.pipeline.config import PipelineConfig
+    from inferlab.engine import EngineConfig
     from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
     ckpt, _, _ = trial_checkpoint
@@ -137,6 +138,6 @@ def test_the_engine_writes_valid_constrained_conformers_with_the_trial_checkpoin
     smiles = next(row[2] for row in held_out if row[5] == "held_out")
     (tmp_path / "in.smi").write_text(f"{smiles} held\nCCO ethanol\n")
     config = PipelineConfig(num_conformers=2, seed=1, workers=0, judge_workers=0)
-    summary = generate_conformers(ckpt, tmp_path / "in.smi", tmp_path / "out.sdf", config,
-                                  {"max_slots": 4, "max_seq_len": 1200, "device": "cpu"})
+    engine = EngineConfig(model=str(ckpt), max_slots=4, max_seq_len=1200, device="cpu")
+    summary = generate_conformers(engine, tmp_path / "in.smi", tmp_path / "out.sdf", config)
     assert summary.conformers_ok == 4 and summary.valid_fraction == 1.0 and summary.graph_matches == 4
