@@ -13,6 +13,8 @@ after it, enough to hold `queue_ahead` requests waiting. So a generator of milli
 materialised, it may yield new requests after results came back (retries), and a generator slower than
 the device stalls it (`stats.intake_s`, `stats.intake_blocking_s`). A collecting request's Result comes
 one sync point after retirement, once its activations reached the host (collection.AwaitingResults).
+`on_tokens(n)`, when given, is told at each read of a snapshot the n output tokens that reached the host
+there (live rows' and finished ones' together): progress from the first decode chunk, not only per Result.
 """
 
 from __future__ import annotations
@@ -68,8 +70,10 @@ class _RowBook:
 
 
 class GenerationLoop:
-    def __init__(self, parts: LoopParts, requests: Iterable[Request]) -> None:
+    def __init__(self, parts: LoopParts, requests: Iterable[Request],
+                 on_tokens: Callable[[int], None] | None = None) -> None:
         self.parts = parts
+        self.on_tokens = on_tokens
         self.stats = parts.stats
         config = parts.config
         slots = parts.slots
@@ -227,11 +231,13 @@ class GenerationLoop:
         tokenizer, decode_text = self.parts.tokenizer(), self.parts.config.decode_text
         results, released = self.awaiting.deliver(), []
         collected: list[tuple[int, Result, Prepared]] = []
+        arrived = 0
         for row, item in snapshot.holders:
             if item.retired:  # retired from an earlier snapshot; its row may hold someone else now
                 continue
             start, n_out, finished, reason = data[row][:HEADER]
             item.tokens.extend(data[row][HEADER : HEADER + n_out - start])
+            arrived += n_out - start
             if finished:
                 item.retired = True
                 item.timings.finished_s = time.perf_counter()
@@ -245,6 +251,8 @@ class GenerationLoop:
                     collected.append((item.index, result, item))
                 else:
                     results.append((item.index, result))
+        if arrived and self.on_tokens is not None:
+            self.on_tokens(arrived)
         if collected:  # copied behind the running chunk, delivered at the next read
             self.awaiting.add(self.runner.hook_tables.collection, collected)
         if released:
