@@ -48,7 +48,7 @@ def _demo(args: argparse.Namespace) -> int:
         sampling=ConformerSampling(args.sampling, args.temperature),
         seed=args.seed,
     )
-    progress = TokenRateBar("conf", desc="conformers")
+    progress = TokenRateBar("conf", validity=True, desc="conformers")
 
     def on_ready(run) -> None:
         made = "built" if run.checkpoint_built else "reused"
@@ -58,7 +58,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     try:
         with logging_redirect_tqdm():
-            run = run_demo(config, on_ready, progress.start, progress.row, progress.phase)
+            run = run_demo(config, on_ready, progress.start, progress.row, progress.phase, progress.engine_tokens)
     finally:
         progress.close()
     s = run.summary

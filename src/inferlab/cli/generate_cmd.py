@@ -153,7 +153,7 @@ def _generate(args: argparse.Namespace) -> int:
             from inferlab.cli.scale_args import run_scaled_command
 
             return run_scaled_command(args, "generate", params)
-        progress = TokenRateBar("row", smoothing=0.1)
+        progress = TokenRateBar("row")
         try:
             summary = run_text_generation(
                 args.input, args.output,

@@ -57,6 +57,7 @@ class RowWriter:
             self._order.put(row_id(record.id, k), lambda k=k: self.writer.write_error(
                 record.id, record.smiles, k, message, fields))
             self.summary.conformers_error += 1
+            self.summary.errors.add(row_id(record.id, k), message)
             self._tell(job, k, "error", fields)
 
     def ok(self, job: MoleculeJob, k: int, canonical: str, record: str, fields: dict) -> None:

@@ -128,6 +128,7 @@ def run_demo(
     on_start: Callable[[int, int], None] | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
+    on_tokens: Callable[[int, int, int], None] | None = None,  # generate_conformers' on_tokens
 ) -> DemoRun:
     from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
@@ -146,5 +147,5 @@ def run_demo(
     pipeline = PipelineConfig(num_conformers=config.num_conformers, sampling=config.sampling, seed=config.seed)
     # Rows of the demo's molecules need a few hundred positions; slots enough for every conformer at once.
     engine = {"device": config.device, "max_slots": min(64, config.num_molecules * config.num_conformers)}
-    summary = generate_conformers(checkpoint, inp, out, pipeline, engine, on_start, on_row, on_phase)
+    summary = generate_conformers(checkpoint, inp, out, pipeline, engine, on_start, on_row, on_phase, on_tokens)
     return DemoRun(checkpoint, built, tokenizer, inp, out, rows, molecules, summary)

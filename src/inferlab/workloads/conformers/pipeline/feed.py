@@ -75,6 +75,8 @@ class RequestFeed:
         self._retries: deque[Request] = deque()
         self._exhausted = False
         self.molecules_run = 0
+        self.requests_given = 0  # requests yielded so far (retries included) and their programs' bound together
+        self.tokens_bound = 0
 
     @property
     def has_work(self) -> bool:
@@ -86,6 +88,12 @@ class RequestFeed:
         self._retries.append(conformer_request(task.retried(output_tokens), self.sampling))
 
     def requests(self) -> Iterator[Request]:
+        for request in self._requests():
+            self.requests_given += 1
+            self.tokens_bound += request.constraint.max_new_tokens
+            yield request
+
+    def _requests(self) -> Iterator[Request]:
         while True:
             if self._retries:
                 yield self._retries.popleft()
@@ -116,6 +124,6 @@ class RequestFeed:
                 f"{molecule.tokens_needed} positions")
         if molecule.tokens_needed > self.model_positions:
             return (f"{need}, more than the model's {self.model_positions} (max_position_embeddings): this molecule "
-                    "is too large for this model")
+                    f"is too large for this model; a model with at least {molecule.tokens_needed} positions runs it")
         return (f"{need}, over max_seq_len={self.max_seq_len}; rerun with --max-seq-len {molecule.tokens_needed} "
                 f"(up to the model's {self.model_positions}; memory allowing) and --retry-errors")

@@ -20,7 +20,10 @@ A molecule that cannot be prepared, or whose prompt + program bound exceeds the 
 becomes error rows; so does anything the engine refuses. A stereo retry given after the generator ended
 (the last rows' retries) goes to a further Engine.stream call. However the call ends (an interrupt
 included), every finished row is written before the files close. `on_phase` tells the caller what the
-run is doing before its first row (reading, starting the pools, starting the engine, generating).
+run is doing before its first row (reading, starting the pools, starting the engine, generating);
+`on_tokens(tokens, requests, bound)`, at each of the engine's sync points from its first decode chunk on,
+the output tokens generated so far in this run (running rows' included, every attempt's), the requests
+handed to the engine so far and their programs' token bound together (a progress bar's rate and ETA).
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
 
 log = logging.getLogger(__name__)
 
+TokenCallback = Callable[[int, int, int], None]  # (output tokens so far, requests given, their token bound)
+
 JUDGE_WINDOW = 1024  # results being judged at once, at most (~3 KB of text each); more waits for the oldest
 
 
@@ -58,6 +63,7 @@ def generate_conformers(
     on_start: Callable[[int, int], None] | None = None,  # (rows to write now, rows written by earlier runs)
     on_row: RowCallback | None = None,  # as each row finishes
     on_phase: Callable[[str], None] | None = None,  # what the run is doing now, in a few words
+    on_tokens: TokenCallback | None = None,  # the engine's progress at each sync point
 ) -> PipelineSummary:
     started = time.perf_counter()
     options = dict(engine_options or {})
@@ -83,7 +89,7 @@ def generate_conformers(
             for job in plan.unusable:
                 rows.error(job, job.record.error or "unusable input")
             if plan.jobs:
-                _generate(model, plan.jobs, config, options, rows, summary, started, phase)
+                _generate(model, plan.jobs, config, options, rows, summary, started, phase, on_tokens)
         finally:
             rows.flush()
     summary.wall_s = time.perf_counter() - started
@@ -91,7 +97,8 @@ def generate_conformers(
 
 
 def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: dict[str, Any], rows: RowWriter,
-              summary: PipelineSummary, started: float, phase: Callable[[str], None]) -> None:
+              summary: PipelineSummary, started: float, phase: Callable[[str], None],
+              on_tokens: TokenCallback | None) -> None:
     profile = get_profile(config.profile)
     summary.judge_workers = config.judge_pool_workers(len(jobs))
     phase("starting the worker processes")
@@ -123,8 +130,9 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
         feed = RequestFeed(molecules, engine.plan.max_seq_len, model_positions, config.sampling.params(), rows)
         collector = ResultCollector(judges, feed, rows, summary, profile.name, config.stereo_retries, JUDGE_WINDOW,
                                     str(model))
+        told = _token_counter(feed, on_tokens)
         while feed.has_work:  # one call for the job; more only for retries of its last rows
-            _stream(engine, feed, collector, summary)
+            _stream(engine, feed, collector, summary, told)
         summary.molecules_run = feed.molecules_run
         summary.template_wait_s, summary.template_cpu_s = molecules.wait_s, molecules.cpu_s
         summary.judge_wait_s, summary.write_s = collector.wait_s, collector.write_s
@@ -133,11 +141,26 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
     summary.teardown_s = time.perf_counter() - finished
 
 
-def _stream(engine, feed: RequestFeed, collector: ResultCollector, summary: PipelineSummary) -> None:
+def _token_counter(feed: RequestFeed, on_tokens: TokenCallback | None) -> Callable[[int], None] | None:
+    """The engine's on_tokens (n new tokens) as the caller's running totals, across every stream call."""
+    if on_tokens is None:
+        return None
+    total = 0
+
+    def told(n: int) -> None:
+        nonlocal total
+        total += n
+        on_tokens(total, feed.requests_given, feed.tokens_bound)
+
+    return told
+
+
+def _stream(engine, feed: RequestFeed, collector: ResultCollector, summary: PipelineSummary,
+            on_tokens: Callable[[int], None] | None) -> None:
     """One Engine.stream call over the feed's generator; the loop body is the engine's only wait on us."""
     summary.stream_calls += 1
     started, consumer = time.perf_counter(), 0.0
-    for result in engine.stream(feed.requests()):
+    for result in engine.stream(feed.requests(), on_tokens=on_tokens):
         t = time.perf_counter()
         collector.take(result)
         consumer += time.perf_counter() - t
