@@ -126,7 +126,8 @@ def label_knobs(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def config_label(row: dict[str, Any], knobs: list[str]) -> str:
-    parts = [f"{k}={format_value(field_value(row, k))}" for k in knobs]
+    """`knob=value, ...` of `knobs`, leaving out those the row does not have (another backend's knobs)."""
+    parts = [f"{k}={format_value(field_value(row, k))}" for k in knobs if field_value(row, k) is not None]
     return ", ".join(parts) if parts else (row.get("backend") or row.get("scenario") or "default")
 
 

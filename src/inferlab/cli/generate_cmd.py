@@ -108,6 +108,7 @@ def _generate(args: argparse.Namespace) -> int:
     import time
 
     from inferlab.cli.hf_workload_args import require_paths
+    from inferlab.cli.row_outcome import existing, exit_code, print_error_groups
     from inferlab.cli.token_rate_bar import TokenRateBar
     from inferlab.types import SamplingParams
     from inferlab.workloads.text import model_positions, open_backend, run_text_generation
@@ -166,11 +167,15 @@ def _generate(args: argparse.Namespace) -> int:
             progress.close()
     elapsed = time.perf_counter() - progress.started
     retried = f", {summary.retried} error rows of earlier runs run again" if summary.retried else ""
-    print(
-        f"wrote {summary.written} rows to {args.output} ({summary.errors} errors, {summary.skipped} already done{retried}), "
-        f"{summary.output_tokens:,} tokens in {elapsed:.1f} s ({summary.output_tokens / max(elapsed, 1e-9):,.0f} tok/s)"
-    )
-    if collect is not None:
+    print(f"rows: {summary.written - summary.errors} ok, {summary.errors} errors, {summary.skipped} already done"
+          f"{retried}; {summary.output_tokens:,} tokens in {elapsed:.1f} s "
+          f"({summary.output_tokens / max(elapsed, 1e-9):,.0f} tok/s)")
+    print_error_groups(summary.error_groups.as_list(), args.output)
+    if existing([args.output]):
+        print(f"wrote {summary.written} rows to {args.output}" if summary.written else f"nothing new in {args.output}")
+    else:
+        print("nothing written: the input holds no line" if not summary.inputs else "nothing written")
+    if collect is not None and existing([collect.output]):
         print(f"wrote activations of {summary.activation_rows} rows to {collect.output} "
               f"(layers {list(collect.resolved_layers)}, pool {collect.pool})")
-    return 0
+    return exit_code(summary.written, summary.written - summary.errors, summary.inputs)

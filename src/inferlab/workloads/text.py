@@ -37,6 +37,7 @@ from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_reco
 from inferlab.types import Collect, Request, Result, SamplingParams
 from inferlab.workloads.backend import Backend
 from inferlab.workloads.engine_backend import EngineBackend
+from inferlab.workloads.error_groups import ErrorGroups
 from inferlab.workloads.text_steering_collection import ActivationSink, CollectSettings, SteerSettings, line_steering
 
 log = logging.getLogger(__name__)
@@ -213,6 +214,8 @@ class TextJobSummary:
     output_tokens: int = 0
     activation_rows: int = 0  # rows in the assembled activations file (with collection)
     retried: int = 0  # error rows of earlier runs taken out to run again (retry_errors)
+    inputs: int = 0  # input lines (done ones included)
+    error_groups: ErrorGroups = field(default_factory=ErrorGroups, repr=False)  # this run's error rows by reason
     ids_in_order: list[str] = field(default_factory=list, repr=False)  # every row id of the input, in order
 
 
@@ -225,6 +228,7 @@ def plan_requests(
     error record under its own id)."""
     requests, errors = [], []
     for record in records:
+        summary.inputs += 1
         summary.ids_in_order.append(record.id)
         if record.id in done:
             summary.skipped += 1
@@ -314,6 +318,8 @@ def run_text_generation(
         def emit(row: dict[str, Any], result: Result | None = None) -> None:
             summary.written += 1
             summary.errors += row["error"] is not None
+            if row["error"] is not None:
+                summary.error_groups.add(row["id"], row["error"])
             summary.output_tokens += row["output_tokens"]
             if on_row is not None:
                 on_row(row)

@@ -232,3 +232,23 @@ def test_recommend_judges_only_the_knobs_that_tell_rows_apart():
     # bucket, budget and gpu_memory follow from the backend; dtype is the same everywhere
     assert _telling_knobs(group, knobs) == ["backend", "batch_size", "weights"]
     assert _telling_knobs(group[:1], knobs) == []
+
+
+def _backend_classify_row(backend: str, samples_per_s: float, batch_size: int | None = None, **knobs):
+    knobs = {**knobs, **({"batch_size": batch_size} if batch_size is not None else {})}
+    plan = build_plan({"sweep": [{"scenario": "classify", "model": "tiny-qwen2-cls", "backend": backend,
+                                  "set": {"num_samples": 16, "min_tokens": 8, "max_tokens": 64, **knobs}}]})
+    metrics = {"requests_per_s": samples_per_s, "latency_ms": {"n": 16, "p50": 1.0, "p95": 2.0, "p99": 3.0}}
+    return make_row(plan.cells[0], Outcome("ok", "", metrics), run_id="r1", env=H100)
+
+
+def test_the_plot_keeps_the_engines_point_and_its_legend_names_only_knobs_the_row_has(tmp_path):
+    from inferlab.bench.plots import throughput_series
+
+    rows = [_backend_classify_row("hf", 30.0, 16), _backend_classify_row("hf", 40.0, 32),
+            _backend_classify_row("inferlab", 120.0)]
+    series = {label: (points, levels) for label, points, levels in throughput_series(rows)}
+    assert series == {"backend=hf": ([(16, 30.0), (32, 40.0)], []),
+                      "backend=inferlab": ([], [120.0])}  # the engine's packed batches: batch_size None, a level
+    write_report(["s"], rows, tmp_path)
+    assert len(list((tmp_path / "plots").glob("*.png"))) == 1
