@@ -22,3 +22,10 @@ def test_every_command_help_renders(capsys):
         with pytest.raises(SystemExit) as e:
             main([name, "--help"])
         assert e.value.code == 0, name
+
+
+def test_top_level_help_documents_the_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Exit codes: 0 done; 1 no row of the run succeeded" in text and "2 a usage or input error" in text
