@@ -125,9 +125,14 @@ def check_model(model: str) -> None:
     """The checkpoint's config.json and weight files before any work starts (a missing folder is named as
     such, a damaged config or pickle-only weights are refused), here and before a scale-out launches its
     workers."""
+    from inferlab.errors import UnsupportedError
     from inferlab.models.checkpoint_check import check_engine_checkpoint
+    from inferlab.workloads.conformers.pipeline.generate import ENGINE_ONLY
 
-    check_engine_checkpoint(model)
+    try:
+        check_engine_checkpoint(model)
+    except UnsupportedError as e:
+        raise UnsupportedError(f"{e}; {ENGINE_ONLY}") from None
 
 
 def _run_here(args: argparse.Namespace, config) -> int:

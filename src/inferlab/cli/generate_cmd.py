@@ -95,13 +95,20 @@ def _steering_and_collection(args: argparse.Namespace, defaults):
 def check_model(model: str, backend: str) -> None:
     """The checkpoint before any work: config.json checked, and where the engine will run it (not --backend
     hf, nor an architecture the engine leaves to transformers) its config and safetensors weights."""
+    from inferlab.errors import UnsupportedError
     from inferlab.models.checkpoint_check import check_engine_checkpoint
     from inferlab.models.config_file import read_config
+    from inferlab.workloads.hf_loading import hf_fallback_fix
     from inferlab.workloads.text import engine_architecture_problem
 
     read_config(model)
     if backend != "hf" and engine_architecture_problem(model) is None:
-        check_engine_checkpoint(model)
+        try:
+            check_engine_checkpoint(model)
+        except UnsupportedError as e:
+            if backend == "inferlab":
+                raise UnsupportedError(f"{e}; {hf_fallback_fix(model)}") from None
+            # auto: transformers runs what the engine does not (open_backend falls back, saying why)
 
 
 def _generate(args: argparse.Namespace) -> int:

@@ -112,8 +112,7 @@ def check_length_limits(spec: ModelSpec, max_seq_len: int) -> None:
     if spec.sliding_window is not None and not spec.layer_windows and max_seq_len > spec.sliding_window:
         raise UnsupportedError(
             f"this {spec.architecture} uses sliding-window attention (window {spec.sliding_window}) which the "
-            f"inferlab engine does not implement; use max_seq_len <= {spec.sliding_window} (exact then) "
-            "or --backend hf"
+            f"inferlab engine does not implement; use max_seq_len <= {spec.sliding_window} (exact then)"
         )
 
 

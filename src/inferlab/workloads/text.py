@@ -123,6 +123,8 @@ def open_backend(name: str, model_dir: str, options: dict[str, Any],
     """Build the named backend; "auto" = inferlab, or "hf" when the engine does not support the model (its
     architecture, or any other UnsupportedError the engine raises at start-up). An fp8 KV cache
     (kv_dtype="fp8") exists only in the engine: then the engine's refusal stands, with no fallback."""
+    from inferlab.workloads.hf_loading import hf_fallback_fix, transformers_problem  # transformers: only here
+
     if name == "auto":
         problem = engine_architecture_problem(model_dir)
         engine_only = options.get("kv_dtype", "auto") != "auto"
@@ -136,11 +138,18 @@ def open_backend(name: str, model_dir: str, options: dict[str, Any],
                 if engine_only:
                     raise
                 problem = str(e)
+        if transformers_problem(model_dir) is not None:
+            raise UnsupportedError(f"{problem}; {hf_fallback_fix(model_dir)}")
         log.warning("%s; falling back to the transformers backend (--backend hf)", problem)
         return BACKENDS["hf"](model_dir, options, steering)
     if name not in BACKENDS:
         raise ConfigError(f"backend {name!r} is not available; choose one of auto, {', '.join(BACKENDS)}")
-    return BACKENDS[name](model_dir, options, steering)
+    try:
+        return BACKENDS[name](model_dir, options, steering)
+    except UnsupportedError as e:
+        if name != "inferlab":
+            raise
+        raise UnsupportedError(f"{e}; {hf_fallback_fix(model_dir)}") from None
 
 
 def build_request(record: InputRecord, defaults: SamplingParams, steer: SteerSettings | None = None,

@@ -35,7 +35,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from inferlab.errors import ConfigError
+from inferlab.errors import ConfigError, UnsupportedError
 from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
 from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.conformers.pipeline.collect import ResultCollector, RowCallback, RowWriter
@@ -49,6 +49,9 @@ from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
 
 log = logging.getLogger(__name__)
 
+# the fix of an UnsupportedError about the checkpoint: there is no other backend to run the constraint
+ENGINE_ONLY = ("conformer generation runs on the inferlab engine alone (the constraint is applied inside its decode "
+               "step): use a checkpoint of an architecture and configuration the engine runs")
 TokenCallback = Callable[[int, int, int], None]  # (output tokens so far, requests given, their token bound)
 
 JUDGE_WINDOW = 1024  # results being judged at once, at most (~3 KB of text each); more waits for the oldest
@@ -111,15 +114,18 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
         from inferlab.engine import Engine, EngineConfig
         from inferlab.models.config import read_model_spec
 
-        model_positions = read_model_spec(model).max_position_embeddings
-        if options.get("max_seq_len") is None:
-            options["max_seq_len"] = auto_max_seq_len(jobs, profile, model_positions)
-        t0 = time.perf_counter()
-        summary.before_engine_s = t0 - started
-        phase("starting the engine")
-        # no tokenizer in this process: the preparing processes' GrammarSet constrains, the judges decode
-        engine_config = EngineConfig(model=model, seed=config.seed, load_tokenizer=False, **options)
-        engine = life.enter_context(Engine(engine_config, grammar_set=grammar_set))
+        try:
+            model_positions = read_model_spec(model).max_position_embeddings
+            if options.get("max_seq_len") is None:
+                options["max_seq_len"] = auto_max_seq_len(jobs, profile, model_positions)
+            t0 = time.perf_counter()
+            summary.before_engine_s = t0 - started
+            phase("starting the engine")
+            # no tokenizer in this process: the preparing processes' GrammarSet constrains, the judges decode
+            engine_config = EngineConfig(model=model, seed=config.seed, load_tokenizer=False, **options)
+            engine = life.enter_context(Engine(engine_config, grammar_set=grammar_set))
+        except UnsupportedError as e:
+            raise UnsupportedError(f"{e}; {ENGINE_ONLY}") from None
         summary.engine_start_s = time.perf_counter() - t0
         summary.slots, summary.max_seq_len, summary.device = engine.plan.slots, engine.plan.max_seq_len, str(engine.device)
         molecules.lookahead = config.lookahead_molecules(engine.plan.slots)
