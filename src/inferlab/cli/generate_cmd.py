@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="inferlab (our engine), hf (transformers generate, any causal LM), or auto (the engine "
                         "where it supports the architecture, else hf)")
     s = p.add_argument_group("sampling defaults (an input line may override any of them)")
-    s.add_argument("--max-new-tokens", type=int, default=256, help="a row stops here, or at EOS")
+    s.add_argument("--max-new-tokens", "--max-tokens", type=int, default=256, help="a row stops here, or at EOS")
     s.add_argument("--min-new-tokens", type=int, default=0, help="EOS is masked until a row has this many")
     s.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     s.add_argument("--top-p", type=float, default=1.0,
