@@ -71,3 +71,16 @@ def test_the_engine_tokens_reach_the_caller_before_the_first_row(tmp_path, model
     assert first_row > 0 and events[0][0] == "tokens"  # tokens told before any row was written
     assert told[-1][1] == summary.output_tokens == sum(e[1] for e in events if e[0] == "row")
     assert told[0][2] == 4 and told[0][3] >= summary.output_tokens  # 4 requests, their bound holds the tokens
+
+
+def test_a_molecule_too_large_for_a_preset_names_the_preset_that_fits(tmp_path, model, capsys):
+    from inferlab.models.presets import get_preset
+    from inferlab.workloads.conformers.pipeline.feed import LONG_CONTEXT_PRESET
+
+    long = get_preset(LONG_CONTEXT_PRESET)
+    assert long.tokenizer == "qwen3-chem" and long.make_config().max_position_embeddings == 40960
+    assert "512 positions" in get_preset("tiny-qwen3").description  # what `inferlab model presets` says
+    inp = tmp_path / "in.smi"
+    inp.write_text(f"{'C' * 24} c24\n")
+    assert _generate(model, inp, tmp_path / "out.sdf") == 1  # the tiny preset checkpoint: inferlab_preset.json
+    assert f"inferlab model init --preset {LONG_CONTEXT_PRESET} --tokenizer PATH/qwen3-chem" in capsys.readouterr().out

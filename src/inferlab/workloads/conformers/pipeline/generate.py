@@ -133,7 +133,8 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
                  summary.engine_start_s, summary.slots, summary.max_seq_len, config.sampling.describe(),
                  summary.judge_workers)
         phase("generating")
-        feed = RequestFeed(molecules, engine.plan.max_seq_len, model_positions, config.sampling.params(), rows)
+        feed = RequestFeed(molecules, engine.plan.max_seq_len, model_positions, config.sampling.params(), rows,
+                           preset_checkpoint=(Path(model) / "inferlab_preset.json").is_file())  # model init's
         collector = ResultCollector(judges, feed, rows, summary, profile.name, config.stereo_retries, JUDGE_WINDOW,
                                     str(model))
         told = _token_counter(feed, on_tokens)
