@@ -29,3 +29,10 @@ def test_top_level_help_documents_the_exit_codes(capsys):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "Exit codes: 0 done; 1 no row of the run succeeded" in text and "2 a usage or input error" in text
+
+
+def test_the_demo_help_claims_the_time_it_takes_on_a_small_cpu(capsys):
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "A few minutes on a 2-core CPU" in text and "about a minute" not in text.lower()
