@@ -30,12 +30,14 @@ def test_error_rows_are_counted_apart_from_the_rate():
     assert f.postfix(10.0, validity=True).endswith(", 38 error rows") and "valid" not in f.postfix(10.0, True)
 
 
-def test_finished_rows_set_the_tokens_per_row_and_validity():
+def test_written_rows_scale_the_bound_of_the_rows_still_running():
     f = RateFigures(total=4, generating_since=0.0, engine_tokens=900, rows_fed=4, tokens_bound=4 * 400)
-    f.ok, f.generated, f.ok_generated, f.row_tokens = 2, 2, 2, 600  # 300 each; 300 more in the running rows
-    assert f.tokens_per_row() == 300
-    assert f.eta_s(9.0) == pytest.approx((2 * 300 - 300) / 100.0)
+    f.ok, f.generated, f.ok_generated, f.row_tokens, f.row_bound = 2, 2, 2, 600, 800  # 75% of their bound
+    # the two running rows: 75% of their 800, less the 300 they have already
+    assert f.tokens_left() == pytest.approx(0.75 * 800 - 300) and f.eta_s(9.0) == pytest.approx(3.0)
     assert "valid 100.0%" in f.postfix(9.0, validity=True) and "valid" not in f.postfix(9.0, validity=False)
+    text = RateFigures(total=4, generating_since=0.0, ok=1, generated=1, ok_generated=1, row_tokens=50)
+    assert text.tokens_left() == pytest.approx(3 * 50)  # no bounds (inferlab generate): the rows' mean
 
 
 def test_the_bar_shows_the_engine_rate_before_the_first_row():

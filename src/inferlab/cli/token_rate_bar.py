@@ -25,7 +25,8 @@ class RateFigures:
     errors: int = 0
     generated: int = 0  # rows the engine generated (ok, or an output the checks rejected)
     ok_generated: int = 0  # the ok ones among them (validity)
-    row_tokens: int = 0  # output tokens of the rows written
+    row_tokens: int = 0  # output tokens of the generated rows written
+    row_bound: int = 0  # their token bound, where the workload knows it (0: unknown)
     engine_tokens: int = 0  # output tokens the engine reported so far (running rows included)
     rows_fed: int = 0  # requests handed to the engine so far, and their token bound (engine_tokens' caller)
     tokens_bound: int = 0
@@ -41,22 +42,27 @@ class RateFigures:
             return None
         return self.tokens / (now - self.generating_since)
 
-    def tokens_per_row(self) -> float | None:
-        """What a row still to generate will take: the mean of the rows generated so far, else the bound of
-        the requests handed to the engine."""
+    def tokens_left(self) -> float | None:
+        """The output tokens the unwritten rows still need. With bounds: the bound of the requests handed to
+        the engine and not written yet, scaled by what the written rows used of theirs, less what the running
+        rows have already, plus as much per row not handed over yet. Without: the mean of the rows written
+        per row left, less the running rows' tokens. Error rows need none; rows not known to fail count."""
+        running = max(0, self.engine_tokens - self.row_tokens)
+        unwritten = self.total - self.ok - self.errors
+        if self.rows_fed and self.tokens_bound:
+            used = self.row_tokens / self.row_bound if self.row_bound else 1.0  # of its bound, a row takes
+            in_flight_rows = max(0, self.rows_fed - self.generated)
+            waiting = max(0, unwritten - in_flight_rows)
+            per_row_bound = self.tokens_bound / self.rows_fed
+            return max(0.0, used * (self.tokens_bound - self.row_bound) - running) + waiting * used * per_row_bound
         if self.generated:
-            return self.row_tokens / self.generated
-        return self.tokens_bound / self.rows_fed if self.rows_fed else None
+            return max(0.0, unwritten * self.row_tokens / self.generated - running)
+        return None
 
     def eta_s(self, now: float) -> float | None:
-        """Seconds left at the current token rate: the tokens the unwritten rows still need (the rows running
-        now have some of theirs already). Error rows need none; rows not yet known to fail are counted."""
-        rate, per_row = self.rate(now), self.tokens_per_row()
-        if rate is None or per_row is None:
-            return None
-        left_rows = self.total - self.ok - self.errors
-        in_flight = max(0, self.engine_tokens - self.row_tokens)
-        return max(0.0, left_rows * per_row - in_flight) / rate
+        """Seconds left at the current token rate."""
+        rate, left = self.rate(now), self.tokens_left()
+        return None if rate is None or left is None else left / rate
 
     def postfix(self, now: float, validity: bool) -> str:
         parts = []
@@ -115,7 +121,8 @@ class TokenRateBar:
         if row.get("generated", ok):  # conformer rows say; a text row that failed never ran
             f.generated += 1
             f.ok_generated += ok
-        f.row_tokens += row["output_tokens"]
+            f.row_tokens += row["output_tokens"]
+            f.row_bound += row.get("tokens_bound", 0)
         if self._bar is not None:
             self._bar.n += 1
         self._draw(force=False)
