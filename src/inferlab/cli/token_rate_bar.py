@@ -125,7 +125,7 @@ class TokenRateBar:
             f.row_bound += row.get("tokens_bound", 0)
         if self._bar is not None:
             self._bar.n += 1
-        self._draw(force=False)
+        self._draw(force=not ok)  # error rows come in bursts (molecules that cannot run): show each burst whole
 
     def _draw(self, force: bool) -> None:
         if self._bar is None:

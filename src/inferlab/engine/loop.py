@@ -14,7 +14,9 @@ materialised, it may yield new requests after results came back (retries), and a
 the device stalls it (`stats.intake_s`, `stats.intake_blocking_s`). A collecting request's Result comes
 one sync point after retirement, once its activations reached the host (collection.AwaitingResults).
 `on_tokens(n)`, when given, is told at each read of a snapshot the n output tokens that reached the host
-there (live rows' and finished ones' together): progress from the first decode chunk, not only per Result.
+there (live rows' and finished ones' together): progress from the first decode chunk, not only per Result;
+that first chunk is then one step long, so the count comes after one decode step. On a CPU the chunk has run
+when its snapshot is taken (nothing overlaps), so its snapshot is read at once rather than one chunk late.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class GenerationLoop:
         self.pending: Snapshot | None = None  # the snapshot of the chunk in flight, read at the next sync point
         self._fresh: Snapshot | None = None  # the snapshot just launched (becomes `pending` once collected)
         self.awaiting = AwaitingResults()  # collecting Results, their activations in flight
+        self._chunks = 0  # decode chunks launched by this call
 
     @property
     def runner(self) -> ModelRunner:
@@ -170,7 +173,7 @@ class GenerationLoop:
         if self.pending is not None:
             results += self._read(self.pending)
         self.pending = fresh
-        if fresh is not None and steps == 0 and not results:  # nothing ran that the wait could overlap
+        if fresh is not None and ((steps == 0 and not results) or not self.parts.cuda):  # nothing to overlap
             results += self._read(fresh)
             self.pending = None
         if self.parts.config.compact_rows and not scheduler.waiting and self.source.exhausted:
@@ -205,8 +208,11 @@ class GenerationLoop:
         # a live row needs at most max_new - 1 decode steps after its prefill token
         remaining = max(item.sampling.max_new_tokens - 1 - book.steps_done[r] for r, item in zip(live, items))
         steps = max(0, min(self.parts.config.decode_steps_per_sync, remaining))
+        if self.on_tokens is not None and not self._chunks:
+            steps = min(steps, 1)  # the caller's progress hears from the first decode step
         if steps == 0:
             return 0
+        self._chunks += 1
         variant = Variant(max(item.filter_level for item in items), any(item.constraint is not None for item in items),
                           any(item.steering for item in items), any(item.collect is not None for item in items))
         t = self.clock.start()

@@ -157,3 +157,17 @@ def test_on_tokens_reports_tokens_from_the_first_chunk_before_any_result(engine)
     before = len(told)
     generated = engine.generate([_req(9, new=5, ignore_eos=True)], on_tokens=told.append)
     assert sum(told[before:]) == len(generated[0].token_ids) == 5
+
+
+def test_with_on_tokens_the_first_count_comes_after_one_decode_step(engine):
+    """The first chunk of a call that reports progress is one step; on a CPU its snapshot is read at once
+    (nothing overlaps it), so the caller hears of tokens after one decode step, not after two chunks."""
+    before, steps_at_first = engine.stats.decode_steps, []
+
+    def told(n):
+        if not steps_at_first:
+            steps_at_first.append((engine.stats.decode_steps - before, n))
+
+    results = list(engine.stream((_req(i, new=12, ignore_eos=True) for i in range(SLOTS)), on_tokens=told))
+    assert steps_at_first == [(1, 2 * SLOTS)]  # the prefill's token and the first step's, of every row
+    assert all(len(r.token_ids) == 12 for r in results)
