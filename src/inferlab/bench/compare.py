@@ -10,7 +10,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferlab.bench.markdown import md_table, sig, text_table
+from inferlab.bench.markdown import md_table, num, sig, text_table
 from inferlab.bench.results import config_label, group_rows, headline, varying_knobs
 
 TEXT_WIDTH = 100
@@ -62,9 +62,9 @@ def format_comparison(cmp: Comparison, name_a: str, name_b: str, markdown: bool 
     table = []
     for a, b in cmp.pairs:
         d, rel, verdict = delta(a, b)
-        value_a = sig(headline(a), 4) if headline(a) is not None else a.get("status")
-        value_b = sig(headline(b), 4) if headline(b) is not None else b.get("status")
-        table.append([_describe(a, knobs), a.get("headline_metric", ""), value_a, value_b, sig(d, 3),
+        value_a = _figure(headline(a)) if headline(a) is not None else a.get("status")
+        value_b = _figure(headline(b)) if headline(b) is not None else b.get("status")
+        table.append([_describe(a, knobs), a.get("headline_metric", ""), value_a, value_b, _figure(d, 3),
                       "-" if rel is None else f"{rel * 100:+.1f}%", verdict])
     lines = [f"A = {name_a}", f"B = {name_b}", ""]
     if not table:
@@ -79,6 +79,11 @@ def format_comparison(cmp: Comparison, name_a: str, name_b: str, markdown: bool 
             lines += [textwrap.fill(f"{_describe(r, knobs)} [{r.get('status')}]", width, initial_indent="  ",
                                     subsequent_indent="    ") for r in rows]
     return "\n".join(lines)
+
+
+def _figure(value: float | None, digits: int = 4) -> str:
+    """50,230 rather than 5.023e+04; small figures (ms/iter) with their significant digits."""
+    return num(value, 0) if value is not None and abs(value) >= 1000 else sig(value, digits)
 
 
 def _fitted(table: list[list[str]], width: int) -> str:

@@ -68,13 +68,11 @@ QUICK: dict[str, Any] = {
                                                               "pool": "mean"}},
         {"scenario": "hidden-states", "model": "tiny", "backend": "inferlab",
          "set": {**_TINY_TEXT_PACKED, "num_prompts": 16, "layers": "1,-1", "pool": "mean"}},
-        {"scenario": "constrained", "model": "tiny-qwen3", "backend": "hf",
-         "set": {"num_molecules": 2, "num_conformers": 1, "batch_size": 2, "sampling": "greedy", "dtype": "float32",
-                 "kv_cache": "dynamic", "warmup_steps": 4}},
-        # the engine's constraint on the GPU's path (torch on a CPU); small molecules keep the cell short there
-        {"scenario": "constrained", "model": "tiny-qwen3", "backend": "inferlab",
-         "set": {"num_molecules": 2, "num_conformers": 1, "batch_size": 2, "sampling": "greedy", "dtype": "float32",
-                 "warmup_steps": 4, "max_heavy_atoms": 6}},
+        # the seeds' Python processor beside the engine's constraint (torch on a CPU), on the same small molecules
+        *({"scenario": "constrained", "model": "tiny-qwen3", "backend": backend,
+           "set": {"num_molecules": 2, "num_conformers": 1, "batch_size": 2, "sampling": "greedy", "dtype": "float32",
+                   "warmup_steps": 4, "max_heavy_atoms": 6, **extra}}
+          for backend, extra in (("hf", {"kv_cache": "dynamic"}), ("inferlab", {}))),
     ],
 }
 
