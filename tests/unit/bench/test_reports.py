@@ -270,8 +270,9 @@ def test_recommend_and_compare_fit_a_100_column_terminal_and_the_report_holds_th
     assert "## Recommendations" in report and format_markdown(recommend(rows)) in report
 
     long = {"attn_implementation": "sdpa", "sdpa_backend": "cudnn", "processor": "python", "kv_cache": "static"}
-    a = [_row(_gen_cell(**long, batch_size=b), 100.0 + b) for b in (16, 64)] + [_row(_gen_cell(kv_cache="dynamic"), 90.0)]
-    b = [_row(_gen_cell(**long, batch_size=b), 120.0 + b) for b in (16, 64)] + [_row(_gen_cell(kv_cache="dynamic"), 80.0)]
+    dynamic = _gen_cell(kv_cache="dynamic")
+    a = [_row(_gen_cell(**long, batch_size=n), 100.0 + n) for n in (16, 64)] + [_row(dynamic, 90.0)]
+    b = [_row(_gen_cell(**long, batch_size=n), 120.0 + n) for n in (16, 64)] + [_row(dynamic, 80.0)]
     cmp = compare_rows(a, b)
     text = format_comparison(cmp, "runs/a", "runs/b")
     assert max(len(line) for line in text.splitlines()) <= 100 and "+17.2%" in text and "better" in text

@@ -50,7 +50,7 @@ def test_without_slurm_the_launcher_refuses_instead_of_running_locally(tmp_path,
     monkeypatch.setattr(submitit.AutoExecutor, "which", staticmethod(lambda: "local"))
     inp = write_molecules(tmp_path / "mols.smi", 2)
     out = tmp_path / "out.sdf"
-    code = main(["conformers", "generate", "--model", str(tiny_checkpoint("tiny")), "--input", str(inp), "--output", str(out),
-                 "--launcher", "slurm", "--gpus", "2", "--device", "cpu"])
+    code = main(["conformers", "generate", "--model", str(tiny_checkpoint("tiny")), "--input", str(inp),
+                 "--output", str(out), "--launcher", "slurm", "--gpus", "2", "--device", "cpu"])
     assert code == 2 and "there is no Slurm here" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mols.smi"]

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
 
 def test_generate_exits_1_when_every_row_fails_and_says_why(tiny_checkpoint, tmp_path, capsys):
-    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": f"t{i}", "text": "a prompt under the wrong key"} for i in range(3)])
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": f"t{i}", "text": "under the wrong key"} for i in range(3)])
     out = tmp_path / "out.jsonl"
     argv = ["generate", "--model", str(tiny_checkpoint("tiny")), "--input", str(inp), "--output", str(out),
             "--device", "cpu", "--max-new-tokens", "2"]
