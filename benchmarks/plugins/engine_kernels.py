@@ -308,23 +308,11 @@ ONE_PROGRAM_TILES = ((256, 64, 64, 1, 8), (256, 128, 64, 1, 8), (256, 32, 64, 1,
 
 def skinny_one_program(x, w, tile: tuple, counters):
     """The skinny GEMM kernel launched with BLOCK_M rows per program (x has at most BLOCK_M rows)."""
-    import torch
-    import triton
-
-    from inferlab.engine.kernels.triton_gemm import _skinny_kernel
+    from inferlab.engine.kernels.triton_gemm import SkinnyConfig
+    from inferlab.engine.kernels.triton_gemm_rows import skinny_rows_linear
 
     block_m, block_n, block_k, split, warps = tile
-    m, k = x.shape
-    n = w.shape[0]
-    assert m <= block_m
-    out = torch.empty((m, n), dtype=w.dtype, device=w.device)
-    part = out if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=w.device)
-    _skinny_kernel[(triton.cdiv(n, block_n), split)](
-        x, w, out, part, counters, m, n, k, x.stride(0), w.stride(0), out.stride(0),
-        triton.cdiv(triton.cdiv(k, split), block_k), PARTIALS=split > 1, SWIGLU=False, GATED=False, IEEE=False,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GELU_TANH=False, num_warps=warps, num_stages=3,
-    )  # fmt: skip
-    return out
+    return skinny_rows_linear(x, w, block_m, SkinnyConfig(block_n, block_k, split, warps, num_stages=3), counters)
 
 
 def skinny_gemm(c: dict[str, Any], device: Any, cache_dir: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@
     python scripts/gpu/lab_sweep.py --out $OUT --parts engine-kernels                  # plan benchmarks/plans/
     python scripts/gpu/lab_sweep.py --out $OUT --parts scale-out                       # two GPUs (nvidia-h100-x2)
     python scripts/gpu/lab_sweep.py --out $OUT --parts tune-conformers                 # ~15 min: resumes per call
+    python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-quality               # ~8 min: the reference model
     python scripts/gpu/lab_sweep.py --estimate                                       # minutes per part, runs nothing
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
@@ -22,7 +23,7 @@ Parts -> presets: attention = seed-attention, generate = seed-generate, static-c
 classify = seed-classify (its transformers and engine cells; classify-vllm: its vLLM cell), classify-matrix =
 seed-classify-matrix, hidden = seed-hidden-states (hidden-vllm: its vLLM cell), conformer-baseline =
 conformer-baseline, and each of engine-vs-hf, engine-speed, conformer-engine, conformer-pipeline, conformer-soak,
-steering, decode-roofline, scale-out = the preset of that name (scale-out is not started on a machine with fewer
+steering, decode-roofline, scale-out, conformer-quality = the preset of that name (scale-out is not started on a machine with fewer
 than two GPUs); engine-kernels = the plan benchmarks/plans/engine-kernels.toml (the kernel micro-benchmarks, a lab
 plugin); engine-vs-peers in four parts of one run (peers-hf: the engine's generate cells and transformers'
 continuous batching; peers-engine-conformers: the engine's conformer cells; peers-xgrammar: HF + xgrammar;
@@ -40,8 +41,8 @@ seed-static-cache share one run directory, so their two common cells run once; p
 built once into runs/lab/cache/models for every part (llama-380m serves generate, static-cache and hidden).
 
 Time (one H100/H200, the lab's estimates; `--estimate` prints them): attention ~2.4 min, generate
-~5.6, static-cache ~6.4 beyond generate's cells, classify ~5, hidden ~1.3, conformer-baseline ~3
-(~24 min in all; ~25 min for the first three alone before this round's cuts), plus building the
+~5.6, static-cache ~6.4 beyond generate's cells, classify ~4.3 (+1.7 for classify-vllm), hidden ~1.3,
+conformer-baseline ~3 (~24 min in all; ~25 min for the first three alone before this round's cuts), plus building the
 preset checkpoints once (llama-380m, qwen2-cls, qwen3-0.6b: a few seconds each). A hung cell costs its
 timeout (120-300 s) at most. int8/fp8 classify cells need torchao importable (docs/workloads.md: carry
 the wheel) and flash-attn cells the flash-attn package; without them those cells are `unavailable` rows
@@ -98,6 +99,7 @@ PARTS = {
     "conformer-soak": ("conformer-soak", "conformer-soak"),
     "scale-out": ("scale-out", "scale-out"),
     "decode-roofline": ("decode-roofline", "decode-roofline"),
+    "conformer-quality": ("conformer-quality", "conformer-quality"),
 }
 # Parts whose cells need a peer package: without it importable they would be recorded as `unavailable` rows,
 # which a later call does not rerun, so they are not started (not under --cpu-smoke, which checks the rest).
@@ -168,6 +170,12 @@ SMOKE_ARGS = {
     "benchmarks/plans/engine-kernels.toml": ["--only", "group=constraint-step", "--set", "tokenizer=builtin",
                                              "--set", "vocab=2048", "--set", "rows=4", "--set", "layers=2",
                                              "--set", "device=cpu", *_ONE_THREAD],
+    # 2 molecules x 4 of 4-8 heavy atoms on tiny (the built-in tokenizer: a small vocabulary keeps the 11 cells
+    # short on a CPU), 2 seeds; the fp8 cells are `unavailable` here
+    "conformer-quality": ["--model", "tiny", "--set", "num_molecules=2", "--set", "num_references=2",
+                          "--set", "subset_molecules=1", "--set", "num_seeds=2", "--set", "min_heavy_atoms=4",
+                          "--set", "max_heavy_atoms=8", "--set", "dtype=float32", "--set", "slots=4",
+                          "--set", "workers=1", *_ONE_THREAD],
     # the decode-profile cells on tiny (no fp8 cache on CPU); the generate sweep validates with 8 new tokens
     "decode-roofline": ["--model", "tiny", "--only", "scenario=decode-profile", "--only", "kv_dtype=auto",
                         "--set", "batch_size=4", "--set", "context_tokens=24", "--set", "dtype=float32",
@@ -354,6 +362,11 @@ def _summarise(run_dir: Path, report: Path, stem: str) -> list[str]:
     if "## Do the seeds' findings hold?" in text:
         section = text.split("## Do the seeds' findings hold?", 1)[1].split("\n## ", 1)[0]
         lines += ["Do the seeds' findings hold?", section.strip()]
+    if "## Labels beside transformers'" in text:
+        section = text.split("## Labels beside transformers'", 1)[1].split("\n## ", 1)[0]
+        lines += ["Labels beside transformers':", section.strip()]
+    if "## Conformer quality" in text:
+        lines += [text.split("## Conformer quality", 1)[1].split("\n## ", 1)[0].strip()]
     lines += ["Recommendations:", format_text(recommend(rows))]
     return lines
 

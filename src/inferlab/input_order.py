@@ -5,7 +5,9 @@ row (about the rows in flight), not by the job.
 
 `flush()` writes whatever is held (in input order, skipping the rows that never finished): an interrupted
 run keeps every finished row, and its rerun writes the missing ones after them. Keys are the rows' ids;
-`keys` may be a generator, so a job's rows are never listed up front.
+`keys` may be a generator, so a job's rows are never listed up front. The next key is asked for only when
+a row is put or flushed, and asked for again later when `keys` had none yet, so `keys` may also be a queue
+the producer of the rows fills as it goes (each key before its row is put).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-_END = object()
+_PENDING = object()  # the next key is not known yet
 
 
 class InputOrder:
@@ -21,7 +23,7 @@ class InputOrder:
         self._keys = iter(keys)
         self._write = write
         self._held: dict[Hashable, Any] = {}
-        self._next = next(self._keys, _END)
+        self._next: Any = _PENDING
 
     @property
     def held(self) -> int:
@@ -30,23 +32,26 @@ class InputOrder:
 
     def put(self, key: Hashable, row: Any) -> None:
         """Row `key` is finished: write it and what it unblocks, or hold it."""
-        if key != self._next:
+        if key != self._peek():
             self._held[key] = row
             return
         self._write(row)
-        self._advance()
-        while self._next in self._held:
+        self._next = _PENDING
+        while self._peek() in self._held:
             self._write(self._held.pop(self._next))
-            self._advance()
+            self._next = _PENDING
 
     def flush(self) -> None:
         """Write every held row, in input order; a key never expected comes last."""
-        while self._held and self._next is not _END:
+        while self._held and self._peek() is not _PENDING:
             if self._next in self._held:
                 self._write(self._held.pop(self._next))
-            self._advance()
+            self._next = _PENDING
         for key in list(self._held):
             self._write(self._held.pop(key))
 
-    def _advance(self) -> None:
-        self._next = next(self._keys, _END)
+    def _peek(self) -> Any:
+        """The next key, or _PENDING while `keys` has none (yet)."""
+        if self._next is _PENDING:
+            self._next = next(self._keys, _PENDING)
+        return self._next

@@ -6,22 +6,28 @@ record), parsed as one JSON object, and given a row id no other line of the file
 a line without an id gets `line-<n>`, a repeated id is an error record under its own `line-<n>`).
 Writing appends one JSON object per line and flushes it at once, so a crash loses nothing that was
 finished; a rerun opens the same file, learns which ids are done and skips them. A torn last line (a crash
-mid-write) is dropped; rows a caller no longer trusts (`keep_row`) are dropped too, the file rewritten
-through a temporary file and a rename. The file is created by the first row, never before.
+mid-write) is dropped; a damaged line elsewhere is set aside in OUTPUT.damaged, the rows around it kept;
+rows a caller no longer trusts (`keep_row`) are dropped too, the file rewritten through a temporary file
+and a rename. The file is created by the first row, never before.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from inferlab.errors import InputError
+from inferlab.errors import InputError, OutputError, write_failed
 from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS, InputLine, read_lines
 from inferlab.inputs.record_ids import RecordIds
-from inferlab.outputs.atomic import write_bytes_atomic
+from inferlab.outputs.atomic import replace_atomically
+from inferlab.outputs.paths import damaged_path
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -101,7 +107,14 @@ class ResumableJsonlWriter:
     another job's rows (say `conformers generate`'s out.jsonl given to `generate`) and is refused, never
     resumed into. `keep_row(row)`: whether a row of an earlier run stands; the others (error rows on a
     rerun with --retry-errors, ok rows whose other output is gone) are taken out of the file and are not
-    `done`, so they are run again and each id keeps one row; `dropped` counts them."""
+    `done`, so they are run again and each id keeps one row; `dropped` counts them.
+
+    Reopening reads the file line by line. A last line without its newline is a torn write (a crash
+    mid-row): dropped. Any other line that is not a JSON object (bytes damaged on disk or by hand) is
+    damage: its bytes are appended to OUTPUT.damaged (outputs/paths.py; appended to, never replaced), one
+    log line names them, the rows on both sides stay, and only the rows it held are run again (`damaged`
+    counts the lines). A failed write (a full disk) is an OutputError naming the file; the writer then
+    writes nothing more, so no row follows a half-written one."""
 
     def __init__(self, path: str | Path, id_field: str = "id", fsync: bool = False,
                  kind_fields: tuple[str, ...] = (), keep_row: Callable[[dict[str, Any]], bool] | None = None) -> None:
@@ -111,37 +124,67 @@ class ResumableJsonlWriter:
         self.kind_fields = kind_fields
         self.done: set[str] = set()
         self.dropped = 0  # rows of earlier runs taken out to run again (keep_row)
+        self.damaged = 0  # damaged lines of earlier runs set aside
         self._file = None  # opened by the first row
+        self._failed: OutputError | None = None
         if self.path.is_dir():
             raise InputError(f"output {self.path} is a folder; give a file path for the JSONL output")
         if self.path.exists():
             self._load_and_repair(keep_row)
 
     def _load_and_repair(self, keep_row: Callable[[dict[str, Any]], bool] | None) -> None:
-        raw = self.path.read_bytes()
-        kept: list[bytes] = []
-        good_end = 0
-        for line in raw.splitlines(keepends=True):
-            if not line.endswith(b"\n"):
-                break  # a torn last line from a crash: drop it
-            try:
-                row = json.loads(line)
-            except (ValueError, RecursionError):
-                break
-            if good_end == 0:
-                self._check_kind(row)
-            good_end += len(line)
-            if isinstance(row, dict) and keep_row is not None and not keep_row(row):
-                self.dropped += 1
-                continue
-            kept.append(line)
-            if isinstance(row, dict) and self.id_field in row:
-                self.done.add(str(row[self.id_field]))
-        if self.dropped:
-            write_bytes_atomic(self.path, b"".join(kept))
-        elif good_end < len(raw):
+        removed: set[int] = set()  # 0-based lines not kept: damaged, dropped, blank
+        damaged: list[tuple[int, bytes]] = []
+        torn_at: int | None = None  # byte offset of a torn last line
+        checked_kind = False
+        offset = 0
+        with self.path.open("rb") as f:
+            for index, line in enumerate(f):
+                if not line.endswith(b"\n"):
+                    torn_at = offset
+                    break
+                offset += len(line)
+                if not line.strip():
+                    removed.add(index)
+                    continue
+                row = _parsed_row(line)
+                if row is None:
+                    removed.add(index)
+                    damaged.append((index + 1, line))
+                    continue
+                if not checked_kind:
+                    self._check_kind(row)
+                    checked_kind = True
+                if keep_row is not None and not keep_row(row):
+                    removed.add(index)
+                    self.dropped += 1
+                    continue
+                if self.id_field in row:
+                    self.done.add(str(row[self.id_field]))
+        if damaged:
+            self._set_aside(damaged)
+        if removed:
+            replace_atomically(self.path, lambda out: _copy_lines(self.path, out, removed))
+        elif torn_at is not None:
             with self.path.open("r+b") as f:
-                f.truncate(good_end)
+                f.truncate(torn_at)
+
+    def _set_aside(self, damaged: list[tuple[int, bytes]]) -> None:
+        """Append the damaged lines to OUTPUT.damaged (flushed to disk before the output is rewritten)."""
+        aside = damaged_path(self.path)
+        when = time.strftime("%Y-%m-%dT%H:%M:%S")
+        try:
+            with aside.open("ab") as f:
+                for line_no, line in damaged:
+                    f.write(f"# line {line_no} of {self.path}, set aside {when}:\n".encode() + line)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise write_failed(aside, e) from None
+        self.damaged = len(damaged)
+        lines = ", ".join(str(n) for n, _ in damaged[:10]) + (", ..." if len(damaged) > 10 else "")
+        log.warning("%s: %d damaged line(s) (line %s: not a JSON row) set aside in %s; the rows they held are "
+                    "run again", self.path, len(damaged), lines, aside)
 
     def _check_kind(self, first_row: Any) -> None:
         missing = [f for f in self.kind_fields if not isinstance(first_row, dict) or f not in first_row]
@@ -152,24 +195,54 @@ class ResumableJsonlWriter:
             )
 
     def write(self, row: dict[str, Any]) -> None:
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("a", encoding="utf-8")
-        self._file.write(json_line(row))
-        self._file.flush()
-        if self.fsync:
-            os.fsync(self._file.fileno())
+        if self._failed is not None:
+            raise self._failed
+        try:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self.path.open("a", encoding="utf-8")
+            self._file.write(json_line(row))
+            self._file.flush()
+            if self.fsync:
+                os.fsync(self._file.fileno())
+        except OSError as e:
+            self._failed = write_failed(self.path, e)
+            raise self._failed from None
         self.done.add(str(row[self.id_field]))
 
     def close(self) -> None:
-        if self._file is not None:
+        if self._file is None:
+            return
+        try:
             self._file.close()
+        except OSError as e:  # the buffered rest of a row could not be written either
+            if self._failed is None:
+                raise write_failed(self.path, e) from None
+        finally:
+            self._file = None
 
     def __enter__(self) -> "ResumableJsonlWriter":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _parsed_row(line: bytes) -> dict[str, Any] | None:
+    """The JSON object of a complete output line, or None for a damaged one."""
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def _copy_lines(path: Path, out, removed: set[int]) -> None:
+    """Copy `path`'s complete lines but the `removed` ones (0-based) to `out`; a torn last line is left out."""
+    with path.open("rb") as f:
+        for index, line in enumerate(f):
+            if line.endswith(b"\n") and index not in removed:
+                out.write(line)
 
 
 def json_line(row: dict[str, Any]) -> str:

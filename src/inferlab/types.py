@@ -3,18 +3,39 @@ comes back. No behaviour beyond validation lives here."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from inferlab.errors import ConfigError
 
 
+# The accepted temperatures besides 0 (greedy). Below the floor sampling is greedy in all but near-ties,
+# and in fp32 logit / T overflows to +-inf for small enough T, which the race and the constraint's mask
+# cannot rank (1e-45 once gave 0% valid conformers); above the ceiling every allowed token is about as
+# likely, and T = inf turns the masked logits into NaN.
+MIN_TEMPERATURE = 1e-3
+MAX_TEMPERATURE = 1e3
+_INT32_MAX = 2**31 - 1  # token ids and top_k sit in the engine's int32/int64 device tables
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How one request's tokens are chosen and when it stops.
 
-    temperature == 0 means greedy. top_k == 0 and top_p == 1.0 and min_p == 0.0 disable those filters.
-    Filters apply in the order of transformers: temperature, top-k, top-p, min-p.
+    temperature == 0 means greedy; any other temperature is a finite number in [MIN_TEMPERATURE,
+    MAX_TEMPERATURE]. top_k == 0 and top_p == 1.0 and min_p == 0.0 disable those filters. Filters apply in
+    the order of transformers: temperature, top-k, top-p, min-p. Every value is checked here, however it
+    arrives (a flag, a JSONL line, the Python API): a NaN, an infinity or a value of the wrong type is a
+    ConfigError naming the field and the range.
     """
 
     temperature: float = 1.0
@@ -28,10 +49,18 @@ class SamplingParams:
     seed: int | None = None  # per-request seed; None derives one from the engine seed and the request id
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ConfigError(f"temperature={self.temperature} is negative; use 0 for greedy or a value > 0")
-        if self.top_k < 0:
-            raise ConfigError(f"top_k={self.top_k} is negative; use 0 to disable top-k")
+        for name in ("temperature", "top_p", "min_p"):
+            value = getattr(self, name)
+            if not _is_number(value) or not math.isfinite(value):
+                raise ConfigError(f"{name}={value!r} must be a finite number")
+        for name in ("top_k", "max_new_tokens", "min_new_tokens"):
+            if not _is_int(getattr(self, name)):
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be a whole number")
+        if self.temperature != 0 and not MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE:
+            raise ConfigError(f"temperature={self.temperature} is outside {MIN_TEMPERATURE:g}..{MAX_TEMPERATURE:g}; "
+                              "use 0 for greedy decoding, or a temperature in that range")
+        if not 0 <= self.top_k <= _INT32_MAX:
+            raise ConfigError(f"top_k={self.top_k} must be in [0, {_INT32_MAX}]; use 0 to disable top-k")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"top_p={self.top_p} must be in (0, 1]; use 1.0 to disable top-p")
         if not 0.0 <= self.min_p < 1.0:
@@ -42,6 +71,16 @@ class SamplingParams:
             raise ConfigError(
                 f"min_new_tokens={self.min_new_tokens} must be in [0, max_new_tokens={self.max_new_tokens}]"
             )
+        if isinstance(self.stop_token_ids, list):  # as a JSON line gives it; the params stay hashable
+            object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        if not isinstance(self.stop_token_ids, tuple) or not all(
+                _is_int(t) and 0 <= t <= _INT32_MAX for t in self.stop_token_ids):
+            raise ConfigError(f"stop_token_ids={self.stop_token_ids!r} must be a tuple of token ids (whole numbers "
+                              ">= 0)")
+        if not isinstance(self.ignore_eos, bool):
+            raise ConfigError(f"ignore_eos={self.ignore_eos!r} must be true or false")
+        if self.seed is not None and not _is_int(self.seed):
+            raise ConfigError(f"seed={self.seed!r} must be a whole number or None")
 
     @property
     def greedy(self) -> bool:

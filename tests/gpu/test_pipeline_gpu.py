@@ -56,6 +56,7 @@ def test_demo_runs_on_the_device(tmp_path):
 
 
 def test_conformer_pipeline_writes_each_row_once_and_a_rerun_resumes(size, checkpoint, tmp_path):
+    from inferlab.engine import EngineConfig
     from inferlab.workloads.conformers.pipeline.generate import generate_conformers
     from inferlab.workloads.conformers.pipeline.config import PipelineConfig
 
@@ -63,8 +64,9 @@ def test_conformer_pipeline_writes_each_row_once_and_a_rerun_resumes(size, check
     model = checkpoint(size.pick("tiny-qwen3", "qwen3-0.6b"))
     source = write_molecules(tmp_path / "molecules.smi", molecules)
     config = PipelineConfig(num_conformers=k, seed=0)
-    first = generate_conformers(model, source, tmp_path / "out.sdf", config, {"device": "cuda"}).as_dict()
-    again = generate_conformers(model, source, tmp_path / "out.sdf", config, {"device": "cuda"}).as_dict()
+    engine = EngineConfig(model=model, device="cuda")
+    first = generate_conformers(engine, source, tmp_path / "out.sdf", config).as_dict()
+    again = generate_conformers(engine, source, tmp_path / "out.sdf", config).as_dict()
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert len(rows) == len({r["id"] for r in rows}) == molecules * k
     assert first["conformers_ok"] > 0
@@ -107,6 +109,7 @@ def test_transformers_fallback_matches_its_generate_and_both_backends_run(size, 
     from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
     from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
+    from inferlab.engine import EngineConfig
     from inferlab.types import SamplingParams
     from inferlab.workloads.text import open_backend, run_text_generation
 
@@ -120,8 +123,8 @@ def test_transformers_fallback_matches_its_generate_and_both_backends_run(size, 
     prompts.write_text("".join(json.dumps({"id": f"g{i}", "prompt": "count to " * (1 + i % 6)}) + "\n"
                                for i in range(16)))  # fmt: skip
     greedy = SamplingParams(temperature=0.0, max_new_tokens=16)
-    options = {"device": "cuda", "dtype": "float32", "max_slots": 8}
-    run_text_generation(prompts, tmp_path / "gpt2-out.jsonl", lambda: open_backend("auto", str(gpt2), options), greedy)
+    engine = EngineConfig(model=str(gpt2), device="cuda", dtype="float32", max_slots=8)
+    run_text_generation(prompts, tmp_path / "gpt2-out.jsonl", lambda: open_backend("auto", engine), greedy)
     rows = {r["id"]: r for r in map(json.loads, (tmp_path / "gpt2-out.jsonl").read_text().splitlines())}
     reference = AutoModelForCausalLM.from_pretrained(str(gpt2)).to("cuda").eval()
     ref_tokenizer = AutoTokenizer.from_pretrained(str(gpt2))
@@ -140,7 +143,7 @@ def test_transformers_fallback_matches_its_generate_and_both_backends_run(size, 
     texts = write_prompts(tmp_path / "prompts.jsonl", size.pick(8, 256))
     sampling = SamplingParams(temperature=0.0, max_new_tokens=size.pick(8, 128), ignore_eos=True)
     for backend in ("inferlab", "hf"):
-        opened = open_backend(backend, str(model), {"device": "cuda", "max_slots": size.pick(8, 256)})
+        opened = open_backend(backend, EngineConfig(model=str(model), device="cuda", max_slots=size.pick(8, 256)))
         summary = run_text_generation(texts, tmp_path / f"{backend}.jsonl", lambda b=opened: b, sampling)
         assert summary.errors == 0, backend
         free_device_memory()

@@ -4,6 +4,7 @@ allocation or output file; never a traceback."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -51,8 +52,36 @@ def _pickle_only(folder):
     (folder / "model.safetensors").unlink()
 
 
+def _truncated(folder):
+    weights = folder / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)  # a download cut short
+
+
+def _replaced_by(target):
+    def change(folder):
+        (folder / "config.json").unlink()
+        (folder / "config.json").symlink_to(target)
+    return change
+
+
+def _weights_loop(folder):
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors").symlink_to("model.safetensors")
+
+
+def _fifo_config(folder):
+    (folder / "config.json").unlink()
+    os.mkfifo(folder / "config.json")  # reading it would wait forever
+
+
 CASES = {
     "a list": (lambda folder: (folder / "config.json").write_text("[1, 2, 3]"), "holds a JSON list"),
+    "truncated weights": (_truncated, "model.safetensors is truncated"),
+    "weights a link loop": (_weights_loop, "model.safetensors cannot be read (Too many levels of symbolic links)"),
+    "config.json -> /dev/zero": (_replaced_by("/dev/zero"), "config.json is not a regular file"),
+    "config.json a FIFO": (_fifo_config, "config.json is not a regular file"),
+    "config.json a dangling link": (_replaced_by("nowhere.json"), "config.json is a symbolic link to a file that "
+                                                                  "does not exist"),
     "broken tokenizer": (lambda folder: (folder / "tokenizer.json").write_text('{"version": "1.0", "model": {'),
                          "tokenizer.json is not valid JSON"),
     "pickle only": (_pickle_only, "has no *.safetensors weights (it has pytorch_model.bin: pickle files"),

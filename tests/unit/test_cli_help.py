@@ -1,6 +1,9 @@
-"""`inferlab --help` and every command's --help render (argparse formats help strings with %)."""
+"""`inferlab --help` and every command's --help render (argparse formats help strings with %), each flag's
+default shown as the value it takes."""
 
 from __future__ import annotations
+
+import argparse
 
 import pytest
 
@@ -16,12 +19,24 @@ def test_top_level_help_lists_every_command(capsys):
         assert command in out
 
 
-def test_every_command_help_renders(capsys):
-    commands = build_parser()._subparsers._group_actions[0].choices
-    for name in commands:
+def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
+    """(argv prefix, parser) of every command and sub-command (`conformers generate`)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*prefix, name), sub
+                yield from _commands(sub, (*prefix, name))
+
+
+def test_every_command_help_renders_with_real_defaults(capsys):
+    commands = list(_commands(build_parser()))
+    assert ("conformers", "generate") in [argv for argv, _ in commands]
+    for argv, _ in commands:
         with pytest.raises(SystemExit) as e:
-            main([name, "--help"])
-        assert e.value.code == 0, name
+            main([*argv, "--help"])
+        assert e.value.code == 0, argv
+        out = capsys.readouterr().out
+        assert "UNSET" not in out, (argv, [line for line in out.splitlines() if "UNSET" in line])
 
 
 def test_top_level_help_documents_the_exit_codes(capsys):

@@ -81,3 +81,19 @@ def test_the_conformer_pipeline_module_imports_no_torch():
     done = _child("import sys, inferlab.workloads.conformers.pipeline.generate\nprint('torch' in sys.modules)")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_the_demo_reusing_its_checkpoint_imports_no_model_classes(tmp_path: Path):
+    """transformers' model classes (checkpoint_init's imports, seconds of a demo's start) only to build one."""
+    done = _child(f"""
+import json, pathlib, sys
+from inferlab.workloads.conformers.pipeline.demo import DEMO_MODELS, demo_checkpoint
+work = pathlib.Path({str(tmp_path)!r})
+for preset in DEMO_MODELS.values():  # an earlier demo's checkpoint, whichever tokenizer this machine has
+    (work / f"{{preset}}-float32").mkdir()
+    (work / f"{{preset}}-float32" / "inferlab_preset.json").write_text("{{}}")
+assert demo_checkpoint(work)[1] is False
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "transformers" or m.endswith("checkpoint_init"))))
+""")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == []

@@ -50,3 +50,31 @@ def test_a_signal_ends_the_command_with_one_line_and_its_exit_code(monkeypatch, 
     err = capsys.readouterr().err
     assert err.strip() == f"interrupted ({signal.Signals(sig).name}): {line}"
     assert restored[0] == before[0]  # SIGTERM's handler is the caller's again after the command
+
+
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM"])
+def test_a_second_signal_while_the_command_ends_is_ignored(monkeypatch, capsys, second):
+    """Two quick Ctrl-Cs: the second once landed in the command's end (a progress bar's close) and printed a
+    KeyboardInterrupt traceback there, cutting the end short; from the first signal on both are ignored."""
+    ended = []
+
+    def handler(args) -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        finally:
+            os.kill(os.getpid(), second)  # while the finished rows are being written
+            time.sleep(0.2)
+            ended.append(True)
+        raise AssertionError("the signal did not interrupt the command")
+
+    monkeypatch.setattr("inferlab.cli.generate_cmd._generate", handler)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        assert main("generate --model m --input i.jsonl --output o.jsonl".split()) == 130
+        assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    finally:
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGINT, before[1])
+    assert ended == [True]
+    assert capsys.readouterr().err.strip() == f"interrupted (SIGINT): {RESUME}"

@@ -1,6 +1,6 @@
 import pytest
 
-from inferlab.errors import InputError
+from inferlab.errors import InputError, OutputError
 from inferlab.jsonl_io import ResumableJsonlWriter, read_jsonl_records
 
 
@@ -64,3 +64,50 @@ def test_rows_not_kept_are_taken_out_of_the_file_and_not_done(tmp_path):
         '{"id": "r0", "status": "ok"}', '{"id": "r2", "status": "ok"}', '{"id": "r1", "status": "ok"}']
     assert ResumableJsonlWriter(p, keep_row=lambda row: row["status"] != "error").dropped == 0
     assert list(tmp_path.iterdir()) == [p]  # no temporary file left
+
+
+def test_a_damaged_middle_line_is_set_aside_and_only_its_row_runs_again(tmp_path, caplog):
+    """Two NUL bytes in row 10 of 200 (or a 0xff byte, or a line that is JSON but no object): the rows on
+    both sides are kept, the damaged bytes go to out.jsonl.damaged (appended to), one log line says so;
+    only a torn last line is a torn write, dropped without a word."""
+    p = tmp_path / "out.jsonl"
+    with ResumableJsonlWriter(p) as w:
+        for i in range(200):
+            w.write({"id": f"r{i}", "v": i})
+    lines = p.read_bytes().split(b"\n")
+    lines[9] = lines[9][:5] + b"\x00\x00" + lines[9][5:]
+    lines[20] = b'{"id": "r20", "v": "\xff"}'
+    lines[30] = b"[30]"
+    p.write_bytes(b"\n".join(lines) + b'{"id": "torn"')
+    w = ResumableJsonlWriter(p)
+    assert w.done == {f"r{i}" for i in range(200)} - {"r9", "r20", "r30"} and w.damaged == 3
+    w.close()
+    assert len(p.read_bytes().splitlines()) == 197 and b"torn" not in p.read_bytes()
+    aside = (tmp_path / "out.jsonl.damaged").read_bytes()
+    assert b"\x00\x00" in aside and b"\xff" in aside and b"[30]" in aside and aside.count(b"# line ") == 3
+    assert "3 damaged line(s) (line 10, 21, 31" in caplog.text and caplog.text.count("damaged line") == 1
+    with p.open("ab") as f:
+        f.write(b"not json\n" + b'{"id": "r9", "v": 9}\n')
+    assert ResumableJsonlWriter(p).done == {f"r{i}" for i in range(200)} - {"r20", "r30"}
+    assert (tmp_path / "out.jsonl.damaged").read_bytes().startswith(aside)  # appended, never replaced
+
+
+def test_a_failed_write_is_one_error_naming_the_file_and_nothing_follows_it(tmp_path):
+    import resource
+
+    p = tmp_path / "out.jsonl"
+    w = ResumableJsonlWriter(p)
+    w.write({"id": "a", "text": "x" * 100})
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (p.stat().st_size + 50, limit[1]))  # the disk is full, for us
+    try:
+        with pytest.raises(OutputError, match=f"cannot write {p} .*then rerun the same command") as first:
+            w.write({"id": "b", "text": "y" * 100})
+        with pytest.raises(OutputError) as again:
+            w.write({"id": "c"})
+        w.close()  # the buffered rest of "b" cannot go either: no second error
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+    assert again.value is first.value and "File too large" in str(first.value)
+    resumed = ResumableJsonlWriter(p)
+    assert resumed.done == {"a"} and resumed.damaged == 0  # a torn "b" at the end at most

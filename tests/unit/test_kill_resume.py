@@ -1,8 +1,10 @@
-"""`conformers generate` and `generate` killed at random points (SIGKILL, SIGTERM, SIGINT), then rerun with
-the same command: every input ends with exactly its rows, once each; every SDF record reads back and
-belongs to exactly one ok row; no process of the killed run is left (its pools and resource tracker
-included: the run leads its own session, and nothing of that session may outlive it); a run ended by
-SIGTERM or Ctrl-C exits 143 or 130 with the resume line and no traceback (or 0, when the signal came as
+"""`conformers generate` and `generate` (also collecting activations) killed at random points (SIGKILL,
+SIGTERM, SIGINT), one line of the JSONL then possibly damaged (bytes no JSON row has, anywhere but in a
+torn tail), then rerun with the same command: every input ends with exactly its rows, once each (generate's
+in input order, and the activations' too); every SDF record reads back and belongs to exactly one ok row;
+a damaged line's bytes are in OUTPUT.damaged; no process of the killed run is left (its pools and resource
+tracker included: the run leads its own session, and nothing of that session may outlive it); a run ended
+by SIGTERM or Ctrl-C exits 143 or 130 with the resume line and no traceback (or 0, when the signal came as
 it finished).
 
 The kill point: after `after_rows` rows are in the JSONL (0: a moment after the start, possibly before
@@ -82,16 +84,40 @@ def kill_at(argv: list[str], rows_path: Path, sig: int, after_rows: int, delay: 
         assert f"interrupted ({signal.Signals(sig).name}): {RESUME_LINE}" in err, err
 
 
+def damage_a_line(rows_path: Path, damage: tuple[float, str] | None) -> bytes | None:
+    """Damage one complete line of the JSONL (which one: a fraction of their count); its new bytes."""
+    if damage is None or not rows_path.exists():
+        return None
+    data = rows_path.read_bytes()
+    lines = data.split(b"\n")  # the last item: a torn tail, or b""
+    if len(lines) < 2:
+        return None
+    where, how = damage
+    i = min(int(where * (len(lines) - 1)), len(lines) - 2)
+    line = lines[i]
+    lines[i] = {"nul": line[:5] + b"\x00\x00" + line[5:], "byte": line[:-3] + b"\xff" + line[-2:],
+                "cut": line[: len(line) // 2], "garbage": b"#not a row"}[how]
+    rows_path.write_bytes(b"\n".join(lines))
+    return lines[i] + b"\n"
+
+
+def assert_set_aside(rows_path: Path, damaged: bytes | None) -> None:
+    if damaged is not None:
+        assert damaged in Path(f"{rows_path}.damaged").read_bytes()
+
+
 kill_points = dict(sig=st.sampled_from([signal.SIGKILL, signal.SIGTERM, signal.SIGINT]),
                    delay=st.floats(0.0, 1.5))
+damages = st.one_of(st.none(), st.tuples(st.floats(0.0, 1.0), st.sampled_from(["nul", "byte", "cut", "garbage"])))
 
 
 @KILLS
-@given(after_rows=st.integers(0, 4 * K - 1), pools=st.booleans(), **kill_points)
-@example(after_rows=2, pools=True, sig=signal.SIGKILL, delay=0.0)
-@example(after_rows=3, pools=True, sig=signal.SIGTERM, delay=0.2)
-@example(after_rows=1, pools=False, sig=signal.SIGINT, delay=0.0)
-def test_a_conformer_run_killed_anywhere_resumes_to_exactly_its_rows(tiny_checkpoint, sig, after_rows, delay, pools):
+@given(after_rows=st.integers(0, 4 * K - 1), pools=st.booleans(), damage=damages, **kill_points)
+@example(after_rows=2, pools=True, sig=signal.SIGKILL, delay=0.0, damage=None)
+@example(after_rows=3, pools=True, sig=signal.SIGTERM, delay=0.2, damage=(0.5, "byte"))
+@example(after_rows=1, pools=False, sig=signal.SIGINT, delay=0.0, damage=None)
+def test_a_conformer_run_killed_anywhere_resumes_to_exactly_its_rows(tiny_checkpoint, sig, after_rows, delay, pools,
+                                                                     damage):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         inp, out = tmp / "in.smi", tmp / "out.sdf"
@@ -100,7 +126,9 @@ def test_a_conformer_run_killed_anywhere_resumes_to_exactly_its_rows(tiny_checkp
         argv = ["conformers", "generate", "--model", str(tiny_checkpoint("tiny")), "--input", str(inp), "--output",
                 str(out), "--num-conformers", str(K), "--seed", "3", "--max-slots", "2", "--device", "cpu", *workers]
         kill_at(argv, out.with_suffix(".jsonl"), sig, after_rows, delay)
+        damaged = damage_a_line(out.with_suffix(".jsonl"), damage)
         assert main(argv) == 0  # the same command again, here
+        assert_set_aside(out.with_suffix(".jsonl"), damaged)
 
         rows = [json.loads(line) for line in jsonl_rows(out.with_suffix(".jsonl"))]
         expected = {f"{record.id}#{k}" for record in read_molecule_inputs(inp).records for k in range(K)}
@@ -112,22 +140,55 @@ def test_a_conformer_run_killed_anywhere_resumes_to_exactly_its_rows(tiny_checkp
         assert {r["id"] for r in rows if r["status"] == "error"} == {f"broken#{k}" for k in range(K)}
 
 
-@KILLS
-@given(after_rows=st.integers(0, PROMPTS - 1), **kill_points)
-@example(after_rows=3, sig=signal.SIGKILL, delay=0.0)
-@example(after_rows=2, sig=signal.SIGTERM, delay=0.0)
-@example(after_rows=1, sig=signal.SIGINT, delay=0.1)
-def test_a_generate_run_killed_anywhere_resumes_to_exactly_its_rows(tiny_checkpoint, sig, after_rows, delay):
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        inp, out = tmp / "in.jsonl", tmp / "out.jsonl"
-        inp.write_text("".join(json.dumps({"id": f"p{i}", "prompt_ids": [5 + i] * (1 + i % 3)}) + "\n"
-                               for i in range(PROMPTS)))
-        argv = ["generate", "--model", str(tiny_checkpoint("tiny")), "--input", str(inp), "--output", str(out),
-                "--max-new-tokens", "24", "--max-slots", "2", "--device", "cpu"]
-        kill_at(argv, out, sig, after_rows, delay)
-        assert main(argv) == 0
+def _generate_argv(tiny_checkpoint, tmp: Path, *extra: str) -> tuple[list[str], Path]:
+    inp, out = tmp / "in.jsonl", tmp / "out.jsonl"
+    inp.write_text("".join(json.dumps({"id": f"p{i}", "prompt_ids": [5 + i] * (1 + i % 3)}) + "\n"
+                           for i in range(PROMPTS)))
+    return ["generate", "--model", str(tiny_checkpoint("tiny")), "--input", str(inp), "--output", str(out),
+            "--max-new-tokens", "24", "--max-slots", "2", "--device", "cpu", *extra], out
 
-        rows = [json.loads(line) for line in jsonl_rows(out)]
-        assert sorted(r["id"] for r in rows) == sorted(f"p{i}" for i in range(PROMPTS))
-        assert all(r["status"] == "ok" and r["output_tokens"] == 24 for r in rows)
+
+def _assert_exactly_its_rows_in_input_order(out: Path) -> None:
+    rows = [json.loads(line) for line in jsonl_rows(out)]
+    assert [r["id"] for r in rows] == [f"p{i}" for i in range(PROMPTS)]  # each once, in input order
+    assert all(r["status"] == "ok" and r["output_tokens"] == 24 for r in rows)
+
+
+@KILLS
+@given(after_rows=st.integers(0, PROMPTS - 1), damage=damages, **kill_points)
+@example(after_rows=3, sig=signal.SIGKILL, delay=0.0, damage=(0.0, "nul"))
+@example(after_rows=2, sig=signal.SIGTERM, delay=0.0, damage=None)
+@example(after_rows=1, sig=signal.SIGINT, delay=0.1, damage=None)
+def test_a_generate_run_killed_anywhere_resumes_to_exactly_its_rows(tiny_checkpoint, sig, after_rows, delay, damage):
+    with tempfile.TemporaryDirectory() as tmp:
+        argv, out = _generate_argv(tiny_checkpoint, Path(tmp))
+        kill_at(argv, out, sig, after_rows, delay)
+        damaged = damage_a_line(out, damage)
+        assert main(argv) == 0
+        _assert_exactly_its_rows_in_input_order(out)
+        assert_set_aside(out, damaged)
+
+
+@KILLS
+@given(sig=kill_points["sig"], delay=st.floats(0.5, 8.0), damage=damages)
+@example(sig=signal.SIGTERM, delay=4.0, damage=None)
+@example(sig=signal.SIGINT, delay=6.0, damage=(0.9, "cut"))
+def test_a_generate_run_collecting_activations_killed_anywhere_resumes_to_exactly_its_rows(
+        tiny_checkpoint, sig, delay, damage):
+    """--collect-output: a signal inside the activation store's flush once wrote rows twice (494 rows for 333
+    ids); the rows and the assembled activations hold each id once, in input order. Its rows are written
+    with their shard (256 rows, or at the end here), so the kill point is a time after the start."""
+    from safetensors import safe_open
+
+    with tempfile.TemporaryDirectory() as tmp:
+        acts = Path(tmp) / "acts.safetensors"
+        argv, out = _generate_argv(tiny_checkpoint, Path(tmp), "--collect-layers", "0", "-1", "--collect-output",
+                                   str(acts))
+        kill_at(argv, out, sig, 0, delay)
+        damaged = damage_a_line(out, damage)
+        assert main(argv) == 0
+        _assert_exactly_its_rows_in_input_order(out)
+        assert_set_aside(out, damaged)
+        with safe_open(str(acts), framework="pt") as f:
+            assert json.loads(f.metadata()["ids"]) == [f"p{i}" for i in range(PROMPTS)]
+            assert f.get_tensor("layer_0").shape[0] == PROMPTS

@@ -32,6 +32,17 @@ def test_large_shapes_match_the_issue():
     assert rope["rope_theta"] == 10000.0
 
 
+def test_the_conformer_reference_shape_is_the_issues():
+    c = get_preset("conformer-ref-shape").make_config()  # issue 27: the trained reference model's shape
+    heads = (c.num_attention_heads, c.num_key_value_heads, c.head_dim)
+    assert (c.hidden_size, c.num_hidden_layers, heads) == (256, 8, (4, 2, 64))
+    assert (c.intermediate_size, c.vocab_size, c.max_position_embeddings) == (1024, 4096, 2048)
+    assert c.tie_word_embeddings and c.model_type == "qwen3"
+    attention = c.hidden_size * (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim * 2  # qkv and o
+    per_layer = attention + 3 * c.hidden_size * c.intermediate_size
+    assert 8e6 <= c.num_hidden_layers * per_layer + c.vocab_size * c.hidden_size <= 10e6
+
+
 def test_unknown_preset_is_refused_with_the_choices():
     with pytest.raises(ConfigError, match="choose one of: tiny"):
         get_preset("llama-9000")

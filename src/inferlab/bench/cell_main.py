@@ -1,7 +1,8 @@
 """The child side of the launcher: `python -m inferlab.bench.cell_main SPEC.json OUTCOME.json`.
 
 Reads one cell spec, runs its scenario, and writes an Outcome (status, message, metrics, warnings) as
-JSON, atomically. A Python exception becomes an `error` outcome (or `unavailable` for UnsupportedError
+JSON, atomically. A Python exception, or a result that is not a mapping of metric names, becomes an
+`error` outcome (or `unavailable` for UnsupportedError
 and torch's "No available kernel"); a hang or a crash leaves no outcome file and the launcher records
 it. Tracebacks go to stderr, which the launcher keeps as the cell's log. The cell leads its own session:
 when the launcher's process dies, however, the cell kills that whole session (child_processes.py), so
@@ -57,6 +58,9 @@ def execute(spec: dict[str, Any], outcome_path: Path | None = None) -> Outcome:
         outcome = classify_exception(exc)
         outcome.warnings.extend(ctx.warnings)
         return outcome
+    if not isinstance(metrics, dict) or not all(isinstance(k, str) for k in metrics):
+        return Outcome("error", f"scenario {cell.scenario!r} returned a {type(metrics).__name__}, not a mapping of "
+                                "metric names to values; a scenario's run() returns a dict", {}, list(ctx.warnings))
     return Outcome("ok", "", metrics, list(ctx.warnings))
 
 

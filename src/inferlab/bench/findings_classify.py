@@ -2,7 +2,9 @@
 against our rows of the seed-classify setting: the qwen2-cls preset, texts of 131-5,557 tokens, the
 seeds' consecutive (unbucketed) batches, float16. Our int8 is torchao's weight-only int8, not
 bitsandbytes' LLM.int8: the claims are about "int8 weights", and the verdict says what our int8 did.
-The seeds' numbers are claims, quoted; the measured figures are this run's rows. Owns these claims only.
+The seeds' numbers are claims, quoted; the measured figures are this run's rows. Owns these claims, and the
+acceptance of a backend's labels beside transformers' (label_findings: every classify row checked against
+transformers, judged on the rows whose label the precision decides, scenarios/label_agreement.py).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from inferlab.bench.findings import Finding
-from inferlab.bench.markdown import num, ratio
+from inferlab.bench.markdown import num, ratio, sig
 from inferlab.bench.results import headline
 
 SEED_CLASSIFIER = "qwen2-cls"
@@ -66,3 +68,47 @@ def classify_findings(rows: list[dict[str, Any]]) -> list[Finding]:
 
 def has_seed_classify_rows(rows: list[dict[str, Any]]) -> bool:
     return bool(_rows(rows))
+
+
+# The share of decidable rows whose label must equal transformers': weights in the model dtype, quantized weights.
+AGREEMENT_FULL_WEIGHTS = 0.995
+AGREEMENT_QUANTIZED = 0.99
+
+
+def _quantized(row: dict[str, Any]) -> str:
+    """The row's quantized weights ("" for weights in the model dtype)."""
+    c = row.get("config", {})
+    weights = c.get("weights", "auto")
+    return weights if weights != "auto" else "" if c.get("quantization", "none") == "none" else c["quantization"]
+
+
+def _percent(value: float) -> str:
+    return f"{value * 100:.1f}%"
+
+
+def label_checked(row: dict[str, Any]) -> bool:
+    """A finished classify row whose labels were checked against transformers (check_texts > 0)."""
+    return (row.get("scenario") == "classify" and row.get("status") == "ok"
+            and row.get("metrics", {}).get("labels_decidable") is not None)
+
+
+def label_findings(rows: list[dict[str, Any]]) -> list[Finding]:
+    """One finding per classify row checked against transformers: its labels where the precision decides."""
+    findings = []
+    for row in filter(label_checked, rows):
+        m = row["metrics"]
+        quantized = _quantized(row)
+        want = AGREEMENT_QUANTIZED if quantized else AGREEMENT_FULL_WEIGHTS
+        c = row.get("config", {})
+        weights = f", {quantized} weights" if quantized else ""
+        claim = (f"{row.get('backend')}'s labels equal transformers' where the precision decides ({row.get('model')}, "
+                 f"{c.get('dtype')}{weights}, texts={c.get('texts', 'synthetic')})")
+        share, count = m.get("labels_agree_with_hf_decidable"), m["labels_decidable"]
+        measured = (f"{_percent(share) if share is not None else '-'} of {count} decidable rows (transformers' "
+                    f"margin > {sig(m['label_margin_tolerance'])}, from {c.get('dtype')} vs "
+                    f"{m.get('label_tolerance_dtype')}); all {m['check_texts']} rows: {_percent(m['labels_agree_with_hf'])}")
+        if m.get("accuracy") is not None:
+            measured += f"; accuracy {_percent(m['accuracy'])} (transformers {_percent(m['hf_accuracy'])})"
+        verdict = "not measured" if share is None else "holds" if share >= want else "does not hold"
+        findings.append(Finding(claim, measured, f">= {_percent(want)} of decidable rows", verdict))
+    return findings

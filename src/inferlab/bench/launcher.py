@@ -1,7 +1,7 @@
 """Runs a plan: every cell in its own fresh process with a wall-clock timeout, one result row per cell
 appended and flushed to RUN_DIR/results.jsonl as it ends.
 
-A hang (killed with its whole process group at the timeout), a crash (signal, non-zero exit), a Python
+A hang (killed with its whole process tree at the timeout), a crash (signal, non-zero exit), a Python
 exception or "No available kernel" each become a row and the sweep goes on. A rerun of the same plan into
 the same RUN_DIR skips cells already recorded (by cell key), so a killed sweep resumes; cells not started
 because the time limit ran out are recorded as `skipped` and run on the next launch. One launch per
@@ -39,6 +39,7 @@ from inferlab.environment import gpu_idle_check
 from inferlab.errors import ConfigError
 from inferlab.jsonl_io import ResumableJsonlWriter
 from inferlab.outputs.lock import OutputLock
+from inferlab.process_tree import ProcessTree
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +188,10 @@ def _run_cell(cell: Cell, run_dir: Path, run_id: str, env: dict[str, Any], model
 
 def run_child(cmd: list[str], log_path: Path, timeout_s: float, grace_s: float = 5.0) -> ChildExit:
     """Run `cmd` in a new session (its own process group), output to `log_path`; at the timeout, or when
-    this process is interrupted (Ctrl-C, SIGTERM), kill the whole group (SIGTERM, then SIGKILL after
-    `grace_s`). Leftover grandchildren are killed either way. A child that calls
+    this process is interrupted (Ctrl-C, SIGTERM), end its whole tree (SIGTERM, then SIGKILL after
+    `grace_s`): its process group and every process seen below it (process_tree.py: grandchildren that
+    started their own session included; the tree is walked every WATCH_S while the child runs).
+    Leftovers of the tree are killed either way. A child that calls
     die_with_parent_from_environment(kill_group=True) (cell_main does) kills its group itself when this
     process dies without getting to (SIGKILL)."""
     child_env = child_environment()
@@ -198,27 +201,47 @@ def run_child(cmd: list[str], log_path: Path, timeout_s: float, grace_s: float =
     start = time.monotonic()
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, env=child_env)
+        tree = ProcessTree(proc.pid)
         timed_out = False
         try:
-            returncode: int | None = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            returncode = _end_group(proc, grace_s)
+            returncode = _wait_watching(proc, tree, start + timeout_s)
+            if returncode is None:
+                timed_out = True
+                returncode = _end_tree(proc, tree, grace_s)
         except BaseException:  # interrupted: the cell goes with us (it gets no row; a rerun runs it)
-            _end_group(proc, grace_s)
+            _end_tree(proc, tree, grace_s)
             raise
         _signal_group(proc.pid, signal.SIGKILL)  # compile workers and other grandchildren must not outlive the cell
+        tree.kill()
     return ChildExit(returncode=returncode, timed_out=timed_out, seconds=time.monotonic() - start)
 
 
-def _end_group(proc: subprocess.Popen, grace_s: float) -> int | None:
-    """SIGTERM the child's group, SIGKILL it after `grace_s`; the child's exit code."""
+WATCH_S = 0.25  # how often a running cell's process tree is read
+
+
+def _wait_watching(proc: subprocess.Popen, tree: ProcessTree, deadline: float) -> int | None:
+    """The child's exit code, or None at the deadline; its tree watched meanwhile."""
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(WATCH_S, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            tree.watch()
+            if time.monotonic() >= deadline:
+                return None
+
+
+def _end_tree(proc: subprocess.Popen, tree: ProcessTree, grace_s: float) -> int | None:
+    """SIGTERM the child's group and tree, SIGKILL them after `grace_s`; the child's exit code."""
+    tree.watch()
     _signal_group(proc.pid, signal.SIGTERM)
+    tree.signal(signal.SIGTERM)
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
+        tree.watch()
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
+    tree.kill()
     return proc.returncode
 
 
@@ -233,12 +256,16 @@ def _outcome_of(exit_: ChildExit, outcome_path: Path, log_path: Path, timeout_s:
     tail = log_tail(log_path)
     if exit_.timed_out and cut_by_limit:  # the run's budget ran out, not the cell's own timeout: resumable
         return Outcome("skipped", f"cut by the run's time limit after {timeout_s:.0f} s (before its own timeout); "
-                                  f"process group killed; rerun the same command to resume. Last output: {tail}")
+                                  f"process tree killed; rerun the same command to resume. Last output: {tail}")
     if exit_.timed_out:
-        return Outcome("timeout", f"no result after {timeout_s:.0f} s (its timeout); process group killed. "
+        return Outcome("timeout", f"no result after {timeout_s:.0f} s (its timeout); process tree killed. "
                                   f"Last output: {tail}")
     if outcome_path.is_file():
-        outcome = Outcome.from_json(json.loads(outcome_path.read_text()))
+        try:
+            outcome = Outcome.from_json(json.loads(outcome_path.read_text(encoding="utf-8")))
+        except (ValueError, RecursionError) as e:  # the cell's own code wrote into the file
+            outcome = Outcome("error", f"the cell's outcome file is not JSON ({e}); the cell's code wrote something "
+                                       "else there")
         if exit_.returncode not in (0, None):
             outcome.warnings.append(f"the cell process exited with {exit_.returncode} after writing its result")
         return outcome

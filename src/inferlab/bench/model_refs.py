@@ -114,7 +114,16 @@ def missing_tokenizer(cell) -> str | None:
 
 
 def preset_cache_dir(cache_root: Path, preset: str, tokenizer: str) -> Path:
+    """The preset's folder in the cache: named by its seed and tokenizer, and a trained preset's by its weights,
+    so retrained weights never meet a checkpoint built from older ones."""
+    from inferlab.models.presets import get_preset
+
     tag = "builtin" if not tokenizer else "tok-" + hashlib.sha1(str(Path(tokenizer).resolve()).encode()).hexdigest()[:8]
+    trained = get_preset(preset).trained
+    if trained:
+        from inferlab.models.trained import file_sha256, weights_path
+
+        tag += "-weights-" + file_sha256(weights_path(trained))[:12]
     return cache_root / "models" / f"{preset}-seed{PRESET_SEED}-{tag}"
 
 

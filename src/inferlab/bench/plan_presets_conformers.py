@@ -28,10 +28,20 @@
   `--gpus 1` and `--gpus 2` (one worker process per GPU, inferlab.scale) on 384 drug-sized molecules x 8:
   end-to-end and steady (the slowest worker's generation) rates; 2 over 1 GPU is the scaling. A worker
   killed and the rerun: tests/gpu/test_scale_gpu.py.
+- conformer-quality (~7-8 min on an H200 by the lab's estimates, 11 cells): the reference model's quality,
+  system by system (scenario conformer-quality): the engine constrained with the bf16 and the fp8 KV cache,
+  the engine unconstrained, transformers unconstrained and with the seeds' Python processor (on the first 16
+  molecules: its per-row loop is the slowest system; the other rows also report those 16), and ETKDG with
+  other seeds (the ceiling), each at 3 sampling seeds, at T = 1 top-p 1.0 and at the seeds' T = 1 top-k 50;
+  100 molecules of <= 30 heavy atoms (the reference model's held-out molecules once its split file is in the
+  checkout, RDKit's NCI set until then), K = 8 ETKDG references (seed 1001), 16 generations each. The model is
+  the reference checkpoint once it is in the checkout, else qwen3-chem-mini's random weights (a smoke run:
+  only the constrained systems write valid conformers); `--model PATH` runs any checkpoint.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 _DRUG_SIZED = {"min_heavy_atoms": 20, "max_heavy_atoms": 50, "assign_stereo": True, "profile": "v3-fixed4",
@@ -76,5 +86,42 @@ SCALE_OUT: dict[str, Any] = {
     "sweep": [
         {**_CLI, "set": {**_JOB, "num_molecules": 384, "temperature": 1.0, "top_p": 1.0, "runs": 1, "max_slots": 256,
                          "gpus": [1, 2]}},
+    ],
+}
+
+# Where the reference model's recipe commits its checkpoint and its held-out molecules (the checkout's root).
+_CHECKOUT = Path(__file__).resolve().parents[3]
+REFERENCE_MODEL = _CHECKOUT / "models" / "conformer-reference"
+HELD_OUT_MOLECULES = REFERENCE_MODEL / "split" / "held-out.smi"
+
+
+def _quality_model() -> str:
+    return str(REFERENCE_MODEL) if (REFERENCE_MODEL / "config.json").is_file() else "qwen3-chem-mini"
+
+
+def _quality_molecules() -> str:
+    return str(HELD_OUT_MOLECULES) if HELD_OUT_MOLECULES.is_file() else ""  # '' = RDKit's NCI first_5K.smi
+
+
+_QUALITY = {"scenario": "conformer-quality", "model": _quality_model()}
+_QUALITY_SET = {"num_molecules": 100, "molecules_file": _quality_molecules(), "max_heavy_atoms": 30,
+                "num_references": 8, "reference_seed": 1001, "seed": 1, "num_seeds": 3, "subset_molecules": 16,
+                "temperature": 1.0, "top_p": 1.0, "top_k": [0, 50], "dtype": "bfloat16", "profile": "v3-fixed4"}
+
+CONFORMER_QUALITY: dict[str, Any] = {
+    "name": "conformer-quality",
+    "description": "conformer quality (COV-R/P, AMR-R/P at 0.75 and 1.25 A, validity, stereo; 3 seeds) of the engine "
+                   "constrained (bf16, fp8 KV) and unconstrained, transformers with and without the seeds' processor, "
+                   "and ETKDG, on 100 molecules x 16 against 8 ETKDG references",
+    "timeout_s": 540,
+    "sweep": [  # most telling first: a budget that runs out leaves the slow transformers cells for the next call
+        {**_QUALITY, "backend": "inferlab", "set": {**_QUALITY_SET, "constraint": "on", "kv_dtype": "auto"}},
+        {**_QUALITY, "backend": "inferlab", "set": {**_QUALITY_SET, "constraint": "off"}},
+        {**_QUALITY, "backend": "inferlab", "set": {**_QUALITY_SET, "constraint": "on", "kv_dtype": "fp8"}},
+        {**_QUALITY, "backend": "etkdg", "set": {**_QUALITY_SET, "top_k": 0}},
+        # no warm-up call (a full-length call of transformers): its first seed's speed includes lazy initialisation
+        {**_QUALITY, "backend": "hf", "set": {**_QUALITY_SET, "processor": "none", "warmup": 0}},
+        {**_QUALITY, "backend": "hf", "set": {**_QUALITY_SET, "processor": "python", "on_subset_only": True,
+                                              "warmup": 0}},
     ],
 }

@@ -5,7 +5,9 @@ H100/H200; `inferlab bench --list` prints them):
   the seed's 524-22,229 characters, log-uniformly spread, bf16) on the three backends: transformers at its
   best (length-sorted batches, SDPA, batch 16 / 32 / 64), the engine's packed prefill (bf16 and FP8 weights,
   both checked against transformers' labels on every text; with a 50 ms latency cap; and on texts of
-  1,024-5,557 tokens, the compute-bound case), and vLLM's pooling runner (the whole sample in one call).
+  1,024-5,557 tokens, the compute-bound case), and vLLM's pooling runner (the whole sample in one call); then
+  the trained classifier (qwen2-cls-aromatic) on 990 held-out molecules, the engine in bf16 and FP8 weights
+  checked against transformers: label agreement where margins are real, and accuracy.
 - seed-classify-matrix (~4-5 min, 21 cells of ~12 s: process, load and quantization dominate): seed 004's
   own test matrix on transformers: batch 1/8/16/32 x fp16 vs int8 x flash off/on (eager / sdpa: the seed's
   "flash" is PyTorch SDPA), then batch 64, bf16 and fp8 at batch 32, and one length-bucketed cell against the
@@ -34,11 +36,15 @@ _SEED_004_TEXTS = {"num_samples": 256, "min_tokens": 131, "max_tokens": 5557, "l
                    **_TEXT_PROTOCOL}
 _CLASSIFIER = {"scenario": "classify", "model": "qwen2-cls"}
 _BF16 = {**_SEED_004_TEXTS, "dtype": "bfloat16"}
+# The trained classifier on its held-out SMILES (997 rows of 6-196 tokens), every text checked
+_MOLECULES = {"texts": "nci-aromatic-rings", "num_samples": 990, "min_tokens": 1, "max_tokens": 512,
+              "dtype": "bfloat16", "check_texts": 990, **_TEXT_PROTOCOL}
 
 SEED_CLASSIFY: dict[str, Any] = {
     "name": "seed-classify",
     "description": "seed 004's job on qwen2-cls, bf16: transformers at its best (sorted batches 16/32/64, sdpa), the "
-                   "engine (bf16, fp8, a 50 ms latency cap, texts >= 1k tokens), vLLM's pooling runner",
+                   "engine (bf16, fp8, a 50 ms latency cap, texts >= 1k tokens), vLLM's pooling runner; the trained "
+                   "classifier's labels (bf16, fp8) on held-out molecules",
     "timeout_s": 240,
     "sweep": [
         {**_CLASSIFIER, "backend": "hf", "set": {**_BF16, "bucket_by_length": True, "attn_implementation": "sdpa",
@@ -47,6 +53,8 @@ SEED_CLASSIFY: dict[str, Any] = {
         {**_CLASSIFIER, "backend": "inferlab", "set": {**_BF16, "max_batch_latency_ms": 50.0}},
         {**_CLASSIFIER, "backend": "inferlab", "set": {**_BF16, "min_tokens": 1024}},
         {**_CLASSIFIER, "backend": "vllm", "set": {**_BF16, "check_texts": 256}},
+        {"scenario": "classify", "model": "qwen2-cls-aromatic", "backend": "inferlab",
+         "set": {**_MOLECULES, "weights": ["auto", "fp8"]}},
     ],
 }
 

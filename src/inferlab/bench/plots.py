@@ -1,8 +1,9 @@
 """PNG plots for reports (matplotlib, Agg backend): tok/s against batch size per configuration for
-generate-like scenarios, ms/iter per attention kernel and shape, and each decode-profile case's family times
-against their bounds (report_roofline.py). Only `ok` rows are drawn; every point comes from a row, and every
-configuration in a legend is drawn: a row without a batch size (the engine's packed batches, sized by a token
-budget) is a dashed level across the batch sizes."""
+generate-like scenarios, ms/iter per attention kernel and shape, each decode-profile case's family times
+against their bounds (report_roofline.py), and COV-R against the threshold per conformer-quality system
+(report_quality.py). Only `ok` rows are drawn; every point comes from a row, and every configuration in a
+legend is drawn: a row without a batch size (the engine's packed batches, sized by a token budget) is a
+dashed level across the batch sizes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from inferlab.bench import report_roofline
+from inferlab.bench import report_quality, report_roofline
 from inferlab.bench.results import config_label, group_rows, headline, label_knobs, table_key
 
 
@@ -30,12 +31,12 @@ def write_plots(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         if scenario == "attention-kernels":
             written.append(_kernel_bars(ok, out_dir / f"{_slug('attention', gpu)}.png", gpu))
-        elif scenario == report_roofline.SCENARIO:
+        elif scenario in (report_roofline.SCENARIO, report_quality.NAME):
             continue  # one chart of every case below
         elif any(r.get("batch_size") is not None for r in ok):
             written.append(_throughput_lines(ok, out_dir / f"{_slug(scenario, model, gpu)}.png", scenario, model, gpu))
-    roofline = report_roofline.write_plot(rows, out_dir)
-    return written + ([roofline] if roofline else [])
+    extra = [report_roofline.write_plot(rows, out_dir), report_quality.write_plot(rows, out_dir)]
+    return written + [path for path in extra if path]
 
 
 def throughput_series(rows: list[dict[str, Any]]) -> list[tuple[str, list[tuple[int, float]], list[float]]]:

@@ -9,7 +9,8 @@ any run-to-run variation could: winner.LEAD_BEYOND_ANY_SPREAD). A configuration'
 the runs given, when there are at least MIN_REPEATS of them (the same cell of a preset run three times),
 else the timed calls of its row (row_spread: the figure `inferlab report` shows too). Rows with a knob at a
 baseline value (Knob.baseline: the seeds' Python logits processor, the constraint switched off, vLLM in
-eager mode) are references, never recommendations: they are left out here.
+eager mode) are references, never recommendations: they are left out here, and so are the rows of a
+scenario that does not compare serving choices (Scenario.recommendable: conformer-quality).
 
 The text output is one block per recommendation, wrapped to TEXT_WIDTH columns; `--markdown` (and the
 report's "Recommendations" section) is the whole table.
@@ -109,8 +110,15 @@ def _candidate(cell_rows: list[dict[str, Any]], knobs: list[str]) -> Candidate:
     return Candidate(settings, statistics.median(figures), spread, repeats)  # type: ignore[arg-type]
 
 
+def _recommendable(row: dict[str, Any]) -> bool:
+    from inferlab.bench.scenarios import SCENARIOS
+
+    scenario = SCENARIOS.get(row.get("scenario", ""))
+    return scenario is None or scenario.recommendable
+
+
 def recommend(rows: list[dict[str, Any]]) -> list[Recommendation]:
-    ok = [r for r in rows if headline(r) is not None and not is_baseline(r)]
+    ok = [r for r in rows if headline(r) is not None and not is_baseline(r) and _recommendable(r)]
     out: list[Recommendation] = []
     buckets = group_rows(ok, lambda r: (gpu_of(r), r.get("scenario"), r.get("model") or "-"))
     knobs_of = {key: label_knobs(rows) for key, rows in buckets.items()}  # labels consistent across workloads

@@ -1,8 +1,10 @@
 """`inferlab report`: result rows -> a Markdown report (one table per scenario x model x GPU, speedup
 against a chosen baseline, the winner marked), PNG plots (plots.py) and, where seed-preset rows exist,
-the "Do the seeds' findings hold?" section (report_findings.py) and, with peer rows (vLLM, transformers'
-continuous batching, xgrammar), "The engine beside its peers" (report_peers.py), and "Recommendations",
-`inferlab recommend`'s whole table (recommend.py). Every number comes from the rows.
+the "Do the seeds' findings hold?" section (report_findings.py), with peer rows (vLLM, transformers'
+continuous batching, xgrammar), "The engine beside its peers" (report_peers.py), with conformer-quality
+rows "Conformer quality" (report_quality.py; its model card table goes to quality-table.md beside the report),
+with classify rows checked against transformers "Labels beside transformers'" (report_findings.py), and
+"Recommendations", `inferlab recommend`'s whole table (recommend.py). Every number comes from the rows.
 
 Speedup baseline: by default the first configuration of each workload (rows with equal workload knobs,
 e.g. the same batch size); with `--baseline attn_implementation=eager`, for each row the row of the
@@ -15,7 +17,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from inferlab.bench import plots, recommend, report_findings, report_peers, report_roofline
+from inferlab.bench import plots, recommend, report_findings, report_peers, report_quality, report_roofline
 from inferlab.bench.markdown import md_table
 from inferlab.bench.report_columns import COLUMNS, DEFAULT_COLUMNS, TableContext
 from inferlab.bench.results import best_row, field_value, format_value, group_rows, headline, table_key, workload_key
@@ -124,8 +126,10 @@ def write_report(runs: list[str], rows: list[dict[str, Any]], out_dir: Path, bas
              f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) + ".", "",
              "## Environment", "", _env_table(rows), ""]
     lines += report_findings.render_section(rows)
+    lines += report_findings.render_label_section(rows)
     lines += report_peers.render_section(rows)
     lines += report_roofline.render_section(rows)
+    lines += report_quality.render_section(rows)
     lines += ["## Results", ""]
     for group in group_rows(rows, table_key).values():
         lines += [render_table(group, spec), ""]
@@ -138,6 +142,9 @@ def write_report(runs: list[str], rows: list[dict[str, Any]], out_dir: Path, bas
         lines += ["## Plots", ""]
         lines += [f"![{p.stem}](plots/{p.name})" for p in images]
         lines.append("")
+    card = report_quality.model_card_table(rows)
+    if card:
+        (out_dir / report_quality.MODEL_CARD_FILE).write_text(card, encoding="utf-8")
     path = out_dir / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path

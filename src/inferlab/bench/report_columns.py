@@ -71,6 +71,27 @@ def _step_gbps(row: dict[str, Any], ctx: TableContext) -> str:
     return num(m["step_gb_per_s"]) + f" ({pct(m.get('step_bandwidth_fraction'))})"
 
 
+def _percent(value: Any) -> str:
+    """A share with one decimal (99.5% and 99% must read apart): 0.9953 -> 99.5%."""
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _decidable_agreement(row: dict[str, Any], ctx: TableContext) -> str:
+    """classify: labels equal to transformers' on the rows the precision decides, and how many those are."""
+    m = row.get("metrics", {})
+    if row.get("status") != "ok" or m.get("labels_decidable") is None:
+        return "-"
+    return f"{_percent(m.get('labels_agree_with_hf_decidable'))} of {m['labels_decidable']}"
+
+
+def _accuracy(row: dict[str, Any], ctx: TableContext) -> str:
+    """classify on a labelled set: the backend's accuracy (transformers')."""
+    m = row.get("metrics", {})
+    if row.get("status") != "ok" or m.get("accuracy") is None:
+        return "-"
+    return f"{_percent(m['accuracy'])} ({_percent(m.get('hf_accuracy'))})"
+
+
 def _share(value: Any) -> str:
     """A cost as a signed share of the plain step, one decimal: +1.3%."""
     return "-" if value is None else f"{value * 100:+.1f}%"
@@ -118,7 +139,9 @@ COLUMNS: dict[str, list[tuple[str, Cell]]] = {
         ("tokens/s", _metric("input_tokens_per_s", num)),
         ("TFLOP/s", _metric("tflops_per_s", sig)),
         ("% of matmul peak", _metric("pct_of_matmul_peak", sig)),
-        ("labels = hf", _metric("labels_agree_with_hf", pct)),
+        ("labels = hf", _metric("labels_agree_with_hf", _percent)),
+        ("= hf where decidable", _decidable_agreement),
+        ("accuracy (hf)", _accuracy),
         ("padding", _metric("padding_fraction", pct)),
         ("first call s", _metric("first_call_s", sig)),
         ("peak GB", _metric("peak_memory_gb", sig)),
@@ -194,6 +217,16 @@ COLUMNS: dict[str, list[tuple[str, Cell]]] = {
         ("graph match", _metric("graph_match_fraction", pct)),
         ("stereo", _metric("stereo_agreement", pct)),
         ("invalid (read back)", _metric("invalid_total", str)),
+        ("status", _status),
+    ],
+    "conformer-quality": [  # the full table, with the spread over seeds: the report's "Conformer quality"
+        ("configuration", _label),
+        ("COV-R (first threshold, mean of seeds)", _metric("coverage_recall", pct)),
+        ("valid", lambda r, c: pct(((r.get("metrics", {}).get("quality") or {}).get("validity") or {}).get("mean"))
+         if r.get("status") == "ok" else "-"),
+        ("tok/s", _metric("output_tokens_per_s", num)),
+        ("run on", _metric("run_on", str)),
+        ("scoring s", _metric("scoring_s", sig)),
         ("status", _status),
     ],
 }

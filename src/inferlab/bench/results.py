@@ -41,18 +41,48 @@ def load_rows(runs: Iterable[str | Path], latest_only: bool = True) -> list[dict
         if run in missing:
             continue
         file_rows = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():  # a bad byte spoils one line
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(row, dict) and "scenario" in row:
+            if isinstance(row, dict) and isinstance(row.get("scenario"), str):
+                row = readable_row(row)
                 row.setdefault("_source", str(path))
                 file_rows.append(row)
         rows.extend(latest_per_cell(file_rows) if latest_only else file_rows)
     return rows
+
+
+# The types a row's fields must have for the reports to read it (a field may also be missing).
+FIELD_TYPES = {"status": str, "message": str, "metrics": dict, "warnings": list, "config": dict, "env": dict,
+               "scenario": str, "cell_key": str}
+
+
+def row_shape_problem(data: Any, fields: tuple[str, ...]) -> str | None:
+    """Why `data` is not a row (or a cell's outcome) with `fields` of the right types, or None."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    wrong = [f"{name} is a {type(data[name]).__name__}" for name in fields
+             if name in data and not isinstance(data[name], FIELD_TYPES[name])]
+    if "status" in fields and "status" not in data:
+        wrong.insert(0, "it has no status")
+    return "; ".join(wrong) or None
+
+
+def readable_row(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` as the reports read it: a row whose fields have other types (a cell that returned a list as its
+    metrics, written by an older lab) becomes an error row saying so, its knobs and environment kept where
+    they are readable."""
+    problem = row_shape_problem(row, tuple(FIELD_TYPES))
+    if problem is None:
+        return row
+    fixed = {k: v for k, v in row.items() if k not in FIELD_TYPES or isinstance(v, FIELD_TYPES[k])}
+    fixed.update(status="error", metrics={}, message=f"an unreadable row ({problem}); rerun the cell",
+                 config=fixed.get("config", {}), env=fixed.get("env", {}), warnings=fixed.get("warnings", []))
+    return fixed
 
 
 def latest_per_cell(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

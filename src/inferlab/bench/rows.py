@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferlab.bench.cells import Cell
+from inferlab.bench.results import row_shape_problem
 from inferlab.bench.scenarios import SCENARIOS
 
 STATUSES = ("ok", "error", "timeout", "unavailable", "skipped")
@@ -35,7 +36,15 @@ class Outcome:
         return {"status": self.status, "message": self.message, "metrics": self.metrics, "warnings": self.warnings}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Outcome":
+    def from_json(cls, data: Any) -> "Outcome":
+        """The outcome a cell wrote; anything that is not one (a cell's own code may write the file) is an
+        `error` outcome saying so."""
+        problem = row_shape_problem(data, ("status", "message", "metrics", "warnings"))
+        if problem is None and data["status"] not in STATUSES:
+            problem = f"its status {data['status']!r} is not one of {', '.join(STATUSES)}"
+        if problem is not None:
+            return cls("error", f"the cell's outcome file is unusable ({problem}); the cell's code wrote something "
+                                "else there")
         return cls(status=data["status"], message=data.get("message", ""), metrics=data.get("metrics", {}),
                    warnings=list(data.get("warnings", [])))
 

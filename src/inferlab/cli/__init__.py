@@ -15,8 +15,8 @@ import re
 import signal
 import sys
 
-from inferlab.cli.interrupts import interrupted_exit, signals_ignored, sigterm_interrupts
-from inferlab.errors import InferlabError
+from inferlab.cli.interrupts import interrupted_exit, interrupts_end_the_command
+from inferlab.errors import InferlabError, is_write_failure, write_failed
 
 # Packages a command may need that a machine can lack (import name -> what to install).
 OPTIONAL_PACKAGES = {"rdkit": "rdkit", "ray": "ray", "submitit": "submitit", "triton": "triton",
@@ -116,15 +116,21 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
     )
     try:
-        with sigterm_interrupts():
-            return int(args.func(args) or 0)
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (cli/interrupts.py)
-        with signals_ignored():
-            code, line = interrupted_exit(e, getattr(args, "resumes", False))
-            print(f"\n{line}", file=sys.stderr)
-        return code
+        with interrupts_end_the_command():
+            try:
+                return int(args.func(args) or 0)
+            except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (cli/interrupts.py); both ignored from here on
+                code, line = interrupted_exit(e, getattr(args, "resumes", False))
+                print(f"\n{line}", file=sys.stderr)
+                return code
     except InferlabError as e:
         print(f"error: {in_flag_words(str(e), flag_names(command_parser(parser, args.command)))}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if not is_write_failure(e):
+            raise
+        # a write the library did not name itself (the writers raise OutputError): one line all the same
+        print(f"error: {write_failed(e.filename or 'a file', e)}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as e:
         package = OPTIONAL_PACKAGES.get((e.name or "").split(".")[0])

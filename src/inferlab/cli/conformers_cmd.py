@@ -34,7 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     ev.add_argument("--generated", required=True, help="SDF of generated conformers")
     ev.add_argument("--reference", required=True, help="SDF of reference conformers")
-    ev.add_argument("--threshold", type=float, default=0.75, help="coverage threshold in Angstrom (default 0.75)")
+    ev.add_argument("--threshold", action="append", type=_thresholds, default=None, metavar="A[,A...]",
+                    help="coverage thresholds in Angstrom, repeatable or comma-separated (default: 0.75 and 1.25); "
+                         "coverage counts RMSD strictly below each")
+    ev.add_argument("--skip-missing", action="store_true",
+                    help="leave out reference molecules that have no generated conformer (3DMolGen's way) instead "
+                         "of scoring them 0 coverage (torsional-diffusion's way, the default: a miss is a miss)")
     ev.add_argument("--workers", type=int, default=0, help="processes (default 0: one per CPU core)")
     ev.add_argument("--output", default=None, help="write the full report as JSON here")
     ev.add_argument("--matrices", action="store_true", help="include each molecule's RMSD matrix in the JSON")
@@ -57,13 +62,15 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     from inferlab.cli.paths import input_file, output_file
     from inferlab.workloads.conformers.evaluation.evaluate import EvaluationConfig, evaluate_files, summary_table
+    from inferlab.workloads.conformers.evaluation.metrics import DEFAULT_THRESHOLDS
 
     input_file("--generated", args.generated, (".sdf",), "an SDF of generated conformers")
     input_file("--reference", args.reference, (".sdf",), "an SDF of reference conformers (conformers reference)")
     if args.output:
         output_file("--output", args.output, (".json",), "the report as JSON",
                     {"--generated": args.generated, "--reference": args.reference})
-    config = EvaluationConfig(threshold=args.threshold, workers=args.workers)
+    thresholds = tuple(t for group in args.threshold for t in group) if args.threshold else DEFAULT_THRESHOLDS
+    config = EvaluationConfig(thresholds=thresholds, workers=args.workers, count_missing=not args.skip_missing)
     with tqdm(desc="molecules", unit="mol", dynamic_ncols=True) as bar:
 
         def show(done: int, total: int) -> None:
@@ -73,7 +80,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         report = evaluate_files(args.generated, args.reference, config, progress=show, keep_matrices=args.matrices)
     print(summary_table(report))
     _list_problems("only in the generated file", report.only_in_generated)
-    _list_problems("only in the reference file", report.only_in_reference)
+    scored = "scored 0 coverage" if config.count_missing else "left out (--skip-missing)"
+    _list_problems(f"only in the reference file, no generated conformer ({scored})", report.only_in_reference)
     _list_problems("unreadable records", report.unreadable_records)
     _list_problems("failed alignments", [f"{m.smiles}: {e}" for m in report.molecules for e in m.errors])
     if args.output:
@@ -81,6 +89,17 @@ def _evaluate(args: argparse.Namespace) -> int:
 
         print(f"wrote {write_json_atomic(args.output, report.to_json(include_matrices=args.matrices))}")
     return 0
+
+
+def _thresholds(text: str) -> tuple[float, ...]:
+    """`0.75` or `0.75,1.25` -> Angstrom values > 0 (argparse reports a bad one with the flag's name)."""
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or a comma-separated list, e.g. 0.75,1.25") from None
+    if not values or not all(v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: thresholds are Angstrom values > 0, e.g. 0.75,1.25")
+    return values
 
 
 def _reference(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from inferlab.cli.engine_args import add_engine_args, add_kv_dtype_arg, engine_options_from
+from inferlab.cli.engine_args import add_engine_args, add_kv_dtype_arg, engine_config_from
 from inferlab.cli.row_outcome import existing
 from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded, molecule_bounds
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
@@ -99,18 +99,19 @@ def run_generate(args: argparse.Namespace) -> int:
     if wants_scale_out(args) and args.retry_errors:
         raise ConfigError("--retry-errors runs without --gpus / --launcher for now: rerun the merged output's "
                           "error rows with one process (the same --output), or rerun into a new output")
-    from inferlab.scale.workloads.conformer_pipeline import CONFORMERS, pipeline_params
+    from inferlab.workloads.conformers.pipeline.config import result_settings
     from inferlab.workloads.conformers.pipeline.output import default_jsonl_path
 
-    params = pipeline_params(args.model, config, engine_options_from(args))
+    engine = engine_config_from(args)
     outputs = [("--output", args.output, True), ("--output's rows", default_jsonl_path(args.output), True),
                ("--summary-json", args.summary_json, False)]
-    with guarded(args, "conformers generate", CONFORMERS.settings(params), {"--input": args.input}, outputs):
+    with guarded(args, "conformers generate", result_settings(engine, config), {"--input": args.input}, outputs):
         if wants_scale_out(args):  # --gpus/--launcher: molecules sharded over workers (inferlab.scale)
             from inferlab.cli.scale_args import run_scaled_command
+            from inferlab.scale.workloads.conformer_pipeline import pipeline_params
 
-            return run_scaled_command(args, "conformers", params)
-        return _run_here(args, config)
+            return run_scaled_command(args, "conformers", pipeline_params(engine, config))
+        return _run_here(args, config, engine)
 
 
 def check_paths(args: argparse.Namespace) -> None:
@@ -135,7 +136,7 @@ def check_model(model: str) -> None:
         raise UnsupportedError(f"{e}; {ENGINE_ONLY}") from None
 
 
-def _run_here(args: argparse.Namespace, config) -> int:
+def _run_here(args: argparse.Namespace, config, engine) -> int:
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     from inferlab.cli.row_outcome import exit_code
@@ -152,8 +153,8 @@ def _run_here(args: argparse.Namespace, config) -> int:
 
     try:
         with logging_redirect_tqdm():
-            summary = generate_conformers(args.model, args.input, args.output, config, engine_options_from(args),
-                                          on_start, progress.row, progress.phase, progress.engine_tokens)
+            summary = generate_conformers(engine, args.input, args.output, config, on_start, progress.row,
+                                          progress.phase, progress.engine_tokens)
     finally:
         progress.close()
     print_summary(summary, args.output)

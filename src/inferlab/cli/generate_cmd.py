@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from inferlab.cli.engine_args import add_engine_args, add_kv_dtype_arg, engine_options_from
+from inferlab.cli.engine_args import add_engine_args, add_kv_dtype_arg, engine_config_from
 from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
@@ -93,15 +93,19 @@ def _steering_and_collection(args: argparse.Namespace, defaults):
 
 
 def check_model(model: str, backend: str) -> None:
-    """The checkpoint before any work: config.json checked, and where the engine will run it (not --backend
-    hf, nor an architecture the engine leaves to transformers) its config and safetensors weights."""
+    """The checkpoint before any work: config.json checked, its safetensors weights whole (every backend reads
+    safetensors only), and where the engine will run it (not --backend hf, nor an architecture the engine
+    leaves to transformers) what the engine needs of them."""
+    from pathlib import Path
+
     from inferlab.errors import UnsupportedError
-    from inferlab.models.checkpoint_check import check_engine_checkpoint
+    from inferlab.models.checkpoint_check import check_engine_checkpoint, weight_files
     from inferlab.models.config_file import read_config
     from inferlab.workloads.hf_loading import hf_fallback_fix
     from inferlab.workloads.text import engine_architecture_problem
 
     read_config(model)
+    weight_files(Path(model))
     if backend != "hf" and engine_architecture_problem(model) is None:
         try:
             check_engine_checkpoint(model)
@@ -118,7 +122,7 @@ def _generate(args: argparse.Namespace) -> int:
     from inferlab.cli.row_outcome import existing, exit_code, print_error_groups
     from inferlab.cli.token_rate_bar import TokenRateBar
     from inferlab.types import SamplingParams
-    from inferlab.workloads.text import model_positions, open_backend, run_text_generation
+    from inferlab.workloads.text import model_positions, open_backend, result_settings, run_text_generation
 
     apply_tuned_config(args)
     require_paths(args, (".jsonl",), "JSONL completions")
@@ -131,8 +135,6 @@ def _generate(args: argparse.Namespace) -> int:
         min_new_tokens=args.min_new_tokens,
         ignore_eos=args.ignore_eos,
     )
-    options = {**engine_options_from(args), "seed": args.seed, "batching": args.batching, "kernels": args.kernels,
-               "gemm": args.gemm}
     steer, collect, run_settings = _steering_and_collection(args, defaults)
     if wants_scale_out(args):
         from inferlab.errors import ConfigError
@@ -144,14 +146,11 @@ def _generate(args: argparse.Namespace) -> int:
             raise ConfigError("--retry-errors runs without --gpus / --launcher for now: rerun the merged output's "
                               "error rows with one process (the same --output), or rerun into a new output")
     check_model(args.model, args.backend)
-    from inferlab.scale.workloads.generate import GENERATE, generate_params
     from inferlab.workloads.activation_store import store_folder
 
-    engine_options = {k: v for k, v in options.items() if k != "device"}  # each worker has its own device
-    params = generate_params(args.model, defaults, backend=args.backend, engine_options=engine_options,
-                             text_workload=True, max_line_chars=args.max_line_chars)
-    settings = {**GENERATE.settings(params), "steering": steer.describe() if steer else None,
-                "collect": collect.describe() if collect else None}
+    engine = engine_config_from(args, seed=args.seed, batching=args.batching, kernels=args.kernels, gemm=args.gemm)
+    settings = {**result_settings(args.model, args.backend, defaults, engine),
+                "steering": steer.describe() if steer else None, "collect": collect.describe() if collect else None}
     outputs = [("--output", args.output, True)]
     if collect is not None:
         outputs += [("--collect-output", collect.output, True),
@@ -159,13 +158,16 @@ def _generate(args: argparse.Namespace) -> int:
     with guarded(args, "generate", settings, {"--input": args.input, "--steer": args.steer}, outputs):
         if wants_scale_out(args):  # --gpus/--launcher: prompts sharded over workers by estimated tokens
             from inferlab.cli.scale_args import run_scaled_command
+            from inferlab.scale.workloads.generate import generate_params
 
+            params = generate_params(args.model, defaults, backend=args.backend, engine=engine, text_workload=True,
+                                     max_line_chars=args.max_line_chars)
             return run_scaled_command(args, "generate", params)
         progress = TokenRateBar("row")
         try:
             summary = run_text_generation(
                 args.input, args.output,
-                lambda: open_backend(args.backend, args.model, options, steer and steer.vectors),
+                lambda: open_backend(args.backend, engine, steer and steer.vectors),
                 defaults, progress.start, progress.row, steer, collect, run_settings,
                 retry_errors=args.retry_errors, row_positions=args.max_seq_len or model_positions(args.model),
                 max_line_chars=args.max_line_chars,

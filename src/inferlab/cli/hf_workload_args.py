@@ -13,6 +13,7 @@ from inferlab.cli.device_arg import add_device_arg
 from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded
 from inferlab.cli.row_outcome import existing, exit_code, print_error_groups
 from inferlab.cli.scale_args import add_scale_args, run_scaled_command, wants_scale_out
+from inferlab.cli.tuned_config_args import add_tunable
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -20,13 +21,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="auto", choices=["auto", "inferlab", "hf"],
                    help="inferlab: the engine's packed prefill; hf: transformers; auto (default): the engine where it "
                         "runs the architecture, transformers otherwise (the choice is printed)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="weights and activations (auto: bfloat16 on CUDA, float32 on CPU)")
+    add_tunable(p, "--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                help="weights and activations (auto: bfloat16 on CUDA, float32 on CPU)")
     p.add_argument("--weights", default="auto", choices=["auto", "fp8"],
                    help="engine only: fp8 stores the projections as e4m3 with per-channel scales (CUDA compute "
                         "capability >= 8.9, bfloat16)")
-    p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager", "flash_attention_2"],
-                   help="transformers only: its attention implementation")
+    add_tunable(p, "--attn", default="sdpa", choices=["sdpa", "eager", "flash_attention_2"],
+                help="transformers only: its attention implementation")
     p.add_argument("--quantization", default="none", choices=["none", "int8", "fp8"],
                    help="transformers only (torchao): int8 weight-only, or fp8 (compute capability >= 8.9); "
                         "with --backend auto it selects transformers")
@@ -34,9 +35,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_batch_args(p: argparse.ArgumentParser, text_field: str) -> None:
-    p.add_argument("--batch-size", type=int, default=None,
-                   help="most rows in one batch (backs off on OOM); default: 16 on transformers, none on the engine "
-                        "(its token budget decides)")
+    add_tunable(p, "--batch-size", type=int, default=None,
+                help="most rows in one batch (backs off on OOM); default: 16 on transformers, none on the engine "
+                     "(its token budget decides)")
     p.add_argument("--max-batch-tokens", type=int, default=None,
                    help=f"tokens of one batch: the engine packs rows without padding (default {ENGINE_BATCH_TOKENS}; a "
                         f"longer row runs alone); transformers counts rows x longest row (default {HF_BATCH_TOKENS}; 0: "

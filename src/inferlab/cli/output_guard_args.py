@@ -40,10 +40,20 @@ def molecule_bounds(args: argparse.Namespace):
 def guarded(args: argparse.Namespace, command: str, settings: dict[str, Any], inputs: dict[str, Any],
             outputs: list[tuple[str, Any, bool]]):
     """The output guard of one run: `outputs` as (flag, path, resumable), the job's own first; None paths
-    are left out. Enter it after the command's checks, just before the work."""
+    are left out. The --model folder counts as an input (its files are never written) and its identity goes
+    into the manifest; a scaled run's work folder is one of the outputs (`--overwrite` starts it over too),
+    and its flags are checked before the guard deletes anything. Enter it after the command's checks, just
+    before the work."""
+    from inferlab.cli.scale_args import scale_config_from, wants_scale_out
+    from inferlab.models.checkpoint_identity import checkpoint_identity
     from inferlab.outputs.guard import GuardedOutput, OutputGuard
 
-    return OutputGuard(command, settings, inputs,
+    outputs = list(outputs)
+    if wants_scale_out(args):
+        work_dir = scale_config_from(args).work_dir_for(args.output)  # ConfigError for a bad scale flag, now
+        outputs.append(("--work-dir" if args.work_dir else "the scaled run's work folder", work_dir, True))
+    model = getattr(args, "model", None)
+    return OutputGuard(command, settings, {**inputs, "--model": model},
                        [GuardedOutput(flag, Path(path), resumable) for flag, path, resumable in outputs
                         if path is not None],
-                       overwrite=args.overwrite)
+                       overwrite=args.overwrite, checkpoint=checkpoint_identity(model) if model else None)

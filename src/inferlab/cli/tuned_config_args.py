@@ -2,9 +2,10 @@
 the file's recommended values fill the flags the user did not give; a flag given on the command line
 wins, even one equal to its default.
 
-How: `add_config_arg` (called after the command's own flags exist) swaps the argparse default of each
-tunable flag for the UNSET marker and remembers the real default; `apply_tuned_config`, the first call of
-the handler, replaces every UNSET by the file's value, else the real default. The file itself (format,
+How: each flag a tune file may set is added with `add_tunable` (its argparse default stays the real one, so
+`--help` shows it): its action records that the flag was given. `add_config_arg` (called after the command's
+own flags exist) checks the command has every flag its workload's file may set; `apply_tuned_config`, the
+first call of the handler, sets each tunable flag not given to the file's value. The file itself (format,
 checks) is inferlab.workloads.tune.tuned_file."""
 
 from __future__ import annotations
@@ -17,56 +18,62 @@ from inferlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-
-class _Unset:
-    def __repr__(self) -> str:
-        return "UNSET"
+GIVEN = "tunable_given"  # namespace attribute: the tunable dests given on the command line
+CHOICES = "tunable_choices"  # parser default: tunable dest -> its choices (None: any value of its type)
 
 
-UNSET = _Unset()
+class _TunableStore(argparse.Action):
+    """argparse's store, and a note in the namespace that the flag was given."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, GIVEN, getattr(namespace, GIVEN, frozenset()) | {self.dest})
+
+
+def add_tunable(container: argparse._ActionsContainer, *flags: str, **kwargs: Any) -> argparse.Action:
+    """`container.add_argument(*flags, **kwargs)` for a flag a tune file may set."""
+    action = container.add_argument(*flags, action=_TunableStore, **kwargs)
+    known = container.get_default(CHOICES) or {}
+    container.set_defaults(**{CHOICES: {**known, action.dest: action.choices}})
+    return action
 
 
 def add_config_arg(p: argparse.ArgumentParser, workload: str) -> None:
     from inferlab.workloads.tune.tuned_file import TUNABLE
 
-    tunable: dict[str, tuple[Any, Any]] = {}  # dest -> (real default, choices)
-    for action in p._actions:
-        if action.dest in TUNABLE[workload]:
-            tunable[action.dest] = (action.default, action.choices)
-            action.default = UNSET
-    missing = set(TUNABLE[workload]) - set(tunable)
+    missing = set(TUNABLE[workload]) - set(p.get_default(CHOICES) or {})
     if missing:  # a programming error: the command lacks a flag its tune file may set
-        raise RuntimeError(f"{p.prog}: no flag for {sorted(missing)}; add the command's flags before --config")
+        raise RuntimeError(f"{p.prog}: no tunable flag for {sorted(missing)}; add them with add_tunable before "
+                           "--config")
     p.add_argument("--config", default=None, metavar="TUNED.json",
-                   help=f"settings measured by `inferlab tune --workload {workload}` ({', '.join(sorted(tunable))}); "
-                        "flags given here win")
-    p.set_defaults(tuned_workload=workload, tunable_defaults=tunable)
+                   help=f"settings measured by `inferlab tune --workload {workload}` "
+                        f"({', '.join(sorted(TUNABLE[workload]))}); flags given here win")
+    p.set_defaults(tuned_workload=workload)
 
 
 def apply_tuned_config(args: argparse.Namespace) -> dict[str, Any]:
-    """Fill the tunable flags of `args` in place; returns the values taken from --config."""
-    from inferlab.workloads.tune.tuned_file import read_tuned_config
+    """Fill the tunable flags of `args` not given on the command line with --config's values, in place;
+    returns the values taken from it."""
+    from inferlab.workloads.tune.tuned_file import TUNABLE, read_tuned_config
 
-    recommended = {}
-    if args.config is not None:
-        tuned = read_tuned_config(args.config, args.tuned_workload)
-        recommended = tuned.recommended
-        model = getattr(args, "model", None)
-        if model is not None and tuned.model != _resolved(model):
-            log.warning("%s was tuned on %s, not %s: its settings may not be the best here", args.config,
-                        tuned.model, model)
+    if args.config is None:
+        return {}
+    tuned = read_tuned_config(args.config, args.tuned_workload)
+    model = getattr(args, "model", None)
+    if model is not None and tuned.model != _resolved(model):
+        log.warning("%s was tuned on %s, not %s: its settings may not be the best here", args.config,
+                    tuned.model, model)
+    given, choices = getattr(args, GIVEN, frozenset()), getattr(args, CHOICES)
     applied = {}
-    for dest, (default, choices) in args.tunable_defaults.items():
-        if getattr(args, dest) is not UNSET:
-            continue  # given on the command line
-        if dest in recommended:
-            value = recommended[dest]
-            if choices is not None and value not in choices:
-                raise ConfigError(f"--config {args.config}: {dest}={value!r} is not one of {list(choices)}")
-            applied[dest] = value
-            setattr(args, dest, value)
-        else:
-            setattr(args, dest, default)
+    for dest in TUNABLE[args.tuned_workload]:
+        if dest in given or dest not in tuned.recommended:
+            continue
+        value = tuned.recommended[dest]
+        if choices[dest] is not None and value not in choices[dest]:
+            raise ConfigError(f"--config {args.config}: {dest}={value!r} is not one of {list(choices[dest])}")
+        applied[dest] = value
+        setattr(args, dest, value)
     if applied:
         log.info("from %s: %s", args.config, ", ".join(f"{k}={v}" for k, v in applied.items()))
     return applied

@@ -61,7 +61,7 @@ def __getattr__(name: str) -> Any:
     elif name == "DecodeStepProbe":
         from inferlab.engine.step_probe import DecodeStepProbe as value
     elif name == "wants_steering_or_collection":
-        from inferlab.engine.residual_hook_support import wants_steering_or_collection as value
+        from inferlab.engine.steering import wants_steering_or_collection as value
     elif name in ("plan_without_loading", "resolve_device", "fp8_kv_supported"):
         import inferlab.engine.startup
 

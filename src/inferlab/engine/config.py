@@ -55,6 +55,10 @@ class EngineConfig:
     startup_cache: bool = True  # keep start-up measurements (the GEMM plan) on disk and reuse them
     precompile: bool = True  # compile the warm-up's Triton kernels in threads while the weights load (CUDA)
     cache_dir: str | Path | None = None  # the start-up cache's folder; None: $INFERLAB_CACHE_DIR or ~/.cache/inferlab
+    # torch's intra-op threads while a CPU engine runs its steps (set around them, then put back): a step is
+    # hundreds of small ops, which a second thread barely speeds up and an OpenMP barrier slows down
+    # badly whenever another process holds a core (cpu_threads.py)
+    cpu_threads: int = 1
 
     def __post_init__(self) -> None:
         if not str(self.model):
@@ -81,7 +85,7 @@ class EngineConfig:
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise ConfigError(f"max_seq_len={self.max_seq_len} must be >= 2 (one prompt token + one new token)")
         for name in ("slot_cap", "default_max_seq_len", "max_prefill_tokens", "decode_steps_per_sync", "max_stop_ids",
-                     "max_steered_layers"):
+                     "max_steered_layers", "cpu_threads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
         if self.queue_ahead is not None and self.queue_ahead < 0:

@@ -24,7 +24,6 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 
 from inferlab.engine.config import EngineConfig
-from inferlab.engine.constraint_support import EngineConstraints
 from inferlab.engine.forwards.registry import forward_class
 from inferlab.engine.gemm_plan import plan_from_json, plan_to_json, tune_gemm_plan
 from inferlab.engine.gemm_plans import known_plan
@@ -41,7 +40,6 @@ from inferlab.engine.startup import graphs_wanted, make_plan, resolve_device, re
 from inferlab.engine.startup_cache import StartupCache
 from inferlab.engine.stats import EngineStats
 from inferlab.engine.steering_vectors import SteeringVectors
-from inferlab.engine.residual_hook_support import EngineResidualHooks
 from inferlab.errors import CapacityError
 from inferlab.models.config import read_model_spec
 from inferlab.models.loader import load_weights
@@ -107,7 +105,8 @@ class Engine:
         t = time.perf_counter()
         slots, max_len = self.plan.slots, self.plan.max_seq_len
         self.runner = ModelRunner.build(self.spec, model_class, weights, self.ops, self.kv_dtype, slots, max_len,
-                                        config.max_stop_ids, config.share_prompts)
+                                        config.max_stop_ids, config.share_prompts, config.max_steered_layers,
+                                        config.seed, grammar_set)
         self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync + 1, self.device)
         self._sync_device()
         allocate_s = time.perf_counter() - t
@@ -115,19 +114,6 @@ class Engine:
         self.tokenizer, tokenizer_s = tokenizer_job.result() if tokenizer_job is not None else (None, 0.0)
         tokenizer_wait_s = time.perf_counter() - t
         self.gemm_timings: dict = {}  # start-up timings of cuBLAS vs the Triton GEMM, {"qkv@16": {impl: us}}
-        # programs are at most as long as their output (holes apart): max_seq_len ops per row
-        self.constraints = EngineConstraints(
-            self.tokenizer,
-            grammar_set,
-            self.spec.vocab_size,
-            slots,
-            max_len,
-            self.device,
-            "triton" if self.ops.name == "triton" else "torch",
-            self.runner.attach_constraints,
-        )
-        self.residual_hooks = EngineResidualHooks(self.spec, self.dtype, self.device, slots, config.max_steered_layers,
-                                                  self.runner.hook_tables, self.runner.drop_graphs)
         self.stats = EngineStats(
             device=str(self.device),
             dtype=str(self.dtype).removeprefix("torch."),
@@ -179,7 +165,6 @@ class Engine:
             log.warning("closing the engine after a device error: %s", e)
         if "runner" in self.__dict__:  # a start-up that failed before the runner existed has nothing to free
             self.runner.close()
-            self.constraints.close()
         for name in RELEASED:
             self.__dict__.pop(name, None)
         release_cached_memory(self.device)
@@ -279,8 +264,9 @@ class Engine:
             stats.prefill_graphs = len(self.runner.prefill_graphs.graphs)
             stats.lazy_graphs = capturer.count - count
             stats.lazy_capture_s = capturer.capture_s + capturer.warmup_s - seconds
-        stats.constraint_setup_s = self.constraints.setup_s
-        stats.steering_collection_setup_s = self.residual_hooks.setup_s
+        features = self.runner.features
+        stats.constraint_setup_s = features.constraints.setup_s
+        stats.steering_collection_setup_s = features.steering.setup_s + features.collection.setup_s
         if self.device.type == "cuda":
             stats.peak_memory_bytes = max(stats.peak_memory_bytes, torch.cuda.max_memory_allocated(self.device))
 
@@ -289,7 +275,7 @@ class Engine:
         """Register a named set (SteeringVectors.load(path)): requests then name its entries,
         `Steer(layer, vector="name", scale)`. Each vector reaches the device when a request using it is
         admitted and stays there while in use (engine/steering.py)."""
-        self.residual_hooks.add_vectors(vectors)
+        self.runner.features.steering.add_vectors(vectors)
 
     def generate(self, requests: Iterable[Request], on_tokens: Callable[[int], None] | None = None) -> list[Result]:
         """Results in the order of `requests` (errors included, as finish_reason "error"). `on_tokens`: as
@@ -331,17 +317,7 @@ class Engine:
         )
 
     def _prepare_request(self, index: int, request: Request) -> Prepared | Result:
-        """Intake of one request pulled from the caller's iterable (intake.prepare with this engine's limits)."""
-        return prepare(
-            index,
-            request,
-            self.tokenizer,
-            self.spec.vocab_size,
-            self.plan.max_seq_len,
-            self.spec.eos_token_ids,
-            self.config.max_stop_ids,
-            self.config.seed,
-            time.perf_counter(),
-            self.constraints.check,
-            self.residual_hooks.check,
-        )
+        """Intake of one request pulled from the caller's iterable (intake.prepare: the runner's row features
+        check it, with this engine's tokenizer)."""
+        runner, tokenizer = self.runner, self.tokenizer
+        return prepare(index, request, lambda item: runner.check(item, tokenizer), time.perf_counter())

@@ -1,9 +1,9 @@
 """CUDA graphs of the decode step, one per (batch bucket, step variant), captured when first needed.
 
 Buckets grow geometrically (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, ...: at most 1.5x padding) up to the
-engine's row count, which is always a bucket. A variant is (sampler filter level, constrained, steered,
-collecting), picked per decode chunk from the live requests, so a batch never pays for what none of its
-rows uses. Start-up captures the largest bucket of each plain filter level (sizing the shared pool); the
+engine's row count, which is always a bucket. A variant (batch/features.py Variant: the row features' bits,
+sampler filter level, constrained, steered, collecting) is picked per decode chunk from the live requests,
+so a batch never pays for what none of its rows uses. Start-up captures the largest bucket of each plain filter level (sizing the shared pool); the
 rest are captured by `ensure` at a sync point: a wait for the device, one eager warm-up step inside the
 runner's `preserved_rows` (live rows are left as they were), then the capture. `drop` forgets variants
 whose buffers were replaced. All graphs, prefill ones included, share one memory pool (`Capturer`); every
@@ -19,20 +19,13 @@ import logging
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, NamedTuple
+from typing import Any, Callable, ContextManager, Hashable
 
 import torch
 
 log = logging.getLogger(__name__)
 
-
-class Variant(NamedTuple):
-    level: int  # sampler filter level (sampler.FILTER_*)
-    constrained: bool = False  # constraint mask and emit (hooks.ConstraintHooks)
-    steered: bool = False  # the fused add + steer + norm after every layer (engine/steering.py)
-    collecting: bool = False  # hidden states folded into the rows' collection buffers (engine/collection.py)
-
-
+Variant = Hashable  # batch/features.py Variant (a NamedTuple of the row features' bits)
 StepFn = Callable[[int, Variant], None]  # step(bucket, variant): one decode step over rows [0, bucket)
 
 

@@ -1,26 +1,21 @@
-"""Requests in, results out: validation and tokenisation before a request reaches a row, and the Result
-built from a finished row.
+"""Requests in, results out: a request made a Prepared item before it reaches a row, and the Result built
+from a finished row.
 
-A bad request never raises: `prepare` returns a Prepared request or an error Result naming the numbers and
-the fix. A constrained request is sized by its ConstraintProgram: the program's exact output bound replaces
-max_new_tokens, min_new_tokens is 0 and the stop table holds only the program's EOS (stop_token_ids are
-refused: a stop inside the template would cut it); temperature, top-k, top-p, min-p and the seed apply.
-`RequestSource` pulls requests from the caller's iterable only when the loop asks, numbering them in order.
+A bad request never raises: `prepare` returns a Prepared item or an error Result naming the numbers and
+the fix. The checks are the row features' (batch/features.py, in their order: the constraint sizes the
+request, the KV slot checks and tokenizes the prompt, the sampling state its stop table and seed, then
+steering and collection), each filling its fields of the item. `RequestSource` pulls requests from the
+caller's iterable only when the loop asks, numbering them in order.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from inferlab.engine.sampler import filter_level
-from inferlab.engine.residual_hook_support import wants_steering_or_collection
 from inferlab.models.output_text import output_text
 from inferlab.types import Request, Result, SamplingParams, Timings
-
-SEED_MASK = (1 << 63) - 1
 
 
 @dataclass
@@ -36,6 +31,7 @@ class Prepared:
     constraint: Any = None  # the ConstraintProgram of a constrained request, checked against the engine
     steering: list = field(default_factory=list)  # steering.SteerEntry per steered layer (checked)
     collect: Any = None  # collection.CollectPlan, or None
+    eos_ids: tuple[int, ...] | None = None  # the EOS ids its stop table starts with; None: the model's
     # host bookkeeping while it runs: the row it occupies, its tokens as snapshots deliver them
     row: int | None = None
     tokens: list[int] = field(default_factory=list)
@@ -59,11 +55,6 @@ class Prepared:
         return filter_level(s.temperature, s.top_k, s.top_p, s.min_p)
 
 
-def derive_seed(engine_seed: int, request_id: str) -> int:
-    """A request's default seed: a stable function of the engine seed and the request id."""
-    return ((engine_seed & 0xFFFFFFFF) << 32 | zlib.crc32(request_id.encode("utf-8"))) & SEED_MASK
-
-
 def error_result(request: Request, message: str, prompt_tokens: int, timings: Timings) -> Result:
     return Result(
         id=request.id,
@@ -77,102 +68,14 @@ def error_result(request: Request, message: str, prompt_tokens: int, timings: Ti
     )
 
 
-def prepare(
-    index: int,
-    request: Request,
-    tokenizer,
-    vocab_size: int,
-    max_seq_len: int,
-    eos_ids: tuple[int, ...],
-    max_stop_ids: int,
-    engine_seed: int,
-    now: float,
-    check_constraint: Callable[[Any], str | None] = lambda program: "this engine runs no constraints",
-    check_residual_hooks: Callable[[Request, SamplingParams], Any] = lambda request, s: "this engine runs no steering",
-) -> Prepared | Result:
-    """`check_constraint(program)` returns None when the engine can run the program, else why not;
-    `check_residual_hooks(request, sampling)` returns (steering entries, collect plan) or why they cannot run."""
-    timings = Timings(submitted_s=now)
-    s = request.sampling
-    if request.constraint is not None:
-        problem = check_constraint(request.constraint)
-        if problem is not None:
-            return error_result(request, f"constraint refused: {problem}", 0, timings)
-        if s.stop_token_ids:
-            return error_result(
-                request,
-                f"stop_token_ids {list(s.stop_token_ids)} do not apply to a constrained request (its program "
-                "ends it with EOS, and a stop inside the template would cut it); drop them",
-                0,
-                timings,
-            )
-        s = dataclasses.replace(s, max_new_tokens=request.constraint.max_new_tokens, min_new_tokens=0, ignore_eos=False)
-        eos_ids = (request.constraint.eos_token_id,)  # the stop table: the program's EOS, nothing else
-    if request.prompt_ids is not None:
-        prompt_ids = [int(t) for t in request.prompt_ids]
-    elif tokenizer is None:
-        return error_result(
-            request,
-            "a text prompt needs a tokenizer, but this engine has none (the model folder has no tokenizer "
-            "files, or EngineConfig.load_tokenizer=False); send prompt_ids or add the tokenizer files",
-            0,
-            timings,
-        )
-    elif not request.prompt.strip():
-        return error_result(request, "the prompt is empty; give at least one token of text", 0, timings)
-    else:
-        prompt_ids = list(tokenizer(request.prompt).input_ids)
-    n = len(prompt_ids)
-    if n == 0:
-        return error_result(request, "the prompt is empty (0 tokens); give at least one token", 0, timings)
-    bad = [t for t in prompt_ids if not 0 <= t < vocab_size]
-    if bad:
-        return error_result(
-            request, f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})", n, timings
-        )
-    if request.constraint is not None and n + s.max_new_tokens > max_seq_len:
-        return error_result(
-            request,
-            f"prompt of {n} tokens + the constraint's longest output of {s.max_new_tokens} tokens = "
-            f"{n + s.max_new_tokens} exceeds max_seq_len={max_seq_len}; start the engine with max_seq_len >= "
-            f"{n + s.max_new_tokens} (the program bounds the output exactly)",
-            n,
-            timings,
-        )
-    if n + s.max_new_tokens > max_seq_len:
-        room = max_seq_len - n  # new tokens a row still holds beside this prompt
-        lower = f"lower max_new_tokens to {room}, " if room >= 1 else ""
-        return error_result(
-            request,
-            f"prompt of {n} tokens + max_new_tokens={s.max_new_tokens} = {n + s.max_new_tokens} exceeds "
-            f"max_seq_len={max_seq_len}; shorten the prompt, {lower}or start the engine with a larger max_seq_len",
-            n,
-            timings,
-        )
-    stops = [] if s.ignore_eos else list(eos_ids)
-    stops += [t for t in s.stop_token_ids if t not in stops]
-    bad_stops = [t for t in stops if not 0 <= t < vocab_size]
-    if bad_stops:
-        return error_result(
-            request, f"stop token ids {bad_stops} are outside the vocabulary [0, {vocab_size})", n, timings
-        )
-    if len(stops) > max_stop_ids:
-        return error_result(
-            request,
-            f"{len(stops)} EOS + stop token ids exceed max_stop_ids={max_stop_ids}; pass fewer stop ids "
-            "or raise EngineConfig.max_stop_ids",
-            n,
-            timings,
-        )
-    steering, collect = [], None
-    if wants_steering_or_collection(request):
-        checked = check_residual_hooks(request, s)
-        if isinstance(checked, str):
-            return error_result(request, checked, n, timings)
-        steering, collect = checked
-    seed = (s.seed & SEED_MASK) if s.seed is not None else derive_seed(engine_seed, request.id)
-    n_eos = 0 if s.ignore_eos else len(eos_ids)
-    return Prepared(index, request, prompt_ids, s, seed, stops, n_eos, timings, request.constraint, steering, collect)
+def prepare(index: int, request: Request, check: Callable[[Prepared], str | None], now: float) -> Prepared | Result:
+    """The request as a Prepared item, `check` (the runner's: every row feature's check in turn) filling it,
+    or the error Result of the first problem it finds."""
+    item = Prepared(index, request, [], request.sampling, 0, [], 0, Timings(submitted_s=now), request.constraint)
+    problem = check(item)
+    if problem is not None:
+        return error_result(request, problem, item.prompt_len, item.timings)
+    return item
 
 
 def finished_result(item: Prepared, token_ids: list[int], reason: str, tokenizer, decode_text: bool) -> Result:

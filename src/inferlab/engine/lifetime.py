@@ -2,7 +2,8 @@
 that hand freed memory back to the device.
 
 An Engine owns its device memory through a tree without reference cycles (engine -> runner -> weights, KV
-cache, rows, graphs; engine -> constraint support -> runtime; engine -> snapshot buffers), so dropping the
+cache, the row features (rows, constraint runtime, steering and collection tables), graphs; engine ->
+snapshot buffers), so dropping the
 last reference frees it at once. `Engine.close()` frees it even while references to the engine remain, then
 empties PyTorch's caches so the next engine's budget sees the memory. After close the RELEASED attributes
 raise EngineClosedError; config, spec, plan, stats, device and dtype stay readable.
@@ -14,7 +15,7 @@ import torch
 
 from inferlab.errors import EngineClosedError
 
-RELEASED = ("runner", "constraints", "residual_hooks", "tokenizer", "_snapshots")  # Engine attributes close() drops
+RELEASED = ("runner", "tokenizer", "_snapshots")  # Engine attributes close() drops
 
 
 def closed_error(what: str) -> EngineClosedError:

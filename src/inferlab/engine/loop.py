@@ -2,10 +2,11 @@
 exhausted and every admitted request has finished. The host side of the loop; the device work is the
 runner's (runner.py), which request sits in which row the scheduler's (scheduler.py).
 
-A sync point: admit queued requests into free rows (prefill), launch up to `decode_steps_per_sync` decode
-steps and a snapshot of the rows' progress, top up the queue from the iterable, then read the *previous*
-chunk's snapshot (snapshots.py) while this chunk runs: deliver tokens, retire finished requests into
-Results (their rows refill at the next sync point), compact the batch once it drains for good.
+A sync point: the scheduler's StepPlan run by the runner (queued requests admitted into free rows and
+prefilled, up to `decode_steps_per_sync` decode steps) and a snapshot of the rows' progress launched, the
+queue topped up from the iterable, then the *previous* chunk's snapshot read (snapshots.py) while this chunk
+runs: tokens delivered, finished requests retired into Results (their rows refill at the next sync point),
+the batch compacted once it drains for good.
 
 Lazy intake: the iterable is pulled only at sync points and only as far as rows and a bounded queue need:
 before the launch, what an admission due now needs (or, with the device idle, at least one request);
@@ -29,11 +30,12 @@ import torch
 
 from inferlab.engine.collection import AwaitingResults
 from inferlab.engine.config import EngineConfig
-from inferlab.engine.graphs import Variant, bucket_for
+from inferlab.engine.cpu_threads import torch_threads
+from inferlab.engine.graphs import bucket_for
 from inferlab.engine.intake import Prepared, RequestSource, finished_result
 from inferlab.engine.rows import REASON_NAMES
 from inferlab.engine.runner import ModelRunner
-from inferlab.engine.scheduler import Scheduler
+from inferlab.engine.scheduler import Admission, Scheduler, StepPlan
 from inferlab.engine.snapshots import HEADER, Snapshot, SnapshotBuffers
 from inferlab.engine.stats import EngineStats, PhaseClock
 from inferlab.types import Request, Result
@@ -61,16 +63,6 @@ class LoopParts:
     after_run: Callable[[], None]  # the engine's figures that change after start-up (lazy graphs, peak memory)
 
 
-@dataclass
-class _RowBook:
-    """Per-row host bookkeeping: decode steps since admission, and the row's KV length at the next step
-    (exact while it runs; an upper bound once it finished unseen), which bounds the torch attention's work
-    and counts decode bytes."""
-
-    steps_done: list[int]
-    last_len: list[int]
-
-
 class GenerationLoop:
     def __init__(self, parts: LoopParts, requests: Iterable[Request],
                  on_tokens: Callable[[int], None] | None = None) -> None:
@@ -80,17 +72,21 @@ class GenerationLoop:
         config = parts.config
         slots = parts.slots
         min_admission = config.min_admission or max(1, slots // 16)
+        sizes = self.runner.sizes
         self.scheduler: Scheduler[Prepared] = Scheduler(
             slots, parts.max_prefill_tokens, config.batching, lambda p: p.prompt_len, min_admission,
             (lambda p: p.prompt_key) if config.share_prompts else None, config.prefill_by_length,
+            bucket_for=lambda n: bucket_for(n, sizes),
+            decode_steps=lambda p: p.sampling.max_new_tokens - 1,  # after the prefill's token
+            variant_of=lambda items: parts.runner().features.variant_of(items),
         )  # fmt: skip
         self.queue_ahead = config.queue_ahead if config.queue_ahead is not None else max(min_admission, slots // 8)
         self.source = RequestSource(requests, parts.prepare)
         self.clock = PhaseClock(cuda=parts.cuda)
-        self.book = _RowBook([0] * slots, [0] * slots)
         self.pending: Snapshot | None = None  # the snapshot of the chunk in flight, read at the next sync point
         self._fresh: Snapshot | None = None  # the snapshot just launched (becomes `pending` once collected)
         self.awaiting = AwaitingResults()  # collecting Results, their activations in flight
+        self.threads = None if parts.cuda else config.cpu_threads  # torch's threads while the CPU runs a chunk
         self._chunks = 0  # decode chunks launched by this call
 
     @property
@@ -109,7 +105,8 @@ class GenerationLoop:
                 if self.source.exhausted:
                     break
                 continue  # everything pulled so far was refused at intake: pull again
-            steps = self._launch()
+            with torch_threads(self.threads):
+                steps = self._launch()
             yield from self._collect(steps)
             if steps > 0:  # the device has a chunk to run: pull ahead now rather than before the next launch
                 yield from self._pull(self.queue_ahead - len(self.scheduler.waiting), blocking=False)
@@ -152,17 +149,23 @@ class GenerationLoop:
     # ---- one sync point ------------------------------------------------------------------------------
     @torch.inference_mode()
     def _launch(self) -> int:
-        """Admit, launch a decode chunk and its snapshot; returns the chunk's steps."""
-        scheduler, steps = self.scheduler, 0
+        """Run this sync point's plan (prefills, a decode chunk) and launch its snapshot; returns its steps."""
+        scheduler = self.scheduler
         self._fresh = None
-        if scheduler.live_rows or scheduler.waiting:
-            self._admit()
-            steps = self._decode_chunk()
-            live = scheduler.live_rows
-            b = bucket_for(live[-1] + 1, self.runner.sizes)
-            holders = [(r, scheduler.item(r)) for r in live]
-            self._fresh = self.parts.snapshots().take(self.runner.rows, b, steps + 1, holders)
-        return steps
+        if not (scheduler.live_rows or scheduler.waiting):
+            return 0
+        max_steps = self.parts.config.decode_steps_per_sync
+        if self.on_tokens is not None and not self._chunks:
+            max_steps = min(max_steps, 1)  # the caller's progress hears from the first decode step
+        plan = scheduler.schedule(max_steps)
+        for admission in plan.admissions:
+            self._prefill(admission)
+        if plan.steps > 0:
+            self._chunks += 1
+            self._decode(plan)
+        holders = [(r, scheduler.item(r)) for r in plan.live]
+        self._fresh = self.parts.snapshots().take(self.runner.rows, plan.bucket, plan.steps + 1, holders)
+        return plan.steps
 
     @torch.inference_mode()
     def _collect(self, steps: int) -> list[Indexed]:
@@ -180,54 +183,33 @@ class GenerationLoop:
             self._compact()  # with more requests to come, free rows refill instead
         return results
 
-    def _admit(self) -> None:
-        stats, book = self.stats, self.book
-        for admission in self.scheduler.admissions():
-            now = time.perf_counter()
-            for row, item in zip(admission.rows, admission.items):
-                item.timings.admitted_s, item.row = now, row
-                book.steps_done[row], book.last_len[row] = 0, item.prompt_len + 1  # at the first decode step
-            t = self.clock.start()
-            self.runner.admit(admission.rows, admission.items)
-            done = self.runner.prefill(admission.rows, admission.items)
-            self.clock.stop("prefill", t)
-            stats.prefill_host_s += time.perf_counter() - now
-            stats.prefill_batches += 1
-            stats.prompt_tokens += sum(item.prompt_len for item in admission.items)
-            stats.prefill_tokens += done.tokens
-            stats.prefill_padded_tokens += done.padded
-            stats.prefill_lanes += done.lanes
-            stats.shared_prompt_rows += len(admission.items) - done.lanes
-
-    def _decode_chunk(self) -> int:
-        """Launch up to decode_steps_per_sync steps over the live rows' bucket; returns the step count."""
-        scheduler, stats, book = self.scheduler, self.stats, self.book
-        live = scheduler.live_rows
-        b = bucket_for(live[-1] + 1, self.runner.sizes)
-        items = [scheduler.item(r) for r in live]
-        # a live row needs at most max_new - 1 decode steps after its prefill token
-        remaining = max(item.sampling.max_new_tokens - 1 - book.steps_done[r] for r, item in zip(live, items))
-        steps = max(0, min(self.parts.config.decode_steps_per_sync, remaining))
-        if self.on_tokens is not None and not self._chunks:
-            steps = min(steps, 1)  # the caller's progress hears from the first decode step
-        if steps == 0:
-            return 0
-        self._chunks += 1
-        variant = Variant(max(item.filter_level for item in items), any(item.constraint is not None for item in items),
-                          any(item.steering for item in items), any(item.collect is not None for item in items))
+    def _prefill(self, admission: Admission[Prepared]) -> None:
+        stats, now = self.stats, time.perf_counter()
+        for row, item in zip(admission.rows, admission.items):
+            item.timings.admitted_s, item.row = now, row
         t = self.clock.start()
-        self.runner.decode(b, variant, steps, max(book.last_len[r] for r in live))
+        self.runner.admit(admission)
+        done = self.runner.prefill(admission)
+        self.clock.stop("prefill", t)
+        stats.prefill_host_s += time.perf_counter() - now
+        stats.prefill_batches += 1
+        stats.prompt_tokens += sum(item.prompt_len for item in admission.items)
+        stats.prefill_tokens += done.tokens
+        stats.prefill_padded_tokens += done.padded
+        stats.prefill_lanes += done.lanes
+        stats.shared_prompt_rows += len(admission.items) - done.lanes
+
+    def _decode(self, plan: StepPlan[Prepared]) -> None:
+        """The plan's decode chunk, and what it reads: all weights per step, and each row's KV up to its
+        length (1 for idle rows)."""
+        stats, steps, b, live = self.stats, plan.steps, plan.bucket, len(plan.live)
+        t = self.clock.start()
+        self.runner.decode(plan)
         self.clock.stop("decode", t)
-        # bytes read: all weights per step, and each row's KV up to its length (1 for idle rows)
-        lengths = sum(book.last_len[r] for r in live) + (b - len(live))
-        kv_tokens = steps * lengths + len(live) * steps * (steps - 1) // 2
+        kv_tokens = steps * (plan.kv_positions + b - live) + live * steps * (steps - 1) // 2
         stats.decode_bytes += steps * stats.weight_bytes + kv_tokens * self.parts.kv_bytes_per_token
-        for r in range(b):
-            book.steps_done[r] += steps
-            book.last_len[r] += steps
         stats.decode_steps += steps
         stats.row_steps += steps * b
-        return steps
 
     def _read(self, snapshot: Snapshot) -> list[Indexed]:
         """Deliver a snapshot's tokens to their requests; retire the finished ones into Results."""
@@ -260,18 +242,16 @@ class GenerationLoop:
         if arrived and self.on_tokens is not None:
             self.on_tokens(arrived)
         if collected:  # copied behind the running chunk, delivered at the next read
-            self.awaiting.add(self.runner.hook_tables.collection, collected)
+            self.awaiting.add(self.runner.features.collection.buffers, collected)
         if released:
             self.runner.release(released)
         return results
 
     def _compact(self) -> None:
-        moves = self.scheduler.compaction(lambda n: bucket_for(n, self.runner.sizes))
+        moves = self.scheduler.compaction()
         if not moves:
             return
         self.runner.move(moves)
         self.stats.row_moves += len(moves)
-        book = self.book
-        for src, dst in moves:
+        for _, dst in moves:
             self.scheduler.item(dst).row = dst
-            book.steps_done[dst], book.last_len[dst] = book.steps_done[src], book.last_len[src]

@@ -3,11 +3,14 @@
 Two sets share one signature each: "torch" (plain torch: CPU, tests, a fallback anywhere) and "triton"
 (fused Triton kernels, CUDA; or TRITON_INTERPRET=1 on CPU in tests). The engine picks with
 EngineConfig.kernels ("auto": triton on CUDA when importable, else torch). The model code never asks
-which set it got.
+which set it got. On the CPU the torch set takes two ops that read values on the host (free there, and
+no graph captures them): the decode attention over views of the KV cache (cpu_attention.py) and the
+sampler's race with noise only where it can win (cpu_sampling.py); elsewhere it is the plain reference.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -44,11 +47,11 @@ class Ops:
     needs_len_hint: bool  # True when decode attention's cost depends on a host length bound
 
 
-def _torch_ops() -> Ops:
+def _torch_ops(device: torch.device | None = None) -> Ops:
     from inferlab.engine.sampler import filter_threshold, race_argmax_torch, top_p_by_rejection
     from inferlab.engine.step import mask_stops_before_min, record_tokens
 
-    return Ops(
+    ops = Ops(
         name="torch",
         rms_norm=torch_ops.rms_norm,
         embed_rms_norm=torch_ops.embed_rms_norm,
@@ -67,9 +70,15 @@ def _torch_ops() -> Ops:
         sampling_logits=_as_fp32,
         needs_len_hint=True,
     )
+    if device is None or device.type != "cpu":  # None: the reference set (tests)
+        return ops
+    from inferlab.engine.cpu_attention import decode_rope_attention_cpu
+    from inferlab.engine.cpu_sampling import race_argmax_cpu
+
+    return dataclasses.replace(ops, decode_rope_attention=decode_rope_attention_cpu, race_argmax=race_argmax_cpu)
 
 
-def _triton_ops() -> Ops:
+def _triton_ops(device: torch.device | None = None) -> Ops:
     if importlib.util.find_spec("triton") is None:
         raise UnsupportedError("kernels='triton' needs the triton package; install it or use kernels='torch'")
     from inferlab.engine.kernels import (
@@ -113,7 +122,7 @@ def _unchanged(logits: torch.Tensor) -> torch.Tensor:
     return logits
 
 
-OPS_BUILDERS: dict[str, Callable[[], Ops]] = {"torch": _torch_ops, "triton": _triton_ops}
+OPS_BUILDERS: dict[str, Callable[[torch.device | None], Ops]] = {"torch": _torch_ops, "triton": _triton_ops}
 
 
 def select_ops(kind: str, device: torch.device) -> Ops:
@@ -127,6 +136,6 @@ def select_ops(kind: str, device: torch.device) -> Ops:
             f"kernels='triton' needs a CUDA device (this engine is on {device}); use kernels='torch' or 'auto' "
             "(TRITON_INTERPRET=1 runs the kernels on CPU, for tests only)"
         )
-    ops = OPS_BUILDERS[kind]()
+    ops = OPS_BUILDERS[kind](device)
     log.info("engine kernels: %s on %s", ops.name, device)
     return ops

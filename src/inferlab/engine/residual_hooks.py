@@ -5,13 +5,13 @@ buffers. The forward calls `after_layer(i, delta, residual, weight, eps[, unit_o
 would call `ops.add_rms_norm` (same norm-variant arguments):
     h, x = add_steer_rms_norm(delta, residual, next_norm)   # x: the residual after layer i, steered
     collect_rows(x (prefill: each prompt's last position), layer i's buffers)   # collected layers only
-`HookTables` holds the runner's SteeringTable and ActivationBuffers (None until a request needs them:
-residual_hook_support.py) and keeps them in step with the rows: admission writes each admitted row's
-entries, retirement drops its vector references, compaction moves them.
+`HookTables` builds them over the runner's SteeringTable and ActivationBuffers, which their row features
+(batch/steered_rows.py, batch/collecting_rows.py) make when a request first needs them and keep in step with
+the rows.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -48,13 +48,31 @@ class ResidualHooks:
         return h, x
 
 
+def tables_oom(error: Exception) -> str:
+    """A steered or collecting request's error when its table or buffers do not fit (batch/steered_rows.py,
+    batch/collecting_rows.py)."""
+    return (f"no device memory left for the steering table or collection buffers ({error}); collect fewer "
+            "layers or tokens, or start the engine with a lower gpu_memory_fraction or max_slots")
+
+
 class HookTables:
-    def __init__(self, ops: Any, rows: RowState, num_layers: int) -> None:
+    """The forward's residual hooks over the steering table and collection buffers of the runner's features
+    (batch/steered_rows.py `.table`, batch/collecting_rows.py `.buffers`: None until a request needs them)."""
+
+    def __init__(self, ops: Any, rows: RowState, num_layers: int, steering: Any, collection: Any) -> None:
         self.ops = ops
         self.rows = rows
         self.num_layers = num_layers
-        self.steering: SteeringTable | None = None
-        self.collection: ActivationBuffers | None = None
+        self._steering = steering
+        self._collection = collection
+
+    @property
+    def steering(self) -> SteeringTable | None:
+        return self._steering.table
+
+    @property
+    def collection(self) -> ActivationBuffers | None:
+        return self._collection.buffers
 
     def for_decode(self, b: int, steered: bool, collecting: bool) -> ResidualHooks | None:
         """Hooks over rows [0, b) (what a decode graph of that variant captures), or None for neither."""
@@ -82,24 +100,3 @@ class HookTables:
                        for i in range(self.num_layers)]
             last = torch.arange(len(row_ids), device=row_ids.device) * padded + lengths - 1
         return ResidualHooks(self.ops, steer, collect, last)
-
-    def admit(self, row_ids: Sequence[int], items: Sequence[Any]) -> None:
-        """Admitted rows' steering entries and collection modes (items: intake.Prepared)."""
-        if self.steering is not None:
-            self.steering.assign(row_ids, [item.steering for item in items])
-        else:
-            assert not any(item.steering for item in items), "steered request without a steering table"
-        if self.collection is not None:
-            self.collection.assign(row_ids, [item.collect for item in items])
-        else:
-            assert all(item.collect is None for item in items), "collecting request without buffers"
-
-    def release(self, row_ids: Sequence[int]) -> None:
-        if self.steering is not None:
-            self.steering.release(row_ids)
-
-    def move(self, src: torch.Tensor, dst: torch.Tensor, pairs: Sequence[tuple[int, int]]) -> None:
-        if self.steering is not None:
-            self.steering.move(src, dst, pairs)
-        if self.collection is not None:
-            self.collection.move(src, dst)

@@ -1,10 +1,9 @@
-"""Per-row device state of the batch: static buffers the decode step reads and updates in place.
+"""Per-row sampling and stop state of the batch: static buffers the decode step reads and updates in place
+(batch/sampling_rows.py keeps them in step with the rows' lifecycle; the row -> KV slot map is
+batch/kv_slots.py's).
 
-A row is a place in the batch; a slot is a place in the KV cache. Every row owns exactly one slot at all
-times (`slots` is a permutation), so an idle row still writes its dummy K/V into storage nobody else reads,
-and compaction (moving a live request to a lower row so the tail runs a smaller graph) swaps slots instead
-of copying KV. The graph for bucket b reads `view(b)`: slices [0, b) of these buffers, whose addresses
-never change. The host writes rows only between replays (admission, compaction, reset).
+The graph for bucket b reads `view(b)`: slices [0, b) of these buffers, whose addresses never change. The
+host writes rows only between replays (admission, compaction, reset).
 
 Finish reasons are small integers on the device; REASON_NAMES maps them to Result.finish_reason.
 """
@@ -25,7 +24,6 @@ REASON_NAMES = {FINISH_EOS: "eos", FINISH_STOP: "stop", FINISH_LENGTH: "length"}
 class RowState:
     tokens: torch.Tensor  # [R] int64: each row's newest token (the next decode input)
     positions: torch.Tensor  # [R] int64: that token's position in the row's slot
-    slots: torch.Tensor  # [R] int64: row -> KV slot (a permutation of 0..R-1)
     active: torch.Tensor  # [R] bool: a request occupies the row
     finished: torch.Tensor  # [R] bool: the request stopped (set on the device)
     reason: torch.Tensor  # [R] int64: FINISH_* code
@@ -52,7 +50,6 @@ class RowState:
         state = cls(
             tokens=z(i64),
             positions=z(i64),
-            slots=torch.arange(rows, device=device),
             active=z(torch.bool),
             finished=z(torch.bool),
             reason=z(i64),
@@ -71,6 +68,9 @@ class RowState:
             copied=z(i64),
         )
         return state
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [getattr(self, f.name) for f in fields(self)]
 
     def view(self, b: int) -> "RowState":
         """Rows [0, b) as views: what the graph of bucket b reads and writes."""
@@ -102,14 +102,9 @@ class RowState:
                 start += value.shape[1]
 
     def move_(self, src: torch.Tensor, dst: torch.Tensor) -> None:
-        """Move requests from rows `src` to idle rows `dst` (compaction): state copied, slots swapped."""
-        src_slots, dst_slots = self.slots[src].clone(), self.slots[dst].clone()
-        for f in fields(self):
-            if f.name != "slots":
-                t = getattr(self, f.name)
-                t[dst] = t[src]
-        self.slots[dst] = src_slots
-        self.slots[src] = dst_slots
-        self.active.index_fill_(0, src, False)  # not `[src] = scalar`: that copy synchronises (runner.release)
+        """Move requests from rows `src` to idle rows `dst` (compaction): state copied, the sources idle."""
+        for t in self.tensors():
+            t[dst] = t[src]
+        self.active.index_fill_(0, src, False)  # not `[src] = scalar`: that copy synchronises (SamplingRows.release)
         self.finished.index_fill_(0, src, False)
         self.positions.index_fill_(0, src, 0)

@@ -1,14 +1,16 @@
 """The device side of the loop: admit rows, prefill them, run decode steps (graph replays or eager), release.
 
-ModelRunner owns the model, the KV cache, the per-row state (with its steering table and collection
-buffers, residual_hooks.py) and the decode and prefill graphs. It knows rows, not requests: the engine
-(engine.py, loop.py) decides which request goes to which row (scheduler.py) and turns rows back into
-Results. Host-side input preparation (padding prompts, per-row parameter tensors) happens here, apart
-from the device calls, and only between decode chunks.
+ModelRunner owns the model, the KV cache, the batch's row features (batch/features.py: sampling and stop
+state, KV slots, constraints, steering, collection) and the decode and prefill graphs. It knows rows, not
+requests: the scheduler (scheduler.py) decides which request goes to which row and hands each sync point's
+StepPlan (its prefill batches with their lanes, the decode bucket, variant and steps) to the loop (loop.py),
+which runs it here and turns rows back into Results. Every lifecycle call (check, admit, release, move, the
+state a preserved step keeps) goes to each feature in turn. Host-side input preparation (padding prompts,
+per-row parameter tensors) happens here, apart from the device calls, and only between decode chunks.
 
 Shared prompts: rows of one prefill batch with equal prompts are prefilled once (one lane per distinct
-prompt); the other rows get the prompt's K/V by a device copy from the lane's slot (KVCache.copy_prefix)
-and sample their own first token (their own seed) from the lane's logits.
+prompt, as the scheduler grouped them); the other rows get the prompt's K/V by a device copy from the lane's
+slot (KVCache.copy_prefix) and sample their own first token (their own seed) from the lane's logits.
 
 Decode graphs are captured when a (bucket, variant) is first needed (graphs.py), possibly while requests
 are live: the capture's warm-up step runs inside `preserved_rows`, so no row advances. Its K/V writes are
@@ -20,24 +22,25 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
-from typing import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
 
 import torch
 
+from inferlab.engine.batch.feature import RowMoves, RowSet
+from inferlab.engine.batch.features import RowFeatures, Variant
+from inferlab.engine.batch.setup import BatchSetup
 from inferlab.engine.forwards.llama import LlamaModel
-from inferlab.engine.graphs import Capturer, DecodeGraphs, Variant, bucket_sizes
-from inferlab.engine.hooks import NO_CONSTRAINTS
+from inferlab.engine.graphs import Capturer, DecodeGraphs, bucket_sizes
 from inferlab.engine.intake import Prepared
 from inferlab.engine.kv_cache import KVCache
 from inferlab.engine.ops import Ops
 from inferlab.engine.prefill_graphs import PrefillGraphs, right_padded
-from inferlab.engine.rows import RowState
-from inferlab.engine.sampler import FILTER_LEVELS
-from inferlab.engine.step import finish_step
 from inferlab.engine.residual_hooks import HookTables
+from inferlab.engine.sampler import FILTER_LEVELS
+from inferlab.engine.scheduler import Admission, StepPlan
+from inferlab.engine.step import finish_step
 from inferlab.engine.transfer import tensor_on, to_device
-from inferlab.engine.forwards.llama import LlamaModel
 from inferlab.models.config import ModelSpec
 from inferlab.models.rope import RotaryTables
 from inferlab.models.weights import ModelWeights
@@ -54,32 +57,61 @@ class PrefillDone:
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, cache: KVCache, rows: RowState, ops: Ops, share_prompts: bool = True) -> None:
+    def __init__(self, model: LlamaModel, cache: KVCache, features: RowFeatures, ops: Ops,
+                 share_prompts: bool = True) -> None:
         self.model = model
         self.cache = cache
-        self.rows = rows
+        self.features = features
+        self.rows = features.sampling.rows  # the per-row state every step reads (rows.RowState)
+        self.slots = features.kv_slots.slots  # [R] row -> KV slot
         self.ops = ops
-        self.share_prompts = share_prompts
-        self.constraints = None  # a ConstraintRuntime once the engine met a constrained request
-        self.hook_tables = HookTables(ops, rows, model.spec.num_layers)  # steering and collection, made on first use
+        self.share_prompts = share_prompts  # the warm-up's and the probe's batches (the loop's: the scheduler's)
+        self.hook_tables = HookTables(ops, self.rows, model.spec.num_layers, features.steering, features.collection)
         self.device = cache.k.device
-        self.num_rows = rows.tokens.shape[0]
+        self.num_rows = self.rows.tokens.shape[0]
         self.sizes = bucket_sizes(self.num_rows)
         self.graphs: DecodeGraphs | None = None
         self.prefill_graphs: PrefillGraphs | None = None
 
     @classmethod
     def build(cls, spec: ModelSpec, model_class: type, weights: ModelWeights, ops: Ops, kv_dtype: torch.dtype,
-              slots: int, max_len: int, max_stop_ids: int, share_prompts: bool) -> "ModelRunner":
+              slots: int, max_len: int, max_stop_ids: int, share_prompts: bool, max_steered_layers: int = 8,
+              seed: int = 0, grammar_set: Any = None) -> "ModelRunner":
         """The model (`model_class`: the registry's forward) over `weights`, with its rope tables, a KV cache
-        of `slots` x `max_len` and the row state, on the weights' device (the engine's, or "meta" for the
-        kernel precompile's dry run: engine/kernel_precompile.py)."""
+        of `slots` x `max_len` and the row features, on the weights' device (the engine's, or "meta" for the
+        kernel precompile's dry run: engine/kernel_precompile.py). `seed`, `grammar_set`: the intake's (the
+        engine's seed, the constraints' GrammarSet)."""
         device = weights.embed.device
         rotary = RotaryTables.build(spec.rope, spec.head_dim, max_len, device)
         model = model_class(spec, weights, ops, rotary)
         cache = KVCache.allocate(spec, slots, max_len, kv_dtype, device, ops.name)
-        rows = RowState.allocate(slots, max_stop_ids, max_len, device)
-        return cls(model, cache, rows, ops, share_prompts)
+        setup = BatchSetup(spec, ops, weights.embed.dtype, device, slots, max_len, max_stop_ids, max_steered_layers,
+                           seed, grammar_set)
+        return cls(model, cache, RowFeatures(setup), ops, share_prompts)
+
+    @property
+    def constraints(self):
+        """The ConstraintRuntime once a constrained request arrived, else None."""
+        return self.features.constraints.runtime
+
+    # ---- intake -----------------------------------------------------------------------------------------
+    def check(self, item: Prepared, tokenizer: Any) -> str | None:
+        """Each feature's intake check of `item` in turn (they fill its fields): None, or the first problem.
+        Graphs that captured buffers a check replaced are dropped."""
+        for feature in self.features.all:
+            problem = feature.check(item, tokenizer)
+            if feature.buffers_replaced():
+                bit = feature.bit
+                self.drop_graphs(lambda key: getattr(key, bit, False))
+            if problem is not None:
+                return problem
+        return None
+
+    def batch_of(self, rows: Sequence[int], items: Sequence[Prepared]) -> Admission[Prepared]:
+        """items[i] into rows[i] as one prefill batch (shared prompts as one lane): the warm-up's and the
+        probe's, outside the scheduler."""
+        key = (lambda item: item.prompt_key) if self.share_prompts else (lambda item: None)
+        return Admission.grouped(rows, items, key, self.features.variant_of(items))
 
     # ---- decode -------------------------------------------------------------------------------------
     def decode_step(self, b: int, variant: Variant, len_hint: int | None = None) -> None:
@@ -87,9 +119,9 @@ class ModelRunner:
         variant = Variant(*variant)
         r = self.rows
         hooks = self.hook_tables.for_decode(b, variant.steered, variant.collecting)
-        logits = self.model.decode(r.tokens[:b], r.positions[:b], r.slots[:b], self.cache, len_hint, residual_hooks=hooks)  # [b, V]
-        hooks = self.constraints if variant.constrained else NO_CONSTRAINTS
-        finish_step(logits, r.view(b), hooks, self.ops, variant.level)
+        logits = self.model.decode(r.tokens[:b], r.positions[:b], self.slots[:b], self.cache, len_hint,
+                                   residual_hooks=hooks)  # [b, V]
+        finish_step(logits, r.view(b), self.features.logits_hooks(variant), self.ops, variant.level)
 
     def use_graphs(self, max_prefill_tokens: int, capturer: Capturer | None = None) -> None:
         """Replay decode steps and the prefill forward from CUDA graphs, each captured when first needed
@@ -97,7 +129,7 @@ class ModelRunner:
         capturer = capturer if capturer is not None else Capturer()
         self.graphs = DecodeGraphs(self.sizes, capturer)
         lanes = min(self.num_rows, max_prefill_tokens)
-        self.prefill_graphs = PrefillGraphs(self.model, self.cache, self.rows.slots, lanes, self.cache.max_len,
+        self.prefill_graphs = PrefillGraphs(self.model, self.cache, self.slots, lanes, self.cache.max_len,
                                             max_prefill_tokens, capturer, self.hook_tables)
 
     def ensure_graph(self, b: int, variant: Variant) -> None:
@@ -107,23 +139,18 @@ class ModelRunner:
     def _graph_step(self, b: int, variant: Variant) -> None:
         self.decode_step(b, variant, None)  # no host length hint: a graph replays with any lengths
 
-    def attach_constraints(self, runtime) -> None:
-        """Enable constrained steps (a ConstraintRuntime sized for every row); their graph variants are
-        captured when first needed, like the others."""
-        self.constraints = runtime
-
     def drop_graphs(self, predicate) -> None:
-        """Forget captured decode variants and prefill graphs whose buffers were replaced (residual_hook_support.py grows
-        collection buffers): `predicate` reads `.steered` / `.collecting`, which Variant and PrefillKey share."""
+        """Forget captured decode variants and prefill graphs whose buffers were replaced (a feature's check
+        grew them): `predicate` reads a feature's bit, `.collecting` say, which Variant and PrefillKey share."""
         for graphs in (self.graphs, self.prefill_graphs):
             if graphs is not None:
                 graphs.drop(predicate)
 
-    def decode(self, b: int, variant: Variant, steps: int, len_hint: int | None) -> None:
-        """`steps` decode steps over rows [0, b) with `variant` (graphs.Variant); len_hint bounds positions + 1
-        at the first step (used by the eager torch attention only). A (bucket, variant) without a graph yet
-        is captured first, live rows or not (preserved_rows)."""
-        variant = Variant(*variant)
+    def decode(self, plan: StepPlan) -> None:
+        """The plan's decode chunk: `steps` decode steps over rows [0, bucket) with its variant; len_hint bounds
+        positions + 1 at the first step (used by the eager torch attention only). A (bucket, variant) without
+        a graph yet is captured first, live rows or not (preserved_rows)."""
+        b, variant, steps, len_hint = plan.bucket, Variant(*plan.variant), plan.steps, plan.len_hint
         if self.graphs is not None and steps > 0:
             self.ensure_graph(b, variant)
         for i in range(steps):
@@ -137,11 +164,9 @@ class ModelRunner:
     def preserved_rows(self) -> Iterator[None]:
         """Whatever decode steps run inside leave every row's state as it was: the rows are marked inactive
         (no row advances or finishes, no constraint or collection state moves, the token a step writes at
-        out[row, n_out] is overwritten by the row's next real step), and the row state and constraint state
-        are saved before and put back after, whatever a step wrote."""
-        state = [getattr(self.rows, f.name) for f in fields(self.rows)]
-        if self.constraints is not None:
-            state += [self.constraints.ptr, self.constraints.state]
+        out[row, n_out] is overwritten by the row's next real step), and what the features save (the row
+        state, the constraint state) is saved before and put back after, whatever a step wrote."""
+        state = self.features.saved()
         saved = [t.clone() for t in state]
         self.rows.active.zero_()
         try:
@@ -151,64 +176,17 @@ class ModelRunner:
                 t.copy_(copy)
 
     # ---- admission and prefill (host inputs staged through pinned memory: transfer.py) ----------------
-    def admit(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> None:
-        """Write the admitted requests' parameters (and constraint programs) into their rows."""
-        n, width = len(items), self.rows.stop_ids.shape[1]
-        padded_stops = []
-        for item in items:
-            ids = list(item.stop_ids) or [0]
-            padded_stops.append((ids + [ids[0]] * width)[:width])  # pad by repeating entry 0
-        stop_table = torch.tensor(padded_stops, dtype=torch.int64).reshape(n, width)
-        if self.constraints is not None:
-            self.constraints.assign_rows(list(row_ids), [item.constraint for item in items])
-        else:
-            assert all(item.constraint is None for item in items), "constrained request without a runtime"
-        self.hook_tables.admit(row_ids, items)
+    def admit(self, batch: Admission[Prepared]) -> None:
+        """Write the admitted requests' values into their rows (each feature its own)."""
+        self.features.admit(batch.rows, batch.items)
 
-        def col(values, dtype):
-            return torch.tensor(values, dtype=dtype)
-
-        i64, f32 = torch.int64, torch.float32
-        s = [item.sampling for item in items]
-        self.rows.write_(
-            tensor_on(list(row_ids), i64, self.device),
-            {
-                "tokens": col([item.prompt_ids[-1] for item in items], i64),
-                "positions": col([item.prompt_len - 1 for item in items], i64),  # where the prompt's last K/V is
-                "active": col([True] * n, torch.bool),
-                "finished": col([False] * n, torch.bool),
-                "reason": col([0] * n, i64),
-                "n_out": col([0] * n, i64),
-                "copied": col([0] * n, i64),
-                "max_new": col([p.max_new_tokens for p in s], i64),
-                "min_new": col([p.min_new_tokens for p in s], i64),
-                "temperature": col([p.temperature for p in s], f32),
-                "top_k": col([p.top_k for p in s], i64),
-                "top_p": col([p.top_p for p in s], f32),
-                "min_p": col([p.min_p for p in s], f32),
-                "seeds": col([item.seed for item in items], i64),
-                "stop_ids": stop_table,
-                "n_eos": col([item.n_eos for item in items], i64),
-                "n_stop": col([len(item.stop_ids) for item in items], i64),
-            },
-        )
-
-    def prefill(self, row_ids: Sequence[int], items: Sequence[Prepared]) -> PrefillDone:
-        """Run the admitted rows' distinct prompts (right-padded; from a graph when a bucket fits), give the
-        rows that repeat a prompt its K/V (copy_prefix from the slot of the row that ran it), and sample
+    def prefill(self, batch: Admission[Prepared]) -> PrefillDone:
+        """Run the batch's distinct prompts, one lane each (right-padded; from a graph when a bucket fits), give
+        the rows that repeat a prompt its K/V (copy_prefix from the slot of the row that ran it), and sample
         every row's first token."""
+        row_ids, items, lanes, leaders, variant = batch.rows, batch.items, batch.lanes, batch.leaders, batch.variant
         n = len(items)
-        steered = any(item.steering for item in items)
-        collecting = any(item.collect is not None for item in items)
-        lane_of: dict = {}  # prompt key -> lane
-        leaders: list[int] = []  # lane -> position in items of the row whose slot the prompt is run into
-        lanes: list[int] = []  # position in items -> lane
-        for i, item in enumerate(items):
-            key = item.prompt_key if self.share_prompts else None  # None: its own lane (e.g. a steered row)
-            lane = lane_of.setdefault(key if key is not None else ("row", i), len(leaders))
-            if lane == len(leaders):
-                leaders.append(i)
-            lanes.append(lane)
+        steered, collecting = variant.steered, variant.collecting
         followers = [i for i in range(n) if leaders[lanes[i]] != i]
         u, m = len(leaders), len(followers)
         prompts = [items[i].prompt_ids for i in leaders]
@@ -237,15 +215,14 @@ class ModelRunner:
             lengths, lane_rows = lane_inputs
             tokens = staged[sum(sizes) :].view(u, longest)
             hooks = self.hook_tables.for_prefill(lane_rows, lengths, longest, steered, collecting)
-            logits = self.model.prefill(tokens, lengths, self.rows.slots[lane_rows], self.cache, residual_hooks=hooks)  # [u, V]
+            logits = self.model.prefill(tokens, lengths, self.slots[lane_rows], self.cache,
+                                        residual_hooks=hooks)  # [u, V]
         if m:
             length = max(items[i].prompt_len for i in followers)
-            self.cache.copy_prefix(self.rows.slots[source_rows], self.rows.slots[follower_rows], length)
+            self.cache.copy_prefix(self.slots[source_rows], self.slots[follower_rows], length)
             logits = logits.index_select(0, lane_idx)  # [n, V]: each row samples from its lane's logits
         part = self.rows.gather(idx)
-        level = max(item.filter_level for item in items)
-        constrained = any(item.constraint is not None for item in items)
-        finish_step(logits, part, self.constraints if constrained else NO_CONSTRAINTS, self.ops, level, row_ids=idx)
+        finish_step(logits, part, self.features.logits_hooks(variant), self.ops, variant.level, row_ids=idx)
         self.rows.scatter_(idx, part)
         padded = shape[0] * shape[1] if shape is not None else u * longest
         return PrefillDone(lanes=u, tokens=sum(len(p) for p in prompts), padded=padded)
@@ -285,36 +262,27 @@ class ModelRunner:
     def _warm(self, prompts: list[list[int]], sampling: SamplingParams) -> None:
         items = [Prepared(i, Request(id=f"warm{i}", prompt_ids=(0,)), p, sampling, 0, [], 0, Timings())
                  for i, p in enumerate(prompts)]
-        self.admit(range(len(items)), items)
-        self.prefill(range(len(items)), items)
+        batch = self.batch_of(range(len(items)), items)
+        self.admit(batch)
+        self.prefill(batch)
 
     # ---- row lifecycle ----------------------------------------------------------------------------------
     def release(self, row_ids: Sequence[int]) -> None:
-        idx = tensor_on(list(row_ids), torch.int64, self.device)
-        # index_fill_, not `t[idx] = False`: a Python scalar assigned by index is copied to the device from
-        # pageable memory, which synchronises with the stream: the host would wait out the running chunk
-        self.rows.active.index_fill_(0, idx, False)
-        self.rows.finished.index_fill_(0, idx, False)
-        self.rows.positions.index_fill_(0, idx, 0)
-        if self.constraints is not None:
-            self.constraints.release_rows(idx)
-        self.hook_tables.release(row_ids)
+        ids = list(row_ids)
+        self.features.release(RowSet(ids, tensor_on(ids, torch.int64, self.device)))
 
     def close(self) -> None:
         """Drop every device buffer the runner owns (Engine.close): the decode and prefill graphs and their
-        pool first (they address the buffers), then the constraint state, the steering and collection
-        tables, the rows, the KV cache and the model's weights."""
+        pool first (they address the buffers), then every feature's buffers (the rows, the constraint state,
+        the steering and collection tables), the KV cache and the model's weights."""
         if self.graphs is not None:
             self.graphs.close()
             self.prefill_graphs.close()
             self.graphs.capturer.close()
-        self.graphs = self.prefill_graphs = self.constraints = self.hook_tables = None
-        self.cache = self.rows = self.model = None
+        self.graphs = self.prefill_graphs = self.hook_tables = None
+        self.features.close()
+        self.features = self.cache = self.rows = self.slots = self.model = None
 
     def move(self, moves: Sequence[tuple[int, int]]) -> None:
         pairs = tensor_on([list(m) for m in moves], torch.int64, self.device)  # [m, 2] (src, dst)
-        src, dst = pairs[:, 0], pairs[:, 1]
-        self.rows.move_(src, dst)
-        if self.constraints is not None:
-            self.constraints.move_rows(src, dst)
-        self.hook_tables.move(src, dst, moves)
+        self.features.move(RowMoves(list(moves), pairs[:, 0], pairs[:, 1]))

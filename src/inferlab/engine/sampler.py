@@ -42,24 +42,28 @@ def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
     return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & MASK32
 
 
+MIX_MULTIPLIERS = (0x7FEB352D, 0x846CA68B)  # lowbias32's, between its shifts by 16, 15 and 16
+
+
 def mix32(x: torch.Tensor) -> torch.Tensor:
     """The lowbias32 integer finaliser (C. Wellons) on values in [0, 2^32) held in int64."""
     x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
+    x = _mul32(x, MIX_MULTIPLIERS[0])
     x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
+    x = _mul32(x, MIX_MULTIPLIERS[1])
     return x ^ (x >> 16)
 
 
 ROUND_SALT = 0x68E31DA4  # keys of the rejection rounds after the first (see top_p_by_rejection)
+SEED_SALT, INDEX_SALT = 0x5BD1E995, 0x27D4EB2F  # mixed into a seed's high half and into the token index
 
 
 def row_keys(seeds: torch.Tensor, token_index: torch.Tensor, round_index: int = 0) -> torch.Tensor:
     """[rows] int64 seeds (>= 0) and token indices -> [rows] int64 keys in [0, 2^32), one per sampled token
     (and per rejection round: round 0 is the plain race's key)."""
     lo, hi = seeds & MASK32, (seeds >> 32) & MASK32
-    seed_key = mix32(lo ^ mix32(hi ^ 0x5BD1E995))
-    key = mix32((seed_key + mix32((token_index & MASK32) ^ 0x27D4EB2F)) & MASK32)
+    seed_key = mix32(lo ^ mix32(hi ^ SEED_SALT))
+    key = mix32((seed_key + mix32((token_index & MASK32) ^ INDEX_SALT)) & MASK32)
     if round_index:
         key = mix32(key ^ mix32(torch.full_like(key, round_index ^ ROUND_SALT)))
     return key
@@ -76,8 +80,12 @@ def race_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     Gumbel noise in base 2: -log2(-log2 U) = g / ln 2 + log2(ln 2) with g = -ln(-ln U) standard Gumbel, so
     argmax_i (logit_i * log2(e) / T + noise_i) is the race argmax_i (logit_i / T + g_i) scaled by 1 / ln 2:
     the same token, with base-2 logarithms (cheaper on a GPU) and one multiply per logit."""
-    ids = _mul32(torch.arange(vocab, device=keys.device, dtype=torch.int64), GOLDEN)  # [vocab]
-    h = mix32(keys[:, None] ^ ids[None, :])  # [rows, vocab] in [0, 2^32)
+    return noise_at(keys[:, None], torch.arange(vocab, device=keys.device, dtype=torch.int64)[None, :])
+
+
+def noise_at(keys: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """race_noise's value for each (key, vocabulary id) pair, keys and ids int64 of broadcastable shapes."""
+    h = mix32(keys ^ _mul32(token_ids, GOLDEN))  # in [0, 2^32)
     return -torch.log2(-torch.log2(uniform_from_hash(h)))
 
 

@@ -29,6 +29,17 @@ from inferlab.errors import InputError
 from inferlab.types import Steer
 
 
+def wants_steering(request: Any) -> bool:
+    """Whether the request asks for steering at all (None or an empty list is none)."""
+    steering = request.steering
+    return not (steering is None or (isinstance(steering, (tuple, list)) and len(steering) == 0))
+
+
+def wants_steering_or_collection(request: Any) -> bool:
+    """Whether the request asks for steering or collection at all (an empty steering list is none)."""
+    return wants_steering(request) or request.collect is not None
+
+
 @dataclass(frozen=True)
 class SteerEntry:
     """One checked steering entry of a request."""

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, ContextManager
 
 import torch
 
-from inferlab.engine.graphs import Variant, bucket_for
+from inferlab.engine.cpu_threads import torch_threads
+from inferlab.engine.graphs import bucket_for
 from inferlab.engine.intake import Prepared
 from inferlab.engine.lifetime import closed_error
 from inferlab.engine.op_labels import LABELS, RangeFactory, labelled_ops
@@ -57,20 +58,22 @@ class DecodeStepProbe:
         items = [Prepared(i, Request(id=f"probe{i}", prompt_ids=(0,)), prompt, sampling, seed * ROW_SEED_STRIDE + i,
                           [], 0, Timings()) for i in range(rows)]  # fmt: skip
         self.filter_level = items[0].filter_level  # sampler.FILTER_*: the decode variant the rows need
-        self._variant = Variant(self.filter_level)
+        self._batch = self._runner.batch_of(range(rows), items)  # one lane: the rows share the prompt
+        self._variant = self._batch.variant
         self.cuda_graphs = self._runner.graphs is not None
+        self._threads = engine.config.cpu_threads if engine.device.type == "cpu" else None  # as the engine's steps
         self.stop_ids_width = self._runner.rows.stop_ids.shape[1]  # each row's stop table (EngineConfig.max_stop_ids)
         self._frozen = ExitStack()  # what close() undoes: the rows' release, then their frozen state
         self._closed = False
-        self._set_up(items)
+        self._set_up()
 
     @torch.inference_mode()
-    def _set_up(self, items: list[Prepared]) -> None:
-        runner, rows = self._runner, range(self.rows)
-        runner.admit(rows, items)
-        self._frozen.callback(runner.release, rows)
+    def _set_up(self) -> None:
+        runner = self._runner
+        runner.admit(self._batch)
+        self._frozen.callback(runner.release, range(self.rows))
         try:
-            runner.prefill(rows, items)  # one lane: the rows share the prompt
+            runner.prefill(self._batch)
             if self.cuda_graphs:
                 runner.ensure_graph(self.bucket, self._variant)
             self._frozen.enter_context(runner.preserved_rows())
@@ -85,13 +88,15 @@ class DecodeStepProbe:
         if self.cuda_graphs:
             self._runner.graphs.replay(self.bucket, self._variant)
         else:
-            self._runner.decode_step(self.bucket, self._variant, None)
+            with torch_threads(self._threads):
+                self._runner.decode_step(self.bucket, self._variant, None)
 
     @torch.inference_mode()
     def eager_step(self) -> None:
         """One eager decode step over the rows (the step the graph captured; inside `labelled`, labelled)."""
         self._check_open()
-        self._runner.decode_step(self.bucket, self._variant, None)
+        with torch_threads(self._threads):
+            self._runner.decode_step(self.bucket, self._variant, None)
 
     def labelled(self, range_for: RangeFactory) -> ContextManager[None]:
         """While inside, every operation of an eager step runs inside `range_for(family)` (a context manager;

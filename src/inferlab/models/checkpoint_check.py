@@ -1,7 +1,8 @@
 """What the engine needs of a checkpoint folder, checked before anything is loaded or allocated: a
 config.json the engine can read (config.py, sizes checked by config_file.py) and safetensors weights,
 either `*.safetensors` files or a `model.safetensors.index.json` whose weight map names files of the
-folder. Each problem is one InputError naming the file and the fix. Imports no torch: the CLI runs it
+folder, each a whole safetensors file (its header read and checked against its size: checkpoint_files.py).
+Each problem is one InputError naming the file and the fix. Imports no torch: the CLI runs it
 before the conformer pipeline starts its processes."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 from pathlib import Path
 
 from inferlab.errors import InputError
+from inferlab.models.checkpoint_files import read_small_file, safetensors_header
 from inferlab.models.config import ModelSpec, read_model_spec
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -22,9 +24,17 @@ def check_engine_checkpoint(model_dir: str | Path) -> ModelSpec:
 
 
 def weight_files(model_dir: Path) -> dict[str, Path] | list[Path]:
-    """The weight map of the index (tensor key -> file), else the folder's *.safetensors files."""
+    """The weight map of the index (tensor key -> file), else the folder's *.safetensors files; every file
+    checked to be a whole safetensors file."""
+    found = _weight_files(model_dir)
+    for path in sorted(set(found.values() if isinstance(found, dict) else found)):
+        safetensors_header(path)
+    return found
+
+
+def _weight_files(model_dir: Path) -> dict[str, Path] | list[Path]:
     index = model_dir / INDEX_FILE
-    if index.exists():
+    if index.exists() or index.is_symlink():
         return _weight_map(index)
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
@@ -38,7 +48,7 @@ def weight_files(model_dir: Path) -> dict[str, Path] | list[Path]:
 def _weight_map(index: Path) -> dict[str, Path]:
     damaged = f"{index} is damaged; re-download or re-save the checkpoint"
     try:
-        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
+        weight_map = json.loads(read_small_file(index)).get("weight_map")
     except (ValueError, RecursionError, AttributeError) as e:
         raise InputError(f"{damaged} ({e})") from None
     if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str)

@@ -5,7 +5,8 @@ hidden size, heads, vocabulary, positions...; also inside `text_config`) are who
 and a bound no real checkpoint comes near. Anything else is one InputError naming the file, the field,
 the value and the fix, so a damaged or hostile config (`num_hidden_layers: 1e9`, a list, a string) never
 reaches code that would allocate by it (the weight loader's expected shapes, the memory plan,
-transformers' model classes). Every reader of config.json in the workloads and the engine goes through it.
+transformers' model classes). Every reader of config.json in the workloads and the engine goes through it;
+it reads at most checkpoint_files.SMALL_FILE_BYTES of a regular file (a link to /dev/zero is refused).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.errors import InputError
+from inferlab.models.checkpoint_files import read_small_file
 
 # Field -> the largest value accepted: ~30x the largest open models' (126 layers, hidden 16,384, 262,144
 # vocabulary entries, 10M positions).
@@ -39,7 +41,7 @@ def read_config(model_dir: str | Path) -> dict[str, Any]:
                          "--model (or make one: inferlab model init --preset tiny --out DIR)")
     path = Path(model_dir) / "config.json"
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
+        cfg = json.loads(read_small_file(path).decode("utf-8"))
     except FileNotFoundError:
         raise InputError(f"{Path(model_dir)} has no config.json, so it is not a HuggingFace checkpoint folder; pass "
                          "one as --model (or make one: inferlab model init --preset tiny --out DIR)") from None

@@ -27,6 +27,7 @@ class Preset:
     task: str  # "causal-lm" or "sequence-classification"
     make_config: Callable[[], PretrainedConfig]
     tokenizer: str = "builtin"  # "builtin" (our small BPE) or "qwen3-chem" (needs --tokenizer DIR)
+    trained: str = ""  # "": random weights; else the shipped weights of models/trained/ its checkpoint carries
 
 
 def _shape(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, **rest) -> dict:
@@ -110,6 +111,18 @@ def _qwen2_cls_tiny() -> PretrainedConfig:
     return c
 
 
+def _qwen2_cls_aromatic() -> PretrainedConfig:
+    # The shape models/trained/recipe.py trains on RDKit's NCI molecules (1.05M parameters, CPU minutes): SMILES in,
+    # the count of aromatic rings out (models/trained/aromatic_rings.py)
+    from inferlab.models.trained.aromatic_rings import LABELS
+
+    c = Qwen2Config(**_shape(128, 384, 4, 4, 2, max_position_embeddings=512, vocab_size=2048),
+                    tie_word_embeddings=False, use_sliding_window=False, num_labels=len(LABELS),
+                    id2label=dict(enumerate(LABELS)), problem_type="single_label_classification")
+    c.architectures = ["Qwen2ForSequenceClassification"]
+    return c
+
+
 # Qwen3-0.6B's vocabulary, context, rope and stop token: what the qwen3-chem tokenizer and its programs expect
 _QWEN3_06B_TEXT = dict(head_dim=128, vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
                        rms_norm_eps=1e-6, tie_word_embeddings=True, use_sliding_window=False, eos_token_id=151643)
@@ -128,6 +141,14 @@ def _qwen3_chem_mini() -> PretrainedConfig:
     """qwen3-0.6b's vocabulary, head_dim and q/k norm in 4 narrow layers: the constraint sees the same
     tokenizer, programs and logits width, for soaks where the model only supplies random logits."""
     return Qwen3Config(**_shape(256, 768, 4, 4, 2, **_QWEN3_06B_TEXT))
+
+
+def _conformer_ref_shape() -> PretrainedConfig:
+    """The trained reference conformer model's shape (~9M parameters: 8 narrow Qwen3 layers, a vocabulary
+    reduced to a few thousand tokens), random: what the CPU path's speed is measured on."""
+    return Qwen3Config(**_shape(256, 1024, 8, 4, 2, head_dim=64, vocab_size=4096, max_position_embeddings=2048,
+                                rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                                use_sliding_window=False, initializer_range=0.1))
 
 
 def _gemma_2b() -> PretrainedConfig:
@@ -161,8 +182,13 @@ PRESETS: dict[str, Preset] = {
         Preset("qwen3-0.6b", "Qwen3-0.6B shape (28 layers, head_dim 128, q/k norm)", "causal-lm", _qwen3_06b, "qwen3-chem"),
         Preset("qwen3-chem-mini", "qwen3-0.6b's vocabulary, heads and 40960 positions in 4 layers of hidden 256 "
                "(constraint soaks; conformers of any molecule on a CPU)", "causal-lm", _qwen3_chem_mini, "qwen3-chem"),
+        Preset("conformer-ref-shape", "the reference conformer model's shape (8 layers, hidden 256, vocab 4096), "
+               "random: CPU speed", "causal-lm", _conformer_ref_shape),
         Preset("gemma-2b", "Gemma-2B shape (18 layers, hidden 2048, MQA)", "causal-lm", _gemma_2b),
         Preset("qwen2-cls", "Qwen2-0.5B shape with a 2-label classification head", "sequence-classification", _qwen2_cls),
+        Preset("qwen2-cls-aromatic", "a trained Qwen2 classifier (1M parameters): SMILES -> its aromatic rings "
+               "(none / one / two or more), 98% on held-out NCI molecules", "sequence-classification",
+               _qwen2_cls_aromatic, trained="qwen2-cls-aromatic"),
     ]
 }
 

@@ -1,6 +1,7 @@
 """Whole-file writes that never leave a half-written file: the content goes to a temporary file in the
 same folder, is flushed to disk, and replaces the target in one rename (os.replace). A crash leaves the
-old file or the new one, and at worst a stray `.<name>.<pid>.tmp` beside it."""
+old file or the new one, and at worst a stray `.<name>.<pid>.tmp` beside it. A target reached through a
+symbolic link is replaced where the link leads (the link stays a link)."""
 
 from __future__ import annotations
 
@@ -10,22 +11,35 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from inferlab.errors import write_failed
+from inferlab.outputs.paths import resolved, temporary_path
+
 
 def replace_atomically(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
     """Call `write(f)` on a temporary file beside `path`, then rename it onto `path`."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    target = resolved(path)
+    tmp = temporary_path(target)
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         with tmp.open("wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
+    except OSError as e:
+        _unlink_quietly(tmp)
+        raise write_failed(target, e) from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _unlink_quietly(tmp)
         raise
-    return target
+    return Path(path)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:  # the folder itself cannot be written: nothing was left there
+        pass
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:

@@ -14,7 +14,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from inferlab.errors import ConfigError
+from inferlab.errors import ConfigError, write_failed
 
 
 class OutputLock:
@@ -25,6 +25,13 @@ class OutputLock:
         self._made_folder = False
 
     def acquire(self) -> None:
+        try:
+            self._acquire()
+        except OSError as e:  # a read-only folder, no permission, a full disk
+            self.release()
+            raise write_failed(self.path, e) from None
+
+    def _acquire(self) -> None:
         self._made_folder = not self.path.parent.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
@@ -41,9 +48,9 @@ class OutputLock:
             if _same_file(fd, self.path):  # not removed by a run that released it meanwhile
                 break
             os.close(fd)
+        self._fd = fd
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
 
     def release(self) -> None:
         if self._fd is None:

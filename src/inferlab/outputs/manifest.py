@@ -1,5 +1,10 @@
-"""Which job made an output: its command, the settings that change its results and a digest of each
-input, recorded when the job starts and compared before a rerun resumes it.
+"""Which job made an output: its command, the settings that change its results, a digest of each input
+and the checkpoint's identity (models/checkpoint_identity.py: what is in the model folder, not its path),
+recorded when the job starts and compared before a rerun resumes it.
+
+A manifest from before checkpoint identities were recorded (no `checkpoint` field) resumes when everything
+it does record matches (the guard logs that the weights could not be compared); the rewritten manifest
+then records them.
 
 The single-process commands keep theirs beside the output (`<output>.manifest.json`, guard.py); a scaled
 run keeps the same facts in its work folder's manifest (scale/workdir.py) and the activation store in its
@@ -59,6 +64,7 @@ class JobManifest:
     command: str  # "conformers generate", "generate", ...
     settings: dict[str, Any]  # the settings that change the results (the model among them), JSON-ready
     inputs: dict[str, str] = field(default_factory=dict)  # flag -> SHA-256 of that input file
+    checkpoint: dict[str, str] | None = None  # the model folder's file -> digest; None: not recorded
     version: int = MANIFEST_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -70,8 +76,10 @@ class JobManifest:
         if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION:
             raise ValueError(f"not a version-{MANIFEST_VERSION} job manifest")
         try:
-            return JobManifest(str(data["command"]), dict(data["settings"]), dict(data["inputs"]))
-        except (KeyError, TypeError) as e:
+            checkpoint = data.get("checkpoint")
+            return JobManifest(str(data["command"]), dict(data["settings"]), dict(data["inputs"]),
+                               None if checkpoint is None else dict(checkpoint))
+        except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"a job manifest without {e}") from None
 
     def differences(self, current: "JobManifest") -> list[str]:
@@ -81,4 +89,9 @@ class JobManifest:
         changed = [f"{flag} changed since (SHA-256 {self.inputs.get(flag, '-')[:12]}... then, "
                    f"{digest[:12]}... now)" for flag, digest in current.inputs.items()
                    if self.inputs.get(flag) != digest]
+        if self.checkpoint is not None and current.checkpoint is not None and self.checkpoint != current.checkpoint:
+            files = sorted(name for name in self.checkpoint.keys() | current.checkpoint.keys()
+                           if self.checkpoint.get(name) != current.checkpoint.get(name))
+            changed.append(f"the checkpoint in the --model folder is not the one it was made with ({', '.join(files)} "
+                           "differ: other weights or config)")
         return changed + setting_changes(self.settings, current.settings, "then")

@@ -3,6 +3,7 @@
 Layout for `--output acts.safetensors`:
   acts.safetensors.d/run.json                 the settings the shards were made with (checked on resume)
   acts.safetensors.d/shard-00001.safetensors  tensors layer_<i> [rows, hidden]; written whole, then renamed
+                                              (save_atomically; the assembled file too)
   acts.safetensors.d/index.jsonl              one line per finished id: its shard and row, or its error
   acts.safetensors                            tensors layer_<i> [n, hidden] in input order; metadata: ids (JSON
                                               list, same order), layers, pool, model, failed count
@@ -25,16 +26,17 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from inferlab.errors import ConfigError
+from inferlab.errors import ConfigError, write_failed
 from inferlab.jsonl_io import ResumableJsonlWriter
 from inferlab.outputs.atomic import write_json_atomic
 from inferlab.outputs.manifest import json_ready, setting_changes
+from inferlab.outputs.paths import resolved, temporary_path
 
 _SHARD_RE = re.compile(r"^shard-(\d+)\.safetensors$")
 
@@ -94,9 +96,7 @@ class ActivationStore:
         self._begin()
         name = f"shard-{self._next_shard:05d}.safetensors"
         self._next_shard += 1
-        tmp = self.dir / (name + ".tmp")
-        save_file({layer_key(k): v.contiguous() for k, v in tensors.items()}, str(tmp))
-        os.replace(tmp, self.dir / name)
+        save_atomically({layer_key(k): v.contiguous() for k, v in tensors.items()}, self.dir / name)
         start = 0
         for row, (row_id, n_tokens) in enumerate(zip(ids, tokens)):
             entry = {"id": row_id, "status": "ok", "shard": name, "row": row, "tokens": n_tokens}
@@ -119,8 +119,10 @@ class ActivationStore:
                 rows[str(row["id"])] = row  # the last line of an id wins (it was recomputed)
         return rows
 
-    def assemble(self, ids_in_order: list[str], layers: tuple[int, ...], hidden_size: int, dtype: torch.dtype) -> int:
+    def assemble(self, ids_in_order: Iterable[str], layers: tuple[int, ...], hidden_size: int,
+                 dtype: torch.dtype) -> int:
         """Write the final file in input order from the shards; returns the number of rows in it."""
+        ids_in_order = list(ids_in_order)
         index = self._read_index()
         ok_ids = [i for i in ids_in_order if index.get(i, {}).get("status") == "ok"]
         failed = sum(1 for i in ids_in_order if index.get(i, {}).get("status") == "error")
@@ -151,7 +153,23 @@ class ActivationStore:
         tensors = {layer_key(k): v for k, v in out.items()}
         if ragged:
             tensors["offsets"] = offsets
-        tmp = self.output_path.with_name(self.output_path.name + ".tmp")
-        save_file(tensors, str(tmp), metadata=metadata)
-        os.replace(tmp, self.output_path)
+        save_atomically(tensors, self.output_path, metadata)
         return len(ok_ids)
+
+
+def save_atomically(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str] | None = None) -> None:
+    """A safetensors file written whole beside `path`, then renamed onto it; a failed write (a full disk) is
+    an OutputError naming the file."""
+    tmp = temporary_path(path)
+    try:
+        save_file(tensors, str(tmp), metadata=metadata)
+        os.replace(tmp, resolved(path))
+    except (OSError, SafetensorError) as e:
+        tmp.unlink(missing_ok=True)
+        raise write_failed(path, e if isinstance(e, OSError) else _os_error_of(e)) from None
+
+
+def _os_error_of(error: SafetensorError) -> OSError:
+    """The OSError a safetensors error reports in words ("I/O error: File too large (os error 27)")."""
+    code = re.search(r"os error (\d+)", str(error))
+    return OSError(int(code.group(1)), os.strerror(int(code.group(1)))) if code else OSError(0, str(error))

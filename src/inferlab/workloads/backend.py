@@ -57,10 +57,11 @@ class Backend:
         """Host work for every request that will be generated (e.g. each distinct constraint compiled)."""
         return None
 
-    def generate(self, requests: list[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
-        """One Result per request, in any order. stop_after_steps: end after that many decode steps, every
-        shape that matters unchanged (warm-up and profiling calls); a backend that cannot shorten a call
-        (a constraint's length is its program's) runs it in full."""
+    def generate(self, requests: Iterable[Request], stop_after_steps: int | None = None) -> Iterator[Result]:
+        """One Result per request, in any order. `requests` is read once, in order, and may be a generator
+        (the text workload's reads its input as the backend pulls). stop_after_steps: end after that many
+        decode steps, every shape that matters unchanged (warm-up and profiling calls); a backend that cannot
+        shorten a call (a constraint's length is its program's) runs it in full."""
         return iter([error_result(r, f"backend {self.name} does not generate") for r in requests])
 
     def encode_batches(self, token_ids: list[list[int]]) -> list[list[int]]:

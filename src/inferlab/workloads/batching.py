@@ -12,7 +12,6 @@ row and rows x padded length is bounded (docs/decisions.md).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence, TypeVar
@@ -20,6 +19,7 @@ from typing import Iterable, Iterator, Sequence, TypeVar
 import torch
 
 from inferlab.errors import ConfigError
+from inferlab.outputs.atomic import replace_atomically
 
 T = TypeVar("T")
 
@@ -133,23 +133,25 @@ def reorder_jsonl(path: str | Path, ids_in_order: Sequence[str], id_field: str =
             pos += len(line)
             try:
                 row_id = str(json.loads(line)[id_field])
-            except (json.JSONDecodeError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError):  # a line that is not a JSON row, a row without an id
                 continue
             offsets.setdefault(row_id, span)
     written: set[tuple[int, int]] = set()
-    tmp = p.with_name(p.name + ".reorder.tmp")
-    with p.open("rb") as src, tmp.open("wb") as dst:
 
-        def copy(span: tuple[int, int]) -> None:
-            src.seek(span[0])
-            dst.write(src.read(span[1]))
-            written.add(span)
+    def copy_in_order(dst) -> None:
+        with p.open("rb") as src:
 
-        for row_id in ids_in_order:
-            span = offsets.get(row_id)
-            if span is not None and span not in written:
-                copy(span)
-        for span in spans:
-            if span not in written:
-                copy(span)
-    os.replace(tmp, p)
+            def copy(span: tuple[int, int]) -> None:
+                src.seek(span[0])
+                dst.write(src.read(span[1]))
+                written.add(span)
+
+            for row_id in ids_in_order:
+                span = offsets.get(row_id)
+                if span is not None and span not in written:
+                    copy(span)
+            for span in spans:
+                if span not in written:
+                    copy(span)
+
+    replace_atomically(p, copy_in_order)

@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Iterator
 
+from inferlab.engine import EngineConfig
 from inferlab.types import Request, Result
 from inferlab.workloads.backend import Backend, Supports, dtype_name
 
@@ -18,19 +19,25 @@ class EngineBackend(Backend):
     name = "inferlab"
     supports = Supports(constraint=True, steering=True, collect=True)
 
-    def __init__(self, options: dict[str, Any]) -> None:
-        self.options = options  # EngineConfig fields besides `model` (load's device and dtype win when given)
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        self.engine_config = config  # the engine's; load's model, device and dtype win
         self.engine: Any = None
 
-    def load(self, model_dir: str | Path, device: Any = None, dtype: Any = None) -> None:
-        from inferlab.engine import Engine, EngineConfig
+    def config_for(self, model_dir: str | Path) -> EngineConfig:
+        """The configuration `load` starts the engine with, before its device and dtype (a lab backend sized
+        for its cell builds its own)."""
+        assert self.engine_config is not None, "EngineBackend(config) or a config_for of its own"
+        return dataclasses.replace(self.engine_config, model=str(model_dir))
 
-        options = dict(self.options)
+    def load(self, model_dir: str | Path, device: Any = None, dtype: Any = None) -> None:
+        from inferlab.engine import Engine
+
+        config = self.config_for(model_dir)
         if device is not None:
-            options["device"] = str(device)
+            config = dataclasses.replace(config, device=str(device))
         if dtype is not None:
-            options["dtype"] = dtype_name(dtype)
-        self.engine = Engine(EngineConfig(model=str(model_dir), **options))
+            config = dataclasses.replace(config, dtype=dtype_name(dtype))
+        self.engine = Engine(config)
         self.eos_token_ids = frozenset(self.engine.spec.eos_token_ids)
 
     def add_steering_vectors(self, vectors: Any) -> None:

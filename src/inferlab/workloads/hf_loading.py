@@ -2,7 +2,9 @@
 
 Owns: the load knobs shared by classify, hidden states and HF text generation (dtype, attention
 implementation, quantization, device), their validation, the transformers 4.x / 5.x differences in
-`from_pretrained`, and a pad token for batched inference. Does not own: what the model is run for.
+`from_pretrained` (safetensors weights only, checked whole first, as the engine reads them: a pickled
+checkpoint can run code as it loads), and a pad token for batched inference. Does not own: what the model
+is run for.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import transformers
 from packaging.version import Version
 
 from inferlab.errors import ConfigError, InputError, UnsupportedError
+from inferlab.models.checkpoint_check import weight_files
 from inferlab.models.config_file import read_config
 from inferlab.workloads.quantization import check_quantization_available, quantize_model, validate_quantization_name
 
@@ -220,7 +223,9 @@ def from_pretrained_for_inference(auto_class, model_dir: str | Path, dtype: torc
     (None: transformers' default for the model, eager for a soft-capped one: attention_for), moved to
     `device`, in eval mode. The caller checks first that `attn` can run here."""
     attn = attention_for(model_dir, attn)
-    model = auto_class.from_pretrained(str(model_dir), **{_DTYPE_KWARG: dtype}, attn_implementation=attn)
+    weight_files(Path(model_dir))  # safetensors only, as the engine: a pickle file can run code when loaded
+    model = auto_class.from_pretrained(str(model_dir), **{_DTYPE_KWARG: dtype}, attn_implementation=attn,
+                                       use_safetensors=True)
     return model.to(device).eval()
 
 

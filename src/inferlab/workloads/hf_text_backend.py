@@ -7,7 +7,7 @@ The batching is hf_text's: requests grouped by sampling parameters (generate tak
 length-sorted, left-padded batches under a row and token budget, OOM back-off (halve and retry; a row that
 fails alone is an error Result), every knob passed to generate explicitly.
 
-Engine options map as: device, dtype -> loading; max_slots -> rows per batch (default 32); max_seq_len ->
+The engine's configuration (EngineConfig) maps as: model, device, dtype -> loading; max_slots -> rows per batch (default 32); max_seq_len ->
 prompt + new tokens per row (default: the model's positions); seed -> the seed of requests without one
 (generate draws from torch's global generator, seeded per batch: a sampled row depends on its batch-mates,
 greedy rows do not). The engine's other knobs (kernels, graphs, batching mode, memory fraction) do not
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inferlab.engine import (CollectPlan, SteerEntry, SteeringVectors, resolve_collect, resolve_steering,
+from inferlab.engine import (CollectPlan, EngineConfig, SteerEntry, SteeringVectors, resolve_collect, resolve_steering,
                              wants_steering_or_collection)
 from inferlab.errors import ConfigError
 from inferlab.types import Request, Result, SamplingParams, Timings
@@ -59,15 +59,14 @@ class HFBackendSettings:
     seed: int = 0
 
     @staticmethod
-    def from_engine_options(options: dict[str, Any]) -> HFBackendSettings:
-        return HFBackendSettings(options.get("max_slots") or DEFAULT_BATCH_ROWS, options.get("max_seq_len"),
-                                 options.get("seed", 0))
+    def from_engine_config(config: EngineConfig) -> HFBackendSettings:
+        return HFBackendSettings(config.max_slots or DEFAULT_BATCH_ROWS, config.max_seq_len, config.seed)
 
 
-def hf_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> HFTextBackend:
-    """BACKENDS["hf"]: `model_dir` loaded with AutoModelForCausalLM; options are the engine's (see above)."""
-    backend = HFTextBackend(HFBackendSettings.from_engine_options(options))
-    backend.load(model_dir, options.get("device", "auto"), options.get("dtype", "auto"))
+def hf_backend(config: EngineConfig, steering: SteeringVectors | None = None) -> HFTextBackend:
+    """BACKENDS["hf"]: `config.model` loaded with AutoModelForCausalLM, sized by the engine's knobs (see above)."""
+    backend = HFTextBackend(HFBackendSettings.from_engine_config(config))
+    backend.load(str(config.model), config.device, config.dtype)
     if steering is not None:
         backend.add_steering_vectors(steering)
     return backend

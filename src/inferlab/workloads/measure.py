@@ -20,9 +20,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from inferlab.errors import ConfigError
-from inferlab.workloads.activations import HiddenStateCollector
-from inferlab.workloads.batching import BatchLimits, plan_batches, tokenize_chunk
-from inferlab.workloads.classify import Classifier
+from inferlab.workloads.batching import BatchLimits, plan_batches
 from inferlab.workloads.stats import latency_summary_ms
 
 # Plain English words; joined at random they tokenise like ordinary prose in any tokenizer.
@@ -160,15 +158,3 @@ def measure_batches(run: Callable[[list[list[int]]], Any], batches: list[list[li
         metrics["peak_memory_gb"] = torch.cuda.max_memory_allocated(device) / 1e9
         metrics["peak_reserved_gb"] = torch.cuda.max_memory_reserved(device) / 1e9
     return metrics
-
-
-def measure_classify(classifier: Classifier, texts: Sequence[str], spec: MeasureSpec) -> dict[str, Any]:
-    """samples/s (requests_per_s) and per-batch latency percentiles of classifying `texts`."""
-    token_ids = tokenize_chunk(classifier.loaded.tokenizer, texts)
-    return measure_batches(classifier.predict, sample_batches(token_ids, spec), spec, classifier.loaded.device)
-
-
-def measure_hidden_states(collector: HiddenStateCollector, texts: Sequence[str], spec: MeasureSpec) -> dict[str, Any]:
-    """prompts/s (requests_per_s), input tokens/s and per-batch latency of collecting pooled states."""
-    token_ids = tokenize_chunk(collector.loaded.tokenizer, texts)
-    return measure_batches(collector.collect, sample_batches(token_ids, spec), spec, collector.loaded.device)

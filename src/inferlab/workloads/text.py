@@ -25,25 +25,27 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from inferlab.engine import SteeringVectors
+from inferlab.engine import EngineConfig, SteeringVectors
 from inferlab.errors import ConfigError, InputError, UnsupportedError
 from inferlab.input_order import InputOrder
 from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
 from inferlab.types import Collect, Request, Result, SamplingParams
 from inferlab.workloads.backend import Backend
+from inferlab.workloads.batching import reorder_jsonl
 from inferlab.workloads.engine_backend import EngineBackend
 from inferlab.workloads.error_groups import ErrorGroups
 from inferlab.workloads.text_steering_collection import ActivationSink, CollectSettings, SteerSettings, line_steering
 
 log = logging.getLogger(__name__)
 
-# (model_dir, engine options, named steering vectors or None) -> a loaded backend
-BackendFactory = Callable[[str, dict[str, Any], SteeringVectors | None], Backend]
+# (the engine's configuration: its model and knobs, named steering vectors or None) -> a loaded backend
+BackendFactory = Callable[[EngineConfig, SteeringVectors | None], Backend]
 
 
 def _is_int(v: Any) -> bool:
@@ -64,10 +66,10 @@ OVERRIDE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def engine_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> Backend:
-    """Our engine: options are EngineConfig fields (max_slots, max_seq_len, device, dtype, ...)."""
-    backend = EngineBackend(options)
-    backend.load(model_dir)
+def engine_backend(config: EngineConfig, steering: SteeringVectors | None = None) -> Backend:
+    """Our engine, started with `config`."""
+    backend = EngineBackend(config)
+    backend.load(config.model)
     if steering is not None:
         backend.add_steering_vectors(steering)
     return backend
@@ -88,17 +90,17 @@ def borrowed(backend: Backend) -> Backend:
     return _Borrowed(backend)
 
 
-def hf_backend(model_dir: str, options: dict[str, Any], steering: SteeringVectors | None = None) -> Backend:
-    """transformers' generate for any causal LM (workloads/hf_text_backend.py); options as the engine's."""
+def hf_backend(config: EngineConfig, steering: SteeringVectors | None = None) -> Backend:
+    """transformers' generate for any causal LM (workloads/hf_text_backend.py), sized by the engine's knobs."""
     from inferlab.workloads.hf_text_backend import hf_backend as build
 
-    if options.get("kv_dtype", "auto") != "auto":
+    if config.kv_dtype != "auto":
         raise ConfigError(
-            f"kv_dtype={options['kv_dtype']!r} (--kv-dtype) is a setting of the inferlab engine's KV cache; the hf "
+            f"kv_dtype={config.kv_dtype!r} (--kv-dtype) is a setting of the inferlab engine's KV cache; the hf "
             "backend keeps transformers' own cache: use --backend inferlab, or --kv-dtype auto"
         )
 
-    return build(model_dir, options, steering)
+    return build(config, steering)
 
 
 BACKENDS: dict[str, BackendFactory] = {"inferlab": engine_backend, "hf": hf_backend}
@@ -118,38 +120,51 @@ def engine_architecture_problem(model_dir: str) -> str | None:
     return None
 
 
-def open_backend(name: str, model_dir: str, options: dict[str, Any],
-                 steering: SteeringVectors | None = None) -> Backend:
-    """Build the named backend; "auto" = inferlab, or "hf" when the engine does not support the model (its
-    architecture, or any other UnsupportedError the engine raises at start-up). An fp8 KV cache
+def open_backend(name: str, config: EngineConfig, steering: SteeringVectors | None = None) -> Backend:
+    """Build the named backend for `config.model`; "auto" = inferlab, or "hf" when the engine does not support
+    the model (its architecture, or any other UnsupportedError the engine raises at start-up). An fp8 KV cache
     (kv_dtype="fp8") exists only in the engine: then the engine's refusal stands, with no fallback."""
     from inferlab.workloads.hf_loading import hf_fallback_fix, transformers_problem  # transformers: only here
 
     if name == "auto":
-        problem = engine_architecture_problem(model_dir)
-        engine_only = options.get("kv_dtype", "auto") != "auto"
+        problem = engine_architecture_problem(str(config.model))
+        engine_only = config.kv_dtype != "auto"
         if problem is not None and engine_only:
-            raise UnsupportedError(f"{problem}; kv_dtype={options['kv_dtype']!r} needs the inferlab engine: use "
+            raise UnsupportedError(f"{problem}; kv_dtype={config.kv_dtype!r} needs the inferlab engine: use "
                                    "--kv-dtype auto to run this model on the hf backend")
         if problem is None:
             try:
-                return BACKENDS["inferlab"](model_dir, options, steering)
+                return BACKENDS["inferlab"](config, steering)
             except UnsupportedError as e:
                 if engine_only:
                     raise
                 problem = str(e)
-        if transformers_problem(model_dir) is not None:
-            raise UnsupportedError(f"{problem}; {hf_fallback_fix(model_dir)}")
+        if transformers_problem(config.model) is not None:
+            raise UnsupportedError(f"{problem}; {hf_fallback_fix(config.model)}")
         log.warning("%s; falling back to the transformers backend (--backend hf)", problem)
-        return BACKENDS["hf"](model_dir, options, steering)
+        return BACKENDS["hf"](config, steering)
     if name not in BACKENDS:
         raise ConfigError(f"backend {name!r} is not available; choose one of auto, {', '.join(BACKENDS)}")
     try:
-        return BACKENDS[name](model_dir, options, steering)
+        return BACKENDS[name](config, steering)
     except UnsupportedError as e:
         if name != "inferlab":
             raise
-        raise UnsupportedError(f"{e}; {hf_fallback_fix(model_dir)}") from None
+        raise UnsupportedError(f"{e}; {hf_fallback_fix(config.model)}") from None
+
+
+def result_settings(model: str | Path, backend: str, sampling: SamplingParams, engine: EngineConfig | None,
+                    hf_dtype: str = "auto") -> dict[str, Any]:
+    """The settings that change a run's rows (a rerun that changes one is refused; the output manifest's):
+    the model, the backend, the sampling defaults, the dtype (the engine's, else transformers') and the seed of
+    rows without their own."""
+    return {
+        "model": str(Path(model).resolve()),
+        "backend": backend,
+        "sampling": dataclasses.asdict(sampling),
+        "dtype": engine.dtype if engine is not None else hf_dtype,
+        "seed": engine.seed if engine is not None else None,
+    }
 
 
 def build_request(record: InputRecord, defaults: SamplingParams, steer: SteerSettings | None = None,
@@ -169,7 +184,7 @@ def build_request(record: InputRecord, defaults: SamplingParams, steer: SteerSet
     if "stop_token_ids" in overrides:
         overrides["stop_token_ids"] = tuple(overrides["stop_token_ids"])
     try:
-        sampling = dataclasses.replace(defaults, **overrides)
+        sampling = dataclasses.replace(defaults, **overrides) if overrides else defaults  # shared, when the same
     except ConfigError as e:
         return f"line {record.line_no}: {e}"
     steering = line_steering(data, record.line_no, steer)
@@ -225,29 +240,6 @@ class TextJobSummary:
     retried: int = 0  # error rows of earlier runs taken out to run again (retry_errors)
     inputs: int = 0  # input lines (done ones included)
     error_groups: ErrorGroups = field(default_factory=ErrorGroups, repr=False)  # this run's error rows by reason
-    ids_in_order: list[str] = field(default_factory=list, repr=False)  # every row id of the input, in order
-
-
-def plan_requests(
-    records: Iterable[InputRecord], done: set[str], defaults: SamplingParams, summary: TextJobSummary,
-    steer: SteerSettings | None = None, collect: Collect | None = None,
-) -> tuple[list[Request], list[dict[str, Any]]]:
-    """Split input lines into requests to run and error rows to write; skip ids already done. Every row id
-    goes to summary.ids_in_order (done ones too). Ids are unique (read_jsonl_records: a repeated id is an
-    error record under its own id)."""
-    requests, errors = [], []
-    for record in records:
-        summary.inputs += 1
-        summary.ids_in_order.append(record.id)
-        if record.id in done:
-            summary.skipped += 1
-            continue
-        built = build_request(record, defaults, steer, collect)
-        if isinstance(built, str):
-            errors.append(error_row(record.id, built))
-        else:
-            requests.append(built)
-    return requests, errors
 
 
 def model_positions(model_dir: str | Path) -> int | None:
@@ -263,26 +255,65 @@ def model_positions(model_dir: str | Path) -> int | None:
     return value if _is_int(value) and value > 0 else None
 
 
-def check_some_request_fits(requests: list[Request], row_positions: int | None) -> None:
-    """Refuse, before any work, a job none of whose requests fits in a row: each asks for more new tokens
-    than a row of `row_positions` holds beside its prompt (a text prompt counts as at least one token)."""
-    if row_positions is None or not requests:
-        return
+@dataclass
+class RowFit:
+    """Whether some request of a job fits in a row of `row_positions` (prompt + new tokens), seen one
+    request at a time; `check()` refuses, before any work, a job none of whose requests fits (a text prompt
+    counts as at least one token)."""
 
-    def prompt_floor(request: Request) -> int:
-        return max(1, len(request.prompt_ids)) if request.prompt_ids is not None else 1
+    row_positions: int | None
+    any_fits: bool = False
+    asked: int | None = None  # the fewest new tokens a request asks for
+    shortest: int | None = None  # the shortest prompt
 
-    if any(prompt_floor(r) + r.sampling.max_new_tokens <= row_positions for r in requests):
-        return
-    asked = min(r.sampling.max_new_tokens for r in requests)
-    shortest = min(prompt_floor(r) for r in requests)
-    if row_positions - shortest < 1:
-        raise ConfigError(f"rows of max_seq_len={row_positions} positions cannot hold the shortest prompt ({shortest} "
-                          "tokens) and one new token; raise max_seq_len")
-    raise ConfigError(
-        f"max_new_tokens={asked} leaves no room in any row: a row holds {row_positions} positions, prompt and "
-        f"output together (the model's max_position_embeddings, or max_seq_len when given), and the shortest "
-        f"prompt takes at least {shortest}; the largest max_new_tokens that works is {row_positions - shortest}")
+    def add(self, request: Request) -> None:
+        floor = max(1, len(request.prompt_ids)) if request.prompt_ids is not None else 1
+        asked = request.sampling.max_new_tokens
+        self.any_fits |= self.row_positions is None or floor + asked <= self.row_positions
+        self.asked = asked if self.asked is None else min(self.asked, asked)
+        self.shortest = floor if self.shortest is None else min(self.shortest, floor)
+
+    def check(self) -> None:
+        if self.any_fits or self.asked is None or self.row_positions is None:
+            return
+        if self.row_positions - self.shortest < 1:
+            raise ConfigError(f"rows of max_seq_len={self.row_positions} positions cannot hold the shortest prompt "
+                              f"({self.shortest} tokens) and one new token; raise max_seq_len")
+        raise ConfigError(
+            f"max_new_tokens={self.asked} leaves no room in any row: a row holds {self.row_positions} positions, "
+            f"prompt and output together (the model's max_position_embeddings, or max_seq_len when given), and the "
+            f"shortest prompt takes at least {self.shortest}; the largest max_new_tokens that works is "
+            f"{self.row_positions - self.shortest}")
+
+
+@dataclass
+class TextJobPlan:
+    """One pass over the input before any work: what there is to do. The run then reads the input again,
+    lazily, so no list of the job's lines or requests is ever held."""
+
+    requests: int = 0
+    errors: int = 0
+    skipped: int = 0
+    out_of_order: bool = False  # a row of an earlier run follows one still to run: reordered at the end
+
+
+def plan_text_job(records: Iterable[InputRecord], done: set[str], defaults: SamplingParams, fit: RowFit,
+                  steer: SteerSettings | None = None, collect: Collect | None = None) -> TextJobPlan:
+    plan = TextJobPlan()
+    waiting = False  # an id still to run was seen
+    for record in records:
+        if record.id in done:
+            plan.skipped += 1
+            plan.out_of_order |= waiting
+            continue
+        waiting = True
+        built = build_request(record, defaults, steer, collect)
+        if isinstance(built, str):
+            plan.errors += 1
+        else:
+            plan.requests += 1
+            fit.add(built)
+    return plan
 
 
 def run_text_generation(
@@ -300,9 +331,16 @@ def run_text_generation(
     max_line_chars: int = DEFAULT_MAX_LINE_CHARS,  # an input line over it is an error row
 ) -> TextJobSummary:
     """Rows are written in input order (input_order.py) as they finish; on any exit, interrupts included,
-    every finished row is written before the output closes."""
+    every finished row is written before the output closes. The input is read twice (the plan, then the
+    requests as the backend pulls them), never held whole: what stays is the ids of rows in flight or
+    waiting for an earlier one, the ids done, and the reader's record of the ids seen (record_ids.py). A
+    run that completes an output an interrupted run left with rows after a gap rewrites it in input order."""
     summary = TextJobSummary()
     keep_row = (lambda row: row.get("error") is None) if retry_errors else None
+
+    def records() -> Iterator[InputRecord]:
+        return read_jsonl_records(input_path, max_line_chars=max_line_chars)
+
     with ResumableJsonlWriter(output_path, kind_fields=("finish_reason",), keep_row=keep_row) as writer:
         summary.retried = writer.dropped
         order: InputOrder | None = None  # made once the rows to write are known
@@ -311,18 +349,21 @@ def run_text_generation(
             order.put(row["id"], row)
 
         sink = None
-        done = set(writer.done)
+        done = writer.done  # the ids of earlier runs (it grows with the rows written, which are walked already)
         if collect is not None:
             settings = {**(run_settings or {}), "steering": steer.describe() if steer is not None else None}
             sink = ActivationSink.open(collect, settings, in_order)
-            done &= sink.done_ids  # both files must have the row; others are recomputed
-        records = read_jsonl_records(input_path, max_line_chars=max_line_chars)
-        requests, errors = plan_requests(records, done, defaults, summary, steer,
-                                         collect.request_collect() if collect is not None else None)
-        check_some_request_fits(requests, row_positions)
-        order = InputOrder((i for i in summary.ids_in_order if i not in done), writer.write)
+            done = done & sink.done_ids  # both files must have the row; others are recomputed
+        request_collect = collect.request_collect() if collect is not None else None
+        fit = RowFit(row_positions)
+        plan = plan_text_job(records(), done, defaults, fit, steer, request_collect)
+        fit.check()
+        summary.skipped = plan.skipped
+        summary.inputs = plan.skipped + plan.requests + plan.errors
+        walked = _Walked()  # the ids the request pass has reached: the order rows are written in
+        order = InputOrder(walked, writer.write)
         if on_start is not None:
-            on_start(len(requests) + len(errors))
+            on_start(plan.requests + plan.errors)
 
         def emit(row: dict[str, Any], result: Result | None = None) -> None:
             summary.written += 1
@@ -337,20 +378,48 @@ def run_text_generation(
             else:
                 in_order(row)
 
+        def requests() -> Iterator[Request]:
+            """The requests, pulled by the backend as it goes; the lines that cannot run become rows here."""
+            for record in records():
+                if record.id in done:
+                    continue
+                walked.append(record.id)
+                built = build_request(record, defaults, steer, request_collect)
+                if isinstance(built, str):
+                    emit(error_row(record.id, built))
+                else:
+                    yield built
+
         try:
-            for row in errors:
-                emit(row)
-            if requests:
+            if plan.requests:
                 backend = open_backend()
                 try:
-                    for result in backend.generate(requests):
+                    for result in backend.generate(requests()):
                         emit(result_row(result, backend.name or None), result)
                 finally:
                     backend.close()
+            else:
+                for _ in requests():  # error rows only
+                    pass
         finally:
             try:
                 if sink is not None:
-                    summary.activation_rows = sink.close(summary.ids_in_order)
+                    summary.activation_rows = sink.close(r.id for r in records())
             finally:
                 order.flush()
+    if plan.out_of_order or writer.damaged or writer.dropped:
+        reorder_jsonl(output_path, [r.id for r in records()])
     return summary
+
+
+class _Walked(deque):
+    """Ids in input order as the request pass reaches them, taken by InputOrder as it writes: an iterator
+    that has nothing (yet) until the pass appends more (InputOrder asks again later)."""
+
+    def __next__(self) -> str:
+        if not self:
+            raise StopIteration
+        return self.popleft()
+
+    def __iter__(self) -> "_Walked":
+        return self

@@ -18,7 +18,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -161,20 +161,23 @@ class ActivationSink:
             self.flush()
 
     def flush(self) -> None:
-        if not self.waiting:
+        """The waiting results' shard, then their rows. The waiting list is taken first, so whatever
+        interrupts the flush (a signal, a full disk), no row is flushed twice: a row whose shard or JSONL line
+        did not get written is simply not done, and a rerun computes it again."""
+        waiting, self.waiting = self.waiting, []
+        if not waiting:
             return
         dtype = DTYPES[self.settings.save_dtype]
         layers = self.settings.resolved_layers
-        results = [result for result, _ in self.waiting]
+        results = [result for result, _ in waiting]
         tensors = {layer: torch.cat([r.activations[layer].reshape(-1, self.settings.hidden_size) for r in results])
                    .to(dtype) for layer in layers}  # [rows or sum of lengths, hidden]
         lengths = [len(r.activations[layers[0]]) for r in results] if self.settings.pool == "all" else None
         self.store.write_shard([r.id for r in results], [len(r.token_ids) for r in results], tensors, lengths)
-        for _, row in self.waiting:
+        for _, row in waiting:
             self.write_row(row)
-        self.waiting.clear()
 
-    def close(self, ids_in_order: list[str]) -> int:
+    def close(self, ids_in_order: Iterable[str]) -> int:
         """Write what waits, assemble the output file in input order; returns its row count."""
         try:
             self.flush()

@@ -15,7 +15,15 @@ from inferlab.bench.knobs import Knob
 from inferlab.bench.scenarios import Scenario, register_scenario
 from inferlab.errors import UnsupportedError
 
-BEHAVIOURS = ("ok", "raise", "unsupported", "no-kernel", "hang", "exit", "segv")
+BEHAVIOURS = ("ok", "raise", "unsupported", "no-kernel", "hang", "exit", "segv", "list", "setsid-hang", "setsid-leave")
+
+
+def _setsid_grandchild(cell: Cell, ctx) -> None:
+    """A grandchild in a session of its own (outside the cell's process group), ignoring SIGTERM."""
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    child = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    (ctx.run_dir / f"grandchild-{cell.key}.pid").write_text(str(child.pid))
+    time.sleep(1.0)  # long enough for the launcher to see it
 
 
 def run(cell: Cell, ctx) -> dict:
@@ -36,6 +44,13 @@ def run(cell: Cell, ctx) -> dict:
         print("hanging now", flush=True)
         while True:
             time.sleep(1)
+    if behaviour == "list":
+        return [1.0, 2.0]
+    if behaviour in ("setsid-hang", "setsid-leave"):
+        _setsid_grandchild(cell, ctx)
+        while behaviour == "setsid-hang":
+            time.sleep(1)
+        return {"value": 1.0}
     if behaviour == "exit":
         print("about to exit hard", flush=True)
         os._exit(3)

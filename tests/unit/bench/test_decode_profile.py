@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from inferlab.bench.plan import build_plan
 from inferlab.bench.plan_presets import get_plan_preset

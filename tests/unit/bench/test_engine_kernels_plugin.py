@@ -4,6 +4,7 @@ three table layouts, which must agree), and the Triton / cuBLAS groups are `unav
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,16 @@ from inferlab.bench.plan import build_plan, load_toml
 from inferlab.errors import ConfigError
 
 PLAN = Path(__file__).parents[3] / "benchmarks" / "plans" / "engine-kernels.toml"
+PLUGINS = PLAN.parents[1] / "plugins"
+
+
+def test_the_plugins_import_no_private_engine_name():
+    """A plugin runs on what the engine names publicly (its kernels' wrappers), never on a private kernel."""
+    private = [f"{path.name}: {node.module}.{alias.name}" for path in PLUGINS.glob("*.py")
+               for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)
+               and (node.module or "").startswith("inferlab.engine") for alias in node.names
+               if alias.name.startswith("_")]
+    assert private == []
 
 
 def run(tmp_path, plugins, settings: dict):

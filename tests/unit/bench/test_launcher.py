@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,35 @@ def test_cells_run_in_fresh_processes(tmp_path, behaviour_plugin):
     log = (tmp_path / row["log"]).read_text()
     assert str(os.getpid()) not in log  # the log is the child's own output
     assert (tmp_path / "env.json").is_file() and (tmp_path / "run.json").is_file()
+
+
+def test_a_result_that_is_not_a_mapping_is_an_error_row_and_the_reports_read_the_run(tmp_path, behaviour_plugin,
+                                                                                     capsys):
+    """A cell returning a list once crashed `bench` (and then `report` and `recommend` on the run folder, in
+    results.py); it is an error row now, and a row an older lab wrote that way reads as one."""
+    from inferlab.cli import main
+
+    summary = launch(_plan(behaviour_plugin, ["list", "ok"]), LaunchOptions(run_dir=tmp_path))
+    rows = {r["config"]["behaviour"]: r for r in summary.rows}
+    assert rows["list"]["status"] == "error" and "returned a list, not a mapping" in rows["list"]["message"]
+    old = {**rows["ok"], "cell_key": "old", "metrics": [1.0, 2.0], "config": {"behaviour": "ok", "value": 2.0}}
+    with (tmp_path / "results.jsonl").open("a") as f:
+        f.write(json.dumps(old) + "\n")
+    assert {r["cell_key"]: r["status"] for r in load_rows([tmp_path])}["old"] == "error"
+    assert main(["report", str(tmp_path)]) == 0
+    assert main(["recommend", str(tmp_path)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_cells_grandchild_in_its_own_session_ends_with_the_cell(tmp_path, behaviour_plugin):
+    """`setsid` takes a process out of the cell's group, which the group kill missed: the launcher walks the
+    cell's process tree instead, at the timeout and when the cell ends by itself."""
+    summary = launch(_plan(behaviour_plugin, ["setsid-hang", "setsid-leave"], timeout_s=4.0),
+                     LaunchOptions(run_dir=tmp_path, grace_s=1.0))
+    assert sorted(r["status"] for r in summary.rows) == ["ok", "timeout"]
+    for row in summary.rows:
+        grandchild = int((tmp_path / f"grandchild-{row['cell_key']}.pid").read_text())
+        deadline = time.monotonic() + 5
+        while _alive(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(grandchild), f"the {row['config']['behaviour']} cell's setsid grandchild outlived it"

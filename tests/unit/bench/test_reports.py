@@ -7,7 +7,7 @@ import pytest
 from inferlab.bench.cells import Cell
 from inferlab.bench.compare import compare_rows, delta, format_comparison
 from inferlab.bench.findings import seed_findings
-from inferlab.bench.findings_classify import classify_findings
+from inferlab.bench.findings_classify import classify_findings, label_findings
 from inferlab.bench.plan import build_plan
 from inferlab.bench.plan_presets import get_plan_preset
 from inferlab.bench.recommend import format_markdown, recommend
@@ -309,3 +309,34 @@ def test_report_and_recommend_show_one_spread(tmp_path):
     table = write_report(["s"], rows, tmp_path).read_text()
     line = next(l for l in table.splitlines() if l.startswith("| **kv_cache=dynamic"))
     assert f"| {spread * 100:.1f}% |" in line and _pct(rec.spread) == f"{spread * 100:.1f}%" and "| 2% |" not in line
+
+
+def _checked_row(weights: str, share: float | None, decidable: int, model: str = "qwen2-cls", **extra):
+    cell = next(c for c in build_plan(get_plan_preset("seed-classify")).cells
+                if c.backend == "inferlab" and c.model == model and c.config["weights"] == weights
+                and c.config["check_texts"])
+    metrics = {"requests_per_s": 300.0, "latency_ms": {"p50": 1.0, "p95": 3.0, "p99": 4.0}, "check_texts": 256,
+               "labels_agree_with_hf": 0.95, "labels_decidable": decidable, "labels_agree_with_hf_decidable": share,
+               "label_margin_tolerance": 0.0812, "label_tolerance_dtype": "float32", **extra}
+    return make_row(cell, Outcome("ok", "", metrics), run_id="r1", env=H100)
+
+
+def test_label_agreement_is_judged_where_decidable_and_printed_beside_the_raw_share(tmp_path):
+    trained = "qwen2-cls-aromatic"
+    rows = [_checked_row("auto", 0.996, 240), _checked_row("fp8", 0.985, 240), _checked_row("auto", None, 0, trained),
+            _checked_row("fp8", 0.999, 980, trained, accuracy=0.975, hf_accuracy=0.98),
+            _classify_row(40.0, quantization="none", attn_implementation="eager", batch_size=1)]  # not checked
+    findings = label_findings(rows)
+    assert [(f.verdict, f.criterion) for f in findings] == [
+        ("holds", ">= 99.5% of decidable rows"), ("does not hold", ">= 99.0% of decidable rows"),
+        ("not measured", ">= 99.5% of decidable rows"), ("holds", ">= 99.0% of decidable rows")]
+    assert findings[0].measured.startswith("99.6% of 240 decidable rows (transformers' margin > 0.0812, from bfloat16 "
+                                           "vs float32); all 256 rows: 95.0%")
+    assert findings[3].measured.endswith("accuracy 97.5% (transformers 98.0%)") and "fp8 weights" in findings[3].claim
+    text = write_report(["r"], rows, tmp_path / "rep").read_text()
+    section = text.split("## Labels beside transformers'", 1)[1].split("\n## ", 1)[0]
+    assert section.count("**holds**") == 2 and "**does not hold**" in section and "On NVIDIA H100" in section
+    results = text.split("## Results", 1)[1]
+    assert "| labels = hf | = hf where decidable | accuracy (hf) |" in results
+    assert "| 95.0% | 99.6% of 240 | - |" in results and "| 95.0% | 99.9% of 980 | 97.5% (98.0%) |" in results
+    assert "## Labels beside transformers'" not in write_report(["r"], rows[-1:], tmp_path / "rep2").read_text()

@@ -53,12 +53,31 @@ def test_the_engine_backend_packs_the_sample_and_agrees_with_transformers(tiny_c
     _check_shared_figures(m, 12)
     assert m["padding_fraction"] == 0 and m["batches_per_pass"] >= 2  # packed, no padding, by the token budget
     assert m["labels_agree_with_hf"] == 1.0 and m["max_prob_diff_vs_hf"] < 1e-5 and m["check_texts"] == 12
+    # float32 cell: float64 transformers sizes the tolerance; float32 rounding decides every label here
+    assert m["label_tolerance_dtype"] == "float64" and 0 < m["label_margin_tolerance"] < 1e-4
+    assert m["labels_decidable"] == 12 and m["labels_agree_with_hf_decidable"] == 1.0
     assert m["engine"]["batches"] >= m["batches_timed"] and m["attention_chosen"] == {}  # CPU: the torch reference
     hidden = tiny_checkpoint("tiny")
     _, out = run_cell(_plan("hidden-states", hidden, "inferlab", num_prompts=8, layers="1:-1", pool="mean",
                             check_texts=8), hidden)
     assert out.status == "ok", out.message
     assert out.metrics["states_min_cosine_vs_hf"] > 0.9999 and out.metrics["states_max_rel_diff_vs_hf"] < 1e-4
+
+
+def test_the_trained_classifier_on_held_out_molecules_reports_both_agreements_and_accuracy(tiny_checkpoint, run_cell):
+    """A seed-classify-like cell in bf16: the tolerance from bf16 vs float32 transformers, the trained margins
+    past it, the labels scored against the set's, the shipped weights' digest on the row."""
+    from inferlab.models.trained import file_sha256, weights_path
+
+    path = tiny_checkpoint("qwen2-cls-aromatic", "bfloat16")
+    _, out = run_cell(_plan("classify", path, "inferlab", texts="nci-aromatic-rings", num_samples=24, min_tokens=1,
+                            max_tokens=200, dtype="bfloat16", check_texts=24), path)
+    assert out.status == "ok", out.message
+    m = out.metrics
+    assert m["check_texts"] == 24 and m["label_tolerance_dtype"] == "float32" and m["label_margin_tolerance"] > 0
+    assert m["labels_decidable"] >= 20 and m["labels_agree_with_hf_decidable"] == 1.0 and m["labels_agree_with_hf"] > 0.9
+    assert m["accuracy"] >= 0.9 and m["hf_accuracy"] >= 0.9
+    assert m["trained_weights"] == {"name": "qwen2-cls-aromatic", "sha256": file_sha256(weights_path("qwen2-cls-aromatic"))}
 
 
 def test_a_sweep_without_a_backend_runs_transformers_and_vllm_takes_the_final_layer_only():
@@ -103,6 +122,7 @@ def test_hidden_states_measures_prompts_and_tokens_per_second(tiny_checkpoint, r
     ("classify", "tiny-qwen2-cls", {"min_tokens": 50, "max_tokens": 10}, "swap them"),
     ("classify", "tiny-qwen2-cls", {"max_tokens": 100000}, "max_position_embeddings=512"),
     ("classify", "tiny-qwen2-cls", {"attn_implementation": "flash_attention_2"}, "only bfloat16/float16"),
+    ("classify", "qwen2-cls", {"texts": "nci-aromatic-rings", "max_tokens": 512}, "has 3 labels .* but model qwen2-cls has 2"),
     ("hidden-states", "tiny", {"layers": "1,x"}, "separated by ',' or ':'"),
     ("hidden-states", "tiny", {"layers": "3"}, "out of range"),
     ("hidden-states", "tiny", {"max_duration_s": 0.01}, "below min_duration_s"),

@@ -8,6 +8,7 @@ import pytest
 
 from inferlab.cli import main
 from inferlab.cli.row_outcome import NO_ROW_OK
+from inferlab.engine import EngineConfig
 from inferlab.workloads.conformers.pipeline.config import PipelineConfig
 from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
@@ -62,8 +63,8 @@ def test_the_engine_tokens_reach_the_caller_before_the_first_row(tmp_path, model
     inp.write_text("CCO ethanol\nc1ccccc1 benzene\n")
     events = []
     summary = generate_conformers(
-        model, inp, tmp_path / "out.sdf", PipelineConfig(num_conformers=2, judge_workers=0),
-        {"max_slots": 4, "max_seq_len": 320, "decode_steps_per_sync": 4},
+        EngineConfig(model=model, max_slots=4, max_seq_len=320, decode_steps_per_sync=4), inp, tmp_path / "out.sdf",
+        PipelineConfig(num_conformers=2, judge_workers=0),
         on_row=lambda row: events.append(("row", row["output_tokens"])),
         on_tokens=lambda tokens, given, bound: events.append(("tokens", tokens, given, bound)))
     first_row = next(i for i, e in enumerate(events) if e[0] == "row")

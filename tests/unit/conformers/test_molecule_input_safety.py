@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from inferlab.workloads.conformers.chemistry.input_bounds import InputBounds
 from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
 
@@ -62,3 +64,19 @@ def test_a_missing_id_is_never_an_error_for_a_taken_line_id(tmp_path):
     path.write_text("CCO line-2\nCCN\nCCC\n")  # line 2 has no id, but line 1 took `line-2`
     records = read_molecule_inputs(path).records
     assert [(r.id, r.ok) for r in records] == [("line-2", True), ("line-2.2", True), ("line-3", True)]
+
+
+@pytest.mark.parametrize("suffix, sep", [(".csv", ","), (".tsv", "\t")])
+def test_a_stray_quote_is_one_error_row_and_the_next_lines_are_read(tmp_path, suffix, sep):
+    """`"CCN,stray` on line 3 once opened a quoted field that swallowed the next ~13,000 lines until the
+    field limit; a record now ends within MAX_RECORD_LINES lines, so the quote costs its own line only."""
+    path = tmp_path / f"in{suffix}"
+    lines = [f"id{sep}smiles"] + [f"m{i}{sep}CCO" for i in range(300)]
+    lines.insert(2, f'"CCN{sep}stray')
+    lines.insert(200, f'm-quoted{sep}"C\nC"')  # a quoted line break, closed on the next line: still one record
+    path.write_text("\n".join(lines) + "\n")
+    records = read_molecule_inputs(path).records
+    assert len(records) == 302 and [r.id for r in records if r.ok] == [f"m{i}" for i in range(300)]
+    stray, quoted = [r for r in records if not r.ok]
+    assert stray.line_no == 3 and "opens a quoted field that no line within 8 closes" in stray.error
+    assert quoted.id == "m-quoted" and "holds whitespace" in quoted.error

@@ -17,6 +17,7 @@ import pytest
 from rdkit import Chem
 
 from inferlab.cli import main
+from inferlab.engine import EngineConfig
 from inferlab.errors import ConfigError
 from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
 from inferlab.workloads.conformers.chemistry.sdf import read_sdf
@@ -66,7 +67,8 @@ def test_every_written_conformer_is_the_input_molecule(tmp_path, model):
     inp = write_input(tmp_path / "in.smi", ["C1CC broken", "CCO ethanol", "C[N+](C)(C)(C)C pentavalent",
                                             "C[NH2]->[Cu] dative"])
     out = tmp_path / "out.sdf"
-    summary = generate_conformers(model, inp, out, PipelineConfig(num_conformers=3, seed=1), ENGINE)
+    summary = generate_conformers(EngineConfig(model=model, **ENGINE), inp, out,
+                                  PipelineConfig(num_conformers=3, seed=1))
 
     rows = rows_of(out)
     assert len(rows) == len(stable(rows)) == 9 * 3
@@ -99,14 +101,15 @@ def test_every_written_conformer_is_the_input_molecule(tmp_path, model):
 def test_greedy_and_seeded_runs_are_reproducible(tmp_path, model):
     inp = write_input(tmp_path / "in.smi")
     greedy = PipelineConfig(num_conformers=2, sampling=ConformerSampling("greedy"))
-    generate_conformers(model, inp, tmp_path / "g.sdf", greedy, ENGINE)
+    generate_conformers(EngineConfig(model=model, **ENGINE), inp, tmp_path / "g.sdf", greedy)
     rows = stable(rows_of(tmp_path / "g.sdf"))
     records = {r.prop("row_id"): Chem.MolToMolBlock(r.mol) for r in read_sdf(tmp_path / "g.sdf")}
     assert records["benzene#0"] == records["benzene#1"]  # greedy: the K conformers are the same
 
     seeded = PipelineConfig(num_conformers=2, seed=7, sampling=ConformerSampling("top-p", 0.8, 0.95))
-    generate_conformers(model, inp, tmp_path / "a.sdf", seeded, ENGINE)
-    generate_conformers(model, inp, tmp_path / "b.sdf", seeded, {**ENGINE, "max_slots": 3})  # other batches
+    generate_conformers(EngineConfig(model=model, **ENGINE), inp, tmp_path / "a.sdf", seeded)
+    generate_conformers(EngineConfig(model=model, **{**ENGINE, "max_slots": 3}), inp, tmp_path / "b.sdf",
+                        seeded)  # other batches
     assert stable(rows_of(tmp_path / "a.sdf")) == stable(rows_of(tmp_path / "b.sdf"))
     assert (tmp_path / "a.sdf").read_text().count("$$$$") == 10
     assert set(rows) == set(stable(rows_of(tmp_path / "a.sdf")))
@@ -115,8 +118,8 @@ def test_greedy_and_seeded_runs_are_reproducible(tmp_path, model):
 def test_a_molecule_too_long_for_the_rows_is_an_error_row(tmp_path, model):
     inp = write_input(tmp_path / "in.smi", ["CCCCCCCCCC decane"])
     out = tmp_path / "out.sdf"
-    summary = generate_conformers(model, inp, out, PipelineConfig(num_conformers=1), {"max_slots": 2,
-                                                                                       "max_seq_len": 256})
+    summary = generate_conformers(EngineConfig(model=model, max_slots=2, max_seq_len=256), inp, out,
+                                  PipelineConfig(num_conformers=1))
     rows = stable(rows_of(out))
     assert "over max_seq_len=256; rerun with --max-seq-len" in rows["decane#0"]["error"]
     assert summary.conformers_ok == len(MOLECULES)
@@ -126,7 +129,7 @@ def test_error_rows_name_only_fixes_that_exist_and_retry_errors_runs_them_again(
     inp = write_input(tmp_path / "in.smi", ["CCCCCCCCCC decane", "CCCCCCCCCCCCCCCCCCCCCCCC tetracosane"])
     out = tmp_path / "out.sdf"
     config = PipelineConfig(num_conformers=1)
-    generate_conformers(model, inp, out, config, {"max_slots": 2, "max_seq_len": 256})
+    generate_conformers(EngineConfig(model=model, max_slots=2, max_seq_len=256), inp, out, config)
     rows = stable(rows_of(out))
     needed = int(re.search(r"rerun with --max-seq-len (\d+)", rows["decane#0"]["error"]).group(1))
     assert needed <= 512  # the tiny model's positions: a value that works
@@ -134,7 +137,7 @@ def test_error_rows_name_only_fixes_that_exist_and_retry_errors_runs_them_again(
     assert "more than the model's 512" in too_large and "--max-seq-len" not in too_large
 
     retry = dataclasses.replace(config, retry_errors=True)
-    summary = generate_conformers(model, inp, out, retry, {"max_slots": 2, "max_seq_len": needed})
+    summary = generate_conformers(EngineConfig(model=model, max_slots=2, max_seq_len=needed), inp, out, retry)
     after = rows_of(out)
     assert summary.conformers_retried == 2 and summary.conformers_skipped == len(MOLECULES)
     assert len(after) == len(stable(after)) == len(MOLECULES) + 2  # one row per id
@@ -157,8 +160,8 @@ def test_any_k_streams_from_the_first_molecule_with_flat_memory(tmp_path, model)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
     started = time.perf_counter()
     with pytest.raises(Enough):
-        generate_conformers(model, inp, tmp_path / "out.sdf", PipelineConfig(num_conformers=100_000_000), ENGINE,
-                            on_row=stop_after_three)
+        generate_conformers(EngineConfig(model=model, **ENGINE), inp, tmp_path / "out.sdf",
+                            PipelineConfig(num_conformers=100_000_000), on_row=stop_after_three)
     assert time.perf_counter() - started < 120
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024  # a list of K would be GBs
     assert [r["id"] for r in rows_of(tmp_path / "out.sdf")][:3] == ["ethanol#0", "ethanol#1", "ethanol#2"]
@@ -166,8 +169,8 @@ def test_any_k_streams_from_the_first_molecule_with_flat_memory(tmp_path, model)
 
 def test_the_automatic_row_length_fits_the_largest_molecule(tmp_path, model):
     inp = write_input(tmp_path / "in.smi", ["CCCCCCCCCC decane"])  # needs ~330 positions with this tokenizer
-    summary = generate_conformers(model, inp, tmp_path / "out.sdf", PipelineConfig(num_conformers=1),
-                                  {"max_slots": 2})
+    summary = generate_conformers(EngineConfig(model=model, max_slots=2), inp, tmp_path / "out.sdf",
+                                  PipelineConfig(num_conformers=1))
     assert summary.conformers_ok == len(MOLECULES) + 1
     assert 330 < summary.max_seq_len <= 512  # the tiny model's positions
 
@@ -187,16 +190,16 @@ def test_a_run_cut_short_resumes_with_every_row_once(tmp_path, model):
 
     crash_after_five.seen = 0
     with pytest.raises(Crash):
-        generate_conformers(model, inp, out, config, ENGINE, on_row=crash_after_five)
+        generate_conformers(EngineConfig(model=model, **ENGINE), inp, out, config, on_row=crash_after_five)
     first = rows_of(out)
     assert 6 <= len(first) < 12  # the sixth row, and finished rows that waited for an earlier one
-    summary = generate_conformers(model, inp, out, config, ENGINE)
+    summary = generate_conformers(EngineConfig(model=model, **ENGINE), inp, out, config)
     assert summary.conformers_skipped == len(first) and summary.conformers_written == 12 - len(first)
     rows = rows_of(out)
     assert len(rows) == len(stable(rows)) == 12
     assert len(list(read_sdf(out))) == sum(r["status"] == "ok" for r in rows) == 10
 
-    generate_conformers(model, inp, tmp_path / "whole.sdf", config, ENGINE)
+    generate_conformers(EngineConfig(model=model, **ENGINE), inp, tmp_path / "whole.sdf", config)
     assert stable(rows) == stable(rows_of(tmp_path / "whole.sdf"))  # the same rows as an uninterrupted run
 
 
@@ -204,9 +207,9 @@ def test_a_run_cut_short_resumes_with_every_row_once(tmp_path, model):
 def test_the_process_pools_give_the_same_rows_as_in_process(tmp_path, model):
     inp = write_input(tmp_path / "in.smi", ["C1CC broken"])
     base = dict(num_conformers=2, seed=4)
-    generate_conformers(model, inp, tmp_path / "inline.sdf", PipelineConfig(workers=0, judge_workers=0, **base), ENGINE)
-    summary = generate_conformers(model, inp, tmp_path / "pool.sdf", PipelineConfig(workers=1, judge_workers=1, **base),
-                                  ENGINE)
+    engine = EngineConfig(model=model, **ENGINE)
+    generate_conformers(engine, inp, tmp_path / "inline.sdf", PipelineConfig(workers=0, judge_workers=0, **base))
+    summary = generate_conformers(engine, inp, tmp_path / "pool.sdf", PipelineConfig(workers=1, judge_workers=1, **base))
     assert stable(rows_of(tmp_path / "pool.sdf")) == stable(rows_of(tmp_path / "inline.sdf"))
     assert (tmp_path / "pool.sdf").read_text() != "" and summary.judge_workers == 1
     assert {r.prop("row_id"): Chem.MolToMolBlock(r.mol) for r in read_sdf(tmp_path / "pool.sdf")} == {

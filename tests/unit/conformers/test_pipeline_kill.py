@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from inferlab.engine import EngineConfig
 from inferlab.workloads.conformers.chemistry.sdf import read_sdf
 from inferlab.workloads.conformers.pipeline.config import PipelineConfig
 from inferlab.workloads.conformers.pipeline.generate import generate_conformers
@@ -53,7 +54,7 @@ def test_a_killed_run_resumes_with_every_row_once(tmp_path, tiny_checkpoint):
     assert written_before >= 4, "the run wrote too few rows before the kill to test anything"
 
     config = PipelineConfig(num_conformers=K, seed=3, workers=0, judge_workers=0)
-    summary = generate_conformers(model, inp, out, config, {"max_slots": 2, "device": "cpu"})
+    summary = generate_conformers(EngineConfig(model=model, max_slots=2, device="cpu"), inp, out, config)
     rows = rows_of(rows_path)
     assert summary.conformers_skipped == written_before and len(rows) == len(MOLECULES) * K
     assert len({r["id"] for r in rows}) == len(rows) and all(r["status"] == "ok" for r in rows)

@@ -15,6 +15,7 @@ import torch
 from inferlab.cli import main
 from inferlab.cli.scale_args import EXIT_INCOMPLETE
 from inferlab.scale.faults import FAULT_ENV
+from inferlab.engine import EngineConfig
 from inferlab.workloads.conformers.chemistry.sdf import read_sdf
 from inferlab.workloads.conformers.pipeline.config import PipelineConfig
 from inferlab.workloads.conformers.pipeline.generate import generate_conformers
@@ -40,7 +41,8 @@ def single(model, tmp_path_factory):
     inp = root / "in.smi"
     inp.write_text("\n".join(LINES) + "\n")
     torch.set_num_threads(1)
-    generate_conformers(model, inp, root / "out.sdf", PipelineConfig(num_conformers=K, seed=2), {"max_slots": 8})
+    generate_conformers(EngineConfig(model=model, max_slots=8), inp, root / "out.sdf",
+                        PipelineConfig(num_conformers=K, seed=2))
     rows = {r["id"]: r for r in map(json.loads, (root / "out.jsonl").read_text().splitlines())}
     return inp, rows
 

@@ -12,6 +12,7 @@ import pytest
 from rdkit import Chem
 
 from inferlab.cli import main
+from inferlab.engine import EngineConfig
 from inferlab.errors import ConfigError
 from inferlab.workloads.conformers.chemistry.sdf import read_sdf
 from inferlab.workloads.conformers.chemistry.stereo import StereoAgreement, stereo_agreement
@@ -47,7 +48,8 @@ def rows_of(sdf_path) -> dict[str, dict]:
 
 def test_every_row_reports_stereo_and_the_sdf_agrees(tmp_path, inp, model):
     out = tmp_path / "out.sdf"
-    summary = generate_conformers(model, inp, out, PipelineConfig(num_conformers=K, seed=5), ENGINE)
+    summary = generate_conformers(EngineConfig(model=model, **ENGINE), inp, out,
+                                  PipelineConfig(num_conformers=K, seed=5))
     rows = rows_of(out)
     assert len(rows) == K * len(MOLECULES) and all(r["status"] == "ok" and r["attempts"] == 1 for r in rows.values())
     for row in rows.values():
@@ -92,7 +94,7 @@ def forced_contradictions(monkeypatch):
 def test_stereo_retries_keep_k_rows_and_record_the_attempts(tmp_path, inp, model, forced_contradictions):
     config = PipelineConfig(num_conformers=K, seed=5, stereo_retries=2, judge_workers=0)
     out = tmp_path / "out.sdf"
-    summary = generate_conformers(model, inp, out, config, ENGINE)
+    summary = generate_conformers(EngineConfig(model=model, **ENGINE), inp, out, config)
     rows = rows_of(out)
     assert len(rows) == K * len(MOLECULES)
     for name in MOLECULES:
@@ -109,7 +111,8 @@ def test_stereo_retries_keep_k_rows_and_record_the_attempts(tmp_path, inp, model
 
     # the same job without retries draws exactly the first attempts
     plain = tmp_path / "plain.sdf"
-    first = generate_conformers(model, inp, plain, PipelineConfig(num_conformers=K, seed=5, judge_workers=0), ENGINE)
+    first = generate_conformers(EngineConfig(model=model, **ENGINE), inp, plain,
+                                PipelineConfig(num_conformers=K, seed=5, judge_workers=0))
     first_rows = rows_of(plain)
     first_draws = {r.prop("row_id"): Chem.MolToMolBlock(r.mol) for r in read_sdf(plain)}
     for row, n in expected_attempts.items():
@@ -121,7 +124,7 @@ def test_stereo_retries_keep_k_rows_and_record_the_attempts(tmp_path, inp, model
 
     # a rerun (other batches) reproduces every attempt
     again = tmp_path / "again.sdf"
-    generate_conformers(model, inp, again, config, {**ENGINE, "max_slots": 3})
+    generate_conformers(EngineConfig(model=model, **{**ENGINE, "max_slots": 3}), inp, again, config)
     assert {r.prop("row_id"): Chem.MolToMolBlock(r.mol) for r in read_sdf(again)} == records
     assert rows_of(again) == rows
 
@@ -164,7 +167,7 @@ def test_with_a_lazy_engine_retries_join_the_same_stream_call(tmp_path, inp, mod
     monkeypatch.setitem(FAILS, "difluoro#0", 0)
     monkeypatch.setitem(FAILS, "difluoro#2", 0)
     config = PipelineConfig(num_conformers=K, seed=5, stereo_retries=2, judge_workers=0)
-    summary = generate_conformers(model, inp, tmp_path / "out.sdf", config, ENGINE)
+    summary = generate_conformers(EngineConfig(model=model, **ENGINE), inp, tmp_path / "out.sdf", config)
     rows = rows_of(tmp_path / "out.sdf")
     assert summary.stream_calls == 1 and summary.stereo_retries == 2
     assert {row: r["attempts"] for row, r in rows.items() if r["attempts"] > 1} == {"alaninol#1": 2, "alaninol#2": 2}

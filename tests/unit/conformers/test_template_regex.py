@@ -121,7 +121,7 @@ def test_xgrammar_accepts_the_tokenised_text_then_eos(chem_tokenizer, profile_na
 
 @pytest.mark.parametrize("profile_name", ["v3-fixed4", "v2-stripped"])
 def test_llguidance_accepts_the_tokenised_text_then_eos(chem_tokenizer, profile_name):
-    llguidance = pytest.importorskip("llguidance")
+    pytest.importorskip("llguidance")
     import llguidance.hf
 
     text, bad, pattern = _valid_and_invalid(profile_name)

@@ -109,11 +109,11 @@ def test_steps_inside_preserved_rows_change_nothing(engine, monkeypatch):
     runner = engine.runner
     real_decode = runner.decode
 
-    def decode_after_a_preserved_step(b, variant, steps, len_hint):
+    def decode_after_a_preserved_step(plan):
         with runner.preserved_rows():
-            runner.decode_step(b, variant, None)
-            runner.decode_step(b, variant, None)
-        real_decode(b, variant, steps, len_hint)
+            runner.decode_step(plan.bucket, plan.variant, None)
+            runner.decode_step(plan.bucket, plan.variant, None)
+        real_decode(plan)
 
     monkeypatch.setattr(runner, "decode", decode_after_a_preserved_step)
     assert [r.token_ids for r in engine.generate(requests)] == plain
@@ -130,7 +130,7 @@ def test_graphs_captured_lazily_under_live_rows_give_the_eager_tokens(tiny_check
                                   decode_steps_per_sync=2, queue_ahead=AHEAD, min_admission=1))
     runner, capturer = graphed.runner, EagerCapturer()
     runner.graphs = DecodeGraphs(runner.sizes, capturer)
-    runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.rows.slots, SLOTS, runner.cache.max_len,
+    runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.slots, SLOTS, runner.cache.max_len,
                                           graphed.max_prefill_tokens, capturer, runner.hook_tables)
     requests = [_req(i, new=3 + (5 * i) % 11, top_p=0.9 if i % 3 else 1.0) for i in range(11)]
     requests += [Request(id="greedy", prompt_ids=(4, 4), sampling=SamplingParams(temperature=0, max_new_tokens=9))]

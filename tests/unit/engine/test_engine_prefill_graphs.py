@@ -32,7 +32,7 @@ def _with_graphs(engine: Engine, decode: bool = False) -> EagerCapturer:
     """The runner's graph path (runner.use_graphs) with the eager capturer: prefill graphs, and with `decode`
     the decode graphs too (each (bucket, variant) captured at first need, under live rows)."""
     runner, capturer = engine.runner, EagerCapturer()
-    runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.rows.slots, 4, runner.cache.max_len,
+    runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.slots, 4, runner.cache.max_len,
                                           engine.max_prefill_tokens, capturer, runner.hook_tables)
     if decode:
         runner.graphs = DecodeGraphs(runner.sizes, capturer)
@@ -163,7 +163,7 @@ def test_prefill_forwards_have_no_host_sync(tiny_checkpoint, preset):
     requests = _steered_collecting_requests(engine.spec.hidden_size, engine.spec.num_layers)[:4]
     assert all(r.ok for r in engine.generate(requests))  # the tables exist and the warm prompts are real
     items = [engine._prepare_request(i, r) for i, r in enumerate(requests)]
-    runner.admit(range(len(items)), items)
+    runner.admit(runner.batch_of(range(len(items)), items))
     shape = graphs.bucket(len(items), max(item.prompt_len for item in items))
     block = graphs.host_block(shape, [item.prompt_ids for item in items], list(range(len(items))))
     graphs.inputs[: block.numel()].copy_(block)

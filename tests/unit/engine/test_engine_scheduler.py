@@ -22,10 +22,11 @@ class Job:
 
 def simulate(jobs, rows, prefill_tokens, mode, steps_per_sync=4, compact=True, min_admission=1, by_length=True):
     """Drive the scheduler like the engine does; return the event log and checks of every invariant."""
-    sched = Scheduler(rows, prefill_tokens, mode, lambda j: j.prompt, min_admission, by_length=by_length)
+    sizes = bucket_sizes(rows)
+    sched = Scheduler(rows, prefill_tokens, mode, lambda j: j.prompt, min_admission, by_length=by_length,
+                      bucket_for=lambda n: bucket_for(n, sizes))
     for job in jobs:
         sched.submit(job)
-    sizes = bucket_sizes(rows)
     log = {"admitted": [], "finished": [], "batches": [], "buckets": []}
     clock = 0
     while sched.has_work():
@@ -45,7 +46,7 @@ def simulate(jobs, rows, prefill_tokens, mode, steps_per_sync=4, compact=True, m
             if job.done_steps >= job.output:
                 log["finished"].append((clock, sched.retire(row).name))
         if compact:
-            for src, dst in sched.compaction(lambda n: bucket_for(n, sizes)):
+            for src, dst in sched.compaction():
                 assert src > dst and sched.rows[src] is None and sched.rows[dst] is not None
     return log
 
@@ -137,14 +138,14 @@ def test_prefill_batches_respect_the_token_bound():
 
 
 def test_compaction_moves_the_tail_into_the_smallest_bucket():
-    sched = Scheduler(16, 1000, "continuous", lambda j: j.prompt)
+    sched = Scheduler(16, 1000, "continuous", lambda j: j.prompt, bucket_for=lambda n: bucket_for(n, bucket_sizes(16)))
     for i in range(16):
         sched.submit(Job(i, 1, 1))
     sched.admissions()
     for row in range(16):
         if row not in (3, 12, 15):
             sched.retire(row)
-    moves = sched.compaction(lambda n: bucket_for(n, bucket_sizes(16)))
+    moves = sched.compaction()
     assert sorted(sched.live_rows) == [0, 1, 3]  # 3 live rows -> bucket 4: rows 15 and 12 moved down
     assert moves == [(15, 0), (12, 1)]
 

@@ -80,7 +80,7 @@ def test_bucketed_prefill_inputs_give_the_same_tokens(tiny_checkpoint, engine):
     padded = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=8, max_seq_len=64, decode_steps_per_sync=4,
                                  max_prefill_tokens=128))
     runner = padded.runner
-    runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.rows.slots, 8, runner.cache.max_len,
+    runner.prefill_graphs = PrefillGraphs(runner.model, runner.cache, runner.slots, 8, runner.cache.max_len,
                                           padded.max_prefill_tokens, EagerCapturer(), runner.hook_tables)
     requests = [_req(f"a{k}", [9, 8, 7, 6, 5], temperature=1.0, seed=k, max_new_tokens=8) for k in range(3)]
     requests += [_req(f"b{k}", list(range(2, 2 + 3 * k + 1)), temperature=0, max_new_tokens=6) for k in range(4)]

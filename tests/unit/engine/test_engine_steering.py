@@ -112,7 +112,7 @@ def test_equal_vectors_share_a_slot_and_unused_ones_are_evicted_least_recent_fir
 def test_batches_without_steered_rows_run_the_plain_variant(engine, monkeypatch):
     seen = []
     decode = engine.runner.decode
-    monkeypatch.setattr(engine.runner, "decode", lambda b, variant, *a: (seen.append(variant), decode(b, variant, *a)))
+    monkeypatch.setattr(engine.runner, "decode", lambda plan: (seen.append(plan.variant), decode(plan)))
     v = torch.randn(HIDDEN)
     engine.generate([_req("plain", prompt=(9,))])
     assert {(x.steered, x.collecting) for x in seen} == {(False, False)}

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
+from inferlab.engine.batch.feature import RowMoves
+from inferlab.engine.batch.kv_slots import KVSlots
 from inferlab.engine.hooks import NoConstraints
 from inferlab.engine.ops import select_ops
 from inferlab.engine.rows import FINISH_EOS, FINISH_LENGTH, FINISH_STOP, NOT_FINISHED, RowState
@@ -87,9 +91,12 @@ def test_positions_and_next_inputs_advance_for_live_rows():
 
 def test_row_moves_keep_slots_a_permutation():
     rows = RowState.allocate(6, max_stop=2, max_new_cap=4, device=torch.device("cpu"))
+    kv = KVSlots(SimpleNamespace(rows=6, device=torch.device("cpu"), max_len=4, spec=SimpleNamespace(vocab_size=9)))
     rows.active[[4, 5]] = True
     rows.n_out[[4, 5]] = torch.tensor([7, 8])
-    rows.move_(torch.tensor([5, 4]), torch.tensor([0, 1]))
-    assert sorted(rows.slots.tolist()) == list(range(6))
-    assert rows.slots[:2].tolist() == [5, 4] and rows.n_out[:2].tolist() == [8, 7]
+    moves = RowMoves([(5, 0), (4, 1)], torch.tensor([5, 4]), torch.tensor([0, 1]))
+    rows.move_(moves.src, moves.dst)
+    kv.move(moves)
+    assert sorted(kv.slots.tolist()) == list(range(6))
+    assert kv.slots[:2].tolist() == [5, 4] and rows.n_out[:2].tolist() == [8, 7]
     assert rows.active.tolist() == [True, True, False, False, False, False]

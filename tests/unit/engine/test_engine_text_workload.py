@@ -31,7 +31,7 @@ class FunctionBackend(Backend):
         self.generate_fn = generate
 
     def generate(self, requests, stop_after_steps=None):
-        return self.generate_fn(requests)
+        return self.generate_fn(list(requests))
 
 
 def _read(path):
@@ -127,7 +127,7 @@ def test_an_interrupted_run_writes_every_finished_row(tmp_path):
         run_text_generation(src, out, lambda: FunctionBackend(interrupted), SamplingParams())
     assert [r["id"] for r in _read(out)] == ["r2", "r3", "r4"]
     run_text_generation(src, out, lambda: FunctionBackend(reversed_backend), SamplingParams())
-    assert [r["id"] for r in _read(out)] == ["r2", "r3", "r4", "r0", "r1"]
+    assert [r["id"] for r in _read(out)] == ["r0", "r1", "r2", "r3", "r4"]  # the resumed run restores input order
 
 
 def test_retry_errors_runs_the_error_rows_again_and_keeps_one_row_per_id(tmp_path):

@@ -161,6 +161,18 @@ def test_skinny_gemm_equals_the_matmul(rows, swiglu):
         )
 
 
+def test_skinny_gemm_runs_more_rows_in_one_program_when_asked():
+    """Every row in one program past the plan's 64 (the lab's engine-kernels plugin launches it so)."""
+    from inferlab.engine.kernels.triton_gemm_rows import skinny_rows_linear
+
+    g = torch.Generator().manual_seed(0)
+    w, x = torch.randn(48, 96, generator=g), torch.randn(80, 96, generator=g)
+    for split in (1, 2):
+        config = triton_gemm.SkinnyConfig(16, 32, split)
+        got = skinny_rows_linear(x, w, 128, config, triton_gemm.tile_counters(48, config.block_n, x.device))
+        torch.testing.assert_close(got, x @ w.T, atol=1e-4, rtol=1e-5)
+
+
 @pytest.mark.parametrize(
     "kind,rows,activation",
     [("gated", 3, "silu"), ("gated", 16, "silu"), ("swiglu_down", 3, "silu"), ("swiglu_down", 16, "silu"),
@@ -511,7 +523,7 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
                 outputs[kernels].append(engine.generate([short])[0].token_ids)
         else:
             outputs[kernels] += [outputs[kernels][0][:2]] * 2  # greedy: the 2-token run is the 4-token run's start
-        assert engine.constraints.runtime.mask_impl == kernels
+        assert engine.runner.constraints.mask_impl == kernels
         outputs[kernels].append(engine.generate(requests[-1:])[0].token_ids)  # a 1-token prefill batch
     assert outputs["triton"] == outputs["torch"]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from inferlab.engine import EngineConfig
 from inferlab.errors import UnsupportedError
 from inferlab.types import Collect, Request, SamplingParams, Steer
 from inferlab.workloads.backend import Backend, Supports, finished_result
@@ -70,8 +71,9 @@ def test_a_warm_up_call_shortens_requests_but_not_a_constraints_length():
 
 
 def test_the_engine_backend_loads_generates_and_closes(tiny_checkpoint):
-    backend = EngineBackend({"device": "cpu", "max_slots": 2, "max_seq_len": 32, "decode_text": False})
-    backend.load(tiny_checkpoint("tiny"))
+    model = tiny_checkpoint("tiny")
+    backend = EngineBackend(EngineConfig(model=model, device="cpu", max_slots=2, max_seq_len=32, decode_text=False))
+    backend.load(model)
     assert backend.eos_token_ids
     greedy = SamplingParams(temperature=0.0, max_new_tokens=6, min_new_tokens=6)
     requests = [Request(str(i), prompt_ids=(3 + i, 4, 5), sampling=greedy) for i in range(3)]

@@ -19,6 +19,7 @@ from transformers import (
 
 from inferlab.cli import main
 from inferlab.constraints.program import compile_program
+from inferlab.engine import EngineConfig
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
 from inferlab.types import Request, SamplingParams
 from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE, get_profile
@@ -120,7 +121,7 @@ def test_over_long_prompt_and_constrained_request_are_error_results(gpt2_dir, tm
     assert rows["long"]["finish_reason"] == "error" and f"{POSITIONS} positions" in rows["long"]["error"]
     assert rows["empty"]["finish_reason"] == "error" and "empty" in rows["empty"]["error"]
 
-    backend = open_backend("hf", str(gpt2_dir), {"device": "cpu", "dtype": "float32"})
+    backend = open_backend("hf", EngineConfig(model=str(gpt2_dir), device="cpu", dtype="float32"))
     tokenizer = build_builtin_tokenizer()
     template = build_template("CO", get_profile(DEFAULT_PROFILE))
     program = compile_program(template.segments, tokenizer)
@@ -140,3 +141,26 @@ def test_the_engine_config_reader_refuses_gpt2_clearly(gpt2_dir):
 
     with pytest.raises(UnsupportedError, match="GPT2LMHeadModel"):
         read_model_spec(gpt2_dir)
+
+
+def test_backend_hf_reads_safetensors_only(gpt2_dir, tmp_path, capsys):
+    """A checkpoint whose weights are a pickle (pytorch_model.bin) is refused before it is loaded, as by the
+    engine: transformers would unpickle it, and a pickle can run code (only torch's weights_only stood
+    in the way). The transformers loader itself asks for safetensors too."""
+    from inferlab.errors import InputError
+    from inferlab.workloads.hf_loading import from_pretrained_for_inference
+
+    import shutil
+
+    pickled = tmp_path / "pickled"
+    shutil.copytree(gpt2_dir, pickled)
+    state = AutoModelForCausalLM.from_pretrained(str(gpt2_dir)).state_dict()
+    for weights in pickled.glob("*.safetensors"):
+        weights.unlink()
+    torch.save(state, pickled / "pytorch_model.bin")  # what save_pretrained wrote before safetensors
+    inp = tmp_path / "in.jsonl"
+    write_prompts(inp, {"a": "Hello"})
+    assert generate(pickled, inp, tmp_path / "out.jsonl", "--backend", "hf") == 2
+    assert "pickle files, which are never read" in capsys.readouterr().err
+    with pytest.raises(InputError, match="no \\*.safetensors weights"):
+        from_pretrained_for_inference(AutoModelForCausalLM, pickled, torch.float32, None, torch.device("cpu"))

@@ -5,6 +5,8 @@ for the rows advises, is not another setting), the identical command resumes its
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -74,3 +76,68 @@ def test_the_identical_command_resumes_its_activation_store(tmp_path):
     resumed = ActivationStore(tmp_path / "acts.safetensors", settings)
     assert resumed.done_ids == {"a"}
     resumed.close()
+
+
+def test_non_finite_sampling_settings_are_refused_as_flags_and_as_rows(tiny_checkpoint, tmp_path, capsys):
+    """`--temperature nan` (a float flag takes it) and a JSONL line's `"temperature": NaN` (Python's JSON
+    reads it) once passed the checks and gave token 0 repeated: now the flag is refused before any work and
+    the line is one error row."""
+    model = tiny_checkpoint("tiny")
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text('{"id": "a", "prompt_ids": [5]}\n{"id": "b", "prompt_ids": [6], "temperature": NaN}\n'
+                   '{"id": "c", "prompt_ids": [7], "top_p": Infinity}\n')
+    for flag in (["--temperature", "nan"], ["--temperature", "1e-45"], ["--top-p", "inf"]):
+        assert main(["generate", "--model", str(model), "--input", str(inp), "--output", str(out), "--device", "cpu",
+                     *flag]) == 2
+        assert f"{flag[0]}=" in capsys.readouterr().err and not out.exists()
+    assert generate(model, inp, out) == 0
+    rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert rows["a"]["status"] == "ok"
+    assert "temperature=nan must be a finite number" in rows["b"]["error"]
+    assert "top_p=inf must be a finite number" in rows["c"]["error"]
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_the_rerun_completes(tiny_checkpoint, tmp_path):
+    """The file-size limit of the process stands in for a full disk (EFBIG, as ENOSPC): the run ends with one
+    line naming the output and the fix, no traceback, the finished rows kept; the same command completes it."""
+    import resource
+    import subprocess
+    import sys
+
+    model = tiny_checkpoint("tiny")
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text("".join(json.dumps({"id": f"p{i}", "prompt_ids": [5 + i]}) + "\n" for i in range(40)))
+    argv = ["generate", "--model", str(model), "--input", str(inp), "--output", str(out), "--device", "cpu",
+            "--max-new-tokens", "3", "--max-slots", "2", "--max-seq-len", "64"]
+
+    def full_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4000, resource.RLIM_INFINITY))
+
+    src = str(Path(__file__).resolve().parents[3] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-m", "inferlab.cli", *argv], capture_output=True, text=True,
+                         preexec_fn=full_disk, env=env)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert f"error: cannot write {out} (File too large)" in run.stderr and "rerun the same command" in run.stderr
+    kept = [json.loads(line)["id"] for line in out.read_text().split("\n")[:-1]]
+    assert 0 < len(kept) < 40
+    assert main(argv) == 0
+    assert sorted(json.loads(line)["id"] for line in out.read_text().splitlines()) == sorted(f"p{i}" for i in range(40))
+
+
+def test_a_read_only_folder_is_one_line_naming_the_lock(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    import errno
+
+    real_open = os.open
+
+    def read_only(path, *args, **kwargs):
+        if str(path).endswith(".lock"):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, *args, **kwargs)
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('{"id": "a", "prompt_ids": [5]}\n')
+    monkeypatch.setattr(os, "open", read_only)
+    assert generate(tiny_checkpoint("tiny"), inp, tmp_path / "out.jsonl") == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {tmp_path / 'out.jsonl.lock'} (Read-only file system)" in err and "writable" in err

@@ -28,7 +28,7 @@ class FunctionBackend(Backend):
         self.generate_fn = generate
 
     def generate(self, requests, stop_after_steps=None):
-        return self.generate_fn(requests)
+        return self.generate_fn(list(requests))
 
 
 def _rows(path) -> dict[str, dict]:
@@ -120,6 +120,30 @@ def test_activations_resume_with_the_jsonl(tmp_path):
     with pytest.raises(Exception, match="other settings"):
         run_text_generation(src, out, lambda: FunctionBackend(backend), SamplingParams(),
                             collect=CollectSettings(acts, (1,), LAYERS, HIDDEN, "last"))
+
+
+def test_a_flush_interrupted_anywhere_writes_each_row_at_most_once(tmp_path):
+    """A signal (here a KeyboardInterrupt from the row writer) inside ActivationSink.flush: the close that
+    follows flushes only what still waits, so no JSONL row is written twice; the rerun completes the rest."""
+    from inferlab.workloads.text_steering_collection import ActivationSink
+
+    collect = CollectSettings(tmp_path / "acts.safetensors", (0,), LAYERS, HIDDEN, "last", shard_rows=3)
+    written: list[str] = []
+
+    def write_row(row):
+        if len(written) == 1 and not hasattr(write_row, "interrupted"):
+            write_row.interrupted = True
+            raise KeyboardInterrupt  # between the first and the second row of the shard
+        written.append(row["id"])
+
+    sink = ActivationSink.open(collect, {"model": "m"}, write_row)
+    results = [Result(f"r{i}", [1], "ok", "length", 1, activations={0: torch.zeros(HIDDEN)}) for i in range(4)]
+    with pytest.raises(KeyboardInterrupt):
+        for result in results:
+            sink.add(result, {"id": result.id, "error": None})
+    sink.close([r.id for r in results])
+    assert written == ["r0"]  # r1 and r2 are in the store, not in the rows: not done, computed again
+    assert sink.done_ids == {"r0", "r1", "r2"}
 
 
 def test_misuse_is_refused_with_the_fix(tiny_checkpoint, job, capsys):

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from inferlab.cli import build_parser, main
+from inferlab.engine import EngineConfig
 from inferlab.errors import ConfigError, UnsupportedError
 from inferlab.workloads.text import open_backend
 
@@ -26,21 +27,21 @@ def test_generate_runs_with_an_fp8_cache(tiny_checkpoint, tmp_path):
 
 def test_fp8_is_never_silently_dropped_by_the_hf_fallback(tiny_checkpoint, tmp_path):
     with pytest.raises(ConfigError, match="--backend inferlab, or --kv-dtype auto"):
-        open_backend("hf", str(tiny_checkpoint("tiny")), {"device": "cpu", "kv_dtype": "fp8"})
+        open_backend("hf", EngineConfig(model=str(tiny_checkpoint("tiny")), device="cpu", kv_dtype="fp8"))
     other = tmp_path / "gpt2"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}))
     with pytest.raises(UnsupportedError, match="use --kv-dtype auto to run this model on the hf backend"):
-        open_backend("auto", str(other), {"device": "cpu", "kv_dtype": "fp8"})
+        open_backend("auto", EngineConfig(model=str(other), device="cpu", kv_dtype="fp8"))
 
 
 def test_conformers_and_tune_pass_the_kv_dtype_to_the_engine():
-    from inferlab.cli.engine_args import engine_options_from
+    from inferlab.cli.engine_args import engine_config_from
     from inferlab.workloads.tune.sweep import TuneSettings
 
     args = build_parser().parse_args(["conformers", "generate", "--model", "m", "--input", "x.smi", "--output", "o.sdf",
                                       "--kv-dtype", "fp8"])  # fmt: skip
-    assert engine_options_from(args)["kv_dtype"] == "fp8"
+    assert engine_config_from(args).kv_dtype == "fp8"
     tune = build_parser().parse_args(["tune", "--model", "m", "--workload", "conformers", "--sample", "x.smi",
                                       "--kv-dtypes", "auto,fp8"])  # fmt: skip
     assert tune.kv_dtypes == ("auto", "fp8")

@@ -17,6 +17,10 @@ BUILTIN_MODULES = [
     "inferlab.bench.backends.hf_constrained",
     "inferlab.bench.backends.inferlab_generate",
     "inferlab.bench.backends.inferlab_constrained",
+    # conformer-quality: the engine, transformers (with or without the seeds' processor), ETKDG as the ceiling
+    "inferlab.bench.backends.inferlab_quality",
+    "inferlab.bench.backends.hf_quality",
+    "inferlab.bench.backends.etkdg_quality",
     # peers: imported only inside their cells (vLLM, xgrammar); `unavailable` rows where they are missing
     "inferlab.bench.backends.hf_continuous",
     "inferlab.bench.backends.hf_xgrammar_constrained",

@@ -44,6 +44,14 @@ class ConstrainedSpec:
 
 
 @dataclass(frozen=True)
+class QualitySpec:
+    """What every backend of the `conformer-quality` scenario is made for; each request carries its own seed
+    (SamplingParams.seed) and output bound (max_new_tokens), and its molecule as a ConformerConstraint."""
+
+    profile: str  # the format profile of the templates
+
+
+@dataclass(frozen=True)
 class ConformerConstraint:
     """A `constrained` request's constraint: conformer `conformer` of molecule `molecule` (its place in the
     scenario's molecules), whose SMILES (as read) and template (the prompt, the constraint segments Copy / Hole /

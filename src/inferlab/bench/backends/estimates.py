@@ -108,7 +108,7 @@ def _encode_s(cell: Cell, fixed_s: float, tflops: float) -> float:
     c = cell.config
     one_pass = _encode_pass_s(cell, tflops)
     timed = min(c["max_duration_s"], max(c["min_duration_s"], one_pass))
-    return fixed_s + (1 + c["warmup"]) * one_pass + timed + check_s(c, True)
+    return fixed_s + (1 + c["warmup"]) * one_pass + timed + check_s(cell, True)
 
 
 def inferlab_encode(cell: Cell, accelerator: bool) -> float | None:

@@ -25,6 +25,7 @@ from inferlab.bench.backends import estimates
 from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, unprepared
 from inferlab.bench.backends.inferlab_generate import DECODE_STEPS_PER_SYNC_KNOB, KV_DTYPE_KNOB
 from inferlab.bench.knobs import Knob
+from inferlab.engine import EngineConfig
 from inferlab.types import Request, Result
 from inferlab.workloads.engine_backend import EngineBackend
 
@@ -42,10 +43,9 @@ class InferlabConstrainedBackend(EngineBackend):
     ConformerConstraint, replaced by its molecule's program (or, constraint=off, by exact lengths)."""
 
     def __init__(self, config: dict[str, Any], spec: ConstrainedSpec) -> None:
-        super().__init__({"max_slots": config["slots"] or config["batch_size"], "seed": spec.seed,
-                          "decode_steps_per_sync": config["decode_steps_per_sync"], "cuda_graphs": None,  # on for CUDA
-                          "kv_dtype": config["kv_dtype"], "decode_text": False})
-        self.config = config
+        super().__init__()
+        self.config, self.seed = config, spec.seed
+        self.max_seq_len: int | None = None  # set in prepare: the longest prompt + program
         self.model_dir: Path | None = None
         self.device_dtype: tuple[Any, Any] = (None, None)
         self.tokenizer: Any = None
@@ -54,7 +54,13 @@ class InferlabConstrainedBackend(EngineBackend):
 
     @property
     def slots(self) -> int:
-        return self.options["max_slots"]
+        return self.config["slots"] or self.config["batch_size"]
+
+    def config_for(self, model_dir: str | Path) -> EngineConfig:
+        return EngineConfig(model=str(model_dir), max_slots=self.slots, max_seq_len=self.max_seq_len, seed=self.seed,
+                            decode_steps_per_sync=self.config["decode_steps_per_sync"],
+                            cuda_graphs=None,  # on for CUDA
+                            kv_dtype=self.config["kv_dtype"], decode_text=False)
 
     def load(self, model_dir: str | Path, device: Any = None, dtype: Any = None) -> None:
         from inferlab.models.tokenizer_loading import load_hf_tokenizer
@@ -71,7 +77,7 @@ class InferlabConstrainedBackend(EngineBackend):
             if smiles not in self.programs:
                 self.programs[smiles] = compile_program(r.constraint.template.segments, self.tokenizer)
         longest = max(len(r.prompt_ids) + self.programs[r.constraint.smiles].max_new_tokens for r in requests)
-        self.options["max_seq_len"] = longest
+        self.max_seq_len = longest
         super().load(self.model_dir, *self.device_dtype)
         self.eos_token_ids = frozenset([self.tokenizer.eos_token_id])  # the templates' EOS, as load set it
         if self.config["constraint"] == "off":

@@ -12,11 +12,13 @@ the scenario then counts its bytes (`kv_bytes_per_position`) in the achieved ban
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from inferlab.bench.backends import estimates
 from inferlab.bench.backends.base import BackendSpec, GenerateSpec
 from inferlab.bench.knobs import Knob
+from inferlab.engine import EngineConfig
 from inferlab.workloads.engine_backend import EngineBackend
 
 DECODE_STEPS_PER_SYNC_KNOB = Knob("decode_steps_per_sync", int, 16, "decode steps between host reads of the finished "
@@ -33,20 +35,25 @@ ENGINE_KNOBS = (  # the engine's knobs in the generating scenarios (generate, st
 KNOBS = (*ENGINE_KNOBS, KV_DTYPE_KNOB)
 
 
-def engine_options(config: dict[str, Any], max_seq_len: int, seed: int) -> dict[str, Any]:
-    """The engine's options for a cell of ENGINE_KNOBS: `batch_size` slots of up to `max_seq_len` positions."""
-    return {"max_slots": config["batch_size"], "max_seq_len": max_seq_len, "seed": seed,
-            "cuda_graphs": None if config["cuda_graphs"] else False,  # None: on for CUDA
-            "kernels": config["kernels"], "gemm": config["gemm"],
-            "decode_steps_per_sync": config["decode_steps_per_sync"], "decode_text": False}
+def engine_config(model_dir: str | Path, config: dict[str, Any], max_seq_len: int, seed: int,
+                  **more: Any) -> EngineConfig:
+    """The engine of a cell of ENGINE_KNOBS: `batch_size` slots of up to `max_seq_len` positions (`more`: other
+    EngineConfig fields)."""
+    return EngineConfig(model=str(model_dir), max_slots=config["batch_size"], max_seq_len=max_seq_len, seed=seed,
+                        cuda_graphs=None if config["cuda_graphs"] else False,  # None: on for CUDA
+                        kernels=config["kernels"], gemm=config["gemm"],
+                        decode_steps_per_sync=config["decode_steps_per_sync"], decode_text=False, **more)
 
 
 class InferlabGenerateBackend(EngineBackend):
     """The workloads' engine backend sized for the cell; its KV bytes per position for the scenario's bandwidth."""
 
     def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
-        super().__init__({**engine_options(config, config["prompt_tokens"] + spec.new_tokens, spec.seed),
-                          "kv_dtype": config["kv_dtype"]})
+        super().__init__()
+        self.cell, self.max_seq_len, self.seed = config, config["prompt_tokens"] + spec.new_tokens, spec.seed
+
+    def config_for(self, model_dir: str | Path) -> EngineConfig:
+        return engine_config(model_dir, self.cell, self.max_seq_len, self.seed, kv_dtype=self.cell["kv_dtype"])
 
     def kv_bytes_per_position(self) -> int:
         """The KV bytes one position costs in this engine's cache (fp8: values + scales), for the scenario's

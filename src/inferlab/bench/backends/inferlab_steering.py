@@ -10,10 +10,12 @@ time and step count (its stats, in extra_metrics) give the step time the scenari
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from inferlab.bench.backends.base import BackendSpec, GenerateSpec
-from inferlab.bench.backends.inferlab_generate import ENGINE_KNOBS, engine_options
+from inferlab.bench.backends.inferlab_generate import ENGINE_KNOBS, engine_config
+from inferlab.engine import EngineConfig
 from inferlab.workloads.engine_backend import EngineBackend
 
 
@@ -21,7 +23,11 @@ class InferlabSteeringBackend(EngineBackend):
     """The workloads' engine backend sized for the cell."""
 
     def __init__(self, config: dict[str, Any], spec: GenerateSpec) -> None:
-        super().__init__(engine_options(config, config["prompt_max_tokens"] + spec.new_tokens, spec.seed))
+        super().__init__()
+        self.cell, self.max_seq_len, self.seed = config, config["prompt_max_tokens"] + spec.new_tokens, spec.seed
+
+    def config_for(self, model_dir: str | Path) -> EngineConfig:
+        return engine_config(model_dir, self.cell, self.max_seq_len, self.seed)
 
     def extra_metrics(self) -> dict[str, Any]:
         extra = super().extra_metrics()

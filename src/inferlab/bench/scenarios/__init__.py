@@ -16,6 +16,7 @@ BUILTIN_MODULES = [
     "inferlab.bench.scenarios.hidden_states",
     "inferlab.bench.scenarios.constrained",
     "inferlab.bench.scenarios.conformer_pipeline",
+    "inferlab.bench.scenarios.conformer_quality",
     "inferlab.bench.scenarios.batching",
     "inferlab.bench.scenarios.decode_profile",
     "inferlab.bench.scenarios.steering",

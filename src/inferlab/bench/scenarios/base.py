@@ -102,6 +102,9 @@ class Scenario:
     # Parent side, no torch: the reason this cell certainly cannot run here (a package that is not
     # installed), or None; the launcher then records `unavailable` without starting a process.
     precheck: Callable[[Cell], str | None] = _nothing_missing
+    # False: the rows compare something other than serving choices (conformer quality), so `recommend` names
+    # no best configuration from them
+    recommendable: bool = True
 
     @property
     def knob_map(self) -> dict[str, Knob]:

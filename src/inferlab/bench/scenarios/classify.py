@@ -8,27 +8,38 @@ the check against transformers, and each backend's own (backends/hf_encode.py: b
 attention, torchao quantization; inferlab_encode.py: token budget, latency cap, FP8 weights; vllm_encode.py:
 requests per call). Figures: requests_per_s (samples/s), latency_ms p50/p90/p95/p99 per request, input
 tokens/s, achieved TFLOP/s and % of the measured bf16 matmul rate, the padding fraction (transformers),
-first call apart, load time, peak memory; with check_texts, label agreement with transformers.
+first call apart, load time, peak memory; with check_texts, label agreement with transformers on every checked
+row and where the cell's precision decides the label (label_agreement.py). Knob `texts` (classify_texts.py): the
+synthetic sample, or the held-out split of a labelled set for a classifier trained on it (preset
+qwen2-cls-aromatic), whose true labels add both backends' accuracy to the check.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
+from inferlab.bench.knobs import Knob
 from inferlab.bench.scenarios.base import CellContext, Scenario
+from inferlab.bench.scenarios.classify_texts import SYNTHETIC, TEXT_SOURCES, check_labels_fit
 from inferlab.bench.scenarios.encode_measurement import (estimate_cell_s, measure_encode, measuring_knobs,
                                                          sample_knobs, validate_text_workload)
 from inferlab.workloads.encode_backends import EncodeSpec
 
 KNOBS = (
     *sample_knobs("num_samples", 256, 131, 5557, "log-uniform"),
+    Knob("texts", str, SYNTHETIC, "synthetic: random prose of drawn token lengths; or a labelled set's held-out rows "
+         "(those of min_tokens-max_tokens tokens, in order; length_distribution unused) for a classifier trained on it: "
+         "the check adds accuracy against the true labels", choices=TEXT_SOURCES),
     *measuring_knobs(min_batches=10, min_duration_s=1.0, max_duration_s=3.0, warmup=2),
 )
 
 
 def validate(cell: Cell) -> None:
     validate_text_workload(cell, "sequence-classification")
+    assert cell.model is not None
+    check_labels_fit(cell.config["texts"], model_refs.model_config(cell.model), cell.model)
 
 
 def estimate_s(cell: Cell, accelerator: bool) -> float:
@@ -36,8 +47,7 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
 
 
 def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
-
-    metrics = measure_encode(cell, ctx, EncodeSpec("classify"), cell.config["num_samples"])
+    metrics = measure_encode(cell, ctx, EncodeSpec("classify"), cell.config["num_samples"], cell.config["texts"])
     return {**metrics, "samples_per_s": metrics["requests_per_s"]}
 
 
@@ -47,5 +57,5 @@ SCENARIO = Scenario(
     headline_metric="requests_per_s", uses_backends=True, default_backend="hf", default_timeout_s=240.0,
     # the sample's count only sets how long a pass is: a backend measured on fewer texts (transformers, slow)
     # still ranks beside the others on the same lengths
-    workload_knobs=("min_tokens", "max_tokens", "length_distribution"),
+    workload_knobs=("texts", "min_tokens", "max_tokens", "length_distribution"),
 )

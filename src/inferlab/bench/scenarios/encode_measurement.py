@@ -4,7 +4,8 @@ engine's and vLLM's are in backends/estimates.py); and the measurement of one ce
 backend. Each backend's own knobs (transformers' batch size, bucketing, attention and quantization; the engine's
 token budget; vLLM's calls) are its own (backends/hf_encode.py, inferlab_encode.py, vllm_encode.py).
 
-The measurement: synthetic texts (seeded, the checkpoint's tokenizer) tokenised before anything is timed; the
+The measurement: the texts (synthetic and seeded, or a labelled set's: classify_texts.py) tokenised with the
+checkpoint's tokenizer before anything is timed; the
 backend loads (timed: load_s; the engine's includes its warm-up, vLLM's its compile and graph capture); the
 backend cuts the sample into its own batches (`encode_batches`), run in a seeded shuffled order (a prefix is a
 fair mix of lengths) by workloads/measure.py, the loop `inferlab classify` / `hidden-states` measure with: the
@@ -14,19 +15,24 @@ latency (latency_ms p50/p90/p95/p99 per request). Figures: requests_per_s (sampl
 input_tokens_per_s, achieved TFLOP/s (model FLOPs of the texts' real tokens: inferlab.engine.prefill_flops, the
 same count for every backend, padding never counted) and its percentage of this device's measured bf16 matmul
 rate (bench/matmul_peak.py). With check_texts, the first texts' outputs are taken from the backend, the backend
-is closed, and transformers (the cell's dtype, SDPA, batches of 16) computes them again: labels_agree_with_hf
-and max_prob_diff_vs_hf (classify), states_max_rel_diff_vs_hf and states_min_cosine_vs_hf (hidden states).
+is closed, and transformers (the cell's dtype, SDPA, batches of 16) computes them again: labels_agree_with_hf (every
+row, and where the precision decides: transformers once more in a wider dtype, label_agreement.py), with true labels
+(a labelled set's texts, classify_texts.py) accuracy and hf_accuracy, and max_prob_diff_vs_hf (classify);
+states_max_rel_diff_vs_hf and states_min_cosine_vs_hf (hidden states).
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
-from typing import Any
+from typing import Any, Iterator
 
 from inferlab.bench import model_refs
 from inferlab.bench.cells import Cell
 from inferlab.bench.knobs import Knob, common_knobs, dtype_knob
 from inferlab.bench.scenarios.base import CellContext
+from inferlab.bench.scenarios.classify_texts import SYNTHETIC, cell_texts
+from inferlab.bench.scenarios.label_agreement import accuracy, label_agreement, wider_dtype
 from inferlab.errors import ConfigError
 from inferlab.workloads.encode_backends import EncodeSpec
 
@@ -78,11 +84,12 @@ def measure_spec(c: dict[str, Any]) -> Any:
                        min_seconds=c["min_duration_s"], max_seconds=c["max_duration_s"], seed=c["seed"])
 
 
-def estimate_text_s(c: dict[str, Any], accelerator: bool, count: int, params_b: float) -> float:
+def estimate_text_s(cell: Cell, accelerator: bool, count: int, params_b: float) -> float:
     """Rough seconds: process, imports and load (~10 s on a GPU host, +2 s for torchao), then the first
     call, warm-up and timed batches. A batch costs ~15 ms of launches plus ~2 GFLOP per padded token per
     billion parameters at ~200 TFLOP/s (int8 weight-only: twice that); unbucketed batches pad to the
     longest text. CPU: tiny models, ~5 ms + 2 us per padded token. Plus the check against transformers."""
+    c = cell.config
     mean = (c["min_tokens"] + c["max_tokens"]) / 2
     rows = c.get("batch_size", 16)  # a backend without batch_size (the engine, vLLM on a CPU): like 16 sorted rows
     padded = c["max_tokens"] if not c.get("bucket_by_length", True) and rows > 1 else mean
@@ -94,14 +101,17 @@ def estimate_text_s(c: dict[str, Any], accelerator: bool, count: int, params_b: 
         batch_s = 0.005 + tokens * 2e-6
         fixed = 6.0
     timed = min(c["max_duration_s"], max(c["min_duration_s"], c["min_repeats"] * batch_s))
-    return fixed + (1 + c["warmup"]) * batch_s + timed + check_s(c, accelerator)
+    return fixed + (1 + c["warmup"]) * batch_s + timed + check_s(cell, accelerator)
 
 
-def check_s(c: dict[str, Any], accelerator: bool) -> float:
-    """The check against transformers: its load, then batches of 16 over check_texts texts."""
-    if not c["check_texts"]:
+def check_s(cell: Cell, accelerator: bool) -> float:
+    """The check against transformers: its load, then batches of 16 over check_texts texts; classify runs it
+    again in the wider dtype (label_agreement.py), float32 at about a third of bf16's rate."""
+    n = cell.config["check_texts"]
+    if not n:
         return 0.0
-    return (4.0 + 0.01 * c["check_texts"]) if accelerator else (2.0 + 0.05 * c["check_texts"])
+    one = (4.0 + 0.01 * n) if accelerator else (2.0 + 0.05 * n)
+    return one + ((4.0 + 0.03 * n) if accelerator else one) if cell.scenario == "classify" else one
 
 
 def estimate_cell_s(cell: Cell, accelerator: bool, count_knob: str) -> float:
@@ -111,7 +121,7 @@ def estimate_cell_s(cell: Cell, accelerator: bool, count_knob: str) -> float:
 
     assert cell.model is not None
     own = backend_estimate_s(cell, accelerator)
-    return own if own is not None else estimate_text_s(cell.config, accelerator, cell.config[count_knob],
+    return own if own is not None else estimate_text_s(cell, accelerator, cell.config[count_knob],
                                                        approx_params_b(cell.model))
 
 
@@ -131,7 +141,9 @@ def approx_params_b(model: str) -> float:
 CHECK_BATCH = 16
 
 
-def measure_encode(cell: Cell, ctx: CellContext, spec: EncodeSpec, count: int) -> dict[str, Any]:
+def measure_encode(cell: Cell, ctx: CellContext, spec: EncodeSpec, count: int,
+                   texts_source: str = SYNTHETIC) -> dict[str, Any]:
+    """texts_source: classify_texts.py's (a labelled set gives the check true labels to score)."""
     import torch
 
     from inferlab.bench.backends import get_backend
@@ -142,15 +154,15 @@ def measure_encode(cell: Cell, ctx: CellContext, spec: EncodeSpec, count: int) -
     from inferlab.models.config import read_model_spec
     from inferlab.workloads.batching import tokenize_chunk
     from inferlab.workloads.hf_loading import load_tokenizer
-    from inferlab.workloads.measure import measure_batches, synthetic_texts
+    from inferlab.workloads.measure import measure_batches
 
     c = cell.config
     assert ctx.model_path is not None and cell.backend is not None
     device = resolve_device(c["device"])
     peak = device_matmul_tflops(device, ctx.cache_dir)  # before the model loads: the whole device is free
     tokenizer = load_tokenizer(ctx.model_path)
-    texts = synthetic_texts(tokenizer, count, c["min_tokens"], c["max_tokens"], seed=c["seed"],
-                            distribution=c["length_distribution"])
+    texts, truth = cell_texts(texts_source, tokenizer, count, c["min_tokens"], c["max_tokens"], c["seed"],
+                              c["length_distribution"])
     token_ids = tokenize_chunk(tokenizer, texts)
     model_spec = read_model_spec(ctx.model_path)
     backend = get_backend(cell.backend, cell.scenario).create(dict(c), spec)
@@ -171,17 +183,41 @@ def measure_encode(cell: Cell, ctx: CellContext, spec: EncodeSpec, count: int) -
     metrics.update({"load_s": load.seconds, "tflops_per_s": tflops, "matmul_peak_tflops": peak,
                     "pct_of_matmul_peak": 100 * tflops / peak if peak else None, "batches_per_pass": len(batches),
                     "texts": count, "sample_tokens": sum(map(len, token_ids)), "device": str(device),
-                    **peak_memory(device)})
+                    **peak_memory(device), **_trained_weights(ctx.model_path)})
     ctx.add_backend_metrics(metrics, backend)
     if c["check_texts"]:
         check_rows = token_ids[: c["check_texts"]]
         with torch.inference_mode():
             ours = _outputs(backend, check_rows)
         backend.close()
-        metrics.update(_compare_with_hf(cell, ctx, spec, check_rows, ours, device))
+        metrics.update(_compare_with_hf(cell, ctx, spec, check_rows, ours, device,
+                                        truth[: c["check_texts"]] if truth else None))
     else:
         backend.close()
     return metrics
+
+
+def _trained_weights(model_path: Any) -> dict[str, Any]:
+    """A trained preset's weights as its checkpoint records them (name, sha256); nothing for others."""
+    import json
+    from pathlib import Path
+
+    record = Path(model_path) / "inferlab_preset.json"
+    trained = json.loads(record.read_text()).get("trained_weights") if record.is_file() else None
+    return {"trained_weights": trained} if trained else {}
+
+
+@contextlib.contextmanager
+def _exact_float32_matmuls() -> Iterator[None]:
+    """float32 matmuls and convolutions in float32, not TF32, while the wide reference runs."""
+    import torch
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def _outputs(backend: Any, rows: list[list[int]]) -> Any:
@@ -199,22 +235,43 @@ def _outputs(backend: Any, rows: list[list[int]]) -> Any:
     return torch.stack(ordered)
 
 
-def _compare_with_hf(cell: Cell, ctx: CellContext, spec: EncodeSpec, rows: list[list[int]], ours: Any,
-                     device: Any) -> dict[str, Any]:
+def _transformers_outputs(ctx: CellContext, spec: EncodeSpec, rows: list[list[int]], device: Any, dtype: str) -> Any:
+    """transformers' outputs for `rows` in `dtype` (SDPA, length-sorted batches of CHECK_BATCH rows; float64: loaded
+    in float32, then cast, since the loader offers no float64 and the checkpoint's weights are exact in both)."""
     import torch
 
     from inferlab.bench.devices import torch_dtype
     from inferlab.workloads.encode_backends import HFEncodeBackend
 
     reference = HFEncodeBackend(spec, attn="sdpa", batch_size=CHECK_BATCH, bucket_by_length=True)
-    reference.load(ctx.model_path, device, torch_dtype(cell.config["dtype"]))
+    reference.load(ctx.model_path, device, torch_dtype("float32" if dtype == "float64" else dtype))
+    if dtype == "float64":
+        reference.loaded.model.double()
     with torch.inference_mode():
-        theirs = _outputs(reference, rows)
+        outputs = _outputs(reference, rows)
     reference.close()
+    return outputs
+
+
+def _compare_with_hf(cell: Cell, ctx: CellContext, spec: EncodeSpec, rows: list[list[int]], ours: Any,
+                     device: Any, truth: list[int] | None) -> dict[str, Any]:
+    """classify: the labels beside transformers' in the cell's dtype, raw and where decidable (label_agreement.py:
+    transformers again in a wider dtype gives the tolerance), the probabilities' largest difference, and with
+    true labels (truth) both accuracies; hidden states: relative difference and cosine of the states."""
+    import torch
+
+    dtype = cell.config["dtype"]
+    theirs = _transformers_outputs(ctx, spec, rows, device, dtype)
     if spec.task == "classify":
+        wider = wider_dtype(dtype)
+        with _exact_float32_matmuls():
+            wide = _transformers_outputs(ctx, spec, rows, device, wider)
         p, q = ours.float().softmax(-1), theirs.float().softmax(-1)
-        return {"check_texts": len(rows), "labels_agree_with_hf": (p.argmax(-1) == q.argmax(-1)).float().mean().item(),
-                "max_prob_diff_vs_hf": (p - q).abs().max().item()}
+        figures = {"check_texts": len(rows), **label_agreement(ours, theirs, wide), "label_tolerance_dtype": wider,
+                   "max_prob_diff_vs_hf": (p - q).abs().max().item()}
+        if truth is not None:
+            figures.update({"accuracy": accuracy(ours, truth), "hf_accuracy": accuracy(theirs, truth)})
+        return figures
     worst_rel, worst_cos = 0.0, 1.0
     for layer, mine in ours.items():
         ref = theirs[layer].float()

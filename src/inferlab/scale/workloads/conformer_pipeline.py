@@ -3,38 +3,29 @@
 resumable SDF + JSONL; planning (a molecule is one unit with its K conformers, weighted by its atom
 count) and the merge in input order are the shared conformer adapter's (conformers.py).
 
-Params (pipeline_params builds them): "model", "pipeline" (PipelineConfig as JSON), "engine_options"
-(EngineConfig fields, device apart: the worker's), and the shared conformer keys "num_conformers",
-"smiles_column", "id_column", "rows_output".
+Params (pipeline_params builds them): "model", "pipeline" (PipelineConfig as JSON), "engine" (the
+EngineConfig as JSON; each worker runs it on its own device), and the shared conformer keys
+"num_conformers", "smiles_column", "id_column", "rows_output". The settings that change the rows are the
+pipeline's (pipeline/config.py result_settings).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
+from inferlab.engine import EngineConfig
 from inferlab.scale.adapter import ShardContext
 from inferlab.scale.params import from_params, to_params
 from inferlab.scale.workloads.conformers import conformer_adapter
-from inferlab.workloads.conformers.pipeline.config import PipelineConfig
-
-# Settings whose change changes the rows: a rerun with other values is refused (slots, workers, judges and
-# memory only change the speed; a request's tokens depend on its seed, not on its batch). max_seq_len is
-# not one: it only decides which molecules fit a row, and one that does not is an error row advising a
-# larger --max-seq-len with --retry-errors (which is not one either: it reruns those rows), so that rerun
-# resumes; an ok row is the same at any length.
-RESULT_SETTINGS = ("num_conformers", "profile", "sampling", "seed", "stereo_retries", "smiles_column", "id_column")
+from inferlab.workloads.conformers.pipeline.config import PipelineConfig, result_settings
 
 
-def pipeline_params(model: str | Path, config: PipelineConfig, engine_options: Mapping[str, Any]) -> dict[str, Any]:
-    options = dict(engine_options)
-    options.pop("device", None)  # each worker runs on its own device (ShardContext.device)
+def pipeline_params(engine: EngineConfig, config: PipelineConfig) -> dict[str, Any]:
     return {
-        "model": str(model),
+        "model": str(engine.model),
         "pipeline": to_params(config),
-        "engine_options": options,
+        "engine": to_params(dataclasses.replace(engine, model=str(engine.model))),
         "num_conformers": config.num_conformers,
         "smiles_column": config.smiles_column,
         "id_column": config.id_column,
@@ -48,22 +39,15 @@ def _run_shard(params: dict[str, Any], ctx: ShardContext) -> dict[str, Any]:
     config = from_params(PipelineConfig, params["pipeline"])
     # the shard's JSONL sits beside its SDF (the merge writes the user's rows_output)
     config = dataclasses.replace(config, rows_output=None, cpu_cores=config.cpu_cores or ctx.threads)
-    options = {**params["engine_options"], "device": ctx.device}
-    summary = generate_conformers(params["model"], ctx.input, ctx.output, config, options,
-                                  on_row=lambda row: ctx.progress(1))
+    engine = dataclasses.replace(from_params(EngineConfig, params["engine"]), device=ctx.device)
+    summary = generate_conformers(engine, ctx.input, ctx.output, config, on_row=lambda row: ctx.progress(1))
     figures = summary.as_dict()
     return {"load_s": summary.engine_start_s, "run_s": summary.wall_s - summary.engine_start_s,
             "rows_ok": summary.conformers_ok, "rows_error": summary.conformers_error, **figures}
 
 
 def _settings(params: dict[str, Any]) -> dict[str, Any]:
-    pipeline = params["pipeline"]
-    options = params["engine_options"]
-    return {
-        "model": str(Path(params["model"]).resolve()),
-        **{key: pipeline.get(key) for key in RESULT_SETTINGS},
-        "dtype": options.get("dtype", "auto"),
-    }
+    return result_settings(from_params(EngineConfig, params["engine"]), from_params(PipelineConfig, params["pipeline"]))
 
 
 CONFORMERS = conformer_adapter("conformers", _run_shard, _settings, rows_exact=True)

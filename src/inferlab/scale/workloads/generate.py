@@ -8,15 +8,19 @@ through the text workload (BACKENDS["hf"]), with the rows, per-line overrides an
 may generate (its own `max_new_tokens` override, else the default).
 
 Params (generate_params builds them): {"model", "backend", "text_workload", "sampling": SamplingParams,
-"hf_load": {dtype, attn, quantization}, "hf_options": HFTextOptions, "engine_options": EngineConfig fields}.
+"hf_load": {dtype, attn, quantization}, "hf_options": HFTextOptions, "engine": the EngineConfig or None (each
+worker runs it on its own device)}, as JSON. The settings that change the rows are the text workload's
+(workloads/text.py result_settings).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
 
+from inferlab.engine import EngineConfig
 from inferlab.errors import UnsupportedError
 from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS
 from inferlab.jsonl_io import ResumableJsonlWriter, read_jsonl_records
@@ -37,7 +41,7 @@ def generate_params(
     backend: str = "hf",
     hf_load: dict[str, str] | None = None,
     hf_options: HFTextOptions | None = None,
-    engine_options: dict[str, Any] | None = None,
+    engine: EngineConfig | None = None,  # None: the engine's defaults (the "inferlab" and "auto" backends)
     text_workload: bool = False,  # run every backend through workloads.text (the CLI's rows)
     max_line_chars: int = DEFAULT_MAX_LINE_CHARS,  # an input line over it is an error row (workloads.text)
 ) -> dict[str, Any]:
@@ -50,7 +54,7 @@ def generate_params(
         "sampling": to_params(sampling),
         "hf_load": {"dtype": "auto", "attn": "sdpa", "quantization": "none", **(hf_load or {})},
         "hf_options": to_params(hf_options or HFTextOptions()),
-        "engine_options": dict(engine_options or {}),
+        "engine": to_params(dataclasses.replace(engine, model=str(engine.model))) if engine is not None else None,
         "max_line_chars": max_line_chars,
     }
 
@@ -100,12 +104,13 @@ def _run_hf(params: dict[str, Any], sampling: SamplingParams, ctx: ShardContext)
 def _run_engine(params: dict[str, Any], sampling: SamplingParams, ctx: ShardContext) -> dict[str, Any]:
     from inferlab.workloads import text as text_workload
 
-    options = {**params["engine_options"], "device": ctx.device}
+    engine = _engine(params) or EngineConfig(model=params["model"])
+    engine = dataclasses.replace(engine, device=ctx.device)
     load_s: list[float] = []
 
     def open_backend():
         start = time.perf_counter()
-        backend = text_workload.open_backend(params["backend"], params["model"], options)
+        backend = text_workload.open_backend(params["backend"], engine)
         load_s.append(time.perf_counter() - start)
         return backend
 
@@ -120,14 +125,15 @@ def _run_engine(params: dict[str, Any], sampling: SamplingParams, ctx: ShardCont
             "rows_error": summary.errors, "rows_skipped": summary.skipped, "output_tokens": summary.output_tokens}
 
 
+def _engine(params: dict[str, Any]) -> EngineConfig | None:
+    return from_params(EngineConfig, params["engine"]) if params.get("engine") is not None else None
+
+
 def _settings(params: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "model": str(Path(params["model"]).resolve()),
-        "backend": params["backend"],
-        "sampling": params["sampling"],
-        "dtype": params["engine_options"].get("dtype", params["hf_load"]["dtype"]),
-        "seed": params["engine_options"].get("seed"),  # the seed of rows without their own
-    }
+    from inferlab.workloads.text import result_settings
+
+    return result_settings(params["model"], params["backend"], from_params(SamplingParams, params["sampling"]),
+                           _engine(params), params["hf_load"]["dtype"])
 
 
 GENERATE = WorkloadAdapter("generate", _read_units, _run_shard, merge_jsonl_by_id, _settings)

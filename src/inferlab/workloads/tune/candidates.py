@@ -12,12 +12,14 @@ reaching them stays): they measure nothing new."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from inferlab.engine import EngineConfig
 from inferlab.errors import ConfigError
 
 SIZE_KEY = {"generate": "max_slots", "classify": "batch_size", "conformers": "max_slots"}
@@ -93,11 +95,11 @@ def engine_kv_dtypes(device: str, wanted: Sequence[str] | None) -> tuple[str, ..
     return ("auto", "fp8") if fp8_kv_supported(resolve_device(device)) else ("auto",)
 
 
-def size_limit(model: str, engine_options: dict[str, Any], kv_dtype: str, requests: int) -> SizeLimit:
-    """Ask the engine's memory planner how many rows fit at the options' max_seq_len (no engine is built)."""
-    from inferlab.engine import EngineConfig, plan_without_loading
+def size_limit(engine: EngineConfig, kv_dtype: str, requests: int) -> SizeLimit:
+    """Ask the engine's memory planner how many rows fit at the engine's max_seq_len (no engine is built)."""
+    from inferlab.engine import plan_without_loading
 
-    config = EngineConfig(model=model, **engine_options, kv_dtype=kv_dtype, slot_cap=PLAN_SLOT_CAP)
+    config = dataclasses.replace(engine, kv_dtype=kv_dtype, slot_cap=PLAN_SLOT_CAP)
     plan = plan_without_loading(config)
     return SizeLimit(kv_dtype, plan.max_seq_len, plan.slots, requests)
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from inferlab.engine import EngineConfig
 from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE
 from inferlab.workloads.stats import latency_summary_ms
 from inferlab.workloads.winner import MIN_REPEATS, relative_range
@@ -52,14 +53,11 @@ class TuneJob:
     gpu_memory_fraction: float = 0.9  # generate, conformers: the engine's share of the free device memory
     memory_budget_bytes: int | None = None  # generate, conformers: a fixed budget instead (tests)
 
-    def engine_options(self) -> dict[str, Any]:
-        """EngineConfig fields every candidate's engine shares (the candidate adds max_slots and kv_dtype)."""
-        options = {"device": self.device, "dtype": self.dtype, "gpu_memory_fraction": self.gpu_memory_fraction}
-        if self.max_seq_len is not None:
-            options["max_seq_len"] = self.max_seq_len
-        if self.memory_budget_bytes is not None:
-            options["memory_budget_bytes"] = self.memory_budget_bytes
-        return options
+    def engine_config(self, **candidate: Any) -> EngineConfig:
+        """The engine every candidate shares, with the candidate's own knobs (max_slots, kv_dtype)."""
+        return EngineConfig(model=self.model, device=self.device, dtype=self.dtype,
+                            gpu_memory_fraction=self.gpu_memory_fraction, max_seq_len=self.max_seq_len,
+                            memory_budget_bytes=self.memory_budget_bytes, **candidate)
 
 
 MAX_RUNS_PER_PASS = 100
@@ -147,7 +145,7 @@ class GenerateRunner:
 
         job = self.job
         defaults = SamplingParams(max_new_tokens=job.max_new_tokens)
-        options = {**job.engine_options(), **candidate}
+        engine = job.engine_config(**candidate)
         def run(folder: Path, name: str) -> tuple[float, dict[str, int]]:
             seconds, summary = _timed(lambda: run_text_generation(job.sample, folder / f"{name}.jsonl",
                                                                   lambda: borrowed(backend), defaults))
@@ -155,7 +153,7 @@ class GenerateRunner:
                              "output_tokens": summary.output_tokens}
 
         _reset_peak(job.device)
-        start_s, backend = _timed(lambda: open_backend(job.backend, job.model, options))  # closed below
+        start_s, backend = _timed(lambda: open_backend(job.backend, engine))  # closed below
         try:
             with _outputs(job, index) as folder:
                 warmup_s, _ = run(folder, "warmup")
@@ -233,12 +231,12 @@ class ConformersRunner:
 
         job = self.job
         config = PipelineConfig(num_conformers=job.num_conformers, profile=job.profile)
-        options = {**job.engine_options(), **candidate}
+        engine = job.engine_config(**candidate)
         starts: list[float] = []
         excluded = {"captures_s": 0.0}
 
         def run(folder: Path, name: str) -> tuple[float, dict[str, int]]:
-            summary = generate_conformers(job.model, job.sample, folder / f"{name}.sdf", config, options)
+            summary = generate_conformers(engine, job.sample, folder / f"{name}.sdf", config)
             captures = summary.engine.get("lazy_capture_s", 0.0)
             starts.append(summary.engine_start_s)
             if name != "warmup":

@@ -156,7 +156,7 @@ def _sweep(settings: TuneSettings, scratch: Path, on_plan, on_candidate) -> Tune
     limits: list[SizeLimit] = []
     if uses_engine(settings):
         job = replace(job, max_seq_len=settings.max_seq_len or _row_length(settings, sample))
-        limits = [size_limit(settings.model, job.engine_options(), kv, requests)
+        limits = [size_limit(job.engine_config(), kv, requests)
                   for kv in engine_kv_dtypes(settings.device, settings.kv_dtypes)]
         candidates = engine_candidates(settings.workload, kind, limits, settings.sizes)
     else:

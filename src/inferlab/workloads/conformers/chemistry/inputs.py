@@ -1,14 +1,16 @@
 """Molecule inputs: .smi (`SMILES [whitespace id]`) and .csv/.tsv (a SMILES column, an optional id column).
 
 Reading never stops on a bad line: each line is bounded and decoded on its own (inputs/lines.py: a line
-over `max_line_chars` or not UTF-8 is an error record), and a malformed CSV row, a CSV field over Python's
-csv limit, an empty field, a SMILES with whitespace or characters no SMILES has, one over `max_atoms`
-atoms (counted from the text, before RDKit parses it: RDKit crashes the process on tens of thousands), an
-unparsable SMILES or a repeated id becomes a record with `error` set (and the reason), so a long batch goes
-on and the error is reported beside the results. Ids come from inputs/record_ids.py: a missing id becomes
-`line-<n>`, a line repeating an earlier id is an error record under its own `line-<n>` (`given_id` keeps
-the id it declared). Which columns were used is told in `MoleculeInputs.description`. Not here:
-canonicalisation (smiles.py) and the molecules' templates.
+over `max_line_chars` or not UTF-8 is an error record), and a malformed CSV row (a record that a quoted
+field may carry over at most MAX_RECORD_LINES lines: a stray quote is one error row for its own line, and
+the next line is read as its own record), a CSV field over Python's csv limit, an empty field, a SMILES
+with whitespace or characters no SMILES has, one over `max_atoms` atoms (counted from the text, before
+RDKit parses it: RDKit crashes the process on tens of thousands), an unparsable SMILES or a repeated id
+becomes a record with `error` set (and the reason), so a long batch goes on and the error is reported
+beside the results. Ids come from inputs/record_ids.py: a missing id becomes `line-<n>`, a line repeating
+an earlier id is an error record under its own `line-<n>` (`given_id` keeps the id it declared). Which
+columns were used is told in `MoleculeInputs.description`. Not here: canonicalisation (smiles.py) and the
+molecules' templates.
 """
 
 from __future__ import annotations
@@ -139,6 +141,12 @@ def _pick_column(header: list[str], wanted: str | None, candidates: tuple[str, .
     return found
 
 
+# A quoted field may hold line breaks, but its record ends within this many lines (and max_line_chars
+# characters): a stray quote then costs one error row for its own line, never the lines after it.
+MAX_RECORD_LINES = 8
+_UNCLOSED = "unexpected end of data"  # csv's strict-mode words for a quote still open at the end
+
+
 def _delimited_reader(delimiter: str) -> Reader:
     def read(path: Path, smiles_column: str | None, id_column: str | None,
              max_line_chars: int) -> tuple[Iterator[Row], str]:
@@ -148,27 +156,9 @@ def _delimited_reader(delimiter: str) -> Reader:
         id_col = _pick_column(header, id_column, ID_COLUMN_NAMES, "id", path)
 
         def rows() -> Iterator[Row]:
-            unreadable: dict[int, str] = {}  # line -> why (too long, not UTF-8): the csv reader sees it empty
-
-            def text_lines() -> Iterator[str]:
-                for line in lines:
-                    if line.error is not None:
-                        unreadable[line.line_no] = line.error
-                    yield (line.text or "") + "\n"
-
-            reader = csv.reader(text_lines(), delimiter=delimiter)
-            while True:
-                try:
-                    fields = next(reader)
-                except StopIteration:
-                    return
-                except csv.Error as e:  # a field over the csv limit, a stray quote or carriage return
-                    line_no = reader.line_num + 1
-                    yield line_no, None, None, f"line {line_no} is not a readable CSV row ({e})"
-                    continue
-                line_no = reader.line_num + 1  # the header is line 1
-                if line_no in unreadable:
-                    yield line_no, None, None, unreadable.pop(line_no)
+            for line_no, fields, error in _records(lines, delimiter, max_line_chars):
+                if error is not None:
+                    yield line_no, None, None, error
                     continue
                 if not fields or not any(x.strip() for x in fields):
                     continue
@@ -184,6 +174,50 @@ def _delimited_reader(delimiter: str) -> Reader:
         return rows(), f"table {path}: SMILES column {smiles_col!r}, {id_text}"
 
     return read
+
+
+def _records(lines: Iterator[InputLine], delimiter: str,
+             max_chars: int) -> Iterator[tuple[int, list[str] | None, str | None]]:
+    """(first line, fields or None, error or None) per CSV record. A record is its line, or, while a quoted
+    field is open, its line and the next ones, up to MAX_RECORD_LINES and `max_chars`; a record that does
+    not parse is one error for its first line, and reading goes on at the line after that one."""
+    pending: list[InputLine] = []  # lines read ahead and given back
+
+    def next_line() -> InputLine | None:
+        return pending.pop() if pending else next(lines, None)
+
+    while (first := next_line()) is not None:
+        if first.error is not None:
+            yield first.line_no, None, first.error
+            continue
+        taken, parsed = [first], _parse_record([first.text], delimiter)
+        while parsed == _UNCLOSED and len(taken) < MAX_RECORD_LINES:
+            more = next_line()
+            if more is None or more.error is not None or sum(len(t.text) for t in taken) + len(more.text) > max_chars:
+                if more is not None:
+                    pending.append(more)
+                break
+            taken.append(more)
+            parsed = _parse_record([t.text for t in taken], delimiter)
+        if isinstance(parsed, list):
+            yield first.line_no, parsed, None
+            continue
+        pending.extend(reversed(taken[1:]))  # read them again, as records of their own
+        if parsed == _UNCLOSED:
+            yield first.line_no, None, (f"line {first.line_no} opens a quoted field that no line within "
+                                        f"{MAX_RECORD_LINES} closes (a stray quote?); close the quote or remove it")
+        else:
+            yield first.line_no, None, f"line {first.line_no} is not a readable CSV row ({parsed})"
+
+
+def _parse_record(texts: list[str], delimiter: str) -> list[str] | str:
+    """The fields of one record made of `texts` (lines), or csv's reason why not (_UNCLOSED: a quote is
+    still open at the end)."""
+    try:
+        parsed = list(csv.reader(["\n".join(texts)], delimiter=delimiter, strict=True))
+    except csv.Error as e:  # a field over the csv limit, a quote in the middle of a field, a stray carriage return
+        return _UNCLOSED if _UNCLOSED in str(e) else str(e)
+    return parsed[0] if parsed else []
 
 
 def _header(first: InputLine | None, delimiter: str, path: Path) -> list[str]:

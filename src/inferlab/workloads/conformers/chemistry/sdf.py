@@ -23,6 +23,7 @@ from urllib.parse import unquote
 
 from rdkit import Chem
 
+from inferlab.errors import OutputError, write_failed
 from inferlab.outputs.atomic import write_text_atomic
 from inferlab.workloads.conformers.chemistry.rdkit_messages import rdkit_log
 
@@ -53,6 +54,7 @@ class ConformerSdfWriter:
     def __init__(self, path: str | Path, keep_row_ids: set[str] | None = None) -> None:
         self.path = Path(path)
         self._file = None  # opened by the first record
+        self._failed: OutputError | None = None  # a failed write: nothing more is appended after it
         if self.path.exists():
             _repair(self.path, keep_row_ids)
 
@@ -68,16 +70,30 @@ class ConformerSdfWriter:
         self.append(format_record(mol, input_id, canonical_smiles, conformer_index, profile, conf_id))
 
     def append(self, record: str) -> None:
-        """Append one record made by `format_record` (e.g. in a worker process) and flush it."""
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("a", encoding="utf-8")
-        self._file.write(record)
-        self._file.flush()
+        """Append one record made by `format_record` (e.g. in a worker process) and flush it; a failed write (a
+        full disk) is an OutputError naming the file, and the writer then appends nothing more."""
+        if self._failed is not None:
+            raise self._failed
+        try:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self.path.open("a", encoding="utf-8")
+            self._file.write(record)
+            self._file.flush()
+        except OSError as e:
+            self._failed = write_failed(self.path, e)
+            raise self._failed from None
 
     def close(self) -> None:
-        if self._file is not None:
+        if self._file is None:
+            return
+        try:
             self._file.close()
+        except OSError as e:  # the buffered rest of a record could not be written either
+            if self._failed is None:
+                raise write_failed(self.path, e) from None
+        finally:
+            self._file = None
 
     def __enter__(self) -> ConformerSdfWriter:
         return self

@@ -1,13 +1,15 @@
 """Reference conformer sets: K RDKit ETKDG conformers per input molecule, written to an SDF.
 
-For tests and demos (GEOM-Drugs is not shipped): the records carry the same properties as generated
-ones (canonical SMILES of the input, conformer index), so `conformers evaluate` matches them exactly.
-Hydrogens are embedded and then removed before writing. A molecule that RDKit cannot parse or embed is
-reported in the summary and skipped. Not here: reading the inputs (chemistry/inputs.py).
+For tests, demos and the lab's quality scenario (GEOM-Drugs is not shipped): the records carry the same
+properties as generated ones (canonical SMILES of the input, conformer index), so `conformers evaluate`
+matches them exactly. Hydrogens are embedded and then removed before writing. A molecule that RDKit cannot
+parse or embed is reported in the summary and skipped. `embed_many` embeds a list of molecules in a
+process pool, one molecule per task. Not here: reading the inputs (chemistry/inputs.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -17,11 +19,13 @@ from pathlib import Path
 from rdkit import Chem
 from rdkit.Chem import AllChem
 
+from inferlab.child_processes import spawn_pool
 from inferlab.errors import ConfigError, InputError
 from inferlab.outputs.atomic import write_text_atomic
 from inferlab.workloads.conformers.chemistry.inputs import MoleculeInputs
 from inferlab.workloads.conformers.chemistry.sdf import ConformerSdfWriter
 from inferlab.workloads.conformers.chemistry.smiles import canonicalize_mol, parse_smiles
+from inferlab.workloads.conformers.evaluation.evaluate import pool_size
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +66,32 @@ def embed_reference(smiles: str, config: ReferenceConfig) -> Chem.Mol:
     if config.optimize:
         AllChem.MMFFOptimizeMoleculeConfs(mol, numThreads=config.threads)
     return Chem.RemoveHs(mol)
+
+
+def embed_many(smiles: list[str], config: ReferenceConfig, workers: int = 0,
+               seeds: list[int] | None = None) -> list[Chem.Mol | str]:
+    """embed_reference of each SMILES: the molecule, or the reason it could not be embedded. `seeds`: one
+    ETKDG seed per molecule (default: config.seed for all). In a spawn pool of `workers` processes (0: one
+    per CPU core, 1: in this process), one molecule per task, each embedding on one thread."""
+
+    seeds = [config.seed] * len(smiles) if seeds is None else seeds
+    assert len(seeds) == len(smiles)
+    jobs = [(s, dataclasses.replace(config, seed=seed, threads=1)) for s, seed in zip(smiles, seeds)]
+    workers = pool_size(workers, len(jobs))
+    if workers == 1:
+        return [Chem.Mol(b) if isinstance(b, bytes) else b for b in (_embedded(*job) for job in jobs)]
+    # spawn, not fork: the caller may hold CUDA or threads that a forked child must not inherit
+    with spawn_pool(workers) as pool:
+        done = list(pool.map(_embedded, *zip(*jobs)))
+    return [Chem.Mol(b) if isinstance(b, bytes) else b for b in done]
+
+
+def _embedded(smiles: str, config: ReferenceConfig) -> bytes | str:
+    """One molecule in a worker: its binary (conformers included) or the reason."""
+    try:
+        return embed_reference(smiles, config).ToBinary()
+    except InputError as e:
+        return str(e)
 
 
 def write_reference_sdf(

@@ -1,15 +1,18 @@
 """Settings of the conformer generation pipeline (generate.py): how conformers are sampled and how the
 job is run around the engine. Frozen and validated here; the engine's own knobs (device, dtype, slots,
-length, memory) stay EngineConfig fields, passed beside these as `engine_options`.
+length, memory) stay the EngineConfig's, passed beside these. `result_settings`: what of both changes the rows.
 
 Not here: running anything.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from inferlab.errors import ConfigError
 from inferlab.types import SamplingParams
@@ -17,6 +20,12 @@ from inferlab.workloads.conformers.chemistry.input_bounds import InputBounds
 from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE, get_profile
 
 SAMPLING_MODES = ("greedy", "top-p")
+# Settings whose change changes the rows: a rerun with other values is refused (slots, workers, judges and
+# memory only change the speed; a request's tokens depend on its seed, not on its batch). max_seq_len is
+# not one: it only decides which molecules fit a row, and one that does not is an error row advising a
+# larger --max-seq-len with --retry-errors (which is not one either: it reruns those rows), so that rerun
+# resumes; an ok row is the same at any length.
+RESULT_SETTINGS = ("num_conformers", "profile", "sampling", "seed", "stereo_retries", "smiles_column", "id_column")
 MAX_DEFAULT_WORKERS = 8  # template + compile processes when not told (docs/decisions.md)
 INLINE_BELOW_MOLECULES = 64  # automatic worker counts: smaller jobs prepare and judge in this process
 DEFAULT_JUDGE_WORKERS = 2  # judging processes when not told (docs/decisions.md)
@@ -123,3 +132,14 @@ class PipelineConfig:
         """Molecules to keep prepared ahead; before the engine exists (slots None), the smallest default."""
         requests = self.lookahead_requests or max(MIN_LOOKAHEAD_REQUESTS, LOOKAHEAD_SLOTS * (engine_slots or 0))
         return max(1, math.ceil(requests / self.num_conformers))
+
+
+def result_settings(engine: Any, config: PipelineConfig) -> dict[str, Any]:
+    """The settings that change a run's rows (the output manifest's; see RESULT_SETTINGS) of a run with
+    `engine` (its EngineConfig) and `config`."""
+    pipeline = dataclasses.asdict(config)
+    return {
+        "model": str(Path(engine.model).resolve()),
+        **{key: pipeline.get(key) for key in RESULT_SETTINGS},
+        "dtype": engine.dtype,
+    }

@@ -79,13 +79,13 @@ def demo_tokenizer() -> tuple[str, Path | None]:
 def demo_checkpoint(work_dir: Path) -> tuple[Path, bool, str]:
     """The demo's checkpoint under `work_dir` (built once; a half-built folder from a crash is replaced),
     whether it was built now, and its tokenizer's label."""
-    from inferlab.models.checkpoint_init import init_checkpoint
-
     label, tokenizer_dir = demo_tokenizer()
     preset = DEMO_MODELS[label]
     path = work_dir / f"{preset}-float32"
     if (path / "inferlab_preset.json").exists():
         return path, False, label
+    from inferlab.models.checkpoint_init import init_checkpoint  # transformers' model classes: seconds to import
+
     partial = work_dir / f"{path.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     init_checkpoint(preset, partial, seed=0, dtype="float32", tokenizer_dir=tokenizer_dir)
@@ -130,6 +130,7 @@ def run_demo(
     on_phase: Callable[[str], None] | None = None,
     on_tokens: Callable[[int, int, int], None] | None = None,  # generate_conformers' on_tokens
 ) -> DemoRun:
+    from inferlab.engine import EngineConfig
     from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
     work = Path(config.work_dir)
@@ -146,6 +147,7 @@ def run_demo(
         on_ready(run)
     pipeline = PipelineConfig(num_conformers=config.num_conformers, sampling=config.sampling, seed=config.seed)
     # Rows of the demo's molecules need a few hundred positions; slots enough for every conformer at once.
-    engine = {"device": config.device, "max_slots": min(64, config.num_molecules * config.num_conformers)}
-    summary = generate_conformers(checkpoint, inp, out, pipeline, engine, on_start, on_row, on_phase, on_tokens)
+    engine = EngineConfig(model=checkpoint, device=config.device,
+                          max_slots=min(64, config.num_molecules * config.num_conformers))
+    summary = generate_conformers(engine, inp, out, pipeline, on_start, on_row, on_phase, on_tokens)
     return DemoRun(checkpoint, built, tokenizer, inp, out, rows, molecules, summary)

@@ -28,14 +28,15 @@ handed to the engine so far and their programs' token bound together (a progress
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
-from inferlab.errors import ConfigError, UnsupportedError
+from inferlab.engine import EngineConfig
+from inferlab.errors import UnsupportedError
 from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
 from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.conformers.pipeline.collect import ResultCollector, RowCallback, RowWriter
@@ -58,21 +59,18 @@ JUDGE_WINDOW = 1024  # results being judged at once, at most (~3 KB of text each
 
 
 def generate_conformers(
-    model: str | Path,
+    engine: EngineConfig,  # the checkpoint and the engine's knobs; its seed and tokenizer are the pipeline's
     input_path: str | Path,
     output_path: str | Path,
     config: PipelineConfig,
-    engine_options: Mapping[str, Any] | None = None,  # EngineConfig fields: device, dtype, max_slots, ...
     on_start: Callable[[int, int], None] | None = None,  # (rows to write now, rows written by earlier runs)
     on_row: RowCallback | None = None,  # as each row finishes
     on_phase: Callable[[str], None] | None = None,  # what the run is doing now, in a few words
     on_tokens: TokenCallback | None = None,  # the engine's progress at each sync point
 ) -> PipelineSummary:
+    """The engine runs with config.seed and no tokenizer (the preparing processes' GrammarSet constrains, the
+    judges decode); max_seq_len None: sized for the input's largest molecules (plan.auto_max_seq_len)."""
     started = time.perf_counter()
-    options = dict(engine_options or {})
-    if {"model", "seed", "load_tokenizer"} & set(options):
-        raise ConfigError("engine_options must not hold model, seed or load_tokenizer; pass the model and "
-                          "config.seed (the pipeline's engine loads no tokenizer: the judges decode)")
     profile = get_profile(config.profile)
     phase = on_phase or (lambda what: None)
     phase("reading the molecules")
@@ -92,16 +90,17 @@ def generate_conformers(
             for job in plan.unusable:
                 rows.error(job, job.record.error or "unusable input")
             if plan.jobs:
-                _generate(model, plan.jobs, config, options, rows, summary, started, phase, on_tokens)
+                _generate(engine, plan.jobs, config, rows, summary, started, phase, on_tokens)
         finally:
             rows.flush()
     summary.wall_s = time.perf_counter() - started
     return summary
 
 
-def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: dict[str, Any], rows: RowWriter,
+def _generate(engine_config: EngineConfig, jobs: list[MoleculeJob], config: PipelineConfig, rows: RowWriter,
               summary: PipelineSummary, started: float, phase: Callable[[str], None],
               on_tokens: TokenCallback | None) -> None:
+    model = engine_config.model
     profile = get_profile(config.profile)
     summary.judge_workers = config.judge_pool_workers(len(jobs))
     phase("starting the worker processes")
@@ -111,18 +110,20 @@ def _generate(model, jobs: list[MoleculeJob], config: PipelineConfig, options: d
         molecules = MoleculeFeed(jobs, preparer, lookahead=config.lookahead_molecules(None))
         molecules.top_up(0)  # the pool starts on the first molecules while the engine starts
         # only now torch (the engine's import): the pools' processes start up while this process imports it
-        from inferlab.engine import Engine, EngineConfig
+        from inferlab.engine import Engine
         from inferlab.models.config import read_model_spec
 
         try:
             model_positions = read_model_spec(model).max_position_embeddings
-            if options.get("max_seq_len") is None:
-                options["max_seq_len"] = auto_max_seq_len(jobs, profile, model_positions)
+            max_seq_len = engine_config.max_seq_len
+            if max_seq_len is None:
+                max_seq_len = auto_max_seq_len(jobs, profile, model_positions)
             t0 = time.perf_counter()
             summary.before_engine_s = t0 - started
             phase("starting the engine")
             # no tokenizer in this process: the preparing processes' GrammarSet constrains, the judges decode
-            engine_config = EngineConfig(model=model, seed=config.seed, load_tokenizer=False, **options)
+            engine_config = dataclasses.replace(engine_config, seed=config.seed, load_tokenizer=False,
+                                                max_seq_len=max_seq_len)
             engine = life.enter_context(Engine(engine_config, grammar_set=grammar_set))
         except UnsupportedError as e:
             raise UnsupportedError(f"{e}; {ENGINE_ONLY}") from None
