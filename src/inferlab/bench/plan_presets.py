@@ -1,5 +1,5 @@
 """Named plans (the same schema as a TOML plan, see plan.py): `quick` for a CPU smoke run of a few
-minutes (five of the nine scenarios, each on transformers and where it has one on the engine), the seed reproductions of BENCHMARKING.md for one GPU session (attention and generate here;
+minutes (five of the ten scenarios, each on transformers and where it has one on the engine), the seed reproductions of BENCHMARKING.md for one GPU session (attention and generate here;
 classify, hidden states and the conformer baseline in plan_presets_workloads.py), and the registry.
 
 GPU budget (one H100/H200; `inferlab bench --list` prints each preset's estimate, docs/lab.md explains
@@ -38,8 +38,9 @@ _TINY_TEXT_PACKED = {"min_tokens": 8, "max_tokens": 120, "dtype": "float32", "mi
                      "max_duration_s": 0.5, "warmup": 1}  # the engine packs rows: no batch_size
 _TINY_TEXT = {**_TINY_TEXT_PACKED, "batch_size": 4}
 
-# The scenarios quick leaves out: each needs GPU-sized work to mean anything (their presets: `bench --list`).
-QUICK_LEAVES_OUT = ("batching", "decode-profile", "steering", "conformer-pipeline")
+# The scenarios quick leaves out: each needs GPU-sized work to mean anything, conformer-quality a trained model
+# and its references too (their presets: `bench --list`).
+QUICK_LEAVES_OUT = ("batching", "decode-profile", "steering", "conformer-pipeline", "conformer-quality")
 
 QUICK: dict[str, Any] = {
     "name": "quick",
