@@ -160,7 +160,7 @@ def _run_here(args: argparse.Namespace, config, engine) -> int:
     print_summary(summary, args.output)
     if args.summary_json:
         write_summary_json(summary, args.summary_json)
-    return exit_code(progress.figures.total, summary.conformers_ok, summary.molecules)
+    return exit_code(progress.figures.total, summary.conformers_ok, summary.molecules, summary.conformers_skipped)
 
 
 def write_summary_json(summary, path: str) -> None:

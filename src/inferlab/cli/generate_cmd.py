@@ -187,4 +187,4 @@ def _generate(args: argparse.Namespace) -> int:
     if collect is not None and existing([collect.output]):
         print(f"wrote activations of {summary.activation_rows} rows to {collect.output} "
               f"(layers {list(collect.resolved_layers)}, pool {collect.pool})")
-    return exit_code(summary.written, summary.written - summary.errors, summary.inputs)
+    return exit_code(summary.written, summary.written - summary.errors, summary.inputs, summary.skipped)

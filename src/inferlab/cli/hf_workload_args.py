@@ -153,7 +153,7 @@ def run_file_workload(args: argparse.Namespace, command: str, params: dict[str, 
     """Run `command` on --input under its output guard (`settings`, `outputs`: guarded's): scaled out with
     `params` on --gpus/--launcher, else here: `open_source()` -> (source, backend choice), then
     `run_file(source, progress)` -> a report whose summary() is printed (and written to --summary-json);
-    `errors_in`: the file holding the error rows. Exit 1 when no row of the run succeeded."""
+    `errors_in`: the file holding the error rows. Exit 1 when no row of the run succeeded (and no earlier run's row stands)."""
     outputs = [*outputs, ("--summary-json", args.summary_json, False)]
     with guarded(args, command, settings, {"--input": args.input}, outputs):
         if wants_scale_out(args):  # --gpus/--launcher: shards on several workers (inferlab.scale)
@@ -174,4 +174,4 @@ def run_file_workload(args: argparse.Namespace, command: str, params: dict[str, 
     else:
         print("nothing written: the input holds no line" if not rows + summary["rows_skipped"] else
               f"nothing written to {args.output}")
-    return exit_code(rows, summary["rows_ok"], rows + summary["rows_skipped"])
+    return exit_code(rows, summary["rows_ok"], rows + summary["rows_skipped"], summary["rows_skipped"])

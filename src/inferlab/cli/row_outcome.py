@@ -1,7 +1,7 @@
 """How the row-writing commands (conformers generate, generate, classify, hidden-states) end: the error rows
 grouped by reason (count, an example row and its message, which names the fix), the files they wrote
-(never one that does not exist), and the exit code: NO_ROW_OK when rows were to be written and none of them
-succeeded, or the input held none (README, "Exit codes")."""
+(never one that does not exist), and the exit code: NO_ROW_OK when a run that wrote every row of its output
+had none succeed, or the input held none (README, "Exit codes")."""
 
 from __future__ import annotations
 
@@ -29,9 +29,11 @@ def existing(paths: Sequence[str | Path]) -> list[str]:
     return [str(p) for p in paths if Path(p).exists()]
 
 
-def exit_code(rows_to_write: int, rows_ok: int, input_rows: int) -> int:
-    """0, or NO_ROW_OK when this run had rows to write and none succeeded, or the input held no row (a
-    rerun with nothing left to do is a success)."""
-    if input_rows == 0 or (rows_to_write > 0 and rows_ok == 0):
+def exit_code(rows_to_write: int, rows_ok: int, input_rows: int, rows_before: int) -> int:
+    """0, or NO_ROW_OK when the input held no row, or when this run had rows to write, none succeeded and no
+    row of an earlier run stands (`rows_before`). A rerun that resumes an output exits 0, as one with nothing
+    left to do: the rows a kill left it may be the ones that fail every time, and the exit code of a job must
+    not depend on where it was interrupted (its closing summary says what failed)."""
+    if input_rows == 0 or (rows_to_write > 0 and rows_ok == 0 and rows_before == 0):
         return NO_ROW_OK
     return 0

@@ -108,8 +108,8 @@ def run_scaled_command(args: argparse.Namespace, workload: str, params: dict[str
 
 
 def scaled_exit_code(report) -> int:
-    """EXIT_INCOMPLETE when a shard is unfinished; else NO_ROW_OK when the shards run now wrote rows and none
-    succeeded (the workers' summaries: rows_ok, rows_error); else 0."""
+    """EXIT_INCOMPLETE when a shard is unfinished; else NO_ROW_OK when the shards run now wrote rows, none
+    succeeded (the workers' summaries: rows_ok, rows_error) and no earlier run's rows stand; else 0."""
     from inferlab.cli.row_outcome import exit_code
 
     if not report.complete:
@@ -118,7 +118,8 @@ def scaled_exit_code(report) -> int:
     if not ran or not all("rows_ok" in summary for summary in ran):
         return 0
     ok = sum(summary["rows_ok"] for summary in ran)
-    return exit_code(ok + sum(summary.get("rows_error", 0) for summary in ran), ok, report.rows_total)
+    return exit_code(ok + sum(summary.get("rows_error", 0) for summary in ran), ok, report.rows_total,
+                     report.rows_before)
 
 
 def print_scale_report(report) -> None:

@@ -58,6 +58,19 @@ def test_no_row_succeeding_exits_1_and_no_missing_file_is_said_written(tmp_path,
     assert _generate(model, inp, tmp_path / "ok.sdf") == 0
 
 
+def test_a_resume_left_only_the_rows_that_always_fail_exits_0_as_the_whole_run_would(tmp_path, model, capsys):
+    """A kill can leave the broken molecule's rows for the rerun: its own rows are all errors, yet the job's
+    exit code must not depend on where it was interrupted."""
+    inp, out = tmp_path / "in.smi", tmp_path / "out.sdf"
+    inp.write_text("CCO ethanol\nC1CC broken\n")
+    assert _generate(model, inp, out) == 0
+    rows = out.with_suffix(".jsonl")
+    rows.write_text("".join(line for line in rows.read_text().splitlines(keepends=True) if '"broken#' not in line))
+    capsys.readouterr()
+    assert _generate(model, inp, out) == 0
+    assert "0 valid, 1 error rows, 1 written by earlier runs" in capsys.readouterr().out
+
+
 def test_the_engine_tokens_reach_the_caller_before_the_first_row(tmp_path, model):
     inp = tmp_path / "in.smi"
     inp.write_text("CCO ethanol\nc1ccccc1 benzene\n")

@@ -31,6 +31,18 @@ def test_generate_exits_1_when_every_row_fails_and_says_why(tiny_checkpoint, tmp
     assert "nothing written: the input holds no line" in printed and "wrote" not in printed
 
 
+def test_a_generate_resume_left_only_failing_rows_exits_0(tiny_checkpoint, tmp_path, capsys):
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": "ok", "prompt_ids": [5, 6]}, {"id": "bad", "text": "no prompt"}])
+    out = tmp_path / "out.jsonl"
+    argv = ["generate", "--model", str(tiny_checkpoint("tiny")), "--input", str(inp), "--output", str(out),
+            "--device", "cpu", "--max-new-tokens", "2"]
+    assert main(argv) == 0
+    out.write_text("".join(line for line in out.read_text().splitlines(keepends=True) if '"bad"' not in line))
+    capsys.readouterr()
+    assert main(argv) == 0  # the rerun wrote only the failing row; the job's rows stand
+    assert "rows: 0 ok, 1 errors, 1 already done" in capsys.readouterr().out
+
+
 def test_hidden_states_prints_a_summary_and_writes_it_as_json(tiny_checkpoint, tmp_path, capsys):
     lines = [{"id": k, "prompt": v} for k, v in TEXTS.items()] + [{"id": "odd", "text": "no prompt field"}]
     inp = write_jsonl(tmp_path / "p.jsonl", lines)
