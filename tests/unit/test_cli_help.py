@@ -50,4 +50,4 @@ def test_the_demo_help_claims_the_time_it_takes_on_a_small_cpu(capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "A few minutes on a 2-core CPU" in text and "about a minute" not in text.lower()
+    assert "Under a minute on a 2-core CPU" in text and "about a minute" not in text.lower()

@@ -1,6 +1,7 @@
 """`inferlab demo`: 3D conformers of a few real molecules with a tiny random checkpoint, constrained so
 that every output is a valid conformer of its molecule; prints validity, speed and where the files are.
-Runs on a CPU in a few minutes (2 cores), and on the GPU when there is one (workloads/conformers/pipeline/demo.py)."""
+Runs on a CPU in under a minute (49.5 s on 2 busy cores: benchmarks/checks/2026-12-01-cpu-speed), and on the GPU
+when there is one (workloads/conformers/pipeline/demo.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="3D conformers of small molecules from RDKit's NCI set with a tiny random-weight Qwen3-shaped "
         "model, through the engine with the conformer constraint on: every output is a valid conformer of its "
         "molecule although the weights are random. Prints validity, speed and where the SDF and JSONL are. "
-        "A few minutes on a 2-core CPU (the progress bar shows the token rate from the first decode steps; the "
+        "Under a minute on a 2-core CPU (the progress bar shows the token rate from the first decode steps; the "
         "closing lines say how long it took), seconds on a GPU, which it uses when there is one. Nothing is "
         "downloaded.",
     )

@@ -2,7 +2,7 @@
 tiny random-weight checkpoint that carries the qwen3-chem tokenizer (or, on a machine without it, our
 built-in Llama-3-style tokenizer: the constraint compiles for any vocabulary). The weights are random, so every
 valid conformer is the constraint's doing: the demo shows validity by construction and the speed of the
-whole path (templates, constrained decoding, strict decoding, SDF), on a CPU in a few minutes or on a GPU.
+whole path (templates, constrained decoding, strict decoding, SDF), on a CPU in under a minute or on a GPU.
 
 Owns: where the demo keeps its files (a cache folder; the checkpoint is built once, atomically, and
 reused), which molecules it takes (the first small ones of RDKit's NCI set that the text format
