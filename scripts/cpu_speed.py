@@ -80,6 +80,7 @@ def _step(args) -> dict:
 
 
 def _demo_job(args) -> dict:
+    from inferlab.engine import EngineConfig
     from inferlab.workloads.conformers.pipeline.config import PipelineConfig
     from inferlab.workloads.conformers.pipeline.demo import demo_molecules
     from inferlab.workloads.conformers.pipeline.generate import generate_conformers
@@ -93,8 +94,8 @@ def _demo_job(args) -> dict:
     for old in (out, out.with_suffix(".jsonl"), out.with_name(out.name + ".manifest.json")):
         old.unlink(missing_ok=True)
     phases: list[tuple[str, float]] = []  # (what the pipeline started doing, when)
-    s = generate_conformers(args.model, inp, out, PipelineConfig(num_conformers=2), {"device": "cpu", "max_slots": 16},
-                            on_phase=lambda what: phases.append((what, time.perf_counter())))  # fmt: skip
+    s = generate_conformers(EngineConfig(model=args.model, device="cpu", max_slots=16), inp, out,
+                            PipelineConfig(num_conformers=2), on_phase=lambda what: phases.append((what, time.perf_counter())))  # fmt: skip
     ends = [t for _, t in phases[1:]] + [time.perf_counter()]
     e = s.engine
     return dict(wall_s=s.wall_s, cpu_s=time.process_time() - cpu,

@@ -163,8 +163,11 @@ def test_vllm_spellings_of_the_engine_flags_are_accepted(command):
     from inferlab.cli import build_parser
 
     args = build_parser().parse_args(command.split() + DEVICE_COMMANDS[command] + [
-        "--max-num-seqs", "8", "--max-model-len", "256", "--gpu-memory-utilization", "0.5"])
-    assert (args.max_slots, args.max_seq_len, args.gpu_memory_fraction) == (8, 256, 0.5)
+        "--max-num-seqs", "8", "--max-model-len", "256", "--gpu-memory-utilization", "0.5", "--kv-cache-dtype", "fp8"])
+    assert (args.max_slots, args.max_seq_len, args.gpu_memory_fraction, args.kv_dtype) == (8, 256, 0.5, "fp8")
+    if command == "generate":
+        assert build_parser().parse_args(command.split() + DEVICE_COMMANDS[command] + [
+            "--max-tokens", "7"]).max_new_tokens == 7
 
 
 def test_every_conformer_count_flag_is_spelled_num_conformers():

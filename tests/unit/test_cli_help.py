@@ -37,3 +37,17 @@ def test_every_command_help_renders_with_real_defaults(capsys):
         assert e.value.code == 0, argv
         out = capsys.readouterr().out
         assert "UNSET" not in out, (argv, [line for line in out.splitlines() if "UNSET" in line])
+
+
+def test_top_level_help_documents_the_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Exit codes: 0 done; 1 no row of the run succeeded" in text and "2 a usage or input error" in text
+
+
+def test_the_demo_help_claims_the_time_it_takes_on_a_small_cpu(capsys):
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Under a minute on a 2-core CPU" in text and "about a minute" not in text.lower()

@@ -22,6 +22,7 @@ from pathlib import Path  # noqa: E402
 import inferlab.cli  # noqa: E402, F401
 
 mark("import inferlab.cli")
+from inferlab.engine import EngineConfig  # noqa: E402
 from inferlab.workloads.conformers.pipeline.config import PipelineConfig  # noqa: E402
 from inferlab.workloads.conformers.pipeline.demo import demo_checkpoint, demo_molecules  # noqa: E402
 from inferlab.workloads.conformers.pipeline.generate import generate_conformers  # noqa: E402
@@ -34,8 +35,8 @@ mark("the molecules (RDKit, NCI)")
 out = work / "phases.sdf"
 for old in (out, out.with_suffix(".jsonl"), out.with_name(out.name + ".manifest.json")):
     old.unlink(missing_ok=True)
-summary = generate_conformers(checkpoint, work / "molecules.smi", out, PipelineConfig(num_conformers=2),
-                              {"device": "cpu", "max_slots": 16}, on_phase=mark)  # fmt: skip
+summary = generate_conformers(EngineConfig(model=checkpoint, device="cpu", max_slots=16), work / "molecules.smi", out,
+                              PipelineConfig(num_conformers=2), on_phase=mark)  # fmt: skip
 mark("end")
 for (_, t0, c0), (what, t1, c1) in zip(marks, marks[1:]):
     print(f"until {what!r:36s} {t1 - t0:6.2f} s wall, {c1 - c0:5.2f} s CPU")

@@ -1,5 +1,5 @@
-"""Named plans (the same schema as a TOML plan, see plan.py): `quick` for a CPU smoke run in under a
-minute, the seed reproductions of BENCHMARKING.md for one GPU session (attention and generate here;
+"""Named plans (the same schema as a TOML plan, see plan.py): `quick` for a CPU smoke run of a few
+minutes (five of the ten scenarios, each on transformers and where it has one on the engine), the seed reproductions of BENCHMARKING.md for one GPU session (attention and generate here;
 classify, hidden states and the conformer baseline in plan_presets_workloads.py), and the registry.
 
 GPU budget (one H100/H200; `inferlab bench --list` prints each preset's estimate, docs/lab.md explains
@@ -38,10 +38,15 @@ _TINY_TEXT_PACKED = {"min_tokens": 8, "max_tokens": 120, "dtype": "float32", "mi
                      "max_duration_s": 0.5, "warmup": 1}  # the engine packs rows: no batch_size
 _TINY_TEXT = {**_TINY_TEXT_PACKED, "batch_size": 4}
 
+# The scenarios quick leaves out: each needs GPU-sized work to mean anything, conformer-quality a trained model
+# and its references too (their presets: `bench --list`).
+QUICK_LEAVES_OUT = ("batching", "decode-profile", "steering", "conformer-pipeline", "conformer-quality")
+
 QUICK: dict[str, Any] = {
     "name": "quick",
-    "description": "tiny models, CPU-sized: one or a few cells of every scenario (kernels, generate, classify, "
-                   "hidden states, constrained conformers)",
+    "description": "tiny models, CPU-sized: attention kernels; generate, classify, hidden states and constrained "
+                   "conformers on transformers and on the engine; not " + ", ".join(QUICK_LEAVES_OUT) + " (GPU-sized: "
+                   "their presets)",
     "timeout_s": 120,
     # one torch thread: on a small shared CPU, threads spinning against each other cost more than they give
     "defaults": {scenario: {"cpu_threads": 1}
@@ -55,14 +60,20 @@ QUICK: dict[str, Any] = {
                  "processor": "none"}},
         {"scenario": "generate", "model": "tiny", "backend": "hf",
          "set": {**_TINY_GENERATE, "attn_implementation": "eager", "kv_cache": "dynamic", "processor": "python"}},
+        {"scenario": "generate", "model": "tiny", "backend": "inferlab",
+         "set": {k: v for k, v in _TINY_GENERATE.items() if k != "compile"}},
         {"scenario": "classify", "model": "tiny-qwen2-cls", "set": {**_TINY_TEXT, "num_samples": 16}},
         {"scenario": "classify", "model": "tiny-qwen2-cls", "backend": "inferlab",
          "set": {**_TINY_TEXT_PACKED, "num_samples": 16, "check_texts": 16}},
         {"scenario": "hidden-states", "model": "tiny", "set": {**_TINY_TEXT, "num_prompts": 16, "layers": "1,-1",
                                                               "pool": "mean"}},
-        {"scenario": "constrained", "model": "tiny-qwen3", "backend": "hf",
-         "set": {"num_molecules": 2, "num_conformers": 1, "batch_size": 2, "sampling": "greedy", "dtype": "float32",
-                 "kv_cache": "dynamic", "warmup_steps": 4}},
+        {"scenario": "hidden-states", "model": "tiny", "backend": "inferlab",
+         "set": {**_TINY_TEXT_PACKED, "num_prompts": 16, "layers": "1,-1", "pool": "mean"}},
+        # the seeds' Python processor beside the engine's constraint (torch on a CPU), on the same small molecules
+        *({"scenario": "constrained", "model": "tiny-qwen3", "backend": backend,
+           "set": {"num_molecules": 2, "num_conformers": 1, "batch_size": 2, "sampling": "greedy", "dtype": "float32",
+                   "warmup_steps": 4, "max_heavy_atoms": 6, **extra}}
+          for backend, extra in (("hf", {"kv_cache": "dynamic"}), ("inferlab", {}))),
     ],
 }
 

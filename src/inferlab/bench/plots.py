@@ -1,7 +1,9 @@
 """PNG plots for reports (matplotlib, Agg backend): tok/s against batch size per configuration for
 generate-like scenarios, ms/iter per attention kernel and shape, each decode-profile case's family times
 against their bounds (report_roofline.py), and COV-R against the threshold per conformer-quality system
-(report_quality.py). Only `ok` rows are drawn; every point comes from a row."""
+(report_quality.py). Only `ok` rows are drawn; every point comes from a row, and every configuration in a
+legend is drawn: a row without a batch size (the engine's packed batches, sized by a token budget) is a
+dashed level across the batch sizes."""
 
 from __future__ import annotations
 
@@ -37,15 +39,32 @@ def write_plots(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
     return written + [path for path in extra if path]
 
 
+def throughput_series(rows: list[dict[str, Any]]) -> list[tuple[str, list[tuple[int, float]], list[float]]]:
+    """Per configuration: its label, its (batch size, figure) points, and the figures of its rows without a
+    batch size (drawn as levels). The batch size is the x axis, never part of a label."""
+    knobs = [k for k in label_knobs(rows) if k != "batch_size"]
+    series = []
+    for label, group in group_rows(rows, lambda r: config_label(r, knobs)).items():
+        points = sorted((r["batch_size"], headline(r)) for r in group if r.get("batch_size") is not None)
+        levels = [headline(r) for r in group if r.get("batch_size") is None]
+        series.append((label, points, levels))  # type: ignore[arg-type]
+    return series
+
+
 def _throughput_lines(rows: list[dict[str, Any]], path: Path, scenario: str, model: str, gpu: str) -> Path:
     import matplotlib.pyplot as plt
 
-    knobs = label_knobs(rows)
     metric = rows[0].get("headline_metric", "output_tokens_per_s")
     fig, ax = plt.subplots(figsize=(8, 5))
-    for label, series in group_rows(rows, lambda r: config_label(r, knobs)).items():
-        points = sorted((r["batch_size"], headline(r)) for r in series if r.get("batch_size") is not None)
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    for label, points, levels in throughput_series(rows):
+        color = None
+        if points:
+            (line,) = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+            color = line.get_color()
+        for i, level in enumerate(levels):
+            line = ax.axhline(level, linestyle="--", color=color,
+                              label=f"{label} (no batch size: packed batches)" if not points and i == 0 else None)
+            color = line.get_color()
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size")
     ax.set_ylabel(metric.replace("_", " "))

@@ -2,26 +2,34 @@
 (GPU, scenario, model, workload such as the batch size), the best configuration, its figure and spread, the
 runner-up, the margin between them, and which knobs of the best are clear winners.
 
-The rule is `inferlab tune`'s (workloads/winner.py): a row's spread is the relative range of its timed
-calls (>= 3 of them, else unknown), and the best row's value of a knob is named only when it beats the
-best row with another value of that knob by more than the larger of the two spreads. Rows with a knob at a
+The rule is `inferlab tune`'s (workloads/winner.py): a configuration's spread is the relative range of its
+repeats, and the best one's value of a knob is named only when it beats the best configuration with another
+value of that knob by more than the larger of the two spreads (or, with no spread measured, by more than
+any run-to-run variation could: winner.LEAD_BEYOND_ANY_SPREAD). A configuration's repeats are its rows in
+the runs given, when there are at least MIN_REPEATS of them (the same cell of a preset run three times),
+else the timed calls of its row (row_spread: the figure `inferlab report` shows too). Rows with a knob at a
 baseline value (Knob.baseline: the seeds' Python logits processor, the constraint switched off, vLLM in
 eager mode) are references, never recommendations: they are left out here, and so are the rows of a
 scenario that does not compare serving choices (Scenario.recommendable: conformer-quality).
+
+The text output is one block per recommendation, wrapped to TEXT_WIDTH columns; `--markdown` (and the
+report's "Recommendations" section) is the whole table.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from inferlab.bench.markdown import md_table, sig, text_table
-from inferlab.bench.results import config_label, gpu_of, group_rows, headline, label_knobs, workload_key
-from inferlab.workloads.winner import Candidate, MIN_REPEATS, decide, margin
+from inferlab.bench.markdown import md_table, sig
+from inferlab.bench.results import (config_label, gpu_of, group_rows, headline, label_knobs, row_spread,
+                                    workload_key)
+from inferlab.workloads.winner import MIN_REPEATS, Candidate, decide, margin
 
-# metrics dicts (timing.Stats.to_dict) holding a row's timed calls, in the order they are looked for
-_CALL_STATS = ("call_s_stats", "ms_per_iter_stats")
+TEXT_WIDTH = 100  # a terminal's columns the text output fits in
 
 
 @dataclass(frozen=True)
@@ -33,27 +41,11 @@ class Recommendation:
     best: str
     best_value: float
     metric: str
-    spread: float | None  # the best row's (relative range of its timed calls)
+    spread: float | None  # the best configuration's (relative range of its repeats)
     runner_up: str | None
     margin: float | None  # how much better the best is than the runner-up (0.05 = 5%)
     recommended: str  # the knobs the rule names ("-": none)
     verdict: str  # per knob: named past the spread, or why not; "only one configuration"
-
-
-def row_spread(row: dict[str, Any]) -> tuple[float | None, int]:
-    """(relative range of the row's headline over its timed calls, number of calls). The calls are
-    timed in seconds: for a rate (higher is better) the range of work/seconds is median/min - median/max."""
-    metrics = row.get("metrics") or {}
-    stats = next((metrics[k] for k in _CALL_STATS if isinstance(metrics.get(k), dict)), None)
-    if stats is None:
-        calls = metrics.get("steady_calls")
-        return None, calls if isinstance(calls, int) else 0
-    n, low, high, median = stats.get("n", 0), stats.get("min"), stats.get("max"), stats.get("median")
-    if n < MIN_REPEATS or not low or not high or not median:
-        return None, n
-    if row.get("higher_is_better", True):
-        return median / low - median / high, n
-    return (high - low) / median, n
 
 
 def baseline_values(row: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
@@ -103,6 +95,21 @@ def _telling_knobs(group: list[dict[str, Any]], knobs: list[str]) -> list[str]:
     return told
 
 
+def _candidate(cell_rows: list[dict[str, Any]], knobs: list[str]) -> Candidate:
+    """One configuration from its rows in the runs given: their figures as repeats when there are enough of
+    them, else the timed calls of its row (several rows, too few to be repeats: their median figure, and the
+    larger of their own spreads)."""
+    settings = _settings(cell_rows[0], knobs)
+    figures = [headline(r) for r in cell_rows]
+    if len(cell_rows) >= MIN_REPEATS:
+        return Candidate.from_repeats(settings, figures)  # type: ignore[arg-type]
+    spreads = [row_spread(r) for r in cell_rows]
+    measured = [spread for spread, _ in spreads if spread is not None]
+    spread = max(measured) if len(measured) == len(spreads) else None
+    repeats = min(n for _, n in spreads) if spread is not None else max(len(cell_rows), max(n for _, n in spreads))
+    return Candidate(settings, statistics.median(figures), spread, repeats)  # type: ignore[arg-type]
+
+
 def _recommendable(row: dict[str, Any]) -> bool:
     from inferlab.bench.scenarios import SCENARIOS
 
@@ -120,17 +127,17 @@ def recommend(rows: list[dict[str, Any]]) -> list[Recommendation]:
         higher = group[0].get("higher_is_better", True)
         knobs = _telling_knobs(group, knobs_of[(gpu, scenario, model)])
         workload = _workload_text(group[0], [r for r in ok if r.get("scenario") == scenario])
-        pairs = [(r, Candidate(_settings(r, knobs), headline(r), *row_spread(r)))  # type: ignore[arg-type]
-                 for r in group]
+        cells = list(group_rows(group, lambda r: r.get("cell_key") or id(r)).values())  # a cell's rows across runs
+        pairs = [(cell[0], _candidate(cell, knobs)) for cell in cells]
         best, verdicts = decide([c for _, c in pairs], knobs, higher)
         best_row = next(r for r, c in pairs if c is best)
-        ranked = sorted(group, key=lambda r: headline(r), reverse=higher)  # type: ignore[arg-type, return-value]
-        second = next((r for r in ranked if r is not best_row), None)
+        ranked = sorted(pairs, key=lambda pair: pair[1].figure, reverse=higher)
+        second = next((pair for pair in ranked if pair[1] is not best), None)
         out.append(Recommendation(
             gpu, scenario, model, workload, config_label(best_row, knobs), best.figure,
             best_row.get("headline_metric", ""), best.spread,
-            config_label(second, knobs) if second is not None else None,
-            margin(best.figure, headline(second), higher) if second is not None else None,  # type: ignore[arg-type]
+            config_label(second[0], knobs) if second is not None else None,
+            margin(best.figure, second[1].figure, higher) if second is not None else None,
             ", ".join(f"{v.knob}={v.value}" for v in verdicts if v.clear) or "-",
             "; ".join(v.describe() for v in verdicts) or "only one configuration"))
     return out
@@ -148,8 +155,23 @@ def _table(recs: list[Recommendation]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-def format_text(recs: list[Recommendation]) -> str:
-    return text_table(*_table(recs)) if recs else "no ok rows to recommend from"
+def format_text(recs: list[Recommendation], width: int = TEXT_WIDTH) -> str:
+    """One block per recommendation, every line wrapped to `width` columns (the whole table: format_markdown)."""
+    if not recs:
+        return "no ok rows to recommend from"
+    blocks = []
+    for r in recs:
+        lines = [f"{r.gpu} · {r.scenario} · {r.model} · {r.workload}"]
+        fields = [("best", f"{r.best}: {sig(r.best_value, 4)} {r.metric} (spread {_pct(r.spread)})"),
+                  ("runner-up", "-" if r.runner_up is None else f"{r.runner_up}, {_pct(r.margin)} behind"),
+                  ("recommended", r.recommended), ("verdict", r.verdict)]
+        for name, text in fields:
+            lines += textwrap.wrap(text, width, initial_indent=f"  {name + ':':<13}", subsequent_indent=" " * 15,
+                                   break_on_hyphens=False)
+        blocks.append("\n".join(lines))
+    note = ("Repeats: a configuration's rows in the runs given (the same preset run three times: recommend RUN_1 "
+            "RUN_2 RUN_3) or, with fewer, its row's timed calls. The whole table: inferlab recommend --markdown.")
+    return "\n\n".join([*blocks, textwrap.fill(note, width)])
 
 
 def format_markdown(recs: list[Recommendation]) -> str:

@@ -1,10 +1,10 @@
 """`inferlab report`: result rows -> a Markdown report (one table per scenario x model x GPU, speedup
 against a chosen baseline, the winner marked), PNG plots (plots.py) and, where seed-preset rows exist,
 the "Do the seeds' findings hold?" section (report_findings.py), with peer rows (vLLM, transformers'
-continuous batching, xgrammar), "The engine beside its peers" (report_peers.py), and with conformer-quality
+continuous batching, xgrammar), "The engine beside its peers" (report_peers.py), with conformer-quality
 rows "Conformer quality" (report_quality.py; its model card table goes to quality-table.md beside the report),
-with classify rows checked against transformers "Labels beside transformers'" (report_findings.py).
-Every number comes from the rows.
+with classify rows checked against transformers "Labels beside transformers'" (report_findings.py), and
+"Recommendations", `inferlab recommend`'s whole table (recommend.py). Every number comes from the rows.
 
 Speedup baseline: by default the first configuration of each workload (rows with equal workload knobs,
 e.g. the same batch size); with `--baseline attn_implementation=eager`, for each row the row of the
@@ -17,7 +17,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from inferlab.bench import plots, report_findings, report_peers, report_quality, report_roofline
+from inferlab.bench import plots, recommend, report_findings, report_peers, report_quality, report_roofline
 from inferlab.bench.markdown import md_table
 from inferlab.bench.report_columns import COLUMNS, DEFAULT_COLUMNS, TableContext
 from inferlab.bench.results import best_row, field_value, format_value, group_rows, headline, table_key, workload_key
@@ -133,6 +133,10 @@ def write_report(runs: list[str], rows: list[dict[str, Any]], out_dir: Path, bas
     lines += ["## Results", ""]
     for group in group_rows(rows, table_key).values():
         lines += [render_table(group, spec), ""]
+    recommendations = recommend.recommend(rows)
+    if recommendations:
+        lines += ["## Recommendations", "", "`inferlab recommend` over these rows (a knob is recommended only past "
+                  "the measured spread: bench/recommend.py).", "", recommend.format_markdown(recommendations), ""]
     images = plots.write_plots(rows, out_dir / "plots")
     if images:
         lines += ["## Plots", ""]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from inferlab.errors import InputError
+from inferlab.workloads.winner import MIN_REPEATS
 
 RESULTS_FILE = "results.jsonl"
 log = logging.getLogger(__name__)
@@ -156,7 +157,8 @@ def label_knobs(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def config_label(row: dict[str, Any], knobs: list[str]) -> str:
-    parts = [f"{k}={format_value(field_value(row, k))}" for k in knobs]
+    """`knob=value, ...` of `knobs`, leaving out those the row does not have (another backend's knobs)."""
+    parts = [f"{k}={format_value(field_value(row, k))}" for k in knobs if field_value(row, k) is not None]
     return ", ".join(parts) if parts else (row.get("backend") or row.get("scenario") or "default")
 
 
@@ -192,6 +194,27 @@ def speedup(row: dict[str, Any], baseline: dict[str, Any] | None) -> float | Non
     if value is None or base is None or value == 0 or base == 0:
         return None
     return value / base if row.get("higher_is_better", True) else base / value
+
+
+# metrics dicts (timing.Stats.to_dict) holding a row's timed calls, in the order they are looked for
+CALL_STATS = ("call_s_stats", "ms_per_iter_stats")
+
+
+def row_spread(row: dict[str, Any]) -> tuple[float | None, int]:
+    """(the spread of the row's headline over its timed calls, the number of calls): their relative range
+    (workloads/winner.py), None below MIN_REPEATS calls. The calls are timed in seconds: for a rate (higher is
+    better) the range of work/seconds is median/min - median/max. What `report` and `recommend` both show."""
+    metrics = row.get("metrics") or {}
+    stats = next((metrics[k] for k in CALL_STATS if isinstance(metrics.get(k), dict)), None)
+    if stats is None:
+        calls = metrics.get("steady_calls")
+        return None, calls if isinstance(calls, int) else 0
+    n, low, high, median = stats.get("n", 0), stats.get("min"), stats.get("max"), stats.get("median")
+    if n < MIN_REPEATS or not low or not high or not median:
+        return None, n
+    if row.get("higher_is_better", True):
+        return median / low - median / high, n
+    return (high - low) / median, n
 
 
 def best_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:

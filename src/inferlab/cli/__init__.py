@@ -68,7 +68,10 @@ class CommandParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="inferlab", description=__doc__.splitlines()[0],
-        epilog="`inferlab COMMAND --help` lists a command's flags; docs/ in the repository explains each part.",
+        epilog="`inferlab COMMAND --help` lists a command's flags; docs/ in the repository explains each part. "
+               "Exit codes: 0 done; 1 no row of the run succeeded (every row an error row, or an input with no "
+               "row; a rerun resuming an earlier run's rows exits 0); 2 a usage or input error (the message names the fix); 3 a scaled-out run left shards "
+               "unfinished; 130 / 143 interrupted by Ctrl-C / SIGTERM (rerun the same command to resume).",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)

@@ -38,5 +38,5 @@ def _run(args: argparse.Namespace) -> int:
         args, "classify", params, CLASSIFY.settings(params), [("--output", args.output, True)],
         lambda: open_classifier(workload_args.load_config_from(args), backend, args.max_length),
         lambda classifier, progress: classify_file(classifier, args.input, args.output, options, progress=progress),
-        unit="text",
+        unit="text", rate_name="samples_per_s", errors_in=args.output,
     )

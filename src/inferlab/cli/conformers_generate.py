@@ -5,9 +5,10 @@ conformers_cmd.py beside `evaluate` and `reference`."""
 from __future__ import annotations
 
 import argparse
-import time
+from typing import Any
 
 from inferlab.cli.engine_args import add_engine_args, add_kv_dtype_arg, engine_config_from
+from inferlab.cli.row_outcome import existing
 from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded, molecule_bounds
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
 from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
@@ -126,53 +127,41 @@ def check_model(model: str) -> None:
     """The checkpoint's config.json and weight files before any work starts (a missing folder is named as
     such, a damaged config or pickle-only weights are refused), here and before a scale-out launches its
     workers."""
+    from inferlab.errors import UnsupportedError
     from inferlab.models.checkpoint_check import check_engine_checkpoint
+    from inferlab.workloads.conformers.pipeline.generate import ENGINE_ONLY
 
-    check_engine_checkpoint(model)
+    try:
+        check_engine_checkpoint(model)
+    except UnsupportedError as e:
+        raise UnsupportedError(f"{e}; {ENGINE_ONLY}") from None
 
 
 def _run_here(args: argparse.Namespace, config, engine) -> int:
-    from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
+    from inferlab.cli.row_outcome import exit_code
+    from inferlab.cli.token_rate_bar import TokenRateBar
     from inferlab.workloads.conformers.pipeline.generate import generate_conformers
     from inferlab.workloads.conformers.pipeline.output import default_jsonl_path
 
-    bar = None
-    started = time.perf_counter()
-    counts = {"generated": 0, "valid": 0, "tokens": 0}
+    progress = TokenRateBar("conf", validity=True, desc="conformers")
 
     def on_start(todo: int, done_before: int) -> None:
-        nonlocal bar
         if done_before:
             print(f"resuming: {done_before} conformer rows already in {default_jsonl_path(args.output)}")
-        bar = tqdm(total=todo, unit="conf", dynamic_ncols=True, smoothing=0.1, desc="conformers")
-
-    def on_phase(what: str) -> None:  # until the first row: what the run is doing
-        if bar is not None and bar.n == 0:
-            bar.set_description(f"conformers ({what})")
-
-    def on_row(row: dict) -> None:
-        counts["generated"] += row["generated"]
-        counts["valid"] += row["status"] == "ok"
-        counts["tokens"] += row["output_tokens"]
-        elapsed = max(time.perf_counter() - started, 1e-9)
-        valid = 100.0 * counts["valid"] / max(counts["generated"], 1)  # of the engine's outputs
-        bar.set_postfix_str(f"{counts['tokens'] / elapsed:,.0f} tok/s, valid {valid:.1f}%", refresh=False)
-        if bar.n == 0:
-            bar.set_description("conformers", refresh=False)
-        bar.update(1)
+        progress.start(todo)
 
     try:
         with logging_redirect_tqdm():
-            summary = generate_conformers(engine, args.input, args.output, config, on_start, on_row, on_phase)
+            summary = generate_conformers(engine, args.input, args.output, config, on_start, progress.row,
+                                          progress.phase, progress.engine_tokens)
     finally:
-        if bar is not None:
-            bar.close()
+        progress.close()
     print_summary(summary, args.output)
     if args.summary_json:
         write_summary_json(summary, args.summary_json)
-    return 0
+    return exit_code(progress.figures.total, summary.conformers_ok, summary.molecules, summary.conformers_skipped)
 
 
 def write_summary_json(summary, path: str) -> None:
@@ -182,6 +171,7 @@ def write_summary_json(summary, path: str) -> None:
 
 
 def print_summary(summary, output: str) -> None:
+    from inferlab.cli.row_outcome import print_error_groups
     from inferlab.workloads.conformers.pipeline.output import default_jsonl_path
 
     s = summary.as_dict()
@@ -203,16 +193,29 @@ def print_summary(summary, output: str) -> None:
     elif s["conformers_ok"]:
         print("stereo: no input molecule specifies stereo (tetrahedral centres or double bonds)")
     print_pressure(s["constraint_pressure"])
-    print(f"tokens: {s['output_tokens']:,} generated in {s['wall_s']:.1f} s: {_rate(s['output_tokens_per_s'])} tok/s, "
-          f"{_rate(s['conformers_per_s'], 2)} conformers/s, {_rate(s['molecules_per_s'], 2)} molecules/s "
-          f"(inside the engine: {_rate(s['generate_output_tokens_per_s'])} tok/s)")
-    judges = {0: "this process", 1: "1 process"}.get(s["judge_workers"], f"{s['judge_workers']} processes")
-    print(f"time: before the engine {s['before_engine_s']:.1f} s (inputs, pools, torch), engine start "
-          f"{s['engine_start_s']:.1f} s, generation {s['generate_s']:.1f} s, engine waiting for the pipeline "
-          f"{s['consumer_s']:.1f} s, closing {s['teardown_s']:.1f} s; judging {s['decode_s']:.1f} s of CPU in {judges}, writing "
-          f"{s['write_s']:.1f} s; templates {s['template_cpu_s']:.1f} s of CPU in the pool, "
-          f"{s['template_wait_s']:.1f} s waited for")
-    print(f"wrote {output} and {default_jsonl_path(output)}")
+    if s["engine_start_s"] or s["output_tokens"]:  # the engine ran
+        print(f"tokens: {s['output_tokens']:,} generated in {s['wall_s']:.1f} s: {_rate(s['output_tokens_per_s'])} "
+              f"tok/s, {_rate(s['conformers_per_s'], 2)} conformers/s, {_rate(s['molecules_per_s'], 2)} molecules/s "
+              f"(inside the engine: {_rate(s['generate_output_tokens_per_s'])} tok/s)")
+        judges = {0: "this process", 1: "1 process"}.get(s["judge_workers"], f"{s['judge_workers']} processes")
+        print(f"time: before the engine {s['before_engine_s']:.1f} s (inputs, pools, torch), engine start "
+              f"{s['engine_start_s']:.1f} s, generation {s['generate_s']:.1f} s, engine waiting for the pipeline "
+              f"{s['consumer_s']:.1f} s, closing {s['teardown_s']:.1f} s; judging {s['decode_s']:.1f} s of CPU in "
+              f"{judges}, writing {s['write_s']:.1f} s; templates {s['template_cpu_s']:.1f} s of CPU in the pool, "
+              f"{s['template_wait_s']:.1f} s waited for")
+    rows = default_jsonl_path(output)
+    print_error_groups(s["errors_by_reason"], str(rows))
+    print(_written(s, output, str(rows)))
+
+
+def _written(s: dict[str, Any], sdf: str, rows: str) -> str:
+    """What the run left on disk, naming only files that exist."""
+    if not s["molecules"]:
+        return "nothing written: the input holds no molecule"
+    files = existing([sdf, rows])
+    if sdf not in files:
+        return f"no valid conformer, so no SDF; the error rows are in {rows}" if rows in files else "nothing written"
+    return f"wrote {' and '.join(files)}"
 
 
 def print_pressure(pressure: dict | None) -> None:

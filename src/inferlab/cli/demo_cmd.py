@@ -1,6 +1,7 @@
 """`inferlab demo`: 3D conformers of a few real molecules with a tiny random checkpoint, constrained so
 that every output is a valid conformer of its molecule; prints validity, speed and where the files are.
-Runs on a CPU in about a minute, and on the GPU when there is one (workloads/conformers/pipeline/demo.py)."""
+Runs on a CPU in under a minute (49.5 s on 2 busy cores: benchmarks/checks/2026-12-01-cpu-speed), and on the GPU
+when there is one (workloads/conformers/pipeline/demo.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="3D conformers of small molecules from RDKit's NCI set with a tiny random-weight Qwen3-shaped "
         "model, through the engine with the conformer constraint on: every output is a valid conformer of its "
         "molecule although the weights are random. Prints validity, speed and where the SDF and JSONL are. "
-        "About a minute on a CPU; uses the GPU when there is one. Nothing is downloaded.",
+        "Under a minute on a 2-core CPU (the progress bar shows the token rate from the first decode steps; the "
+        "closing lines say how long it took), seconds on a GPU, which it uses when there is one. Nothing is "
+        "downloaded.",
     )
     p.add_argument("--work-dir", default=None, help="where the checkpoint and outputs go (default ~/.cache/inferlab/demo)")
     p.add_argument("--num-molecules", type=int, default=8, help="molecules taken from RDKit's NCI set (default 8)")
@@ -48,7 +51,7 @@ def _demo(args: argparse.Namespace) -> int:
         sampling=ConformerSampling(args.sampling, args.temperature),
         seed=args.seed,
     )
-    progress = TokenRateBar("conf", desc="conformers")
+    progress = TokenRateBar("conf", validity=True, desc="conformers")
 
     def on_ready(run) -> None:
         made = "built" if run.checkpoint_built else "reused"
@@ -58,7 +61,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     try:
         with logging_redirect_tqdm():
-            run = run_demo(config, on_ready, progress.start, progress.row, progress.phase)
+            run = run_demo(config, on_ready, progress.start, progress.row, progress.phase, progress.engine_tokens)
     finally:
         progress.close()
     s = run.summary

@@ -27,9 +27,9 @@ def add_engine_args(p: argparse.ArgumentParser, max_seq_len_help: str) -> argpar
 
 
 def add_kv_dtype_arg(e: argparse._ArgumentGroup) -> None:
-    add_tunable(e, "--kv-dtype", default="auto", choices=["auto", "fp8"],
+    add_tunable(e, "--kv-dtype", "--kv-cache-dtype", default="auto", choices=["auto", "fp8"],
                 help="KV cache: auto (the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; CUDA "
-                     "capability >= 8.9)")
+                     "capability >= 8.9; on a CPU the torch reference path, a check, slower than auto)")
 
 
 def engine_config_from(args: argparse.Namespace, **more: Any) -> EngineConfig:

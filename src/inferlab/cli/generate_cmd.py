@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="inferlab (our engine), hf (transformers generate, any causal LM), or auto (the engine "
                         "where it supports the architecture, else hf)")
     s = p.add_argument_group("sampling defaults (an input line may override any of them)")
-    s.add_argument("--max-new-tokens", type=int, default=256, help="a row stops here, or at EOS")
+    s.add_argument("--max-new-tokens", "--max-tokens", type=int, default=256, help="a row stops here, or at EOS")
     s.add_argument("--min-new-tokens", type=int, default=0, help="EOS is masked until a row has this many")
     s.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     s.add_argument("--top-p", type=float, default=1.0,
@@ -98,20 +98,28 @@ def check_model(model: str, backend: str) -> None:
     leaves to transformers) what the engine needs of them."""
     from pathlib import Path
 
+    from inferlab.errors import UnsupportedError
     from inferlab.models.checkpoint_check import check_engine_checkpoint, weight_files
     from inferlab.models.config_file import read_config
+    from inferlab.workloads.hf_loading import hf_fallback_fix
     from inferlab.workloads.text import engine_architecture_problem
 
     read_config(model)
     weight_files(Path(model))
     if backend != "hf" and engine_architecture_problem(model) is None:
-        check_engine_checkpoint(model)
+        try:
+            check_engine_checkpoint(model)
+        except UnsupportedError as e:
+            if backend == "inferlab":
+                raise UnsupportedError(f"{e}; {hf_fallback_fix(model)}") from None
+            # auto: transformers runs what the engine does not (open_backend falls back, saying why)
 
 
 def _generate(args: argparse.Namespace) -> int:
     import time
 
     from inferlab.cli.hf_workload_args import require_paths
+    from inferlab.cli.row_outcome import existing, exit_code, print_error_groups
     from inferlab.cli.token_rate_bar import TokenRateBar
     from inferlab.types import SamplingParams
     from inferlab.workloads.text import model_positions, open_backend, result_settings, run_text_generation
@@ -155,7 +163,7 @@ def _generate(args: argparse.Namespace) -> int:
             params = generate_params(args.model, defaults, backend=args.backend, engine=engine, text_workload=True,
                                      max_line_chars=args.max_line_chars)
             return run_scaled_command(args, "generate", params)
-        progress = TokenRateBar("row", smoothing=0.1)
+        progress = TokenRateBar("row")
         try:
             summary = run_text_generation(
                 args.input, args.output,
@@ -168,11 +176,15 @@ def _generate(args: argparse.Namespace) -> int:
             progress.close()
     elapsed = time.perf_counter() - progress.started
     retried = f", {summary.retried} error rows of earlier runs run again" if summary.retried else ""
-    print(
-        f"wrote {summary.written} rows to {args.output} ({summary.errors} errors, {summary.skipped} already done{retried}), "
-        f"{summary.output_tokens:,} tokens in {elapsed:.1f} s ({summary.output_tokens / max(elapsed, 1e-9):,.0f} tok/s)"
-    )
-    if collect is not None:
+    print(f"rows: {summary.written - summary.errors} ok, {summary.errors} errors, {summary.skipped} already done"
+          f"{retried}; {summary.output_tokens:,} tokens in {elapsed:.1f} s "
+          f"({summary.output_tokens / max(elapsed, 1e-9):,.0f} tok/s)")
+    print_error_groups(summary.error_groups.as_list(), args.output)
+    if existing([args.output]):
+        print(f"wrote {summary.written} rows to {args.output}" if summary.written else f"nothing new in {args.output}")
+    else:
+        print("nothing written: the input holds no line" if not summary.inputs else "nothing written")
+    if collect is not None and existing([collect.output]):
         print(f"wrote activations of {summary.activation_rows} rows to {collect.output} "
               f"(layers {list(collect.resolved_layers)}, pool {collect.pool})")
-    return 0
+    return exit_code(summary.written, summary.written - summary.errors, summary.inputs, summary.skipped)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from inferlab.cli.device_arg import add_device_arg
 from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded
+from inferlab.cli.row_outcome import existing, exit_code, print_error_groups
 from inferlab.cli.scale_args import add_scale_args, run_scaled_command, wants_scale_out
 from inferlab.cli.tuned_config_args import add_tunable
 
@@ -49,6 +49,9 @@ def add_batch_args(p: argparse.ArgumentParser, text_field: str) -> None:
     p.add_argument("--truncate", action="store_true",
                    help="keep the first --max-length tokens of longer texts instead of writing an error record")
     p.add_argument("--text-field", default=text_field, help=f"JSON field holding the text (default: {text_field})")
+    p.add_argument("--summary-json", default=None, metavar="PATH",
+                   help="also write the closing summary's figures (rows, errors by reason, rates, latency "
+                        "percentiles, the engine's) as JSON to PATH")
 
 
 def add_run_args(p: argparse.ArgumentParser, text_field: str) -> None:
@@ -127,16 +130,31 @@ def progress_bar(input_path: str, unit: str) -> Iterator[Callable[[int], None]]:
         yield bar.update
 
 
-def print_summary(summary: dict[str, Any]) -> None:
-    print(json.dumps(summary, indent=1, default=str))
+def print_summary(s: dict[str, Any], unit: str, rate_name: str, errors_in: str) -> None:
+    """The closing summary of a run's report (RowReport.summary(): `rate_name` is its rows per busy second)."""
+    print(f"rows: {s['rows_ok']:,} ok, {s['rows_error']:,} errors, {s['rows_skipped']:,} done by earlier runs")
+    if s.get(rate_name) is not None:
+        print(f"speed: {s[rate_name]:,.1f} {unit}s/s, {s['tokens_per_s']:,.0f} tokens/s over the batches' time; "
+              f"whole run {s['wall_s']:.1f} s")
+    latency = s.get("latency_ms") or {}
+    if latency.get("n"):
+        print(f"latency per {unit} (its batch's time): p50 {latency['p50']:,.1f} ms, p95 {latency['p95']:,.1f} ms, "
+              f"p99 {latency['p99']:,.1f} ms")
+    if s.get("oom_events"):
+        print(f"out of memory {s['oom_events']} times: batches backed off (largest that ran: "
+              f"{s['largest_ok_batch_rows']} rows)")
+    print_error_groups(s.get("errors_by_reason") or [], errors_in)
 
 
 def run_file_workload(args: argparse.Namespace, command: str, params: dict[str, Any], settings: dict[str, Any],
                       outputs: list[tuple[str, Any, bool]], open_source: Callable[[], tuple[Any, Any]],
-                      run_file: Callable[[Any, Callable[[int], None]], Any], unit: str) -> int:
+                      run_file: Callable[[Any, Callable[[int], None]], Any], unit: str, rate_name: str,
+                      errors_in: str) -> int:
     """Run `command` on --input under its output guard (`settings`, `outputs`: guarded's): scaled out with
     `params` on --gpus/--launcher, else here: `open_source()` -> (source, backend choice), then
-    `run_file(source, progress)` -> a report whose summary() is printed."""
+    `run_file(source, progress)` -> a report whose summary() is printed (and written to --summary-json);
+    `errors_in`: the file holding the error rows. Exit 1 when no row of the run succeeded (and no earlier run's row stands)."""
+    outputs = [*outputs, ("--summary-json", args.summary_json, False)]
     with guarded(args, command, settings, {"--input": args.input}, outputs):
         if wants_scale_out(args):  # --gpus/--launcher: shards on several workers (inferlab.scale)
             return run_scaled_command(args, command, params)
@@ -144,6 +162,16 @@ def run_file_workload(args: argparse.Namespace, command: str, params: dict[str, 
         say_backend(choice)
         with progress_bar(args.input, unit=unit) as progress:
             report = run_file(source, progress)
-    print_summary(report.summary())
-    print(f"wrote {args.output}")
-    return 0
+        summary = report.summary()
+        if args.summary_json:
+            from inferlab.outputs.atomic import write_json_atomic
+
+            write_json_atomic(args.summary_json, summary)
+    print_summary(summary, unit, rate_name, errors_in)
+    rows = summary["rows_ok"] + summary["rows_error"]
+    if existing([args.output]):
+        print(f"wrote {args.output}")
+    else:
+        print("nothing written: the input holds no line" if not rows + summary["rows_skipped"] else
+              f"nothing written to {args.output}")
+    return exit_code(rows, summary["rows_ok"], rows + summary["rows_skipped"], summary["rows_skipped"])

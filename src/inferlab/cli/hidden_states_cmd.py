@@ -51,5 +51,5 @@ def _run(args: argparse.Namespace) -> int:
         args, "hidden-states", params, HIDDEN_STATES.settings(params), outputs,
         lambda: open_hidden_states(workload_args.load_config_from(args), backend, options),
         lambda source, progress: collect_hidden_states(source, args.input, args.output, options, progress=progress),
-        unit="prompt",
+        unit="prompt", rate_name="prompts_per_s", errors_in=str(store_folder(args.output) / "index.jsonl"),
     )

@@ -9,7 +9,9 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("recommend", help="best configuration per GPU/scenario/model/batch size, with the margin to the runner-up")
     p.add_argument("runs", nargs="+", metavar="RUN")
-    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the whole table as Markdown (the text output is a block per recommendation, 100 "
+                        "columns wide; a configuration's rows in several runs are its repeats)")
     p.set_defaults(func=_recommend)
 
 

@@ -104,7 +104,22 @@ def run_scaled_command(args: argparse.Namespace, workload: str, params: dict[str
         if bar is not None:
             bar.close()
     print_scale_report(report)
-    return 0 if report.complete else EXIT_INCOMPLETE
+    return scaled_exit_code(report)
+
+
+def scaled_exit_code(report) -> int:
+    """EXIT_INCOMPLETE when a shard is unfinished; else NO_ROW_OK when the shards run now wrote rows, none
+    succeeded (the workers' summaries: rows_ok, rows_error) and no earlier run's rows stand; else 0."""
+    from inferlab.cli.row_outcome import exit_code
+
+    if not report.complete:
+        return EXIT_INCOMPLETE
+    ran = [(s.stats or {}).get("summary", {}) for s in report.shards if s.attempts_this_run]
+    if not ran or not all("rows_ok" in summary for summary in ran):
+        return 0
+    ok = sum(summary["rows_ok"] for summary in ran)
+    return exit_code(ok + sum(summary.get("rows_error", 0) for summary in ran), ok, report.rows_total,
+                     report.rows_before)
 
 
 def print_scale_report(report) -> None:

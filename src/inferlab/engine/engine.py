@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -278,23 +278,27 @@ class Engine:
         admitted and stays there while in use (engine/steering.py)."""
         self.runner.features.steering.add_vectors(vectors)
 
-    def generate(self, requests: Iterable[Request]) -> list[Result]:
-        """Results in the order of `requests` (errors included, as finish_reason "error")."""
-        results: dict[int, Result] = dict(self._run(requests))
+    def generate(self, requests: Iterable[Request], on_tokens: Callable[[int], None] | None = None) -> list[Result]:
+        """Results in the order of `requests` (errors included, as finish_reason "error"). `on_tokens`: as
+        in `stream`."""
+        results: dict[int, Result] = dict(self._run(requests, on_tokens))
         return [results[i] for i in range(len(results))]
 
-    def stream(self, requests: Iterable[Request]) -> Iterator[Result]:
+    def stream(self, requests: Iterable[Request], on_tokens: Callable[[int], None] | None = None) -> Iterator[Result]:
         """Results as they finish (errors as they are found). `requests` is consumed lazily, at sync points,
         as free rows and a short queue need it (loop.py): it may be a generator of any length, and it may
         yield more requests after results came back. A slow iterable stalls the engine (stats.intake_s).
-        One generate/stream at a time."""
-        for _, result in self._run(requests):
+        One generate/stream at a time. `on_tokens(n)`, when given, is called at each sync point with the n
+        output tokens that reached the host there, finished or not (a progress bar's token rate from the
+        first decode chunk; it runs on the engine's path, so it must be quick)."""
+        for _, result in self._run(requests, on_tokens):
             yield result
 
-    def _run(self, requests: Iterable[Request]) -> Iterator[tuple[int, Result]]:
+    def _run(self, requests: Iterable[Request],
+             on_tokens: Callable[[int], None] | None = None) -> Iterator[tuple[int, Result]]:
         if self._closed:
             raise closed_error("generate/stream")
-        return GenerationLoop(self._loop_parts(), requests).run()
+        return GenerationLoop(self._loop_parts(), requests, on_tokens).run()
 
     def _loop_parts(self) -> LoopParts:
         """What a generate/stream call uses of this engine (loop.py)."""

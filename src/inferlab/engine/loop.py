@@ -14,6 +14,10 @@ after it, enough to hold `queue_ahead` requests waiting. So a generator of milli
 materialised, it may yield new requests after results came back (retries), and a generator slower than
 the device stalls it (`stats.intake_s`, `stats.intake_blocking_s`). A collecting request's Result comes
 one sync point after retirement, once its activations reached the host (collection.AwaitingResults).
+`on_tokens(n)`, when given, is told at each read of a snapshot the n output tokens that reached the host
+there (live rows' and finished ones' together): progress from the first decode chunk, not only per Result;
+that first chunk is then one step long, so the count comes after one decode step. On a CPU the chunk has run
+when its snapshot is taken (nothing overlaps), so its snapshot is read at once rather than one chunk late.
 """
 
 from __future__ import annotations
@@ -60,8 +64,10 @@ class LoopParts:
 
 
 class GenerationLoop:
-    def __init__(self, parts: LoopParts, requests: Iterable[Request]) -> None:
+    def __init__(self, parts: LoopParts, requests: Iterable[Request],
+                 on_tokens: Callable[[int], None] | None = None) -> None:
         self.parts = parts
+        self.on_tokens = on_tokens
         self.stats = parts.stats
         config = parts.config
         slots = parts.slots
@@ -81,6 +87,7 @@ class GenerationLoop:
         self._fresh: Snapshot | None = None  # the snapshot just launched (becomes `pending` once collected)
         self.awaiting = AwaitingResults()  # collecting Results, their activations in flight
         self.threads = None if parts.cuda else config.cpu_threads  # torch's threads while the CPU runs a chunk
+        self._chunks = 0  # decode chunks launched by this call
 
     @property
     def runner(self) -> ModelRunner:
@@ -147,10 +154,14 @@ class GenerationLoop:
         self._fresh = None
         if not (scheduler.live_rows or scheduler.waiting):
             return 0
-        plan = scheduler.schedule(self.parts.config.decode_steps_per_sync)
+        max_steps = self.parts.config.decode_steps_per_sync
+        if self.on_tokens is not None and not self._chunks:
+            max_steps = min(max_steps, 1)  # the caller's progress hears from the first decode step
+        plan = scheduler.schedule(max_steps)
         for admission in plan.admissions:
             self._prefill(admission)
         if plan.steps > 0:
+            self._chunks += 1
             self._decode(plan)
         holders = [(r, scheduler.item(r)) for r in plan.live]
         self._fresh = self.parts.snapshots().take(self.runner.rows, plan.bucket, plan.steps + 1, holders,
@@ -166,7 +177,7 @@ class GenerationLoop:
         if self.pending is not None:
             results += self._read(self.pending)
         self.pending = fresh
-        if fresh is not None and steps == 0 and not results:  # nothing ran that the wait could overlap
+        if fresh is not None and ((steps == 0 and not results) or not self.parts.cuda):  # nothing to overlap
             results += self._read(fresh)
             self.pending = None
         if self.parts.config.compact_rows and not scheduler.waiting and self.source.exhausted:
@@ -209,11 +220,13 @@ class GenerationLoop:
         tokenizer, decode_text = self.parts.tokenizer(), self.parts.config.decode_text
         results, released = self.awaiting.deliver(), []
         collected: list[tuple[int, Result, Prepared]] = []
+        arrived = 0
         for row, item in snapshot.holders:
             if item.retired:  # retired from an earlier snapshot; its row may hold someone else now
                 continue
             start, n_out, finished, reason = data[row][:HEADER]
             item.tokens.extend(data[row][HEADER : HEADER + n_out - start])
+            arrived += n_out - start
             if finished:
                 item.retired = True
                 item.timings.finished_s = time.perf_counter()
@@ -228,6 +241,8 @@ class GenerationLoop:
                     collected.append((item.index, result, item))
                 else:
                     results.append((item.index, result))
+        if arrived and self.on_tokens is not None:
+            self.on_tokens(arrived)
         if collected:  # copied behind the running chunk, delivered at the next read
             self.awaiting.add(self.runner.features.collection.buffers, collected)
         if released:

@@ -77,6 +77,10 @@ def resolve_kv_dtype(name: str, dtype: torch.dtype, device: torch.device) -> tor
                 f"{torch.cuda.get_device_name(device)} has compute capability {capability[0]}.{capability[1]}. "
                 "Use --kv-dtype auto (kv_dtype='auto': the cache in the model dtype)"
             )
+    else:
+        log.warning("kv_dtype='fp8' on the %s: the K/V are stored as e4m3 with a scale per position (half the cache's "
+                    "bytes) through the engine's torch reference path, a correctness check slower than the model "
+                    "dtype's cache; the FP8 cache is a speed option on GPUs of CUDA capability >= 8.9", device.type)
     return FP8_KV_DTYPE
 
 
@@ -112,8 +116,7 @@ def check_length_limits(spec: ModelSpec, max_seq_len: int) -> None:
     if spec.sliding_window is not None and not spec.layer_windows and max_seq_len > spec.sliding_window:
         raise UnsupportedError(
             f"this {spec.architecture} uses sliding-window attention (window {spec.sliding_window}) which the "
-            f"inferlab engine does not implement; use max_seq_len <= {spec.sliding_window} (exact then) "
-            "or --backend hf"
+            f"inferlab engine does not implement; use max_seq_len <= {spec.sliding_window} (exact then)"
         )
 
 

@@ -162,14 +162,14 @@ def _spec_from_config(cfg: dict[str, Any], root: Path, config_path: Path) -> Mod
         encoder_family_for(str(architectures[0]))  # UnsupportedError for an architecture we do not implement
         raise InputError(f"{config_path} lacks {', '.join(missing)}; is this a complete HuggingFace config?")
     if cfg.get("mlp_bias"):
-        raise UnsupportedError("mlp_bias=true is not supported by the inferlab engine; use --backend hf")
+        raise UnsupportedError("mlp_bias=true is not supported by the inferlab engine")
     model_type = str(cfg.get("model_type", ""))
     if model_type in GEMMA_MODEL_TYPES:
         family = gemma_fields(cfg, model_type)  # activation, norms, soft-caps, windows, ropes (gemma_config.py)
     else:
         hidden_act = cfg.get("hidden_act", "silu")
         if hidden_act != "silu":
-            raise UnsupportedError(f"hidden_act={hidden_act!r} is not supported (only silu); use --backend hf")
+            raise UnsupportedError(f"hidden_act={hidden_act!r} is not supported by the inferlab engine (only silu)")
         family = {"sliding_window": _sliding_window(cfg), "rope": _rope_from_config(cfg)}
     gen_path = root / "generation_config.json"
     gen = _read_json(gen_path) if gen_path.exists() else {}

@@ -37,11 +37,11 @@ def gemma_fields(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
     d = _DEFAULTS[model_type]
     if cfg.get("attention_bias"):
         raise UnsupportedError(
-            f"attention_bias=true on {model_type} is not supported by the inferlab engine; use --backend hf"
+            f"attention_bias=true on {model_type} is not supported by the inferlab engine"
         )
     if cfg.get("use_bidirectional_attention"):
         raise UnsupportedError("use_bidirectional_attention=true (an encoder-style Gemma) is not supported by the "
-                               "inferlab engine; use --backend hf")  # fmt: skip
+                               "inferlab engine")  # fmt: skip
     layers = int(cfg["num_hidden_layers"])
     fields: dict[str, Any] = dict(
         activation=_activation(cfg, model_type),
@@ -77,8 +77,8 @@ def _activation(cfg: dict[str, Any], model_type: str) -> str:
     if model_type == "gemma" and name == "gelu":  # the official configs' legacy value for the tanh GELU
         name = "gelu_pytorch_tanh"
     if name != "gelu_pytorch_tanh":
-        raise UnsupportedError(f"{key}={name!r} is not supported for {model_type} (only gelu_pytorch_tanh); "
-                               "use --backend hf")  # fmt: skip
+        raise UnsupportedError(f"{key}={name!r} is not supported by the inferlab engine for {model_type} "
+                               "(only gelu_pytorch_tanh)")  # fmt: skip
     return "gelu_tanh"
 
 
@@ -94,7 +94,7 @@ def _layer_types(cfg: dict[str, Any], layers: int, default_pattern: int) -> list
     unknown = sorted(set(types) - {SLIDING, GLOBAL})
     if unknown:
         raise UnsupportedError(f"layer_types {unknown} are not supported by the inferlab engine (only {SLIDING}, "
-                               f"{GLOBAL}); use --backend hf")  # fmt: skip
+                               f"{GLOBAL})")  # fmt: skip
     if len(types) != layers:
         raise ConfigError(
             f"config.json lists {len(types)} layer_types for num_hidden_layers={layers}; it is inconsistent"

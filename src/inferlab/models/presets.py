@@ -171,15 +171,17 @@ PRESETS: dict[str, Preset] = {
         Preset("tiny-llama3-rope", "tiny Llama with llama3 rope scaling, untied", "causal-lm", _llama_tiny_rope_scaled),
         Preset("tiny-mistral", "tiny Mistral", "causal-lm", _mistral_tiny),
         Preset("tiny-qwen2", "tiny Qwen2 (qkv bias)", "causal-lm", _qwen2_tiny),
-        Preset("tiny-qwen3", "tiny Qwen3 (q/k norm), qwen3-chem sized vocab", "causal-lm", _qwen3_tiny, "qwen3-chem"),
+        Preset("tiny-qwen3", "tiny Qwen3 (q/k norm) with the qwen3-chem tokenizer's vocabulary; 512 positions: "
+               "conformers of molecules up to ~15 heavy atoms (qwen3-chem-mini: any size)", "causal-lm", _qwen3_tiny,
+               "qwen3-chem"),
         Preset("tiny-gemma", "tiny Gemma (GeGLU, MQA, head_dim 32)", "causal-lm", _gemma_tiny),
         Preset("tiny-gemma2", "tiny Gemma 2 (soft-caps, window 8, alternating)", "causal-lm", _gemma2_tiny),
         Preset("tiny-gemma3", "tiny Gemma 3 text (q/k norm, 5 local : 1 global)", "causal-lm", _gemma3_tiny),
         Preset("tiny-qwen2-cls", "tiny Qwen2 sequence classifier (3 labels)", "sequence-classification", _qwen2_cls_tiny),
         Preset("llama-380m", "Llama-3.2-380M shape (16 layers, hidden 1024)", "causal-lm", _llama_380m),
         Preset("qwen3-0.6b", "Qwen3-0.6B shape (28 layers, head_dim 128, q/k norm)", "causal-lm", _qwen3_06b, "qwen3-chem"),
-        Preset("qwen3-chem-mini", "qwen3-0.6b's vocabulary and heads in 4 layers of hidden 256 (constraint soaks)",
-               "causal-lm", _qwen3_chem_mini, "qwen3-chem"),
+        Preset("qwen3-chem-mini", "qwen3-0.6b's vocabulary, heads and 40960 positions in 4 layers of hidden 256 "
+               "(constraint soaks; conformers of any molecule on a CPU)", "causal-lm", _qwen3_chem_mini, "qwen3-chem"),
         Preset("conformer-ref-shape", "the reference conformer model's shape (8 layers, hidden 256, vocab 4096), "
                "random: CPU speed", "causal-lm", _conformer_ref_shape),
         Preset("gemma-2b", "Gemma-2B shape (18 layers, hidden 2048, MQA)", "causal-lm", _gemma_2b),

@@ -2,8 +2,8 @@
 classifiers its encoder (engine/packed) runs, and on which causal LM's decoder.
 
 `config.architectures[0]` is looked up here (names only: the forward classes are the engine's,
-engine/forwards/registry.py). Anything not listed raises UnsupportedError naming the architecture, the
-supported list and the fallback (`--backend hf`, the transformers path of the workloads).
+engine/forwards/registry.py). Anything not listed raises UnsupportedError naming the architecture and the
+supported list; the command that meets it names its own fix (`--backend hf` where it has one).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def encoder_family_for(architecture: str) -> str:
         return ARCHITECTURES[architecture]
     raise UnsupportedError(
         f"architecture {architecture!r} is not supported by the inferlab engine (supported: "
-        f"{', '.join([*ARCHITECTURES, *CLASSIFIERS])}); run it with --backend hf (transformers) instead"
+        f"{', '.join([*ARCHITECTURES, *CLASSIFIERS])})"
     )
 
 
@@ -61,5 +61,5 @@ def family_for(architecture: str) -> str:
     except KeyError:
         raise UnsupportedError(
             f"architecture {architecture!r} is not supported by the inferlab engine (supported: "
-            f"{', '.join(ARCHITECTURES)}); run it with --backend hf (transformers) instead"
+            f"{', '.join(ARCHITECTURES)})"
         ) from None

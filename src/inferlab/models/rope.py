@@ -57,7 +57,7 @@ def inverse_frequencies(rope: RopeSpec, head_dim: int) -> torch.Tensor:
     except KeyError:
         raise UnsupportedError(
             f"rope_type {rope.rope_type!r} is not supported by the inferlab engine (supported: "
-            f"{', '.join(INV_FREQ_RULES)}); use --backend hf"
+            f"{', '.join(INV_FREQ_RULES)})"
         ) from None
     return rule(rope, head_dim)
 

@@ -36,6 +36,6 @@ def rope_from_parameters(params: dict[str, Any], cfg: dict[str, Any], default_th
     partial = params.pop("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
     if partial != 1.0:
         raise UnsupportedError(
-            f"partial_rotary_factor={partial} is not supported by the inferlab engine; use --backend hf"
+            f"partial_rotary_factor={partial} is not supported by the inferlab engine"
         )
     return RopeSpec(theta=float(theta), rope_type=str(rope_type), params=tuple(sorted(params.items())))

@@ -17,10 +17,15 @@ _REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def qwen3_chem_tokenizer_dir() -> Path:
-    candidates = []
-    if os.environ.get(ENV_VAR):
-        candidates.append(Path(os.environ[ENV_VAR]))
-    candidates += [_REPO_ROOT.parent / "shared" / "tokenizers" / "qwen3-chem", _REPO_ROOT / ".carry" / "qwen3-chem"]
+    """The tokenizer's folder. A $INFERLAB_QWEN3_CHEM_TOKENIZER that names no tokenizer is an error, never
+    passed over for another copy: the user asked for that one."""
+    named = os.environ.get(ENV_VAR)
+    if named:
+        if (Path(named) / "vocab.json").exists():
+            return Path(named)
+        raise InputError(f"${ENV_VAR}={named} holds no qwen3-chem tokenizer (no vocab.json there); point it at the "
+                         "tokenizer's folder, or unset it to use the one found beside the checkout")
+    candidates = [_REPO_ROOT.parent / "shared" / "tokenizers" / "qwen3-chem", _REPO_ROOT / ".carry" / "qwen3-chem"]
     for path in candidates:
         if (path / "vocab.json").exists():
             return path

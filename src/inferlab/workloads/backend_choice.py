@@ -17,7 +17,7 @@ from inferlab.errors import ConfigError, UnsupportedError
 from inferlab.workloads.backend import Backend
 from inferlab.workloads.classify import require_classification_head
 from inferlab.workloads.encode_backends import EncodeSpec, EngineEncodeBackend, HFEncodeBackend
-from inferlab.workloads.hf_loading import ModelLoadConfig, load_tokenizer
+from inferlab.workloads.hf_loading import ModelLoadConfig, hf_fallback_fix, load_tokenizer
 from inferlab.workloads.hidden_states import HiddenStatesOptions
 from inferlab.workloads.packed_run import PackedOptions
 
@@ -62,7 +62,7 @@ def choose_backend(request: WorkloadBackend, load: ModelLoadConfig, task: str) -
     why_not = encoder_support(load.model_dir, task)
     if request.backend == "inferlab":
         if why_not:
-            raise UnsupportedError(f"--backend inferlab: {why_not}")
+            raise UnsupportedError(f"--backend inferlab: {why_not}; {hf_fallback_fix(load.model_dir)}")
         return BackendChoice("inferlab", "--backend inferlab")
     if load.quantization != "none":
         if request.weights != "auto":

@@ -99,6 +99,49 @@ def check_model_dir(model_dir: str | Path) -> Path:
     return path
 
 
+ENGINE_FAMILIES = ("a checkpoint of an architecture the inferlab engine runs (Llama, Mistral, Qwen2, Qwen3, "
+                   "Gemma 1-3: `inferlab model presets`)")
+
+
+def transformers_problem(model_dir: str | Path) -> str | None:
+    """Why transformers cannot load the checkpoint (a model_type it does not know, or model code shipped in the
+    checkpoint, config.json auto_map, which is never run), with the fix; None when it can."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    path = check_model_dir(model_dir)
+    config = read_config(path)
+    model_type, architectures = config.get("model_type"), config.get("architectures") or ["?"]
+    version = transformers.__version__
+    if config.get("auto_map"):
+        return (f"{path} ships its own model code (config.json auto_map), which inferlab never runs; use a checkpoint "
+                f"of a model transformers {version} has, or {ENGINE_FAMILIES}")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING_NAMES:
+        what = f"model_type {model_type!r}" if isinstance(model_type, str) else "no model_type"
+        return (f"{path} ({architectures[0]}) has {what}, which transformers {version} does not know: pip install -U "
+                f"transformers if it is newer, or use {ENGINE_FAMILIES}")
+    return None
+
+
+def check_transformers_knows(model_dir: str | Path) -> Path:
+    """check_model_dir, and UnsupportedError naming the fix where transformers_problem finds one (transformers'
+    own error would be a traceback)."""
+    path = check_model_dir(model_dir)
+    problem = transformers_problem(path)
+    if problem is not None:
+        raise UnsupportedError(problem)
+    return path
+
+
+def hf_fallback_fix(model_dir: str | Path) -> str:
+    """What to tell a user the engine refused: `--backend hf` where transformers runs the checkpoint, else why
+    transformers cannot either."""
+    problem = transformers_problem(model_dir)
+    if problem is None:
+        return "--backend hf (transformers, or auto: the engine where it can) runs it"
+    return f"transformers cannot run it either: {problem}"
+
+
 def _check_attn_available(attn: str, device: torch.device) -> None:
     if attn != "flash_attention_2":
         return
@@ -142,7 +185,7 @@ def load_tokenizer(model_dir: str | Path):
     """The checkpoint's tokenizer with a pad token (ensure_tokenizer_pad), for a model loaded elsewhere."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(check_model_dir(model_dir)))
+    tokenizer = AutoTokenizer.from_pretrained(str(check_transformers_knows(model_dir)))
     ensure_tokenizer_pad(tokenizer)
     return tokenizer
 
@@ -196,7 +239,7 @@ def load_hf_model(config: ModelLoadConfig, auto_class) -> LoadedModel:
 
     from inferlab.engine import resolve_device  # the engine's rule, so both backends read --device alike
 
-    path = check_model_dir(config.model_dir)
+    path = check_transformers_knows(config.model_dir)
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     _check_attn_available(config.attn, device)

@@ -1,8 +1,8 @@
 """What the row-by-row workloads (`inferlab classify`, `inferlab hidden-states`) share, on either backend.
 
 RowWorkloadOptions: the batch and length settings and their checks (each workload adds its own fields).
-RowReport: rows ok / error / skipped, real tokens, each batch's time and rows, the OOM back-off's figures and
-the engine's. FinishedRows: where a finished row is counted (the report, the progress callback) and an
+RowReport: rows ok / error / skipped, the error rows by reason, real tokens, each batch's time and rows, the OOM
+back-off's figures and the engine's. FinishedRows: where a finished row is counted (the report, the progress callback) and an
 error record written.
 """
 
@@ -14,6 +14,7 @@ from typing import Any, Callable
 from inferlab.errors import ConfigError
 from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS, check_max_line_chars
 from inferlab.workloads.batching import BatchLimits
+from inferlab.workloads.error_groups import ErrorGroups
 from inferlab.workloads.hf_loading import resolve_max_length
 from inferlab.workloads.oom import BackoffPolicy, BackoffStats
 from inferlab.workloads.rows import LengthPolicy, TextRow
@@ -61,6 +62,7 @@ class RowReport:
     wall_s: float = 0.0
     backoff: BackoffStats = field(default_factory=BackoffStats)
     engine: dict[str, Any] = field(default_factory=dict)  # the engine's figures (stats), when it ran
+    errors: ErrorGroups = field(default_factory=ErrorGroups)  # this run's error rows by reason
 
     def record_batch(self, rows: list[TextRow], seconds: float) -> None:
         self.rows_ok += len(rows)
@@ -81,6 +83,7 @@ class RowReport:
             "rows_ok": self.rows_ok,
             "rows_error": self.rows_error,
             "rows_skipped": self.rows_skipped,
+            "errors_by_reason": self.errors.as_list(),
             **workload_fields,
             rows_per_s_name: self.rows_ok / busy if busy > 0 else None,
             "tokens_per_s": self.tokens / busy if busy > 0 else None,
@@ -105,6 +108,7 @@ class FinishedRows:
     def error(self, record: dict) -> None:
         self._write_error(record)
         self.report.rows_error += 1
+        self.report.errors.add(str(record.get("id")), record.get("error"))
         if self._progress:
             self._progress(1)
 

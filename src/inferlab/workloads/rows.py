@@ -65,7 +65,9 @@ def text_field_getter(field_name: str) -> Callable[[dict[str, Any]], str]:
     def text_of(data: dict[str, Any]) -> str:
         value = data.get(field_name)
         if value is None:
-            raise InputError(f"field {field_name!r} is missing")
+            texts = [k for k, v in data.items() if k != "id" and isinstance(v, str)]
+            fix = f"--text-field {texts[0]}" if len(texts) == 1 else "--text-field NAME"
+            raise InputError(f"field {field_name!r} is missing; name the field that holds the text with {fix}")
         if not isinstance(value, str):
             raise InputError(f"field {field_name!r} is a {type(value).__name__}, not a string")
         if not value.strip():

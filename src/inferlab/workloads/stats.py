@@ -11,6 +11,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
+from inferlab.workloads.winner import relative_range
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's default)."""
@@ -35,7 +37,7 @@ class Stats:
     min: float
     max: float
     stdev: float | None  # sample standard deviation; None with one sample
-    spread: float | None  # interquartile range / median; None with one sample or a zero median
+    spread: float | None  # (max - min) / median, the relative range (workloads/winner.py); None below 3 samples
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,7 +63,6 @@ def summarize(samples: Sequence[float]) -> Stats:
     if len(samples) == 0:
         raise ValueError("no samples to summarize")
     med = statistics.median(samples)
-    iqr = percentile(samples, 75) - percentile(samples, 25)
     many = len(samples) > 1
     return Stats(
         n=len(samples),
@@ -74,7 +75,7 @@ def summarize(samples: Sequence[float]) -> Stats:
         min=min(samples),
         max=max(samples),
         stdev=statistics.stdev(samples) if many else None,
-        spread=(iqr / med) if many and med != 0 else None,
+        spread=relative_range(samples),
     )
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -39,6 +39,7 @@ from inferlab.types import Collect, Request, Result, SamplingParams
 from inferlab.workloads.backend import Backend
 from inferlab.workloads.batching import reorder_jsonl
 from inferlab.workloads.engine_backend import EngineBackend
+from inferlab.workloads.error_groups import ErrorGroups
 from inferlab.workloads.text_steering_collection import ActivationSink, CollectSettings, SteerSettings, line_steering
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,8 @@ def open_backend(name: str, config: EngineConfig, steering: SteeringVectors | No
     """Build the named backend for `config.model`; "auto" = inferlab, or "hf" when the engine does not support
     the model (its architecture, or any other UnsupportedError the engine raises at start-up). An fp8 KV cache
     (kv_dtype="fp8") exists only in the engine: then the engine's refusal stands, with no fallback."""
+    from inferlab.workloads.hf_loading import hf_fallback_fix, transformers_problem  # transformers: only here
+
     if name == "auto":
         problem = engine_architecture_problem(str(config.model))
         engine_only = config.kv_dtype != "auto"
@@ -136,11 +139,18 @@ def open_backend(name: str, config: EngineConfig, steering: SteeringVectors | No
                 if engine_only:
                     raise
                 problem = str(e)
+        if transformers_problem(config.model) is not None:
+            raise UnsupportedError(f"{problem}; {hf_fallback_fix(config.model)}")
         log.warning("%s; falling back to the transformers backend (--backend hf)", problem)
         return BACKENDS["hf"](config, steering)
     if name not in BACKENDS:
         raise ConfigError(f"backend {name!r} is not available; choose one of auto, {', '.join(BACKENDS)}")
-    return BACKENDS[name](config, steering)
+    try:
+        return BACKENDS[name](config, steering)
+    except UnsupportedError as e:
+        if name != "inferlab":
+            raise
+        raise UnsupportedError(f"{e}; {hf_fallback_fix(config.model)}") from None
 
 
 def result_settings(model: str | Path, backend: str, sampling: SamplingParams, engine: EngineConfig | None,
@@ -228,6 +238,8 @@ class TextJobSummary:
     output_tokens: int = 0
     activation_rows: int = 0  # rows in the assembled activations file (with collection)
     retried: int = 0  # error rows of earlier runs taken out to run again (retry_errors)
+    inputs: int = 0  # input lines (done ones included)
+    error_groups: ErrorGroups = field(default_factory=ErrorGroups, repr=False)  # this run's error rows by reason
 
 
 def model_positions(model_dir: str | Path) -> int | None:
@@ -347,6 +359,7 @@ def run_text_generation(
         plan = plan_text_job(records(), done, defaults, fit, steer, request_collect)
         fit.check()
         summary.skipped = plan.skipped
+        summary.inputs = plan.skipped + plan.requests + plan.errors
         walked = _Walked()  # the ids the request pass has reached: the order rows are written in
         order = InputOrder(walked, writer.write)
         if on_start is not None:
@@ -355,6 +368,8 @@ def run_text_generation(
         def emit(row: dict[str, Any], result: Result | None = None) -> None:
             summary.written += 1
             summary.errors += row["error"] is not None
+            if row["error"] is not None:
+                summary.error_groups.add(row["id"], row["error"])
             summary.output_tokens += row["output_tokens"]
             if on_row is not None:
                 on_row(row)

@@ -5,8 +5,12 @@ A candidate is a configuration (knob -> value) with its figure (the median of it
 spread, the relative range of those repeats ((max - min) / median); with fewer than MIN_REPEATS repeats
 the spread is unknown. The best candidate (by figure) is named for a knob only when it beats the best
 candidate with another value of that knob by more than the larger of the two spreads, both measured. A
-margin inside the spread, or a spread not measured, is "no clear winner", said with the figures. A knob
-that takes one value among the candidates gets no verdict: nothing was compared.
+margin inside the spread is "no clear winner", said with the figures. A spread not measured is too, saying
+how many more repeats would measure it, unless the lead is over LEAD_BEYOND_ANY_SPREAD (the best more than
+twice its rival): no run-to-run variation is that large, so such a lead is named, and said to rest on that.
+A knob that takes one value among the candidates gets no verdict: nothing was compared; nor does a knob
+the best candidate lacks (None: another backend's), and a rival lacking it is passed over. This relative
+range is the one meaning of "spread" in every report (workloads/stats.py `Stats.spread` is the same figure).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MIN_REPEATS = 3
+LEAD_BEYOND_ANY_SPREAD = 1.0  # a lead over 100% is no measurement noise, repeats or not
 
 
 def relative_range(values: Sequence[float]) -> float | None:
@@ -50,17 +55,27 @@ class Verdict:
     fewest_repeats: int = field(default=0)
 
     @property
+    def beyond_any_spread(self) -> bool:
+        """No spread was measured, but the lead is larger than any run-to-run variation."""
+        return self.spread is None and self.margin > LEAD_BEYOND_ANY_SPREAD
+
+    @property
     def clear(self) -> bool:
-        return self.spread is not None and self.margin > self.spread
+        return (self.spread is not None and self.margin > self.spread) or self.beyond_any_spread
 
     def describe(self) -> str:
         named = f"{self.knob}={_show(self.value)}"
         rival = f"{self.knob}={_show(self.rival.settings.get(self.knob))}"
+        if self.beyond_any_spread:
+            return (f"{named} ({self.margin:.1%} ahead of {rival}; spread not measured, but a lead over "
+                    f"{LEAD_BEYOND_ANY_SPREAD:.0%} is larger than any plausible run-to-run spread)")
         if self.clear:
             return f"{named} ({self.margin:.1%} ahead of {rival}, spread {self.spread:.1%})"
         if self.spread is None:
+            more = MIN_REPEATS - self.fewest_repeats
             return (f"{self.knob}: no clear winner ({named} leads {rival} by {self.margin:.1%}; spread not measured: "
-                    f"{MIN_REPEATS} timed repeats needed, {self.fewest_repeats} made)")
+                    f"{MIN_REPEATS} timed repeats needed, {self.fewest_repeats} made, {more} more of each would "
+                    "decide it)")
         return (f"{self.knob}: no clear winner ({named} leads {rival} by {self.margin:.1%}, inside the spread "
                 f"{self.spread:.1%})")
 
@@ -79,7 +94,9 @@ def decide(candidates: Iterable[Candidate], knobs: Iterable[str],
     best = ranked[0]
     verdicts = []
     for knob in knobs:
-        rivals = [c for c in ranked[1:] if c.settings.get(knob) != best.settings.get(knob)]
+        if best.settings.get(knob) is None:  # a knob the best does not have (another backend's): nothing to name
+            continue
+        rivals = [c for c in ranked[1:] if c.settings.get(knob) not in (None, best.settings.get(knob))]
         if not rivals:
             continue
         rival = rivals[0]

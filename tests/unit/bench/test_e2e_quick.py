@@ -1,4 +1,5 @@
-"""`inferlab bench --preset quick`, reduced to one attention cell and one generate cell, end to end:
+"""`inferlab bench --preset quick`, reduced to one attention cell and the generate cells of transformers and the
+engine, end to end:
 fresh processes, rows, the printed table, the report and its plots; and the CLI's other commands."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from inferlab.cli import main
 
 
 @pytest.mark.slow
-def test_quick_preset_reduced_to_two_cells_runs_end_to_end(tmp_path, capsys):
+def test_quick_preset_reduced_to_three_cells_runs_end_to_end(tmp_path, capsys):
     run_dir = tmp_path / "run"
     only = ["--only", "scenario=attention-kernels,generate", "--only", "kernel=auto", "--only", "q_len=1",
             "--only", "attn_implementation=eager", "--only", "kv_cache=dynamic", "--only", "processor=python"]
@@ -19,17 +20,18 @@ def test_quick_preset_reduced_to_two_cells_runs_end_to_end(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert code == 0
     rows = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
-    assert [(r["scenario"], r["status"]) for r in rows] == [("attention-kernels", "ok"), ("generate", "ok")], rows
-    assert rows[1]["metrics"]["output_tokens"] == 8 * 16 and rows[1]["model"] == "tiny"
+    assert [(r["scenario"], r["backend"], r["status"]) for r in rows] == [
+        ("attention-kernels", "sdpa:auto", "ok"), ("generate", "hf", "ok"), ("generate", "inferlab", "ok")], rows
+    assert all(r["metrics"]["output_tokens"] == 8 * 16 and r["model"] == "tiny" for r in rows[1:])
     assert (run_dir / "cache" / "models").is_dir()  # the preset was built once into the run's cache
     report = (run_dir / "report" / "report.md").read_text()
     assert "### generate · tiny" in report and "### attention-kernels" in report
     assert len(list((run_dir / "report" / "plots").glob("*.png"))) == 2
-    assert "2 ok" in printed and "report:" in printed
+    assert "3 ok" in printed and "report:" in printed
     # a rerun resumes: nothing left to do
     assert main(["bench", "--preset", "quick", "--run-dir", str(run_dir), *only, "--no-report"]) == 0
-    assert "2 already recorded" in capsys.readouterr().out
-    assert len((run_dir / "results.jsonl").read_text().splitlines()) == 2
+    assert "3 already recorded" in capsys.readouterr().out
+    assert len((run_dir / "results.jsonl").read_text().splitlines()) == 3
 
 
 def test_bench_without_a_plan_is_refused_with_the_fix(capsys):

@@ -78,19 +78,22 @@ def test_every_preset_builds_and_the_seed_presets_match_benchmarking_md():
 
 def test_overrides_and_only_filters():
     plan = build_plan(get_plan_preset("quick"), overrides={"new_tokens": ["4"]}, only={"scenario": ["generate"], "kv_cache": ["static"]})
-    assert plan.cells and all(c.scenario == "generate" and c.config["kv_cache"] == "static" and c.config["new_tokens"] == 4
-                              for c in plan.cells)
+    # the engine's cell has no kv_cache knob: the filter does not constrain it
+    assert plan.cells and all(c.scenario == "generate" and c.config.get("kv_cache", "static") == "static"
+                              and c.config["new_tokens"] == 4 for c in plan.cells)
     with pytest.raises(ConfigError, match="--set bogus matches no knob"):
         build_plan(get_plan_preset("quick"), overrides={"bogus": ["1"]})
     with pytest.raises(ConfigError, match="keeps no cell"):
-        build_plan(get_plan_preset("quick"), only={"scenario": ["generate"], "kv_cache": ["paged"]})
+        build_plan(get_plan_preset("quick"), only={"scenario": ["generate"], "backend": ["hf"], "kv_cache": ["paged"]})
     with pytest.raises(ConfigError, match="--only kvcache is not a knob of any cell"):
         build_plan(get_plan_preset("quick"), only={"kvcache": ["static"]})
-    # a filter constrains only the cells that have the knob: one attention cell and one generate cell here
-    two = build_plan(get_plan_preset("quick"), only={"scenario": ["attention-kernels", "generate"], "kernel": ["auto"],
-                                                     "q_len": ["1"], "attn_implementation": ["eager"],
-                                                     "kv_cache": ["dynamic"], "processor": ["python"]})
-    assert [c.scenario for c in two.cells] == ["attention-kernels", "generate"]
+    # a filter constrains only the cells that have the knob: one attention cell, one generate cell of
+    # transformers' and the engine's (which has none of the hf knobs) here
+    three = build_plan(get_plan_preset("quick"), only={"scenario": ["attention-kernels", "generate"], "kernel": ["auto"],
+                                                       "q_len": ["1"], "attn_implementation": ["eager"],
+                                                       "kv_cache": ["dynamic"], "processor": ["python"]})
+    assert [(c.scenario, c.backend) for c in three.cells] == [("attention-kernels", None), ("generate", "hf"),
+                                                              ("generate", "inferlab")]
 
 
 def test_models_can_be_replaced_in_a_preset():
@@ -220,3 +223,20 @@ def test_engine_speed_holds_the_engines_speed_checks():
     assert {c.config["do_sample"] for c in generate if c.model == "gemma-2b"} == {False, True}
     assert {c.config["batching"] for c in cells if c.scenario == "batching"} == {"continuous", "static"}
     assert {c.scenario for c in cells} == {"generate", "batching"}
+
+
+def test_quick_runs_the_engine_beside_transformers_and_says_what_it_leaves_out():
+    import importlib
+
+    from inferlab.bench.plan_presets import QUICK_LEAVES_OUT
+    from inferlab.bench.scenarios import BUILTIN_MODULES
+
+    builtin = {importlib.import_module(module).SCENARIO.name for module in BUILTIN_MODULES}  # not tests' plugins
+
+    preset = get_plan_preset("quick")
+    covered = {(c.scenario, c.backend) for c in build_plan(preset).cells}
+    for scenario in ("generate", "classify", "hidden-states", "constrained"):
+        assert {(scenario, "hf"), (scenario, "inferlab")} <= covered, scenario
+    assert {s for s, _ in covered} | set(QUICK_LEAVES_OUT) == builtin  # each scenario run or named
+    assert all(name in preset["description"] for name in QUICK_LEAVES_OUT)
+    assert "every scenario" not in preset["description"]

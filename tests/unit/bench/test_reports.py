@@ -234,6 +234,83 @@ def test_recommend_judges_only_the_knobs_that_tell_rows_apart():
     assert _telling_knobs(group[:1], knobs) == []
 
 
+def _backend_classify_row(backend: str, samples_per_s: float, batch_size: int | None = None, **knobs):
+    knobs = {**knobs, **({"batch_size": batch_size} if batch_size is not None else {})}
+    plan = build_plan({"sweep": [{"scenario": "classify", "model": "tiny-qwen2-cls", "backend": backend,
+                                  "set": {"num_samples": 16, "min_tokens": 8, "max_tokens": 64, **knobs}}]})
+    metrics = {"requests_per_s": samples_per_s, "latency_ms": {"n": 16, "p50": 1.0, "p95": 2.0, "p99": 3.0}}
+    return make_row(plan.cells[0], Outcome("ok", "", metrics), run_id="r1", env=H100)
+
+
+def test_the_plot_keeps_the_engines_point_and_its_legend_names_only_knobs_the_row_has(tmp_path):
+    from inferlab.bench.plots import throughput_series
+
+    rows = [_backend_classify_row("hf", 30.0, 16), _backend_classify_row("hf", 40.0, 32),
+            _backend_classify_row("inferlab", 120.0)]
+    series = {label: (points, levels) for label, points, levels in throughput_series(rows)}
+    assert series == {"backend=hf": ([(16, 30.0), (32, 40.0)], []),
+                      "backend=inferlab": ([], [120.0])}  # the engine's packed batches: batch_size None, a level
+    write_report(["s"], rows, tmp_path)
+    assert len(list((tmp_path / "plots").glob("*.png"))) == 1
+
+
+def test_recommend_and_compare_fit_a_100_column_terminal_and_the_report_holds_the_whole_table(tmp_path):
+    """The committed H100 seed-classify rows: long labels and verdicts wrap inside 100 columns; the whole
+    table is the report's "Recommendations" section and --markdown."""
+    from pathlib import Path
+
+    from inferlab.bench.recommend import format_text
+    from inferlab.bench.results import load_rows
+
+    rows = load_rows([Path(__file__).parents[3] / "benchmarks/results/2026-11-26-h100-seed-classify.jsonl"])
+    text = format_text(recommend(rows))
+    assert max(len(line) for line in text.splitlines()) <= 100 and "None" not in text
+    assert "verdict:" in text and "recommend --markdown" in text
+    report = write_report(["r"], rows, tmp_path).read_text()
+    assert "## Recommendations" in report and format_markdown(recommend(rows)) in report
+
+    long = {"attn_implementation": "sdpa", "sdpa_backend": "cudnn", "processor": "python", "kv_cache": "static"}
+    dynamic = _gen_cell(kv_cache="dynamic")
+    a = [_row(_gen_cell(**long, batch_size=n), 100.0 + n) for n in (16, 64)] + [_row(dynamic, 90.0)]
+    b = [_row(_gen_cell(**long, batch_size=n), 120.0 + n) for n in (16, 64)] + [_row(dynamic, 80.0)]
+    cmp = compare_rows(a, b)
+    text = format_comparison(cmp, "runs/a", "runs/b")
+    assert max(len(line) for line in text.splitlines()) <= 100 and "+17.2%" in text and "better" in text
+    assert "| cell | metric |" in format_comparison(cmp, "runs/a", "runs/b", markdown=True)
+
+
+def test_a_cells_rows_in_three_runs_are_its_repeats():
+    def run(tps_a, tps_b):
+        return [_row(_gen_cell("tiny", kv_cache="dynamic", num_prompts=16), tps_a),
+                _row(_gen_cell("tiny", kv_cache="static", compile=False, num_prompts=16), tps_b)]
+
+    once = recommend(run(100.0, 110.0))[0]
+    assert once.recommended == "-" and "1 made, 2 more of each would decide it" in once.verdict
+    thrice = recommend(run(100.0, 110.0) + run(101.0, 111.0) + run(99.0, 112.0))[0]
+    assert thrice.recommended == "kv_cache=static" and thrice.best_value == 111.0
+    assert thrice.spread == pytest.approx((112.0 - 110.0) / 111.0)
+    assert thrice.verdict == f"kv_cache=static ({111.0 / 100.0 - 1:.1%} ahead of kv_cache=dynamic, spread 2.0%)"
+
+
+def test_report_and_recommend_show_one_spread(tmp_path):
+    """A row whose calls have a tight interquartile range and one outlier: the report's spread column and
+    recommend's are the same relative range of the row's timed calls (not the row's stored IQR figure)."""
+    from inferlab.bench.recommend import _pct
+    from inferlab.bench.results import row_spread
+
+    stats = {"n": 5, "median": 1.0, "min": 0.5, "max": 1.02}
+    rows = [_row(_gen_cell("tiny", kv_cache="dynamic", num_prompts=16), 100.0, spread=0.02, call_s_stats=stats),
+            _row(_gen_cell("tiny", kv_cache="static", compile=False, num_prompts=16), 90.0,
+                 call_s_stats={"n": 5, "median": 1.0, "min": 0.99, "max": 1.01})]
+    spread = row_spread(rows[0])[0]
+    assert spread == pytest.approx(1.0 / 0.5 - 1.0 / 1.02)
+    rec = recommend(rows)[0]
+    assert rec.spread == spread
+    table = write_report(["s"], rows, tmp_path).read_text()
+    line = next(l for l in table.splitlines() if l.startswith("| **kv_cache=dynamic"))
+    assert f"| {spread * 100:.1f}% |" in line and _pct(rec.spread) == f"{spread * 100:.1f}%" and "| 2% |" not in line
+
+
 def _checked_row(weights: str, share: float | None, decidable: int, model: str = "qwen2-cls", **extra):
     cell = next(c for c in build_plan(get_plan_preset("seed-classify")).cells
                 if c.backend == "inferlab" and c.model == model and c.config["weights"] == weights

@@ -35,10 +35,12 @@ def test_summary_matches_numpy(values):
     assert (s.min, s.max) == (float(arr.min()), float(arr.max()))
     if len(values) > 1:
         assert s.stdev == pytest.approx(float(arr.std(ddof=1)), rel=1e-6, abs=1e-9)
-        iqr = np.percentile(arr, 75) - np.percentile(arr, 25)
-        assert s.spread == pytest.approx(float(iqr / np.median(arr)), rel=1e-6, abs=1e-12)
     else:
-        assert s.stdev is None and s.spread is None
+        assert s.stdev is None
+    if len(values) >= 3:  # the spread: the relative range, as recommend and tune judge by (workloads/winner.py)
+        assert s.spread == pytest.approx(float(np.ptp(arr) / np.median(arr)), rel=1e-6, abs=1e-12)
+    else:
+        assert s.spread is None
 
 
 def test_stats_round_trip_through_json_and_scale():

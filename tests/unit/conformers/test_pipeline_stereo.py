@@ -157,10 +157,10 @@ def test_with_a_lazy_engine_retries_join_the_same_stream_call(tmp_path, inp, mod
 
     real_stream = Engine.stream
 
-    def pulling_stream(self, requests):
+    def pulling_stream(self, requests, on_tokens=None):
         requests = iter(requests)
         while chunk := list(islice(requests, 2)):
-            yield from real_stream(self, chunk)
+            yield from real_stream(self, chunk, on_tokens)
 
     monkeypatch.setattr(Engine, "stream", pulling_stream)
     monkeypatch.setitem(FAILS, "alaninol#2", 1)  # every forced retry comes back while molecules are left

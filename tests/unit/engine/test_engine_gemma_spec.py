@@ -138,7 +138,7 @@ def test_registry_lists_the_gemma_text_models_only():
     assert {forward_class(a).__name__ for a in ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")} == {
         "GemmaModel"
     }
-    with pytest.raises(UnsupportedError, match="Gemma3ForConditionalGeneration.*--backend hf"):
+    with pytest.raises(UnsupportedError, match="Gemma3ForConditionalGeneration.*is not supported by the inferlab engine"):
         forward_class("Gemma3ForConditionalGeneration")
 
 

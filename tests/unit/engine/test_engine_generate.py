@@ -137,7 +137,7 @@ def test_configuration_errors_name_the_problem(tiny_checkpoint):
 
 
 def test_unsupported_architecture_is_refused_before_loading(tiny_checkpoint):
-    with pytest.raises(UnsupportedError, match="Qwen2ForSequenceClassification.*--backend hf"):
+    with pytest.raises(UnsupportedError, match="Qwen2ForSequenceClassification.*is not supported by the inferlab engine"):
         Engine(EngineConfig(model=tiny_checkpoint("tiny-qwen2-cls")))
 
 

@@ -138,3 +138,36 @@ def test_graphs_captured_lazily_under_live_rows_give_the_eager_tokens(tiny_check
     keys = list(runner.graphs.graphs)
     assert len(keys) == len(set(keys)) >= 2 and runner.prefill_graphs.graphs  # buckets 4 and 2 at least
     assert capturer.count == len(keys) + len(runner.prefill_graphs.graphs)
+
+
+def test_on_tokens_reports_tokens_from_the_first_chunk_before_any_result(engine):
+    """Progress from the engine's own counts: tokens of rows still running reach `on_tokens` at each sync
+    point, before the first Result, and over the call they add up to the Results' tokens."""
+    told, at_first_result = [], None
+    results = []
+    requests = (_req(i, new=6 if i == 0 else 20, ignore_eos=True) for i in range(SLOTS))
+    for result in engine.stream(requests, on_tokens=told.append):
+        if at_first_result is None:
+            at_first_result = sum(told)
+        results.append(result)
+    # the first Result (6 tokens) came while the other rows ran: their tokens so far were told already
+    assert len(results[0].token_ids) < at_first_result < sum(len(r.token_ids) for r in results)
+    assert sum(told) == sum(len(r.token_ids) for r in results)
+    assert all(n > 0 for n in told)
+    before = len(told)
+    generated = engine.generate([_req(9, new=5, ignore_eos=True)], on_tokens=told.append)
+    assert sum(told[before:]) == len(generated[0].token_ids) == 5
+
+
+def test_with_on_tokens_the_first_count_comes_after_one_decode_step(engine):
+    """The first chunk of a call that reports progress is one step; on a CPU its snapshot is read at once
+    (nothing overlaps it), so the caller hears of tokens after one decode step, not after two chunks."""
+    before, steps_at_first = engine.stats.decode_steps, []
+
+    def told(n):
+        if not steps_at_first:
+            steps_at_first.append((engine.stats.decode_steps - before, n))
+
+    results = list(engine.stream((_req(i, new=12, ignore_eos=True) for i in range(SLOTS)), on_tokens=told))
+    assert steps_at_first == [(1, 2 * SLOTS)]  # the prefill's token and the first step's, of every row
+    assert all(len(r.token_ids) == 12 for r in results)

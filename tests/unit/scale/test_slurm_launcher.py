@@ -38,3 +38,19 @@ def test_job_array_failure_then_rerun(tmp_path, monkeypatch):
     assert second.complete and [s.attempts_this_run for s in second.shards] == [1, 0]
     assert out.read_bytes() == single.read_bytes()
     assert out.with_suffix(".jsonl").read_bytes() == single.with_suffix(".jsonl").read_bytes()
+
+
+def test_without_slurm_the_launcher_refuses_instead_of_running_locally(tmp_path, monkeypatch, capsys, tiny_checkpoint):
+    """submitit's AutoExecutor falls back to its local executor when it finds no Slurm; the launcher refuses
+    with the fix instead, before any file is made."""
+    import submitit
+
+    from inferlab.cli import main
+
+    monkeypatch.setattr(submitit.AutoExecutor, "which", staticmethod(lambda: "local"))
+    inp = write_molecules(tmp_path / "mols.smi", 2)
+    out = tmp_path / "out.sdf"
+    code = main(["conformers", "generate", "--model", str(tiny_checkpoint("tiny")), "--input", str(inp),
+                 "--output", str(out), "--launcher", "slurm", "--gpus", "2", "--device", "cpu"])
+    assert code == 2 and "there is no Slurm here" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mols.smi"]

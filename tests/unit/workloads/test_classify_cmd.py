@@ -3,6 +3,8 @@ of each text alone (no padding, batch of one)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -57,13 +59,21 @@ def test_cli_classifies_in_input_order_with_error_records(tmp_path, cls_dir, ref
     lines.append({"id": "short", "text": "again"})  # a repeated id
     lines.append({"id": "notext", "body": "wrong field"})
     inp = write_jsonl(tmp_path / "in.jsonl", lines)
-    out = tmp_path / "preds.jsonl"
+    out, summary = tmp_path / "preds.jsonl", tmp_path / "summary.json"
     rc = main(["classify", "--model", str(cls_dir), "--input", str(inp), "--output", str(out),
-               "--batch-size", "2", "--max-length", "200", "--device", "cpu", "--dtype", "float32", "--backend", backend])
+               "--batch-size", "2", "--max-length", "200", "--device", "cpu", "--dtype", "float32", "--backend", backend,
+               "--summary-json", str(summary)])
     assert rc == 0
     printed = capsys.readouterr().out
     chosen = "inferlab" if backend == "auto" else "hf"  # auto: the engine runs Qwen2ForSequenceClassification
-    assert f"backend: {chosen} (" in printed and f'"backend": "{chosen}"' in printed
+    assert f"backend: {chosen} (" in printed and "rows: 5 ok, 5 errors, 0 done by earlier runs" in printed
+    assert "texts/s" in printed and "latency per text (its batch's time): p50 " in printed and " p99 " in printed
+    assert f"error rows by reason (5 in {out}):" in printed
+    assert "  1 x, e.g. notext: line 10: field 'text' is missing" in printed
+    assert len(printed.splitlines()) < 15 and "{" not in printed  # a summary, not the raw JSON
+    figures = json.loads(summary.read_text())
+    assert figures["backend"] == chosen and figures["rows_ok"] == 5 and figures["latency_ms"]["p95"] > 0
+    assert sum(g["count"] for g in figures["errors_by_reason"]) == 5
     rows = read_jsonl(out)
     assert [r["id"] for r in rows] == ["short", "mid", "empty", "line-4", "long", "tiny", "medium", "over", "line-9",
                                        "notext"]
@@ -76,7 +86,7 @@ def test_cli_classifies_in_input_order_with_error_records(tmp_path, cls_dir, ref
     assert "not valid JSON" in by_id["line-4"]["error"]
     assert "over the maximum of 200" in by_id["over"]["error"] and "--truncate" in by_id["over"]["error"]
     assert "repeats line 1" in by_id["line-9"]["error"]
-    assert "'text' is missing" in by_id["notext"]["error"]
+    assert "'text' is missing; name the field that holds the text with --text-field body" in by_id["notext"]["error"]
 
 
 def test_truncate_keeps_the_first_tokens_and_says_so(tmp_path, classifier, reference):

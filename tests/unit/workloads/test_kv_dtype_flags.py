@@ -47,3 +47,17 @@ def test_conformers_and_tune_pass_the_kv_dtype_to_the_engine():
     assert tune.kv_dtypes == ("auto", "fp8")
     with pytest.raises(ConfigError, match="classify has no KV cache"):
         TuneSettings(workload="classify", model="m", sample="s.jsonl", kv_dtypes=("fp8",))
+
+
+def test_fp8_on_a_cpu_says_what_it_does_there(caplog):
+    import logging
+
+    import torch
+
+    from inferlab.engine.startup import resolve_kv_dtype
+
+    with caplog.at_level(logging.WARNING, logger="inferlab.engine.startup"):
+        assert resolve_kv_dtype("fp8", torch.float32, torch.device("cpu")) == torch.float8_e4m3fn
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "on the cpu: the K/V are stored as e4m3" in said and "torch reference path" in said
+    assert "slower than the model dtype" in said

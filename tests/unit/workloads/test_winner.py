@@ -46,3 +46,30 @@ def test_lower_is_better_figures():
     best, [verdict] = decide([Candidate({"kernel": "a"}, 2.0, 0.01, 3), Candidate({"kernel": "b"}, 1.0, 0.01, 3)],
                              ["kernel"], higher_is_better=False)
     assert best.settings == {"kernel": "b"} and verdict.margin == pytest.approx(1.0) and verdict.clear
+
+
+def test_a_lead_larger_than_any_plausible_spread_is_named_as_such_without_repeats():
+    engine, hf = Candidate({"backend": "inferlab"}, 312.0, None, 1), Candidate({"backend": "hf"}, 79.5, None, 1)
+    best, [verdict] = decide([engine, hf], ["backend"])
+    assert best is engine and verdict.clear and verdict.beyond_any_spread
+    assert verdict.describe() == ("backend=inferlab (292.5% ahead of backend=hf; spread not measured, but a lead over "
+                                  "100% is larger than any plausible run-to-run spread)")
+    close = Candidate({"backend": "vllm"}, 296.0, None, 1)
+    _, [verdict] = decide([engine, close], ["backend"])
+    assert not verdict.clear and "3 timed repeats needed, 1 made, 2 more of each would decide it" in verdict.describe()
+
+
+def test_a_knob_a_candidate_lacks_is_never_compared():
+    engine = Candidate({"backend": "inferlab", "batch_size": None}, 312.0, 0.01, 3)
+    hf = [Candidate({"backend": "hf", "batch_size": b}, f, 0.01, 3) for b, f in ((16, 70.0), (64, 77.0))]
+    _, verdicts = decide([engine, *hf], ["backend", "batch_size"])
+    assert [v.knob for v in verdicts] == ["backend"]  # not "batch_size=None leads batch_size=64"
+    best, verdicts = decide(hf, ["backend", "batch_size"])
+    assert [(v.knob, v.value) for v in verdicts] == [("batch_size", 64)]
+
+
+def test_the_stats_spread_is_the_same_relative_range():
+    from inferlab.workloads.stats import summarize
+
+    assert summarize([1.0, 1.02, 1.02, 1.0, 0.08]).spread == pytest.approx((1.02 - 0.08) / 1.0)
+    assert summarize([1.0, 1.1]).spread is None  # two samples: no spread, as winner.relative_range

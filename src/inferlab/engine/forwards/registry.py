@@ -13,7 +13,7 @@ FORWARDS: dict[str, type] = {LLAMA: LlamaModel, GEMMA: GemmaModel}
 
 
 def forward_class(architecture: str) -> type:
-    """UnsupportedError (naming the supported list and --backend hf) for an architecture not listed."""
+    """UnsupportedError (naming the supported list) for an architecture not listed."""
     return FORWARDS[family_for(architecture)]
 
 

@@ -253,4 +253,4 @@ def check_windows(spec) -> None:
     """Qwen2/Qwen3's sliding window applies to some layers only (max_window_layers): not implemented here."""
     if spec.sliding_window is not None and not spec.layer_windows and spec.model_type in ("qwen2", "qwen3"):
         raise UnsupportedError(f"use_sliding_window=true on {spec.model_type} is not supported by the inferlab engine's "
-                               "packed prefill; use --backend hf")
+                               "packed prefill")

@@ -4,7 +4,9 @@ cap the tasks running at once. Each task runs worker.run_shard; its log goes to 
 submitit keeps its own logs in the logs folder (default <work dir>/slurm). Both must be on a shared
 filesystem. Retries are submitted by the coordinator as new arrays of the failed shards.
 
-`SlurmOptions.cluster="local"` runs the same path through submitit's LocalExecutor (tests, no Slurm).
+`SlurmOptions.cluster="local"` runs the same path through submitit's LocalExecutor (tests, no Slurm); with
+the default (detect) and no Slurm on the machine the launcher refuses, naming the fix, instead of running
+there through that local executor.
 """
 
 from __future__ import annotations
@@ -40,12 +42,17 @@ class SlurmLauncher:
             raise ConfigError("--launcher slurm needs the number of array tasks: pass --gpus N")
         options = config.slurm
         folder = options.logs or str(work.path("slurm"))
-        try:
-            self._executor = submitit.AutoExecutor(folder=folder, cluster=options.cluster)
-        except RuntimeError as e:  # no executor found: sbatch is not on this machine
-            raise UnsupportedError(
-                f"--launcher slurm: submitit finds no Slurm here ({e}); run it on a login node"
-            ) from None
+        if options.cluster is None:  # detect: submitit would fall back to its local executor without a word
+            try:
+                found = submitit.AutoExecutor.which()
+            except RuntimeError:
+                found = "none"
+            if found != "slurm":
+                raise UnsupportedError(
+                    "--launcher slurm: there is no Slurm here (no sbatch on this machine's PATH); run the command on "
+                    "a Slurm login node, or use --launcher local (worker processes on this host) or --launcher ray"
+                )
+        self._executor = submitit.AutoExecutor(folder=folder, cluster=options.cluster or "slurm")
         self.workers = int(config.workers)
         self.capacity: int | None = None  # Slurm queues the array; array_parallelism caps what runs
         self._threads = options.cpus_per_task

@@ -43,40 +43,42 @@ RowCallback = Callable[[dict[str, Any]], None]
 class RowWriter:
     """Writes rows through the ConformerResultWriter in the order of `row_ids` (the plan's, input order),
     keeps the summary's counts and tells `on_row` ({"id", "input_id", "conformer_index", "status",
-    "generated", "output_tokens"}) as each finishes; `generated` is False for rows of molecules that never
-    reached the engine, `output_tokens` counts every attempt. `flush()` writes the finished rows still
-    waiting for an earlier one (the run is ending)."""
+    "generated", "output_tokens", "tokens_bound"}) as each finishes; `generated` is False for rows of molecules
+    that never reached the engine, `output_tokens` counts every attempt, `tokens_bound` their programs' bound
+    (a progress bar's estimate of what the rows still running will take). `flush()` writes the finished rows
+    still waiting for an earlier one (the run is ending)."""
 
     def __init__(self, writer: ConformerResultWriter, summary: PipelineSummary, on_row: RowCallback | None,
                  row_ids: Iterable[str]) -> None:
         self.writer, self.summary, self.on_row = writer, summary, on_row
         self._order = InputOrder(row_ids, lambda write: write())
 
-    def error(self, job: MoleculeJob, message: str, indices=None, fields: dict | None = None) -> None:
+    def error(self, job: MoleculeJob, message: str, indices=None, fields: dict | None = None, bound: int = 0) -> None:
         record = job.record
         for k in job.todo if indices is None else indices:
             self._order.put(row_id(record.id, k), lambda k=k: self.writer.write_error(
                 record.id, record.smiles, k, message, fields))
             self.summary.conformers_error += 1
-            self._tell(job, k, "error", fields)
+            self.summary.errors.add(row_id(record.id, k), message)
+            self._tell(job, k, "error", fields, bound)
 
-    def ok(self, job: MoleculeJob, k: int, canonical: str, record: str, fields: dict) -> None:
+    def ok(self, job: MoleculeJob, k: int, canonical: str, record: str, fields: dict, bound: int = 0) -> None:
         # the row's `smiles` is the input's, as in error rows (the writer would put the canonical form there)
         row = {"smiles": job.record.smiles, **fields}
         self._order.put(row_id(job.record.id, k), lambda: self.writer.write_ok_record(
             job.record.id, canonical, k, record, row))
         self.summary.conformers_ok += 1
-        self._tell(job, k, "ok", fields)
+        self._tell(job, k, "ok", fields, bound)
 
     def flush(self) -> None:
         self._order.flush()
 
-    def _tell(self, job: MoleculeJob, k: int, status: str, fields: dict | None) -> None:
+    def _tell(self, job: MoleculeJob, k: int, status: str, fields: dict | None, bound: int) -> None:
         if self.on_row is not None:
             fields = fields or {}
             self.on_row({"id": f"{job.record.id}#{k}", "input_id": job.record.id, "conformer_index": k,
                          "status": status, "generated": "finish_reason" in fields,
-                         "output_tokens": fields.get("generated_tokens", 0)})
+                         "output_tokens": fields.get("generated_tokens", 0), "tokens_bound": bound})
 
 
 class ResultCollector:
@@ -134,12 +136,13 @@ class ResultCollector:
             return
         fields = {**fields, "attempts": task.attempt + 1,
                   "generated_tokens": task.earlier_tokens + fields["output_tokens"]}
+        bound = task.molecule.program.max_new_tokens * (task.attempt + 1)  # every attempt's, as generated_tokens
         if not verdict.ok:
-            self.rows.error(task.job, verdict.error, [task.k], fields)
+            self.rows.error(task.job, verdict.error, [task.k], fields, bound)
             return
         s.graph_matches += bool(fields["graph_match"])
         if fields["stereo_ok"] is not None:
             s.stereo_checked += 1
             s.stereo_matches += fields["stereo_ok"]
         assert verdict.sdf_record is not None
-        self.rows.ok(task.job, task.k, task.molecule.template.canonical_smiles, verdict.sdf_record, fields)
+        self.rows.ok(task.job, task.k, task.molecule.template.canonical_smiles, verdict.sdf_record, fields, bound)

@@ -2,7 +2,7 @@
 tiny random-weight checkpoint that carries the qwen3-chem tokenizer (or, on a machine without it, our
 built-in Llama-3-style tokenizer: the constraint compiles for any vocabulary). The weights are random, so every
 valid conformer is the constraint's doing: the demo shows validity by construction and the speed of the
-whole path (templates, constrained decoding, strict decoding, SDF), on a CPU in a minute or on a GPU.
+whole path (templates, constrained decoding, strict decoding, SDF), on a CPU in under a minute or on a GPU.
 
 Owns: where the demo keeps its files (a cache folder; the checkpoint is built once, atomically, and
 reused), which molecules it takes (the first small ones of RDKit's NCI set that the text format
@@ -128,6 +128,7 @@ def run_demo(
     on_start: Callable[[int, int], None] | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
+    on_tokens: Callable[[int, int, int], None] | None = None,  # generate_conformers' on_tokens
 ) -> DemoRun:
     from inferlab.engine import EngineConfig
     from inferlab.workloads.conformers.pipeline.generate import generate_conformers
@@ -148,5 +149,5 @@ def run_demo(
     # Rows of the demo's molecules need a few hundred positions; slots enough for every conformer at once.
     engine = EngineConfig(model=checkpoint, device=config.device,
                           max_slots=min(64, config.num_molecules * config.num_conformers))
-    summary = generate_conformers(engine, inp, out, pipeline, on_start, on_row, on_phase)
+    summary = generate_conformers(engine, inp, out, pipeline, on_start, on_row, on_phase, on_tokens)
     return DemoRun(checkpoint, built, tokenizer, inp, out, rows, molecules, summary)

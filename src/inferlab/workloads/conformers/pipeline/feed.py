@@ -29,6 +29,8 @@ from inferlab.workloads.conformers.pipeline.plan import MoleculeJob
 from inferlab.workloads.conformers.pipeline.prepare import MoleculePreparer, PreparedMolecule
 from inferlab.workloads.conformers.pipeline.task import ConformerTask
 
+LONG_CONTEXT_PRESET = "qwen3-chem-mini"  # the smallest preset with the qwen3-chem vocabulary that fits any molecule
+
 
 class MoleculeFeed:
     """The jobs' prepared molecules in input order, keeping the pool `lookahead` molecules ahead."""
@@ -66,15 +68,18 @@ def conformer_request(task: ConformerTask, sampling: SamplingParams) -> Request:
 
 class RequestFeed:
     def __init__(self, molecules: MoleculeFeed, max_seq_len: int, model_positions: int, sampling: SamplingParams,
-                 rows: Any) -> None:
+                 rows: Any, preset_checkpoint: bool = False) -> None:
         self.max_seq_len = max_seq_len
         self.model_positions = model_positions  # the model's max_position_embeddings: no row may be longer
+        self.preset_checkpoint = preset_checkpoint  # random weights of `inferlab model init`: another preset fits
         self.sampling = sampling
         self.rows = rows  # collect.RowWriter: error rows of molecules that cannot run
         self._molecules = iter(molecules)
         self._retries: deque[Request] = deque()
         self._exhausted = False
         self.molecules_run = 0
+        self.requests_given = 0  # requests yielded so far (retries included) and their programs' bound together
+        self.tokens_bound = 0
 
     @property
     def has_work(self) -> bool:
@@ -86,6 +91,12 @@ class RequestFeed:
         self._retries.append(conformer_request(task.retried(output_tokens), self.sampling))
 
     def requests(self) -> Iterator[Request]:
+        for request in self._requests():
+            self.requests_given += 1
+            self.tokens_bound += request.constraint.max_new_tokens
+            yield request
+
+    def _requests(self) -> Iterator[Request]:
         while True:
             if self._retries:
                 yield self._retries.popleft()
@@ -115,7 +126,10 @@ class RequestFeed:
                 f"({molecule.program.max_new_tokens} tokens, {molecule.template.num_atoms} atoms) need "
                 f"{molecule.tokens_needed} positions")
         if molecule.tokens_needed > self.model_positions:
+            preset = (f" (a random-weight one: inferlab model init --preset {LONG_CONTEXT_PRESET} --tokenizer "
+                      "PATH/qwen3-chem, 40960 positions)" if self.preset_checkpoint else "")
             return (f"{need}, more than the model's {self.model_positions} (max_position_embeddings): this molecule "
-                    "is too large for this model")
+                    f"is too large for this model; a model with at least {molecule.tokens_needed} positions runs it"
+                    f"{preset}")
         return (f"{need}, over max_seq_len={self.max_seq_len}; rerun with --max-seq-len {molecule.tokens_needed} "
                 f"(up to the model's {self.model_positions}; memory allowing) and --retry-errors")

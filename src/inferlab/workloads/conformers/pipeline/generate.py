@@ -20,7 +20,10 @@ A molecule that cannot be prepared, or whose prompt + program bound exceeds the 
 becomes error rows; so does anything the engine refuses. A stereo retry given after the generator ended
 (the last rows' retries) goes to a further Engine.stream call. However the call ends (an interrupt
 included), every finished row is written before the files close. `on_phase` tells the caller what the
-run is doing before its first row (reading, starting the pools, starting the engine, generating).
+run is doing before its first row (reading, starting the pools, starting the engine, generating);
+`on_tokens(tokens, requests, bound)`, at each of the engine's sync points from its first decode chunk on,
+the output tokens generated so far in this run (running rows' included, every attempt's), the requests
+handed to the engine so far and their programs' token bound together (a progress bar's rate and ETA).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from inferlab.engine import EngineConfig
+from inferlab.errors import UnsupportedError
 from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
 from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.conformers.pipeline.collect import ResultCollector, RowCallback, RowWriter
@@ -47,6 +51,11 @@ from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
 
 log = logging.getLogger(__name__)
 
+# the fix of an UnsupportedError about the checkpoint: there is no other backend to run the constraint
+ENGINE_ONLY = ("conformer generation runs on the inferlab engine alone (the constraint is applied inside its decode "
+               "step): use a checkpoint of an architecture and configuration the engine runs")
+TokenCallback = Callable[[int, int, int], None]  # (output tokens so far, requests given, their token bound)
+
 JUDGE_WINDOW = 1024  # results being judged at once, at most (~3 KB of text each); more waits for the oldest
 
 
@@ -58,6 +67,7 @@ def generate_conformers(
     on_start: Callable[[int, int], None] | None = None,  # (rows to write now, rows written by earlier runs)
     on_row: RowCallback | None = None,  # as each row finishes
     on_phase: Callable[[str], None] | None = None,  # what the run is doing now, in a few words
+    on_tokens: TokenCallback | None = None,  # the engine's progress at each sync point
 ) -> PipelineSummary:
     """The engine runs with config.seed and no tokenizer (the preparing processes' GrammarSet constrains, the
     judges decode); max_seq_len None: sized for the input's largest molecules (plan.auto_max_seq_len)."""
@@ -81,7 +91,7 @@ def generate_conformers(
             for job in plan.unusable:
                 rows.error(job, job.record.error or "unusable input")
             if plan.jobs:
-                _generate(engine, plan.jobs, config, rows, summary, started, phase)
+                _generate(engine, plan.jobs, config, rows, summary, started, phase, on_tokens)
         finally:
             rows.flush()
     summary.wall_s = time.perf_counter() - started
@@ -89,7 +99,8 @@ def generate_conformers(
 
 
 def _generate(engine_config: EngineConfig, jobs: list[MoleculeJob], config: PipelineConfig, rows: RowWriter,
-              summary: PipelineSummary, started: float, phase: Callable[[str], None]) -> None:
+              summary: PipelineSummary, started: float, phase: Callable[[str], None],
+              on_tokens: TokenCallback | None) -> None:
     model = engine_config.model
     profile = get_profile(config.profile)
     summary.judge_workers = config.judge_pool_workers(len(jobs))
@@ -103,17 +114,20 @@ def _generate(engine_config: EngineConfig, jobs: list[MoleculeJob], config: Pipe
         from inferlab.engine import Engine
         from inferlab.models.config import read_model_spec
 
-        model_positions = read_model_spec(model).max_position_embeddings
-        max_seq_len = engine_config.max_seq_len
-        if max_seq_len is None:
-            max_seq_len = auto_max_seq_len(jobs, profile, model_positions)
-        t0 = time.perf_counter()
-        summary.before_engine_s = t0 - started
-        phase("starting the engine")
-        # no tokenizer in this process: the preparing processes' GrammarSet constrains, the judges decode
-        engine_config = dataclasses.replace(engine_config, seed=config.seed, load_tokenizer=False,
-                                            max_seq_len=max_seq_len)
-        engine = life.enter_context(Engine(engine_config, grammar_set=grammar_set))
+        try:
+            model_positions = read_model_spec(model).max_position_embeddings
+            max_seq_len = engine_config.max_seq_len
+            if max_seq_len is None:
+                max_seq_len = auto_max_seq_len(jobs, profile, model_positions)
+            t0 = time.perf_counter()
+            summary.before_engine_s = t0 - started
+            phase("starting the engine")
+            # no tokenizer in this process: the preparing processes' GrammarSet constrains, the judges decode
+            engine_config = dataclasses.replace(engine_config, seed=config.seed, load_tokenizer=False,
+                                                max_seq_len=max_seq_len)
+            engine = life.enter_context(Engine(engine_config, grammar_set=grammar_set))
+        except UnsupportedError as e:
+            raise UnsupportedError(f"{e}; {ENGINE_ONLY}") from None
         summary.engine_start_s = time.perf_counter() - t0
         summary.slots, summary.max_seq_len, summary.device = engine.plan.slots, engine.plan.max_seq_len, str(engine.device)
         molecules.lookahead = config.lookahead_molecules(engine.plan.slots)
@@ -121,11 +135,13 @@ def _generate(engine_config: EngineConfig, jobs: list[MoleculeJob], config: Pipe
                  summary.engine_start_s, summary.slots, summary.max_seq_len, config.sampling.describe(),
                  summary.judge_workers)
         phase("generating")
-        feed = RequestFeed(molecules, engine.plan.max_seq_len, model_positions, config.sampling.params(), rows)
+        feed = RequestFeed(molecules, engine.plan.max_seq_len, model_positions, config.sampling.params(), rows,
+                           preset_checkpoint=(Path(model) / "inferlab_preset.json").is_file())  # model init's
         collector = ResultCollector(judges, feed, rows, summary, profile.name, config.stereo_retries, JUDGE_WINDOW,
                                     str(model))
+        told = _token_counter(feed, on_tokens)
         while feed.has_work:  # one call for the job; more only for retries of its last rows
-            _stream(engine, feed, collector, summary)
+            _stream(engine, feed, collector, summary, told)
         summary.molecules_run = feed.molecules_run
         summary.template_wait_s, summary.template_cpu_s = molecules.wait_s, molecules.cpu_s
         summary.judge_wait_s, summary.write_s = collector.wait_s, collector.write_s
@@ -134,11 +150,26 @@ def _generate(engine_config: EngineConfig, jobs: list[MoleculeJob], config: Pipe
     summary.teardown_s = time.perf_counter() - finished
 
 
-def _stream(engine, feed: RequestFeed, collector: ResultCollector, summary: PipelineSummary) -> None:
+def _token_counter(feed: RequestFeed, on_tokens: TokenCallback | None) -> Callable[[int], None] | None:
+    """The engine's on_tokens (n new tokens) as the caller's running totals, across every stream call."""
+    if on_tokens is None:
+        return None
+    total = 0
+
+    def told(n: int) -> None:
+        nonlocal total
+        total += n
+        on_tokens(total, feed.requests_given, feed.tokens_bound)
+
+    return told
+
+
+def _stream(engine, feed: RequestFeed, collector: ResultCollector, summary: PipelineSummary,
+            on_tokens: Callable[[int], None] | None) -> None:
     """One Engine.stream call over the feed's generator; the loop body is the engine's only wait on us."""
     summary.stream_calls += 1
     started, consumer = time.perf_counter(), 0.0
-    for result in engine.stream(feed.requests()):
+    for result in engine.stream(feed.requests(), on_tokens=on_tokens):
         t = time.perf_counter()
         collector.take(result)
         consumer += time.perf_counter() - t

@@ -19,6 +19,7 @@ two above included).
 `engine` holds the engine's own figures (EngineStats: start-up phases, prefill and decode device time).
 `pressure`: the conformers' constraint pressures (pressure.py; `constraint_pressure` in as_dict: None
 when none was measured).
+`errors` groups this run's error rows by reason (workloads/error_groups.py): `errors_by_reason` in as_dict.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferlab.workloads.conformers.pipeline.pressure import PressureTally
+from inferlab.workloads.error_groups import ErrorGroups
 
 
 @dataclass
@@ -65,6 +67,7 @@ class PipelineSummary:
     judge_workers: int = 0
     engine: dict[str, Any] = field(default_factory=dict)  # EngineStats.as_dict() without the GEMM choices
     pressure: PressureTally = field(default_factory=PressureTally)
+    errors: ErrorGroups = field(default_factory=ErrorGroups)  # this run's error rows by reason
 
     @property
     def conformers_written(self) -> int:
@@ -96,6 +99,7 @@ class PipelineSummary:
             "molecules_run": self.molecules_run,
             "conformers_ok": self.conformers_ok,
             "conformers_error": self.conformers_error,
+            "errors_by_reason": self.errors.as_list(),
             "conformers_skipped": self.conformers_skipped,
             "conformers_retried": self.conformers_retried,
             "conformers_generated": self.conformers_generated,
@@ -111,7 +115,7 @@ class PipelineSummary:
             "output_tokens": self.output_tokens,
             "output_tokens_per_s": self.rate(self.output_tokens, self.wall_s),
             "generate_output_tokens_per_s": self.rate(self.output_tokens, self.generate_s),
-            "conformers_per_s": self.rate(self.conformers_written, self.wall_s),
+            "conformers_per_s": self.rate(self.conformers_ok, self.wall_s),  # valid ones: error rows are no output
             "molecules_per_s": self.rate(self.molecules_run, self.wall_s),
             "device": self.device,
             "max_seq_len": self.max_seq_len,
