@@ -1,6 +1,7 @@
 """The reference conformer model, shipped as package data: this folder is its HuggingFace checkpoint
 (config.json, model.safetensors, the reduced qwen3-chem tokenizer and its id map, the model card) and
-holds its split file (split.tsv: which molecules were trained on, validated on, held out). The recipe
+holds its split file (split.tsv: which molecules were trained on, validated on, held out) and the held-out
+molecules as a .smi (held_out.smi, sources interleaved: the evaluation's input). The recipe
 that makes it is inferlab.workloads.conformers.training (docs/conformers.md "The reference model").
 """
 
@@ -12,6 +13,7 @@ from inferlab.errors import InputError
 
 FOLDER = Path(__file__).resolve().parent
 SPLIT_FILE = FOLDER / "split.tsv"
+HELD_OUT_FILE = FOLDER / "held_out.smi"
 
 
 def reference_model_dir() -> Path:
