@@ -101,6 +101,7 @@ def _canonical(smiles: str) -> str:
     return canonical_smiles(smiles)
 
 
+@pytest.mark.slow
 def test_without_the_reference_model_the_demo_says_so_and_runs_a_random_one(tmp_path, capsys, monkeypatch):
     """Without the qwen3-chem tokenizer too: the random checkpoint carries the built-in one."""
     from inferlab.models import shared_assets

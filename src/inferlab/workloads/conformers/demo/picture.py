@@ -18,8 +18,8 @@ from rdkit.Chem.Draw import rdMolDraw2D
 
 from inferlab.outputs.atomic import write_bytes_atomic
 
-GENERATED, REFERENCE = "tab:blue", "0.55"
-ELEMENT_COLOURS = {"C": "0.25", "N": "tab:blue", "O": "tab:red", "S": "gold", "P": "tab:orange", "F": "tab:green",
+GENERATED, REFERENCE = "tab:orange", "0.55"  # bonds; atoms in their element's colour
+ELEMENT_COLOURS = {"C": "0.25", "N": "tab:blue", "O": "tab:red", "S": "gold", "P": "darkviolet", "F": "tab:green",
                    "Cl": "tab:green", "Br": "brown", "I": "purple"}
 
 
@@ -46,7 +46,7 @@ def write_picture(path: Path, smiles: str, generated: Chem.Mol, reference: Chem.
     right.legend(loc="upper left", fontsize=8)
     right.set_title("generated conformer on its nearest ETKDG reference (heavy atoms)", fontsize=10)
     figure.suptitle(title, fontsize=11)
-    figure.text(0.5, 0.02, f"heavy-atom RMSD {rmsd:.2f} A after the best alignment (RDKit GetBestRMS). {note}",
+    figure.text(0.5, 0.02, f"heavy-atom RMSD {rmsd:.2f} Å after the best alignment (RDKit GetBestRMS). {note}",
                 ha="center", fontsize=9)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
@@ -85,5 +85,5 @@ def _cube(axes, xyz: np.ndarray) -> None:
         set_limits(c - span, c + span)
     axes.set_box_aspect((1, 1, 1))
     for set_label, name in zip((axes.set_xlabel, axes.set_ylabel, axes.set_zlabel), "xyz"):
-        set_label(f"{name} (A)", fontsize=8)
+        set_label(f"{name} (Å)", fontsize=8)
     axes.tick_params(labelsize=7)
