@@ -14,8 +14,8 @@ from inferlab.cli.device_arg import add_device_arg
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo", help="conformers of a few held-out molecules with the reference model: quality against ETKDG",
-        description="3D conformers of small molecules that the trained reference conformer model (8M parameters, "
-        "shipped with inferlab) never saw in training (held out by scaffold), from RDKit's NCI set and ChEMBL, "
+        description="3D conformers of small molecules that the trained reference conformer model shipped with "
+        "inferlab never saw in training (held out by scaffold), from RDKit's NCI set and ChEMBL, "
         "through the engine with the conformer constraint on. Prints validity, stereo agreement, coverage "
         "(COV-R, COV-P) and matching (AMR-R, AMR-P) at 0.75 and 1.25 A against ETKDG references of the same "
         "molecules, the constraint pressure and the speed, and writes a PNG: a molecule in 2D beside a generated "
