@@ -82,8 +82,8 @@ def _split_file(model: Path) -> Path:
 
 def select_groups(split_file: Path, per_group: int, max_atoms: int) -> dict[str, list[tuple[str, str]]]:
     """Each group's (id, SMILES), the sources taken in turn in the split file's order."""
-    from inferlab.bench.scenarios.molecules import with_assigned_stereo
     from inferlab.workloads.conformers.chemistry.stereo import specified_stereo
+    from inferlab.workloads.conformers.chemistry.stereo_assignment import with_assigned_stereo
     from inferlab.workloads.conformers.training.scaffold_split import read_split
 
     queues: dict[str, dict[str, list[tuple[str, str]]]] = {group: {} for group in GROUPS}
