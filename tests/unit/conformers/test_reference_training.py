@@ -170,3 +170,20 @@ def test_the_engine_writes_valid_constrained_conformers_with_the_trial_checkpoin
     engine = EngineConfig(model=str(ckpt), max_slots=4, max_seq_len=1200, device="cpu")
     summary = generate_conformers(engine, tmp_path / "in.smi", tmp_path / "out.sdf", config)
     assert summary.conformers_ok == 4 and summary.valid_fraction == 1.0 and summary.graph_matches == 4
+
+
+@pytest.mark.slow
+def test_a_data_folder_built_before_the_stereo_variants_is_refused_before_training(trial_checkpoint, tmp_path):
+    import shutil
+
+    from inferlab.errors import InputError
+    from inferlab.workloads.conformers.training.reference_training import train_reference
+
+    data = tmp_path / "data"
+    shutil.copytree(trial_checkpoint[0].parent / "data", data)
+    manifest = json.loads((data / "data_manifest.json").read_text())
+    del manifest["recipe"]["stereo_variants"]
+    (data / "data_manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match="before the stereo variants"):
+        train_reference(data, tmp_path / "ckpt", replace(TINY_RUN, steps=1), TINY, device="cpu")
+    assert not (tmp_path / "ckpt").exists()  # refused before anything was written
