@@ -359,7 +359,8 @@ def drug_sized_molecules(path: Path, count: int, min_atoms: int, max_atoms: int)
     file leaves it open (the conformer-pipeline preset's selection), as a .smi file (kept: written once)."""
     from rdkit import Chem, rdBase
 
-    from inferlab.bench.scenarios.molecules import nci_molecules_path, with_assigned_stereo
+    from inferlab.bench.scenarios.molecules import nci_molecules_path
+    from inferlab.workloads.conformers.chemistry.stereo_assignment import with_assigned_stereo
 
     if path.is_file() and len(path.read_text().splitlines()) == count:
         return path

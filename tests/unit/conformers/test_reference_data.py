@@ -1,7 +1,10 @@
 """The reference model's data, piece by piece (no full build): the scaffold split (deterministic, large groups
 in train, acyclic molecules apart, shares near their targets, its file), the probe coordinates, one molecule's
 texts (each conformer text is the pipeline's template filled with its blocks, in canonical orientation, and
-valid for its constraint program; a held-out molecule gets none), the token store and the batches."""
+valid for its constraint program; a held-out molecule gets none), its stereo variants (the mirror image of a
+chiral molecule decodes strictly to the inverted tags' stereo, E/Z kept; none for a meso or unspecified
+molecule; open stereo read from each conformer; deterministic; cut exactly by the reduced tokenizer), the
+token store and the batches."""
 
 from __future__ import annotations
 
@@ -151,3 +154,134 @@ def test_batches_cover_an_epoch_within_the_budget_with_the_conformer_tokens_as_l
         assert ids[r, :n].tolist() == store.sequence(int(row)).tolist() and (ids[r, n:] == 0).all()
         assert (labels[r, :20] == IGNORE).all() and (labels[r, n:] == IGNORE).all()
         assert labels[r, 20:n].tolist() == store.sequence(int(row))[20:].tolist()
+
+
+def _canonical(smiles: str) -> str:
+    return Chem.MolToSmiles(Chem.MolFromSmiles(smiles))
+
+
+def _decoded_stereo(text: str, smiles: str):
+    """The pipeline's verdict on `text` decoded strictly by `smiles`'s template, and the decoded molecule."""
+    from inferlab.workloads.conformers.chemistry.stereo import stereo_agreement
+
+    mol = build_template(smiles, get_profile("v3-fixed4")).check(text, get_profile("v3-fixed4")).mol
+    reference = Chem.Mol(mol)
+    reference.RemoveAllConformers()
+    return stereo_agreement(reference, mol), mol
+
+
+def _distances(mol) -> np.ndarray:
+    xyz = mol.GetConformer().GetPositions()
+    return np.sort(np.linalg.norm(xyz[:, None] - xyz[None], axis=-1).ravel())
+
+
+@pytest.mark.parametrize("smiles", [
+    "C[C@H](N)C(=O)O",  # L-alanine
+    "C/C=C/[C@H](N)O",  # a centre beside an E double bond: the bond's stereo stays
+    "C[C@@]12CC[C@H]3[C@@H](CC[C@@H]4C[C@@H](O)CC[C@@]43C)[C@@H]1CCC2=O",  # a steroid: 7 centres
+])
+def test_a_chiral_molecules_mirror_image_decodes_to_the_inverted_tags_stereo(maker, smiles):
+    from inferlab.workloads.conformers.chemistry.stereo import stereo_agreement
+    from inferlab.workloads.conformers.training.stereo_variants import MIRROR
+
+    smiles = _canonical(smiles)
+    texts = maker.make("t:4", smiles, TRAIN)
+    mirrors = [v for v in texts.variants if v.kind == MIRROR]
+    inverted = _canonical(smiles.replace("@@", "!").replace("@", "@@").replace("!", "@"))  # every tag inverted
+    assert len(mirrors) == 1 and mirrors[0].canonical_smiles == inverted != smiles
+    mirror = mirrors[0]
+    assert mirror.prompt == build_template(inverted, get_profile("v3-fixed4")).prompt
+    assert len(mirror.conformers) == NUM_CONFORMERS and len(mirror.probes) == len(PROBE_SIGNS)
+    assert texts.stereo == {"own": [NUM_CONFORMERS, NUM_CONFORMERS], MIRROR: [NUM_CONFORMERS, NUM_CONFORMERS]}
+    original = Chem.MolFromSmiles(smiles)
+    for own_text, text in zip(texts.conformers, mirror.conformers):
+        agreement, mol = _decoded_stereo(text, inverted)  # strict decoding: template.check
+        assert agreement.ok and agreement.mismatches == 0 and agreement.specified > 0
+        assert stereo_agreement(original, mol).ok is False  # the mirrored geometry is not the original's isomer
+        _, own = _decoded_stereo(own_text, smiles)
+        assert np.abs(_distances(own) - _distances(mol)).max() < 1e-3  # the same conformer, reflected
+
+
+@pytest.mark.parametrize("smiles, why", [
+    ("C[C@H](O)[C@@H](C)O", "meso"),  # meso-2,3-butanediol: its own mirror image
+    ("C[C@H]1CC[C@@H](C)CC1", "meso"),  # cis-1,4-dimethylcyclohexane: no chiral centre, its own mirror image
+    ("CC(N)C(=O)O", None),  # no tag to invert
+    ("CCOC(=O)c1ccccc1", None),  # no stereo at all
+])
+def test_a_meso_or_unspecified_molecule_gets_no_mirror_image(maker, smiles, why):
+    from inferlab.workloads.conformers.training.stereo_variants import MIRROR
+
+    texts = maker.make("t:5", _canonical(smiles), TRAIN)
+    assert texts.dropped_at is None and len(texts.conformers) == NUM_CONFORMERS
+    assert not [v for v in texts.variants if v.kind == MIRROR]
+    assert [v["at"] for v in texts.variants_left_out if v["kind"] == MIRROR] == ([why] if why else [])
+
+
+def test_open_stereo_is_read_from_each_conformer_into_a_prompt_of_its_own(maker):
+    from inferlab.workloads.conformers.training.stereo_variants import ASSIGNED
+
+    smiles = "CC(N)C(=O)O"  # alanine, the centre left open: ETKDG sets it per conformer
+    texts = maker.make("t:6", smiles, VALIDATION)
+    assigned = [v for v in texts.variants if v.kind == ASSIGNED]
+    assert {v.canonical_smiles for v in assigned} <= {"C[C@H](N)C(=O)O", "C[C@@H](N)C(=O)O"}
+    assert sum(len(v.conformers) for v in assigned) == NUM_CONFORMERS  # every conformer makes one text
+    blocks = {tuple(re.findall(r"<([^<>]*)>", text)) for text in texts.conformers}
+    for variant in assigned:
+        for text in variant.conformers:
+            assert _decoded_stereo(text, variant.canonical_smiles)[0].ok
+            assert tuple(re.findall(r"<([^<>]*)>", text)) in blocks  # an own conformer's coordinates, tagged
+    assert texts.stereo == {ASSIGNED: [NUM_CONFORMERS, NUM_CONFORMERS]}  # the own prompt specifies nothing
+    assert texts.enumerated is not None and texts.enumerated.conformers == []  # the assign_stereo prompt
+    assert texts.enumerated.canonical_smiles in {"C[C@H](N)C(=O)O", "C[C@@H](N)C(=O)O"}
+
+
+def test_a_held_out_molecule_gets_no_variant_and_variants_are_deterministic(maker):
+    from inferlab.workloads.conformers.training.conformer_texts import MoleculeTexts
+
+    held = maker.make("t:7", "C[C@H](N)C(=O)O", HELD_OUT)
+    assert held.conformers == [] and held.variants == [] and held.stereo == {}
+    smiles = _canonical("CC(O)[C@H](N)C(=O)O")  # one centre specified, one open: a mirror and stereo from 3D
+    first, again = maker.make("t:8", smiles, TRAIN), maker.make("t:8", smiles, TRAIN)
+    assert {v.kind for v in first.variants} == {"mirror", "assigned"}
+    assert first.to_json() == again.to_json()  # seeded by the recipe's seed and the molecule only
+    assert MoleculeTexts.from_json(first.to_json()) == first  # a work folder's chunk reads back whole
+
+
+def test_the_reduced_tokenizer_cuts_the_variants_and_the_assigned_prompts_as_qwen3_chem(maker, tmp_path,
+                                                                                     qwen3_chem_dir):
+    from inferlab.models.tokenizer_loading import load_tokenizer
+    from inferlab.models.vocabulary_reduction import read_source_ids
+    from inferlab.workloads.conformers.training.token_build import build_tokens
+
+    kept = [maker.make("t:9", _canonical("C[C@H](N)C(=O)O"), TRAIN),
+            maker.make("t:10", _canonical("CC1CCC(C)CC1"), VALIDATION),
+            maker.make("t:11", "CCCN=c1ssc(=O)n1CCC", HELD_OUT)]  # the preset prompts it as CCC/N=c1/ssc(=O)n1CCC
+    figures = build_tokens(kept, tmp_path)  # raises at the first text cut differently
+    variants = figures["stereo_variants"]
+    assert figures["exactness"]["differences"] == 0
+    assert variants["mirror"]["sequences"] == {TRAIN: NUM_CONFORMERS, VALIDATION: 0}
+    assert variants["assigned"]["sequences"] == {TRAIN: 0, VALIDATION: NUM_CONFORMERS}
+    assert figures["sequences"] == {TRAIN: 2 * NUM_CONFORMERS, VALIDATION: 2 * NUM_CONFORMERS}
+    train = read_token_store(tmp_path / "train.npz.xz")
+    assert sum(train.lengths) == figures["tokens"][TRAIN] and len(train.lengths) == 2 * NUM_CONFORMERS
+    full, small = load_tokenizer(qwen3_chem_dir), load_tokenizer(tmp_path / "tokenizer")
+    source_ids = np.asarray(read_source_ids(tmp_path / "tokenizer"))
+    assert kept[2].enumerated is not None and "/" in kept[2].enumerated.prompt
+    for prompt in [kept[2].enumerated.prompt, *(v.prompt for t in kept for v in t.variants)]:
+        assert source_ids[small(prompt)["input_ids"]].tolist() == full(prompt)["input_ids"]
+
+
+def test_a_work_folder_made_before_the_stereo_variants_is_refused(tmp_path):
+    import json
+
+    from inferlab.workloads.conformers.training import data_build
+
+    config = data_build.BuildConfig(tmp_path / "data")
+    rows = [("nci:1", "CCO", TRAIN)]
+    data_build._record_molecule_list(config, rows)  # a new folder: recorded
+    data_build._record_molecule_list(config, rows)  # the same recipe: resumed
+    record = json.loads((config.work / "molecules.json").read_text())
+    del record["stereo_variants"]  # chunks written by the recipe before them hold no variant texts
+    (config.work / "molecules.json").write_text(json.dumps(record))
+    with pytest.raises(InputError, match="another molecule list or recipe"):
+        data_build._record_molecule_list(config, rows)

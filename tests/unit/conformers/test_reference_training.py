@@ -1,7 +1,8 @@
 """The reference model's training on CPU: the schedule; the loop on a tiny model, twice from one seed with
 identical weights, and stopped (and marked) by its wall-clock budget; the trainer's modules import no
-RDKit (the device has none); and, end to end on a trial build of 3 molecules, a checkpoint that
-transformers loads and the engine runs, writing valid constrained conformers."""
+RDKit (the device has none); and, end to end on a trial build of 3 molecules (their stereo variants
+counted apart), a checkpoint that transformers loads and the engine runs, writing valid constrained
+conformers."""
 
 from __future__ import annotations
 
@@ -137,6 +138,10 @@ def test_the_trial_checkpoint_is_complete_and_transformers_loads_it(trial_checkp
     ckpt, manifest, summary = trial_checkpoint
     assert manifest["molecules"] == {"train": 1, "validation": 1, "held_out": 1}
     assert manifest["exactness"]["differences"] == 0 and manifest["exactness"]["held_out_molecules"] == 1
+    for split in ("train", "validation"):  # each molecule's own texts, then its stereo variants' (counted apart)
+        variants = sum(kind["sequences"][split] for kind in manifest["stereo_variants"].values())
+        assert manifest["sequences"][split] == manifest["recipe"]["conformers_per_molecule"] + variants
+    assert all(agreeing == judged for agreeing, judged in manifest["stereo_agreement"]["texts"].values())
     for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
                  "vocabulary_map.json", "split.tsv", "held_out.smi", "data_manifest.json", "training_log.jsonl", "loss_curve.png",
                  "training.json", "README.md"):
@@ -147,7 +152,8 @@ def test_the_trial_checkpoint_is_complete_and_transformers_loads_it(trial_checkp
     assert config["tie_word_embeddings"] is True
     check_engine_checkpoint(ckpt)
     model = AutoModelForCausalLM.from_pretrained(ckpt)
-    assert model.dtype == torch.bfloat16 and "nan" not in (ckpt / "README.md").read_text()
+    card = (ckpt / "README.md").read_text()
+    assert model.dtype == torch.bfloat16 and "nan" not in card and "mirror image" in card
 
 
 @pytest.mark.slow
@@ -164,3 +170,20 @@ def test_the_engine_writes_valid_constrained_conformers_with_the_trial_checkpoin
     engine = EngineConfig(model=str(ckpt), max_slots=4, max_seq_len=1200, device="cpu")
     summary = generate_conformers(engine, tmp_path / "in.smi", tmp_path / "out.sdf", config)
     assert summary.conformers_ok == 4 and summary.valid_fraction == 1.0 and summary.graph_matches == 4
+
+
+@pytest.mark.slow
+def test_a_data_folder_built_before_the_stereo_variants_is_refused_before_training(trial_checkpoint, tmp_path):
+    import shutil
+
+    from inferlab.errors import InputError
+    from inferlab.workloads.conformers.training.reference_training import train_reference
+
+    data = tmp_path / "data"
+    shutil.copytree(trial_checkpoint[0].parent / "data", data)
+    manifest = json.loads((data / "data_manifest.json").read_text())
+    del manifest["recipe"]["stereo_variants"]
+    (data / "data_manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match="before the stereo variants"):
+        train_reference(data, tmp_path / "ckpt", replace(TINY_RUN, steps=1), TINY, device="cpu")
+    assert not (tmp_path / "ckpt").exists()  # refused before anything was written

@@ -6,8 +6,8 @@ templates and tokenised prompts.
 Selection (`MoleculeSelection`, knobs SELECTION_KNOBS): heavy atoms within [min, max] (drug-sized: 20-50), and
 optionally stereo assigned where the file leaves it open: NCI's SMILES specify none, so without it a stereo
 agreement figure has nothing to compare. `assign_stereo` gives each unspecified tetrahedral centre and double
-bond a configuration (RDKit's EnumerateStereoisomers, the first isomer, deterministic); the molecular graphs
-stay the file's.
+bond a configuration (chemistry/stereo_assignment.py: RDKit's EnumerateStereoisomers, the first isomer,
+deterministic); the molecular graphs stay the file's.
 
 "Fits the context": prompt tokens + an upper bound of the output tokens <= the model's positions. The bound
 needs no compiled constraint: every copy token holds at least one character of the template's skeleton, each
@@ -143,17 +143,11 @@ def _selected(smiles: str, selection: MoleculeSelection) -> str | None:
     heavy = mol.GetNumHeavyAtoms()
     if heavy < selection.min_heavy_atoms or (selection.max_heavy_atoms and heavy > selection.max_heavy_atoms):
         return None
-    return with_assigned_stereo(mol) if selection.assign_stereo else smiles
+    if not selection.assign_stereo:
+        return smiles
+    from inferlab.workloads.conformers.chemistry.stereo_assignment import with_assigned_stereo
 
-
-def with_assigned_stereo(mol) -> str:
-    """SMILES of `mol` with every unspecified stereocentre and stereo double bond given a configuration:
-    the first isomer RDKit's EnumerateStereoisomers gives (deterministic). Unchanged when there is none."""
-    from rdkit import Chem
-    from rdkit.Chem.EnumerateStereoisomers import EnumerateStereoisomers, StereoEnumerationOptions
-
-    options = StereoEnumerationOptions(onlyUnassigned=True, maxIsomers=1, unique=True)
-    return Chem.MolToSmiles(next(iter(EnumerateStereoisomers(mol, options=options)), mol))
+    return with_assigned_stereo(mol)
 
 
 def write_smi(molecules: MoleculeSet, path: Path) -> Path:

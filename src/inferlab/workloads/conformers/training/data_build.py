@@ -4,11 +4,13 @@
    -> split labels (scaffold_split.py). The list is recorded in the work folder; a rerun that would make
    another list (other sources, other code) is refused instead of mixing two.
 2. Texts (the long part: ETKDG): chunks of molecules, each a file of the work folder written when the chunk
-   is done (conformer_texts.py, in `workers` processes); a rerun makes only the missing chunks.
+   is done (conformer_texts.py, in `workers` processes; a molecule's stereo variants with it, no new
+   embedding); a rerun makes only the missing chunks.
 3. Tokens: every prompt, conformer text and probe text cut by qwen3-chem; the reduced tokenizer made of the
    tokens they use (models/vocabulary_reduction.py) and written to OUT/tokenizer; every text cut again by
    the reduced tokenizer, loaded from that folder, must give qwen3-chem's ids exactly (mapped), or the
-   build fails; then the train and validation token stores, the split file and the data manifest.
+   build fails; then the train and validation token stores (each molecule's texts, then its variants'),
+   the split file and the data manifest (variant texts counted apart, and the stereo check of every text).
 
 OUT holds what training needs (and nothing else, so it can be carried to the device): tokenizer/,
 train.npz.xz, validation.npz.xz, split.tsv, data_manifest.json. The work folder is OUT.work beside it.
@@ -47,6 +49,7 @@ from inferlab.workloads.conformers.training.scaffold_split import (
     held_out_smi_text,
     split_text,
 )
+from inferlab.workloads.conformers.training.stereo_variants import KINDS
 from inferlab.workloads.conformers.training.token_build import build_tokens
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,7 @@ def build_data(config: BuildConfig) -> dict[str, Any]:
     texts = _make_texts(config, rows)
     kept = [t for t in texts if t.dropped_at is None]
     dropped.update(f"texts: {t.dropped_at}" for t in texts if t.dropped_at is not None)
+    dropped.update(f"variants: {v['kind']}: {v['at']}" for t in kept for v in t.variants_left_out)
     by_id = {c.id: c for c in candidates}
     split_rows = [SplitRow(t.id, by_id[t.id].source, t.canonical_smiles, by_id[t.id].num_atoms,
                            by_id[t.id].scaffold, t.split) for t in kept]
@@ -94,13 +98,16 @@ def build_data(config: BuildConfig) -> dict[str, Any]:
     manifest = {
         "recipe": {"seed": config.seed, "profile": conformer_texts.PROFILE,
                    "conformers_per_molecule": conformer_texts.NUM_CONFORMERS, "atoms": [MIN_ATOMS, MAX_ATOMS],
-                   "split_shares": SHARES, "large_group_share": LARGE_GROUP_SHARE, "limit": config.limit},
+                   "split_shares": SHARES, "large_group_share": LARGE_GROUP_SHARE, "stereo_variants": list(KINDS),
+                   "limit": config.limit},
         "rdkit": rdkit.__version__,
         "sources": {name: {"file": path.name, "sha256": digest}
                     for (name, path), digest in zip(paths.items(), source_digests(paths).values())},
         "molecules": {split: sum(1 for r in split_rows if r.split == split) for split in SPLITS},
         "dropped": dict(sorted(dropped.items(), key=lambda kv: -kv[1])),
         "dropped_molecules": [{"id": t.id, "at": t.dropped_at, "why": t.error} for t in texts if t.dropped_at],
+        "dropped_variants": [{"id": t.id, **v} for t in kept for v in t.variants_left_out],
+        "stereo_agreement": _stereo_agreement(kept),
         **tokens,
         "build_s": round(time.perf_counter() - started, 1),
     }
@@ -110,6 +117,20 @@ def build_data(config: BuildConfig) -> dict[str, Any]:
     return manifest
 
 
+def _stereo_agreement(kept: list[MoleculeTexts]) -> dict[str, Any]:
+    """Per kind of text (the molecules' own, each variant kind): [texts with their prompt's stereo, texts whose
+    prompt specifies stereo], by the pipeline's check; a variant text without is not in the data."""
+    totals: dict[str, list[int]] = {}
+    for molecule in kept:
+        for kind, (agreeing, judged) in molecule.stereo.items():
+            counts = totals.setdefault(kind, [0, 0])
+            counts[0] += agreeing
+            counts[1] += judged
+    return {"texts": {kind: totals.get(kind, [0, 0]) for kind in (conformer_texts.OWN, *KINDS)},
+            "rule": "[agreeing, judged] conformer texts of train and validation molecules: chemistry/stereo.py on "
+                    "the text decoded by its template, against the prompt's specified stereo"}
+
+
 def _counts(counter) -> str:
     return ", ".join(f"{split} {counter.get(split, 0)}" for split in SPLITS)
 
@@ -117,7 +138,7 @@ def _counts(counter) -> str:
 def _record_molecule_list(config: BuildConfig, rows: list[tuple[str, str, str]]) -> None:
     record = {"seed": config.seed, "profile": conformer_texts.PROFILE,
               "conformers_per_molecule": conformer_texts.NUM_CONFORMERS, "chunk_molecules": CHUNK_MOLECULES,
-              "molecules": rows}
+              "stereo_variants": list(KINDS), "molecules": rows}  # chunks made before the variants are refused
     path = config.work / "molecules.json"
     config.work.mkdir(parents=True, exist_ok=True)
     if path.exists():
@@ -157,7 +178,8 @@ def _make_texts(config: BuildConfig, rows: list[tuple[str, str, str]]) -> list[M
                          "rerun the same command to resume")
     texts = []
     for k in range(len(chunks)):
-        texts += [MoleculeTexts(**entry) for entry in json.loads(lzma.decompress(_chunk_path(config, k).read_bytes()))]
+        texts += [MoleculeTexts.from_json(entry)
+                  for entry in json.loads(lzma.decompress(_chunk_path(config, k).read_bytes()))]
     return texts
 
 

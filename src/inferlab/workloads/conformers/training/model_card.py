@@ -9,7 +9,7 @@ from typing import Any
 def model_card(summary: dict[str, Any], data: dict[str, Any]) -> str:
     shape, recipe, vocabulary = summary["shape"], summary["recipe"], data["vocabulary"]
     molecules, sequences, tokens = data["molecules"], data["sequences"], data["tokens"]
-    exact = data["exactness"]
+    exact, variants, agreement = data["exactness"], data["stereo_variants"], data["stereo_agreement"]["texts"]
     lines = [
         "# inferlab's reference conformer model",
         "",
@@ -34,11 +34,12 @@ def model_card(summary: dict[str, Any], data: dict[str, Any]) -> str:
         f"{data['recipe']['atoms'][0]}-{data['recipe']['atoms'][1]} heavy atoms. Split by Bemis-Murcko scaffold "
         "(split.tsv: id, canonical SMILES, scaffold, split):"),
         "",
-        "| split | molecules | conformer texts | tokens |",
-        "|---|---:|---:|---:|",
-        f"| train | {molecules['train']:,} | {sequences['train']:,} | {tokens['train']:,} |",
-        f"| validation | {molecules['validation']:,} | {sequences['validation']:,} | {tokens['validation']:,} |",
-        f"| held-out | {molecules['held_out']:,} | none (the evaluation embeds its references with another seed) | |",
+        "| split | molecules | conformer texts | of which mirror images | of which stereo from 3D | tokens |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(f"| {split} | {molecules[split]:,} | {sequences[split]:,} | {_variant_cell(variants['mirror'], split)} | "
+          f"{_variant_cell(variants['assigned'], split)} | {tokens[split]:,} |" for split in ("train", "validation")),
+        f"| held-out | {molecules['held_out']:,} | none (the evaluation embeds its references with another seed) "
+        "| none | none | |",
         "",
         (f"Conformers: {data['recipe']['conformers_per_molecule']} ETKDGv3 conformers per train and validation "
         "molecule (the evaluation's embedding, seed derived from the recipe's seed and the molecule), hydrogens "
@@ -46,12 +47,23 @@ def model_card(summary: dict[str, Any], data: dict[str, Any]) -> str:
         "the model never learns a random rotation; the evaluation scores with GetBestRMS, which aligns anyway. "
         f"Longest text: {data['longest_sequence']:,} tokens. Dropped molecules and why: data_manifest.json."),
         "",
+        ("Stereo variants (the conformers' own, no new embedding), so that the model learns what `@` / `@@` mean: "
+        "each train and validation molecule with specified tetrahedral centres also comes as its mirror image "
+        "(every tetrahedral tag inverted, every conformer reflected; E/Z kept, as reflection keeps it; none for "
+        "a meso molecule), and each that leaves stereo open also comes with each conformer's own stereo, read "
+        "from its coordinates, in the prompt (as the quality preset prompts held-out molecules with stereo "
+        "assigned); the molecule's own texts stay. Every text's geometry was checked against its prompt's stereo "
+        f"by the pipeline's check: mirror images {_agreeing(agreement['mirror'])}, stereo from 3D "
+        f"{_agreeing(agreement['assigned'])} (a text without is left out), the molecules' own "
+        f"{_agreeing(agreement['own'])}."),
+        "",
         "## Tokenizer",
         (f"qwen3-chem reduced to {vocabulary['reduced_size']:,} of its {vocabulary['source_size']:,} tokens (the "
         f"tokens the texts use, their merge paths, the 256 byte tokens, every added token; {vocabulary['merges']} "
         f"merges), the embedding padded to {summary['vocabulary']['padded']} rows; vocabulary_map.json maps each "
         f"id to qwen3-chem's. The build cut {exact['prompts']:,} prompts and {exact['generation_texts']:,} "
-        "conformer and probe texts (synthetic coordinates, held-out molecules included) with both tokenizers: "
+        "conformer and probe texts (synthetic coordinates, held-out molecules included, and the stereo variants "
+        "and each molecule's prompt with stereo assigned as the quality preset assigns it) with both tokenizers: "
         f"{exact['differences']} differences."),
         "",
         "## Model",
@@ -92,6 +104,14 @@ def model_card(summary: dict[str, Any], data: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _variant_cell(counts: dict[str, dict[str, int]], split: str) -> str:
+    return f"{counts['sequences'][split]:,} ({counts['prompts'][split]:,} prompts)"
+
+
+def _agreeing(pair: list[int]) -> str:
+    return f"{pair[0]:,} of {pair[1]:,} texts agree"
 
 
 def _loss(value: float | None) -> str:

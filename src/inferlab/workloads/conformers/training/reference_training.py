@@ -133,6 +133,10 @@ def _prepare(data: Path, shape: ModelShape, device: str) -> _Run:
         if not (data / name).exists():
             raise InputError(f"{data / name} is missing; build the data with `python -m "
                              "inferlab.workloads.conformers.training build-data --out DIR`")
+    if "stereo_variants" not in json.loads((data / MANIFEST).read_text())["recipe"]:
+        raise InputError(f"{data} was built by the recipe before the stereo variants (its data_manifest.json names "
+                         "none); build the data again with `python -m inferlab.workloads.conformers.training "
+                         "build-data --out NEW_DIR`")
     tokenizer = load_tokenizer(data / TOKENIZER_DIR)
     train_store, validation_store = read_token_store(data / TRAIN_TOKENS), read_token_store(data / VALIDATION_TOKENS)
     if not len(train_store) or not len(validation_store):

@@ -2,7 +2,10 @@
 the token stores.
 
 Texts are cut by the tokenizers' own transformers objects, as the pipeline cuts them: a prompt with
-add_special_tokens=True (template.prompt_ids), a generation text (conformer or probe) without. Pass 1 cuts
+add_special_tokens=True (template.prompt_ids), a generation text (conformer or probe) without; a molecule's
+stereo variants (stereo_variants.py) are texts like its own, in its split, right after it; its form with
+stereo assigned (the quality preset's prompt) gives a prompt and probe texts, cut for the vocabulary and
+the proof only. Pass 1 cuts
 every text with qwen3-chem to learn the tokens used; the reduced tokenizer is written and loaded back
 from its folder (the loader the engine uses); pass 2 cuts every text with both and compares the ids, the
 reduced ones mapped through the id map. One difference fails the build. Texts go in batches, as numpy, so
@@ -27,6 +30,7 @@ from inferlab.models.vocabulary_reduction import reduce_bpe_tokenizer, write_red
 from inferlab.workloads.conformers.training.conformer_texts import MoleculeTexts
 from inferlab.workloads.conformers.training.data_layout import TOKENIZER_DIR, TRAIN_TOKENS, VALIDATION_TOKENS
 from inferlab.workloads.conformers.training.scaffold_split import HELD_OUT, TRAIN, VALIDATION
+from inferlab.workloads.conformers.training.stereo_variants import KINDS
 from inferlab.workloads.conformers.training.token_store import token_store, write_token_store
 
 log = logging.getLogger(__name__)
@@ -40,8 +44,13 @@ def build_tokens(kept: list[MoleculeTexts], out: Path) -> dict[str, Any]:
     """Write OUT/tokenizer and the token stores; return the manifest's token figures."""
     source_dir = qwen3_chem_tokenizer_dir()
     full = load_tokenizer(source_dir)
-    prompts = [t.prompt for t in kept]
-    generations = [text for t in kept for text in t.conformers + t.probes]
+    # (split, variant kind or None, texts): each molecule, then its stereo variants, then its assign_stereo
+    # form's prompt and probes (no conformer texts: the vocabulary's, never training data)
+    sources = [(t.split, kind, source) for t in kept
+               for kind, source in [(None, t), *((v.kind, v) for v in t.variants),
+                                    *([] if t.enumerated is None else [(None, t.enumerated)])]]
+    prompts = [source.prompt for _, _, source in sources]
+    generations = [text for _, _, source in sources for text in source.conformers + source.probes]
 
     used = {full.eos_token_id}
     for ids in _cut(full, prompts, True):
@@ -63,13 +72,21 @@ def build_tokens(kept: list[MoleculeTexts], out: Path) -> dict[str, Any]:
     generation_ids = iter(_exact_cuts(full, small, source_ids, generations, False))
     sequences: dict[str, list[np.ndarray]] = {TRAIN: [], VALIDATION: []}
     prompt_lengths: dict[str, list[int]] = {TRAIN: [], VALIDATION: []}
+    variant_counts = {kind: {"prompts": {TRAIN: 0, VALIDATION: 0}, "sequences": {TRAIN: 0, VALIDATION: 0},
+                             "tokens": {TRAIN: 0, VALIDATION: 0}} for kind in KINDS}
     longest_probe = 0
     eos = np.array([small.eos_token_id], dtype=np.uint16)
-    for molecule, prompt in zip(kept, prompt_ids):
-        for _ in molecule.conformers:
-            sequences[molecule.split].append(np.concatenate([prompt, next(generation_ids), eos]))
-            prompt_lengths[molecule.split].append(len(prompt))
-        for _ in molecule.probes:
+    for (split, kind, source), prompt in zip(sources, prompt_ids):
+        counts = variant_counts.get(kind)
+        if counts is not None:
+            counts["prompts"][split] += 1
+        for _ in source.conformers:
+            sequences[split].append(np.concatenate([prompt, next(generation_ids), eos]))
+            prompt_lengths[split].append(len(prompt))
+            if counts is not None:
+                counts["sequences"][split] += 1
+                counts["tokens"][split] += len(sequences[split][-1])
+        for _ in source.probes:
             longest_probe = max(longest_probe, len(prompt) + len(next(generation_ids)) + 1)
 
     files = {}
@@ -78,8 +95,9 @@ def build_tokens(kept: list[MoleculeTexts], out: Path) -> dict[str, Any]:
         files[name] = hashlib.sha256((out / name).read_bytes()).hexdigest()
     lengths = {split: [len(s) for s in rows] for split, rows in sequences.items()}
     return {
-        "sequences": {split: len(rows) for split, rows in lengths.items()},
+        "sequences": {split: len(rows) for split, rows in lengths.items()},  # stereo variants' included
         "tokens": {split: int(sum(rows)) for split, rows in lengths.items()},
+        "stereo_variants": variant_counts,  # of those, the variants' (stereo_variants.py), per kind
         "longest_sequence": max(max(rows, default=0) for rows in lengths.values()),
         "longest_probe_sequence": longest_probe,  # held-out molecules included
         "vocabulary": {"source": SOURCE_TOKENIZER, "source_size": len(full), "reduced_size": reduced.size,
@@ -87,7 +105,8 @@ def build_tokens(kept: list[MoleculeTexts], out: Path) -> dict[str, Any]:
         "exactness": {"prompts": len(prompts), "generation_texts": len(generations), "differences": 0,
                       "held_out_molecules": sum(1 for t in kept if t.split == HELD_OUT),
                       "rule": "the reduced tokenizer's ids, mapped through vocabulary_map.json, equal qwen3-chem's "
-                              "for every prompt, conformer text and probe text of every kept molecule"},
+                              "for every prompt, conformer text and probe text of every kept molecule, of "
+                              "its stereo variants and of its form with stereo assigned (assign_stereo)"},
         "files": files,
     }
 
