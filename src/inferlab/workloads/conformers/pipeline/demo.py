@@ -146,8 +146,7 @@ def run_demo(
     if on_ready is not None:
         on_ready(run)
     pipeline = PipelineConfig(num_conformers=config.num_conformers, sampling=config.sampling, seed=config.seed)
-    # Rows of the demo's molecules need a few hundred positions; slots enough for every conformer at once.
-    engine = EngineConfig(model=checkpoint, device=config.device,
-                          max_slots=min(64, config.num_molecules * config.num_conformers))
+    # rows, row length and KV cache as `conformers generate` sizes them by default (engine_sizing.py)
+    engine = EngineConfig(model=checkpoint, device=config.device)
     summary = generate_conformers(engine, inp, out, pipeline, on_start, on_row, on_phase, on_tokens)
     return DemoRun(checkpoint, built, tokenizer, inp, out, rows, molecules, summary)

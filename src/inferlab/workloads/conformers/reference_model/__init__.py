@@ -1,6 +1,7 @@
 """The reference conformer model, shipped as package data: this folder is its HuggingFace checkpoint
 (config.json, model.safetensors, the reduced qwen3-chem tokenizer and its id map, the model card) and
-holds its split file (split.tsv: which molecules were trained on, validated on, held out). The recipe
+holds its split file (split.tsv: which molecules were trained on, validated on, held out) and its KV-cache
+gate (kv_dtype_gate.json: whether an FP8 cache kept its quality, bench/kv_dtype_gate.py). The recipe
 that makes it is inferlab.workloads.conformers.training (docs/conformers.md "The reference model").
 """
 
@@ -12,6 +13,7 @@ from inferlab.errors import InputError
 
 FOLDER = Path(__file__).resolve().parent
 SPLIT_FILE = FOLDER / "split.tsv"
+KV_DTYPE_GATE_FILE = FOLDER / "kv_dtype_gate.json"  # written by bench/kv_dtype_gate.py from the quality rows
 
 
 def reference_model_dir() -> Path:
