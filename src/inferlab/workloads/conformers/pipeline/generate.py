@@ -121,6 +121,7 @@ def _generate(engine_config: EngineConfig, jobs: list[MoleculeJob], config: Pipe
 
         try:
             model_positions = read_model_spec(model).max_position_embeddings
+            phase("sizing the engine")
             sizing = size_engine(engine_config, jobs, sample, preparer, profile, model_positions)
             t0 = time.perf_counter()
             summary.before_engine_s, summary.length_wait_s = t0 - started, sizing.length_wait_s
