@@ -2,7 +2,7 @@
 
     python scripts/cpu_speed.py decode --model DIR        # 16 rows, unconstrained: tokens/s, wall and per CPU-second
     python scripts/cpu_speed.py step --model DIR          # one eager decode step: CPU ms per kernel family
-    python scripts/cpu_speed.py demo-job --model DIR      # the demo's job (8 NCI molecules x 2): phases, tokens/s
+    python scripts/cpu_speed.py demo-job --model DIR      # the first demo's job (8 NCI molecules x 2): phases, tokens/s
 
 Each prints its figures and one JSON line. On a shared machine wall time follows the other processes'
 load (printed beside), so each figure also comes per CPU-second of this process (its threads' time).
@@ -82,15 +82,15 @@ def _step(args) -> dict:
 def _demo_job(args) -> dict:
     from inferlab.engine import EngineConfig
     from inferlab.workloads.conformers.pipeline.config import PipelineConfig
-    from inferlab.workloads.conformers.pipeline.demo import demo_molecules
+    from inferlab.workloads.conformers.demo.molecules import nci_molecules
     from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="cpu-speed-"))
     work.mkdir(parents=True, exist_ok=True)
     cpu = time.process_time()
-    molecules = demo_molecules(8, 4, 10)
+    molecules = nci_molecules(8, 4, 10)
     inp, out = work / "molecules.smi", work / "conformers.sdf"
-    inp.write_text("".join(f"{smiles} {mol_id}\n" for mol_id, smiles in molecules))
+    inp.write_text("".join(f"{m.smiles} {m.id}\n" for m in molecules))
     for old in (out, out.with_suffix(".jsonl"), out.with_name(out.name + ".manifest.json")):
         old.unlink(missing_ok=True)
     phases: list[tuple[str, float]] = []  # (what the pipeline started doing, when)
@@ -110,7 +110,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="what", required=True)
     for name, help_ in (("decode", "unconstrained generation"), ("step", "one decode step by kernel family"),
-                        ("demo-job", "the demo's constrained job")):  # fmt: skip
+                        ("demo-job", "the first demo's constrained job")):  # fmt: skip
         q = sub.add_parser(name, help=help_)
         q.add_argument("--model", required=True)
         q.add_argument("--rows", type=int, default=16)

@@ -16,6 +16,7 @@
     python scripts/gpu/lab_sweep.py --out $OUT --parts scale-out                       # two GPUs (nvidia-h100-x2)
     python scripts/gpu/lab_sweep.py --out $OUT --parts tune-conformers                 # ~15 min: resumes per call
     python scripts/gpu/lab_sweep.py --out $OUT --parts conformer-quality               # ~8 min: the reference model
+    python scripts/gpu/lab_sweep.py --out $OUT --parts reference-recipe                # the recipe again: two calls
     python scripts/gpu/lab_sweep.py --estimate                                       # minutes per part, runs nothing
     python scripts/gpu/lab_sweep.py --out /tmp/x --cpu-smoke                         # every part on CPU, tiny shapes
 
@@ -28,7 +29,9 @@ than two GPUs); engine-kernels = the plan benchmarks/plans/engine-kernels.toml (
 plugin); engine-vs-peers in four parts of one run (peers-hf: the engine's generate cells and transformers'
 continuous batching; peers-engine-conformers: the engine's conformer cells; peers-xgrammar: HF + xgrammar;
 peers-vllm: vLLM's cells, after a FlashInfer JIT warm-up where FlashInfer is installed); tune-conformers =
-`inferlab tune --workload conformers` on qwen3-0.6b and drug-sized molecules (run_tune; --tune-molecules).
+`inferlab tune --workload conformers` on qwen3-0.6b and drug-sized molecules (run_tune; --tune-molecules);
+reference-recipe = the reference model's recipe run again and compared with the committed checkpoint, then its
+constrained bf16 quality cells when the weights differ (run_reference_recipe).
 `--only KNOB=V` is passed to every part (a preset split into calls of < 9 minutes).
 Installs nothing and imports inferlab as installed (`pip install -e .`; here: PYTHONPATH=src). On the
 device each call is `bash scripts/gpu/device_call.sh 'python scripts/gpu/lab_sweep.py
@@ -118,6 +121,10 @@ PART_FILTERS = {
 }
 # Part tune-conformers is no preset: `inferlab tune --workload conformers` as a user runs it (run_tune)
 TUNE_PART = "tune-conformers"
+# Part reference-recipe is no preset either: the recipe's two commands and the comparison (run_reference_recipe)
+RECIPE_PART = "reference-recipe"
+RECIPE_QUALITY_RUN = "conformer-quality-reproduction"  # the second checkpoint's quality cells
+RECIPE_TRAIN_S = 300  # the training command's ~220 s on an H200 and its start, so not begun with less left
 FLASHINFER_WARM_S = 600  # nvcc builds FlashInfer's sampling module once per machine (~1-2 min on 16 cores)
 # The report's speedup baseline per run directory (default: the first configuration of each workload).
 REPORT_BASELINES = {"seed-generate": ["--baseline", "attn_implementation=eager"]}
@@ -275,6 +282,78 @@ def run_tune(runs: Path, out: Path, deadline: float, smoke: bool, log: list[str]
     log.append(f"{TUNE_PART}: inferlab tune exited {code}" + (" (not finished: run this part again)" if code == 3 else ""))
 
 
+def run_reference_recipe(runs: Path, out: Path, deadline: float, smoke: bool, log: list[str]) -> None:
+    """Part reference-recipe: `build-data` into runs/reference-data (all cores; ~2 CPU-hours, so it may take
+    more than one call: the build resumes from its chunks), then `reproduce` (the recipe's training and the
+    comparison with the committed checkpoint, reproduction.json) into runs/reference-recipe, then, when the
+    weights are not bitwise identical, the constrained bf16 conformer-quality cells on the new checkpoint (run
+    RECIPE_QUALITY_RUN), whose figures must fall within the committed table's spread. Under --cpu-smoke: a
+    one-molecule-per-split build and 2 steps on the CPU, compared the same way."""
+    data, ckpt, target = runs / "reference-data", runs / "reference-recipe", out / RECIPE_PART
+    target.mkdir(parents=True, exist_ok=True)
+    training = [sys.executable, "-u", "-m", "inferlab.workloads.conformers.training"]
+    if not (data / "data_manifest.json").is_file():
+        build = [*training, "build-data", "--out", str(data), "--workers", "0" if smoke else str(os.cpu_count() or 1),
+                 *(["--limit", "1"] if smoke else [])]
+        if not _logged_run(build, target / "build-data.log", deadline, log, RECIPE_PART):
+            return
+    if not (ckpt / "reproduction.json").is_file():
+        if deadline - time.monotonic() < (30 if smoke else RECIPE_TRAIN_S):
+            log.append(f"{RECIPE_PART}: the data is built; training not started, the budget is spent (run again)")
+            return
+        shutil.rmtree(ckpt, ignore_errors=True)  # a training cut short leaves no checkpoint to resume
+        if smoke:
+            trial = [*training, "train", "--data", str(data), "--out", str(ckpt), "--steps", "2", "--device", "cpu"]
+            if _logged_run(trial, target / "train.log", deadline, log, RECIPE_PART):
+                from inferlab.workloads.conformers.training.reproduction import compare_checkpoints
+
+                (ckpt / "reproduction.json").write_text(json.dumps(compare_checkpoints(ckpt, ckpt), indent=1) + "\n")
+        elif not _logged_run([*training, "reproduce", "--data", str(data), "--out", str(ckpt)],
+                             target / "train.log", deadline, log, RECIPE_PART):
+            return
+    for name in ("reproduction.json", "training.json", "training_log.jsonl", "README.md", "loss_curve.png"):
+        if (ckpt / name).is_file():
+            shutil.copyfile(ckpt / name, target / name)
+    comparison = json.loads((ckpt / "reproduction.json").read_text())
+    log.append(f"{RECIPE_PART}: {'identical weights' if comparison['identical'] else 'weights differ'} "
+               f"({comparison['tensors_differing']} of {comparison['tensors']} tensors, largest |difference| "
+               f"{comparison['max_abs_difference']:.3g}); {target / 'reproduction.json'}")
+    if comparison["identical"] and not smoke:
+        return  # the committed quality table is this checkpoint's
+    argv = ["bench", "--preset", "conformer-quality", "--model", str(ckpt), "--run-dir", str(runs / RECIPE_QUALITY_RUN),
+            "--limit-seconds", str(max(1, int(deadline - time.monotonic()))), "--no-report",
+            "--only", "backend=inferlab", "--only", "constraint=on", "--only", "kv_dtype=auto"]
+    if smoke:  # the trial tokenizer knows only the trial's molecules: its held-out one, at the smoke shapes
+        argv += ["--set", f"molecules_file={data / 'held_out.smi'}", "--set", "num_molecules=1", "--set",
+                 "min_heavy_atoms=0", "--set", "max_heavy_atoms=0", "--set", "num_references=2", "--set",
+                 "subset_molecules=1", "--set", "num_seeds=2", "--set", "dtype=float32", "--set", "slots=4",
+                 "--set", "workers=1", *_ONE_THREAD]
+    print(f"\n=== {RECIPE_PART}: inferlab {' '.join(argv)}", flush=True)
+    log.append(f"{RECIPE_PART}: inferlab bench exited {inferlab(argv)}")
+
+
+def _logged_run(command: list[str], log_path: Path, deadline: float, log: list[str], part: str) -> bool:
+    """Run `command` until the deadline, its output to stdout and appended to log_path; True when it exited 0."""
+    print(f"\n=== {part}: {' '.join(command)}", flush=True)
+    with log_path.open("a") as log_file:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            for line in process.stdout:  # type: ignore[union-attr]
+                sys.stdout.write(line)
+                log_file.write(line)
+                if time.monotonic() > deadline:
+                    process.terminate()
+                    break
+            code = process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = process.wait()
+    if code != 0:
+        log.append(f"{part}: `{' '.join(command[3:5])}` exited {code}" + (
+            " at the budget (run this part again: it resumes)" if time.monotonic() > deadline else ""))
+    return code == 0
+
+
 def drug_sized_molecules(path: Path, count: int, min_atoms: int, max_atoms: int) -> Path:
     """The first `count` molecules of RDKit's NCI first_5K with min-max heavy atoms, stereo assigned where the
     file leaves it open (the conformer-pipeline preset's selection), as a .smi file (kept: written once)."""
@@ -323,7 +402,7 @@ def warm_flashinfer(timeout_s: float) -> tuple[bool, str]:
 def write_outputs(runs: Path, out: Path, smoke: bool, log: list[str]) -> list[str]:
     date = _dt.date.today().isoformat()
     summary: list[str] = []
-    for run_name in dict.fromkeys(p[1] for p in PARTS.values()):
+    for run_name in dict.fromkeys([*(p[1] for p in PARTS.values()), RECIPE_QUALITY_RUN]):
         run_dir = runs / run_name
         if not (run_dir / "results.jsonl").is_file():
             continue
@@ -405,6 +484,10 @@ def estimates(parts: list[str]) -> list[str]:
         if part == TUNE_PART:
             lines.append(f"  {part:<20}  ~15 min on an H100 in two calls (resumable: rerun until it writes the file)")
             continue
+        if part == RECIPE_PART:
+            lines.append(f"  {part:<20}  the data build (~2 CPU-hours: two calls on 16 cores?), ~4 min of training, "
+                         "~3 min of quality cells when the weights differ")
+            continue
         only = _only_filters(PART_FILTERS.get(part, []))
         source = PARTS[part][0]
         data = load_toml(REPO / source) if source.endswith(".toml") else get_plan_preset(source)
@@ -447,7 +530,8 @@ def availability() -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="folder for results, reports and the summary ($OUT on the device)")
-    parser.add_argument("--parts", nargs="+", choices=[*PARTS, TUNE_PART], default=[*PARTS, TUNE_PART])
+    parser.add_argument("--parts", nargs="+", choices=[*PARTS, TUNE_PART, RECIPE_PART],
+                        default=[*PARTS, TUNE_PART])
     parser.add_argument("--tune-molecules", type=int, default=90,
                         help=f"{TUNE_PART}: molecules x 8 conformers (90 on an H100, 160 on an H200: the sample must "
                              "reach the memory plan's largest max_slots for the grid to end there)")
@@ -473,6 +557,8 @@ def main() -> int:
         try:
             if part == TUNE_PART:
                 run_tune(runs, out, deadline, args.cpu_smoke, log, args.tune_molecules)
+            elif part == RECIPE_PART:
+                run_reference_recipe(runs, out, deadline, args.cpu_smoke, log)
             else:
                 run_part(part, runs, deadline, args.cpu_smoke, log, args.only)
         except Exception:

@@ -87,7 +87,7 @@ def test_the_demo_reusing_its_checkpoint_imports_no_model_classes(tmp_path: Path
     """transformers' model classes (checkpoint_init's imports, seconds of a demo's start) only to build one."""
     done = _child(f"""
 import json, pathlib, sys
-from inferlab.workloads.conformers.pipeline.demo import DEMO_MODELS, demo_checkpoint
+from inferlab.workloads.conformers.demo.model import DEMO_MODELS, demo_checkpoint
 work = pathlib.Path({str(tmp_path)!r})
 for preset in DEMO_MODELS.values():  # an earlier demo's checkpoint, whichever tokenizer this machine has
     (work / f"{{preset}}-float32").mkdir()

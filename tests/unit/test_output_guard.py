@@ -120,7 +120,7 @@ def test_whole_file_writes_replace_in_one_rename(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["out.sdf.manifest.json", "out.sdf.lock", "out.jsonl.lock", "out.jsonl.damaged",
-                                  f".out.jsonl.{os.getpid()}.tmp", ".out.sdf.manifest.json.77.tmp"])
+                                  ".out.jsonl.4242.tmp", ".out.sdf.manifest.json.77.tmp"])
 def test_an_input_named_like_a_file_the_run_writes_beside_an_output_is_refused(tmp_path, name):
     """The files beside the outputs (their manifest, locks, damaged lines, rewrites' temporary files) are
     written too: an input of that name is refused before a byte is written, however it is reached."""

@@ -33,15 +33,16 @@
   the engine unconstrained, transformers unconstrained and with the seeds' Python processor (on the first 16
   molecules: its per-row loop is the slowest system; the other rows also report those 16), and ETKDG with
   other seeds (the ceiling), each at 3 sampling seeds, at T = 1 top-p 1.0 and at the seeds' T = 1 top-k 50;
-  100 molecules of <= 30 heavy atoms (the reference model's held-out molecules once its split file is in the
-  checkout, RDKit's NCI set until then), K = 8 ETKDG references (seed 1001), 16 generations each. The model is
-  the reference checkpoint once it is in the checkout, else qwen3-chem-mini's random weights (a smoke run:
-  only the constrained systems write valid conformers); `--model PATH` runs any checkpoint.
+  the first 100 molecules of <= 30 heavy atoms of the reference model's held-out molecules (reference_model/
+  held_out.smi: NCI and the two ChEMBL lists in turn), stereo assigned where the SMILES leaves it open (so
+  that every stereocentre is scored), K = 8 ETKDG references (seed 1001), 16 generations each. The model is
+  the reference checkpoint (src/inferlab/workloads/conformers/reference_model; a checkout or wheel without
+  its weights falls back to qwen3-chem-mini's random weights and RDKit's NCI set: a smoke run, in which only
+  the constrained systems write valid conformers); `--model PATH` runs any checkpoint.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 _DRUG_SIZED = {"min_heavy_atoms": 20, "max_heavy_atoms": 50, "assign_stereo": True, "profile": "v3-fixed4",
@@ -89,22 +90,21 @@ SCALE_OUT: dict[str, Any] = {
     ],
 }
 
-# Where the reference model's recipe commits its checkpoint and its held-out molecules (the checkout's root).
-_CHECKOUT = Path(__file__).resolve().parents[3]
-REFERENCE_MODEL = _CHECKOUT / "models" / "conformer-reference"
-HELD_OUT_MOLECULES = REFERENCE_MODEL / "split" / "held-out.smi"
-
-
 def _quality_model() -> str:
-    return str(REFERENCE_MODEL) if (REFERENCE_MODEL / "config.json").is_file() else "qwen3-chem-mini"
+    from inferlab.workloads.conformers.reference_model import FOLDER
+
+    return str(FOLDER) if (FOLDER / "model.safetensors").is_file() else "qwen3-chem-mini"
 
 
 def _quality_molecules() -> str:
-    return str(HELD_OUT_MOLECULES) if HELD_OUT_MOLECULES.is_file() else ""  # '' = RDKit's NCI first_5K.smi
+    from inferlab.workloads.conformers.reference_model import HELD_OUT_FILE
+
+    return str(HELD_OUT_FILE) if HELD_OUT_FILE.is_file() else ""  # '' = RDKit's NCI first_5K.smi
 
 
 _QUALITY = {"scenario": "conformer-quality", "model": _quality_model()}
 _QUALITY_SET = {"num_molecules": 100, "molecules_file": _quality_molecules(), "max_heavy_atoms": 30,
+                "assign_stereo": True,
                 "num_references": 8, "reference_seed": 1001, "seed": 1, "num_seeds": 3, "subset_molecules": 16,
                 "temperature": 1.0, "top_p": 1.0, "top_k": [0, 50], "dtype": "bfloat16", "profile": "v3-fixed4"}
 

@@ -71,10 +71,14 @@ def test_the_preset_runs_every_system_on_the_same_molecules_and_references():
                 ("inferlab", "off", "auto", None, top_k), ("hf", None, None, "none", top_k),
                 ("hf", None, None, "python", top_k)} <= systems
     assert ("etkdg", None, None, None, 0) in systems and len(cells) == 11
-    shared = ("model", "num_molecules", "molecules_file", "max_heavy_atoms", "num_references", "reference_seed",
+    shared = ("model", "num_molecules", "molecules_file", "max_heavy_atoms", "assign_stereo", "num_references", "reference_seed",
               "num_seeds", "seed", "subset_molecules", "temperature", "top_p", "thresholds", "num_generations")
     assert len({json.dumps([c.model if k == "model" else c.config[k] for k in shared]) for c in cells}) == 1
     c = cells[0].config
+    from inferlab.workloads.conformers.reference_model import FOLDER, HELD_OUT_FILE
+
+    # the committed reference model on its held-out molecules, every stereocentre scored
+    assert cells[0].model == str(FOLDER) and c["molecules_file"] == str(HELD_OUT_FILE) and c["assign_stereo"]
     assert (c["num_molecules"], c["max_heavy_atoms"], c["num_references"], c["num_seeds"], c["reference_seed"],
             c["thresholds"], c["temperature"], c["top_p"]) == (100, 30, 8, 3, 1001, "0.75,1.25", 1.0, 1.0)
     slow = [cell for cell in cells if cell.config.get("processor") == "python"]

@@ -268,3 +268,38 @@ def test_hf_continuous_never_ends_a_row_early(tiny_checkpoint, tmp_path):
     backend.model.destroy_cached_continuous_batching_manager()
     backend.generation_configs[greedy].suppress_tokens = None  # negative control
     assert next(iter(backend.generate(requests))).token_ids == [first]
+
+
+def test_the_reference_recipe_part_builds_trains_compares_and_scores_only_what_differs(tmp_path, monkeypatch):
+    """run_reference_recipe's steps, the commands stubbed: the build and the training run once (a rerun resumes
+    past them), identical weights end the part, differing ones get the constrained bf16 quality cells."""
+    import json
+    import time
+
+    lab_sweep = _lab_sweep()
+    runs, out, commands, benches = tmp_path / "runs", tmp_path / "out", [], []
+
+    def fake_run(command, log_path, deadline, log, part):
+        commands.append(command[4])  # build-data / reproduce
+        if command[4] == "build-data":
+            (runs / "reference-data").mkdir(parents=True)
+            (runs / "reference-data" / "data_manifest.json").write_text("{}")
+        else:
+            (runs / "reference-recipe").mkdir(parents=True)
+            (runs / "reference-recipe" / "reproduction.json").write_text(json.dumps(comparison))
+        return True
+
+    monkeypatch.setattr(lab_sweep, "_logged_run", fake_run)
+    monkeypatch.setattr(lab_sweep, "inferlab", lambda argv: benches.append(argv) or 0)
+    comparison = {"identical": True, "tensors_differing": 0, "tensors": 3, "max_abs_difference": 0.0}
+    log: list[str] = []
+    lab_sweep.run_reference_recipe(runs, out, time.monotonic() + 1000, False, log)
+    assert commands == ["build-data", "reproduce"] and not benches and "identical weights" in log[-1]
+    assert json.loads((out / "reference-recipe" / "reproduction.json").read_text())["identical"]
+    comparison.update(identical=False, tensors_differing=2, max_abs_difference=0.01)
+    (runs / "reference-recipe" / "reproduction.json").write_text(json.dumps(comparison))
+    lab_sweep.run_reference_recipe(runs, out, time.monotonic() + 1000, False, log)
+    assert commands == ["build-data", "reproduce"]  # both resumed past
+    (argv,) = benches
+    assert argv[:4] == ["bench", "--preset", "conformer-quality", "--model"] and argv[4] == str(runs / "reference-recipe")
+    assert ["--only", "constraint=on"] == argv[argv.index("constraint=on") - 1: argv.index("constraint=on") + 1]

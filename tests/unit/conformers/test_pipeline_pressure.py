@@ -17,7 +17,7 @@ from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.conformers.chemistry.template import build_template
 from inferlab.workloads.conformers.pipeline.config import PipelineConfig
 from inferlab.workloads.conformers.pipeline.generate import generate_conformers
-from inferlab.workloads.conformers.pipeline.pressure import FIELDS, PressureTally, RowPressure
+from inferlab.workloads.conformers.pipeline.pressure import FIELDS, PressureTally, RowPressure, row_pressure
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
 
@@ -85,3 +85,45 @@ def test_a_template_names_its_segments():
         "the copy '>[O]<' (before atom 1's coordinates)", "atom 1's coordinates ([O])",
         "the copy '>[/CONFORMER]' (the closing)", "the end of the conformer (EOS)"]
     assert set(FIELDS) == {"pressure_mean", "pressure_max", "pressure_max_step", "pressure_max_at"}
+
+
+@pytest.fixture(scope="module")
+def prepared():
+    """Molecules prepared as the pipeline prepares them (template, program) on the reference model's tokenizer."""
+    from inferlab.workloads.conformers.pipeline.prepare import _load_state, prepare_with
+    from inferlab.workloads.conformers.reference_model import reference_model_dir
+
+    state = _load_state(str(reference_model_dir()), "v3-fixed4")
+    return lambda smiles: prepare_with(state, smiles)
+
+
+def test_a_peak_tells_of_the_profile_only_where_another_profile_reads_otherwise(prepared):
+    from inferlab.constraints.program import HOLE
+    from inferlab.types import ConstraintPressure
+
+    def pressure(smiles: str, text: str | None, peak: float = 0.9, at_exit: bool = False) -> RowPressure:
+        molecule = prepared(smiles)
+        ops, template = molecule.program.ops, molecule.template
+        if text is None:  # atom 0's block: its HOLE op
+            op = int((ops[0] == HOLE).nonzero()[0])
+        else:  # the first op of the copy run holding `text`
+            segment = next(i for i, s in enumerate(template.segments) if text in getattr(s, "text", ""))
+            op = next(o for o in range(molecule.program.length) if molecule.program.segment_at(o) == segment)
+        token_ids = [int(ops[1, op + 1]) if at_exit else -1] * 10
+        return row_pressure(ConstraintPressure(0.01, peak, 5, op, 10), molecule, "v3-fixed4", token_ids)
+
+    assert not pressure("C/C=C/C", "/").telling  # an E/Z mark: v2 writes the same copy run
+    assert pressure("CCO", "[O]").telling  # v2 writes `>[O]<` as `>[OH]<`
+    block = pressure("C/C=C/C", None)
+    assert block.in_block and block.telling and "coordinates" in block.where  # a digit of a block always tells
+    closing = pressure("C1CC1", None, at_exit=True)  # the block's exit token: the copy after it doubted
+    assert not closing.in_block and not closing.telling and "copy" in closing.where
+    assert pressure("C/C=C/C", "/", peak=0.2).telling  # below STEP_HIGH: not judged
+    tally = PressureTally("v3-fixed4")
+    for i in range(3):
+        tally.add(f"m{i}#0", pressure("C/C=C/C", "/"))
+    figures = tally.figures()
+    assert figures["warning"] is None and figures["high_share"] == 0 and figures["high_in_common"] == 3
+    tally.add("m3#0", pressure("CCO", "[O]"))
+    tally.add("m4#0", pressure("OCCO", "[O]"))
+    assert tally.figures()["high_in_copies"] == 2 and "descriptor style" in tally.figures()["warning"]

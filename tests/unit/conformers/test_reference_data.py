@@ -31,6 +31,7 @@ from inferlab.workloads.conformers.training.scaffold_split import (
     SplitRow,
     assign_splits,
     group_key,
+    held_out_smi_text,
     read_split,
     split_text,
 )
@@ -60,6 +61,17 @@ def test_the_split_file_round_trips_and_refuses_another_file(tmp_path):
     path.write_text("smiles\tname\nCCO\tethanol\n")
     with pytest.raises(InputError, match="not a split file"):
         read_split(path)
+
+
+def test_the_held_out_molecules_file_takes_the_sources_in_turn_and_matches_the_committed_split():
+    rows = [SplitRow("nci:1", "nci", "CCO", 3, "", HELD_OUT), SplitRow("nci:2", "nci", "CCN", 3, "", HELD_OUT),
+            SplitRow("nci:3", "nci", "CCC", 3, "", TRAIN), SplitRow("nci:4", "nci", "CCS", 3, "", HELD_OUT),
+            SplitRow("chembl_drugs:1", "chembl_drugs", "C[C@H](N)O", 4, "", HELD_OUT)]
+    assert held_out_smi_text(rows).splitlines() == ["CCO nci:1", "C[C@H](N)O chembl_drugs:1", "CCN nci:2",
+                                                    "CCS nci:4"]
+    from inferlab.workloads.conformers.reference_model import HELD_OUT_FILE, SPLIT_FILE
+
+    assert HELD_OUT_FILE.read_text() == held_out_smi_text(read_split(SPLIT_FILE))  # the committed pair agrees
 
 
 def test_probe_coordinates_are_fixed4_blocks_with_the_signs_asked():

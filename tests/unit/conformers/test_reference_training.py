@@ -106,6 +106,29 @@ def trial_checkpoint(tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_a_reproduction_is_identical_only_when_every_weight_is(trial_checkpoint, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from inferlab.workloads.conformers.training.reproduction import compare_checkpoints
+
+    ckpt = trial_checkpoint[0]
+    same = compare_checkpoints(ckpt, ckpt)
+    assert same["identical"] and same["tensors_differing"] == 0 and same["runs"]["new"]["steps"] == 3
+    other = tmp_path / "other"
+    shutil.copytree(ckpt, other)
+    tensors = load_file(other / "model.safetensors")
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name].clone()
+    tensors[name].view(-1)[0] += 0.5
+    save_file(tensors, other / "model.safetensors", metadata={"format": "pt"})
+    changed = compare_checkpoints(other, ckpt)
+    assert not changed["identical"] and list(changed["differing"]) == [name]
+    assert changed["max_abs_difference"] == pytest.approx(0.5, abs=0.01)
+
+
+@pytest.mark.slow
 def test_the_trial_checkpoint_is_complete_and_transformers_loads_it(trial_checkpoint):
     from transformers import AutoModelForCausalLM
 
@@ -115,7 +138,7 @@ def test_the_trial_checkpoint_is_complete_and_transformers_loads_it(trial_checkp
     assert manifest["molecules"] == {"train": 1, "validation": 1, "held_out": 1}
     assert manifest["exactness"]["differences"] == 0 and manifest["exactness"]["held_out_molecules"] == 1
     for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
-                 "vocabulary_map.json", "split.tsv", "data_manifest.json", "training_log.jsonl", "loss_curve.png",
+                 "vocabulary_map.json", "split.tsv", "held_out.smi", "data_manifest.json", "training_log.jsonl", "loss_curve.png",
                  "training.json", "README.md"):
         assert (ckpt / name).exists(), name
     assert summary["steps"] == 3 and json.loads((ckpt / "training.json").read_text())["steps"] == 3

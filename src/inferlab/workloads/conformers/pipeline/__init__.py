@@ -4,5 +4,5 @@ generate (generate_conformers: the whole job) · config (PipelineConfig) · plan
 prepare (template + ConstraintProgram in a process pool) · task (ConformerTask: one attempt of one row,
 the requests' metadata) · feed (the request generator) · collect (results -> judges -> rows or retries) ·
 judge, judge_pool (reading an output, in worker processes) · output (SDF + resumable JSONL) · stats (the
-run's figures) · demo (`inferlab demo`). Builds on chemistry/; never imports evaluation/.
+run's figures). Builds on chemistry/; never imports evaluation/.
 """

@@ -7,7 +7,8 @@ tokens of context) a step takes ~a + b x rows: FP8 KV 256 / 512 / 1024 rows ran 
 (a = 1.55 ms, b = 9.7 us per row: the fixed part weighs as much as ~160 rows), bf16 256 / 512 54.4k / 68.5k
 (a = 1.94 ms, b = 10.8 us). 1024 rows reach 86% of that line's asymptote; 2048 would add at most 1.07x by
 the same line, unmeasured, at twice the KV memory: so the cap is 1024 on a GPU (docs/decisions.md). A CPU
-step is ~1,000 small ops on one thread (EngineConfig.cpu_threads), tuned at 16 rows (the demo's job): 16.
+step is ~1,000 small ops on one thread (EngineConfig.cpu_threads), tuned at 16 rows
+(benchmarks/checks/2026-12-01-cpu-speed): 16.
 
 Length: the job's longest row, prompt + the compiled program's bound (PreparedMolecule.tokens_needed), of the
 molecules with the most atoms (plan.length_sample), + 5%, rounded up to the attention's 64-position tiles

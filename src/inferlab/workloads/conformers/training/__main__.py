@@ -1,5 +1,6 @@
 """`python -m inferlab.workloads.conformers.training build-data --out DIR` (CPU, RDKit) and
-`... train --data DIR --out CKPT` (GPU; no RDKit): the reference model's recipe, one command per stage.
+`... train --data DIR --out CKPT` (GPU; no RDKit): the reference model's recipe, one command per stage;
+`... reproduce --data DIR --out CKPT` trains again and compares the result with the committed checkpoint.
 Progress goes to stderr through logging; an InferlabError ends the command with its message (exit 2)."""
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--budget-s", type=float, default=None, help="wall-clock limit of the loop (default: the "
                                                                        "recipe's); a run it stops is marked so")
     train.add_argument("--device", default="auto", help="auto (CUDA when there is one), cuda or cpu")
+    again = verbs.add_parser("reproduce", help="train again into a new folder and compare it with a checkpoint "
+                                               "(default: the committed reference model)")
+    again.add_argument("--data", type=Path, required=True, help="the folder build-data wrote")
+    again.add_argument("--out", type=Path, required=True, help="the new checkpoint folder to create")
+    again.add_argument("--reference", type=Path, default=None, help="the checkpoint to compare with (default: the "
+                                                                   "committed one)")
+    again.add_argument("--device", default="auto", help="auto (CUDA when there is one), cuda or cpu")
     probe = verbs.add_parser("probe", help="on a device, before training: determinism and speed of the recipe")
     probe.add_argument("--data", type=Path, required=True, help="the folder build-data wrote")
     probe.add_argument("--steps", type=int, default=40, help="steps to time (at least 30)")
@@ -45,6 +53,21 @@ def main(argv: list[str] | None = None) -> int:
 
             config = replace(RECIPE, steps=args.steps or RECIPE.steps, budget_s=args.budget_s or RECIPE.budget_s)
             train_reference(args.data, args.out, config, device=args.device)
+        elif args.verb == "reproduce":
+            import json
+
+            from inferlab.workloads.conformers.reference_model import reference_model_dir
+            from inferlab.workloads.conformers.training.reference_training import train_reference
+            from inferlab.workloads.conformers.training.reproduction import compare_checkpoints
+
+            reference = args.reference or reference_model_dir()
+            train_reference(args.data, args.out, device=args.device)
+            comparison = compare_checkpoints(args.out, reference)
+            (args.out / "reproduction.json").write_text(json.dumps(comparison, indent=1) + "\n")
+            logging.getLogger(__name__).info(
+                "reproduction: %s (%d of %d tensors differ, largest |difference| %.3g); %s",
+                "identical weights" if comparison["identical"] else "weights differ", comparison["tensors_differing"],
+                comparison["tensors"], comparison["max_abs_difference"], args.out / "reproduction.json")
         else:
             import json
 

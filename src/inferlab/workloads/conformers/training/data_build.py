@@ -34,7 +34,7 @@ from inferlab.errors import InputError
 from inferlab.outputs.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from inferlab.workloads.conformers.training import conformer_texts
 from inferlab.workloads.conformers.training.conformer_texts import MoleculeTexts
-from inferlab.workloads.conformers.training.data_layout import MANIFEST, SPLIT_FILE
+from inferlab.workloads.conformers.training.data_layout import HELD_OUT_FILE, MANIFEST, SPLIT_FILE
 from inferlab.workloads.conformers.training.molecule_selection import MAX_ATOMS, MIN_ATOMS, select_molecules
 from inferlab.workloads.conformers.training.molecule_sources import read_sources, source_digests, source_paths
 from inferlab.workloads.conformers.training.scaffold_split import (
@@ -44,6 +44,7 @@ from inferlab.workloads.conformers.training.scaffold_split import (
     SplitRow,
     assign_splits,
     group_key,
+    held_out_smi_text,
     split_text,
 )
 from inferlab.workloads.conformers.training.token_build import build_tokens
@@ -89,6 +90,7 @@ def build_data(config: BuildConfig) -> dict[str, Any]:
 
     tokens = build_tokens(kept, config.out)
     write_text_atomic(config.out / SPLIT_FILE, split_text(split_rows))
+    write_text_atomic(config.out / HELD_OUT_FILE, held_out_smi_text(split_rows))
     manifest = {
         "recipe": {"seed": config.seed, "profile": conformer_texts.PROFILE,
                    "conformers_per_molecule": conformer_texts.NUM_CONFORMERS, "atoms": [MIN_ATOMS, MAX_ATOMS],

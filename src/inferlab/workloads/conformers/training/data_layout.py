@@ -5,4 +5,5 @@ TOKENIZER_DIR = "tokenizer"  # the reduced tokenizer and its id map
 TRAIN_TOKENS = "train.npz.xz"
 VALIDATION_TOKENS = "validation.npz.xz"
 SPLIT_FILE = "split.tsv"
+HELD_OUT_FILE = "held_out.smi"  # the held-out molecules, sources interleaved (scaffold_split.held_out_smi_text)
 MANIFEST = "data_manifest.json"

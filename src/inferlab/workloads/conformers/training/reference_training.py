@@ -37,6 +37,7 @@ from inferlab.errors import InputError
 from inferlab.models.tokenizer_loading import load_tokenizer
 from inferlab.outputs.atomic import write_json_atomic, write_text_atomic
 from inferlab.workloads.conformers.training.data_layout import (
+    HELD_OUT_FILE,
     MANIFEST,
     SPLIT_FILE,
     TOKENIZER_DIR,
@@ -51,7 +52,7 @@ from inferlab.workloads.conformers.training.train_loop import RECIPE, TrainConfi
 
 log = logging.getLogger(__name__)
 
-DATA_FILES = (SPLIT_FILE, MANIFEST)  # copied into the checkpoint
+DATA_FILES = (SPLIT_FILE, HELD_OUT_FILE, MANIFEST)  # copied into the checkpoint
 TRAINING_LOG, LOSS_PLOT = "training_log.jsonl", "loss_curve.png"
 TRAINING_SUMMARY, MODEL_CARD = "training.json", "README.md"
 _SDPA_ORDER = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")

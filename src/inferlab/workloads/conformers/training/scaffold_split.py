@@ -10,7 +10,9 @@ splits still come out near SHARES. Held-out scaffolds are then absent from train
 held-out molecules are new chemistry, not neighbours of training molecules.
 
 The split file (SPLIT_COLUMNS, TSV) is committed beside the reference model, so the evaluation and the
-tests know the held-out molecules without rebuilding anything.
+tests know the held-out molecules without rebuilding anything; so is held_out.smi, the held-out molecules
+with their sources interleaved (one of each source in turn), so that the first N of it, which an evaluation
+of N molecules takes, mix NCI's stereo-free molecules with ChEMBL's stereocentres.
 """
 
 from __future__ import annotations
@@ -74,6 +76,19 @@ def split_text(rows: Iterable[SplitRow]) -> str:
     for row in rows:
         writer.writerow([getattr(row, column) for column in SPLIT_COLUMNS])
     return out.getvalue()
+
+
+def held_out_smi_text(rows: Iterable[SplitRow]) -> str:
+    """The held-out molecules as a .smi file ("SMILES id" lines), sources taken in turn in the order they
+    first appear; within a source, the split file's order."""
+    by_source: dict[str, list[SplitRow]] = {}
+    for row in rows:
+        if row.split == HELD_OUT:
+            by_source.setdefault(row.source, []).append(row)
+    queues = list(by_source.values())
+    lines = [f"{queue[i].canonical_smiles} {queue[i].id}\n"
+             for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
+    return "".join(lines)
 
 
 def read_split(path: str | Path) -> list[SplitRow]:
