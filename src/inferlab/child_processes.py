@@ -10,7 +10,10 @@ children with it, and no parent-death signal is armed (it would kill the leader 
 
 `spawn_pool(workers, ...)`: a spawn-context ProcessPoolExecutor whose processes do that and ignore SIGINT
 (Ctrl-C reaches the whole foreground group; the parent handles it and shuts the pool down). Its processes
-start at once, from the calling thread. multiprocessing's resource tracker, which the pool starts, exits
+start at once, from the calling thread, and end at once when the pool shuts them down (`os._exit` from the
+first atexit handler: a worker's results are sent before it sees the pool's stop, and it holds nothing to
+flush, while finalizing an interpreter that imported torch and transformers takes ~1.2 s, which a pool's
+shutdown waited for: the conformer CLI's "closing"). multiprocessing's resource tracker, which the pool starts, exits
 by itself once the parent and the pool's processes are gone (its pipe's last writer closed).
 
 A subprocess (not a pool) learns its parent from the environment: `child_environment()` in the parent,
@@ -20,10 +23,12 @@ children do not take the grandparent for their parent.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -75,8 +80,19 @@ def _start_child(parent_pid: int, from_main: bool, initializer: Callable[..., No
                  initargs: tuple[Any, ...]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(parent_pid, started_from_main_thread=from_main)
+    atexit.register(_exit_at_once)  # registered first, so it runs last: after the handlers of later imports
     if initializer is not None:
         initializer(*initargs)
+
+
+def _exit_at_once() -> None:
+    """A pool process's end: its output flushed, no interpreter finalization."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):  # closed or replaced streams: nothing to flush
+            pass
+    os._exit(0)
 
 
 def _arm_parent_death_signal() -> None:

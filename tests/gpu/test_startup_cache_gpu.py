@@ -4,8 +4,11 @@
    the background precompile compiles every Triton kernel the warm-up launches while the weights load, so
    the warm-up compiles none on the critical path;
 2. the same job's next run, both caches kept: the GEMM plan from the start-up cache (or shipped again: a
-   shipped plan is not copied into the cache), nothing compiled;
-3. (full size) a fresh machine with the precompile off, for comparison: its warm-up compiles every kernel.
+   shipped plan is not copied into the cache), the precompile skipped (its record's kernel files are all in
+   Triton's cache: engine/precompile_record.py), the warm-up reading its kernels from Triton's disk cache;
+3. Triton's cache emptied, the start-up cache (and the precompile's record) kept: the precompile runs again
+   and the warm-up compiles nothing;
+4. (full size) a fresh machine with the precompile off, for comparison: its warm-up compiles every kernel.
 Each start-up's phases are printed (pytest -s): CUDA context, weights, tokenizer, allocation, the precompile
 and what start-up waited for it, GEMM plan and its source, warm-up and its compiles, graphs; and the time
 before the engine (interpreter and imports). Quick: tiny-qwen3 at 256 positions; full: qwen3-0.6b at the
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +47,8 @@ def start_engine(label: str, model: Path, caches: Path, max_seq_len: int, precom
           f"{s['warmup_s']:.1f} ({s['warmup_compiles']} compiles, {s['warmup_compile_s']:.1f} s) / capture "
           f"{s['capture_s']:.1f}; precompile {s['precompile_kernels']} kernels in {s['precompile_s']:.1f} s "
           f"(threads {s['precompile_compile_s']:.1f} s, waited {s['precompile_wait_s']:.1f} s)"
-          f"{' ' + s['precompile_error'] if s['precompile_error'] else ''}")
+          f"{' ' + s['precompile_error'] if s['precompile_error'] else ''}"
+          f"{'; skipped: ' + s['precompile_skipped'] if s['precompile_skipped'] else ''}")
     return s
 
 
@@ -54,8 +59,15 @@ def test_a_fresh_machine_compiles_the_warm_up_beside_the_weights_and_the_rerun_r
     rerun = start_engine("rerun", model, tmp_path / "machine", max_seq_len)
     assert fresh["precompile_error"] == "" and fresh["precompile_kernels"] >= 10
     assert fresh["warmup_compiles"] == 0, "the warm-up compiled kernels the precompile missed"
-    assert fresh["gemm_plan_source"] in ("shipped", "timed")
-    assert rerun["gemm_plan_source"] in ("cache", "shipped") and rerun["warmup_compiles"] == 0
+    assert fresh["gemm_plan_source"] in ("shipped", "timed") and not fresh["precompile_skipped"]
+    assert rerun["gemm_plan_source"] in ("cache", "shipped")
+    assert rerun["precompile_skipped"] and rerun["precompile_kernels"] == 0, "the rerun ran the precompile again"
+    # its warm-up read the kernels from Triton's disk cache (a JIT miss each, no compile)
+    assert 0 < rerun["warmup_compiles"] <= fresh["precompile_kernels"]
+    shutil.rmtree(tmp_path / "machine" / "triton")
+    emptied = start_engine("Triton's cache emptied", model, tmp_path / "machine", max_seq_len)
+    assert not emptied["precompile_skipped"] and emptied["precompile_kernels"] >= 10
+    assert emptied["warmup_compiles"] == 0
     if size.full:
         start_engine("fresh machine, no precompile", model, tmp_path / "bare", max_seq_len, precompile=False)
         assert fresh["startup_s"] <= FRESH_TARGET_S and rerun["startup_s"] <= RERUN_TARGET_S

@@ -1,6 +1,6 @@
 """Named plans for the conformer job as users run it (estimates on one H100; `inferlab bench --list`):
 
-- conformer-pipeline (~10-12 min: run it as two device calls, below): drug-sized molecules (the first
+- conformer-pipeline (~14-16 min: run it as two or three device calls, below): drug-sized molecules (the first
   400 NCI first_5K molecules with 20-50 heavy atoms, stereo assigned where NCI leaves it open so stereo
   agreement is measured), K = 8 (3,200 conformers, ~2.1M tokens), qwen3-0.6b random weights with the
   qwen3-chem tokenizer, top-p 1.0 at T = 1:
@@ -10,6 +10,8 @@
       without the fp8 cache in the build that cell is an `unavailable` row);
   (b) the engine alone on the same molecules (scenario constrained, backend inferlab, 256 rows, all
       3,200 requests in one call): constrained, and unconstrained at the constrained pass's lengths;
+  (c) the CLI with its defaults (`--max-num-seqs auto`, `--kv-dtype auto`: no speed flag) and the engine
+      alone at its best measured settings (FP8 KV, 1024 rows, constrained);
   (the fp8 cache's own speed: preset engine-speed; its error against the bf16 cache: tests/gpu/test_fp8_cache_gpu.py).
   Split into device calls of < 9 minutes with `--only`:
       inferlab bench --preset conformer-pipeline --only scenario=conformer-pipeline   # ~6 min
@@ -64,6 +66,10 @@ CONFORMER_PIPELINE: dict[str, Any] = {
         {**_CLI, "set": {**_JOB, "temperature": 1.0, "top_p": 1.0, "runs": 2, "max_slots": 256,
                          "kv_dtype": ["auto", "fp8"]}},
         {**_ENGINE, "set": {**_ENGINE_SET, "constraint": ["on", "off"]}},
+        # the CLI with no speed flag (--max-num-seqs auto, --kv-dtype auto) beside the engine alone at the best
+        # settings measured on an H200 (FP8 KV, 1024 rows): issue 29's acceptance
+        {**_CLI, "set": {**_JOB, "temperature": 1.0, "top_p": 1.0, "runs": 2, "max_slots": 0, "kv_dtype": "auto"}},
+        {**_ENGINE, "set": {**_ENGINE_SET, "constraint": "on", "slots": 1024, "kv_dtype": "fp8"}},
     ],
 }
 

@@ -154,19 +154,32 @@ def _verdict(name: str, checks: list[tuple[str, bool | None]]) -> str:
     return f"- {name}: **{word}**{detail}"
 
 
+FP8_GATED = ("cov_", "amr_", "validity")  # the figures the fp8 row is held to bf16's spread on (key prefixes)
+
+
+def fp8_spread_checks(systems: dict[str, dict[str, Any]], thresholds: list[float]) -> list[tuple[str, str, bool | None]]:
+    """(metrics key, header, fp8 within bf16's spread or better: None when not measured) on every coverage and
+    matching figure and validity; [] without both rows. The report's verdict and the KV-cache gate
+    (bench/kv_dtype_gate.py) read the same checks."""
+    if ENGINE_BF16 not in systems or ENGINE_FP8 not in systems:
+        return []
+    bf16, fp8 = quality_of(systems[ENGINE_BF16], False) or {}, quality_of(systems[ENGINE_FP8], False) or {}
+    return [(key, header, _not_worse(fp8.get(key), bf16.get(key), higher))
+            for key, header, higher in figure_names(thresholds) if key.startswith(FP8_GATED)]
+
+
 def verdicts(systems: dict[str, dict[str, Any]], thresholds: list[float]) -> list[str]:
     names = {key: (header, higher) for key, header, higher in figure_names(thresholds)}
     lines = []
-    bf16, fp8, free = (quality_of(systems[s], False) if s in systems else None for s in (ENGINE_BF16, ENGINE_FP8, ENGINE_FREE))
+    bf16, free = (quality_of(systems[s], False) if s in systems else None for s in (ENGINE_BF16, ENGINE_FREE))
     acceptance = [f"cov_r_{t:g}" for t in thresholds] + ["amr_r"]
     if ENGINE_BF16 in systems and ENGINE_FREE in systems:
         lines.append(_verdict("constrained within the unconstrained spread (COV-R, AMR-R)",
                               [(names[k][0], _not_worse((bf16 or {}).get(k), (free or {}).get(k), names[k][1]))
                                for k in acceptance]))
     if ENGINE_BF16 in systems and ENGINE_FP8 in systems:
-        keys = [k for k in names if k.startswith(("cov_", "amr_")) or k == "validity"]
-        lines.append(_verdict("fp8 within bf16's spread", [(names[k][0], _not_worse((fp8 or {}).get(k), (bf16 or {}).get(k),
-                                                                                    names[k][1])) for k in keys]))
+        lines.append(_verdict("fp8 within bf16's spread",
+                              [(header, ok) for _, header, ok in fp8_spread_checks(systems, thresholds)]))
     if ENGINE_BF16 in systems and HF_PROCESSOR in systems:
         on_subset = bool((systems[HF_PROCESSOR].get("config") or {}).get("on_subset_only"))
         engine, hf = quality_of(systems[ENGINE_BF16], on_subset), quality_of(systems[HF_PROCESSOR], on_subset)

@@ -60,8 +60,15 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
                    help="also write the closing summary's figures (and the engine's) as JSON to PATH")
     g.add_argument("--smiles-column", default=None, help="CSV column holding SMILES (default: detected)")
     g.add_argument("--id-column", default=None, help="CSV column holding ids (default: detected)")
-    e = add_engine_args(p, "prompt + conformer tokens per row (default: fits the input's largest molecules)")
-    add_kv_dtype_arg(e)
+    e = add_engine_args(p, "prompt + conformer tokens per row (default: the longest row of the input's largest "
+                           "molecules)",
+                        auto_slots_help="concurrent rows: auto (default: as many as memory holds, up to where a step "
+                                        "saturates, 1024 on a GPU and 16 on a CPU, and at most the job's requests) or "
+                                        "a number")
+    add_kv_dtype_arg(e, ("auto", "model", "fp8"),
+                     "KV cache: auto (default: the model dtype unless the reference model's quality gate shows FP8 "
+                     "within the spread, on GPUs of CUDA capability >= 8.9; the summary says which and why), model "
+                     "(the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; on a CPU a slower check)")
     add_input_bound_args(p, molecules=True)
     add_overwrite_arg(p)
     add_scale_args(p)
@@ -193,12 +200,16 @@ def print_summary(summary, output: str) -> None:
     elif s["conformers_ok"]:
         print("stereo: no input molecule specifies stereo (tetrahedral centres or double bonds)")
     print_pressure(s["constraint_pressure"])
+    if s["sizing"]:
+        print(f"engine: {s['sizing']['slots']}; max_seq_len {s['sizing']['max_seq_len']}; kv cache "
+              f"{s['sizing']['kv_cache']}")
     if s["engine_start_s"] or s["output_tokens"]:  # the engine ran
         print(f"tokens: {s['output_tokens']:,} generated in {s['wall_s']:.1f} s: {_rate(s['output_tokens_per_s'])} "
               f"tok/s, {_rate(s['conformers_per_s'], 2)} conformers/s, {_rate(s['molecules_per_s'], 2)} molecules/s "
               f"(inside the engine: {_rate(s['generate_output_tokens_per_s'])} tok/s)")
         judges = {0: "this process", 1: "1 process"}.get(s["judge_workers"], f"{s['judge_workers']} processes")
-        print(f"time: before the engine {s['before_engine_s']:.1f} s (inputs, pools, torch), engine start "
+        waited = f", {s['length_wait_s']:.1f} s of it waiting for the row length" if s["length_wait_s"] >= 0.05 else ""
+        print(f"time: before the engine {s['before_engine_s']:.1f} s (inputs, pools, torch{waited}), engine start "
               f"{s['engine_start_s']:.1f} s, generation {s['generate_s']:.1f} s, engine waiting for the pipeline "
               f"{s['consumer_s']:.1f} s, closing {s['teardown_s']:.1f} s; judging {s['decode_s']:.1f} s of CPU in "
               f"{judges}, writing {s['write_s']:.1f} s; templates {s['template_cpu_s']:.1f} s of CPU in the pool, "

@@ -17,7 +17,7 @@ DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 BATCHING_MODES = ("continuous", "static")
 KERNEL_SETS = ("auto", "torch", "triton")
 GEMM_CHOICES = ("auto", "cublas")
-KV_DTYPE_NAMES = ("auto", "fp8")
+KV_DTYPE_NAMES = ("auto", "model", "fp8")
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,9 @@ class EngineConfig:
     cuda_graphs: bool | None = None  # None: on for CUDA
     kernels: str = "auto"  # "torch", "triton" or "auto" (triton on CUDA)
     gemm: str = "auto"  # decode projections: "auto" (time cuBLAS vs the Triton skinny GEMM at start-up) or "cublas"
-    kv_dtype: str = "auto"  # KV cache: "auto" (the model dtype) or "fp8" (e4m3 + per-position scales; CUDA >= 8.9)
+    # KV cache: "auto" or "model" (the model dtype; a workload may read "auto" as its own choice: the conformer
+    # pipeline's quality gate) or "fp8" (e4m3 + per-position scales; CUDA >= 8.9)
+    kv_dtype: str = "auto"
     decode_steps_per_sync: int = 16  # decode steps between host reads of the finished flags
     batching: str = "continuous"  # or "static": admit a full batch, wait until all of it finished
     min_admission: int | None = None  # continuous: free rows a refill prefill waits for; None: max(1, slots // 16)
@@ -76,8 +78,8 @@ class EngineConfig:
             raise ConfigError(f"gemm={self.gemm!r} is not one of {', '.join(GEMM_CHOICES)}")
         if self.kv_dtype not in KV_DTYPE_NAMES:
             raise ConfigError(
-                f"kv_dtype={self.kv_dtype!r} is not one of {', '.join(KV_DTYPE_NAMES)} (auto: the cache in the model "
-                "dtype; fp8: float8 e4m3 with per-position scales, half the KV bytes)"
+                f"kv_dtype={self.kv_dtype!r} is not one of {', '.join(KV_DTYPE_NAMES)} (auto, model: the cache in the "
+                "model dtype; fp8: float8 e4m3 with per-position scales, half the KV bytes)"
             )
         if not 0.0 < self.gpu_memory_fraction <= 1.0:
             raise ConfigError(f"gpu_memory_fraction={self.gpu_memory_fraction} must be in (0, 1], e.g. 0.9")

@@ -33,6 +33,7 @@ from inferlab.engine.kernel_precompile import DryRun, KernelPrecompile, can_prec
 from inferlab.engine.kv_cache import kv_bytes_per_token
 from inferlab.engine.lifetime import RELEASED, closed_error, release_cached_memory
 from inferlab.engine.loop import GenerationLoop, LoopParts
+from inferlab.engine.precompile_record import decide, machine_fields, precompile_key, record
 from inferlab.engine.ops import select_ops
 from inferlab.engine.runner import ModelRunner
 from inferlab.engine.snapshots import SnapshotBuffers
@@ -139,7 +140,10 @@ class Engine:
     def _start_precompile(self, config: EngineConfig, model_class: type, use_graphs: bool) -> KernelPrecompile | None:
         """The warm-up's Triton kernels compiled in background threads while the weights load
         (kernel_precompile.py), on its dry run of this engine's warm-up; None where nothing would compile (CPU,
-        torch kernels) or where it is off."""
+        torch kernels), where it is off, and where a record says Triton's cache holds its kernels already
+        (precompile_record.py: then no thread runs beside the weights' load)."""
+        self._precompile_key: dict | None = None
+        self._precompile_skipped = ""
         if not (config.precompile and self.device.type == "cuda" and self.ops.name == "triton" and can_precompile()):
             return None
         cache, device = self.startup_cache, self.device
@@ -150,6 +154,14 @@ class Engine:
         dry = DryRun(self.spec, model_class, self.ops, self.dtype, self.kv_dtype, self.plan.slots,
                      self.plan.max_seq_len, self.max_prefill_tokens, config.max_stop_ids, config.share_prompts,
                      use_graphs, gemm_plan if config.gemm == "auto" else None)
+        key = precompile_key(dry.key_fields(), machine_fields(self.device))
+        decision = decide(cache, key)
+        if not decision.run:
+            self._precompile_skipped = decision.reason
+            log.info("start-up precompile skipped: %s", decision.reason)
+            return None
+        log.debug("start-up precompile: %s", decision.reason)
+        self._precompile_key = key
         return KernelPrecompile(dry, self.device)
 
     # ---- lifetime (engine/lifetime.py) ----------------------------------------------------------------------
@@ -228,6 +240,7 @@ class Engine:
             self.stats.peak_memory_bytes = torch.cuda.max_memory_allocated(self.device)
 
     def _join_precompile(self) -> None:
+        self.stats.precompile_skipped = self._precompile_skipped
         if self._precompile is None:
             return
         report, self._precompile = self._precompile.wait(), None
@@ -235,6 +248,7 @@ class Engine:
         stats.precompile_kernels, stats.precompile_s, stats.precompile_compile_s = (report.kernels, report.wall_s,
                                                                                     report.compile_s)
         stats.precompile_wait_s, stats.precompile_error = report.wait_s, report.error
+        record(self.startup_cache, self._precompile_key, report.kernels, report.files, report.clean)
 
     def _gemm_plan(self) -> None:
         """cuBLAS or the skinny Triton GEMM per projection and decode bucket (engine/gemm_plan.py): the plan

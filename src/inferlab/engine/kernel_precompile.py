@@ -10,13 +10,15 @@ cache, where the real warm-up finds it. The dry run is the warm-up's own code, s
 (tests/unit/engine/test_engine_kernel_precompile.py compares their launches).
 
 The engine waits for the precompile before its GEMM plan and warm-up: nothing launches a Triton kernel or
-captures a graph meanwhile. `divert_launches` is the one hook into Triton: it routes the calling thread's
+captures a graph meanwhile. On a warm machine it does not run at all (precompile_record.py: a finished
+precompile's record, whose kernel files are all still in Triton's cache). `divert_launches` is the one hook into Triton: it routes the calling thread's
 launches (only) to a sink.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import logging
 import os
@@ -24,12 +26,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 
 from inferlab.engine.kernels.device_props import meta_stands_for
+from inferlab.engine.precompile_record import kernel_files
 from inferlab.engine.runner import ModelRunner
 from inferlab.engine.thread_scoped import scoped
 
@@ -103,6 +106,14 @@ class DryRun:
     # it will time one; gemm_plan None: the engine runs cuBLAS only (gemm="cublas")
     gemm_plan: Callable[[Any, list[int], str], dict | None] | None
 
+    def key_fields(self) -> dict[str, Any]:
+        """What decides the kernels the warm-up launches, as JSON values (precompile_record.precompile_key)."""
+        return {"spec": hashlib.sha256(repr(self.spec).encode()).hexdigest()[:16], "forward": self.model_class.__name__,
+                "ops": self.ops.name, "dtype": str(self.dtype), "kv_dtype": str(self.kv_dtype), "slots": self.slots,
+                "max_seq_len": self.max_seq_len, "max_prefill_tokens": self.max_prefill_tokens,
+                "max_stop_ids": self.max_stop_ids, "share_prompts": self.share_prompts, "graphs": self.use_graphs,
+                "gemm": "auto" if self.gemm_plan is not None else "cublas"}
+
     def warm_up(self) -> None:
         """What the engine's start-up launches, over meta tensors: the GEMM plan's timing candidates when the
         engine will time its plan (none stored), then the warm-up with the plan the engine will run."""
@@ -130,6 +141,13 @@ class PrecompileReport:
     wall_s: float = 0.0  # from the start to the last compile finished
     wait_s: float = 0.0  # what the start-up waited for it
     error: str = ""  # why the dry run stopped early ("": it ran to the end); the warm-up compiles the rest
+    failures: int = 0  # compiles that raised (their launches will say why)
+    files: list[str] = field(default_factory=list)  # the compiled kernels' files in Triton's disk cache
+
+    @property
+    def clean(self) -> bool:
+        """It ran to the end and every compile succeeded: its kernels are all on disk."""
+        return not self.error and not self.failures
 
 
 class _CompilePool(ThreadPoolExecutor):
@@ -143,7 +161,7 @@ class _CompilePool(ThreadPoolExecutor):
                          initializer=(lambda: torch.cuda.set_device(device)) if cuda else None)  # fmt: skip
         self._load = cuda
         self._lock = threading.Lock()
-        self.count, self.busy_s, self.failures = 0, 0.0, []
+        self.count, self.busy_s, self.failures, self.files = 0, 0.0, [], []
 
     def submit(self, fn, /, *args, **kwargs):
         def timed():
@@ -152,6 +170,8 @@ class _CompilePool(ThreadPoolExecutor):
                 kernel = fn(*args, **kwargs)
                 if self._load:
                     _load(kernel)
+                with self._lock:
+                    self.files.extend(kernel_files(kernel))
                 return kernel
             except Exception as e:
                 with self._lock:
@@ -236,6 +256,7 @@ class KernelPrecompile:
         report.wall_s = self._finished - self._started
         if self._pool is not None:
             report.kernels, report.compile_s = self._pool.count, self._pool.busy_s
+            report.failures, report.files = len(self._pool.failures), list(self._pool.files)
             if self._pool.failures:
                 log.warning("start-up precompile: %d compiles failed (%s); their launches will say why",
                             len(self._pool.failures), self._pool.failures[0])

@@ -65,9 +65,9 @@ FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper onwards have e4m3 conversions (Tri
 
 
 def resolve_kv_dtype(name: str, dtype: torch.dtype, device: torch.device) -> torch.dtype:
-    """The KV cache's element type: "auto" = the model dtype; "fp8" = float8_e4m3fn (with per-position
-    scales), refused on a CUDA device without FP8. On CPU fp8 runs the torch reference path."""
-    if name == "auto":
+    """The KV cache's element type: "auto" and "model" = the model dtype; "fp8" = float8_e4m3fn (with
+    per-position scales), refused on a CUDA device without FP8. On CPU fp8 runs the torch reference path."""
+    if name in ("auto", "model"):
         return dtype
     if device.type == "cuda":
         capability = torch.cuda.get_device_capability(device)

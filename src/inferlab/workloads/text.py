@@ -94,7 +94,7 @@ def hf_backend(config: EngineConfig, steering: SteeringVectors | None = None) ->
     """transformers' generate for any causal LM (workloads/hf_text_backend.py), sized by the engine's knobs."""
     from inferlab.workloads.hf_text_backend import hf_backend as build
 
-    if config.kv_dtype != "auto":
+    if config.kv_dtype not in ("auto", "model"):
         raise ConfigError(
             f"kv_dtype={config.kv_dtype!r} (--kv-dtype) is a setting of the inferlab engine's KV cache; the hf "
             "backend keeps transformers' own cache: use --backend inferlab, or --kv-dtype auto"
@@ -128,7 +128,7 @@ def open_backend(name: str, config: EngineConfig, steering: SteeringVectors | No
 
     if name == "auto":
         problem = engine_architecture_problem(str(config.model))
-        engine_only = config.kv_dtype != "auto"
+        engine_only = config.kv_dtype not in ("auto", "model")
         if problem is not None and engine_only:
             raise UnsupportedError(f"{problem}; kv_dtype={config.kv_dtype!r} needs the inferlab engine: use "
                                    "--kv-dtype auto to run this model on the hf backend")

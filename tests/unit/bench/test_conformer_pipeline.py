@@ -88,9 +88,12 @@ def test_the_read_back_passes_a_good_run_and_catches_every_kind_of_wrong_output(
 def test_the_presets_split_and_name_their_cells():
     cells = build_plan(get_plan_preset("conformer-pipeline")).cells
     cli = [c for c in cells if c.scenario == "conformer-pipeline"]
-    assert sorted(c.config["kv_dtype"] for c in cli) == ["auto", "fp8"] and all(c.config["runs"] == 2 for c in cli)
+    assert sorted(c.config["kv_dtype"] for c in cli) == ["auto", "auto", "fp8"] and all(c.config["runs"] == 2 for c in cli)
+    defaults = [c for c in cli if c.config["max_slots"] == 0]  # no speed flag: --max-num-seqs auto, --kv-dtype auto
+    assert len(defaults) == 1 and defaults[0].config["kv_dtype"] == "auto"
     engine = [c for c in cells if c.scenario == "constrained"]
     assert {c.config["constraint"] for c in engine} == {"on", "off"}
+    assert [(c.config["slots"], c.config["kv_dtype"]) for c in engine if c.config["slots"] != 256] == [(1024, "fp8")]
     for c in cells:
         assert (c.config["num_molecules"], c.config["num_conformers"], c.config["min_heavy_atoms"],
                 c.config["max_heavy_atoms"], c.config["assign_stereo"]) == (400, 8, 20, 50, True)

@@ -48,7 +48,7 @@ def test_quantize_keeps_three_mantissa_bits_and_propagates_nan():
 
 
 def test_kv_dtype_is_validated_and_refused_without_fp8(monkeypatch, tiny_checkpoint):
-    with pytest.raises(ConfigError, match="kv_dtype='int8' is not one of auto, fp8"):
+    with pytest.raises(ConfigError, match="kv_dtype='int8' is not one of auto, model, fp8"):
         EngineConfig(model="m", kv_dtype="int8")
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
@@ -57,6 +57,7 @@ def test_kv_dtype_is_validated_and_refused_without_fp8(monkeypatch, tiny_checkpo
         resolve_kv_dtype("fp8", torch.bfloat16, cuda)
     assert "NVIDIA A100-SXM4-80GB" in str(err.value) and "8.0" in str(err.value) and "--kv-dtype auto" in str(err.value)
     assert resolve_kv_dtype("auto", torch.bfloat16, cuda) == torch.bfloat16
+    assert resolve_kv_dtype("model", torch.bfloat16, cuda) == torch.bfloat16  # the conformer CLI's explicit model dtype
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     assert resolve_kv_dtype("fp8", torch.bfloat16, cuda) == torch.float8_e4m3fn
     assert resolve_kv_dtype("fp8", torch.float32, torch.device("cpu")) == torch.float8_e4m3fn

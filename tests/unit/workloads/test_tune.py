@@ -149,9 +149,9 @@ def test_conformers_tuned_and_applied(tmp_path, tiny_checkpoint):
     recommended = tuned["recommended"].get("max_slots")
     for command in (["conformers", "generate"], ["conformers"]):  # the alias form takes it too
         base = command + ["--model", str(model), "--input", str(sample), "--output", "o.sdf"]
-        assert parsed(base + ["--config", str(out)]).max_slots == recommended
+        assert parsed(base + ["--config", str(out)]).max_slots == (recommended or "auto")  # auto: the default
         assert parsed(base + ["--config", str(out), "--max-slots", "7"]).max_slots == 7
-        assert parsed(base).max_slots is None
+        assert parsed(base).max_slots == "auto"
 
 
 def test_a_wrong_or_bad_file_is_refused(tmp_path, capsys):

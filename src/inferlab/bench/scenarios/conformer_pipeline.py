@@ -60,9 +60,10 @@ KNOBS = (
     Knob("profile", str, "v3-fixed4", "conformer format profile",
          choices=("v3-fixed4", "v3-stripped", "v2-fixed4", "v2-stripped")),
     dtype_knob("weights and activations (--dtype)"),
-    Knob("kv_dtype", str, "auto", "KV cache (--kv-dtype; fp8 needs a build and GPU with the fp8 cache)",
-         choices=("auto", "fp8")),
-    Knob("max_slots", int, 0, "engine rows (--max-slots); 0 = as memory allows", minimum=0),
+    Knob("kv_dtype", str, "auto", "KV cache (--kv-dtype; auto: the CLI's default, its quality gate; model: the model "
+         "dtype; fp8 needs a build and GPU with the fp8 cache)", choices=("auto", "model", "fp8")),
+    Knob("max_slots", int, 0, "engine rows (--max-slots); 0 = the CLI's default (auto: as memory holds, up to "
+         "where a step saturates)", minimum=0),
     Knob("gpus", int, 0, "--gpus N: workers with one GPU each (inferlab.scale); 0 = one process, no scale-out",
          minimum=0),
     Knob("stereo_retries", int, 0, "--stereo-retries", minimum=0),
@@ -172,6 +173,10 @@ def figures_from_summary(s: dict[str, Any], wall: float) -> dict[str, Any]:
         "stream_calls": s["stream_calls"],
         "slots": s["slots"],
         "max_seq_len": s["max_seq_len"],
+        "sizing": s.get("sizing"),  # the rows, row length and KV cache the CLI took, and why (builds since issue 29)
+        "before_engine_s": s.get("before_engine_s"),
+        "length_wait_s": s.get("length_wait_s"),
+        "teardown_s": s.get("teardown_s"),
         "conformers_ok": ok,
         "conformers_error": s["conformers_error"],
         "conformers_generated": s["conformers_generated"],

@@ -16,8 +16,9 @@ host-side calls run between decode chunks: `check` (intake), `assign_rows` (admi
 `move_rows` (compaction), `release_rows` (retirement).
 
 Two implementations, chosen at construction (`mask_impl`, "auto" = Triton on CUDA):
-- "triton" (step_kernels.py): two launches per step, the mask kernel reading only the token classes [V]
-  and a [S, C] allowed-by-class table (rows not in a hole cost nothing);
+- "triton" (step_kernels.py, imported only for it: importing Triton costs ~0.5 s a CPU run never uses): two
+  launches per step, the mask kernel reading only the token classes [V] and a [S, C] allowed-by-class table
+  (rows not in a hole cost nothing);
 - "torch": the CPU path and the reference the kernels are tested on (`choose` and `advance` stay public for
   inferlab/constraints/simulate.py). Its mask gathers one bool row per state from `forbidden [S + 1, V]`
   (row S forbids nothing), which costs about as much as the fill itself, less than deriving the mask from
@@ -34,11 +35,18 @@ import torch
 from inferlab.constraints.program import COPY, HOLE, ConstraintProgram
 from inferlab.constraints.token_automaton import DEAD_STATE, GrammarSet
 from inferlab.engine.constraints.pressure import PressureBuffers, accumulate, lane_pressure
-from inferlab.engine.constraints.step_kernels import RACE_BLOCK, constrained_race, emit_step, mask_step, triton_available
 from inferlab.engine.transfer import tensor_on, to_device
 from inferlab.errors import CapacityError, ConfigError, InputError, UnsupportedError
 
 MASK_IMPLS = ("auto", "torch", "triton")
+RACE_BLOCK = 4096  # token ids per program of the constrained race: the chunks of `chunk_allowed` (step_kernels.py)
+
+
+def _step_kernels():
+    """The Triton implementation's module (the import of Triton with it), where it runs."""
+    from inferlab.engine.constraints import step_kernels
+
+    return step_kernels
 
 
 def chunks_with_moves(transitions: torch.Tensor, token_class: torch.Tensor, block: int = RACE_BLOCK) -> torch.Tensor:
@@ -73,8 +81,8 @@ class ConstraintRuntime:
         if mask_impl not in MASK_IMPLS:
             raise ConfigError(f"mask_impl={mask_impl!r}; choose one of {', '.join(MASK_IMPLS)}")
         if mask_impl == "auto":
-            mask_impl = "triton" if torch.device(device).type == "cuda" and triton_available() else "torch"
-        if mask_impl == "triton" and not triton_available():
+            mask_impl = "triton" if torch.device(device).type == "cuda" and _step_kernels().triton_available() else "torch"
+        if mask_impl == "triton" and not _step_kernels().triton_available():
             raise UnsupportedError("mask_impl='triton' needs the triton package; install it or use 'torch'")
         self.mask_impl = mask_impl
         self.grammar_set_key = grammar_set.key
@@ -98,7 +106,8 @@ class ConstraintRuntime:
         else:
             self.token_class_i32 = self.token_class.to(torch.int32)  # [V] int32
             self.allowed_by_class = (self.transitions != DEAD_STATE).to(torch.int8)  # [S, C] int8
-            self.chunk_allowed = chunks_with_moves(grammar_set.transitions, token_class).to(device)  # [S, V / 4096]
+            self.race_block = RACE_BLOCK
+            self.chunk_allowed = chunks_with_moves(grammar_set.transitions, token_class, self.race_block).to(device)
 
         self.ops = torch.zeros(2, max_rows, max_program_len, dtype=torch.int64, device=device)
         self.op_kind = self.ops[0]  # [R, Lmax] COPY / HOLE (view)
@@ -182,7 +191,7 @@ class ConstraintRuntime:
         accepting states). Copy rows and unconstrained rows are untouched. logits: [B, V] fp32 or bf16.
         With `pressure`, each lane's pressure (pressure.py) goes to pressure.now first."""
         if self.mask_impl == "triton":
-            return mask_step(self, logits, rows, pressure)
+            return _step_kernels().mask_step(self, logits, rows, pressure)
         kind, arg, next_arg, at = self._current(logits.shape[0], rows)
         state = self.state[at]  # [B]
         in_hole = self.active[at] & (kind == HOLE)  # [B]
@@ -212,8 +221,9 @@ class ConstraintRuntime:
         native = self.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
         if self.mask_impl != "triton" or filter_level != FILTER_NONE or not native:
             return None
-        return lambda logits, temperature, seeds, index, rows: constrained_race(self, logits, temperature, seeds,
-                                                                                index, rows, pressure)
+        race = _step_kernels().constrained_race
+        return lambda logits, temperature, seeds, index, rows: race(self, logits, temperature, seeds, index, rows,
+                                                                    pressure)
 
     def emit(
         self,
@@ -226,7 +236,7 @@ class ConstraintRuntime:
         """choose, then advance the rows still live (row_active & ~row_finished): the engine's step. With
         `pressure`, this step's pressure.now is first added to the live constrained rows' accumulators."""
         if self.mask_impl == "triton":
-            return emit_step(self, sampled, row_active, row_finished, rows, pressure)
+            return _step_kernels().emit_step(self, sampled, row_active, row_finished, rows, pressure)
         tokens = self.choose(sampled, rows)
         live = row_active & ~row_finished
         if pressure is not None:

@@ -32,7 +32,6 @@ except ImportError:  # the torch path serves when Triton is missing
     triton = None
 
 BLOCK = 1024  # token ids per mask program
-RACE_BLOCK = 4096  # token ids per program of the constrained race (kernels/triton_sampling.py)
 
 
 def triton_available() -> bool:
@@ -190,7 +189,7 @@ def constrained_race(
     rt = runtime
     view = ConstraintView(rt.active, rt.ptr, rt.last_op, rt.op_kind, rt.op_arg, rt.state, rt.accepting,
                           rt.token_class_i32, rt.allowed_by_class, rt.chunk_allowed, COPY, HOLE)
-    return constrained_race_argmax(logits, temperature, seeds, token_index, view, rows, block=RACE_BLOCK,
+    return constrained_race_argmax(logits, temperature, seeds, token_index, view, rows, block=runtime.race_block,
                                    pressure=pressure.now if pressure is not None else None)
 
 

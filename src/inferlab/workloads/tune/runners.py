@@ -231,7 +231,9 @@ class ConformersRunner:
 
         job = self.job
         config = PipelineConfig(num_conformers=job.num_conformers, profile=job.profile)
-        engine = job.engine_config(**candidate)
+        # the candidate "auto" is the model dtype's cache, which the pipeline calls "model" ("auto" is its gate)
+        kv_dtype = candidate.get("kv_dtype", "auto")
+        engine = job.engine_config(**{**candidate, "kv_dtype": "model" if kv_dtype == "auto" else kv_dtype})
         starts: list[float] = []
         excluded = {"captures_s": 0.0}
 

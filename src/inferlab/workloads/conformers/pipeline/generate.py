@@ -44,7 +44,8 @@ from inferlab.workloads.conformers.pipeline.config import PipelineConfig
 from inferlab.workloads.conformers.pipeline.feed import MoleculeFeed, RequestFeed
 from inferlab.workloads.conformers.pipeline.judge_pool import JudgePool
 from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
-from inferlab.workloads.conformers.pipeline.plan import MoleculeJob, auto_max_seq_len, plan_molecules
+from inferlab.workloads.conformers.pipeline.engine_sizing import describe_rows, size_engine
+from inferlab.workloads.conformers.pipeline.plan import MoleculeJob, length_sample, plan_molecules
 from inferlab.workloads.conformers.pipeline.prepare import MoleculePreparer
 from inferlab.workloads.conformers.pipeline.pressure import PressureTally
 from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
@@ -70,7 +71,8 @@ def generate_conformers(
     on_tokens: TokenCallback | None = None,  # the engine's progress at each sync point
 ) -> PipelineSummary:
     """The engine runs with config.seed and no tokenizer (the preparing processes' GrammarSet constrains, the
-    judges decode); max_seq_len None: sized for the input's largest molecules (plan.auto_max_seq_len)."""
+    judges decode); its rows (max_slots None: auto), row length (max_seq_len None) and KV cache (kv_dtype
+    "auto": the quality gate) are sized for the job by engine_sizing.py."""
     started = time.perf_counter()
     profile = get_profile(config.profile)
     phase = on_phase or (lambda what: None)
@@ -108,6 +110,9 @@ def _generate(engine_config: EngineConfig, jobs: list[MoleculeJob], config: Pipe
     with MoleculePreparer(model, profile.name, config.pool_workers(len(jobs))) as preparer, \
             JudgePool(summary.judge_workers, str(model)) as judges, ExitStack() as life:
         grammar_set = preparer.grammar_set()  # the engine's GrammarSet, the pool's first task
+        sample = length_sample(jobs)
+        for job in sample:  # the largest molecules' programs next: the row length may wait for them
+            preparer.submit(job.record.smiles)
         molecules = MoleculeFeed(jobs, preparer, lookahead=config.lookahead_molecules(None))
         molecules.top_up(0)  # the pool starts on the first molecules while the engine starts
         # only now torch (the engine's import): the pools' processes start up while this process imports it
@@ -116,24 +121,25 @@ def _generate(engine_config: EngineConfig, jobs: list[MoleculeJob], config: Pipe
 
         try:
             model_positions = read_model_spec(model).max_position_embeddings
-            max_seq_len = engine_config.max_seq_len
-            if max_seq_len is None:
-                max_seq_len = auto_max_seq_len(jobs, profile, model_positions)
+            phase("sizing the engine")
+            sizing = size_engine(engine_config, jobs, sample, preparer, profile, model_positions)
             t0 = time.perf_counter()
-            summary.before_engine_s = t0 - started
+            summary.before_engine_s, summary.length_wait_s = t0 - started, sizing.length_wait_s
             phase("starting the engine")
             # no tokenizer in this process: the preparing processes' GrammarSet constrains, the judges decode
-            engine_config = dataclasses.replace(engine_config, seed=config.seed, load_tokenizer=False,
-                                                max_seq_len=max_seq_len)
+            engine_config = dataclasses.replace(sizing.config, seed=config.seed, load_tokenizer=False)
             engine = life.enter_context(Engine(engine_config, grammar_set=grammar_set))
         except UnsupportedError as e:
             raise UnsupportedError(f"{e}; {ENGINE_ONLY}") from None
         summary.engine_start_s = time.perf_counter() - t0
         summary.slots, summary.max_seq_len, summary.device = engine.plan.slots, engine.plan.max_seq_len, str(engine.device)
+        summary.sizing = {"slots": describe_rows(sizing.rows, engine.plan.slots, engine.plan.max_seq_len),
+                          "max_seq_len": f"{engine.plan.max_seq_len} positions: {sizing.length_reason}",
+                          "kv_cache": f"{engine.stats.kv_dtype}: {sizing.kv.reason}"}
         molecules.lookahead = config.lookahead_molecules(engine.plan.slots)
-        log.info("engine ready in %.1f s: %d slots x %d tokens, %s; %d judge processes",
-                 summary.engine_start_s, summary.slots, summary.max_seq_len, config.sampling.describe(),
-                 summary.judge_workers)
+        log.info("engine ready in %.1f s: %s; %s; kv cache %s; %s; %d judge processes", summary.engine_start_s,
+                 summary.sizing["slots"], summary.sizing["max_seq_len"], summary.sizing["kv_cache"],
+                 config.sampling.describe(), summary.judge_workers)
         phase("generating")
         feed = RequestFeed(molecules, engine.plan.max_seq_len, model_positions, config.sampling.params(), rows,
                            preset_checkpoint=(Path(model) / "inferlab_preset.json").is_file())  # model init's

@@ -3,11 +3,12 @@
 `plan_molecules` turns the input records and the rows already written (resume) into molecule jobs: each
 record with the conformer indices it still lacks (ConformerIndices: never listed, so K may be any size),
 unusable records apart (they only become error rows); `row_ids()` are the rows to write, in input order.
-`auto_max_seq_len` sizes the engine's rows before any program is compiled: for the molecules with the
-most atoms it takes an upper bound of prompt + output tokens that needs no tokenizer (every token holds
-at least one character, so a text never has more tokens than characters), and the engine's memory plan
-then fits as many slots as that length allows. A molecule whose exact bound (known once its program is
-compiled) still exceeds the length becomes error rows naming --max-seq-len.
+The engine's row length comes from the molecules with the most atoms (`length_sample`): `auto_max_seq_len`
+takes an upper bound of their prompt + output tokens that needs no tokenizer (every token holds at least one
+character, so a text never has more tokens than characters: ~10% above the exact bound for drug-sized
+molecules); engine_sizing.py takes their exact bound (prompt tokens + the compiled program's bound) when it
+buys rows. Both go through `row_length` (a margin for molecules outside the sample, then the attention's
+block). A molecule whose exact bound still exceeds the length becomes error rows naming --max-seq-len.
 
 Not here: preparing molecules (prepare.py), running them (generate.py).
 """
@@ -31,8 +32,10 @@ from inferlab.workloads.conformers.chemistry.template import build_template
 
 SPECIAL_TOKENS_ALLOWANCE = 4  # BOS and other special tokens a tokenizer may add to the prompt
 LENGTH_SAMPLE = 16  # molecules (most atoms first) whose bound sets the automatic max_seq_len
+# the sample's bound is a bound of the sample only: a molecule with as many atoms outside it (a longer prompt,
+# more copy tokens) may need a little more; 5% is ~2-3 atoms' worth for drug-sized molecules
 LENGTH_MARGIN = 1.05
-LENGTH_STEP = 64
+LENGTH_STEP = 64  # the decode attention's tiles: 64 positions (bf16; the FP8 cache's are 32)
 
 
 @dataclass(frozen=True)
@@ -115,11 +118,23 @@ def token_bound_from_text(smiles: str, profile: FormatProfile) -> int | None:
     return prompt + output
 
 
-def auto_max_seq_len(jobs: Sequence[MoleculeJob], profile: FormatProfile, model_max: int | None) -> int | None:
-    """A row length for the engine that fits the largest molecules of `jobs` (None when there are none)."""
-    largest = heapq.nlargest(LENGTH_SAMPLE, jobs, key=lambda job: (job.record.num_atoms or 0, len(job.record.smiles)))
-    bounds = [b for b in (token_bound_from_text(job.record.smiles, profile) for job in largest) if b is not None]
-    if not bounds:
+def length_sample(jobs: Sequence[MoleculeJob]) -> list[MoleculeJob]:
+    """The LENGTH_SAMPLE jobs with the most atoms (then the longest SMILES): whose bounds size the rows."""
+    return heapq.nlargest(LENGTH_SAMPLE, jobs, key=lambda job: (job.record.num_atoms or 0, len(job.record.smiles)))
+
+
+def row_length(bounds: Iterable[int], model_max: int | None) -> int | None:
+    """The row length for the sample's token bounds: the largest + LENGTH_MARGIN, rounded up to LENGTH_STEP,
+    at most the model's positions (None without a bound)."""
+    largest = max(bounds, default=None)
+    if largest is None:
         return None
-    length = math.ceil(max(bounds) * LENGTH_MARGIN / LENGTH_STEP) * LENGTH_STEP
+    length = math.ceil(largest * LENGTH_MARGIN / LENGTH_STEP) * LENGTH_STEP
     return min(length, model_max) if model_max else length
+
+
+def auto_max_seq_len(jobs: Sequence[MoleculeJob], profile: FormatProfile, model_max: int | None) -> int | None:
+    """A row length for the engine that fits the largest molecules of `jobs` by the character bound (None when
+    there are none)."""
+    bounds = (token_bound_from_text(job.record.smiles, profile) for job in length_sample(jobs))
+    return row_length((b for b in bounds if b is not None), model_max)

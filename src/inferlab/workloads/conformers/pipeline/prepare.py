@@ -144,6 +144,11 @@ class MoleculePreparer(OptionalWorkerPool):
             # the processes end with this one, however it ends (child_processes.py)
             self._pool = spawn_pool(workers, _init_worker, (self.model_dir, profile_name))
 
+    @property
+    def inline(self) -> bool:
+        """Molecules are prepared in this process, each at its `submit`."""
+        return self._pool is None
+
     def submit(self, smiles: str) -> Future:
         future = self._futures.get(smiles)
         if future is None:

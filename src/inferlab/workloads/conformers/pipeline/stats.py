@@ -13,7 +13,8 @@ spent waiting for a full judge window. `drain_s`: waiting for the last verdicts 
 `decode_s` is the judges' CPU time (strict and plain decoding, stereo, SDF records) summed over their
 processes, `write_s` the writing of rows in this process.
 `before_engine_s`: from the call's start to the engine's construction (reading inputs, the resume plan,
-starting the pools, importing torch); `teardown_s`: from the last result to the return (closing the engine
+starting the pools, importing torch, sizing the engine: engine_sizing.py, of which `length_wait_s` waited for
+the largest molecules' programs); `teardown_s`: from the last result to the return (closing the engine
 and the pools). `other_s` is the rest of `wall_s` beyond engine start, generation, consumer and drain (the
 two above included).
 `engine` holds the engine's own figures (EngineStats: start-up phases, prefill and decode device time).
@@ -62,10 +63,12 @@ class PipelineSummary:
     judge_wait_s: float = 0.0
     drain_s: float = 0.0
     before_engine_s: float = 0.0
+    length_wait_s: float = 0.0
     teardown_s: float = 0.0
     stream_calls: int = 0  # Engine.stream calls: 1, plus one per round of retries given after the feed ended
     judge_workers: int = 0
     engine: dict[str, Any] = field(default_factory=dict)  # EngineStats.as_dict() without the GEMM choices
+    sizing: dict[str, str] = field(default_factory=dict)  # slots, max_seq_len, kv_cache: the value and why
     pressure: PressureTally = field(default_factory=PressureTally)
     errors: ErrorGroups = field(default_factory=ErrorGroups)  # this run's error rows by reason
 
@@ -120,6 +123,7 @@ class PipelineSummary:
             "device": self.device,
             "max_seq_len": self.max_seq_len,
             "slots": self.slots,
+            "sizing": self.sizing,
             "stream_calls": self.stream_calls,
             "judge_workers": self.judge_workers,
             "prefill_share": self.prefill_share,
@@ -134,6 +138,7 @@ class PipelineSummary:
             "judge_wait_s": round(self.judge_wait_s, 3),
             "drain_s": round(self.drain_s, 3),
             "before_engine_s": round(self.before_engine_s, 3),
+            "length_wait_s": round(self.length_wait_s, 3),
             "teardown_s": round(self.teardown_s, 3),
             "other_s": round(self.wall_s - self.engine_start_s - self.generate_s - self.consumer_s - self.drain_s, 3),
             "constraint_pressure": self.pressure.figures(),
