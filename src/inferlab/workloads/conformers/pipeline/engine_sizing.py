@@ -121,8 +121,12 @@ def size_engine(config: EngineConfig, jobs: Sequence[MoleculeJob], sample: Seque
             waited = time.perf_counter() - t
             if needs:
                 length = row_length(needs, model_positions)
-                length_reason = (f"the longest row of the {len(sample)} largest molecules ({max(needs)} positions: "
+                longest = max(needs)
+                length_reason = (f"the longest row of the {len(sample)} largest molecules ({longest} positions: "
                                  f"prompt + the constraint's bound), {rounding}")
+                if length != row_length(needs, None):  # capped: the model has fewer positions
+                    length_reason = (f"the model's {model_positions} positions (the longest row of the "
+                                     f"{len(sample)} largest molecules needs {longest}: rows longer are refused)")
         else:
             length_reason += " (memory holds the rows at it)"
         config = dataclasses.replace(config, max_seq_len=length)
