@@ -24,6 +24,7 @@ import torch
 
 from inferlab.engine import SteeringVectors
 from inferlab.errors import ConfigError, InputError
+from inferlab.inputs.fingerprints import FingerprintSet
 from inferlab.models.config_file import read_config
 from inferlab.types import Collect, Result, Steer
 from inferlab.workloads.activation_store import ActivationStore
@@ -145,13 +146,13 @@ class ActivationSink:
         return cls(settings, ActivationStore(settings.output, store_settings), write_row)
 
     @property
-    def done_ids(self) -> set[str]:
+    def done_ids(self) -> FingerprintSet:
         return self.store.done_ids
 
     def add(self, result: Result | None, row: dict[str, Any]) -> None:
         """A finished row: an error goes to the store's index and the JSONL at once, a result waits for its shard."""
         if result is None or not result.ok or not result.activations:
-            self.store.write_error({"id": row["id"], "status": "error", "error": row["error"] or "no activations"})
+            self.error(row)
             self.write_row(row)
             return
         if not self.waiting:
@@ -159,6 +160,10 @@ class ActivationSink:
         self.waiting.append((result, row))
         if len(self.waiting) >= self.settings.shard_rows or time.monotonic() - self.oldest >= self.settings.flush_s:
             self.flush()
+
+    def error(self, row: dict[str, Any]) -> None:
+        """An error row into the store's index (its JSONL line is the caller's to write, after it)."""
+        self.store.write_error({"id": row["id"], "status": "error", "error": row["error"] or "no activations"})
 
     def flush(self) -> None:
         """The waiting results' shard, then their rows. The waiting list is taken first, so whatever
