@@ -111,7 +111,8 @@ class ResumableJsonlWriter:
     another job's rows (say `conformers generate`'s out.jsonl given to `generate`) and is refused, never
     resumed into. `keep_row(row)`: whether a row of an earlier run stands; the others (error rows on a
     rerun with --retry-errors, ok rows whose other output is gone) are taken out of the file and are not
-    `done`, so they are run again and each id keeps one row; `dropped` counts them.
+    `done`, so they are run again and each id keeps one row; `dropped` counts them. `on_done(row)`: told of
+    each row that makes its id done (once per id), for a caller's own tally of them.
 
     Reopening reads the file line by line. A last line without its newline is a torn write (a crash
     mid-row): dropped. Any other line that is not a JSON object (bytes damaged on disk or by hand) is
@@ -121,7 +122,8 @@ class ResumableJsonlWriter:
     writes nothing more, so no row follows a half-written one."""
 
     def __init__(self, path: str | Path, id_field: str = "id", fsync: bool = False,
-                 kind_fields: tuple[str, ...] = (), keep_row: Callable[[dict[str, Any]], bool] | None = None) -> None:
+                 kind_fields: tuple[str, ...] = (), keep_row: Callable[[dict[str, Any]], bool] | None = None,
+                 on_done: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.path = Path(path)
         self.id_field = id_field
         self.fsync = fsync
@@ -134,9 +136,10 @@ class ResumableJsonlWriter:
         if self.path.is_dir():
             raise InputError(f"output {self.path} is a folder; give a file path for the JSONL output")
         if self.path.exists():
-            self._load_and_repair(keep_row)
+            self._load_and_repair(keep_row, on_done)
 
-    def _load_and_repair(self, keep_row: Callable[[dict[str, Any]], bool] | None) -> None:
+    def _load_and_repair(self, keep_row: Callable[[dict[str, Any]], bool] | None,
+                         on_done: Callable[[dict[str, Any]], None] | None) -> None:
         removed: set[int] = set()  # 0-based lines not kept: damaged, dropped, blank
         damaged: list[tuple[int, bytes]] = []
         torn_at: int | None = None  # byte offset of a torn last line
@@ -163,8 +166,10 @@ class ResumableJsonlWriter:
                     removed.add(index)
                     self.dropped += 1
                     continue
-                if self.id_field in row:
-                    self.done.add(str(row[self.id_field]))
+                if self.id_field in row and (key := str(row[self.id_field])) not in self.done:
+                    self.done.add_new(key)
+                    if on_done is not None:
+                        on_done(row)
         if damaged:
             self._set_aside(damaged)
         if removed:

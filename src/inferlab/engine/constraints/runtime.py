@@ -34,16 +34,24 @@ import torch
 from inferlab.constraints.program import COPY, HOLE, ConstraintProgram
 from inferlab.constraints.token_automaton import DEAD_STATE, GrammarSet
 from inferlab.engine.constraints.pressure import PressureBuffers, accumulate, lane_pressure
-from inferlab.engine.constraints.step_kernels import RACE_BLOCK, constrained_race, emit_step, mask_step, triton_available
 from inferlab.engine.transfer import tensor_on, to_device
 from inferlab.errors import CapacityError, ConfigError, InputError, UnsupportedError
 
 MASK_IMPLS = ("auto", "torch", "triton")
 
 
-def chunks_with_moves(transitions: torch.Tensor, token_class: torch.Tensor, block: int = RACE_BLOCK) -> torch.Tensor:
+def _kernels():
+    """step_kernels, imported once the Triton path is chosen: its import loads Triton (~85 MB resident), which
+    the torch path of a CPU run never uses."""
+    from inferlab.engine.constraints import step_kernels
+
+    return step_kernels
+
+
+def chunks_with_moves(transitions: torch.Tensor, token_class: torch.Tensor, block: int | None = None) -> torch.Tensor:
     """[S, ceil(V / block)] int8: 1 where state s has a move for some token of vocabulary chunk c (the
     constrained race skips the other chunks of a hole row without reading their token classes)."""
+    block = block or _kernels().RACE_BLOCK
     states, vocab = transitions.shape[0], token_class.shape[0]
     chunks = -(-vocab // block)
     out = torch.zeros(states, chunks, dtype=torch.int8)
@@ -73,8 +81,8 @@ class ConstraintRuntime:
         if mask_impl not in MASK_IMPLS:
             raise ConfigError(f"mask_impl={mask_impl!r}; choose one of {', '.join(MASK_IMPLS)}")
         if mask_impl == "auto":
-            mask_impl = "triton" if torch.device(device).type == "cuda" and triton_available() else "torch"
-        if mask_impl == "triton" and not triton_available():
+            mask_impl = "triton" if torch.device(device).type == "cuda" and _kernels().triton_available() else "torch"
+        if mask_impl == "triton" and not _kernels().triton_available():
             raise UnsupportedError("mask_impl='triton' needs the triton package; install it or use 'torch'")
         self.mask_impl = mask_impl
         self.grammar_set_key = grammar_set.key
@@ -91,7 +99,7 @@ class ConstraintRuntime:
         self.token_class = token_class.to(device)  # [V] int64
         self.accepting = grammar_set.accepting.to(device)  # [S] bool
         if mask_impl == "torch":
-            forbidden_in_state = grammar_set.transitions[:, token_class] == DEAD_STATE  # [S, V]
+            forbidden_in_state = (grammar_set.transitions == DEAD_STATE)[:, token_class]  # [S, V], no [S, V] int64
             nothing_forbidden = torch.zeros(1, vocab_size, dtype=torch.bool)
             self.forbidden = torch.cat([forbidden_in_state, nothing_forbidden]).to(device)  # [S + 1, V] bool
             self.free_row = num_states  # index of the row of `forbidden` that forbids nothing
@@ -182,7 +190,7 @@ class ConstraintRuntime:
         accepting states). Copy rows and unconstrained rows are untouched. logits: [B, V] fp32 or bf16.
         With `pressure`, each lane's pressure (pressure.py) goes to pressure.now first."""
         if self.mask_impl == "triton":
-            return mask_step(self, logits, rows, pressure)
+            return _kernels().mask_step(self, logits, rows, pressure)
         kind, arg, next_arg, at = self._current(logits.shape[0], rows)
         state = self.state[at]  # [B]
         in_hole = self.active[at] & (kind == HOLE)  # [B]
@@ -212,8 +220,9 @@ class ConstraintRuntime:
         native = self.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
         if self.mask_impl != "triton" or filter_level != FILTER_NONE or not native:
             return None
-        return lambda logits, temperature, seeds, index, rows: constrained_race(self, logits, temperature, seeds,
-                                                                                index, rows, pressure)
+        race = _kernels().constrained_race
+        return lambda logits, temperature, seeds, index, rows: race(self, logits, temperature, seeds, index, rows,
+                                                                    pressure)
 
     def emit(
         self,
@@ -226,7 +235,7 @@ class ConstraintRuntime:
         """choose, then advance the rows still live (row_active & ~row_finished): the engine's step. With
         `pressure`, this step's pressure.now is first added to the live constrained rows' accumulators."""
         if self.mask_impl == "triton":
-            return emit_step(self, sampled, row_active, row_finished, rows, pressure)
+            return _kernels().emit_step(self, sampled, row_active, row_finished, rows, pressure)
         tokens = self.choose(sampled, rows)
         live = row_active & ~row_finished
         if pressure is not None:
