@@ -27,9 +27,9 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Container, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Container, Iterable, Iterator
 
-from inferlab.engine import EngineConfig, SteeringVectors
+from inferlab.engine import EngineConfig
 from inferlab.errors import ConfigError, InputError, UnsupportedError
 from inferlab.input_order import InputOrder
 from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS
@@ -37,15 +37,17 @@ from inferlab.inputs.record_ids import IdClaims, RecordIds
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
 from inferlab.types import Collect, Request, Result, SamplingParams
 from inferlab.workloads.backend import Backend
-from inferlab.workloads.batching import reorder_jsonl
 from inferlab.workloads.engine_backend import EngineBackend
 from inferlab.workloads.error_groups import ErrorGroups
 from inferlab.workloads.text_steering_collection import ActivationSink, CollectSettings, SteerSettings, line_steering
 
+if TYPE_CHECKING:
+    from inferlab.engine import SteeringVectors
+
 log = logging.getLogger(__name__)
 
 # (the engine's configuration: its model and knobs, named steering vectors or None) -> a loaded backend
-BackendFactory = Callable[[EngineConfig, SteeringVectors | None], Backend]
+BackendFactory = Callable[[EngineConfig, "SteeringVectors | None"], Backend]
 
 
 def _is_int(v: Any) -> bool:
@@ -426,6 +428,8 @@ def run_text_generation(
             finally:
                 order.flush(to_end=completed)  # an interrupted run leaves the lines after its last row to the rerun
     if plan.out_of_order or writer.damaged or writer.dropped:
+        from inferlab.workloads.batching import reorder_jsonl  # torch's module (batches): imported after the work
+
         reorder_jsonl(output_path, (r.id for r in records(known.replay())))
     return summary
 

@@ -10,6 +10,10 @@ go to the resumable activation store of `inferlab hidden-states` (workloads/acti
 Resume in both files: a collecting result's activations are written (shard, then index line) before its
 JSONL row, so an id whose row is in the JSONL always has its activations; a rerun skips ids done in both
 and recomputes the others (an id found only in the store is written again and its last entry counts).
+
+The module imports no torch: `generate` reads and plans its input before torch is imported, so the
+fingerprints of the input's ids, held while the plan reads it, do not add to torch's memory; torch comes
+with the backend, the steering vectors or the first activations saved.
 """
 
 from __future__ import annotations
@@ -18,19 +22,19 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-import torch
-
-from inferlab.engine import SteeringVectors
 from inferlab.errors import ConfigError, InputError
-from inferlab.inputs.fingerprints import FingerprintSet
 from inferlab.models.config_file import read_config
 from inferlab.types import Collect, Result, Steer
-from inferlab.workloads.activation_store import ActivationStore
-from inferlab.workloads.hf_loading import DTYPES
+
+if TYPE_CHECKING:
+    from inferlab.engine import SteeringVectors
+    from inferlab.inputs.fingerprints import FingerprintSet
+    from inferlab.workloads.activation_store import ActivationStore
 
 STEER_KEYS = ("steer_layer", "steer_scale", "steer_vector")
+SAVE_DTYPES = ("float32", "bfloat16", "float16")  # hf_loading.DTYPES' names
 
 
 def model_shape(model_dir: str | Path) -> tuple[int, int]:
@@ -56,6 +60,8 @@ class SteerSettings:
 
     @classmethod
     def load(cls, path: str, layer: int | None, scale: float, vector: str | None) -> "SteerSettings":
+        from inferlab.engine import SteeringVectors
+
         vectors = SteeringVectors.load(path)
         if vector is not None and vector not in vectors:
             raise ConfigError(f"--steer-vector {vector!r} is not in {path}; it has {', '.join(vectors.names)}")
@@ -113,8 +119,8 @@ class CollectSettings:
         if bad:
             raise ConfigError(f"--collect-layers {bad} out of range: the model has decoder layers 0.."
                               f"{self.num_layers - 1} (negative numbers count from the end)")
-        if self.save_dtype not in DTYPES:
-            raise ConfigError(f"save dtype {self.save_dtype!r} is not one of {', '.join(DTYPES)}")
+        if self.save_dtype not in SAVE_DTYPES:
+            raise ConfigError(f"save dtype {self.save_dtype!r} is not one of {', '.join(SAVE_DTYPES)}")
 
     @property
     def resolved_layers(self) -> tuple[int, ...]:
@@ -142,6 +148,8 @@ class ActivationSink:
     @classmethod
     def open(cls, settings: CollectSettings, run_settings: dict[str, Any],
              write_row: Callable[[dict[str, Any]], None]) -> "ActivationSink":
+        from inferlab.workloads.activation_store import ActivationStore
+
         store_settings = {**run_settings, **settings.describe()}
         return cls(settings, ActivationStore(settings.output, store_settings), write_row)
 
@@ -172,6 +180,10 @@ class ActivationSink:
         waiting, self.waiting = self.waiting, []
         if not waiting:
             return
+        import torch
+
+        from inferlab.workloads.hf_loading import DTYPES
+
         dtype = DTYPES[self.settings.save_dtype]
         layers = self.settings.resolved_layers
         results = [result for result, _ in waiting]
@@ -187,6 +199,8 @@ class ActivationSink:
         try:
             self.flush()
             s = self.settings
+            from inferlab.workloads.hf_loading import DTYPES
+
             return self.store.assemble(ids_in_order, s.resolved_layers, s.hidden_size, DTYPES[s.save_dtype])
         finally:
             self.store.close()
