@@ -7,7 +7,9 @@ row (about the rows in flight), not by the job.
 run keeps every finished row, and its rerun writes the missing ones after them. Keys are the rows' ids;
 `keys` may be a generator, so a job's rows are never listed up front. The next key is asked for only when
 a row is put or flushed, and asked for again later when `keys` had none yet, so `keys` may also be a queue
-the producer of the rows fills as it goes (each key before its row is put).
+the producer of the rows fills as it goes (each key before its row is put). The next key is asked for only
+once every row before it is written, so a generator of keys may itself write, in their place, rows it
+can make without waiting (a job's error rows for lines that never run): they cost nothing while they wait.
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ class InputOrder:
             self._write(self._held.pop(self._next))
             self._next = _PENDING
 
-    def flush(self) -> None:
-        """Write every held row, in input order; a key never expected comes last."""
-        while self._held and self._peek() is not _PENDING:
+    def flush(self, to_end: bool = False) -> None:
+        """Write every held row, in input order; a key never expected comes last. `to_end`: walk the keys to
+        their end even once nothing is held (the job is complete: what a key generator writes itself, after
+        the last row put, is written too)."""
+        while (self._held or to_end) and self._peek() is not _PENDING:
             if self._next in self._held:
                 self._write(self._held.pop(self._next))
             self._next = _PENDING

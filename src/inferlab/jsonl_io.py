@@ -23,7 +23,8 @@ from typing import Any, Callable, Iterator
 
 from inferlab.errors import InputError, OutputError, write_failed
 from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS, InputLine, read_lines
-from inferlab.inputs.record_ids import RecordIds
+from inferlab.inputs.fingerprints import FingerprintSet
+from inferlab.inputs.record_ids import IdClaims, RecordIds
 from inferlab.outputs.atomic import replace_atomically
 from inferlab.outputs.paths import damaged_path
 
@@ -46,10 +47,11 @@ class InputRecord:
         return self.given_id if self.given_id is not None else self.id
 
 
-def read_jsonl_records(path: str | Path, id_field: str = "id",
-                       max_line_chars: int = DEFAULT_MAX_LINE_CHARS) -> Iterator[InputRecord]:
-    """Yield one InputRecord per non-blank line, each with a unique id."""
-    ids = RecordIds()
+def read_jsonl_records(path: str | Path, id_field: str = "id", max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
+                       ids: IdClaims | None = None) -> Iterator[InputRecord]:
+    """Yield one InputRecord per non-blank line, each with a unique id. `ids`: the claims of this pass (a
+    job reading the file again passes the first pass's `RecordIds.replay()`); None: a pass of its own."""
+    ids = RecordIds() if ids is None else ids
     for line in read_lines(path, max_line_chars):
         if line.error is None and not line.text.strip():
             continue
@@ -102,12 +104,15 @@ def _declared_id(data: dict[str, Any], id_field: str, line_no: int) -> tuple[str
 
 
 class ResumableJsonlWriter:
-    """Append-only JSONL output keyed by `id_field`; `done` holds the ids already written by earlier runs.
+    """Append-only JSONL output keyed by `id_field`; `done` holds the ids written by earlier runs (as
+    fingerprints: a membership test, ~18 bytes an id; the rows this run writes are not added, so a row
+    written costs nothing).
     `kind_fields`: fields every row of this output has; an existing file whose first row lacks one holds
     another job's rows (say `conformers generate`'s out.jsonl given to `generate`) and is refused, never
     resumed into. `keep_row(row)`: whether a row of an earlier run stands; the others (error rows on a
     rerun with --retry-errors, ok rows whose other output is gone) are taken out of the file and are not
-    `done`, so they are run again and each id keeps one row; `dropped` counts them.
+    `done`, so they are run again and each id keeps one row; `dropped` counts them. `on_done(row)`: told of
+    each row that makes its id done (once per id), for a caller's own tally of them.
 
     Reopening reads the file line by line. A last line without its newline is a torn write (a crash
     mid-row): dropped. Any other line that is not a JSON object (bytes damaged on disk or by hand) is
@@ -117,12 +122,13 @@ class ResumableJsonlWriter:
     writes nothing more, so no row follows a half-written one."""
 
     def __init__(self, path: str | Path, id_field: str = "id", fsync: bool = False,
-                 kind_fields: tuple[str, ...] = (), keep_row: Callable[[dict[str, Any]], bool] | None = None) -> None:
+                 kind_fields: tuple[str, ...] = (), keep_row: Callable[[dict[str, Any]], bool] | None = None,
+                 on_done: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.path = Path(path)
         self.id_field = id_field
         self.fsync = fsync
         self.kind_fields = kind_fields
-        self.done: set[str] = set()
+        self.done = FingerprintSet()
         self.dropped = 0  # rows of earlier runs taken out to run again (keep_row)
         self.damaged = 0  # damaged lines of earlier runs set aside
         self._file = None  # opened by the first row
@@ -130,9 +136,10 @@ class ResumableJsonlWriter:
         if self.path.is_dir():
             raise InputError(f"output {self.path} is a folder; give a file path for the JSONL output")
         if self.path.exists():
-            self._load_and_repair(keep_row)
+            self._load_and_repair(keep_row, on_done)
 
-    def _load_and_repair(self, keep_row: Callable[[dict[str, Any]], bool] | None) -> None:
+    def _load_and_repair(self, keep_row: Callable[[dict[str, Any]], bool] | None,
+                         on_done: Callable[[dict[str, Any]], None] | None) -> None:
         removed: set[int] = set()  # 0-based lines not kept: damaged, dropped, blank
         damaged: list[tuple[int, bytes]] = []
         torn_at: int | None = None  # byte offset of a torn last line
@@ -159,8 +166,10 @@ class ResumableJsonlWriter:
                     removed.add(index)
                     self.dropped += 1
                     continue
-                if self.id_field in row:
-                    self.done.add(str(row[self.id_field]))
+                if self.id_field in row and (key := str(row[self.id_field])) not in self.done:
+                    self.done.add_new(key)
+                    if on_done is not None:
+                        on_done(row)
         if damaged:
             self._set_aside(damaged)
         if removed:
@@ -208,7 +217,6 @@ class ResumableJsonlWriter:
         except OSError as e:
             self._failed = write_failed(self.path, e)
             raise self._failed from None
-        self.done.add(str(row[self.id_field]))
 
     def close(self) -> None:
         if self._file is None:

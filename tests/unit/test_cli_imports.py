@@ -97,3 +97,39 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "transforme
 """)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout) == []
+
+
+def test_generate_reads_and_plans_its_input_before_torch_is_imported(tmp_path: Path, tiny_checkpoint):
+    """The plan's pass holds fingerprints of every id of the input while it reads it (tests/unit/
+    test_streaming_memory.py): read before torch, they add nothing to a run's peak memory (1M lines: 301 MB
+    with torch imported first, on the tiny preset at 16 slots). The backend brings torch."""
+    model, prompts, out = tiny_checkpoint("tiny"), tmp_path / "p.jsonl", tmp_path / "out.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "hi"}\n{"id": "b", "prompt_ids": [5]}\n{"id": "c"}\n')
+    done = _child(f"""
+import sys
+from inferlab.cli import main
+from inferlab.types import Result
+from inferlab.workloads import text
+from inferlab.workloads.backend import Backend
+
+seen = []
+
+class Echo(Backend):
+    name = "echo"
+
+    def generate(self, requests, stop_after_steps=None):
+        for request in requests:
+            yield Result(request.id, [1], "x", "length", 1)
+
+def opened(*args, **kwargs):
+    seen.append(sorted({{m.split(".")[0] for m in sys.modules}} & {{"torch", "transformers"}}))
+    return Echo()
+
+text.open_backend = opened
+assert main(["generate", "--model", {str(model)!r}, "--input", {str(prompts)!r}, "--output", {str(out)!r},
+             "--device", "cpu"]) == 0
+print("imported when the backend opened:", seen)
+""")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "imported when the backend opened: [[]]" in done.stdout
+    assert [json.loads(line)["status"] for line in out.read_text().splitlines()] == ["ok", "ok", "error"]

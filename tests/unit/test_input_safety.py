@@ -64,5 +64,5 @@ def test_the_writer_appears_with_the_first_row_and_drops_rows_it_is_told_to(tmp_
         w.write({"id": "\ud800", "status": "ok"})  # a lone surrogate is written escaped, not a crash
     reopened = ResumableJsonlWriter(p, keep_row=lambda row: row["status"] != "error")
     reopened.close()
-    assert reopened.done == {"a", "\ud800"}
+    assert "a" in reopened.done and "\ud800" in reopened.done and len(reopened.done) == 2
     assert [json.loads(line)["id"] for line in p.read_text().splitlines()] == ["a", "\ud800"]

@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from inferlab.cli.token_rate_bar import RateFigures, TokenRateBar
+from inferlab.cli.token_rate_bar import BURST_DRAWN, RateFigures, TokenRateBar
 
 
 def test_rate_and_eta_come_from_engine_tokens_before_any_row():
@@ -57,3 +57,16 @@ def test_the_bar_shows_the_engine_rate_before_the_first_row():
     assert "3/10" in stream.getvalue().replace("\r", "\n").splitlines()[-1]
     assert "3 error rows" in stream.getvalue().replace("\r", "\n").splitlines()[-1]
     bar.close()
+
+
+def test_a_long_burst_of_error_rows_is_drawn_at_the_refresh_rate_and_its_end_at_close():
+    """A million bad lines once cost a redraw each (0.5 ms: ten minutes of a 1M-line run); a burst in one
+    instant now draws a bounded number of times, and close draws its last state."""
+    stream = io.StringIO()
+    bar = TokenRateBar("row", clock=lambda: 5.0, file=stream)
+    bar.start(10_000)
+    for _ in range(10_000):
+        bar.row({"status": "error", "output_tokens": 0})
+    assert stream.getvalue().count("\r") <= BURST_DRAWN + 2
+    bar.close()
+    assert "10000/10000" in stream.getvalue().replace("\r", "\n").splitlines()[-1]

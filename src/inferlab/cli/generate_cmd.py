@@ -101,7 +101,6 @@ def check_model(model: str, backend: str) -> None:
     from inferlab.errors import UnsupportedError
     from inferlab.models.checkpoint_check import check_engine_checkpoint, weight_files
     from inferlab.models.config_file import read_config
-    from inferlab.workloads.hf_loading import hf_fallback_fix
     from inferlab.workloads.text import engine_architecture_problem
 
     read_config(model)
@@ -111,6 +110,8 @@ def check_model(model: str, backend: str) -> None:
             check_engine_checkpoint(model)
         except UnsupportedError as e:
             if backend == "inferlab":
+                from inferlab.workloads.hf_loading import hf_fallback_fix  # transformers and torch: only here
+
                 raise UnsupportedError(f"{e}; {hf_fallback_fix(model)}") from None
             # auto: transformers runs what the engine does not (open_backend falls back, saying why)
 
@@ -146,13 +147,13 @@ def _generate(args: argparse.Namespace) -> int:
             raise ConfigError("--retry-errors runs without --gpus / --launcher for now: rerun the merged output's "
                               "error rows with one process (the same --output), or rerun into a new output")
     check_model(args.model, args.backend)
-    from inferlab.workloads.activation_store import store_folder
-
     engine = engine_config_from(args, seed=args.seed, batching=args.batching, kernels=args.kernels, gemm=args.gemm)
     settings = {**result_settings(args.model, args.backend, defaults, engine),
                 "steering": steer.describe() if steer else None, "collect": collect.describe() if collect else None}
     outputs = [("--output", args.output, True)]
     if collect is not None:
+        from inferlab.workloads.activation_store import store_folder  # torch's module: only with collection
+
         outputs += [("--collect-output", collect.output, True),
                     ("--collect-output's shards", store_folder(collect.output), True)]
     with guarded(args, "generate", settings, {"--input": args.input, "--steer": args.steer}, outputs):

@@ -16,6 +16,8 @@ from tqdm import tqdm
 
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 REFRESH_S = 0.2  # the engine reports every sync point; the bar is redrawn at most this often
+BURST_DRAWN = 16  # error rows drawn at once within one refresh interval (a short burst is shown whole; a
+# long one, a million bad lines, at the refresh rate: a draw costs far more than a row)
 
 
 @dataclass
@@ -91,6 +93,7 @@ class TokenRateBar:
         self._unit, self._validity, self._desc, self._clock = unit, validity, desc, clock
         self._bar: tqdm | None = None
         self._drawn = 0.0
+        self._forced = 0  # draws within the refresh interval that it did not wait for
         self._phase_shown = False
 
     def start(self, total: int, *_: Any) -> None:
@@ -125,14 +128,18 @@ class TokenRateBar:
             f.row_bound += row.get("tokens_bound", 0)
         if self._bar is not None:
             self._bar.n += 1
-        self._draw(force=not ok)  # error rows come in bursts (molecules that cannot run): show each burst whole
+        self._draw(force=not ok)  # error rows come in bursts (molecules that cannot run): show a short one whole
 
     def _draw(self, force: bool) -> None:
         if self._bar is None:
             return
         now = self._clock()
-        if not force and now - self._drawn < REFRESH_S:
+        if now - self._drawn >= REFRESH_S:
+            self._forced = 0
+        elif not force or self._forced >= BURST_DRAWN:
             return
+        else:
+            self._forced += 1
         self._drawn = now
         if self._phase_shown and self.figures.tokens:
             self._phase_shown = False
@@ -142,5 +149,6 @@ class TokenRateBar:
 
     def close(self) -> None:
         if self._bar is not None:
+            self._drawn = -REFRESH_S  # the last state, whatever was drawn just before
             self._draw(force=True)
             self._bar.close()

@@ -33,6 +33,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from inferlab.errors import ConfigError, write_failed
+from inferlab.inputs.fingerprints import FingerprintSet
 from inferlab.jsonl_io import ResumableJsonlWriter
 from inferlab.outputs.atomic import write_json_atomic
 from inferlab.outputs.manifest import json_ready, setting_changes
@@ -62,7 +63,7 @@ class ActivationStore:
         self._next_shard = max(numbers, default=0) + 1
 
     @property
-    def done_ids(self) -> set[str]:
+    def done_ids(self) -> FingerprintSet:
         return self.index.done
 
     def _files(self) -> list[Path]:

@@ -12,6 +12,7 @@ row and rows x padded length is bounded (docs/decisions.md).
 from __future__ import annotations
 
 import json
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence, TypeVar
@@ -19,6 +20,7 @@ from typing import Iterable, Iterator, Sequence, TypeVar
 import torch
 
 from inferlab.errors import ConfigError
+from inferlab.inputs.fingerprints import FingerprintMap
 from inferlab.outputs.atomic import replace_atomically
 
 T = TypeVar("T")
@@ -116,42 +118,44 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right") -
     return input_ids, attention_mask
 
 
-def reorder_jsonl(path: str | Path, ids_in_order: Sequence[str], id_field: str = "id") -> None:
-    """Rewrite a finished JSONL file so rows follow `ids_in_order`; rows whose id is not listed keep their
-    relative order at the end, so nothing is dropped. Reads line offsets, not the whole file, and replaces
-    the file atomically."""
+def reorder_jsonl(path: str | Path, ids_in_order: Iterable[str], id_field: str = "id") -> None:
+    """Rewrite a finished JSONL file so rows follow `ids_in_order` (read once: it may be a stream); rows whose id
+    is not listed keep their relative order at the end, so nothing is dropped. Reads line offsets, not the
+    whole file, kept compact (fingerprints of the ids, arrays of offsets, a byte per line), and replaces the
+    file atomically."""
     p = Path(path)
     if not p.exists():
         return
-    offsets: dict[str, tuple[int, int]] = {}  # id -> (byte offset, length) of its first line
-    spans: list[tuple[int, int]] = []
+    first_line = FingerprintMap()  # id -> the index of its first line
+    starts, lengths = array("q"), array("q")
     with p.open("rb") as f:
         pos = 0
-        for line in f:
-            span = (pos, len(line))
-            spans.append(span)
+        for index, line in enumerate(f):
+            starts.append(pos)
+            lengths.append(len(line))
             pos += len(line)
             try:
                 row_id = str(json.loads(line)[id_field])
             except (ValueError, KeyError, TypeError):  # a line that is not a JSON row, a row without an id
                 continue
-            offsets.setdefault(row_id, span)
-    written: set[tuple[int, int]] = set()
+            if first_line.get(row_id) is None:
+                first_line.set_new(row_id, index)
+    written = bytearray(len(starts))
 
     def copy_in_order(dst) -> None:
         with p.open("rb") as src:
 
-            def copy(span: tuple[int, int]) -> None:
-                src.seek(span[0])
-                dst.write(src.read(span[1]))
-                written.add(span)
+            def copy(index: int) -> None:
+                src.seek(starts[index])
+                dst.write(src.read(lengths[index]))
+                written[index] = 1
 
             for row_id in ids_in_order:
-                span = offsets.get(row_id)
-                if span is not None and span not in written:
-                    copy(span)
-            for span in spans:
-                if span not in written:
-                    copy(span)
+                index = first_line.get(row_id)
+                if index is not None and not written[index]:
+                    copy(index)
+            for index in range(len(starts)):
+                if not written[index]:
+                    copy(index)
 
     replace_atomically(p, copy_in_order)

@@ -115,7 +115,7 @@ class Classifier:
         finished = FinishedRows(report, writer.write, progress)
         preparer = RowPreparer(self.loaded.tokenizer, text_field_getter(options.text_field),
                                options.length_policy(options.resolved_max_length(self.max_positions)),
-                               skip_ids=set(writer.done), on_skip=progress)
+                               skip_ids=writer.done, on_skip=progress)
 
         def on_done(rows: list[TextRow], logits: list[torch.Tensor], seconds: float) -> None:
             write_classified(writer, self.labels, rows, logits, seconds)

@@ -37,7 +37,7 @@ class EngineClassifier:
         finished = FinishedRows(report, writer.write, progress)
         preparer = RowPreparer(self.tokenizer, text_field_getter(options.text_field),
                                options.length_policy(options.resolved_max_length(encoder.max_length)),
-                               skip_ids=set(writer.done), on_skip=progress)
+                               skip_ids=writer.done, on_skip=progress)
 
         def on_results(rows: list[TextRow], logits: list[torch.Tensor], seconds: float) -> None:
             write_classified(writer, self.labels, rows, logits, seconds)

@@ -202,7 +202,7 @@ def run_hf_generation(
         loaded.tokenizer,
         prompt_getter(loaded.tokenizer, options.prompt_field, options.messages_field),
         LengthPolicy(max_prompt, truncate=False, limit_hint=f"shorten the prompt or lower max_new_tokens ({context} positions)"),
-        skip_ids=set(writer.done),
+        skip_ids=writer.done,
         on_skip=progress,
     )
 

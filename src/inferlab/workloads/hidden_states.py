@@ -123,7 +123,7 @@ class HiddenStatesRun:
         self.report = HiddenStatesReport(backend=backend["backend"])
         self.finished = FinishedRows(self.report, self.store.write_error, progress)
         self.preparer = RowPreparer(tokenizer, text_field_getter(options.text_field), options.length_policy(max_length),
-                                    skip_ids=set(self.store.done_ids), on_skip=progress)
+                                    skip_ids=self.store.done_ids, on_skip=progress)
         self.shard = ShardBuffer(self.store, layers, pool, DTYPES[options.save_dtype], self.report)
 
     def on_results(self, rows: list[TextRow], results: list[dict[int, Any]], seconds: float) -> None:

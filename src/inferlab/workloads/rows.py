@@ -10,7 +10,7 @@ record into text (it passes `text_of`), batching or running.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Container, Iterable, Iterator
 
 from inferlab.errors import ConfigError, InputError
 from inferlab.jsonl_io import InputRecord
@@ -85,7 +85,7 @@ class RowPreparer:
         tokenizer,
         text_of: Callable[[dict[str, Any]], str | RowText],
         length: LengthPolicy,
-        skip_ids: set[str] | frozenset[str] = frozenset(),
+        skip_ids: Container[str] = frozenset(),  # ids of rows finished by an earlier run
         add_special_tokens: bool = True,
         on_skip: Callable[[int], None] | None = None,  # told of each row finished by an earlier run
     ) -> None:

@@ -25,27 +25,29 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Container, Iterable, Iterator
 
-from inferlab.engine import EngineConfig, SteeringVectors
+from inferlab.engine import EngineConfig
 from inferlab.errors import ConfigError, InputError, UnsupportedError
 from inferlab.input_order import InputOrder
 from inferlab.inputs.lines import DEFAULT_MAX_LINE_CHARS
+from inferlab.inputs.record_ids import IdClaims, RecordIds
 from inferlab.jsonl_io import InputRecord, ResumableJsonlWriter, read_jsonl_records
 from inferlab.types import Collect, Request, Result, SamplingParams
 from inferlab.workloads.backend import Backend
-from inferlab.workloads.batching import reorder_jsonl
 from inferlab.workloads.engine_backend import EngineBackend
 from inferlab.workloads.error_groups import ErrorGroups
 from inferlab.workloads.text_steering_collection import ActivationSink, CollectSettings, SteerSettings, line_steering
 
+if TYPE_CHECKING:
+    from inferlab.engine import SteeringVectors
+
 log = logging.getLogger(__name__)
 
 # (the engine's configuration: its model and knobs, named steering vectors or None) -> a loaded backend
-BackendFactory = Callable[[EngineConfig, SteeringVectors | None], Backend]
+BackendFactory = Callable[[EngineConfig, "SteeringVectors | None"], Backend]
 
 
 def _is_int(v: Any) -> bool:
@@ -297,7 +299,7 @@ class TextJobPlan:
     out_of_order: bool = False  # a row of an earlier run follows one still to run: reordered at the end
 
 
-def plan_text_job(records: Iterable[InputRecord], done: set[str], defaults: SamplingParams, fit: RowFit,
+def plan_text_job(records: Iterable[InputRecord], done: Container[str], defaults: SamplingParams, fit: RowFit,
                   steer: SteerSettings | None = None, collect: Collect | None = None) -> TextJobPlan:
     plan = TextJobPlan()
     waiting = False  # an id still to run was seen
@@ -331,15 +333,18 @@ def run_text_generation(
     max_line_chars: int = DEFAULT_MAX_LINE_CHARS,  # an input line over it is an error row
 ) -> TextJobSummary:
     """Rows are written in input order (input_order.py) as they finish; on any exit, interrupts included,
-    every finished row is written before the output closes. The input is read twice (the plan, then the
-    requests as the backend pulls them), never held whole: what stays is the ids of rows in flight or
-    waiting for an earlier one, the ids done, and the reader's record of the ids seen (record_ids.py). A
-    run that completes an output an interrupted run left with rows after a gap rewrites it in input order."""
+    every finished row is written before the output closes. The input is read in passes, never held whole:
+    the plan (which claims the ids: inputs/record_ids.py), the requests as the backend pulls them, and the
+    order rows are written in, which lags behind at the oldest row not written and writes the rows of
+    lines that cannot run itself when it reaches them, so such a row costs nothing while it waits. What
+    stays is the rows in flight or waiting for an earlier one, and fingerprints of the ids of earlier
+    runs and of the input (while the plan reads it). A run that completes an output an interrupted run
+    left with rows after a gap rewrites it in input order."""
     summary = TextJobSummary()
     keep_row = (lambda row: row.get("error") is None) if retry_errors else None
 
-    def records() -> Iterator[InputRecord]:
-        return read_jsonl_records(input_path, max_line_chars=max_line_chars)
+    def records(claims: IdClaims) -> Iterator[InputRecord]:
+        return read_jsonl_records(input_path, max_line_chars=max_line_chars, ids=claims)
 
     with ResumableJsonlWriter(output_path, kind_fields=("finish_reason",), keep_row=keep_row) as writer:
         summary.retried = writer.dropped
@@ -349,23 +354,24 @@ def run_text_generation(
             order.put(row["id"], row)
 
         sink = None
-        done = writer.done  # the ids of earlier runs (it grows with the rows written, which are walked already)
+        done: Container[str] = writer.done  # the ids of earlier runs
         if collect is not None:
             settings = {**(run_settings or {}), "steering": steer.describe() if steer is not None else None}
             sink = ActivationSink.open(collect, settings, in_order)
-            done = done & sink.done_ids  # both files must have the row; others are recomputed
+            done = _InBoth(writer.done, sink.done_ids)  # both files must have the row; others are recomputed
         request_collect = collect.request_collect() if collect is not None else None
         fit = RowFit(row_positions)
-        plan = plan_text_job(records(), done, defaults, fit, steer, request_collect)
+        ids = RecordIds()  # the plan's pass claims them; the later passes replay its claims, known
+        plan = plan_text_job(records(ids), done, defaults, fit, steer, request_collect)
+        known = ids.known()
+        del ids  # its fingerprints of every id
         fit.check()
         summary.skipped = plan.skipped
         summary.inputs = plan.skipped + plan.requests + plan.errors
-        walked = _Walked()  # the ids the request pass has reached: the order rows are written in
-        order = InputOrder(walked, writer.write)
         if on_start is not None:
             on_start(plan.requests + plan.errors)
 
-        def emit(row: dict[str, Any], result: Result | None = None) -> None:
+        def finished(row: dict[str, Any]) -> None:
             summary.written += 1
             summary.errors += row["error"] is not None
             if row["error"] is not None:
@@ -373,23 +379,39 @@ def run_text_generation(
             summary.output_tokens += row["output_tokens"]
             if on_row is not None:
                 on_row(row)
+
+        def emit(row: dict[str, Any], result: Result) -> None:
+            finished(row)
             if sink is not None:
                 sink.add(result, row)  # activations first, then the JSONL row
             else:
                 in_order(row)
 
-        def requests() -> Iterator[Request]:
-            """The requests, pulled by the backend as it goes; the lines that cannot run become rows here."""
-            for record in records():
-                if record.id in done:
-                    continue
-                walked.append(record.id)
-                built = build_request(record, defaults, steer, request_collect)
-                if isinstance(built, str):
-                    emit(error_row(record.id, built))
-                else:
-                    yield built
+        def lines_to_run() -> Iterator[tuple[InputRecord, Request | str]]:
+            """The lines no earlier run wrote, each with its request or why it cannot run (one pass)."""
+            for record in records(known.replay()):
+                if record.id not in done:
+                    yield record, build_request(record, defaults, steer, request_collect)
 
+        def row_order() -> Iterator[str]:
+            """The ids of the rows to wait for, in input order; the row of a line that cannot run is written
+            here, when every row before it is (InputOrder asks for the next id only then)."""
+            for record, built in lines_to_run():
+                if not isinstance(built, str):
+                    yield record.id
+                    continue
+                row = error_row(record.id, built)
+                finished(row)
+                if sink is not None:
+                    sink.error(row)
+                writer.write(row)
+
+        def requests() -> Iterator[Request]:
+            """The requests, pulled by the backend as it goes."""
+            return (built for _, built in lines_to_run() if not isinstance(built, str))
+
+        order = InputOrder(row_order(), writer.write)
+        completed = False
         try:
             if plan.requests:
                 backend = open_backend()
@@ -398,28 +420,25 @@ def run_text_generation(
                         emit(result_row(result, backend.name or None), result)
                 finally:
                     backend.close()
-            else:
-                for _ in requests():  # error rows only
-                    pass
+            completed = True
         finally:
             try:
                 if sink is not None:
-                    summary.activation_rows = sink.close(r.id for r in records())
+                    summary.activation_rows = sink.close(r.id for r in records(known.replay()))
             finally:
-                order.flush()
+                order.flush(to_end=completed)  # an interrupted run leaves the lines after its last row to the rerun
     if plan.out_of_order or writer.damaged or writer.dropped:
-        reorder_jsonl(output_path, [r.id for r in records()])
+        from inferlab.workloads.batching import reorder_jsonl  # torch's module (batches): imported after the work
+
+        reorder_jsonl(output_path, (r.id for r in records(known.replay())))
     return summary
 
 
-class _Walked(deque):
-    """Ids in input order as the request pass reaches them, taken by InputOrder as it writes: an iterator
-    that has nothing (yet) until the pass appends more (InputOrder asks again later)."""
+class _InBoth:
+    """Membership in two collections at once."""
 
-    def __next__(self) -> str:
-        if not self:
-            raise StopIteration
-        return self.popleft()
+    def __init__(self, first: Container[str], second: Container[str]) -> None:
+        self._first, self._second = first, second
 
-    def __iter__(self) -> "_Walked":
-        return self
+    def __contains__(self, key: object) -> bool:
+        return key in self._first and key in self._second

@@ -10,6 +10,10 @@ go to the resumable activation store of `inferlab hidden-states` (workloads/acti
 Resume in both files: a collecting result's activations are written (shard, then index line) before its
 JSONL row, so an id whose row is in the JSONL always has its activations; a rerun skips ids done in both
 and recomputes the others (an id found only in the store is written again and its last entry counts).
+
+The module imports no torch: `generate` reads and plans its input before torch is imported, so the
+fingerprints of the input's ids, held while the plan reads it, do not add to torch's memory; torch comes
+with the backend, the steering vectors or the first activations saved.
 """
 
 from __future__ import annotations
@@ -18,18 +22,19 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-import torch
-
-from inferlab.engine import SteeringVectors
 from inferlab.errors import ConfigError, InputError
 from inferlab.models.config_file import read_config
 from inferlab.types import Collect, Result, Steer
-from inferlab.workloads.activation_store import ActivationStore
-from inferlab.workloads.hf_loading import DTYPES
+
+if TYPE_CHECKING:
+    from inferlab.engine import SteeringVectors
+    from inferlab.inputs.fingerprints import FingerprintSet
+    from inferlab.workloads.activation_store import ActivationStore
 
 STEER_KEYS = ("steer_layer", "steer_scale", "steer_vector")
+SAVE_DTYPES = ("float32", "bfloat16", "float16")  # hf_loading.DTYPES' names
 
 
 def model_shape(model_dir: str | Path) -> tuple[int, int]:
@@ -55,6 +60,8 @@ class SteerSettings:
 
     @classmethod
     def load(cls, path: str, layer: int | None, scale: float, vector: str | None) -> "SteerSettings":
+        from inferlab.engine import SteeringVectors
+
         vectors = SteeringVectors.load(path)
         if vector is not None and vector not in vectors:
             raise ConfigError(f"--steer-vector {vector!r} is not in {path}; it has {', '.join(vectors.names)}")
@@ -112,8 +119,8 @@ class CollectSettings:
         if bad:
             raise ConfigError(f"--collect-layers {bad} out of range: the model has decoder layers 0.."
                               f"{self.num_layers - 1} (negative numbers count from the end)")
-        if self.save_dtype not in DTYPES:
-            raise ConfigError(f"save dtype {self.save_dtype!r} is not one of {', '.join(DTYPES)}")
+        if self.save_dtype not in SAVE_DTYPES:
+            raise ConfigError(f"save dtype {self.save_dtype!r} is not one of {', '.join(SAVE_DTYPES)}")
 
     @property
     def resolved_layers(self) -> tuple[int, ...]:
@@ -141,17 +148,19 @@ class ActivationSink:
     @classmethod
     def open(cls, settings: CollectSettings, run_settings: dict[str, Any],
              write_row: Callable[[dict[str, Any]], None]) -> "ActivationSink":
+        from inferlab.workloads.activation_store import ActivationStore
+
         store_settings = {**run_settings, **settings.describe()}
         return cls(settings, ActivationStore(settings.output, store_settings), write_row)
 
     @property
-    def done_ids(self) -> set[str]:
+    def done_ids(self) -> FingerprintSet:
         return self.store.done_ids
 
     def add(self, result: Result | None, row: dict[str, Any]) -> None:
         """A finished row: an error goes to the store's index and the JSONL at once, a result waits for its shard."""
         if result is None or not result.ok or not result.activations:
-            self.store.write_error({"id": row["id"], "status": "error", "error": row["error"] or "no activations"})
+            self.error(row)
             self.write_row(row)
             return
         if not self.waiting:
@@ -160,6 +169,10 @@ class ActivationSink:
         if len(self.waiting) >= self.settings.shard_rows or time.monotonic() - self.oldest >= self.settings.flush_s:
             self.flush()
 
+    def error(self, row: dict[str, Any]) -> None:
+        """An error row into the store's index (its JSONL line is the caller's to write, after it)."""
+        self.store.write_error({"id": row["id"], "status": "error", "error": row["error"] or "no activations"})
+
     def flush(self) -> None:
         """The waiting results' shard, then their rows. The waiting list is taken first, so whatever
         interrupts the flush (a signal, a full disk), no row is flushed twice: a row whose shard or JSONL line
@@ -167,6 +180,10 @@ class ActivationSink:
         waiting, self.waiting = self.waiting, []
         if not waiting:
             return
+        import torch
+
+        from inferlab.workloads.hf_loading import DTYPES
+
         dtype = DTYPES[self.settings.save_dtype]
         layers = self.settings.resolved_layers
         results = [result for result, _ in waiting]
@@ -182,6 +199,8 @@ class ActivationSink:
         try:
             self.flush()
             s = self.settings
+            from inferlab.workloads.hf_loading import DTYPES
+
             return self.store.assemble(ids_in_order, s.resolved_layers, s.hidden_size, DTYPES[s.save_dtype])
         finally:
             self.store.close()

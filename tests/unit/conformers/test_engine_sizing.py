@@ -85,7 +85,7 @@ def job(tiny_checkpoint, tmp_path_factory):
 def _size(job, preparer, **engine):
     model, jobs, positions = job
     config = EngineConfig(model=model, device="cpu", **engine)
-    return size_engine(config, jobs, length_sample(jobs), preparer, PROFILE, positions)
+    return size_engine(config, sum(len(j.todo) for j in jobs), length_sample(jobs), preparer, PROFILE, positions)
 
 
 def test_in_process_preparation_sizes_the_rows_to_the_longest_row_exactly(job):

@@ -99,4 +99,5 @@ def test_hostile_ids_keep_every_record_readable(tmp_path):
     records = list(read_sdf(path))
     assert [sdf_id(r.prop("input_id")) for r in records] == ids and all(r.mol is not None for r in records)
     assert records[-1].prop("input_id") == "plain id" and records[-1].mol.GetProp("_Name") == "plain id"
-    assert record_row_ids(path) == {f"{i}#0" for i in ids}
+    held = record_row_ids(path)
+    assert all(f"{i}#0" in held for i in ids) and len(held) == len(ids)

@@ -74,7 +74,7 @@ def test_the_identical_command_resumes_its_activation_store(tmp_path):
     store.write_shard(["a"], [2], {0: torch.zeros(1, 4)})
     store.close()  # killed here: the rerun must go on from row "a"
     resumed = ActivationStore(tmp_path / "acts.safetensors", settings)
-    assert resumed.done_ids == {"a"}
+    assert "a" in resumed.done_ids and len(resumed.done_ids) == 1
     resumed.close()
 
 

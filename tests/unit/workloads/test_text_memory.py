@@ -1,6 +1,7 @@
 """`inferlab generate` reads its input as a stream: the requests reach the backend as they are read (rows are
 written while the input is still being read) and what the job keeps grows by a small bound per input line
-(the ids done and seen), not by the requests: 1M lines once took ~1 GB, the requests listed up front."""
+(fingerprints of the ids, while the planning pass reads them), not by the requests: 1M lines once took ~1 GB,
+the requests listed up front. tests/unit/test_streaming_memory.py measures the bytes per line with tracemalloc."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
 @pytest.mark.slow
 def test_memory_grows_by_a_small_bound_per_input_line(tmp_path):
     """ru_maxrss (KB) of a run on N lines minus the process's before it, for two N: the difference per line
-    is the job's memory per line (~280 bytes here: the ids done and seen; with the requests held, ~680)."""
+    is the job's memory per line (with the requests held, ~680 bytes)."""
     grown = {}
     for n in (2_000, 20_000):
         paths = [str(tmp_path / f"in{n}.jsonl"), str(tmp_path / f"o{n}.jsonl")]

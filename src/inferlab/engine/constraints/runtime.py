@@ -99,7 +99,7 @@ class ConstraintRuntime:
         self.token_class = token_class.to(device)  # [V] int64
         self.accepting = grammar_set.accepting.to(device)  # [S] bool
         if mask_impl == "torch":
-            forbidden_in_state = grammar_set.transitions[:, token_class] == DEAD_STATE  # [S, V]
+            forbidden_in_state = (grammar_set.transitions == DEAD_STATE)[:, token_class]  # [S, V], no [S, V] int64
             nothing_forbidden = torch.zeros(1, vocab_size, dtype=torch.bool)
             self.forbidden = torch.cat([forbidden_in_state, nothing_forbidden]).to(device)  # [S + 1, V] bool
             self.free_row = num_states  # index of the row of `forbidden` that forbids nothing

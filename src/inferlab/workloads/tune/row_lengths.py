@@ -36,12 +36,12 @@ def generate_row_length(sample: Path, model: str, max_new_tokens: int) -> int:
 
 def conformers_row_length(sample: Path, model: str, profile: str, num_conformers: int) -> int:
     from inferlab.models.config import read_model_spec
-    from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+    from inferlab.workloads.conformers.chemistry.inputs import MoleculeFile
     from inferlab.workloads.conformers.chemistry.profiles import get_profile
-    from inferlab.workloads.conformers.pipeline.plan import auto_max_seq_len, plan_molecules
+    from inferlab.workloads.conformers.pipeline.plan import NothingDone, auto_max_seq_len, plan_molecules
 
-    plan = plan_molecules(read_molecule_inputs(sample), (), num_conformers)
-    length = auto_max_seq_len(plan.jobs, get_profile(profile), read_model_spec(model).max_position_embeddings)
+    plan = plan_molecules(MoleculeFile.open(sample).records(), NothingDone(), num_conformers)
+    length = auto_max_seq_len(plan.largest, get_profile(profile), read_model_spec(model).max_position_embeddings)
     if length is None:
         raise InputError(f"--sample {sample} has no usable molecule; run inferlab conformers generate on it to see why")
     return length

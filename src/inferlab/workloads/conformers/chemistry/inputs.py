@@ -9,8 +9,9 @@ RDKit parses it: RDKit crashes the process on tens of thousands), an unparsable 
 becomes a record with `error` set (and the reason), so a long batch goes on and the error is reported
 beside the results. Ids come from inputs/record_ids.py: a missing id becomes `line-<n>`, a line repeating
 an earlier id is an error record under its own `line-<n>` (`given_id` keeps the id it declared). Which
-columns were used is told in `MoleculeInputs.description`. Not here: canonicalisation (smiles.py) and the
-molecules' templates.
+columns were used is told in `description`. `MoleculeFile` reads the records as a stream, one pass at a
+time (a job over millions of lines holds none of them); `read_molecule_inputs` lists them. Not here:
+canonicalisation (smiles.py) and the molecules' templates.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from inferlab.errors import InputError
 from inferlab.inputs.lines import InputLine, read_lines
-from inferlab.inputs.record_ids import RecordIds
+from inferlab.inputs.record_ids import IdClaims, RecordIds
 from inferlab.workloads.conformers.chemistry.input_bounds import InputBounds
 from inferlab.workloads.conformers.chemistry.smiles import parse_smiles, smiles_text_problem
 
@@ -67,26 +68,54 @@ def read_molecule_inputs(
     path: str | Path, smiles_column: str | None = None, id_column: str | None = None,
     bounds: InputBounds = InputBounds(),
 ) -> MoleculeInputs:
-    """Read every record of `path`; raises InputError only for a missing file, an unknown kind, an unreadable
-    header or no SMILES column."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"input file {p} does not exist")
-    reader = _READERS.get(p.suffix.lower())
+    """Every record of `path`, listed; raises InputError only for a missing file, an unknown kind, an
+    unreadable header or no SMILES column. A job over a large input reads a MoleculeFile's records instead."""
+    molecules = MoleculeFile.open(path, smiles_column, id_column, bounds)
+    return MoleculeInputs(tuple(molecules.records()), molecules.description)
+
+
+@dataclass(frozen=True)
+class MoleculeFile:
+    """A molecule input read as a stream, as often as a job needs (one pass per `records()` call)."""
+
+    path: Path
+    smiles_column: str | None
+    id_column: str | None
+    bounds: InputBounds
+    description: str  # the file kind and the columns found, for the user
+
+    @classmethod
+    def open(cls, path: str | Path, smiles_column: str | None = None, id_column: str | None = None,
+             bounds: InputBounds = InputBounds()) -> "MoleculeFile":
+        """The file checked (InputError for a missing file, an unknown kind, an unreadable header or no SMILES
+        column); nothing is read past its header."""
+        p = Path(path)
+        _, description = _rows_of(p, smiles_column, id_column, bounds)
+        return cls(p, smiles_column, id_column, bounds, description)
+
+    def records(self, ids: IdClaims | None = None) -> Iterator[MoleculeInput]:
+        """Every record, in file order; `ids`: the claims of this pass (a later pass gets the first one's
+        `RecordIds.known().replay()`), None: a pass of its own."""
+        rows, _ = _rows_of(self.path, self.smiles_column, self.id_column, self.bounds)
+        ids = RecordIds() if ids is None else ids
+        for line_no, declared_id, smiles, error in rows:
+            claim = ids.claim(declared_id, line_no)
+            num_atoms = None
+            if claim.repeated:
+                error = claim.repeat_error()
+            elif error is None:
+                error, num_atoms = _parse(smiles, self.bounds.max_atoms)
+            yield MoleculeInput(line_no, claim.id, smiles, error, num_atoms, claim.given_id)
+
+
+def _rows_of(path: Path, smiles_column: str | None, id_column: str | None,
+             bounds: InputBounds) -> tuple[Iterator["Row"], str]:
+    if not path.is_file():
+        raise InputError(f"input file {path} does not exist")
+    reader = _READERS.get(path.suffix.lower())
     if reader is None:
-        raise InputError(f"input {p}: unknown file kind {p.suffix!r}; use one of {', '.join(_READERS)}")
-    rows, description = reader(p, smiles_column, id_column, bounds.max_line_chars)
-    records: list[MoleculeInput] = []
-    ids = RecordIds()
-    for line_no, declared_id, smiles, error in rows:
-        claim = ids.claim(declared_id, line_no)
-        num_atoms = None
-        if claim.repeated:
-            error = claim.repeat_error()
-        elif error is None:
-            error, num_atoms = _parse(smiles, bounds.max_atoms)
-        records.append(MoleculeInput(line_no, claim.id, smiles, error, num_atoms, claim.given_id))
-    return MoleculeInputs(tuple(records), description)
+        raise InputError(f"input {path}: unknown file kind {path.suffix!r}; use one of {', '.join(_READERS)}")
+    return reader(path, smiles_column, id_column, bounds.max_line_chars)
 
 
 Row = tuple[int, str | None, str | None, str | None]  # line, declared id (None: none), smiles, error

@@ -16,7 +16,7 @@ Not here: the JSONL side and resume bookkeeping (pipeline/output.py).
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -24,7 +24,8 @@ from urllib.parse import unquote
 from rdkit import Chem
 
 from inferlab.errors import OutputError, write_failed
-from inferlab.outputs.atomic import write_text_atomic
+from inferlab.inputs.fingerprints import FingerprintSet
+from inferlab.outputs.atomic import replace_atomically
 from inferlab.workloads.conformers.chemistry.rdkit_messages import rdkit_log
 
 RECORD_END = "$$$$"  # the line that ends a record
@@ -51,7 +52,7 @@ def sdf_id(text: str) -> str:
 class ConformerSdfWriter:
     """Append conformers to `path`; `keep_row_ids` (on reopen) drops records whose row is not listed."""
 
-    def __init__(self, path: str | Path, keep_row_ids: set[str] | None = None) -> None:
+    def __init__(self, path: str | Path, keep_row_ids: Container[str] | None = None) -> None:
         self.path = Path(path)
         self._file = None  # opened by the first record
         self._failed: OutputError | None = None  # a failed write: nothing more is appended after it
@@ -125,30 +126,41 @@ def format_record(
     return buffer.getvalue()
 
 
-def record_row_ids(path: str | Path) -> set[str]:
-    """The row ids (as given, not escaped) of the complete records of `path`."""
-    return {sdf_id(r) for r in (_property(record, "row_id") for record in _records(Path(path))[0]) if r is not None}
+def record_row_ids(path: str | Path) -> FingerprintSet:
+    """The row ids (as given, not escaped) of the complete records of `path`, read one record at a time."""
+    ids = FingerprintSet()
+    for record, complete in _records(Path(path)):
+        row = _property(record, "row_id") if complete else None
+        if row is not None:
+            ids.add(sdf_id(row))
+    return ids
 
 
-def _repair(path: Path, keep_row_ids: set[str] | None) -> None:
-    complete, torn = _records(path)
-    kept = complete
-    if keep_row_ids is not None:
-        kept = [r for r in complete if sdf_id(_property(r, "row_id") or "") in keep_row_ids]
-    if torn or len(kept) < len(complete):
-        write_text_atomic(path, "".join(kept))
+def _repair(path: Path, keep_row_ids: Container[str] | None) -> None:
+    """Drop a torn tail and the records whose row is not kept: a first pass looks, a second rewrites the file
+    (through a temporary file) only when something goes; neither holds more than a record."""
+
+    def kept(record: str, complete: bool) -> bool:
+        return complete and (keep_row_ids is None or sdf_id(_property(record, "row_id") or "") in keep_row_ids)
+
+    if all(kept(record, complete) for record, complete in _records(path)):
+        return
+    replace_atomically(path, lambda out: out.writelines(
+        record.encode("utf-8") for record, complete in _records(path) if kept(record, complete)))
 
 
-def _records(path: Path) -> tuple[list[str], bool]:
-    """(every complete record of `path` with its `$$$$` line, whether a torn record follows them)."""
-    records, current = [], []
+def _records(path: Path) -> Iterator[tuple[str, bool]]:
+    """(record with its `$$$$` line, True) for every complete record of `path`, then (the rest, False) when a
+    torn record follows them."""
+    current: list[str] = []
     with path.open(encoding="utf-8", errors="replace", newline="") as f:
         for line in f:
             current.append(line)
             if line.rstrip("\r\n") == RECORD_END and line.endswith("\n"):
-                records.append("".join(current))
+                yield "".join(current), True
                 current = []
-    return records, bool(current)
+    if current:
+        yield "".join(current), False
 
 
 def _property(record: str, name: str) -> str | None:

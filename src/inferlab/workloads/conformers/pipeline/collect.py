@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -41,26 +41,43 @@ RowCallback = Callable[[dict[str, Any]], None]
 
 
 class RowWriter:
-    """Writes rows through the ConformerResultWriter in the order of `row_ids` (the plan's, input order),
-    keeps the summary's counts and tells `on_row` ({"id", "input_id", "conformer_index", "status",
-    "generated", "output_tokens", "tokens_bound"}) as each finishes; `generated` is False for rows of molecules
-    that never reached the engine, `output_tokens` counts every attempt, `tokens_bound` their programs' bound
-    (a progress bar's estimate of what the rows still running will take). `flush()` writes the finished rows
-    still waiting for an earlier one (the run is ending)."""
+    """Writes rows through the ConformerResultWriter in the order of `jobs` (every record with rows to write,
+    in input order, read as a stream), keeps the summary's counts and tells `on_row` ({"id", "input_id",
+    "conformer_index", "status", "generated", "output_tokens", "tokens_bound"}) as each finishes; `generated`
+    is False for rows of molecules that never reached the engine, `output_tokens` counts every attempt,
+    `tokens_bound` their programs' bound (a progress bar's estimate of what the rows still running will take).
+    The rows of a record that cannot be used are written when the order reaches it (nothing waits for them).
+    `flush()` writes the finished rows still waiting for an earlier one (the run is ending)."""
 
     def __init__(self, writer: ConformerResultWriter, summary: PipelineSummary, on_row: RowCallback | None,
-                 row_ids: Iterable[str]) -> None:
+                 jobs: Iterable[MoleculeJob]) -> None:
         self.writer, self.summary, self.on_row = writer, summary, on_row
-        self._order = InputOrder(row_ids, lambda write: write())
+        self._order = InputOrder(self._row_order(jobs), lambda write: write())
+
+    def _row_order(self, jobs: Iterable[MoleculeJob]) -> Iterator[str]:
+        """The ids of the rows to wait for; an unusable record's rows are written here, in their turn (the
+        next id is asked for once every row before it is written)."""
+        for job in jobs:
+            record = job.record
+            if record.ok:
+                yield from (row_id(record.id, k) for k in job.todo)
+                continue
+            message = record.error or "unusable input"
+            for k in job.todo:
+                self.writer.write_error(record.id, record.smiles, k, message, None)
+                self._count_error(job, k, message, None, 0)
 
     def error(self, job: MoleculeJob, message: str, indices=None, fields: dict | None = None, bound: int = 0) -> None:
         record = job.record
         for k in job.todo if indices is None else indices:
             self._order.put(row_id(record.id, k), lambda k=k: self.writer.write_error(
                 record.id, record.smiles, k, message, fields))
-            self.summary.conformers_error += 1
-            self.summary.errors.add(row_id(record.id, k), message)
-            self._tell(job, k, "error", fields, bound)
+            self._count_error(job, k, message, fields, bound)
+
+    def _count_error(self, job: MoleculeJob, k: int, message: str, fields: dict | None, bound: int) -> None:
+        self.summary.conformers_error += 1
+        self.summary.errors.add(row_id(job.record.id, k), message)
+        self._tell(job, k, "error", fields, bound)
 
     def ok(self, job: MoleculeJob, k: int, canonical: str, record: str, fields: dict, bound: int = 0) -> None:
         # the row's `smiles` is the input's, as in error rows (the writer would put the canonical form there)
@@ -70,8 +87,9 @@ class RowWriter:
         self.summary.conformers_ok += 1
         self._tell(job, k, "ok", fields, bound)
 
-    def flush(self) -> None:
-        self._order.flush()
+    def flush(self, to_end: bool = False) -> None:
+        """`to_end`: the run is complete: the rows the order writes itself after the last one put too."""
+        self._order.flush(to_end)
 
     def _tell(self, job: MoleculeJob, k: int, status: str, fields: dict | None, bound: int) -> None:
         if self.on_row is not None:

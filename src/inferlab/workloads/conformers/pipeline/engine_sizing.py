@@ -11,7 +11,7 @@ step is ~1,000 small ops on one thread (EngineConfig.cpu_threads), tuned at 16 r
 (benchmarks/checks/2026-12-01-cpu-speed): 16.
 
 Length: the job's longest row, prompt + the compiled program's bound (PreparedMolecule.tokens_needed), of the
-molecules with the most atoms (plan.length_sample), + 5%, rounded up to the attention's 64-position tiles
+molecules with the most atoms (plan.MoleculePlan.largest), + 5%, rounded up to the attention's 64-position tiles
 (plan.row_length). Those programs come from the preparing pool, which starts up beside this process (a
 tokenizer and a GrammarSet per process: seconds), so the exact bound is waited for only where it buys
 something: when the molecules are prepared in this process anyway, or when the memory plan at the
@@ -94,17 +94,18 @@ class EngineSizing:
     length_wait_s: float  # waited for the sample's programs before the engine
 
 
-def size_engine(config: EngineConfig, jobs: Sequence[MoleculeJob], sample: Sequence[MoleculeJob], preparer: Any,
+def size_engine(config: EngineConfig, requests: int, sample: Sequence[MoleculeJob], preparer: Any,
                 profile: FormatProfile, model_positions: int | None) -> EngineSizing:
-    """`config` with its rows, row length and KV cache set for the job; `sample`: plan.length_sample(jobs),
-    submitted to `preparer` (prepare.MoleculePreparer) before anything else, so that their programs come
-    first; max_slots None is `--max-num-seqs auto`."""
+    """`config` with its rows, row length and KV cache set for the job; `requests`: the job's rows to
+    generate; `sample`: plan.MoleculePlan.largest (its molecules with the most atoms), submitted to
+    `preparer` (prepare.MoleculePreparer) before anything else, so that their programs come first;
+    max_slots None is `--max-num-seqs auto`."""
     from inferlab.engine import fp8_kv_supported, resolve_device
 
     device = resolve_device(config.device)
     kv = choose_kv_dtype(config.kv_dtype, read_kv_gate(), device.type, fp8_kv_supported(device))
     config = dataclasses.replace(config, kv_dtype=kv.kv_dtype)
-    cap = auto_row_cap(device.type, sum(len(job.todo) for job in jobs)) if config.max_slots is None else None
+    cap = auto_row_cap(device.type, requests) if config.max_slots is None else None
     wanted = cap.rows if cap is not None else config.max_slots
     if cap is not None:
         config = dataclasses.replace(config, slot_cap=cap.rows)

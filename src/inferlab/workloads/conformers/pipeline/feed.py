@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from inferlab.types import Request, SamplingParams
@@ -33,30 +33,43 @@ LONG_CONTEXT_PRESET = "qwen3-chem-mini"  # the smallest preset with the qwen3-ch
 
 
 class MoleculeFeed:
-    """The jobs' prepared molecules in input order, keeping the pool `lookahead` molecules ahead."""
+    """The jobs' prepared molecules in input order, keeping the pool `lookahead` molecules ahead. `jobs` is
+    read as it goes (a stream of the input): what is held is the molecules submitted and not taken yet; a
+    SMILES that comes back after they are gone is prepared again."""
 
-    def __init__(self, jobs: list[MoleculeJob], preparer: MoleculePreparer, lookahead: int) -> None:
-        self.jobs, self.preparer, self.lookahead = jobs, preparer, lookahead
-        self._submitted = 0
-        self._uses = Counter(job.record.smiles for job in jobs)
+    def __init__(self, jobs: Iterable[MoleculeJob], preparer: MoleculePreparer, lookahead: int) -> None:
+        self.preparer, self.lookahead = preparer, lookahead
+        self._jobs = iter(jobs)
+        self._submitted: deque[MoleculeJob] = deque()  # not taken yet, in input order
+        self._uses: Counter[str] = Counter()  # their SMILES
         self.wait_s = 0.0  # waited for the pool (molecules not prepared in time)
         self.cpu_s = 0.0  # the pool's own work on the molecules taken
 
-    def top_up(self, position: int) -> None:
-        while self._submitted < min(len(self.jobs), position + self.lookahead):
-            self.preparer.submit(self.jobs[self._submitted].record.smiles)
-            self._submitted += 1
+    def top_up(self, beside: int = 0) -> None:
+        """Submit molecules until `lookahead` (and the `beside` about to be taken) are submitted and not taken."""
+        while len(self._submitted) < self.lookahead + beside:
+            job = next(self._jobs, None)
+            if job is None:
+                return
+            self.preparer.submit(job.record.smiles)
+            self._uses[job.record.smiles] += 1
+            self._submitted.append(job)
 
     def __iter__(self) -> Iterator[tuple[MoleculeJob, PreparedMolecule]]:
-        for position, job in enumerate(self.jobs):
-            self.top_up(position + 1)
+        while True:
+            self.top_up(beside=1)
+            if not self._submitted:
+                return
+            job = self._submitted.popleft()
+            smiles = job.record.smiles
             t = time.perf_counter()
-            prepared = self.preparer.result(job.record.smiles)
+            prepared = self.preparer.result(smiles)
             self.wait_s += time.perf_counter() - t
             self.cpu_s += prepared.seconds
-            self._uses[job.record.smiles] -= 1
-            if self._uses[job.record.smiles] == 0:
-                self.preparer.forget(job.record.smiles)
+            self._uses[smiles] -= 1
+            if self._uses[smiles] == 0:
+                del self._uses[smiles]
+                self.preparer.forget(smiles)
             yield job, prepared
 
 

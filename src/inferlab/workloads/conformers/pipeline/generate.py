@@ -2,7 +2,10 @@
 valid ones plus one JSONL row per conformer. The library side of `inferlab conformers generate`.
 
 The wiring, in input order:
-  inputs (chemistry/inputs.py: bad lines become error rows) -> what is left to do (plan.py: resume)
+  inputs (chemistry/inputs.py: bad lines become error rows) -> what is left to do (plan.py: resume), one
+     pass that keeps counts and the largest molecules; the work then reads the input again as streams
+     (the feed's pass below, and the order's, which lags at the oldest row not written and writes the
+     rows of unusable lines itself when it reaches them): no list of the input's lines is ever held
   -> per unique molecule, in a process pool running ahead: template + prompt ids + ConstraintProgram
      (prepare.py), started before the engine so it overlaps the engine's start-up; this process
      imports torch (the engine) only after the pools started, and never transformers: the engine runs
@@ -31,13 +34,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 from inferlab.engine import EngineConfig
 from inferlab.errors import UnsupportedError
-from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+from inferlab.inputs.record_ids import RecordIds
+from inferlab.workloads.conformers.chemistry.inputs import MoleculeFile
 from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.conformers.pipeline.collect import ResultCollector, RowCallback, RowWriter
 from inferlab.workloads.conformers.pipeline.config import PipelineConfig
@@ -45,7 +49,7 @@ from inferlab.workloads.conformers.pipeline.feed import MoleculeFeed, RequestFee
 from inferlab.workloads.conformers.pipeline.judge_pool import JudgePool
 from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
 from inferlab.workloads.conformers.pipeline.engine_sizing import describe_rows, size_engine
-from inferlab.workloads.conformers.pipeline.plan import MoleculeJob, length_sample, plan_molecules
+from inferlab.workloads.conformers.pipeline.plan import MoleculeJob, MoleculePlan, molecule_jobs, plan_molecules
 from inferlab.workloads.conformers.pipeline.prepare import MoleculePreparer
 from inferlab.workloads.conformers.pipeline.pressure import PressureTally
 from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
@@ -77,44 +81,55 @@ def generate_conformers(
     profile = get_profile(config.profile)
     phase = on_phase or (lambda what: None)
     phase("reading the molecules")
-    inputs = read_molecule_inputs(input_path, config.smiles_column, config.id_column, config.input_bounds)
-    summary = PipelineSummary(molecules=len(inputs.records), pressure=PressureTally(profile.name))
-    with ConformerResultWriter(output_path, config.rows_output, profile.name, config.retry_errors) as writer:
+    inputs = MoleculeFile.open(input_path, config.smiles_column, config.id_column, config.input_bounds)
+    summary = PipelineSummary(pressure=PressureTally(profile.name))
+    k = config.num_conformers
+    with ConformerResultWriter(output_path, config.rows_output, profile.name, config.retry_errors, k) as writer:
         summary.conformers_retried = writer.retried
-        plan = plan_molecules(inputs, writer.done, config.num_conformers)
+        ids = RecordIds()  # this pass claims them; the later passes (the feed's, the order's) replay its claims
+        plan = plan_molecules(inputs.records(ids), writer, k)
+        known = ids.known()
+        del ids  # its fingerprints of every id
+
+        def jobs() -> Iterator[MoleculeJob]:
+            """Every record with rows to write, in input order: one more pass over the input."""
+            return molecule_jobs(inputs.records(known.replay()), writer, k)
+
+        summary.molecules = plan.molecules_total
         summary.conformers_skipped = plan.rows_done
-        log.info("%s: %d records (%d unusable), K=%d: %d rows to write, %d written before",
-                 inputs.description, len(inputs.records), len(inputs.errors), config.num_conformers, plan.rows_todo,
-                 plan.rows_done)
+        log.info("%s: %d records (%d unusable), K=%d: %d rows to write, %d written before", inputs.description,
+                 plan.molecules_total, plan.unusable, k, plan.rows_todo, plan.rows_done)
         if on_start is not None:
             on_start(plan.rows_todo, plan.rows_done)
-        rows = RowWriter(writer, summary, on_row, plan.row_ids())
+        rows = RowWriter(writer, summary, on_row, jobs())
+        completed = False
         try:
-            for job in plan.unusable:
-                rows.error(job, job.record.error or "unusable input")
-            if plan.jobs:
-                _generate(engine, plan.jobs, config, rows, summary, started, phase, on_tokens)
+            if plan.usable_todo:
+                usable = (job for job in jobs() if job.record.ok)
+                _generate(engine, usable, plan, config, rows, summary, started, phase, on_tokens)
+            completed = True
         finally:
-            rows.flush()
+            rows.flush(to_end=completed)  # an interrupted run leaves the rows after its last one to the rerun
     summary.wall_s = time.perf_counter() - started
     return summary
 
 
-def _generate(engine_config: EngineConfig, jobs: list[MoleculeJob], config: PipelineConfig, rows: RowWriter,
-              summary: PipelineSummary, started: float, phase: Callable[[str], None],
+def _generate(engine_config: EngineConfig, jobs: Iterable[MoleculeJob], plan: MoleculePlan, config: PipelineConfig,
+              rows: RowWriter, summary: PipelineSummary, started: float, phase: Callable[[str], None],
               on_tokens: TokenCallback | None) -> None:
+    """`jobs`: the usable ones, as a stream; `plan`: how many there are, and the largest."""
     model = engine_config.model
     profile = get_profile(config.profile)
-    summary.judge_workers = config.judge_pool_workers(len(jobs))
+    summary.judge_workers = config.judge_pool_workers(plan.usable_todo)
     phase("starting the worker processes")
-    with MoleculePreparer(model, profile.name, config.pool_workers(len(jobs))) as preparer, \
+    with MoleculePreparer(model, profile.name, config.pool_workers(plan.usable_todo)) as preparer, \
             JudgePool(summary.judge_workers, str(model)) as judges, ExitStack() as life:
         grammar_set = preparer.grammar_set()  # the engine's GrammarSet, the pool's first task
-        sample = length_sample(jobs)
+        sample = plan.largest
         for job in sample:  # the largest molecules' programs next: the row length may wait for them
             preparer.submit(job.record.smiles)
         molecules = MoleculeFeed(jobs, preparer, lookahead=config.lookahead_molecules(None))
-        molecules.top_up(0)  # the pool starts on the first molecules while the engine starts
+        molecules.top_up()  # the pool starts on the first molecules while the engine starts
         # only now torch (the engine's import): the pools' processes start up while this process imports it
         from inferlab.engine import Engine
         from inferlab.models.config import read_model_spec
@@ -122,7 +137,7 @@ def _generate(engine_config: EngineConfig, jobs: list[MoleculeJob], config: Pipe
         try:
             model_positions = read_model_spec(model).max_position_embeddings
             phase("sizing the engine")
-            sizing = size_engine(engine_config, jobs, sample, preparer, profile, model_positions)
+            sizing = size_engine(engine_config, plan.usable_rows_todo, sample, preparer, profile, model_positions)
             t0 = time.perf_counter()
             summary.before_engine_s, summary.length_wait_s = t0 - started, sizing.length_wait_s
             phase("starting the engine")

@@ -20,6 +20,7 @@ from typing import Any
 from rdkit import Chem
 
 from inferlab.errors import InputError
+from inferlab.inputs.fingerprints import FingerprintMap, FingerprintSet
 from inferlab.jsonl_io import ResumableJsonlWriter
 from inferlab.outputs.guard import manifest_path
 from inferlab.workloads.conformers.chemistry.sdf import ConformerSdfWriter, record_row_ids, row_id
@@ -31,14 +32,17 @@ def default_jsonl_path(sdf_path: str | Path) -> Path:
 
 class ConformerResultWriter:
     """`retry_errors`: the error rows of earlier runs are taken out of the JSONL (they have no SDF record)
-    and are not done, so the caller generates them again."""
+    and are not done, so the caller generates them again. `num_conformers` (K): also count, per input id,
+    the rows of earlier runs among its conformers 0..K-1 (`done_count`), so a plan needs no list of them.
+    What is kept of earlier runs is fingerprints (inputs/fingerprints.py): the row ids, the SDF's record
+    ids while it is checked, the counts."""
 
     def __init__(self, sdf_path: str | Path, jsonl_path: str | Path | None = None, profile: str = "",
-                 retry_errors: bool = False) -> None:
+                 retry_errors: bool = False, num_conformers: int | None = None) -> None:
         self.profile = profile
         rows_path = Path(jsonl_path or default_jsonl_path(sdf_path))
         sdf = Path(sdf_path)
-        records = record_row_ids(sdf) if sdf.is_file() else set()
+        records = record_row_ids(sdf) if sdf.is_file() else FingerprintSet()
         if records and not rows_path.exists() and not manifest_path(sdf).exists():
             raise InputError(f"{sdf} holds {len(records)} conformer records but neither a rows file {rows_path} nor "
                              "a job manifest beside it, so no run of this job wrote it; write to another output "
@@ -53,17 +57,28 @@ class ConformerResultWriter:
                 return False
             return True
 
+        self._done_per_input = FingerprintMap()  # input id -> rows of earlier runs among its conformers < K
+
+        def count(row: dict[str, Any]) -> None:
+            input_id, sep, k = str(row["id"]).rpartition("#")
+            if sep and k.isdigit() and str(int(k)) == k and int(k) < num_conformers:  # as row_id writes it
+                self._done_per_input[input_id] = self._done_per_input.get(input_id, 0) + 1
+
         self._rows = ResumableJsonlWriter(rows_path, id_field="id", kind_fields=("conformer_index",),
-                                          keep_row=keep_row)
+                                          keep_row=keep_row, on_done=count if num_conformers else None)
         self._sdf = ConformerSdfWriter(sdf, keep_row_ids=self._rows.done)
 
     @property
-    def done(self) -> set[str]:
-        """Row ids written by this or earlier runs."""
+    def done(self) -> FingerprintSet:
+        """Row ids written by earlier runs."""
         return self._rows.done
 
     def is_done(self, input_id: str, conformer_index: int) -> bool:
         return row_id(input_id, conformer_index) in self._rows.done
+
+    def done_count(self, input_id: str) -> int:
+        """Rows of earlier runs among `input_id`'s conformers 0..K-1 (needs `num_conformers`)."""
+        return self._done_per_input.get(input_id, 0)
 
     def write_ok(
         self,

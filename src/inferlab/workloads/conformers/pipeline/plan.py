@@ -1,14 +1,16 @@
 """What a conformer run still has to do, and how long its rows may get.
 
-`plan_molecules` turns the input records and the rows already written (resume) into molecule jobs: each
-record with the conformer indices it still lacks (ConformerIndices: never listed, so K may be any size),
-unusable records apart (they only become error rows); `row_ids()` are the rows to write, in input order.
-The engine's row length comes from the molecules with the most atoms (`length_sample`): `auto_max_seq_len`
-takes an upper bound of their prompt + output tokens that needs no tokenizer (every token holds at least one
-character, so a text never has more tokens than characters: ~10% above the exact bound for drug-sized
-molecules); engine_sizing.py takes their exact bound (prompt tokens + the compiled program's bound) when it
-buys rows. Both go through `row_length` (a margin for molecules outside the sample, then the attention's
-block). A molecule whose exact bound still exceeds the length becomes error rows naming --max-seq-len.
+`plan_molecules` reads the input records once, with what earlier runs wrote (resume), and keeps only what
+the run needs before its first row: counts (molecules, rows to write and written, usable molecules with
+work left) and the LENGTH_SAMPLE usable molecules with the most atoms (`length_sample`). The run then reads
+the records again, as streams, through `molecule_jobs`: each record with the conformer indices it still
+lacks (ConformerIndices: never listed, so K may be any size), in input order; nothing per input line is
+held. The engine's row length comes from that sample: `auto_max_seq_len` takes an upper bound of their
+prompt + output tokens that needs no tokenizer (every token holds at least one character, so a text never
+has more tokens than characters: ~10% above the exact bound for drug-sized molecules); engine_sizing.py
+takes their exact bound (prompt tokens + the compiled program's bound) when it buys rows. Both go through
+`row_length` (a margin for molecules outside the sample, then the attention's block). A molecule whose
+exact bound still exceeds the length becomes error rows naming --max-seq-len.
 
 Not here: preparing molecules (prepare.py), running them (generate.py).
 """
@@ -18,16 +20,16 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Protocol
 
 from inferlab.constraints.fills import sample_fills
 from inferlab.constraints.grammar import compile_grammar
 from inferlab.constraints.grammars import GRAMMARS
 from inferlab.errors import InferlabError
-from inferlab.workloads.conformers.chemistry.inputs import MoleculeInput, MoleculeInputs
+from inferlab.workloads.conformers.chemistry.inputs import MoleculeInput
 from inferlab.workloads.conformers.chemistry.profiles import FormatProfile
-from inferlab.workloads.conformers.chemistry.sdf import row_id
 from inferlab.workloads.conformers.chemistry.template import build_template
 
 SPECIAL_TOKENS_ALLOWANCE = 4  # BOS and other special tokens a tokenizer may add to the prompt
@@ -59,45 +61,74 @@ class MoleculeJob:
     todo: ConformerIndices  # conformer indices not written yet
 
 
-@dataclass(frozen=True)
+class DoneRows(Protocol):
+    """What earlier runs wrote (pipeline/output.py's ConformerResultWriter)."""
+
+    def is_done(self, input_id: str, conformer_index: int) -> bool: ...
+
+    def done_count(self, input_id: str) -> int: ...  # rows among its conformers 0..K-1
+
+
+class NothingDone:
+    def is_done(self, input_id: str, conformer_index: int) -> bool:
+        return False
+
+    def done_count(self, input_id: str) -> int:
+        return 0
+
+
+@dataclass
 class MoleculePlan:
-    jobs: list[MoleculeJob]  # usable molecules with work left, in input order
-    unusable: list[MoleculeJob]  # records that only become error rows
-    rows_done: int  # rows written by earlier runs
-    molecules_total: int
-    in_order: list[MoleculeJob]  # jobs and unusable records together, in input order
-
-    @property
-    def rows_todo(self) -> int:
-        return sum(len(job.todo) for job in self.in_order)
-
-    def row_ids(self) -> Iterator[str]:
-        """Every row to write, in input order (the molecule's conformers by index)."""
-        return (row_id(job.record.id, k) for job in self.in_order for k in job.todo)
+    molecules_total: int = 0
+    unusable: int = 0  # records that only become error rows
+    usable_todo: int = 0  # usable molecules with work left (the jobs the engine gets)
+    rows_todo: int = 0
+    usable_rows_todo: int = 0  # the rows of the usable molecules: the engine's requests (retries aside)
+    rows_done: int = 0  # rows written by earlier runs
+    largest: list[MoleculeJob] = field(default_factory=list)  # the usable jobs with the most atoms (a few)
 
 
-def done_indices(row_ids: Iterable[str]) -> dict[str, set[int]]:
-    """Input id -> the conformer indices of the rows written (row ids are `<input id>#<k>`)."""
-    done: dict[str, set[int]] = {}
-    for written in row_ids:
-        input_id, sep, k = written.rpartition("#")
-        if sep and k.isdigit():
-            done.setdefault(input_id, set()).add(int(k))
-    return done
+def plan_molecules(records: Iterable[MoleculeInput], done: DoneRows, num_conformers: int) -> MoleculePlan:
+    plan = MoleculePlan()
+    largest: list[tuple[tuple[int, int, int], MoleculeInput]] = []  # a min-heap of LENGTH_SAMPLE
+    for position, record in enumerate(records):
+        plan.molecules_total += 1
+        plan.unusable += not record.ok
+        written = done.done_count(record.id)
+        plan.rows_done += written
+        if written == num_conformers:
+            continue
+        plan.rows_todo += num_conformers - written
+        if record.ok:
+            plan.usable_todo += 1
+            plan.usable_rows_todo += num_conformers - written
+            key = (record.num_atoms or 0, len(record.smiles), -position)  # the first of equals stays
+            (heapq.heappush if len(largest) < LENGTH_SAMPLE else heapq.heappushpop)(largest, (key, record))
+    plan.largest = [MoleculeJob(record, conformer_todo(record.id, num_conformers, done))
+                    for _, record in sorted(largest, reverse=True)]
+    return plan
 
 
-def plan_molecules(inputs: MoleculeInputs, done_rows: Iterable[str], num_conformers: int) -> MoleculePlan:
-    """`done_rows`: the ids of the rows written by earlier runs."""
-    written = done_indices(done_rows)
-    jobs, unusable, in_order, done = [], [], [], 0
-    for record in inputs.records:
-        todo = ConformerIndices(num_conformers,
-                                frozenset(k for k in written.get(record.id, ()) if k < num_conformers))
-        done += len(todo.done)
+def molecule_jobs(records: Iterable[MoleculeInput], done: DoneRows, num_conformers: int) -> Iterator[MoleculeJob]:
+    """Every record with conformers left to write, usable or not, in input order."""
+    for record in records:
+        todo = conformer_todo(record.id, num_conformers, done)
         if len(todo):
-            (jobs if record.ok else unusable).append(MoleculeJob(record, todo))
-            in_order.append((jobs if record.ok else unusable)[-1])
-    return MoleculePlan(jobs, unusable, done, len(inputs.records), in_order)
+            yield MoleculeJob(record, todo)
+
+
+def conformer_todo(input_id: str, num_conformers: int, done: DoneRows) -> ConformerIndices:
+    """The molecule's conformers not written yet; its written ones found by looking from index 0 until all
+    of them are (done_count), so the cost is that of the rows already written, not of K."""
+    left = done.done_count(input_id)
+    found = set()
+    k = 0
+    while left and k < num_conformers:
+        if done.is_done(input_id, k):
+            found.add(k)
+            left -= 1
+        k += 1
+    return ConformerIndices(num_conformers, frozenset(found))
 
 
 @lru_cache(maxsize=None)
