@@ -14,7 +14,7 @@ from inferlab.constraints.token_automaton import grammar_set_for
 from inferlab.engine import EngineConfig, plan_without_loading
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
 from inferlab.models.config import read_model_spec
-from inferlab.workloads.conformers.chemistry.inputs import read_molecule_inputs
+from inferlab.workloads.conformers.chemistry.inputs import MoleculeFile
 from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.conformers.pipeline.engine_sizing import (
     SATURATING_ROWS,
@@ -27,8 +27,9 @@ from inferlab.workloads.conformers.pipeline.engine_sizing import (
 from inferlab.workloads.conformers.pipeline.plan import (
     LENGTH_STEP,
     auto_max_seq_len,
+    NothingDone,
     length_sample,
-    plan_molecules,
+    molecule_jobs,
     row_length,
 )
 from inferlab.workloads.conformers.pipeline.prepare import _PreparerState, prepare_with
@@ -77,7 +78,7 @@ class Preparer:
 def job(tiny_checkpoint, tmp_path_factory):
     path = tmp_path_factory.mktemp("sizing") / "in.smi"
     path.write_text("\n".join(MOLECULES) + "\n")
-    jobs = plan_molecules(read_molecule_inputs(path), set(), 4).jobs
+    jobs = list(molecule_jobs(MoleculeFile.open(path).records(), NothingDone(), 4))
     model = tiny_checkpoint("tiny")
     return model, jobs, read_model_spec(model).max_position_embeddings
 
