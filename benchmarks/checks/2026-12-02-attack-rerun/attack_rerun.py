@@ -60,7 +60,14 @@ def finish(proc: subprocess.Popen, lines: int = 2) -> str:
 
 
 def rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    """The file's whole JSON rows (a torn last line left out)."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
 
 
 def ids_check(path: Path, expected: list[str]) -> str:
@@ -173,7 +180,8 @@ def item_2() -> None:
     say(f"    (one 0xff byte written into row 5 of c.jsonl; c.sdf holds {records} records)")
     done = run(conf, d, lines=6)
     ok_rows = [r for r in rows(d / "c.jsonl") if r["status"] == "ok"]
-    say(f"    c.jsonl: {ids_check(d / 'c.jsonl', [f'm{i}#{k}' for i in range(10) for k in range(4)])}; c.sdf "
+    say(f"    c.jsonl: {ids_check(d / 'c.jsonl', [f'm{i}#{k}' for i in range(10) for k in range(4)])} (a conformer "
+        "resume appends the rows it writes: docs/conformers.md); c.sdf "
         f"records {sdf_records(d / 'c.sdf')} = ok rows {len(ok_rows)}; c.jsonl.damaged exists: "
         f"{(d / 'c.jsonl.damaged').exists()}; 'conformers:' line: "
         f"{next((ln for ln in done.stdout.splitlines() if ln.startswith('conformers:')), '')!r}")
