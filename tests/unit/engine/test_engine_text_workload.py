@@ -112,7 +112,8 @@ def test_rows_are_written_in_input_order_whatever_order_they_finish_in(tmp_path)
     run_text_generation(src, out, lambda: FunctionBackend(reversed_backend), SamplingParams(),
                         on_row=lambda r: finished.append(r["id"]))
     assert [r["id"] for r in _read(out)] == [f"r{i}" for i in range(6)]
-    assert finished[0] == "r3" and finished[1:] == ["r5", "r4", "r2", "r1", "r0"]  # counted as they finish
+    # the backend's rows counted as they finish; the error row when the input order reaches it (never held)
+    assert [i for i in finished if i != "r3"] == ["r5", "r4", "r2", "r1", "r0"] and finished.count("r3") == 1
 
 
 def test_an_interrupted_run_writes_every_finished_row(tmp_path):
