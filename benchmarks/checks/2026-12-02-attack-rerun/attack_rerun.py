@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -30,16 +31,20 @@ def shown(args: list[str]) -> str:
     return " ".join(("IL" if a == "inferlab" else a) for a in args)
 
 
+def printed(text: str) -> list[str]:
+    """The lines a user reads: progress-bar redraws and info log lines left out (warnings kept)."""
+    return [ln for ln in text.replace("\r", "\n").splitlines()
+            if ln.strip() and "it/s" not in ln and "|" not in ln and not re.match(r"\d\d:\d\d:\d\d I ", ln)]
+
+
 def run(args: list[str], cwd: Path, timeout: float = 600, env: dict | None = None, quiet: bool = False,
         lines: int = 4) -> subprocess.CompletedProcess:
-    """Run one command, print it, its exit code and its last lines (a progress bar's redraws left out)."""
+    """Run one command, print it, its exit code and the last lines it printed (stderr's, then stdout's)."""
     done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
     if not quiet:
         say(f"$ {shown(args)}")
-        text = [ln for ln in (done.stdout + done.stderr).replace("\r", "\n").splitlines()
-                if ln.strip() and "it/s" not in ln and "|" not in ln]
-        for ln in text[-lines:]:
+        for ln in (printed(done.stderr) + printed(done.stdout))[-lines:]:
             say(f"    {ln[:300]}")
         say(f"    -> exit {done.returncode}")
     return done
@@ -52,8 +57,7 @@ def start(args: list[str], cwd: Path) -> subprocess.Popen:
 
 def finish(proc: subprocess.Popen, lines: int = 2) -> str:
     out = proc.communicate(timeout=900)[0]
-    text = [ln for ln in out.replace("\r", "\n").splitlines() if ln.strip() and "it/s" not in ln and "|" not in ln]
-    for ln in text[-lines:]:
+    for ln in printed(out)[-lines:]:
         say(f"    {ln[:300]}")
     say(f"    -> exit {proc.returncode}")
     return out
@@ -205,7 +209,7 @@ def item_3() -> None:
         time.sleep(wait)
         proc.send_signal(sig)
         out = proc.communicate(timeout=300)[0]
-        last = [ln for ln in out.replace("\r", "\n").splitlines() if ln.strip() and "|" not in ln][-1:]
+        last = printed(out)[-1:]
         cut = rows(d / "out.jsonl")
         got = [r["id"] for r in cut]
         say(f"  try {attempt + 1}: {sig.name} after {wait:.1f} s -> exit {proc.returncode} {last}; {len(got)} rows, "
@@ -281,7 +285,13 @@ def item_7() -> None:
     (d / "m.smi").write_text("CCO a\nc1ccccc1 b\n")
     for t in ("nan", "inf", "-inf", "1e-45", "-1"):
         run(["inferlab", "conformers", "generate", "--model", cks, "--input", "m.smi", "--output", f"c{t}.sdf",
-             "--temperature", t, *CONF], d, lines=1)
+             f"--temperature={t}", *CONF], d, lines=1)
+    for t in ("0.001", "1000"):  # the accepted extremes: every conformer still valid
+        done = run(["inferlab", "conformers", "generate", "--model", cks, "--input", "m.smi", "--output",
+                    f"c{t}.sdf", "--num-conformers", "4", f"--temperature={t}", *CONF], d, quiet=True)
+        say(f"$ {shown(done.args)}")
+        say(f"    {next((ln for ln in done.stdout.splitlines() if ln.startswith('validity:')), done.stderr[-300:])}")
+        say(f"    -> exit {done.returncode}")
     (d / "p.jsonl").write_text('{"id": "a", "prompt": "hi"}\n')
     for t in ("nan", "inf", "1e-45"):
         run(["inferlab", "generate", "--model", cks, "--input", "p.jsonl", "--output", f"o{t}.jsonl", "--temperature",
@@ -420,10 +430,11 @@ def item_e() -> None:
 def item_f() -> None:
     say("## f. generate after SIGTERM, then a resume: rows in input order")
     d, cks = folder("if"), str(checkpoint())
-    ids = prompts(d / "in.jsonl", 2000)
-    cmd = ["inferlab", "generate", "--model", cks, "--input", "in.jsonl", "--output", "out.jsonl", *GEN]
+    ids = prompts(d / "in.jsonl", 20_000)
+    cmd = ["inferlab", "generate", "--model", cks, "--input", "in.jsonl", "--output", "out.jsonl",
+           "--max-new-tokens", "8", "--device", "cpu"]  # a run of about a minute
     proc = start(cmd, d)
-    time.sleep(7)
+    time.sleep(10)
     proc.send_signal(signal.SIGTERM)
     finish(proc, lines=1)
     say(f"    after the signal: {ids_check(d / 'out.jsonl', ids[:len(rows(d / 'out.jsonl'))])}")
