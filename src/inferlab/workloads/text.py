@@ -361,10 +361,10 @@ def run_text_generation(
             done = _InBoth(writer.done, sink.done_ids)  # both files must have the row; others are recomputed
         request_collect = collect.request_collect() if collect is not None else None
         fit = RowFit(row_positions)
-        ids = RecordIds()  # the plan's pass claims them; the later passes replay its claims, known
+        ids = RecordIds()  # the plan's pass claims the ids; the later passes replay its claims (`known`)
         plan = plan_text_job(records(ids), done, defaults, fit, steer, request_collect)
         known = ids.known()
-        del ids  # its fingerprints of every id
+        del ids  # the fingerprints of every id go now
         fit.check()
         summary.skipped = plan.skipped
         summary.inputs = plan.skipped + plan.requests + plan.errors
