@@ -361,27 +361,27 @@ def run_text_generation(
             done = _InBoth(writer.done, sink.done_ids)  # both files must have the row; others are recomputed
         request_collect = collect.request_collect() if collect is not None else None
         fit = RowFit(row_positions)
-        ids = RecordIds()  # the plan's pass claims them; the later passes replay its claims, known
+        ids = RecordIds()  # the plan's pass claims the ids; the later passes replay its claims (`known`)
         plan = plan_text_job(records(ids), done, defaults, fit, steer, request_collect)
         known = ids.known()
-        del ids  # its fingerprints of every id
+        del ids  # the fingerprints of every id go now
         fit.check()
         summary.skipped = plan.skipped
         summary.inputs = plan.skipped + plan.requests + plan.errors
         if on_start is not None:
             on_start(plan.requests + plan.errors)
 
-        def finished(row: dict[str, Any]) -> None:
+        def counted(row: dict[str, Any]) -> None:
             summary.written += 1
             summary.errors += row["error"] is not None
             if row["error"] is not None:
                 summary.error_groups.add(row["id"], row["error"])
             summary.output_tokens += row["output_tokens"]
-            if on_row is not None:
-                on_row(row)
 
         def emit(row: dict[str, Any], result: Result) -> None:
-            finished(row)
+            counted(row)
+            if on_row is not None:
+                on_row(row)
             if sink is not None:
                 sink.add(result, row)  # activations first, then the JSONL row
             else:
@@ -401,14 +401,19 @@ def run_text_generation(
                     yield record.id
                     continue
                 row = error_row(record.id, built)
-                finished(row)
+                counted(row)
                 if sink is not None:
                     sink.error(row)
                 writer.write(row)
 
         def requests() -> Iterator[Request]:
-            """The requests, pulled by the backend as it goes."""
-            return (built for _, built in lines_to_run() if not isinstance(built, str))
+            """The requests, pulled by the backend as it goes; `on_row` hears of a line that cannot run here,
+            as it is read (its row is the order's to write)."""
+            for record, built in lines_to_run():
+                if not isinstance(built, str):
+                    yield built
+                elif on_row is not None:
+                    on_row(error_row(record.id, built))
 
         order = InputOrder(row_order(), writer.write)
         completed = False
@@ -420,6 +425,9 @@ def run_text_generation(
                         emit(result_row(result, backend.name or None), result)
                 finally:
                     backend.close()
+            else:
+                for _ in requests():  # error rows only: told of, then written by the order below
+                    pass
             completed = True
         finally:
             try:

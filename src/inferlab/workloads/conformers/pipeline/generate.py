@@ -89,7 +89,7 @@ def generate_conformers(
         ids = RecordIds()  # this pass claims them; the later passes (the feed's, the order's) replay its claims
         plan = plan_molecules(inputs.records(ids), writer, k)
         known = ids.known()
-        del ids  # its fingerprints of every id
+        del ids  # the fingerprints of every id go now
 
         def jobs() -> Iterator[MoleculeJob]:
             """Every record with rows to write, in input order: one more pass over the input."""
