@@ -173,7 +173,7 @@ def figures_from_summary(s: dict[str, Any], wall: float) -> dict[str, Any]:
         "stream_calls": s["stream_calls"],
         "slots": s["slots"],
         "max_seq_len": s["max_seq_len"],
-        "sizing": s.get("sizing"),  # the rows, row length and KV cache the CLI took, and why (builds since issue 29)
+        "sizing": s.get("sizing"),  # the rows, row length and KV cache the CLI took, and why
         "before_engine_s": s.get("before_engine_s"),
         "length_wait_s": s.get("length_wait_s"),
         "teardown_s": s.get("teardown_s"),
