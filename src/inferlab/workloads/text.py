@@ -158,13 +158,14 @@ def open_backend(name: str, config: EngineConfig, steering: SteeringVectors | No
 def result_settings(model: str | Path, backend: str, sampling: SamplingParams, engine: EngineConfig | None,
                     hf_dtype: str = "auto") -> dict[str, Any]:
     """The settings that change a run's rows (a rerun that changes one is refused; the output manifest's):
-    the model, the backend, the sampling defaults, the dtype (the engine's, else transformers') and the seed of
-    rows without their own."""
+    the model, the backend, the sampling defaults, the dtype (the engine's, else transformers'), the engine's KV
+    cache dtype as asked (an FP8 cache changes what the model writes) and the seed of rows without their own."""
     return {
         "model": str(Path(model).resolve()),
         "backend": backend,
         "sampling": dataclasses.asdict(sampling),
         "dtype": engine.dtype if engine is not None else hf_dtype,
+        "kv_dtype": engine.kv_dtype if engine is not None else None,
         "seed": engine.seed if engine is not None else None,
     }
 

@@ -57,6 +57,8 @@ def test_a_rerun_resumes_only_its_own_job_and_regenerates_lost_records(tmp_path,
     assert run(model, inp, out) == 0
     assert run(model, inp, out, "--num-conformers", "2") == 2
     assert "--num-conformers=1 then, 2 now" in capsys.readouterr().err
+    assert run(model, inp, out, "--kv-dtype", "fp8") == 2  # an FP8 cache writes other conformers: not mixed in
+    assert "--kv-dtype='auto' then, 'fp8' now" in capsys.readouterr().err
     assert len(rows(out)) == 2
     out.unlink()  # the SDF is lost; its rows say ok
     capsys.readouterr()

@@ -49,6 +49,8 @@ def test_rows_are_unique_and_a_changed_setting_is_refused(tiny_checkpoint, tmp_p
     assert set(errors) == {"line-4", "line-5", "line-6"} and "not UTF-8" in errors["line-6"]
     assert generate(model, inp, out, "--max-new-tokens", "5") == 2
     assert "sampling.max_new_tokens=3 then, 5 now" in capsys.readouterr().err
+    assert generate(model, inp, out, "--kv-dtype", "fp8") == 2  # an FP8 cache writes other tokens: not mixed in
+    assert "--kv-dtype=" in capsys.readouterr().err
     assert out.read_text().count("\n") == 6  # nothing appended
     assert generate(model, inp, out) == 0 and out.read_text().count("\n") == 6  # the same job resumes
 

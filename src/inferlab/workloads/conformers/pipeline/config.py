@@ -136,10 +136,12 @@ class PipelineConfig:
 
 def result_settings(engine: Any, config: PipelineConfig) -> dict[str, Any]:
     """The settings that change a run's rows (the output manifest's; see RESULT_SETTINGS) of a run with
-    `engine` (its EngineConfig) and `config`."""
+    `engine` (its EngineConfig) and `config`. The KV cache's dtype as asked (auto, model or fp8): an FP8 cache
+    changes what the model writes, so a rerun that asks another one is refused, not mixed into the rows."""
     pipeline = dataclasses.asdict(config)
     return {
         "model": str(Path(engine.model).resolve()),
         **{key: pipeline.get(key) for key in RESULT_SETTINGS},
         "dtype": engine.dtype,
+        "kv_dtype": engine.kv_dtype,
     }
