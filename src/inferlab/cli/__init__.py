@@ -11,6 +11,7 @@ import argparse
 import copy
 import importlib
 import logging
+import os
 import re
 import signal
 import sys
@@ -144,8 +145,14 @@ def main(argv: list[str] | None = None) -> int:
 def console_main() -> None:
     """The `inferlab` command (and `python -m inferlab.cli`): main(), then exit with its code. Once the
     command has returned, Ctrl-C and SIGTERM are ignored: the work is done, and a late signal must not
-    turn the interpreter's shutdown into a traceback."""
-    code = main()
+    turn the interpreter's shutdown into a traceback. A reader that closed stdout early (`| head`) ends the
+    command quietly with the shell's SIGPIPE status, as other command-line tools end."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush fails no more
+        code = 128 + signal.SIGPIPE
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     sys.exit(code)
