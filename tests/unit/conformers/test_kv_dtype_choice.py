@@ -14,13 +14,19 @@ FAILING = KvGate(False, ("COV-P@0.75",), 3, "gate.json")
 PASSING = KvGate(True, (), 3, "gate.json")
 
 
-def test_the_committed_gate_keeps_the_model_dtype_naming_the_figure_outside_the_spread():
+def test_the_committed_gate_picks_fp8_on_a_gpu_that_runs_it():
     gate = read_kv_gate()
-    assert (gate.fp8_within_spread, gate.outside, gate.seeds, gate.problem) == (False, ("COV-P@0.75",), 3, "")
+    assert (gate.fp8_within_spread, gate.outside, gate.seeds, gate.problem) == (True, (), 3, "")
     choice = choose_kv_dtype("auto", gate, "cuda", fp8_supported=True)
+    assert choice.kv_dtype == "fp8" and "within the 3-seed spread" in choice.reason
+    assert gate.path in choice.reason
+
+
+def test_a_failing_gate_keeps_the_model_dtype_naming_the_figure_outside_the_spread():
+    choice = choose_kv_dtype("auto", FAILING, "cuda", fp8_supported=True)
     assert choice.kv_dtype == "model"
     assert "FP8 differs beyond the 3-seed spread on COV-P@0.75 on the reference model" in choice.reason
-    assert gate.path in choice.reason
+    assert FAILING.path in choice.reason
 
 
 def test_a_passing_gate_picks_fp8_on_a_gpu_that_runs_it_and_only_there():
