@@ -135,8 +135,22 @@ def test_the_token_store_round_trips(tmp_path):
     back = read_token_store(tmp_path / "s.npz.xz")
     assert [back.sequence(i).tolist() for i in range(3)] == [[5, 6, 7], [8], [9, 10]]
     assert back.prompt_lengths.tolist() == [1, 1, 0] and back.tokens.dtype == np.uint16
+    assert [back.stereo_tokens(i).tolist() for i in range(3)] == [[], [], []]
     with pytest.raises(InputError, match="uint16"):
         token_store([[70000]], [0])
+
+
+def test_the_stereo_positions_travel_with_their_sequences_into_the_batch_mask(tmp_path):
+    store = token_store([[5, 6, 7, 8], [8, 9], [9, 10, 11]], [1, 1, 1], [[2, 3], [], [1]])
+    write_token_store(tmp_path / "s.npz.xz", store)
+    back = read_token_store(tmp_path / "s.npz.xz")
+    assert [back.stereo_tokens(i).tolist() for i in range(3)] == [[2, 3], [], [1]]
+    _, labels, stereo = batch_arrays(back, np.array([2, 0]), pad_id=0)
+    assert stereo.tolist() == [[False, True, False, False, False, False, False, False],
+                               [False, False, True, True, False, False, False, False]]
+    assert (labels[stereo] != IGNORE).all()
+    with pytest.raises(ValueError, match="outside its generation"):
+        token_store([[5, 6, 7]], [2], [[1]])  # a prompt token is never weighted
 
 
 def test_batches_cover_an_epoch_within_the_budget_with_the_conformer_tokens_as_labels():
@@ -148,7 +162,7 @@ def test_batches_cover_an_epoch_within_the_budget_with_the_conformer_tokens_as_l
     assert all(len(b) * padded_length(int(store.lengths[b].max())) <= 4096 for b in batches)
     assert [b.tolist() for b in batches] == [b.tolist() for b in epoch_batches(store.lengths, 4096,
                                                                                  np.random.default_rng(1))]
-    ids, labels = batch_arrays(store, batches[0], pad_id=0)
+    ids, labels, _ = batch_arrays(store, batches[0], pad_id=0)
     for r, row in enumerate(batches[0]):
         n = int(store.lengths[row])
         assert ids[r, :n].tolist() == store.sequence(int(row)).tolist() and (ids[r, n:] == 0).all()

@@ -35,7 +35,7 @@ def test_the_learning_rate_warms_up_then_decays_to_its_final_share():
 
 def test_the_loss_is_the_cross_entropy_of_the_tokens_after_the_prompt():
     from inferlab.workloads.conformers.training.batches import IGNORE
-    from inferlab.workloads.conformers.training.train_loop import token_loss_sum
+    from inferlab.workloads.conformers.training.train_loop import token_loss_sums
 
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(model_config(TINY, 60, 0))
@@ -44,12 +44,36 @@ def test_the_loss_is_the_cross_entropy_of_the_tokens_after_the_prompt():
     labels[:, :4] = IGNORE
     labels[2, 9:] = IGNORE
     with torch.no_grad():
-        loss, count = token_loss_sum(model, ids, labels)
+        sums = token_loss_sums(model, ids, labels)
+        loss, count = sums.total, sums.tokens
         logits = model(input_ids=ids).logits
         expected = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
                                                      labels[:, 1:].reshape(-1), ignore_index=IGNORE,
                                                      reduction="sum")
     assert int(count) == 3 * 8 - 3 and float(loss) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_the_stereo_deciding_tokens_weigh_stereo_weight_times_the_others_in_the_objective():
+    from inferlab.workloads.conformers.training.batches import IGNORE
+    from inferlab.workloads.conformers.training.train_loop import token_loss_sums
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(model_config(TINY, 60, 0))
+    ids = torch.randint(1, 60, (2, 10))
+    labels = ids.clone()
+    labels[:, :3] = IGNORE
+    stereo = torch.zeros(2, 10, dtype=torch.bool)
+    stereo[0, 5:7] = True
+    stereo[1, 2] = True  # a prompt position: never counted
+    with torch.no_grad():
+        sums = token_loss_sums(model, ids, labels, stereo)
+        log_p = model(input_ids=ids).logits[:, :-1].float().log_softmax(-1)
+    nll = -log_p.gather(-1, ids[:, 1:, None])[..., 0]  # [2, 9]: label t + 1 at position t
+    assert int(sums.stereo_tokens) == 2 and float(sums.stereo_total) == pytest.approx(float(nll[0, 4:6].sum()), rel=1e-5)
+    plain = float(nll[:, 2:].sum()) / 14
+    assert float(sums.objective(1.0)) == pytest.approx(plain, rel=1e-5)
+    weighted = (float(nll[:, 2:].sum()) + 3 * float(nll[0, 4:6].sum())) / (14 + 3 * 2)
+    assert float(sums.objective(4.0)) == pytest.approx(weighted, rel=1e-5)
 
 
 def synthetic_stores(seed: int = 0):

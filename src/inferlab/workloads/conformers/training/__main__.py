@@ -26,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--steps", type=int, default=None, help="steps (default: the recipe's; others make a trial)")
     train.add_argument("--budget-s", type=float, default=None, help="wall-clock limit of the loop (default: the "
                                                                        "recipe's); a run it stops is marked so")
+    train.add_argument("--stereo-weight", type=float, default=None, help="the loss weight of stereo-deciding tokens "
+                                                                           "(default: the recipe's; others: a trial)")
+    train.add_argument("--layers", type=int, default=None, help="transformer layers (default: the recipe's shape; "
+                                                                "others: a trial)")
     train.add_argument("--device", default="auto", help="auto (CUDA when there is one), cuda or cpu")
     again = verbs.add_parser("reproduce", help="train again into a new folder and compare it with a checkpoint "
                                                "(default: the committed reference model)")
@@ -48,11 +52,14 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "train":
             from dataclasses import replace
 
+            from inferlab.workloads.conformers.training.model_shape import REFERENCE_SHAPE
             from inferlab.workloads.conformers.training.reference_training import train_reference
             from inferlab.workloads.conformers.training.train_loop import RECIPE
 
-            config = replace(RECIPE, steps=args.steps or RECIPE.steps, budget_s=args.budget_s or RECIPE.budget_s)
-            train_reference(args.data, args.out, config, device=args.device)
+            config = replace(RECIPE, steps=args.steps or RECIPE.steps, budget_s=args.budget_s or RECIPE.budget_s,
+                             stereo_weight=args.stereo_weight or RECIPE.stereo_weight)
+            shape = replace(REFERENCE_SHAPE, layers=args.layers or REFERENCE_SHAPE.layers)
+            train_reference(args.data, args.out, config, shape, device=args.device)
         elif args.verb == "reproduce":
             import json
 

@@ -9,7 +9,8 @@ so no attention mask is needed (the fast SDPA kernels run with is_causal alone) 
 their labels ignored.
 
 Labels: every token after the prompt (the conformer text and EOS, what the model writes at inference);
-prompt tokens and pads are IGNORE. numpy only; the loop turns arrays into tensors.
+prompt tokens and pads are IGNORE; a mask marks the stereo-deciding tokens (stereo_tokens.py), which the loss
+weights. numpy only; the loop turns arrays into tensors.
 """
 
 from __future__ import annotations
@@ -68,16 +69,18 @@ def evaluation_batches(store: TokenStore, tokens_per_batch: int) -> list[np.ndar
     return cut_batches(np.argsort(lengths, kind="stable"), lengths, tokens_per_batch)
 
 
-def batch_arrays(store: TokenStore, rows: np.ndarray, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """(input ids, labels), both [len(rows), padded length] int64: right-padded with pad_id, labels IGNORE on
-    prompt tokens and pads."""
+def batch_arrays(store: TokenStore, rows: np.ndarray, pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(input ids, labels, stereo mask), each [len(rows), padded length]: ids and labels int64, right-padded with
+    pad_id, labels IGNORE on prompt tokens and pads; the mask bool, True at the stereo-deciding tokens."""
     lengths = store.lengths[rows]
     width = padded_length(int(lengths.max()))
     ids = np.full((len(rows), width), pad_id, dtype=np.int64)
     labels = np.full((len(rows), width), IGNORE, dtype=np.int64)
+    stereo = np.zeros((len(rows), width), dtype=bool)
     for r, (row, length) in enumerate(zip(rows, lengths)):
         sequence = store.sequence(int(row))
         ids[r, :length] = sequence
         prompt = int(store.prompt_lengths[row])
         labels[r, prompt:length] = sequence[prompt:]
-    return ids, labels
+        stereo[r, store.stereo_tokens(int(row))] = True
+    return ids, labels, stereo

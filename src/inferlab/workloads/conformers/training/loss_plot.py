@@ -20,6 +20,10 @@ def write_loss_plot(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     evaluated = [r for r in rows if "val_loss" in r]
     axes.plot([r["tokens"] / 1e6 for r in evaluated], [r["val_loss"] for r in evaluated], "o-", label="validation",
               markersize=4)
+    stereo = [r for r in evaluated if r.get("val_stereo_loss") is not None]
+    if stereo:
+        axes.plot([r["tokens"] / 1e6 for r in stereo], [r["val_stereo_loss"] for r in stereo], "s--",
+                  label="validation, stereo-deciding tokens", markersize=4)
     axes.set_xlabel("conformer tokens seen (millions)")
     axes.set_ylabel("cross-entropy per token (nats)")
     axes.grid(True, which="both", alpha=0.3)

@@ -79,8 +79,9 @@ def train_reference(data_dir: str | Path, out_dir: str | Path, config: TrainConf
             rows.append(row)
             log_file.write(json.dumps(row) + "\n")
             log_file.flush()
-            log.info("step %d: loss %s%s, %.0f s", row["step"], row["loss"],
-                     f", validation {row['val_loss']}" if "val_loss" in row else "", row["elapsed_s"])
+            validation = f", validation {row['val_loss']} (stereo {row['val_stereo_loss']})" if "val_loss" in row else ""
+            log.info("step %d: loss %s (stereo %s)%s, %.0f s", row["step"], row["loss"], row.get("stereo_loss"),
+                     validation, row["elapsed_s"])
 
         result = train(model, run.train_store, run.validation_store, config, target, tokenizer.eos_token_id, on_row)
     if result.stopped_by_budget:
@@ -100,6 +101,7 @@ def train_reference(data_dir: str | Path, out_dir: str | Path, config: TrainConf
         "steps": result.steps, "stopped_by_budget": result.stopped_by_budget,
         "loss_tokens": result.loss_tokens, "padded_tokens": result.padded_tokens,
         "train_loss": result.train_loss, "validation_loss": result.validation_loss,
+        "validation_stereo_loss": result.validation_stereo_loss,
         "loop_s": round(result.loop_s, 1), "command_s": round(time.perf_counter() - started, 1),
         "tokens_per_s": round(result.padded_tokens / result.loop_s) if result.loop_s else None,
         "device": torch.cuda.get_device_name(target) if target.type == "cuda" else platform.processor() or "cpu",

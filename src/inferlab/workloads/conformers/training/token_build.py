@@ -8,8 +8,9 @@ stereo assigned (the quality preset's prompt) gives a prompt and probe texts, cu
 the proof only. Pass 1 cuts
 every text with qwen3-chem to learn the tokens used; the reduced tokenizer is written and loaded back
 from its folder (the loader the engine uses); pass 2 cuts every text with both and compares the ids, the
-reduced ones mapped through the id map. One difference fails the build. Texts go in batches, as numpy, so
-memory stays bounded (tens of millions of tokens).
+reduced ones mapped through the id map. One difference fails the build. Each conformer text's stereo-deciding
+tokens (stereo_tokens.py) are found from qwen3-chem's character offsets, the same cut. Texts go in batches, as
+numpy, so memory stays bounded (tens of millions of tokens).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from inferlab.models.vocabulary_reduction import reduce_bpe_tokenizer, write_red
 from inferlab.workloads.conformers.training.conformer_texts import MoleculeTexts
 from inferlab.workloads.conformers.training.data_layout import TOKENIZER_DIR, TRAIN_TOKENS, VALIDATION_TOKENS
 from inferlab.workloads.conformers.training.scaffold_split import HELD_OUT, TRAIN, VALIDATION
+from inferlab.workloads.conformers.training.stereo_tokens import block_token_positions, deciding_atoms
 from inferlab.workloads.conformers.training.stereo_variants import KINDS
 from inferlab.workloads.conformers.training.token_store import token_store, write_token_store
 
@@ -72,6 +74,7 @@ def build_tokens(kept: list[MoleculeTexts], out: Path) -> dict[str, Any]:
     generation_ids = iter(_exact_cuts(full, small, source_ids, generations, False))
     sequences: dict[str, list[np.ndarray]] = {TRAIN: [], VALIDATION: []}
     prompt_lengths: dict[str, list[int]] = {TRAIN: [], VALIDATION: []}
+    stereo_positions: dict[str, list[list[int]]] = {TRAIN: [], VALIDATION: []}
     variant_counts = {kind: {"prompts": {TRAIN: 0, VALIDATION: 0}, "sequences": {TRAIN: 0, VALIDATION: 0},
                              "tokens": {TRAIN: 0, VALIDATION: 0}} for kind in KINDS}
     longest_probe = 0
@@ -80,9 +83,11 @@ def build_tokens(kept: list[MoleculeTexts], out: Path) -> dict[str, Any]:
         counts = variant_counts.get(kind)
         if counts is not None:
             counts["prompts"][split] += 1
-        for _ in source.conformers:
-            sequences[split].append(np.concatenate([prompt, next(generation_ids), eos]))
+        for positions in _stereo_positions(full, source.canonical_smiles, source.conformers):
+            generation = next(generation_ids)
+            sequences[split].append(np.concatenate([prompt, generation, eos]))
             prompt_lengths[split].append(len(prompt))
+            stereo_positions[split].append([len(prompt) + k for k in positions])
             if counts is not None:
                 counts["sequences"][split] += 1
                 counts["tokens"][split] += len(sequences[split][-1])
@@ -91,13 +96,14 @@ def build_tokens(kept: list[MoleculeTexts], out: Path) -> dict[str, Any]:
 
     files = {}
     for split, name in STORES.items():
-        write_token_store(out / name, token_store(sequences[split], prompt_lengths[split]))
+        write_token_store(out / name, token_store(sequences[split], prompt_lengths[split], stereo_positions[split]))
         files[name] = hashlib.sha256((out / name).read_bytes()).hexdigest()
     lengths = {split: [len(s) for s in rows] for split, rows in sequences.items()}
     return {
         "sequences": {split: len(rows) for split, rows in lengths.items()},  # stereo variants' included
         "tokens": {split: int(sum(rows)) for split, rows in lengths.items()},
         "stereo_variants": variant_counts,  # of those, the variants' (stereo_variants.py), per kind
+        "stereo_tokens": {split: int(sum(len(p) for p in rows)) for split, rows in stereo_positions.items()},
         "longest_sequence": max(max(rows, default=0) for rows in lengths.values()),
         "longest_probe_sequence": longest_probe,  # held-out molecules included
         "vocabulary": {"source": SOURCE_TOKENIZER, "source_size": len(full), "reduced_size": reduced.size,
@@ -119,6 +125,15 @@ def _cut(tokenizer, texts: list[str], special: bool) -> Iterator[list[int]]:
     for start in range(0, len(texts), _BATCH):
         batch = tokenizer(texts[start:start + _BATCH], add_special_tokens=special, return_attention_mask=False)
         yield from batch["input_ids"]
+
+
+def _stereo_positions(tokenizer, canonical_smiles: str, texts: list[str]) -> list[list[int]]:
+    """Per text, the indices of its stereo-deciding tokens among its generation tokens."""
+    atoms, num_atoms = deciding_atoms(canonical_smiles)
+    if not atoms or not texts:
+        return [[] for _ in texts]
+    cuts = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    return [block_token_positions(text, offsets, atoms, num_atoms) for text, offsets in zip(texts, cuts)]
 
 
 def _exact_cuts(full, small, source_ids: np.ndarray, texts: list[str], special: bool) -> list[np.ndarray]:

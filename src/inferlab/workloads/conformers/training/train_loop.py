@@ -1,10 +1,12 @@
 """The training loop: AdamW, linear warm-up then cosine decay, bf16 autocast on CUDA, gradient clipping,
 a validation loss every `eval_every` steps, a log row every `log_every` steps.
 
-The loss is the mean cross-entropy over the tokens after the prompt (batches.py): the conformer text and
-EOS are what the model writes at inference, while the prompt is always given, so predicting SMILES would
-spend capacity on text the model never writes. The structure tokens stay in the loss (the constraint
-forces them, but unconstrained sampling, which the evaluation compares against, needs them right).
+The loss is the cross-entropy over the tokens after the prompt (batches.py): the conformer text and EOS are
+what the model writes at inference, while the prompt is always given, so predicting SMILES would spend
+capacity on text the model never writes. The structure tokens stay in the loss (the constraint forces them,
+but unconstrained sampling, which the evaluation compares against, needs them right). The stereo-deciding
+tokens (stereo_tokens.py) weigh `stereo_weight` times the others in the objective; the logged losses are
+the plain mean (comparable across weights) and the mean over the stereo-deciding tokens alone.
 
 Steps decide the result; `budget_s` only stops a run that would overrun (and the result says so): on a
 slower machine a run either finishes the same steps or is marked as cut short, never quietly different.
@@ -49,6 +51,7 @@ class TrainConfig:
     eval_every: int = 250
     log_every: int = 10
     seed: int = 27
+    stereo_weight: float = 1.0  # the objective's weight of a stereo-deciding token (the others weigh 1)
     budget_s: float = 330.0  # wall-clock limit of the loop
 
     def to_json(self) -> dict[str, Any]:
@@ -67,6 +70,7 @@ class LoopResult:
     loop_s: float
     train_loss: float | None  # mean of the last log interval (None before the first step)
     validation_loss: float | None
+    validation_stereo_loss: float | None  # the mean over the stereo-deciding tokens (None: the data marks none)
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
@@ -88,9 +92,25 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.de
                              fused=device.type == "cuda")
 
 
-def token_loss_sum(model: torch.nn.Module, ids: torch.Tensor,
-                   labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(summed cross-entropy, number of loss tokens) of one batch: position t predicts the label at t + 1.
+@dataclass
+class LossSums:
+    """One batch's summed cross-entropy and token count, over all loss tokens and over the stereo-deciding ones."""
+
+    total: torch.Tensor
+    tokens: torch.Tensor
+    stereo_total: torch.Tensor
+    stereo_tokens: torch.Tensor
+
+    def objective(self, stereo_weight: float) -> torch.Tensor:
+        """The weighted mean the optimiser descends (the plain mean at weight 1)."""
+        extra = stereo_weight - 1.0
+        return (self.total + extra * self.stereo_total) / (self.tokens + extra * self.stereo_tokens)
+
+
+def token_loss_sums(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor,
+                    stereo: torch.Tensor | None = None) -> LossSums:
+    """The loss sums of one batch: position t predicts the label at t + 1; `stereo` ([B, L] bool, aligned with
+    labels) marks the stereo-deciding labels (none when omitted).
 
     Written as log-softmax times a one-hot target rather than F.cross_entropy: its NLL kernel has no
     deterministic CUDA implementation (torch raises under use_deterministic_algorithms), and with a vocabulary
@@ -100,7 +120,9 @@ def token_loss_sum(model: torch.nn.Module, ids: torch.Tensor,
     valid = targets != IGNORE
     log_p = logits.float().log_softmax(dim=-1)
     picked = (log_p * F.one_hot(targets.clamp(min=0), log_p.shape[-1]).to(log_p.dtype)).sum(dim=-1)  # [B, L - 1]
-    return -(picked * valid).sum(), valid.sum()
+    nll = -(picked * valid)
+    marked = torch.zeros_like(valid) if stereo is None else valid & stereo[:, 1:]
+    return LossSums(nll.sum(), valid.sum(), (nll * marked).sum(), marked.sum())
 
 
 def _autocast(device: torch.device):
@@ -112,20 +134,43 @@ def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return tensor.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else tensor
 
 
+def _batch(store: TokenStore, rows: np.ndarray, pad_id: int, device: torch.device) -> list[torch.Tensor]:
+    return [_to_device(array, device) for array in batch_arrays(store, rows, pad_id)]
+
+
+class _Accumulated:
+    """Loss sums added on the device over batches; read back to the host only by `means`."""
+
+    def __init__(self, device: torch.device):
+        self.sums = [torch.zeros((), device=device, dtype=torch.float64) for _ in range(4)]
+
+    def add(self, batch: LossSums) -> None:
+        for held, value in zip(self.sums, (batch.total, batch.tokens, batch.stereo_total, batch.stereo_tokens)):
+            held += value.detach().double()
+
+    def means(self) -> tuple[float, float | None]:
+        total, tokens, stereo_total, stereo_tokens = (float(s) for s in self.sums)  # the one host read
+        return total / tokens, stereo_total / stereo_tokens if stereo_tokens else None
+
+    def count(self) -> int:
+        return int(self.sums[1])
+
+    def zero(self) -> None:
+        for held in self.sums:
+            held.zero_()
+
+
 @torch.no_grad()
 def validation_loss(model: torch.nn.Module, store: TokenStore, config: TrainConfig, device: torch.device,
-                    pad_id: int) -> float:
+                    pad_id: int) -> tuple[float, float | None]:
+    """(mean loss, mean loss of the stereo-deciding tokens; None when the store marks none)."""
     model.eval()
-    total = torch.zeros((), device=device, dtype=torch.float64)
-    count = torch.zeros((), device=device, dtype=torch.int64)
+    sums = _Accumulated(device)
     for rows in evaluation_batches(store, config.tokens_per_batch):
-        ids, labels = batch_arrays(store, rows, pad_id)
         with _autocast(device):
-            loss, n = token_loss_sum(model, _to_device(ids, device), _to_device(labels, device))
-        total += loss.double()
-        count += n
+            sums.add(token_loss_sums(model, *_batch(store, rows, pad_id, device)))
     model.train()
-    return float(total / count)
+    return sums.means()
 
 
 def train(model: torch.nn.Module, train_store: TokenStore, validation_store: TokenStore, config: TrainConfig,
@@ -135,52 +180,53 @@ def train(model: torch.nn.Module, train_store: TokenStore, validation_store: Tok
     batches = training_batches(train_store, config.tokens_per_batch, config.seed)
     model.train()
     started = time.perf_counter()
-    interval_loss = torch.zeros((), device=device, dtype=torch.float64)
-    interval_tokens = torch.zeros((), device=device, dtype=torch.int64)
+    interval = _Accumulated(device)
     loss_tokens = padded_tokens = 0
     train_loss: float | None = None
-    val_loss, stopped = None, False
-    step = 0
+    val_loss = val_stereo = None
+    stopped, step = False, 0
+
+    def log_row(lr: float, evaluate: bool, **extra: Any) -> None:
+        nonlocal loss_tokens, train_loss, val_loss, val_stereo
+        count = interval.count()
+        loss_tokens += count
+        row: dict[str, Any] = {"step": step, "loss": train_loss, "lr": lr}
+        if count:
+            train_loss, stereo_loss = interval.means()
+            row.update(loss=round(train_loss, 5), stereo_loss=_rounded(stereo_loss))
+        interval.zero()
+        row.update(tokens=loss_tokens, padded_tokens=padded_tokens)
+        if evaluate:
+            val_loss, val_stereo = validation_loss(model, validation_store, config, device, pad_id)
+            row.update(val_loss=round(val_loss, 5), val_stereo_loss=_rounded(val_stereo))
+        on_row({**row, "elapsed_s": round(time.perf_counter() - started, 2), **extra})
+
     while step < config.steps:
         if time.perf_counter() - started > config.budget_s:
             stopped = True
             break
         rows = next(batches)
-        ids, labels = batch_arrays(train_store, rows, pad_id)
         lr = learning_rate(step, config)
         for group in optimizer.param_groups:
             group["lr"] = lr
+        batch = _batch(train_store, rows, pad_id, device)
         with _autocast(device):
-            loss_sum, n = token_loss_sum(model, _to_device(ids, device), _to_device(labels, device))
-        (loss_sum / n).backward()
+            sums = token_loss_sums(model, *batch)
+        sums.objective(config.stereo_weight).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        interval_loss += loss_sum.detach().double()
-        interval_tokens += n
-        padded_tokens += ids.size
+        interval.add(sums)
+        padded_tokens += batch[0].numel()
         step += 1
         evaluate = step % config.eval_every == 0 or step == config.steps
         if step % config.log_every == 0 or evaluate:
-            count = int(interval_tokens)  # the one host read per interval
-            loss_tokens += count
-            train_loss = float(interval_loss) / count
-            interval_loss.zero_()
-            interval_tokens.zero_()
-            row = {"step": step, "loss": round(train_loss, 5), "lr": lr, "tokens": loss_tokens,
-                   "padded_tokens": padded_tokens}
-            if evaluate:
-                val_loss = validation_loss(model, validation_store, config, device, pad_id)
-                row["val_loss"] = round(val_loss, 5)
-            row["elapsed_s"] = round(time.perf_counter() - started, 2)
-            on_row(row)
+            log_row(lr, evaluate)
     if stopped:  # the cut-short run's last interval and a validation loss of the weights it ends with
-        count = int(interval_tokens)
-        loss_tokens += count
-        train_loss = float(interval_loss) / count if count else train_loss
-        val_loss = validation_loss(model, validation_store, config, device, pad_id)
-        on_row({"step": step, "loss": None if train_loss is None else round(train_loss, 5),
-                "lr": learning_rate(max(0, step - 1), config),
-                "tokens": loss_tokens, "padded_tokens": padded_tokens, "val_loss": round(val_loss, 5),
-                "elapsed_s": round(time.perf_counter() - started, 2), "stopped_by_budget": True})
-    return LoopResult(step, stopped, loss_tokens, padded_tokens, time.perf_counter() - started, train_loss, val_loss)
+        log_row(learning_rate(max(0, step - 1), config), True, stopped_by_budget=True)
+    return LoopResult(step, stopped, loss_tokens, padded_tokens, time.perf_counter() - started, train_loss, val_loss,
+                      val_stereo)
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 5)
