@@ -76,10 +76,12 @@ def model_card(summary: dict[str, Any], data: dict[str, Any]) -> str:
         f"AdamW (peak learning rate {recipe['peak_lr']:g}, {recipe['warmup_steps']} warm-up steps, cosine to "
         f"{recipe['final_lr_share']:g} of the peak, weight decay {recipe['weight_decay']:g}, clip "
         f"{recipe['grad_clip']:g}), {summary['precision']}, seed {recipe['seed']}; loss on the tokens after the "
-        "prompt. "
+        f"prompt, the stereo-deciding tokens (the last-written block of each specified centre and double bond: "
+        f"training/stereo_tokens.py) weighted {recipe.get('stereo_weight', 1.0):g}x. "
         f"Tokens seen: {summary['loss_tokens']:,} loss tokens ({summary['padded_tokens']:,} with prompts and "
         f"padding). Final losses (nats per token): training {_loss(summary['train_loss'])}, validation "
-        f"{_loss(summary['validation_loss'])}. {summary['device']}, {summary['loop_s']:.0f} s of training "
+        f"{_loss(summary['validation_loss'])} (on the stereo-deciding tokens alone "
+        f"{_loss(summary.get('validation_stereo_loss'))}). {summary['device']}, {summary['loop_s']:.0f} s of training "
         f"({summary['command_s']:.0f} s for the command), {summary['attention']} attention, deterministic "
         "algorithms on; torch " + summary["versions"]["torch"] + ", transformers " + summary["versions"]["transformers"]
         + ". training.json holds these figures, training_log.jsonl every logged step.",
