@@ -6,7 +6,7 @@
 #   DEVICE_CALL_S=570 bash scripts/gpu/device_call.sh 'bash benchmarks/checks/2026-12-02-stereo-levers/run.sh'
 # (carry .dev1, .refdata/data, .device-commit)
 set -uo pipefail
-TRAIN_S=${TRAIN_S:-360}
+TRAIN_S=${TRAIN_S:-330}
 TRIALS=("w8-l8 8 8" "w20-l8 20 8" "w8-l12 8 12")
 train=(python -m inferlab.workloads.conformers.training)
 mkdir -p "$OUT/trials" runs
@@ -21,7 +21,7 @@ for trial in "${TRIALS[@]}"; do
   steps=$(( rate * TRAIN_S / 65536 * 8 / $3 ))  # probe ran 8 layers; a deeper model is slower in proportion
   echo "$1: probe $rate padded tokens/s, $steps steps"
   ( "${train[@]}" train --data .refdata/data --out "runs/$1" --steps "$steps" --stereo-weight "$2" --layers "$3" \
-      --budget-s $((TRAIN_S + 60)) > "$OUT/trials/$1.train.log" 2>&1
+      --budget-s $((TRAIN_S + 40)) > "$OUT/trials/$1.train.log" 2>&1
     python scripts/reference_stereo.py --model "runs/$1" --work-dir "$OUT/trials/stereo-$1" --device cuda \
       > "$OUT/trials/$1.stereo.log" 2>&1 ) &
 done
