@@ -1,5 +1,5 @@
 """Where a step of the reference recipe's training goes on the device, and what two levers give:
-    python benchmarks/checks/2026-12-02-train-speed/profile.py .refdata/data OUT_DIR
+    python benchmarks/checks/2026-12-02-train-speed/train_speed.py .refdata/data OUT_DIR
 1. the recipe's step (deterministic algorithms, the one-hot loss) under torch.profiler: kernels by CUDA time;
 2. the same steps timed with deterministic algorithms off; 3. with torch.compile (default mode) on.
 Each timing: 10 warm steps, then 20 timed, synchronised."""
