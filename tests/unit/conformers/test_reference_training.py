@@ -33,15 +33,23 @@ def test_the_learning_rate_warms_up_then_decays_to_its_final_share():
     assert all(a >= b for a, b in zip(rates, rates[1:])) and learning_rate(1000, config) == pytest.approx(1e-4)
 
 
+def tiny_model_and_batch(rows: int, length: int, prompt: int):
+    """A tiny random model and a batch of random ids whose first `prompt` labels are IGNORE."""
+    from inferlab.workloads.conformers.training.batches import IGNORE
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(model_config(TINY, 60, 0))
+    ids = torch.randint(1, 60, (rows, length))
+    labels = ids.clone()
+    labels[:, :prompt] = IGNORE
+    return model, ids, labels
+
+
 def test_the_loss_is_the_cross_entropy_of_the_tokens_after_the_prompt():
     from inferlab.workloads.conformers.training.batches import IGNORE
     from inferlab.workloads.conformers.training.train_loop import token_loss_sums
 
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(model_config(TINY, 60, 0))
-    ids = torch.randint(1, 60, (3, 12))
-    labels = ids.clone()
-    labels[:, :4] = IGNORE
+    model, ids, labels = tiny_model_and_batch(3, 12, 4)
     labels[2, 9:] = IGNORE
     with torch.no_grad():
         sums = token_loss_sums(model, ids, labels)
@@ -54,14 +62,9 @@ def test_the_loss_is_the_cross_entropy_of_the_tokens_after_the_prompt():
 
 
 def test_the_stereo_deciding_tokens_weigh_stereo_weight_times_the_others_in_the_objective():
-    from inferlab.workloads.conformers.training.batches import IGNORE
     from inferlab.workloads.conformers.training.train_loop import token_loss_sums
 
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(model_config(TINY, 60, 0))
-    ids = torch.randint(1, 60, (2, 10))
-    labels = ids.clone()
-    labels[:, :3] = IGNORE
+    model, ids, labels = tiny_model_and_batch(2, 10, 3)
     stereo = torch.zeros(2, 10, dtype=torch.bool)
     stereo[0, 5:7] = True
     stereo[1, 2] = True  # a prompt position: never counted

@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             from inferlab.workloads.conformers.training.train_loop import RECIPE
 
             config = replace(RECIPE, steps=args.steps or RECIPE.steps, budget_s=args.budget_s or RECIPE.budget_s,
-                             stereo_weight=args.stereo_weight or RECIPE.stereo_weight)
+                             stereo_weight=RECIPE.stereo_weight if args.stereo_weight is None
+                             else args.stereo_weight)
             shape = replace(REFERENCE_SHAPE, layers=args.layers or REFERENCE_SHAPE.layers)
             train_reference(args.data, args.out, config, shape, device=args.device)
         elif args.verb == "reproduce":

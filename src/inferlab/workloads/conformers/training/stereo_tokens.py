@@ -5,8 +5,7 @@ A tetrahedral centre's hand is set by the last-written of the centre and its nei
 block the others' positions allow either hand, its block puts it on one side. A stereo double bond's E/Z is
 set likewise by the last-written of its two atoms and their neighbours. Those blocks' coordinate tokens are
 where a tag must act: a few dozen of a text's hundreds, most of them digits whose loss is sampling noise, so
-in the plain mean loss the tags' signal is faint (a model trained on it wrote centres at chance, even on its
-training molecules, while learning bond lengths and angles).
+in the plain mean loss the tags' signal is faint; their own loss says whether a recipe learns the tags.
 
 Atoms are numbered in SMILES order, the order of the text's coordinate blocks (RDKit numbers a parsed
 SMILES's atoms in the order they are written; the count is checked against the blocks).

@@ -148,12 +148,10 @@ class _Accumulated:
         for held, value in zip(self.sums, (batch.total, batch.tokens, batch.stereo_total, batch.stereo_tokens)):
             held += value.detach().double()
 
-    def means(self) -> tuple[float, float | None]:
-        total, tokens, stereo_total, stereo_tokens = (float(s) for s in self.sums)  # the one host read
-        return total / tokens, stereo_total / stereo_tokens if stereo_tokens else None
-
-    def count(self) -> int:
-        return int(self.sums[1])
+    def read(self) -> tuple[int, float | None, float | None]:
+        """(loss tokens, mean loss, mean loss of the stereo-deciding tokens); a mean is None without tokens."""
+        total, tokens, stereo_total, stereo_tokens = torch.stack(self.sums).tolist()  # the one host read
+        return int(tokens), total / tokens if tokens else None, stereo_total / stereo_tokens if stereo_tokens else None
 
     def zero(self) -> None:
         for held in self.sums:
@@ -170,7 +168,8 @@ def validation_loss(model: torch.nn.Module, store: TokenStore, config: TrainConf
         with _autocast(device):
             sums.add(token_loss_sums(model, *_batch(store, rows, pad_id, device)))
     model.train()
-    return sums.means()
+    _, mean, stereo_mean = sums.read()
+    return mean, stereo_mean
 
 
 def train(model: torch.nn.Module, train_store: TokenStore, validation_store: TokenStore, config: TrainConfig,
@@ -188,12 +187,12 @@ def train(model: torch.nn.Module, train_store: TokenStore, validation_store: Tok
 
     def log_row(lr: float, evaluate: bool, **extra: Any) -> None:
         nonlocal loss_tokens, train_loss, val_loss, val_stereo
-        count = interval.count()
+        count, mean, stereo_mean = interval.read()
         loss_tokens += count
         row: dict[str, Any] = {"step": step, "loss": train_loss, "lr": lr}
         if count:
-            train_loss, stereo_loss = interval.means()
-            row.update(loss=round(train_loss, 5), stereo_loss=_rounded(stereo_loss))
+            train_loss = mean
+            row.update(loss=round(mean, 5), stereo_loss=_rounded(stereo_mean))
         interval.zero()
         row.update(tokens=loss_tokens, padded_tokens=padded_tokens)
         if evaluate:
