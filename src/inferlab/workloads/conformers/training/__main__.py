@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                            "(default: the recipe's; others: a trial)")
     train.add_argument("--layers", type=int, default=None, help="transformer layers (default: the recipe's shape; "
                                                                 "others: a trial)")
+    train.add_argument("--compile", action="store_true", help="the step under torch.compile (a trial: "
+                       "compiled_loss.py)")
     train.add_argument("--device", default="auto", help="auto (CUDA when there is one), cuda or cpu")
     again = verbs.add_parser("reproduce", help="train again into a new folder and compare it with a checkpoint "
                                                "(default: the committed reference model)")
@@ -41,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     probe = verbs.add_parser("probe", help="on a device, before training: determinism and speed of the recipe")
     probe.add_argument("--data", type=Path, required=True, help="the folder build-data wrote")
     probe.add_argument("--steps", type=int, default=40, help="steps to time (at least 30)")
+    probe.add_argument("--compile", action="store_true", help="probe the step under torch.compile")
     probe.add_argument("--device", default="auto", help="auto, cuda or cpu")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
             config = replace(RECIPE, steps=args.steps or RECIPE.steps, budget_s=args.budget_s or RECIPE.budget_s,
                              stereo_weight=RECIPE.stereo_weight if args.stereo_weight is None
-                             else args.stereo_weight)
+                             else args.stereo_weight, compile=args.compile)
             shape = replace(REFERENCE_SHAPE, layers=args.layers or REFERENCE_SHAPE.layers)
             train_reference(args.data, args.out, config, shape, device=args.device)
         elif args.verb == "reproduce":
@@ -81,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
 
             from inferlab.workloads.conformers.training.reference_training import probe_reference
 
-            logging.getLogger(__name__).info("probe: %s", json.dumps(probe_reference(args.data, args.steps,
-                                                                                     device=args.device)))
+            logging.getLogger(__name__).info("probe: %s", json.dumps(probe_reference(
+                args.data, args.steps, device=args.device, compile=args.compile)))
     except InferlabError as e:
         logging.getLogger(__name__).error("error: %s", e)
         return 2

@@ -6,8 +6,9 @@ figures) and README.md (the model card). Needs torch and transformers, never RDK
 
 Deterministic: CUBLAS_WORKSPACE_CONFIG set before CUDA starts, torch.use_deterministic_algorithms(True) (an
 op without a deterministic kernel raises instead of running: the loss avoids NLLLoss for that reason),
-the model initialised and the data ordered from the seed, no torch.compile (its kernels and their
-choice are not guaranteed to repeat, and its compile time would come out of the budget), and attention
+the model initialised and the data ordered from the seed, no torch.compile in the recipe (`--compile` is a
+trial until the device shows its kernels repeat: compiled_loss.py; its compile time comes out of the
+budget), and attention
 through one SDPA backend chosen up front among those with a deterministic backward (FlashAttention, then
 memory-efficient, then math; never cuDNN's, whose backward is not deterministic): the first that runs
 the model's shape is used for the whole run and named in training.json.
@@ -165,13 +166,13 @@ def _new_model(shape: ModelShape, tokenizer, seed: int, device):
 
 
 def probe_reference(data_dir: str | Path, steps: int = 40, shape: ModelShape = REFERENCE_SHAPE,
-                    device: str = "auto") -> dict[str, Any]:
+                    device: str = "auto", compile: bool = False) -> dict[str, Any]:
     """What a device gives the recipe before it is run: whether two runs of 3 steps from the seed end with
     bitwise equal weights, the training speed over `steps` steps (at least 30; the first 10 and the last,
-    which ends with a validation pass, not timed) and the time the recipe's steps would take at that speed.
-    Writes nothing."""
+    which ends with a validation pass, not timed) and the time the recipe's steps would take at that speed;
+    `compile`: all of it with the step under torch.compile (compiled_loss.py). Writes nothing."""
     run = _prepare(Path(data_dir), shape, device)
-    base = RECIPE
+    base = replace(RECIPE, compile=compile)
     short = replace(base, steps=3, eval_every=10**9, log_every=1, budget_s=math.inf)
     weights = []
     for _ in range(2):
@@ -188,7 +189,7 @@ def probe_reference(data_dir: str | Path, steps: int = 40, shape: ModelShape = R
         train(model, run.train_store, run.validation_store, timed, run.device, run.tokenizer.eos_token_id, rows.append)
     first, last = rows[0], rows[-2]
     tokens_per_s = (last["padded_tokens"] - first["padded_tokens"]) / (last["elapsed_s"] - first["elapsed_s"])
-    return {"device": str(run.device), "attention": run.attention, "deterministic": deterministic,
+    return {"device": str(run.device), "attention": run.attention, "compile": compile, "deterministic": deterministic,
             "padded_tokens_per_s": round(tokens_per_s), "step_s": round(base.tokens_per_batch / tokens_per_s, 4),
             "recipe_steps": base.steps,
             "recipe_train_s_estimate": round(base.steps * base.tokens_per_batch / tokens_per_s)}

@@ -33,6 +33,7 @@ from inferlab.workloads.conformers.training.batches import (
     evaluation_batches,
     training_batches,
 )
+from inferlab.workloads.conformers.training.compiled_loss import compiled, use_causal_attention
 from inferlab.workloads.conformers.training.token_store import TokenStore
 
 STEPS = 3000  # the recipe's length (see docs/conformers.md "The reference model" for the device time)
@@ -52,6 +53,7 @@ class TrainConfig:
     log_every: int = 10
     seed: int = 27
     stereo_weight: float = 1.0  # the objective's weight of a stereo-deciding token (the others weigh 1)
+    compile: bool = False  # the step's forward and loss under torch.compile (compiled_loss.py; a trial lever)
     budget_s: float = 330.0  # wall-clock limit of the loop
 
     def to_json(self) -> dict[str, Any]:
@@ -110,7 +112,13 @@ class LossSums:
 def token_loss_sums(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor,
                     stereo: torch.Tensor | None = None) -> LossSums:
     """The loss sums of one batch: position t predicts the label at t + 1; `stereo` ([B, L] bool, aligned with
-    labels) marks the stereo-deciding labels (none when omitted).
+    labels) marks the stereo-deciding labels (none when omitted)."""
+    return LossSums(*loss_tensors(model, ids, labels, stereo))
+
+
+def loss_tensors(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor,
+                 stereo: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """token_loss_sums' four sums as a tuple (what torch.compile traces: compiled_loss.py).
 
     Written as log-softmax times a one-hot target rather than F.cross_entropy: its NLL kernel has no
     deterministic CUDA implementation (torch raises under use_deterministic_algorithms), and with a vocabulary
@@ -122,7 +130,7 @@ def token_loss_sums(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Ten
     picked = (log_p * F.one_hot(targets.clamp(min=0), log_p.shape[-1]).to(log_p.dtype)).sum(dim=-1)  # [B, L - 1]
     nll = -(picked * valid)
     marked = torch.zeros_like(valid) if stereo is None else valid & stereo[:, 1:]
-    return LossSums(nll.sum(), valid.sum(), (nll * marked).sum(), marked.sum())
+    return nll.sum(), valid.sum(), (nll * marked).sum(), marked.sum()
 
 
 def _autocast(device: torch.device):
@@ -177,6 +185,10 @@ def train(model: torch.nn.Module, train_store: TokenStore, validation_store: Tok
     """Train `model` (on `device`, fp32 master weights) for config.steps steps or until the budget ends."""
     optimizer = make_optimizer(model, config, device)
     batches = training_batches(train_store, config.tokens_per_batch, config.seed)
+    step_loss = loss_tensors
+    if config.compile:
+        use_causal_attention(model)
+        step_loss = compiled(loss_tensors)
     model.train()
     started = time.perf_counter()
     interval = _Accumulated(device)
@@ -210,7 +222,7 @@ def train(model: torch.nn.Module, train_store: TokenStore, validation_store: Tok
             group["lr"] = lr
         batch = _batch(train_store, rows, pad_id, device)
         with _autocast(device):
-            sums = token_loss_sums(model, *batch)
+            sums = LossSums(*step_loss(model, *batch))
         sums.objective(config.stereo_weight).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
