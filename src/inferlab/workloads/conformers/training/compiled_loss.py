@@ -44,5 +44,11 @@ def use_causal_attention(model: torch.nn.Module) -> None:
 
 
 def compiled(loss_fn: Callable, backend: str = "inductor") -> Callable:
-    """`loss_fn` (model, ids, labels, stereo) -> tensors, compiled once with symbolic batch sizes."""
+    """`loss_fn` (model, ids, labels, stereo) -> tensors, compiled once with symbolic batch sizes.
+
+    Inductor's memory-coalescing analysis (torch 2.11) asserts on this graph's symbolic sizes
+    (tiling_utils.get_pw_red_splits, H200 2026-12-02); it is a tiling heuristic, off for the process."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.triton.coalesce_tiling_analysis = False
     return torch.compile(loss_fn, dynamic=True, backend=backend)
