@@ -13,7 +13,7 @@ from inferlab.bench.kv_dtype_gate import gate_text, kv_dtype_gate, main, metric_
 from inferlab.bench.results import load_rows
 from inferlab.workloads.conformers.reference_model import KV_DTYPE_GATE_FILE
 
-ROWS = "benchmarks/results/2026-12-02-h200-conformer-quality-stereo-scored.jsonl"
+ROWS = "benchmarks/results/2026-12-02-h200-conformer-quality-stereo-variants.jsonl"
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -37,7 +37,7 @@ def test_fp8_below_the_spread_on_one_figure_fails_the_gate_naming_it(rows):
     moved = copy.deepcopy(rows)
     for row in moved:
         if row["backend"] == "inferlab" and row["config"].get("kv_dtype") == "fp8" and not row["config"].get("top_k"):
-            row["metrics"]["quality"]["cov_p_0.75"]["mean"] = 0.14  # below bf16's seeds' 0.1506-0.1613
+            row["metrics"]["quality"]["cov_p_0.75"]["mean"] = 0.12  # below bf16's seeds' 0.126-0.134
     gate = kv_dtype_gate(moved, [ROWS])
     assert gate["fp8_within_spread"] is False and gate["outside"] == ["COV-P@0.75"]
     outside = [c for c in gate["checks"] if not c["within"]]
