@@ -1,7 +1,7 @@
 """The trial lever `train --compile` (compiled_loss.py): the model's causal attention without a mask gives the
 eager model's logits on a padded batch, and the step traced by dynamo gives the eager loss sums (backend
-"eager" here: the tracing is what failed before; inductor's kernels are the device's to check with
-`training probe --compile`)."""
+"eager" here: dynamo's trace of transformers' model is what these check; inductor's kernels are the
+device's to check with `training probe --compile`)."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ make the model compile with the attention the eager recipe runs:
   of its rows (batches.py), so causal attention alone never lets a real token see a pad, as on the eager path.
 - the batches have many lengths (length buckets): `dynamic=True` traces one graph with symbolic sizes
   instead of one compile per bucket.
-Whether its kernels repeat bitwise is the device's to show (`training probe --compile`); until then a
-compiled run is a trial, not the recipe.
+`training probe --compile` says whether two compiled runs end with bitwise equal weights on a device (the
+recipe's condition) and how fast the step is; the recipe itself runs eager.
 """
 
 from __future__ import annotations
@@ -46,9 +46,7 @@ def use_causal_attention(model: torch.nn.Module) -> None:
 def compiled(loss_fn: Callable, backend: str = "inductor") -> Callable:
     """`loss_fn` (model, ids, labels, stereo) -> tensors, compiled once with symbolic batch sizes.
 
-    Inductor's memory-coalescing analysis (torch 2.11) asserts on this graph's symbolic sizes
-    (tiling_utils.get_pw_red_splits, H200 2026-12-02); it is a tiling heuristic, off for the process."""
-    import torch._inductor.config as inductor_config
-
-    inductor_config.triton.coalesce_tiling_analysis = False
-    return torch.compile(loss_fn, dynamic=True, backend=backend)
+    Inductor's memory-coalescing analysis (a tiling heuristic) fails an assertion on this graph's symbolic
+    sizes in torch 2.11 (tiling_utils.get_pw_red_splits): it is off for this compile."""
+    options = {"triton.coalesce_tiling_analysis": False} if backend == "inductor" else None
+    return torch.compile(loss_fn, dynamic=True, backend=backend, options=options)

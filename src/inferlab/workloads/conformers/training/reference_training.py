@@ -7,9 +7,8 @@ figures) and README.md (the model card). Needs torch and transformers, never RDK
 Deterministic: CUBLAS_WORKSPACE_CONFIG set before CUDA starts, torch.use_deterministic_algorithms(True) (an
 op without a deterministic kernel raises instead of running: the loss avoids NLLLoss for that reason),
 the model initialised and the data ordered from the seed, no torch.compile in the recipe (`--compile` is a
-trial until the device shows its kernels repeat: compiled_loss.py; its compile time comes out of the
-budget), and attention
-through one SDPA backend chosen up front among those with a deterministic backward (FlashAttention, then
+trial lever, compiled_loss.py, whose compile time comes out of the budget), and attention through one
+SDPA backend chosen up front among those with a deterministic backward (FlashAttention, then
 memory-efficient, then math; never cuDNN's, whose backward is not deterministic): the first that runs
 the model's shape is used for the whole run and named in training.json.
 """
