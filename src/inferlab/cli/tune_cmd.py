@@ -137,6 +137,8 @@ def _tune(args: argparse.Namespace) -> int:
 def _figures(entry: dict, metric: str) -> str:
     if "error" in entry:
         return f"failed: {entry['error']}"
+    if "skipped" in entry:
+        return entry["skipped"]
     f = entry["figures"]
     spread = "-" if f.get("spread") is None else f"{100 * f['spread']:.1f}%"
     return (f"{_number(f.get(metric))} {metric} (median of {f['passes']} passes, spread {spread}, "

@@ -241,8 +241,43 @@ def test_the_engine_grid_reaches_the_memory_plans_largest_slots(tmp_path, tiny_c
     tuned = run_sweep(settings)
     assert tuned.grid == [{"kv_dtype": "auto", "max_seq_len": length, "memory_slots": 6, "requests": 12, "largest": 6,
                            "bound": "memory plan"}]
-    assert [c["settings"] for c in tuned.candidates] == [{"max_slots": n, "kv_dtype": "auto"} for n in (2, 4, 6)]
-    assert all(c["figures"]["rows"] == 3 * 12 and c["figures"]["error_rows"] == 0 for c in tuned.candidates)
+    # largest first (descent.py); a size left out by the descent is a row that says why
+    assert [c["settings"] for c in tuned.candidates] == [{"max_slots": n, "kv_dtype": "auto"} for n in (6, 4, 2)]
+    assert all(c["figures"]["rows"] == 3 * 12 and c["figures"]["error_rows"] == 0 for c in tuned.candidates
+               if "skipped" not in c)
+    assert "figures" in tuned.candidates[0] and "figures" in tuned.candidates[1]
+
+
+def _engine_sweep_with_rates(tmp_path, tiny_checkpoint, fixed_rates, rates):
+    from inferlab.engine.config import EngineConfig
+    from inferlab.engine.startup import plan_without_loading
+    from inferlab.workloads.tune.row_lengths import generate_row_length
+    from inferlab.workloads.tune.sweep import TuneSettings, run_sweep
+
+    model = str(tiny_checkpoint("tiny"))
+    sample = write_lines(tmp_path / "prompts.jsonl", [{"id": f"p{i}", "prompt": "count"} for i in range(12)])
+    length = generate_row_length(sample, model, 4)
+    budget = plan_without_loading(EngineConfig(model=model, device="cpu", max_slots=8, max_seq_len=length,
+                                               memory_budget_bytes=1 << 40)).total_bytes
+    fixed_rates.rates = rates
+    return run_sweep(TuneSettings("generate", model, str(sample), device="cpu", backend="inferlab", max_new_tokens=4,
+                                  min_seconds=0, memory_budget_bytes=budget))  # the engine grid 8, 4, 2
+
+
+def test_the_descent_leaves_out_sizes_below_one_clearly_slower(tmp_path, tiny_checkpoint, fixed_rates):
+    tuned = _engine_sweep_with_rates(tmp_path, tiny_checkpoint, fixed_rates,
+                                     {8: [300.0, 298.0, 302.0], 4: [200.0, 199.0, 201.0], 2: [100.0] * 3})
+    assert fixed_rates.measured == [8, 4]  # 4 ran 50% below 8, past both spreads: 2 is left out
+    skipped = tuned.candidates[2]
+    assert skipped["settings"]["max_slots"] == 2 and "max_slots=4 ran 50.0% below max_slots=8" in skipped["skipped"]
+    assert tuned.best == {"max_slots": 8, "kv_dtype": "auto"}
+
+
+def test_the_descent_goes_on_while_a_smaller_size_is_inside_the_spread(tmp_path, tiny_checkpoint, fixed_rates):
+    tuned = _engine_sweep_with_rates(tmp_path, tiny_checkpoint, fixed_rates,
+                                     {8: [300.0, 240.0, 330.0], 4: [290.0, 280.0, 300.0], 2: [100.0] * 3})
+    assert fixed_rates.measured == [8, 4, 2]  # 4 is 3% behind, inside 8's 30% spread: the descent goes on
+    assert all("figures" in c for c in tuned.candidates)
 
 
 def test_a_budget_stops_the_sweep_and_a_rerun_measures_only_the_rest(tmp_path, tiny_checkpoint, prompts, fixed_rates,

@@ -7,7 +7,8 @@ default applies) and says so. The TunedConfig holds every candidate's figures (o
 it: an out-of-memory or an unsupported setting is a row, not the end of the sweep), the verdicts, how the
 grid was bounded and the environment (inferlab.environment).
 
-With --work-dir, measured candidates are kept there (measured_store.py) and a rerun measures only the
+On the engine's own grid (no --sizes) each KV dtype's sizes are measured from the largest down and the
+smaller ones left out once a size falls clearly below a larger one (descent.py). With --work-dir, measured candidates are kept there (measured_store.py) and a rerun measures only the
 rest; --budget-s stops before a candidate that would pass the budget (TuneIncomplete)."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from inferlab.workloads.tune.candidates import (
     fixed_candidates,
     size_limit,
 )
+from inferlab.workloads.tune.descent import Descent, largest_first
 from inferlab.workloads.tune.measured_store import MeasuredStore, fingerprint
 from inferlab.workloads.tune.runners import RUNNERS, TuneJob
 from inferlab.workloads.tune.tuned_file import TUNABLE, TunedConfig, check_workload
@@ -159,6 +161,8 @@ def _sweep(settings: TuneSettings, scratch: Path, on_plan, on_candidate) -> Tune
         limits = [size_limit(job.engine_config(), kv, requests)
                   for kv in engine_kv_dtypes(settings.device, settings.kv_dtypes)]
         candidates = engine_candidates(settings.workload, kind, limits, settings.sizes)
+        if settings.sizes is None:
+            candidates = largest_first(candidates)
     else:
         candidates = fixed_candidates(settings.workload, kind, requests, settings.sizes)
         if settings.workload == "classify" and settings.dtype != "auto":
@@ -168,10 +172,17 @@ def _sweep(settings: TuneSettings, scratch: Path, on_plan, on_candidate) -> Tune
     store = MeasuredStore(Path(settings.work_dir) if settings.work_dir else None,
                           fingerprint(settings.figure_settings(), sample))
     runner = RUNNERS[settings.workload](job)
+    descent = Descent(runner.metric) if uses_engine(settings) and settings.sizes is None else None
     measured: list[dict[str, Any]] = []
     longest, measured_now = 0.0, 0  # wall seconds of the longest candidate measured by this run; how many
     try:
         for index, candidate in enumerate(candidates):
+            skipped = descent.skip_reason(candidate) if descent is not None else None
+            if skipped is not None:
+                measured.append({"settings": candidate, "skipped": skipped})
+                if on_candidate is not None:
+                    on_candidate(index, candidate, skipped, False)
+                continue
             earlier = store.get(candidate)
             if earlier is None:
                 elapsed = time.monotonic() - started
@@ -185,6 +196,8 @@ def _sweep(settings: TuneSettings, scratch: Path, on_plan, on_candidate) -> Tune
                 store.add(entry)
             else:
                 entry = earlier
+            if descent is not None:
+                descent.saw(candidate, entry.get("figures"))
             measured.append(entry)
             if on_candidate is not None:
                 on_candidate(index, candidate, entry.get("figures", entry.get("error")), earlier is not None)

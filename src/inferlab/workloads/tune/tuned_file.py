@@ -5,9 +5,9 @@ the merge with the command line (cli/tuned_config_args.py: explicit flags win).
 Format (JSON): {"format": FORMAT, "workload", "model", "metric", "recommended": {dest: value} (only the
 knobs whose best value won past the measured spread: workloads/winner.py), "best" (the settings of the
 best figure), "verdicts" (per knob: value, rival, margin, spread, clear, text), "runner_up_margin",
-"candidates": [{"settings", "figures"} or {"settings", "error"}], "grid" (per KV dtype: the row length,
-the rows the memory plan fits, the sample's requests, which bound the grid), "sample", "environment",
-"created"}.
+"candidates": [{"settings", "figures"}, {"settings", "error"} or {"settings", "skipped"} (descent.py)],
+"grid" (per KV dtype: the row length, the rows the memory plan fits, the sample's requests, which bound the
+grid), "sample", "environment", "created"}.
 """
 
 from __future__ import annotations
