@@ -234,15 +234,16 @@ def test_the_engine_grid_reaches_the_memory_plans_largest_slots(tmp_path, tiny_c
     model = str(tiny_checkpoint("tiny"))
     sample = write_lines(tmp_path / "prompts.jsonl", [{"id": f"p{i}", "prompt": "count " * (i % 3 + 1)} for i in range(12)])
     length = generate_row_length(sample, model, 4)
-    six_rows = plan_without_loading(EngineConfig(model=model, device="cpu", max_slots=6, max_seq_len=length,
-                                                 memory_budget_bytes=1 << 40)).total_bytes
+    eight_rows = plan_without_loading(EngineConfig(model=model, device="cpu", max_slots=8, max_seq_len=length,
+                                                   memory_budget_bytes=1 << 40)).total_bytes
     settings = TuneSettings("generate", model, str(sample), device="cpu", max_new_tokens=4, min_seconds=0,
-                            memory_budget_bytes=six_rows)  # the budget of exactly six rows
+                            memory_budget_bytes=eight_rows)  # the budget of exactly eight rows
     tuned = run_sweep(settings)
-    assert tuned.grid == [{"kv_dtype": "auto", "max_seq_len": length, "memory_slots": 6, "requests": 12, "largest": 6,
+    # the top 2% below the plan's largest (candidates.TOP_HEADROOM: 8 -> 7)
+    assert tuned.grid == [{"kv_dtype": "auto", "max_seq_len": length, "memory_slots": 8, "requests": 12, "largest": 7,
                            "bound": "memory plan"}]
     # largest first (descent.py); a size left out by the descent is a row that says why
-    assert [c["settings"] for c in tuned.candidates] == [{"max_slots": n, "kv_dtype": "auto"} for n in (6, 4, 2)]
+    assert [c["settings"] for c in tuned.candidates] == [{"max_slots": n, "kv_dtype": "auto"} for n in (7, 4, 2)]
     assert all(c["figures"]["rows"] == 3 * 12 and c["figures"]["error_rows"] == 0 for c in tuned.candidates
                if "skipped" not in c)
     assert "figures" in tuned.candidates[0] and "figures" in tuned.candidates[1]
@@ -261,22 +262,22 @@ def _engine_sweep_with_rates(tmp_path, tiny_checkpoint, fixed_rates, rates):
                                                memory_budget_bytes=1 << 40)).total_bytes
     fixed_rates.rates = rates
     return run_sweep(TuneSettings("generate", model, str(sample), device="cpu", backend="inferlab", max_new_tokens=4,
-                                  min_seconds=0, memory_budget_bytes=budget))  # the engine grid 8, 4, 2
+                                  min_seconds=0, memory_budget_bytes=budget))  # the engine grid 7, 4, 2
 
 
 def test_the_descent_leaves_out_sizes_below_one_clearly_slower(tmp_path, tiny_checkpoint, fixed_rates):
     tuned = _engine_sweep_with_rates(tmp_path, tiny_checkpoint, fixed_rates,
-                                     {8: [300.0, 298.0, 302.0], 4: [200.0, 199.0, 201.0], 2: [100.0] * 3})
-    assert fixed_rates.measured == [8, 4]  # 4 ran 50% below 8, past both spreads: 2 is left out
+                                     {7: [300.0, 298.0, 302.0], 4: [200.0, 199.0, 201.0], 2: [100.0] * 3})
+    assert fixed_rates.measured == [7, 4]  # 4 ran 50% below 7, past both spreads: 2 is left out
     skipped = tuned.candidates[2]
-    assert skipped["settings"]["max_slots"] == 2 and "max_slots=4 ran 50.0% below max_slots=8" in skipped["skipped"]
-    assert tuned.best == {"max_slots": 8, "kv_dtype": "auto"}
+    assert skipped["settings"]["max_slots"] == 2 and "max_slots=4 ran 50.0% below max_slots=7" in skipped["skipped"]
+    assert tuned.best == {"max_slots": 7, "kv_dtype": "auto"}
 
 
 def test_the_descent_goes_on_while_a_smaller_size_is_inside_the_spread(tmp_path, tiny_checkpoint, fixed_rates):
     tuned = _engine_sweep_with_rates(tmp_path, tiny_checkpoint, fixed_rates,
-                                     {8: [300.0, 240.0, 330.0], 4: [290.0, 280.0, 300.0], 2: [100.0] * 3})
-    assert fixed_rates.measured == [8, 4, 2]  # 4 is 3% behind, inside 8's 30% spread: the descent goes on
+                                     {7: [300.0, 240.0, 330.0], 4: [290.0, 280.0, 300.0], 2: [100.0] * 3})
+    assert fixed_rates.measured == [7, 4, 2]  # 4 is 3% behind, inside 7's 30% spread: the descent goes on
     assert all("figures" in c for c in tuned.candidates)
 
 
