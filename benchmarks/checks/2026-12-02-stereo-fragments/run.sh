@@ -5,7 +5,8 @@
 # the checkpoint comes back in 12 MB pieces for the hand-preference test on the CPU
 # (scripts/reference_hand_preference.py) and the quality table.
 #   DEVICE_CALL_S=570 bash scripts/gpu/device_call.sh 'bash benchmarks/checks/2026-12-02-stereo-fragments/run.sh'
-# (carry .refdata/data-frag, .device-commit; the data: build-data --out .refdata/data-frag --stereo-fragments)
+# (carry .refdata/data-frag, .device-commit; the data: build-data --out .refdata/data-frag --stereo-fragments at
+# commit 55246fa: the option was removed after this trial, see README.md)
 set -uo pipefail
 STEPS=${STEPS:-9000}
 DATA=${DATA:-.refdata/data-frag}

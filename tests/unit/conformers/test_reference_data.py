@@ -292,11 +292,10 @@ def test_a_work_folder_made_before_the_stereo_variants_is_refused(tmp_path):
 
     config = data_build.BuildConfig(tmp_path / "data")
     rows = [("nci:1", "CCO", TRAIN)]
-    data_build._record_molecule_list(config, rows, data_build.MOLECULES)  # a new folder: recorded
-    data_build._record_molecule_list(config, rows, data_build.MOLECULES)  # the same recipe: resumed
-    data_build._record_molecule_list(config, [("f:1", "CC(N)O", TRAIN)], data_build.FRAGMENTS)  # a series apart
+    data_build._record_molecule_list(config, rows)  # a new folder: recorded
+    data_build._record_molecule_list(config, rows)  # the same recipe: resumed
     record = json.loads((config.work / "molecules.json").read_text())
     del record["stereo_variants"]  # chunks written by the recipe before them hold no variant texts
     (config.work / "molecules.json").write_text(json.dumps(record))
     with pytest.raises(InputError, match="another molecule list or recipe"):
-        data_build._record_molecule_list(config, rows, data_build.MOLECULES)
+        data_build._record_molecule_list(config, rows)

@@ -20,8 +20,6 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--out", type=Path, required=True, help="the data folder (its work folder is OUT.work)")
     build.add_argument("--workers", type=int, default=2, help="processes making conformer texts (0: this one)")
     build.add_argument("--limit", type=int, default=None, help="only the first N molecules of each split (a trial)")
-    build.add_argument("--stereo-fragments", action="store_true", help="the train molecules' fragments around "
-                       "their tetrahedral centres as train molecules too (a trial: stereo_fragments.py)")
     train = verbs.add_parser("train", help="train the reference model on a data folder into a new checkpoint folder")
     train.add_argument("--data", type=Path, required=True, help="the folder build-data wrote")
     train.add_argument("--out", type=Path, required=True, help="the checkpoint folder to create")
@@ -53,8 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "build-data":
             from inferlab.workloads.conformers.training.data_build import BuildConfig, build_data
 
-            build_data(BuildConfig(args.out, workers=args.workers, limit=args.limit,
-                                   stereo_fragments=args.stereo_fragments))
+            build_data(BuildConfig(args.out, workers=args.workers, limit=args.limit))
         elif args.verb == "train":
             from dataclasses import replace
 

@@ -5,9 +5,7 @@
    another list (other sources, other code) is refused instead of mixing two.
 2. Texts (the long part: ETKDG): chunks of molecules, each a file of the work folder written when the chunk
    is done (conformer_texts.py, in `workers` processes; a molecule's stereo variants with it, no new
-   embedding); a rerun makes only the missing chunks. With `stereo_fragments`, the train molecules'
-   fragments (stereo_fragments.py) follow as train molecules, chunked and recorded apart (a series of their
-   own in the work folder), so that adding them reuses the molecules' chunks.
+   embedding); a rerun makes only the missing chunks.
 3. Tokens: every prompt, conformer text and probe text cut by qwen3-chem; the reduced tokenizer made of the
    tokens they use (models/vocabulary_reduction.py) and written to OUT/tokenizer; every text cut again by
    the reduced tokenizer, loaded from that folder, must give qwen3-chem's ids exactly (mapped), or the
@@ -45,15 +43,12 @@ from inferlab.workloads.conformers.training.scaffold_split import (
     LARGE_GROUP_SHARE,
     SHARES,
     SPLITS,
-    TRAIN,
     SplitRow,
     assign_splits,
     group_key,
     held_out_smi_text,
     split_text,
 )
-from inferlab.workloads.conformers.training.stereo_fragments import FRAGMENT_SOURCE, RADII, fragment_candidates
-from inferlab.workloads.conformers.training.stereo_fragments import MAX_ATOMS as FRAGMENT_MAX_ATOMS
 from inferlab.workloads.conformers.training.stereo_variants import KINDS
 from inferlab.workloads.conformers.training.token_build import build_tokens
 
@@ -62,8 +57,6 @@ log = logging.getLogger(__name__)
 SEED = 27  # the recipe's seed: split hash, ETKDG seeds, probe coordinates
 CHUNK_MOLECULES = 48
 POOL_ATTEMPTS = 3  # pools started before a build gives up on workers that keep dying
-MOLECULES, FRAGMENTS = "molecules", "fragments"  # the two series of rows, each recorded as work/<series>.json
-CHUNK_FOLDERS = {MOLECULES: "texts", FRAGMENTS: "fragment_texts"}
 
 
 @dataclass(frozen=True)
@@ -72,7 +65,6 @@ class BuildConfig:
     workers: int = 2
     seed: int = SEED
     limit: int | None = None  # only the first `limit` candidates of each split (tests, trials)
-    stereo_fragments: bool = False  # the train molecules' stereo fragments as train molecules too
 
     @property
     def work(self) -> Path:
@@ -89,17 +81,10 @@ def build_data(config: BuildConfig) -> dict[str, Any]:
         first = [i for split in SPLITS for i in [k for k, s in enumerate(splits) if s == split][: config.limit]]
         candidates, splits = [candidates[i] for i in sorted(first)], [splits[i] for i in sorted(first)]
     rows = [(c.id, c.canonical_smiles, split) for c, split in zip(candidates, splits)]
-    _record_molecule_list(config, rows, MOLECULES)
+    _record_molecule_list(config, rows)
     log.info("%d candidate molecules (%s)", len(rows), _counts(Counter(splits)))
-    texts = _make_texts(config, rows, MOLECULES)
-    if config.stereo_fragments:
-        fragments = fragment_candidates([c for c, split in zip(candidates, splits) if split == TRAIN],
-                                        [c.canonical_smiles for c in candidates])
-        fragment_rows = [(c.id, c.canonical_smiles, TRAIN) for c in fragments]
-        _record_molecule_list(config, fragment_rows, FRAGMENTS)
-        log.info("%d stereo fragments of the train molecules", len(fragment_rows))
-        texts += _make_texts(config, fragment_rows, FRAGMENTS)
-        candidates += fragments
+
+    texts = _make_texts(config, rows)
     kept = [t for t in texts if t.dropped_at is None]
     dropped.update(f"texts: {t.dropped_at}" for t in texts if t.dropped_at is not None)
     dropped.update(f"variants: {v['kind']}: {v['at']}" for t in kept for v in t.variants_left_out)
@@ -114,14 +99,11 @@ def build_data(config: BuildConfig) -> dict[str, Any]:
         "recipe": {"seed": config.seed, "profile": conformer_texts.PROFILE,
                    "conformers_per_molecule": conformer_texts.NUM_CONFORMERS, "atoms": [MIN_ATOMS, MAX_ATOMS],
                    "split_shares": SHARES, "large_group_share": LARGE_GROUP_SHARE, "stereo_variants": list(KINDS),
-                   "stereo_fragments": {"radii": list(RADII), "max_atoms": FRAGMENT_MAX_ATOMS}
-                   if config.stereo_fragments else None, "limit": config.limit},
+                   "limit": config.limit},
         "rdkit": rdkit.__version__,
         "sources": {name: {"file": path.name, "sha256": digest}
                     for (name, path), digest in zip(paths.items(), source_digests(paths).values())},
-        "molecules": {split: sum(1 for r in split_rows if r.split == split and r.source != FRAGMENT_SOURCE)
-                      for split in SPLITS},
-        "stereo_fragments": sum(1 for r in split_rows if r.source == FRAGMENT_SOURCE),
+        "molecules": {split: sum(1 for r in split_rows if r.split == split) for split in SPLITS},
         "dropped": dict(sorted(dropped.items(), key=lambda kv: -kv[1])),
         "dropped_molecules": [{"id": t.id, "at": t.dropped_at, "why": t.error} for t in texts if t.dropped_at],
         "dropped_variants": [{"id": t.id, **v} for t in kept for v in t.variants_left_out],
@@ -153,11 +135,11 @@ def _counts(counter) -> str:
     return ", ".join(f"{split} {counter.get(split, 0)}" for split in SPLITS)
 
 
-def _record_molecule_list(config: BuildConfig, rows: list[tuple[str, str, str]], series: str) -> None:
+def _record_molecule_list(config: BuildConfig, rows: list[tuple[str, str, str]]) -> None:
     record = {"seed": config.seed, "profile": conformer_texts.PROFILE,
               "conformers_per_molecule": conformer_texts.NUM_CONFORMERS, "chunk_molecules": CHUNK_MOLECULES,
               "stereo_variants": list(KINDS), "molecules": rows}  # chunks made before the variants are refused
-    path = config.work / f"{series}.json"
+    path = config.work / "molecules.json"
     config.work.mkdir(parents=True, exist_ok=True)
     if path.exists():
         if json.loads(path.read_text()) != json.loads(json.dumps(record)):
@@ -167,56 +149,56 @@ def _record_molecule_list(config: BuildConfig, rows: list[tuple[str, str, str]],
     write_json_atomic(path, record)
 
 
-def _chunk_path(config: BuildConfig, series: str, index: int) -> Path:
-    return config.work / CHUNK_FOLDERS[series] / f"{index:05d}.json.xz"
+def _chunk_path(config: BuildConfig, index: int) -> Path:
+    return config.work / "texts" / f"{index:05d}.json.xz"
 
 
-def _make_texts(config: BuildConfig, rows: list[tuple[str, str, str]], series: str) -> list[MoleculeTexts]:
+def _make_texts(config: BuildConfig, rows: list[tuple[str, str, str]]) -> list[MoleculeTexts]:
     chunks = [rows[i:i + CHUNK_MOLECULES] for i in range(0, len(rows), CHUNK_MOLECULES)]
-    missing = _missing(config, series, len(chunks))
-    log.info("%s: %d of %d chunks of %d molecules to make (%d workers)", CHUNK_FOLDERS[series], len(missing),
-             len(chunks), CHUNK_MOLECULES, config.workers)
+    missing = _missing(config, len(chunks))
+    log.info("texts: %d of %d chunks of %d molecules to make (%d workers)", len(missing), len(chunks),
+             CHUNK_MOLECULES, config.workers)
     progress = _Progress(len(missing), sum(len(chunks[k]) for k in missing))
     if config.workers == 0 and missing:
         _init_worker(config.seed)
         for k in missing:
-            _write_chunk(config, series, k, _make_chunk(chunks[k]))
+            _write_chunk(config, k, _make_chunk(chunks[k]))
             progress.done(len(chunks[k]))
     for attempt in range(1, POOL_ATTEMPTS + 1):
-        missing = _missing(config, series, len(chunks))
+        missing = _missing(config, len(chunks))
         if not missing:
             break
         try:
-            _make_in_pool(config, series, chunks, missing, progress)
+            _make_in_pool(config, chunks, missing, progress)
         except BrokenProcessPool:  # a worker killed from outside (the OOM killer of a shared machine)
             log.warning("a text worker died (attempt %d of %d); the chunks written are kept", attempt, POOL_ATTEMPTS)
-    missing = _missing(config, series, len(chunks))
+    missing = _missing(config, len(chunks))
     if missing:
         raise InputError(f"{len(missing)} chunks of conformer texts could not be made (workers kept dying); "
                          "rerun the same command to resume")
     texts = []
     for k in range(len(chunks)):
         texts += [MoleculeTexts.from_json(entry)
-                  for entry in json.loads(lzma.decompress(_chunk_path(config, series, k).read_bytes()))]
+                  for entry in json.loads(lzma.decompress(_chunk_path(config, k).read_bytes()))]
     return texts
 
 
-def _missing(config: BuildConfig, series: str, chunks: int) -> list[int]:
-    return [k for k in range(chunks) if not _chunk_path(config, series, k).exists()]
+def _missing(config: BuildConfig, chunks: int) -> list[int]:
+    return [k for k in range(chunks) if not _chunk_path(config, k).exists()]
 
 
-def _make_in_pool(config: BuildConfig, series: str, chunks: list, missing: list[int], progress: _Progress) -> None:
+def _make_in_pool(config: BuildConfig, chunks: list, missing: list[int], progress: _Progress) -> None:
     from inferlab.child_processes import spawn_pool
 
     with spawn_pool(config.workers, _init_worker, (config.seed,)) as pool:
         futures = {pool.submit(_make_chunk, chunks[k]): k for k in missing}
         for future in as_completed(futures):
-            _write_chunk(config, series, futures[future], future.result())
+            _write_chunk(config, futures[future], future.result())
             progress.done(len(chunks[futures[future]]))
 
 
-def _write_chunk(config: BuildConfig, series: str, index: int, texts: list[dict[str, Any]]) -> None:
-    write_bytes_atomic(_chunk_path(config, series, index), lzma.compress(json.dumps(texts).encode()))
+def _write_chunk(config: BuildConfig, index: int, texts: list[dict[str, Any]]) -> None:
+    write_bytes_atomic(_chunk_path(config, index), lzma.compress(json.dumps(texts).encode()))
 
 
 class _Progress:
