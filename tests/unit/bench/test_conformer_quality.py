@@ -70,7 +70,10 @@ def test_the_preset_runs_every_system_on_the_same_molecules_and_references():
         assert {("inferlab", "on", "auto", None, top_k), ("inferlab", "on", "fp8", None, top_k),
                 ("inferlab", "off", "auto", None, top_k), ("hf", None, None, "none", top_k),
                 ("hf", None, None, "python", top_k)} <= systems
-    assert ("etkdg", None, None, None, 0) in systems and len(cells) == 11
+    assert ("etkdg", None, None, None, 0) in systems and len(cells) == 13
+    retrying = [cell for cell in cells if cell.config["stereo_retries"]]
+    assert sorted((cell.config["kv_dtype"], cell.config["top_k"], cell.config["stereo_retries"]) for cell in retrying) == [
+        ("auto", 0, 3), ("auto", 50, 3)]  # the pipeline's remedy beside the model's own stereo
     shared = ("model", "num_molecules", "molecules_file", "max_heavy_atoms", "assign_stereo", "num_references", "reference_seed",
               "num_seeds", "seed", "subset_molecules", "temperature", "top_p", "thresholds", "num_generations")
     assert len({json.dumps([c.model if k == "model" else c.config[k] for k in shared]) for c in cells}) == 1
@@ -85,7 +88,7 @@ def test_the_preset_runs_every_system_on_the_same_molecules_and_references():
     assert all(cell.config["on_subset_only"] and cell.config["subset_molecules"] == 16 for cell in slow)
     assert not any(cell.config["on_subset_only"] for cell in cells if cell not in slow)
     estimate = sum(get_scenario(cell.scenario).estimate_s(cell, True) for cell in cells)
-    assert estimate < 8.5 * 60  # one device call of ~8 minutes on an H200
+    assert estimate < 11 * 60  # ~10 minutes on an H200: two device calls (the lab resumes a preset)
 
 
 def _plan(backend="inferlab", **settings):
@@ -97,6 +100,8 @@ def _plan(backend="inferlab", **settings):
     ("inferlab", {"on_subset_only": True}, "subset_molecules"),
     ("inferlab", {"num_molecules": 4, "subset_molecules": 8}, "subset_molecules=8"),
     ("inferlab", {"temperature": 0.0}, "greedy"),
+    ("inferlab", {"temperature": 0.0, "num_seeds": 1, "stereo_retries": 1}, "temperature > 0"),
+    ("etkdg", {"stereo_retries": 1}, "not etkdg"),
     ("etkdg", {"seed": 1000, "num_seeds": 3}, "reference_seed"),
 ])
 def test_impossible_cells_are_refused_by_name(backend, settings, match):
@@ -163,6 +168,24 @@ def test_engine_cells_constrained_and_unconstrained(run_cell, tiny_checkpoint):
         assert seed["validity"] == 0.0 and seed["molecules_without_valid_output"] == 2
         assert seed["cov_r_1.25"] == seed["cov_p_1.25"] == 0.0 and seed["amr_r"] is None
     assert all(call["output_tokens"] > 0 for call in on.metrics["calls"])
+
+
+@pytest.mark.slow
+def test_stereo_retries_sample_the_wrong_stereo_again_and_never_lose_a_match(run_cell, tiny_checkpoint, tmp_path):
+    chiral = tmp_path / "chiral.smi"
+    chiral.write_text("C[C@H](N)C(=O)O alanine\nC[C@@H](O)CC butanol\n")
+    _, plain = _cell(run_cell, tiny_checkpoint, "inferlab", molecules_file=str(chiral), warmup=0)
+    _, retried = _cell(run_cell, tiny_checkpoint, "inferlab", molecules_file=str(chiral), warmup=0, stereo_retries=2)
+    assert plain.status == retried.status == "ok", (plain.message, retried.message)
+    assert retried.metrics["system"] == "engine, constrained, float32 KV + 2 stereo retries"
+    for before, after, call in zip(plain.metrics["per_seed"], retried.metrics["per_seed"], retried.metrics["calls"]):
+        matches = [round(s["stereo_agreement"] * s["stereo_checked"]) for s in (before, after)]
+        wrong = before["stereo_checked"] - matches[0]  # a random model: about half the hands wrong
+        attempts = call["stereo_retry_attempts"]
+        assert wrong > 0 and attempts[0] == wrong  # the same first attempts (same seeds), each wrong one redrawn
+        assert all(b <= a for a, b in zip(attempts, attempts[1:]))  # a round redraws only what the last got wrong
+        assert matches[1] >= matches[0] and after["validity"] == 1.0  # a right hand is never replaced
+        assert call["stereo_retry_output_tokens"] > 0
 
 
 @pytest.mark.slow
@@ -237,12 +260,14 @@ def test_the_report_section_the_model_card_table_and_the_plot(tmp_path):
     rows = [_row("inferlab", {"cov_r_0.75": [0.41, 0.42, 0.43]}, top_k=top_k, constraint="on", kv_dtype="auto")
             for top_k in (0, 50)]
     rows += [_row("inferlab", {}, constraint="on", kv_dtype="fp8", status="unavailable"), _row("etkdg", {"validity": [1.0] * 3})]
+    rows += [_row("inferlab", {"cov_r_0.75": [0.50, 0.51, 0.52]}, constraint="on", kv_dtype="auto", stereo_retries=3)]
     path = write_report(["run"], rows, tmp_path / "report")
     text = path.read_text()
     section = text.split("## Conformer quality", 1)[1]
     assert "T=1, top-p 1, no top-k" in section and "T=1, top-p 1, top-k 50" in section
     assert section.count("ETKDG, another seed (the ceiling)") == 2  # the ceiling beside both samplings
     assert "42.0% ± 1.0 [41.0-43.0]" in section and "unavailable: kv_dtype=fp8 on cpu" in section
+    assert "KV + 3 stereo retries" in section and "51.0% ± 1.0 [50.0-52.0]" in section  # a system of its own
     card = (tmp_path / "report" / "quality-table.md").read_text()
     assert card.startswith("## Quality") and "42.0% ± 1.0 |" in card and "[41.0-43.0]" not in card
     assert "K = 8 ETKDGv3 references (seed 1001)" in card and "NVIDIA H200" in card

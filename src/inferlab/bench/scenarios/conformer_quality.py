@@ -59,6 +59,8 @@ KNOBS = (
     Knob("subset_molecules", int, 0, "also summarise the first N molecules, the set a slow system runs on (0 = none)",
          minimum=0),
     Knob("on_subset_only", bool, False, "generate for the first subset_molecules molecules only (a slow system)"),
+    Knob("stereo_retries", int, 0, "times a valid conformer of the wrong stereo is sampled again with another seed "
+         "(the pipeline's --stereo-retries; the last attempt is kept)", minimum=0),
     Knob("profile", str, "v3-fixed4", "conformer format profile",
          choices=("v3-fixed4", "v3-stripped", "v2-fixed4", "v2-stripped")),
     dtype_knob(),
@@ -105,6 +107,9 @@ def validate(cell: Cell) -> None:
                           "the subset is the first molecules of the set")
     if c["on_subset_only"] and not c["subset_molecules"]:
         raise ConfigError("on_subset_only needs subset_molecules=N (the first N molecules)")
+    if c["stereo_retries"] and (cell.backend == "etkdg" or c["temperature"] == 0):
+        raise ConfigError("stereo_retries samples a wrong-stereo conformer again: it needs a model (not etkdg) and a "
+                          "temperature > 0")
     if cell.backend == "etkdg" and c["seed"] <= c["reference_seed"] < c["seed"] + c["num_seeds"]:
         raise ConfigError(f"the etkdg system's seeds {c['seed']}..{c['seed'] + c['num_seeds'] - 1} include "
                           f"reference_seed={c['reference_seed']}: it would score the references against themselves")
@@ -119,7 +124,8 @@ def system_label(backend: str | None, config: dict[str, Any]) -> str:
             return "engine, unconstrained"
         kv = "fp8" if config.get("kv_dtype") == "fp8" else {"bfloat16": "bf16", "float16": "fp16"}.get(
             config.get("dtype"), config.get("dtype"))
-        return f"engine, constrained, {kv} KV"
+        retries = f" + {config['stereo_retries']} stereo retries" if config.get("stereo_retries") else ""
+        return f"engine, constrained, {kv} KV{retries}"
     if backend == "hf":
         return ("transformers + the seeds' Python processor" if config.get("processor") == "python"
                 else "transformers, unconstrained")
@@ -148,6 +154,9 @@ def estimate_s(cell: Cell, accelerator: bool) -> float:
     if cell.backend == "etkdg":
         return fixed + requests * 0.04 / cores
     tokens = requests * atoms * TOKENS_PER_HEAVY_ATOM
+    if c["stereo_retries"]:  # ~4 ms per output judged in the cell's process; retries ~half the tokens again
+        fixed += requests * 4e-3
+        tokens *= 1.5
     if not accelerator:
         return fixed + 5.0 + tokens / 250.0
     if cell.backend == "inferlab":
@@ -237,11 +246,14 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
             requests = quality_requests(run_on, generations, sampling, seed)
             with timed(sync) as t:
                 results = completed(backend.generate(requests))
-            by_id = {r.id: r for r in results}
-            outputs[seed] = [by_id[r.id].token_ids for r in requests]
+                by_id = {r.id: r for r in results}
+                outputs[seed] = [by_id[r.id].token_ids for r in requests]
+                retried = _stereo_retries(backend, requests, outputs[seed], run_on, generations, c, tokenizer, profile,
+                                          seed)
             tokens = sum(count_generated(outputs[seed], backend.eos_token_ids))
             calls.append({"seed": seed, "generate_s": t.seconds, "output_tokens": tokens,
-                          "output_tokens_per_s": tokens / t.seconds, "generations_per_s": len(requests) / t.seconds})
+                          "output_tokens_per_s": tokens / t.seconds, "generations_per_s": len(requests) / t.seconds,
+                          **retried})
     extra = _backend_extra(ctx, backend)
     memory = peak_memory(device)
     backend.close()
@@ -291,6 +303,43 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     if references.failed:
         ctx.warn(f"{len(references.failed)} molecule(s) left out: RDKit could not embed their references")
     return metrics
+
+
+def _stereo_retries(backend: Any, requests: list[Any], outputs: list[list[int]], molecules: list[Any],
+                    generations: int, c: dict[str, Any], tokenizer: Any, profile: Any, seed: int) -> dict[str, Any]:
+    """Up to c["stereo_retries"] rounds: each valid output of the wrong stereo sampled again (request id
+    `<id>@retry<n>`, its own seed), its output replaced by the new attempt's (the last attempt stays, as the
+    pipeline keeps it). `outputs` is updated in place; returns the rounds' counts ({} without retries). The
+    call's seconds include the retries (its rate is what the system costs); its output tokens count the kept
+    attempts, stereo_retry_output_tokens the retries' own."""
+    import dataclasses
+
+    from inferlab.bench.scenarios.base import completed
+    from inferlab.bench.scenarios.conformer_quality_scores import wrong_stereo
+    from inferlab.bench.scenarios.decode_traffic import count_generated
+
+    if not c["stereo_retries"]:
+        return {}
+    attempts, retry_tokens = [], 0
+    judged = range(len(outputs))  # each round judges the outputs the last one replaced
+    for round_ in range(1, c["stereo_retries"] + 1):
+        wrong = [i for i in judged
+                 if wrong_stereo(molecules[i // generations].template, outputs[i], tokenizer, backend.eos_token_ids,
+                                 profile.name)]
+        if not wrong:
+            break
+        again = []
+        for i in wrong:
+            rid = f"{requests[i].id}@retry{round_}"
+            again.append(dataclasses.replace(requests[i], id=rid, sampling=dataclasses.replace(
+                requests[i].sampling, seed=request_seed(seed, rid))))
+        by_id = {r.id: r for r in completed(backend.generate(again))}
+        for i, request in zip(wrong, again):
+            outputs[i] = by_id[request.id].token_ids
+        attempts.append(len(wrong))
+        retry_tokens += sum(count_generated([outputs[i] for i in wrong], backend.eos_token_ids))
+        judged = wrong
+    return {"stereo_retry_attempts": attempts, "stereo_retry_output_tokens": retry_tokens}
 
 
 def _first_of_each(molecules: Any) -> list[Any]:

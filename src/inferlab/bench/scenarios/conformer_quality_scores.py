@@ -61,6 +61,23 @@ def molecule_tasks(seed: int, molecules: list[Any], outputs: list[list[int]], ge
     return tasks
 
 
+def wrong_stereo(template: Any, ids: list[int], tokenizer: Any, eos: frozenset[int], profile: str) -> bool:
+    """Whether one generation is a valid conformer whose stereo is not its input's (the pipeline's stereo check,
+    pipeline/judge.py): what a stereo retry samples again. Invalid and unjudged outputs are not retried."""
+    from inferlab.errors import InferlabError
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.pipeline.judge import stereo_fields
+
+    end = next((i for i, t in enumerate(ids) if t in eos), None)
+    if end is None:
+        return False
+    try:
+        mol = template.check(tokenizer.decode(ids[:end], skip_special_tokens=False), get_profile(profile)).mol
+    except InferlabError:
+        return False
+    return stereo_fields(mol)["stereo_ok"] is False
+
+
 def score_molecule(task: MoleculeTask) -> MoleculeScore:
     import numpy as np
     from rdkit import Chem
