@@ -52,13 +52,16 @@ def molecule_tasks(seed: int, molecules: list[Any], outputs: list[list[int]], ge
     outputs: the seed's token ids, `generations` per molecule in molecule order."""
     tasks = []
     for index, m in enumerate(molecules):
-        texts = []
-        for ids in outputs[index * generations : (index + 1) * generations]:
-            end = next((i for i, t in enumerate(ids) if t in eos), None)
-            texts.append(None if end is None else tokenizer.decode(ids[:end], skip_special_tokens=False))
+        texts = [text_before_eos(ids, tokenizer, eos) for ids in outputs[index * generations : (index + 1) * generations]]
         tasks.append(MoleculeTask(seed, index, m.template, profile, references[m.template.canonical_smiles],
                                   tuple(texts), thresholds))
     return tasks
+
+
+def text_before_eos(ids: list[int], tokenizer: Any, eos: frozenset[int]) -> str | None:
+    """A generation's text before its first EOS; None when it ended without one."""
+    end = next((i for i, t in enumerate(ids) if t in eos), None)
+    return None if end is None else tokenizer.decode(ids[:end], skip_special_tokens=False)
 
 
 def wrong_stereo(template: Any, ids: list[int], tokenizer: Any, eos: frozenset[int], profile: str) -> bool:
@@ -68,11 +71,11 @@ def wrong_stereo(template: Any, ids: list[int], tokenizer: Any, eos: frozenset[i
     from inferlab.workloads.conformers.chemistry.profiles import get_profile
     from inferlab.workloads.conformers.pipeline.judge import stereo_fields
 
-    end = next((i for i, t in enumerate(ids) if t in eos), None)
-    if end is None:
+    text = text_before_eos(ids, tokenizer, eos)
+    if text is None:
         return False
     try:
-        mol = template.check(tokenizer.decode(ids[:end], skip_special_tokens=False), get_profile(profile)).mol
+        mol = template.check(text, get_profile(profile)).mol
     except InferlabError:
         return False
     return stereo_fields(mol)["stereo_ok"] is False

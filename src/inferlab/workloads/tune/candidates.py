@@ -3,9 +3,8 @@
 On the inferlab engine (generate, conformers) the grid is max_slots x KV dtype: for each KV dtype (the
 model dtype, and fp8 where the device has FP8; never on CPU) the engine's memory planner is asked, without
 building an engine, how many rows fit at the sample's row length; max_slots doubles from the workload's
-first size towards that largest feasible value less TOP_HEADROOM (the sample's requests, when fewer), which
-is always tried,
-keeping the MAX_SIZES largest (a doubling step within a quarter of the largest is left out: nearly the
+first size towards that largest feasible value less TOP_HEADROOM (the sample's requests, when fewer),
+which is always tried, keeping the MAX_SIZES largest (a doubling step within a quarter of the largest is left out: nearly the
 same point, measured twice). The transformers backend of generate tries a fixed grid of batch rows;
 classify tries its batch sizes x the dtypes and attention implementations the device can run. Sizes
 given by the user (--sizes) are tried as given, those above the sample's requests dropped (the first
@@ -33,9 +32,8 @@ FIXED_SIZES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 MAX_SIZES = 4  # max_slots per KV dtype (each costs an engine start, a warm-up pass and the timed passes)
 NEAR_LARGEST = 0.75  # a doubling step above this share of the largest size measures nearly the same point
 # The grid's top stays this share below the memory plan's largest: the plan is asked before any engine ran, and
-# each run leaves the process holding a little more device memory (H200, qwen3-0.6b conformers: 0.28 GiB after
-# the first run, ~0.03 GiB per run after it), so the plan's very largest no longer fitted at the candidate's
-# second run (a CapacityError row instead of the best size: benchmarks/checks/2026-12-02-h200-tune-conformers)
+# each run leaves the process holding a little more device memory, so the very largest may not fit a candidate's
+# later runs (docs/decisions.md "Why the tune descends from the largest batch")
 TOP_HEADROOM = 0.02
 PLAN_SLOT_CAP = 1 << 20  # the planner's search bound: far above any device's rows
 

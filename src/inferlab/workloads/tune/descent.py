@@ -3,18 +3,19 @@ left out once one size falls clearly below a larger one.
 
 A decode step reads the weights once for all its rows, so the engine's throughput rises with max_slots until
 the batch saturates the device or the job's tail (its last, longest rows) dominates; below a size that is
-clearly slower than a larger one, every smaller size is slower still. Measured from the small end up, the
-sweep paid most of its time for those: on an H200 (qwen3-0.6b, 160 molecules x 8, 2026-12-02) its passes at
-max_slots=64, 128 and 256 took 169 s, 123 s and ~105 s, a call's time before the larger sizes began. "Clearly" is the rule `inferlab recommend` uses for a winner
-(workloads/winner.py): the larger size leads by more than either candidate's measured spread, and by at
-least MIN_LEAD. A size that failed (out of memory, an unsupported setting) stops nothing: a smaller one may
-run. The sizes left out are rows of the tuned file ({"settings", "skipped": why}), never silently absent.
+clearly slower than a larger one, every smaller size is slower still, and the small sizes are the slow ones
+to measure (docs/decisions.md "Why the tune descends from the largest batch"). "Clearly": the larger size
+leads (winner.margin) by more than either candidate's measured spread and by at least MIN_LEAD. A size that
+failed (out of memory, an unsupported setting) stops nothing: a smaller one may run. The sizes left out are
+rows of the tuned file ({"settings", "skipped": why}), never silently absent.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from inferlab.workloads.winner import margin
 
 MIN_LEAD = 0.03  # below the best larger size by less than this, the descent goes on (noise of a few %)
 
@@ -46,7 +47,7 @@ class Descent:
         if best is None or figure > best[0]:
             self._best[kv] = (figure, spread, size)
             return
-        lead = best[0] / figure - 1
+        lead = margin(best[0], figure)
         if lead > max(MIN_LEAD, spread, best[1]):
             self._stopped[kv] = (f"not measured: max_slots={size} ran {lead:.1%} below max_slots={best[2]} (past "
                                  f"both spreads), so smaller sizes were left out (workloads/tune/descent.py)")

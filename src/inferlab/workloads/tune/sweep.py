@@ -8,8 +8,9 @@ it: an out-of-memory or an unsupported setting is a row, not the end of the swee
 grid was bounded and the environment (inferlab.environment).
 
 On the engine's own grid (no --sizes) each KV dtype's sizes are measured from the largest down and the
-smaller ones left out once a size falls clearly below a larger one (descent.py). With --work-dir, measured candidates are kept there (measured_store.py) and a rerun measures only the
-rest; --budget-s stops before a candidate that would pass the budget (TuneIncomplete)."""
+smaller ones left out once a size falls clearly below a larger one (descent.py). With --work-dir, measured
+candidates are kept there (measured_store.py) and a rerun measures only the rest; --budget-s stops before a
+candidate that would pass the budget (TuneIncomplete)."""
 
 from __future__ import annotations
 
@@ -156,6 +157,7 @@ def _sweep(settings: TuneSettings, scratch: Path, on_plan, on_candidate) -> Tune
                   settings.passes, gpu_memory_fraction=settings.gpu_memory_fraction,
                   memory_budget_bytes=settings.memory_budget_bytes)
     limits: list[SizeLimit] = []
+    descent = None  # the engine's own grid only (descent.py)
     if uses_engine(settings):
         job = replace(job, max_seq_len=settings.max_seq_len or _row_length(settings, sample))
         limits = [size_limit(job.engine_config(), kv, requests)
@@ -163,6 +165,7 @@ def _sweep(settings: TuneSettings, scratch: Path, on_plan, on_candidate) -> Tune
         candidates = engine_candidates(settings.workload, kind, limits, settings.sizes)
         if settings.sizes is None:
             candidates = largest_first(candidates)
+            descent = Descent(RUNNERS[settings.workload].metric)
     else:
         candidates = fixed_candidates(settings.workload, kind, requests, settings.sizes)
         if settings.workload == "classify" and settings.dtype != "auto":
@@ -172,7 +175,6 @@ def _sweep(settings: TuneSettings, scratch: Path, on_plan, on_candidate) -> Tune
     store = MeasuredStore(Path(settings.work_dir) if settings.work_dir else None,
                           fingerprint(settings.figure_settings(), sample))
     runner = RUNNERS[settings.workload](job)
-    descent = Descent(runner.metric) if uses_engine(settings) and settings.sizes is None else None
     measured: list[dict[str, Any]] = []
     longest, measured_now = 0.0, 0  # wall seconds of the longest candidate measured by this run; how many
     try:
