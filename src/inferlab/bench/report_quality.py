@@ -24,9 +24,10 @@ from inferlab.bench.results import gpu_of
 from inferlab.bench.scenarios.conformer_quality import NAME, system_label
 
 ENGINE_BF16, ENGINE_FP8, ENGINE_FREE = "engine-bf16", "engine-fp8", "engine-free"
-ENGINE_RETRIES = "engine-stereo-retries"  # constrained, with the pipeline's stereo retries: a system of its own
+# constrained with the pipeline's stereo repairs (the mirror image, retries): systems of their own
+ENGINE_MIRROR, ENGINE_RETRIES = "engine-stereo-mirror", "engine-stereo-retries"
 HF_FREE, HF_PROCESSOR, ETKDG = "hf-free", "hf-processor", "etkdg"
-ORDER = (ENGINE_BF16, ENGINE_FP8, ENGINE_RETRIES, ENGINE_FREE, HF_FREE, HF_PROCESSOR, ETKDG)
+ORDER = (ENGINE_BF16, ENGINE_FP8, ENGINE_MIRROR, ENGINE_RETRIES, ENGINE_FREE, HF_FREE, HF_PROCESSOR, ETKDG)
 MODEL_CARD_FILE = "quality-table.md"
 
 
@@ -40,7 +41,11 @@ def system_of(row: dict[str, Any]) -> str:
     if backend == "inferlab":
         if c.get("constraint") == "off":
             return ENGINE_FREE
-        return ENGINE_RETRIES if c.get("stereo_retries") else ENGINE_FP8 if c.get("kv_dtype") == "fp8" else ENGINE_BF16
+        if c.get("stereo_retries"):
+            return ENGINE_RETRIES
+        if c.get("stereo_mirror"):
+            return ENGINE_MIRROR
+        return ENGINE_FP8 if c.get("kv_dtype") == "fp8" else ENGINE_BF16
     if backend == "hf":
         return HF_PROCESSOR if c.get("processor") == "python" else HF_FREE
     return ETKDG if backend == "etkdg" else str(backend)

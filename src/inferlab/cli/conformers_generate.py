@@ -53,9 +53,13 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
                         "the engine's path (default 2; small jobs and 0: in this process)")
     g.add_argument("--retry-errors", action="store_true",
                    help="generate the error rows of earlier runs again (each replaced by its new row)")
+    g.add_argument("--stereo-mirror", action=argparse.BooleanOptionalAction, default=True,
+                   help="write a conformer whose coordinates have the other hand of the input's stereo as its mirror "
+                        "image, which has the input's stereo and the same distances (rows say mirrored=true; "
+                        "default: on)")
     g.add_argument("--stereo-retries", type=int, default=0, metavar="N",
-                   help="generate a conformer again, up to N times, while its coordinates contradict the input's "
-                        "specified stereo (default 0: keep it, marked stereo_ok=false)")
+                   help="generate a conformer again, up to N times, while its coordinates (mirrored or not) "
+                        "contradict the input's specified stereo (default 0: keep it, marked stereo_ok=false)")
     g.add_argument("--summary-json", default=None, metavar="PATH",
                    help="also write the closing summary's figures (and the engine's) as JSON to PATH")
     g.add_argument("--smiles-column", default=None, help="CSV column holding SMILES (default: detected)")
@@ -85,6 +89,7 @@ def pipeline_config_from(args: argparse.Namespace):
         seed=args.seed,
         workers=args.workers,
         judge_workers=args.judge_workers,
+        stereo_mirror=args.stereo_mirror,
         stereo_retries=args.stereo_retries,
         retry_errors=args.retry_errors,
         smiles_column=args.smiles_column,
@@ -195,8 +200,10 @@ def print_summary(summary, output: str) -> None:
     if s["stereo_checked"] or s["stereo_retries"]:
         retried = (f"; {s['stereo_retries']} attempts generated again ({s['retry_output_tokens']:,} tokens)"
                    if s["stereo_retries"] else "")
+        mirrored = (f" ({s['stereo_mirrored']} of them mirrored: generated with the other hand)"
+                    if s["stereo_mirrored"] else "")
         print(f"stereo: {s['stereo_matches']} of {s['stereo_checked']} conformers with specified stereo match their "
-              f"input{retried}")
+              f"input{mirrored}{retried}")
     elif s["conformers_ok"]:
         print("stereo: no input molecule specifies stereo (tetrahedral centres or double bonds)")
     print_pressure(s["constraint_pressure"])

@@ -19,9 +19,9 @@ from inferlab.errors import ConfigError
 THRESHOLDS = (0.75, 1.25)
 
 
-def _score(molecule, valid, recall, precision, amr_r, amr_p, attempted=4, stereo=(0, 0)):
+def _score(molecule, valid, recall, precision, amr_r, amr_p, attempted=4, stereo=(0, 0), mirrored=0):
     return MoleculeScore(seed=1, molecule=molecule, attempted=attempted, valid=valid, stereo_checked=stereo[0],
-                         stereo_matches=stereo[1], coverage_recall=recall, coverage_precision=precision,
+                         stereo_matches=stereo[1], stereo_mirrored=mirrored, coverage_recall=recall, coverage_precision=precision,
                          matching_recall=amr_r, matching_precision=amr_p, failed_pairs=0, conformers=(), reasons=())
 
 
@@ -70,10 +70,12 @@ def test_the_preset_runs_every_system_on_the_same_molecules_and_references():
         assert {("inferlab", "on", "auto", None, top_k), ("inferlab", "on", "fp8", None, top_k),
                 ("inferlab", "off", "auto", None, top_k), ("hf", None, None, "none", top_k),
                 ("hf", None, None, "python", top_k)} <= systems
-    assert ("etkdg", None, None, None, 0) in systems and len(cells) == 13
-    retrying = [cell for cell in cells if cell.config["stereo_retries"]]
-    assert sorted((cell.config["kv_dtype"], cell.config["top_k"], cell.config["stereo_retries"]) for cell in retrying) == [
-        ("auto", 0, 3), ("auto", 50, 3)]  # the pipeline's remedy beside the model's own stereo
+    assert ("etkdg", None, None, None, 0) in systems and len(cells) == 15
+    repaired = [cell for cell in cells if cell.config["stereo_mirror"] or cell.config["stereo_retries"]]
+    assert sorted((cell.config["kv_dtype"], cell.config["top_k"], cell.config["stereo_mirror"],
+                   cell.config["stereo_retries"]) for cell in repaired) == [
+        ("auto", 0, True, 0), ("auto", 0, True, 3), ("auto", 50, True, 0), ("auto", 50, True, 3)]
+    # the pipeline's remedies beside the model's own stereo: every other cell scores the model's own
     shared = ("model", "num_molecules", "molecules_file", "max_heavy_atoms", "assign_stereo", "num_references", "reference_seed",
               "num_seeds", "seed", "subset_molecules", "temperature", "top_p", "thresholds", "num_generations")
     assert len({json.dumps([c.model if k == "model" else c.config[k] for k in shared]) for c in cells}) == 1
@@ -88,7 +90,7 @@ def test_the_preset_runs_every_system_on_the_same_molecules_and_references():
     assert all(cell.config["on_subset_only"] and cell.config["subset_molecules"] == 16 for cell in slow)
     assert not any(cell.config["on_subset_only"] for cell in cells if cell not in slow)
     estimate = sum(get_scenario(cell.scenario).estimate_s(cell, True) for cell in cells)
-    assert estimate < 11 * 60  # ~10 minutes on an H200: two device calls (the lab resumes a preset)
+    assert estimate < 12 * 60  # ~11 minutes on an H200: two device calls (the lab resumes a preset)
 
 
 def _plan(backend="inferlab", **settings):
@@ -186,6 +188,21 @@ def test_stereo_retries_sample_the_wrong_stereo_again_and_never_lose_a_match(run
         assert all(b <= a for a, b in zip(attempts, attempts[1:]))  # a round redraws only what the last got wrong
         assert matches[1] >= matches[0] and after["validity"] == 1.0  # a right hand is never replaced
         assert call["stereo_retry_output_tokens"] > 0
+
+
+@pytest.mark.slow
+def test_the_mirror_repairs_every_wrong_hand_of_a_one_centre_molecule(run_cell, tiny_checkpoint, tmp_path):
+    chiral = tmp_path / "chiral.smi"
+    chiral.write_text("C[C@H](N)C(=O)O alanine\nC[C@@H](O)CC butanol\n")
+    _, plain = _cell(run_cell, tiny_checkpoint, "inferlab", molecules_file=str(chiral), warmup=0)
+    _, mirrored = _cell(run_cell, tiny_checkpoint, "inferlab", molecules_file=str(chiral), warmup=0, stereo_mirror=True)
+    assert plain.status == mirrored.status == "ok", (plain.message, mirrored.message)
+    assert mirrored.metrics["system"] == "engine, constrained, float32 KV + mirror"
+    for before, after in zip(plain.metrics["per_seed"], mirrored.metrics["per_seed"]):
+        wrong = before["stereo_checked"] * (1 - before["stereo_agreement"])
+        assert wrong > 0.5 and before["stereo_mirrored"] == 0  # a random model: about half the hands wrong
+        assert after["stereo_agreement"] == 1.0 and after["stereo_mirrored"] * after["stereo_checked"] == pytest.approx(wrong)
+        assert after["validity"] == before["validity"] and after["generations"] == before["generations"]
 
 
 @pytest.mark.slow

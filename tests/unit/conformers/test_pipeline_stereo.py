@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 from rdkit import Chem
 
@@ -172,3 +174,25 @@ def test_with_a_lazy_engine_retries_join_the_same_stream_call(tmp_path, inp, mod
     assert summary.stream_calls == 1 and summary.stereo_retries == 2
     assert {row: r["attempts"] for row, r in rows.items() if r["attempts"] > 1} == {"alaninol#1": 2, "alaninol#2": 2}
     assert len(rows) == K * len(MOLECULES)
+
+
+def test_a_wrong_handed_conformer_is_written_mirrored_by_default(tmp_path, inp, model):
+    """The same draws (seed 5) with and without --stereo-mirror: every alaninol conformer (one centre) of the wrong
+    hand is written as its mirror image and marked; the rest, and the E/Z molecule's, are the same records."""
+    engine = EngineConfig(model=model, **ENGINE)
+    written = {}
+    for mirror in (True, False):
+        out = tmp_path / f"mirror-{mirror}.sdf"
+        summary = generate_conformers(engine, inp, out, PipelineConfig(num_conformers=6, seed=5, judge_workers=0,
+                                                                       stereo_mirror=mirror))
+        written[mirror] = (rows_of(out), {r.prop("row_id"): r.mol for r in read_sdf(out)}, summary)
+    (rows, mols, summary), (plain_rows, plain_mols, plain) = written[True], written[False]
+    flipped = {row for row, r in plain_rows.items() if r["stereo_ok"] is False and r["input_id"] == "alaninol"}
+    assert flipped and {row for row, r in rows.items() if r["mirrored"]} == flipped
+    assert all(r["stereo_ok"] is True for r in rows.values() if r["input_id"] == "alaninol")
+    assert summary.stereo_mirrored == len(flipped) and plain.stereo_mirrored == 0
+    assert summary.stereo_matches == plain.stereo_matches + len(flipped)
+    for row, mol in mols.items():
+        before, after = plain_mols[row].GetConformer().GetPositions(), mol.GetConformer().GetPositions()
+        sign = -1.0 if row in flipped else 1.0
+        assert np.allclose(after[:, 0], sign * before[:, 0], atol=1e-4) and np.allclose(after[:, 1:], before[:, 1:])

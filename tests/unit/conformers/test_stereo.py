@@ -12,6 +12,7 @@ from rdkit.Chem import AllChem
 from inferlab.workloads.conformers.chemistry.encode import encode_conformer
 from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.conformers.chemistry.stereo import StereoAgreement, stereo_agreement
+from inferlab.workloads.conformers.chemistry.stereo_mirror import mirror_image
 from inferlab.workloads.conformers.chemistry.template import build_template
 from inferlab.workloads.conformers.pipeline.judge import stereo_fields
 
@@ -20,15 +21,6 @@ def etkdg(smiles: str, seed: int = 3) -> Chem.Mol:
     mol = Chem.AddHs(Chem.MolFromSmiles(smiles))
     assert AllChem.EmbedMolecule(mol, randomSeed=seed) == 0
     return Chem.RemoveHs(mol)
-
-
-def mirrored(mol: Chem.Mol) -> Chem.Mol:
-    out = Chem.Mol(mol)
-    conformer = out.GetConformer()
-    for i in range(out.GetNumAtoms()):
-        p = conformer.GetAtomPosition(i)
-        conformer.SetAtomPosition(i, (-p.x, p.y, p.z))
-    return out
 
 
 def reversed_numbering(mol: Chem.Mol) -> Chem.Mol:
@@ -57,7 +49,7 @@ def test_etkdg_conformers_match_and_renumbering_changes_nothing(smiles, centres,
 ])
 def test_a_mirrored_conformer_contradicts_its_tetrahedral_centres(smiles, mismatches):
     reference = Chem.MolFromSmiles(smiles)
-    mirror = mirrored(etkdg(smiles))
+    mirror = mirror_image(etkdg(smiles))
     for conformer in (mirror, reversed_numbering(mirror)):
         found = stereo_agreement(reference, conformer)
         assert found.ok is False and found.mismatches == mismatches
@@ -71,12 +63,12 @@ def test_the_other_double_bond_isomer_contradicts_e_z_and_a_mirror_does_not(refe
     mol = Chem.MolFromSmiles(reference)
     assert stereo_agreement(mol, etkdg(other_isomer)) == StereoAgreement(0, 1, 1, False)
     assert stereo_agreement(mol, reversed_numbering(etkdg(other_isomer))).ok is False
-    assert stereo_agreement(mol, mirrored(etkdg(reference))).ok is True
+    assert stereo_agreement(mol, mirror_image(etkdg(reference))).ok is True
 
 
 def test_a_symmetric_molecule_whose_mirror_is_the_same_isomer_matches():
     cis = "C[C@H]1CC[C@@H](C)CC1"  # achiral: inverting both centres gives cis again
-    assert stereo_agreement(Chem.MolFromSmiles(cis), mirrored(etkdg(cis))).ok is True
+    assert stereo_agreement(Chem.MolFromSmiles(cis), mirror_image(etkdg(cis))).ok is True
     trans = etkdg("C[C@H]1CC[C@H](C)CC1")
     assert stereo_agreement(Chem.MolFromSmiles(cis), trans).ok is False
 
@@ -87,7 +79,7 @@ def test_unspecified_stereo_is_not_compared():
     reference = Chem.MolFromSmiles("C[C@H](O)CC(C)CC")
     conformer = etkdg("C[C@H](O)C[C@@H](C)CC")
     assert stereo_agreement(reference, conformer) == StereoAgreement(1, 0, 0, True)
-    assert stereo_agreement(reference, mirrored(conformer)).ok is False
+    assert stereo_agreement(reference, mirror_image(conformer)).ok is False
 
 
 def test_a_different_graph_is_refused():
@@ -103,7 +95,7 @@ def test_the_pipeline_reading_of_a_conformer_text():
     profile = get_profile("v3-fixed4")
     smiles = "C[C@@H]1CC[C@H](O)[C@@H](C(C)C)C1"
     template = build_template(smiles, profile)
-    for conformer, ok in ((etkdg(smiles), True), (mirrored(etkdg(smiles)), False)):
+    for conformer, ok in ((etkdg(smiles), True), (mirror_image(etkdg(smiles)), False)):
         text = encode_conformer(conformer, profile).generation_text(profile)
         fields = stereo_fields(template.check(text, profile).mol)
         assert fields == {"stereo_ok": ok, "stereo_centres": 3, "stereo_bonds": 0, "stereo_mismatches": 0 if ok else 3}

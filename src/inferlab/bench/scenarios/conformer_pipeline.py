@@ -66,7 +66,10 @@ KNOBS = (
          "where a step saturates)", minimum=0),
     Knob("gpus", int, 0, "--gpus N: workers with one GPU each (inferlab.scale); 0 = one process, no scale-out",
          minimum=0),
+    Knob("stereo_mirror", bool, True, "--stereo-mirror (the CLI's default) or --no-stereo-mirror"),
     Knob("stereo_retries", int, 0, "--stereo-retries", minimum=0),
+    Knob("config", str, "", "--config FILE: settings an `inferlab tune --workload conformers` wrote ('' = none); "
+         "max_slots and kv_dtype given here win over it, as flags do"),
     Knob("runs", int, 2, "1, or 2: the same job again into a fresh output (start-up with the cache)", choices=(1, 2)),
     Knob("verify_sdf", bool, True, "read the first run's SDF and JSONL back independently (validity, graph, stereo)"),
     TOKENIZER_KNOB,
@@ -115,8 +118,12 @@ def cli_argv(c: dict[str, Any], model: Path, smi: Path, out: Path) -> list[str]:
         argv += ["--sampling", "top-p", "--temperature", str(c["temperature"]), "--top-p", str(c["top_p"])]
     if c["max_slots"]:
         argv += ["--max-slots", str(c["max_slots"])]
+    if not c["stereo_mirror"]:
+        argv += ["--no-stereo-mirror"]
     if c["stereo_retries"]:
         argv += ["--stereo-retries", str(c["stereo_retries"])]
+    if c["config"]:
+        argv += ["--config", c["config"]]
     if c["kv_dtype"] != "auto":
         argv += ["--kv-dtype", c["kv_dtype"]]
     return argv
@@ -186,6 +193,7 @@ def figures_from_summary(s: dict[str, Any], wall: float) -> dict[str, Any]:
         "stereo_agreement": s["stereo_agreement"],
         "stereo_checked": s["stereo_checked"],
         "stereo_matches": s["stereo_matches"],
+        "stereo_mirrored": s["stereo_mirrored"],
         "stereo_retries": s["stereo_retries"],
         "retry_output_tokens": s["retry_output_tokens"],
     }
@@ -239,5 +247,5 @@ SCENARIO = Scenario(
     "validity, stereo agreement, and an independent reading of the SDF",
     KNOBS, run, validate, estimate_s, default_timeout_s=540.0,
     workload_knobs=("num_molecules", "num_conformers", "molecules_file", "min_heavy_atoms", "max_heavy_atoms",
-                    "assign_stereo", "temperature", "top_p", "profile", "stereo_retries"),
+                    "assign_stereo", "temperature", "top_p", "profile", "stereo_mirror", "stereo_retries"),
 )

@@ -59,6 +59,8 @@ KNOBS = (
     Knob("subset_molecules", int, 0, "also summarise the first N molecules, the set a slow system runs on (0 = none)",
          minimum=0),
     Knob("on_subset_only", bool, False, "generate for the first subset_molecules molecules only (a slow system)"),
+    Knob("stereo_mirror", bool, False, "a conformer of the wrong hand is scored as its mirror image where that has "
+         "the input's stereo (the pipeline's --stereo-mirror; False: the model's own stereo)"),
     Knob("stereo_retries", int, 0, "times a valid conformer of the wrong stereo is sampled again with another seed "
          "(the pipeline's --stereo-retries; the last attempt is kept)", minimum=0),
     Knob("profile", str, "v3-fixed4", "conformer format profile",
@@ -110,6 +112,9 @@ def validate(cell: Cell) -> None:
     if c["stereo_retries"] and (cell.backend == "etkdg" or c["temperature"] == 0):
         raise ConfigError("stereo_retries samples a wrong-stereo conformer again: it needs a model (not etkdg) and a "
                           "temperature > 0")
+    if c["stereo_mirror"] and cell.backend == "etkdg":
+        raise ConfigError("stereo_mirror repairs a model's wrong-handed conformer; ETKDG embeds the input's stereo: "
+                          "leave stereo_mirror off for etkdg")
     if cell.backend == "etkdg" and c["seed"] <= c["reference_seed"] < c["seed"] + c["num_seeds"]:
         raise ConfigError(f"the etkdg system's seeds {c['seed']}..{c['seed'] + c['num_seeds'] - 1} include "
                           f"reference_seed={c['reference_seed']}: it would score the references against themselves")
@@ -124,11 +129,13 @@ def system_label(backend: str | None, config: dict[str, Any]) -> str:
             return "engine, unconstrained"
         kv = "fp8" if config.get("kv_dtype") == "fp8" else {"bfloat16": "bf16", "float16": "fp16"}.get(
             config.get("dtype"), config.get("dtype"))
+        mirror = " + mirror" if config.get("stereo_mirror") else ""
         retries = f" + {config['stereo_retries']} stereo retries" if config.get("stereo_retries") else ""
-        return f"engine, constrained, {kv} KV{retries}"
+        return f"engine, constrained, {kv} KV{mirror}{retries}"
     if backend == "hf":
+        mirror = " + mirror" if config.get("stereo_mirror") else ""
         return ("transformers + the seeds' Python processor" if config.get("processor") == "python"
-                else "transformers, unconstrained")
+                else "transformers, unconstrained") + mirror
     if backend == "etkdg":
         return "ETKDG, another seed (the ceiling)"
     return str(backend)
@@ -261,7 +268,8 @@ def run(cell: Cell, ctx: CellContext) -> dict[str, Any]:
     with timed(sync) as scoring:
         tasks = [task for seed in seeds
                  for task in molecule_tasks(seed, run_on, outputs[seed], generations, references.conformers, tokenizer,
-                                            backend.eos_token_ids, profile.name, thresholds + CURVE_THRESHOLDS)]
+                                            backend.eos_token_ids, profile.name, thresholds + CURVE_THRESHOLDS,
+                                            c["stereo_mirror"])]
         scores = score_all(tasks, c["workers"])
     files = _write_generated(ctx.run_dir / NAME / cell.key, seeds, run_on, scores)
     metrics: dict[str, Any] = {  # the backend's own figures first: the scenario's win
@@ -325,7 +333,7 @@ def _stereo_retries(backend: Any, requests: list[Any], outputs: list[list[int]],
     for round_ in range(1, c["stereo_retries"] + 1):
         wrong = [i for i in judged
                  if wrong_stereo(molecules[i // generations].template, outputs[i], tokenizer, backend.eos_token_ids,
-                                 profile.name)]
+                                 profile.name, c["stereo_mirror"])]
         if not wrong:
             break
         again = []

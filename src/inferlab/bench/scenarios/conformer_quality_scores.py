@@ -26,6 +26,7 @@ class MoleculeTask:
     references: tuple[bytes, ...]  # RDKit binaries, one conformer each
     texts: tuple[str | None, ...]  # each generation's text before its EOS; None: it ended without EOS
     thresholds: tuple[float, ...]
+    stereo_mirror: bool = False  # a wrong-handed conformer is scored mirrored where that gives its input's stereo
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class MoleculeScore:
     valid: int
     stereo_checked: int
     stereo_matches: int
+    stereo_mirrored: int  # of the matches, conformers scored mirrored (stereo_mirror)
     coverage_recall: tuple[float, ...]  # per threshold of the task
     coverage_precision: tuple[float, ...]
     matching_recall: float  # NaN without a valid conformer
@@ -47,14 +49,14 @@ class MoleculeScore:
 
 def molecule_tasks(seed: int, molecules: list[Any], outputs: list[list[int]], generations: int,
                    references: dict[str, tuple[bytes, ...]], tokenizer: Any, eos: frozenset[int], profile: str,
-                   thresholds: tuple[float, ...]) -> list[MoleculeTask]:
+                   thresholds: tuple[float, ...], stereo_mirror: bool = False) -> list[MoleculeTask]:
     """One scoring task per molecule of this seed: its generations' texts (before EOS; None without one).
     outputs: the seed's token ids, `generations` per molecule in molecule order."""
     tasks = []
     for index, m in enumerate(molecules):
         texts = [text_before_eos(ids, tokenizer, eos) for ids in outputs[index * generations : (index + 1) * generations]]
         tasks.append(MoleculeTask(seed, index, m.template, profile, references[m.template.canonical_smiles],
-                                  tuple(texts), thresholds))
+                                  tuple(texts), thresholds, stereo_mirror))
     return tasks
 
 
@@ -64,12 +66,14 @@ def text_before_eos(ids: list[int], tokenizer: Any, eos: frozenset[int]) -> str 
     return None if end is None else tokenizer.decode(ids[:end], skip_special_tokens=False)
 
 
-def wrong_stereo(template: Any, ids: list[int], tokenizer: Any, eos: frozenset[int], profile: str) -> bool:
-    """Whether one generation is a valid conformer whose stereo is not its input's (the pipeline's stereo check,
-    pipeline/judge.py): what a stereo retry samples again. Invalid and unjudged outputs are not retried."""
+def wrong_stereo(template: Any, ids: list[int], tokenizer: Any, eos: frozenset[int], profile: str,
+                 mirror: bool = False) -> bool:
+    """Whether one generation is a valid conformer whose stereo is not its input's, with `mirror` neither as
+    written nor mirrored (the pipeline's stereo check, pipeline/judge.py): what a stereo retry samples again.
+    Invalid and unjudged outputs are not retried."""
     from inferlab.errors import InferlabError
     from inferlab.workloads.conformers.chemistry.profiles import get_profile
-    from inferlab.workloads.conformers.pipeline.judge import stereo_fields
+    from inferlab.workloads.conformers.pipeline.judge import judged_stereo
 
     text = text_before_eos(ids, tokenizer, eos)
     if text is None:
@@ -78,7 +82,7 @@ def wrong_stereo(template: Any, ids: list[int], tokenizer: Any, eos: frozenset[i
         mol = template.check(text, get_profile(profile)).mol
     except InferlabError:
         return False
-    return stereo_fields(mol)["stereo_ok"] is False
+    return judged_stereo(mol, mirror)[1]["stereo_ok"] is False
 
 
 def score_molecule(task: MoleculeTask) -> MoleculeScore:
@@ -88,11 +92,11 @@ def score_molecule(task: MoleculeTask) -> MoleculeScore:
     from inferlab.errors import InferlabError
     from inferlab.workloads.conformers.chemistry.profiles import get_profile
     from inferlab.workloads.conformers.evaluation.metrics import best_rms_matrix, ensemble_metrics
-    from inferlab.workloads.conformers.pipeline.judge import stereo_fields
+    from inferlab.workloads.conformers.pipeline.judge import judged_stereo
 
     profile = get_profile(task.profile)
     valid, reasons = [], []
-    stereo_checked = stereo_matches = 0
+    stereo_checked = stereo_matches = stereo_mirrored = 0
     for text in task.texts:
         try:
             if text is None:
@@ -102,15 +106,16 @@ def score_molecule(task: MoleculeTask) -> MoleculeScore:
             if len(reasons) < MAX_REASONS:
                 reasons.append(str(e)[:200])
             continue
+        mol, stereo = judged_stereo(mol, task.stereo_mirror)
         valid.append(mol)
-        stereo = stereo_fields(mol)["stereo_ok"]
-        stereo_checked += stereo is not None
-        stereo_matches += stereo is True
+        stereo_checked += stereo["stereo_ok"] is not None
+        stereo_matches += stereo["stereo_ok"] is True
+        stereo_mirrored += stereo["mirrored"]
     matrix = best_rms_matrix([Chem.Mol(b) for b in task.references], valid)
     metrics = ensemble_metrics(matrix.values, task.thresholds, attempted=len(task.texts))
     return MoleculeScore(
         seed=task.seed, molecule=task.molecule, attempted=len(task.texts), valid=len(valid),
-        stereo_checked=stereo_checked, stereo_matches=stereo_matches,
+        stereo_checked=stereo_checked, stereo_matches=stereo_matches, stereo_mirrored=stereo_mirrored,
         coverage_recall=tuple(metrics.coverage[t].recall for t in task.thresholds),
         coverage_precision=tuple(metrics.coverage[t].precision for t in task.thresholds),
         matching_recall=metrics.matching_recall, matching_precision=metrics.matching_precision,
@@ -177,6 +182,7 @@ def seed_figures(scores: list[MoleculeScore], thresholds: tuple[float, ...]) -> 
         "validity": valid / attempted if attempted else None,
         "stereo_checked": checked,
         "stereo_agreement": sum(s.stereo_matches for s in scores) / checked if checked else None,
+        "stereo_mirrored": sum(s.stereo_mirrored for s in scores) / checked if checked else None,
         "molecules_without_valid_output": sum(s.valid == 0 for s in scores),
         "failed_pairs": sum(s.failed_pairs for s in scores),
     })

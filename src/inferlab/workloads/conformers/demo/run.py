@@ -2,8 +2,9 @@
 - `prepare_demo`: the checkpoint (model.py: the reference model, or the random fallback), the molecules
   (molecules.py: held out from the reference model's training) and the files, in a cache folder; each run
   starts afresh (the pipeline would resume otherwise);
-- `generate_demo`: the conformer pipeline on them, constrained as `conformers generate` runs it, with no
-  stereo retries (the stereo agreement is the model's own), on the CPU or the GPU;
+- `generate_demo`: the conformer pipeline on them, constrained as `conformers generate` runs it (a
+  wrong-handed conformer written mirrored, the summary counts them), with no stereo retries, on the CPU or
+  the GPU;
 - `compare_with_etkdg`: ETKDG references and the evaluation's figures (quality.py), and the picture of one
   molecule (picture.py): the first with specified stereo and a valid conformer, else the first with one.
 Not here: printing (cli/demo_cmd.py), the pipeline and the evaluation themselves.

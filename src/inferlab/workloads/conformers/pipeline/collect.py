@@ -101,10 +101,11 @@ class RowWriter:
 
 class ResultCollector:
     def __init__(self, judges: JudgePool, feed: RequestFeed, rows: RowWriter, summary: PipelineSummary,
-                 profile: str, stereo_retries: int, window: int, model_dir: str) -> None:
+                 profile: str, stereo_retries: int, stereo_mirror: bool, window: int, model_dir: str) -> None:
         self.judges, self.feed, self.rows, self.summary = judges, feed, rows, summary
         self.model_dir = model_dir
-        self.profile, self.stereo_retries, self.window = profile, stereo_retries, window
+        self.profile, self.stereo_retries, self.stereo_mirror, self.window = (profile, stereo_retries, stereo_mirror,
+                                                                              window)
         self._pending: deque[tuple[ConformerTask, Future[Verdict]]] = deque()
         self.wait_s = 0.0  # time take() waited for a full window (counted in the consumer's time)
         self.write_s = 0.0
@@ -119,7 +120,8 @@ class ResultCollector:
         pressure = row_pressure(result.constraint_pressure, task.molecule, self.profile, result.token_ids)
         s.pressure.add(task.request_id, pressure)
         judge_task = JudgeTask(input_id=task.job.record.id, conformer_index=task.k, attempt=task.attempt,
-                               may_retry=task.attempt < self.stereo_retries, template=task.molecule.template,
+                               may_retry=task.attempt < self.stereo_retries, stereo_mirror=self.stereo_mirror,
+                               template=task.molecule.template,
                                profile=self.profile, model_dir=self.model_dir, token_ids=tuple(result.token_ids),
                                finish_reason=result.finish_reason, engine_error=result.error,
                                prompt_tokens=result.prompt_tokens, output_tokens=len(result.token_ids),
@@ -162,5 +164,6 @@ class ResultCollector:
         if fields["stereo_ok"] is not None:
             s.stereo_checked += 1
             s.stereo_matches += fields["stereo_ok"]
+            s.stereo_mirrored += fields["mirrored"]
         assert verdict.sdf_record is not None
         self.rows.ok(task.job, task.k, task.molecule.template.canonical_smiles, verdict.sdf_record, fields, bound)

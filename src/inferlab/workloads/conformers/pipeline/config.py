@@ -25,7 +25,8 @@ SAMPLING_MODES = ("greedy", "top-p")
 # not one: it only decides which molecules fit a row, and one that does not is an error row advising a
 # larger --max-seq-len with --retry-errors (which is not one either: it reruns those rows), so that rerun
 # resumes; an ok row is the same at any length.
-RESULT_SETTINGS = ("num_conformers", "profile", "sampling", "seed", "stereo_retries", "smiles_column", "id_column")
+RESULT_SETTINGS = ("num_conformers", "profile", "sampling", "seed", "stereo_mirror", "stereo_retries", "smiles_column",
+                   "id_column")
 MAX_DEFAULT_WORKERS = 8  # template + compile processes when not told (docs/decisions.md)
 INLINE_BELOW_MOLECULES = 64  # automatic worker counts: smaller jobs prepare and judge in this process
 DEFAULT_JUDGE_WORKERS = 2  # judging processes when not told (docs/decisions.md)
@@ -80,8 +81,11 @@ class PipelineConfig:
     # Processes judging finished conformers (strict check, plain decoding, stereo, SDF record) off the
     # engine's path; None: 2 (at most the cores), in-process below 64 molecules; 0: in this process.
     judge_workers: int | None = None
-    # A conformer whose coordinates contradict the input's specified stereo is generated again, with a new
-    # seed, up to this many times; the row records its attempts.
+    # A conformer whose coordinates contradict the input's specified stereo and whose mirror image does not is
+    # written mirrored (judge.py; the row says `mirrored`).
+    stereo_mirror: bool = True
+    # A conformer whose coordinates (mirrored or not) contradict the input's specified stereo is generated
+    # again, with a new seed, up to this many times; the row records its attempts.
     stereo_retries: int = 0
     retry_errors: bool = False  # the error rows of earlier runs are generated again (each replaced)
     # Molecules the pool prepares ahead of the requests handed to the engine, in requests' worth;

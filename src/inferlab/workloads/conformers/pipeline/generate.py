@@ -158,8 +158,8 @@ def _generate(engine_config: EngineConfig, jobs: Iterable[MoleculeJob], plan: Mo
         phase("generating")
         feed = RequestFeed(molecules, engine.plan.max_seq_len, model_positions, config.sampling.params(), rows,
                            preset_checkpoint=(Path(model) / "inferlab_preset.json").is_file())  # model init's
-        collector = ResultCollector(judges, feed, rows, summary, profile.name, config.stereo_retries, JUDGE_WINDOW,
-                                    str(model))
+        collector = ResultCollector(judges, feed, rows, summary, profile.name, config.stereo_retries,
+                                    config.stereo_mirror, JUDGE_WINDOW, str(model))
         told = _token_counter(feed, on_tokens)
         while feed.has_work:  # one call for the job; more only for retries of its last rows
             _stream(engine, feed, collector, summary, told)

@@ -10,8 +10,10 @@ Three readings of every output, all on the CPU, in the judge pool (judge_pool.py
   the strict reading only where the format is ambiguous (docs/conformers.md: a bracket atom whose text
   equals a wrapped bare atom, e.g. a radical `[O]`).
 - stereo (chemistry/stereo.py): whether the coordinates have the tetrahedral and double-bond stereo the input
-  specifies (`stereo_ok` true/false, null when it specifies none). A contradicting conformer with
-  attempts left is marked `retry` (the pipeline generates it again); otherwise it is written as is.
+  specifies (`stereo_ok` true/false, null when it specifies none). A contradicting conformer whose mirror
+  image has the input's stereo is mirrored (with `stereo_mirror`: chemistry/stereo_mirror.py; the row says
+  `mirrored`); one still contradicting with attempts left is marked `retry` (the pipeline generates it
+  again); otherwise it is written as is.
 
 The text is decoded here from the token ids, with the checkpoint's tokenizer loaded once per judging
 process, not by the engine: the engine's process then never imports transformers (generate.py).
@@ -35,6 +37,7 @@ from inferlab.workloads.conformers.chemistry.decode import decode_generation
 from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.conformers.chemistry.sdf import format_record
 from inferlab.workloads.conformers.chemistry.stereo import stereo_agreement
+from inferlab.workloads.conformers.chemistry.stereo_mirror import mirror_image
 from inferlab.workloads.conformers.chemistry.template import ConformerTemplate
 
 
@@ -46,6 +49,7 @@ class JudgeTask:
     conformer_index: int
     attempt: int  # 0 for the first generation of the row, n for its n-th retry
     may_retry: bool  # attempts are left: a conformer contradicting the input's stereo is generated again
+    stereo_mirror: bool  # a conformer of the wrong hand is written mirrored (its mirror image has the input's stereo)
     template: ConformerTemplate
     profile: str
     model_dir: str  # whose tokenizer decodes token_ids (the engine's process loads none: generate.py)
@@ -98,7 +102,8 @@ def judge(task: JudgeTask) -> Verdict:
         mol = template.check(text, profile).mol
     except InferlabError as e:
         return verdict(f"the output is not a valid conformer of the input: {e}")
-    fields.update(stereo_fields(mol))
+    mol, stereo = judged_stereo(mol, task.stereo_mirror)
+    fields.update(stereo)
     if fields["stereo_ok"] is False and task.may_retry:
         return verdict(None, retry=True)
     return verdict(None, format_record(mol, task.input_id, template.canonical_smiles, task.conformer_index,
@@ -121,6 +126,18 @@ def _plain_decoding_matches(text: str, template: ConformerTemplate, profile) -> 
     except InferlabError:
         return False
     return decoded.canonical_smiles == template.canonical_smiles and decoded.mol.GetNumAtoms() == template.num_atoms
+
+
+def judged_stereo(mol: Chem.Mol, mirror: bool) -> tuple[Chem.Mol, dict[str, Any]]:
+    """(the conformer to keep, its stereo fields): `mol` itself, or with `mirror` its mirror image when `mol`
+    contradicts the input's stereo and the mirror image does not (`mirrored`: true then, else false)."""
+    fields = stereo_fields(mol)
+    if fields["stereo_ok"] is False and mirror:
+        mirrored = mirror_image(mol)
+        mirrored_fields = stereo_fields(mirrored)
+        if mirrored_fields["stereo_ok"]:
+            return mirrored, {**mirrored_fields, "mirrored": True}
+    return mol, {**fields, "mirrored": False}
 
 
 def stereo_fields(mol: Chem.Mol) -> dict[str, Any]:

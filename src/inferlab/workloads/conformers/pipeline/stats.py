@@ -45,6 +45,7 @@ class PipelineSummary:
     graph_matches: int = 0  # ok rows whose plain decoding gave the input's graph
     stereo_checked: int = 0  # ok rows whose input specifies stereo (tetrahedral centres or double bonds)
     stereo_matches: int = 0  # of those, rows whose coordinates have the input's stereo
+    stereo_mirrored: int = 0  # of the matches, rows written mirrored (their generation had the other hand)
     stereo_retries: int = 0  # attempts generated again because their geometry contradicted the input
     retry_output_tokens: int = 0  # output tokens of those retries (also in output_tokens)
     prompt_tokens: int = 0
@@ -112,6 +113,7 @@ class PipelineSummary:
             "stereo_checked": self.stereo_checked,
             "stereo_matches": self.stereo_matches,
             "stereo_agreement": self.stereo_agreement,
+            "stereo_mirrored": self.stereo_mirrored,
             "stereo_retries": self.stereo_retries,
             "retry_output_tokens": self.retry_output_tokens,
             "prompt_tokens": self.prompt_tokens,
