@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from inferlab.cli.engine_args import add_engine_args, add_kv_dtype_arg, engine_config_from
+from inferlab.cli.engine_args import AUTO, add_engine_args, add_kv_dtype_arg, engine_config_from
 from inferlab.cli.row_outcome import existing
 from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded, molecule_bounds
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
@@ -79,7 +79,7 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
     add_config_arg(p, "conformers")  # inferlab tune's max_slots and kv_dtype
 
 
-def pipeline_config_from(args: argparse.Namespace):
+def pipeline_config_from(args: argparse.Namespace, row_ceiling: int | None = None):
     from inferlab.workloads.conformers.pipeline.config import ConformerSampling, PipelineConfig
 
     return PipelineConfig(
@@ -92,6 +92,7 @@ def pipeline_config_from(args: argparse.Namespace):
         stereo_mirror=args.stereo_mirror,
         stereo_retries=args.stereo_retries,
         retry_errors=args.retry_errors,
+        row_ceiling=row_ceiling,
         smiles_column=args.smiles_column,
         id_column=args.id_column,
         input_bounds=molecule_bounds(args),
@@ -101,13 +102,17 @@ def pipeline_config_from(args: argparse.Namespace):
 def run_generate(args: argparse.Namespace) -> int:
     from inferlab.errors import ConfigError
 
-    apply_tuned_config(args)
+    tuned = apply_tuned_config(args)
+    if "max_slots" in tuned:  # measured on the tune's sample: a ceiling, so that a job of longer rows still fits
+        args.max_slots, row_ceiling = AUTO, tuned["max_slots"]
+    else:
+        row_ceiling = None
     missing = [f"--{name}" for name in REQUIRED if getattr(args, name, None) is None]
     if missing:
         raise ConfigError(f"conformer generation needs {', '.join(missing)} "
                           "(or an action: inferlab conformers generate|evaluate|reference --help)")
     check_paths(args)
-    config = pipeline_config_from(args)
+    config = pipeline_config_from(args, row_ceiling)
     check_model(args.model)
     if wants_scale_out(args) and args.retry_errors:
         raise ConfigError("--retry-errors runs without --gpus / --launcher for now: rerun the merged output's "

@@ -46,6 +46,11 @@ def test_the_auto_cap_is_the_saturating_rows_or_the_jobs_requests():
     assert auto_row_cap("cuda", 0).rows == 1  # a job of retries only still gets a row
 
 
+def test_a_tune_files_max_slots_is_a_ceiling_in_place_of_the_saturating_rows():
+    assert auto_row_cap("cuda", 6464, ceiling=1169) == RowCap(1169, "the tune's max_slots (--config)")
+    assert auto_row_cap("cuda", 500, ceiling=1169).rows == 500  # never more than the job's requests
+
+
 def test_the_exact_length_is_waited_for_only_where_it_buys_something():
     assert wait_for_exact_length(inline=True, rows_at_character_bound=16, rows_wanted=16)
     assert wait_for_exact_length(inline=False, rows_at_character_bound=700, rows_wanted=1024)
@@ -83,10 +88,11 @@ def job(tiny_checkpoint, tmp_path_factory):
     return model, jobs, read_model_spec(model).max_position_embeddings
 
 
-def _size(job, preparer, **engine):
+def _size(job, preparer, row_ceiling=None, **engine):
     model, jobs, positions = job
     config = EngineConfig(model=model, device="cpu", **engine)
-    return size_engine(config, sum(len(j.todo) for j in jobs), length_sample(jobs), preparer, PROFILE, positions)
+    return size_engine(config, sum(len(j.todo) for j in jobs), length_sample(jobs), preparer, PROFILE, positions,
+                       row_ceiling)
 
 
 def test_in_process_preparation_sizes_the_rows_to_the_longest_row_exactly(job):
@@ -125,3 +131,18 @@ def test_values_given_are_kept(job):
     assert (sizing.config.max_slots, sizing.config.max_seq_len, sizing.config.kv_dtype) == (3, 1024, "fp8")
     assert sizing.rows is None and sizing.length_reason == "--max-seq-len" and sizing.kv.reason == "--kv-dtype fp8"
     assert sizing.config.slot_cap == EngineConfig(model="m").slot_cap
+
+
+def test_a_tuned_ceiling_the_memory_cannot_hold_gives_the_rows_it_can(job):
+    """A tune file measured on short rows asks more rows than a job of longer rows fits: the job runs with as
+    many as memory holds (the user's own --max-num-seqs would be refused instead)."""
+    model, jobs, positions = job
+    character = auto_max_seq_len(jobs, PROFILE, positions)
+    budget = plan_without_loading(EngineConfig(model=model, device="cpu", max_slots=10, max_seq_len=character,
+                                               memory_budget_bytes=1 << 40)).total_bytes
+    sizing = _size(job, Preparer(inline=True), row_ceiling=12, memory_budget_bytes=budget)
+    assert sizing.config.max_slots is None and sizing.config.slot_cap == 12
+    assert sizing.rows.why == "the tune's max_slots (--config)"
+    held = plan_without_loading(sizing.config).slots
+    assert 10 <= held < 12 and describe_rows(sizing.rows, held, sizing.config.max_seq_len).startswith(
+        f"{held} slots: auto, as many as memory holds")

@@ -152,6 +152,13 @@ def test_conformers_tuned_and_applied(tmp_path, tiny_checkpoint):
         assert parsed(base + ["--config", str(out)]).max_slots == (recommended or "auto")  # auto: the default
         assert parsed(base + ["--config", str(out), "--max-slots", "7"]).max_slots == 7
         assert parsed(base).max_slots == "auto"
+    # run: the file's max_slots is a ceiling for the memory plan (a job of longer rows than the sample's fits)
+    out.write_text(json.dumps(dict(tuned, recommended={"max_slots": 3})))
+    summary = tmp_path / "summary.json"
+    assert main(["conformers", "generate", "--model", str(model), "--input", str(sample), "--output",
+                 str(tmp_path / "run.sdf"), "--num-conformers", "2", "--device", "cpu", "--config", str(out),
+                 "--summary-json", str(summary)]) == 0
+    assert "the tune's max_slots (--config)" in json.loads(summary.read_text())["sizing"]["slots"]
 
 
 def test_a_wrong_or_bad_file_is_refused(tmp_path, capsys):

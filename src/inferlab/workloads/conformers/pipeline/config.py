@@ -88,6 +88,9 @@ class PipelineConfig:
     # again, with a new seed, up to this many times; the row records its attempts.
     stereo_retries: int = 0
     retry_errors: bool = False  # the error rows of earlier runs are generated again (each replaced)
+    # A ceiling for --max-num-seqs auto (an `inferlab tune` file's max_slots, measured on its sample): as many
+    # rows as memory holds at this job's row length, up to it; None: auto's own cap (engine_sizing.py).
+    row_ceiling: int | None = None
     # Molecules the pool prepares ahead of the requests handed to the engine, in requests' worth;
     # None: max(1024, 4 x the engine's slots).
     lookahead_requests: int | None = None
@@ -109,6 +112,8 @@ class PipelineConfig:
                               "(0: judge in this process)")
         if not isinstance(self.stereo_retries, int) or self.stereo_retries < 0:
             raise ConfigError(f"stereo_retries={self.stereo_retries!r} (--stereo-retries) must be an integer >= 0")
+        if self.row_ceiling is not None and (not isinstance(self.row_ceiling, int) or self.row_ceiling < 1):
+            raise ConfigError(f"row_ceiling={self.row_ceiling!r} (a tune file's max_slots) must be an integer >= 1")
         if self.stereo_retries and self.sampling.mode == "greedy":
             raise ConfigError("stereo retries with greedy decoding would draw the same conformer every attempt; "
                               "use --sampling top-p, or --stereo-retries 0")

@@ -59,13 +59,18 @@ class RowCap:
     why: str
 
 
-def auto_row_cap(device_type: str, requests: int) -> RowCap:
-    """The rows `--max-num-seqs auto` allows for a job of `requests` requests on a `device_type` device."""
-    kind = "cpu" if device_type == "cpu" else "cuda"
-    saturating = SATURATING_ROWS[kind]
-    if requests < saturating:
-        return RowCap(max(1, requests), f"the job's {requests} requests (a step saturates at {saturating} rows)")
-    return RowCap(saturating, WHY_ROWS[kind])
+def auto_row_cap(device_type: str, requests: int, ceiling: int | None = None) -> RowCap:
+    """The rows `--max-num-seqs auto` allows for a job of `requests` requests on a `device_type` device;
+    `ceiling`: a tune file's max_slots, which replaces the saturation rule (its sample ran best there; a job
+    whose rows are longer than the sample's gets as many as memory holds, up to it)."""
+    if ceiling is not None:
+        rows, why = ceiling, "the tune's max_slots (--config)"
+    else:
+        kind = "cpu" if device_type == "cpu" else "cuda"
+        rows, why = SATURATING_ROWS[kind], WHY_ROWS[kind]
+    if requests < rows:
+        return RowCap(max(1, requests), f"the job's {requests} requests (otherwise {rows}: {why})")
+    return RowCap(rows, why)
 
 
 def wait_for_exact_length(inline: bool, rows_at_character_bound: int, rows_wanted: int) -> bool:
@@ -95,17 +100,17 @@ class EngineSizing:
 
 
 def size_engine(config: EngineConfig, requests: int, sample: Sequence[MoleculeJob], preparer: Any,
-                profile: FormatProfile, model_positions: int | None) -> EngineSizing:
+                profile: FormatProfile, model_positions: int | None, row_ceiling: int | None = None) -> EngineSizing:
     """`config` with its rows, row length and KV cache set for the job; `requests`: the job's rows to
     generate; `sample`: plan.MoleculePlan.largest (its molecules with the most atoms), submitted to
     `preparer` (prepare.MoleculePreparer) before anything else, so that their programs come first;
-    max_slots None is `--max-num-seqs auto`."""
+    max_slots None is `--max-num-seqs auto`, up to `row_ceiling` when a tune file gave one."""
     from inferlab.engine import fp8_kv_supported, resolve_device
 
     device = resolve_device(config.device)
     kv = choose_kv_dtype(config.kv_dtype, read_kv_gate(), device.type, fp8_kv_supported(device))
     config = dataclasses.replace(config, kv_dtype=kv.kv_dtype)
-    cap = auto_row_cap(device.type, requests) if config.max_slots is None else None
+    cap = auto_row_cap(device.type, requests, row_ceiling) if config.max_slots is None else None
     wanted = cap.rows if cap is not None else config.max_slots
     if cap is not None:
         config = dataclasses.replace(config, slot_cap=cap.rows)

@@ -137,7 +137,8 @@ def _generate(engine_config: EngineConfig, jobs: Iterable[MoleculeJob], plan: Mo
         try:
             model_positions = read_model_spec(model).max_position_embeddings
             phase("sizing the engine")
-            sizing = size_engine(engine_config, plan.usable_rows_todo, sample, preparer, profile, model_positions)
+            sizing = size_engine(engine_config, plan.usable_rows_todo, sample, preparer, profile, model_positions,
+                                 config.row_ceiling)
             t0 = time.perf_counter()
             summary.before_engine_s, summary.length_wait_s = t0 - started, sizing.length_wait_s
             phase("starting the engine")
