@@ -48,6 +48,11 @@ log = logging.getLogger(__name__)
 
 # where a decode step stops amortising its fixed cost (the module docstring's measurements)
 SATURATING_ROWS = {"cuda": 1024, "cpu": 16}
+# the step's fixed cost in rows' worth (a / b of the step model): ~160 on the H200 (fp8 1.55 ms / 9.7 us, bf16
+# 1.94 ms / 10.8 us); on a CPU unmeasured, taken as its saturating rows (a CPU job of 64+ molecules is rare:
+# smaller ones prepare inline, where the exact length is free)
+FIXED_ROWS = {"cuda": 160, "cpu": 16}
+WAIT_WORTH = 0.01  # the throughput a longer row length must buy before the pipeline waits for the exact one
 WHY_ROWS = {"cuda": "a GPU step's fixed cost is amortised by then: 1024 rows ran 1.13x 512 on an H200, 2048 would "
                     "add <= 1.07x",
             "cpu": "a CPU step on one thread gains little past 16 rows"}
@@ -73,11 +78,25 @@ def auto_row_cap(device_type: str, requests: int, ceiling: int | None = None) ->
     return RowCap(rows, why)
 
 
-def wait_for_exact_length(inline: bool, rows_at_character_bound: int, rows_wanted: int) -> bool:
+def step_throughput(rows: int, device_type: str) -> float:
+    """Tokens per unit time of a decode step of `rows` rows by the step model a + b x rows (module docstring),
+    up to a constant: rows / (FIXED_ROWS + rows)."""
+    fixed = FIXED_ROWS["cpu" if device_type == "cpu" else "cuda"]
+    return rows / (fixed + rows)
+
+
+def wait_for_exact_length(inline: bool, rows_at_character_bound: int, rows_wanted: int,
+                          device_type: str = "cuda") -> bool:
     """Whether the pipeline waits for the sample's compiled programs before the engine starts: free when this
-    process prepares them anyway (`inline`), worth it when memory at the character bound holds fewer rows
-    than wanted."""
-    return inline or rows_at_character_bound < rows_wanted
+    process prepares them anyway (`inline`); otherwise only when the rows memory holds at the character bound
+    would cost more than WAIT_WORTH of the step's throughput (the wait is the pool's start-up, ~3 s on an
+    H200 host; 989 rows instead of 1024 cost 0.5%)."""
+    if inline:
+        return True
+    if rows_at_character_bound >= rows_wanted:
+        return False
+    held = step_throughput(rows_at_character_bound, device_type) / step_throughput(rows_wanted, device_type)
+    return held < 1 - WAIT_WORTH
 
 
 def describe_rows(cap: RowCap | None, slots: int, max_seq_len: int) -> str:
@@ -121,7 +140,8 @@ def size_engine(config: EngineConfig, requests: int, sample: Sequence[MoleculeJo
         length = auto_max_seq_len(sample, profile, model_positions)
         rounding = f"+ {LENGTH_MARGIN - 1:.0%}, in {LENGTH_STEP}-position tiles"
         length_reason = f"the character bound of the {len(sample)} largest molecules, {rounding}"
-        if length is not None and wait_for_exact_length(preparer.inline, _rows_at(config, length, wanted), wanted):
+        if length is not None and wait_for_exact_length(preparer.inline, _rows_at(config, length, wanted), wanted,
+                                                        device.type):
             t = time.perf_counter()
             needs = [m.tokens_needed for m in (preparer.submit(job.record.smiles).result() for job in sample) if m.ok]
             waited = time.perf_counter() - t
