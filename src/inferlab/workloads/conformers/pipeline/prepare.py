@@ -46,6 +46,8 @@ class PreparedMolecule:
     program: Any  # ConstraintProgram, or None with `error`
     error: str | None
     seconds: float  # template + tokenisation + compilation, in the worker
+    # per template segment: the other descriptor style writes it otherwise (pressure.segments_read_otherwise)
+    read_otherwise: tuple[bool, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -93,6 +95,7 @@ def _init_worker(model_dir: str, profile_name: str) -> None:
 def prepare_with(state: _PreparerState, smiles: str) -> PreparedMolecule:
     """Template, prompt ids and program of one molecule (errors become PreparedMolecule.error)."""
     from inferlab.constraints.program import compile_program
+    from inferlab.workloads.conformers.pipeline.pressure import segments_read_otherwise
 
     start = time.perf_counter()
     try:
@@ -101,7 +104,8 @@ def prepare_with(state: _PreparerState, smiles: str) -> PreparedMolecule:
         program = compile_program(template.segments, state.tokenizer, state.grammar_set)
     except InferlabError as e:
         return PreparedMolecule(smiles, None, (), None, str(e), time.perf_counter() - start)
-    return PreparedMolecule(smiles, template, prompt_ids, program, None, time.perf_counter() - start)
+    read_otherwise = segments_read_otherwise(smiles, template, state.profile_name)
+    return PreparedMolecule(smiles, template, prompt_ids, program, None, time.perf_counter() - start, read_otherwise)
 
 
 def _prepare_in_worker(smiles: str) -> PreparedMolecule:

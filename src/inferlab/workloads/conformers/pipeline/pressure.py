@@ -28,7 +28,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from inferlab.constraints.segments import Hole
@@ -78,29 +77,26 @@ def row_pressure(pressure: ConstraintPressure | None, molecule, profile: str,
             and token_ids[pressure.max_step] == exit_token:
         segment += 1
     in_block = isinstance(template.segments[segment], Hole)
-    telling = in_block or pressure.max < STEP_HIGH or _reads_otherwise(molecule.smiles, template, profile, segment)
+    telling = in_block or pressure.max < STEP_HIGH or molecule.read_otherwise[segment]
     return RowPressure(pressure.mean, pressure.max, pressure.max_step, template.describe_segment(segment),
                        in_block, telling)
 
 
-def _reads_otherwise(smiles: str, template: ConformerTemplate, profile: str, segment: int) -> bool:
-    """Whether copy segment `segment` of `template` differs in the profile of the other descriptor style (True
-    when there is none or it cannot write the molecule: nothing shows the peak to be the molecule's own)."""
+def segments_read_otherwise(smiles: str, template: ConformerTemplate, profile: str) -> tuple[bool, ...]:
+    """Per segment of `template`: whether the profile of the other descriptor style writes it otherwise (all
+    True when there is none or it cannot write the molecule: nothing shows a peak to be the molecule's own).
+    Computed where the molecule is prepared (prepare.py), so that locating a peak costs the engine's thread
+    no template."""
     other = _other_profile(profile, "descriptor_style")
-    if other is None:
-        return True
-    alternative = _template(smiles, other)
+    alternative = None
+    if other is not None:
+        try:
+            alternative = build_template(smiles, get_profile(other))
+        except InferlabError:
+            pass
     if alternative is None or len(alternative.segments) != len(template.segments):
-        return True
-    return alternative.segments[segment] != template.segments[segment]
-
-
-@lru_cache(maxsize=4096)  # one per molecule: its K conformers' peaks share it
-def _template(smiles: str, profile: str) -> ConformerTemplate | None:
-    try:
-        return build_template(smiles, get_profile(profile))
-    except InferlabError:
-        return None
+        return (True,) * len(template.segments)
+    return tuple(a != b for a, b in zip(alternative.segments, template.segments))
 
 
 @dataclass
