@@ -361,7 +361,7 @@ def test_engine_with_an_fp8_cache_on_triton_kernels_matches_the_torch_kernels(ti
     requests = [Request(id="greedy", prompt_ids=prompt, sampling=SamplingParams(temperature=0, max_new_tokens=3))]
     outputs = {}
     for kernels in ("torch", "triton"):
-        engine = Engine(EngineConfig(model=tiny_checkpoint(preset), max_slots=2, max_seq_len=64, kernels=kernels,
+        engine = Engine(EngineConfig(model=tiny_checkpoint(preset), max_slots=2, max_seq_len=16, kernels=kernels,
                                      kv_dtype="fp8"))  # fmt: skip
         outputs[kernels] = [r.token_ids for r in engine.generate(requests)]
     assert outputs["triton"] == outputs["torch"]
@@ -507,7 +507,7 @@ def test_engine_with_triton_kernels_matches_the_torch_kernels(tiny_checkpoint):
     short = Request(id="short", prompt_ids=(5, 9, 100, 7), sampling=SamplingParams(temperature=0, max_new_tokens=2))
     outputs, pressures = {}, {}
     for kernels in ("torch", "triton"):
-        engine = Engine(EngineConfig(model=path, max_slots=5, max_seq_len=96, kernels=kernels))
+        engine = Engine(EngineConfig(model=path, max_slots=5, max_seq_len=48, kernels=kernels))
         assert engine.ops.name == kernels
         program = compile_program(template.segments, engine.tokenizer)  # the Triton mask kernel on "triton"
         constrained = Request(id="conformer", constraint=program, **conformer)
