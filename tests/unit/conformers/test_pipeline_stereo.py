@@ -19,7 +19,6 @@ from inferlab.errors import ConfigError
 from inferlab.workloads.conformers.chemistry.sdf import read_sdf
 from inferlab.workloads.conformers.chemistry.stereo import StereoAgreement, stereo_agreement
 from inferlab.workloads.conformers.pipeline import judge as judge_module
-from inferlab.workloads.conformers.pipeline import judge_pool
 from inferlab.workloads.conformers.pipeline.config import ConformerSampling, PipelineConfig
 from inferlab.workloads.conformers.pipeline.generate import generate_conformers
 
@@ -89,7 +88,7 @@ def forced_contradictions(monkeypatch):
             m.setattr(judge_module, "stereo_agreement", stereo)
             return real_judge(task)
 
-    monkeypatch.setattr(judge_pool, "judge", judge)
+    monkeypatch.setattr(judge_module, "judge", judge)  # judge_all, inline, calls it
     return attempts
 
 

@@ -2,7 +2,8 @@
 
 `ResultCollector.take(result)` is all the consumer loop does per result: it reads the result's
 ConformerTask (its metadata, task.py), builds a plain JudgeTask and hands it to the judge pool
-(judge_pool.py), then takes whatever verdicts are ready, oldest first. The RowWriter writes rows in input
+(judge_pool.py) in batches of the pool's `batch_size` (a partial batch once its first result has waited
+BATCH_WAIT_S, and at `drain`), then takes whatever verdicts are ready, oldest first. The RowWriter writes rows in input
 order (input_order.py): a row that finished before an earlier one waits for it. A verdict becomes:
 - an ok row: its SDF record (made in the worker) appended and flushed, then its JSONL row;
 - an error row (the engine refused the request, or the output is not a valid conformer);
@@ -36,6 +37,8 @@ from inferlab.workloads.conformers.pipeline.plan import MoleculeJob
 from inferlab.workloads.conformers.pipeline.pressure import NO_FIELDS, row_pressure
 from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
 from inferlab.workloads.conformers.pipeline.task import ConformerTask
+
+BATCH_WAIT_S = 0.05  # the longest a finished conformer waits for its batch to fill (about one decode chunk)
 
 RowCallback = Callable[[dict[str, Any]], None]
 
@@ -106,7 +109,10 @@ class ResultCollector:
         self.model_dir = model_dir
         self.profile, self.stereo_retries, self.stereo_mirror, self.window = (profile, stereo_retries, stereo_mirror,
                                                                               window)
-        self._pending: deque[tuple[ConformerTask, Future[Verdict]]] = deque()
+        # sent to the judges, oldest first: (task, its batch's future, its place in the batch)
+        self._pending: deque[tuple[ConformerTask, Future[list[Verdict]], int]] = deque()
+        self._unsent: list[tuple[ConformerTask, JudgeTask]] = []  # the batch being filled
+        self._unsent_since = 0.0
         self.wait_s = 0.0  # time take() waited for a full window (counted in the consumer's time)
         self.write_s = 0.0
 
@@ -126,7 +132,13 @@ class ResultCollector:
                                finish_reason=result.finish_reason, engine_error=result.error,
                                prompt_tokens=result.prompt_tokens, output_tokens=len(result.token_ids),
                                pressure=pressure.fields() if pressure is not None else NO_FIELDS)
-        self._pending.append((task, self.judges.submit(judge_task)))
+        now = time.perf_counter()
+        if not self._unsent:
+            self._unsent_since = now
+        self._unsent.append((task, judge_task))
+        # a partial batch goes once it has waited BATCH_WAIT_S: the last rows of a stream, slow tails
+        if len(self._unsent) >= self.judges.batch_size or now - self._unsent_since >= BATCH_WAIT_S:
+            self._send()
         if len(self._pending) > self.window:
             t = time.perf_counter()
             self._pending[0][1].result()
@@ -135,15 +147,23 @@ class ResultCollector:
 
     def drain(self) -> None:
         """Wait for every verdict and write it (retries are queued in the feed)."""
+        self._send()
         while self._pending:
             self._pending[0][1].result()
             self._write_ready()
 
+    def _send(self) -> None:
+        if not self._unsent:
+            return
+        future = self.judges.submit([judge_task for _, judge_task in self._unsent])
+        self._pending.extend((task, future, i) for i, (task, _) in enumerate(self._unsent))
+        self._unsent = []
+
     def _write_ready(self) -> None:
         t = time.perf_counter()
         while self._pending and self._pending[0][1].done():
-            task, future = self._pending.popleft()
-            self._handle(task, future.result())
+            task, future, i = self._pending.popleft()
+            self._handle(task, future.result()[i])
         self.write_s += time.perf_counter() - t
 
     def _handle(self, task: ConformerTask, verdict: Verdict) -> None:

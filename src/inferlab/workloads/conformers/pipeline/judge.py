@@ -74,6 +74,11 @@ class Verdict:
         return self.error is None
 
 
+def judge_all(tasks: list[JudgeTask]) -> list[Verdict]:
+    """judge() of each task: one pool task for several conformers (judge_pool.py)."""
+    return [judge(task) for task in tasks]
+
+
 def judge(task: JudgeTask) -> Verdict:
     start = time.perf_counter()
     template = task.template

@@ -9,6 +9,11 @@ that import RDKit and the conformer modules only, never torch, and end with this
 (child_processes.py). `workers=0` judges inline (tests, small jobs); a task then is judged at `submit`,
 and its future is already done.
 
+The conformers go to the processes in batches (`batch_size`, BATCH per pool task): a ProcessPoolExecutor
+task costs this process 230-350 us of CPU in the executor's own threads (pickling the call, a feeder and a
+result thread), which take the GIL from the engine's decode loop; in batches of 8, 65-70 us per conformer
+(2 CPU cores, 3,200 conformers; benchmarks/README.md).
+
 Not here: what to do with a verdict (collect.py).
 """
 
@@ -17,7 +22,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from inferlab.child_processes import spawn_pool
-from inferlab.workloads.conformers.pipeline.judge import JudgeTask, Verdict, judge, tokenizer_for
+from inferlab.workloads.conformers.pipeline.judge import JudgeTask, Verdict, judge_all, tokenizer_for
 from inferlab.workloads.conformers.pipeline.worker_pool import OptionalWorkerPool
 
 
@@ -27,17 +32,22 @@ def _ready(model_dir: str) -> None:
     tokenizer_for(model_dir)
 
 
+BATCH = 8  # conformers per pool task (the collector sends a partial batch after BATCH_WAIT_S)
+
+
 class JudgePool(OptionalWorkerPool):
     def __init__(self, workers: int, model_dir: str) -> None:
         self.workers = workers
+        self.batch_size = BATCH if workers > 0 else 1  # inline, a batch would only delay the rows
         if workers > 0:
             self._pool = spawn_pool(workers)  # they end with this process, however it ends
             for _ in range(workers):  # start every process now (imports, tokenizer), while the engine starts up
                 self._pool.submit(_ready, model_dir)
 
-    def submit(self, task: JudgeTask) -> Future[Verdict]:
+    def submit(self, tasks: list[JudgeTask]) -> Future[list[Verdict]]:
+        """The verdicts of `tasks`, in their order, as one future."""
         if self._pool is not None:
-            return self._pool.submit(judge, task)
-        future: Future[Verdict] = Future()
-        future.set_result(judge(task))
+            return self._pool.submit(judge_all, tasks)
+        future: Future[list[Verdict]] = Future()
+        future.set_result(judge_all(tasks))
         return future
