@@ -110,7 +110,7 @@ def test_a_peak_tells_of_the_profile_only_where_another_profile_reads_otherwise(
             segment = next(i for i, s in enumerate(template.segments) if text in getattr(s, "text", ""))
             op = next(o for o in range(molecule.program.length) if molecule.program.segment_at(o) == segment)
         token_ids = [int(ops[1, op + 1]) if at_exit else -1] * 10
-        return row_pressure(ConstraintPressure(0.01, peak, 5, op, 10), molecule, "v3-fixed4", token_ids)
+        return row_pressure(ConstraintPressure(0.01, peak, 5, op, 10), molecule, token_ids)
 
     assert not pressure("C/C=C/C", "/").telling  # an E/Z mark: v2 writes the same copy run
     assert pressure("CCO", "[O]").telling  # v2 writes `>[O]<` as `>[OH]<`

@@ -42,7 +42,7 @@ def _figures(tmp_path: Path, profile: str, molecules: list[str] = MOLECULES, k: 
     inp = tmp_path / f"{name}.smi"
     inp.write_text("".join(f"{s} m{i}\n" for i, s in enumerate(molecules)))
     out = tmp_path / f"{name}.sdf"
-    # every conformer in one batch: a second wave costs the CPU more steps than wider ones (35 -> 30 s, 6 x 4)
+    # every conformer in one batch: a second wave costs the CPU more steps than wider ones
     summary = generate_conformers(EngineConfig(model=reference_checkpoint(), max_slots=len(molecules) * k), inp, out,
                                   PipelineConfig(num_conformers=k, profile=profile, seed=0))
     if summary.conformers_generated == 0:  # every template refused: the tokenizer cannot write this profile

@@ -123,7 +123,7 @@ class ResultCollector:
         s.output_tokens += len(result.token_ids)
         s.conformers_generated += result.ok
         s.retry_output_tokens += len(result.token_ids) if task.attempt else 0
-        pressure = row_pressure(result.constraint_pressure, task.molecule, self.profile, result.token_ids)
+        pressure = row_pressure(result.constraint_pressure, task.molecule, result.token_ids)
         s.pressure.add(task.request_id, pressure)
         judge_task = JudgeTask(input_id=task.job.record.id, conformer_index=task.k, attempt=task.attempt,
                                may_retry=task.attempt < self.stereo_retries, stereo_mirror=self.stereo_mirror,

@@ -89,8 +89,8 @@ def wait_for_exact_length(inline: bool, rows_at_character_bound: int, rows_wante
                           device_type: str = "cuda") -> bool:
     """Whether the pipeline waits for the sample's compiled programs before the engine starts: free when this
     process prepares them anyway (`inline`); otherwise only when the rows memory holds at the character bound
-    would cost more than WAIT_WORTH of the step's throughput (the wait is the pool's start-up, ~3 s on an
-    H200 host; 989 rows instead of 1024 cost 0.5%)."""
+    would cost more than WAIT_WORTH of the step's throughput (the wait is the pool's start-up: seconds;
+    docs/decisions.md, "The row length")."""
     if inline:
         return True
     if rows_at_character_bound >= rows_wanted:

@@ -9,10 +9,10 @@ that import RDKit and the conformer modules only, never torch, and end with this
 (child_processes.py). `workers=0` judges inline (tests, small jobs); a task then is judged at `submit`,
 and its future is already done.
 
-The conformers go to the processes in batches (`batch_size`, BATCH per pool task): a ProcessPoolExecutor
-task costs this process 230-350 us of CPU in the executor's own threads (pickling the call, a feeder and a
-result thread), which take the GIL from the engine's decode loop; in batches of 8, 65-70 us per conformer
-(2 CPU cores, 3,200 conformers; benchmarks/README.md).
+The conformers go to the processes in batches (`batch_size`, BATCH per pool task): each ProcessPoolExecutor
+task costs this process CPU in the executor's own threads (pickling the call, a feeder and a result thread),
+which take the GIL from the engine's decode loop; a batch pays it once for BATCH conformers
+(docs/decisions.md, "Conformers go to the judges in batches").
 
 Not here: what to do with a verdict (collect.py).
 """

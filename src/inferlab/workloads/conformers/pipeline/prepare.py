@@ -33,6 +33,7 @@ from inferlab.child_processes import spawn_pool
 from inferlab.errors import InferlabError
 from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.conformers.chemistry.template import ConformerTemplate, build_template
+from inferlab.workloads.conformers.pipeline.pressure import segments_read_otherwise
 from inferlab.workloads.conformers.pipeline.worker_pool import OptionalWorkerPool
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class PreparedMolecule:
     error: str | None
     seconds: float  # template + tokenisation + compilation, in the worker
     # per template segment: the other descriptor style writes it otherwise (pressure.segments_read_otherwise)
-    read_otherwise: tuple[bool, ...] = ()
+    read_otherwise: tuple[bool, ...]
 
     @property
     def ok(self) -> bool:
@@ -95,7 +96,6 @@ def _init_worker(model_dir: str, profile_name: str) -> None:
 def prepare_with(state: _PreparerState, smiles: str) -> PreparedMolecule:
     """Template, prompt ids and program of one molecule (errors become PreparedMolecule.error)."""
     from inferlab.constraints.program import compile_program
-    from inferlab.workloads.conformers.pipeline.pressure import segments_read_otherwise
 
     start = time.perf_counter()
     try:
@@ -103,7 +103,7 @@ def prepare_with(state: _PreparerState, smiles: str) -> PreparedMolecule:
         prompt_ids = tuple(template.prompt_ids(state.tokenizer))
         program = compile_program(template.segments, state.tokenizer, state.grammar_set)
     except InferlabError as e:
-        return PreparedMolecule(smiles, None, (), None, str(e), time.perf_counter() - start)
+        return PreparedMolecule(smiles, None, (), None, str(e), time.perf_counter() - start, ())
     read_otherwise = segments_read_otherwise(smiles, template, state.profile_name)
     return PreparedMolecule(smiles, template, prompt_ids, program, None, time.perf_counter() - start, read_otherwise)
 

@@ -63,10 +63,9 @@ class RowPressure:
 NO_FIELDS = dict.fromkeys(FIELDS)  # a row without a measured pressure (the engine refused its request)
 
 
-def row_pressure(pressure: ConstraintPressure | None, molecule, profile: str,
+def row_pressure(pressure: ConstraintPressure | None, molecule,
                  token_ids: Sequence[int] = ()) -> RowPressure | None:
-    """A Result's pressure located in its molecule's (pipeline/prepare.PreparedMolecule) template, written in
-    `profile` (a profile name). A peak at a block's exit token (the first token of the copy after it, which
+    """A Result's pressure located in its molecule's (pipeline/prepare.PreparedMolecule) template. A peak at a block's exit token (the first token of the copy after it, which
     ends the hole: `>` where the model wrote `>[`) is the copy's: the model doubted what follows the block."""
     if pressure is None:
         return None

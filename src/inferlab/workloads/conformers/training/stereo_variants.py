@@ -27,6 +27,7 @@ from rdkit import Chem
 from rdkit.Chem import rdMolTransforms
 
 from inferlab.workloads.conformers.chemistry.smiles import canonicalize_mol
+from inferlab.workloads.conformers.chemistry.stereo_mirror import mirror_image as reflected
 
 MIRROR, ASSIGNED = "mirror", "assigned"
 KINDS = (MIRROR, ASSIGNED)
@@ -37,7 +38,7 @@ _INVERTED = {Chem.ChiralType.CHI_TETRAHEDRAL_CW: Chem.ChiralType.CHI_TETRAHEDRAL
 def mirror_image(mol: Chem.Mol) -> Chem.Mol | None:
     """`mol`'s mirror image with every conformer mirrored; None when no tetrahedral centre is specified. A meso
     molecule's is itself (the same canonical SMILES): the caller compares."""
-    mirror = Chem.Mol(mol)
+    mirror = reflected(mol)
     inverted = 0
     for atom in mirror.GetAtoms():
         if atom.GetChiralTag() in _INVERTED:
@@ -46,9 +47,6 @@ def mirror_image(mol: Chem.Mol) -> Chem.Mol | None:
     if not inverted:
         return None
     for conformer in mirror.GetConformers():
-        for index in range(mirror.GetNumAtoms()):
-            p = conformer.GetAtomPosition(index)
-            conformer.SetAtomPosition(index, (-p.x, p.y, p.z))
         rdMolTransforms.CanonicalizeConformer(conformer)
     return mirror
 
