@@ -18,9 +18,9 @@
   constrained with top-p 1.0 at T = 1 and greedy, and unconstrained at the constrained pass's output
   lengths (the step's cost of the constraint). Run it into conformer-baseline's run directory so the
   report shows the engine and the seeds' HF baseline side by side.
-- decode-roofline (~6 min): one decode step against its bound, per kernel family (scenario decode-profile), at
-  qwen3-0.6b (context 330: the mean of 29-token prompts + 600 new tokens; top-p 1.0, the plain race) and
-  llama-380m (context 548: 48 + 1000 / 2; top-p 0.9, the rejection rounds), 256 and 16 rows, the bf16 and the
+- decode-roofline (~7 min): one decode step against its bound, per kernel family (scenario decode-profile), at
+  qwen3-0.6b (context 330: the mean of 29-token prompts + 600 new tokens; top-p 1.0, the plain race; 1024, 256
+  and 16 rows) and llama-380m (context 548: 48 + 1000 / 2; top-p 0.9, the rejection rounds; 256 and 16 rows), the bf16 and the
   fp8 KV cache; then the whole engine at qwen3-0.6b, 256 rows, 600 new tokens, both caches (generate, backend
   inferlab: its decode GB/s against the copy bandwidth). One device call:
   `inferlab bench --preset decode-roofline --limit-seconds 400`.
@@ -130,11 +130,12 @@ _ROOFLINE = {"dtype": "bfloat16", "temperature": 1.0, "batch_size": [256, 16], "
 
 DECODE_ROOFLINE: dict[str, Any] = {
     "name": "decode-roofline",
-    "description": "one decode step against its bound per kernel family (qwen3-0.6b and llama-380m, 256 and 16 rows, "
-                   "bf16 and fp8 KV), and the engine's qwen3-0.6b bandwidth at 256 rows, 600 new tokens",
+    "description": "one decode step against its bound per kernel family (qwen3-0.6b at 1024, 256 and 16 rows, "
+                   "llama-380m at 256 and 16, bf16 and fp8 KV), and the engine's qwen3-0.6b bandwidth at 256 rows, 600 new tokens",
     "timeout_s": 180,
     "sweep": [
-        {"scenario": "decode-profile", "model": "qwen3-0.6b", "set": {**_ROOFLINE, "context_tokens": 330, "top_p": 1.0}},
+        {"scenario": "decode-profile", "model": "qwen3-0.6b",
+         "set": {**_ROOFLINE, "batch_size": [1024, 256, 16], "context_tokens": 330, "top_p": 1.0}},
         {"scenario": "decode-profile", "model": "llama-380m", "set": {**_ROOFLINE, "context_tokens": 548, "top_p": 0.9}},
         {**_QWEN, "backend": "inferlab", "set": {**_QWEN_SETTING, "kv_dtype": ["auto", "fp8"]}},
     ],

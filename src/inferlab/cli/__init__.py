@@ -146,7 +146,10 @@ def console_main() -> None:
     """The `inferlab` command (and `python -m inferlab.cli`): main(), then exit with its code. Once the
     command has returned, Ctrl-C and SIGTERM are ignored: the work is done, and a late signal must not
     turn the interpreter's shutdown into a traceback. A reader that closed stdout early (`| head`) ends the
-    command quietly with the shell's SIGPIPE status, as other command-line tools end."""
+    command quietly with the shell's SIGPIPE status, as other command-line tools end.
+    The process then ends without finalizing the interpreter: every command has closed its files and pools
+    by its return, and finalizing one that imported torch (CUDA's context, thousands of modules) takes ~1 s
+    that nothing needs (docs/decisions.md, "A command ends at once")."""
     try:
         code = main()
         sys.stdout.flush()
@@ -155,4 +158,15 @@ def console_main() -> None:
         code = 128 + signal.SIGPIPE
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    sys.exit(code)
+    _exit_at_once(code)
+
+
+def _exit_at_once(code: int) -> None:
+    """Flush what Python buffers (streams, logging), then end the process with `code`."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: nothing more can reach it
+            pass
+    os._exit(code)

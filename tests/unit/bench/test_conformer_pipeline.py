@@ -124,6 +124,11 @@ def test_a_cell_runs_the_cli_end_to_end(run_cell, tiny_checkpoint, tmp_path):
     assert m["output_tokens"] > 0 and m["wall_s"] > m["pipeline_wall_s"] > m["engine_start_s"] > 0
     assert m["output_tokens_per_s"] == pytest.approx(m["output_tokens"] / m["wall_s"])
     assert "rerun_engine_start_s" not in m and m["command"].startswith("-m inferlab.cli conformers generate")
+    # where the command's time went before the engine and outside the pipeline (Linux: /proc)
+    assert list(m["before_engine_parts"]) == ["inputs", "pools", "torch", "sizing"]
+    assert sum(m["before_engine_parts"].values()) == pytest.approx(m["before_engine_s"], abs=0.01)
+    assert 0 < m["cli_entered_s"] < m["cli_start_s"] and m["cli_exit_s"] == pytest.approx(
+        m["cli_start_s"] - m["cli_entered_s"])
     summary = json.loads((tmp_path / "conformer-pipeline" / cell.key / "run-1" / "summary.json").read_text())
     assert summary["output_tokens"] == m["output_tokens"]
 

@@ -124,7 +124,8 @@ def test_the_decode_roofline_preset_covers_both_models_row_counts_and_caches():
     cells = build_plan(get_plan_preset("decode-roofline")).cells
     profiles = [c for c in cells if c.scenario == "decode-profile"]
     cases = {(c.model, c.config["batch_size"], c.config["kv_dtype"]) for c in profiles}
-    assert cases == {(m, b, kv) for m in ("qwen3-0.6b", "llama-380m") for b in (16, 256) for kv in ("auto", "fp8")}
+    rows = {"qwen3-0.6b": (16, 256, 1024), "llama-380m": (16, 256)}  # issue 29's table: qwen3 at 256 and 1024
+    assert cases == {(m, b, kv) for m, sizes in rows.items() for b in sizes for kv in ("auto", "fp8")}
     assert {c.config["context_tokens"] for c in profiles if c.model == "qwen3-0.6b"} == {330}
     engine_runs = [c for c in cells if c.scenario == "generate"]
     assert {(c.model, c.config["batch_size"], c.config["new_tokens"]) for c in engine_runs} == {("qwen3-0.6b", 256, 600)}

@@ -47,7 +47,8 @@ GPU_TOKENS_PER_S = 38_000.0  # the engine's rate on this job with qwen3-0.6b, fo
 LOG_TAIL_LINES = 8
 MIN_RERUN_S = 30
 RERUN_FIGURES = ("wall_s", "engine_start_s", "output_tokens_per_s", "molecules_per_s", "generation_output_tokens_per_s",
-                 "prefill_share", "consumer_s", "valid_fraction")
+                 "prefill_share", "consumer_s", "valid_fraction", "cli_start_s", "cli_entered_s", "cli_exit_s",
+                 "before_engine_s", "before_engine_parts", "generate_s", "teardown_s")
 
 KNOBS = (
     Knob("num_molecules", int, 400, "the first N molecules of the file that pass the selection and fit", minimum=1),
@@ -158,6 +159,9 @@ def figures_from_summary(s: dict[str, Any], wall: float) -> dict[str, Any]:
         "wall_s": wall,  # the command, process start to exit
         "pipeline_wall_s": s["wall_s"],  # inside generate_conformers
         "cli_start_s": wall - s["wall_s"],  # interpreter, imports, argument parsing, exit
+        "cli_entered_s": s.get("cli_entered_s"),  # of it: from the process's start to the pipeline's (Linux)
+        # the rest of it: from the pipeline's return to the process's end (the summary, the interpreter's exit)
+        "cli_exit_s": wall - s["wall_s"] - s["cli_entered_s"] if s.get("cli_entered_s") is not None else None,
         "output_tokens": s["output_tokens"],
         "output_tokens_per_s": s["output_tokens"] / wall,
         "molecules_per_s": s["molecules_run"] / wall,
@@ -183,6 +187,7 @@ def figures_from_summary(s: dict[str, Any], wall: float) -> dict[str, Any]:
         "sizing": s.get("sizing"),  # the rows, row length and KV cache the CLI took, and why
         "before_engine_s": s.get("before_engine_s"),
         "length_wait_s": s.get("length_wait_s"),
+        "before_engine_parts": s.get("before_engine_parts"),  # stage -> seconds (pipeline/stats.py)
         "teardown_s": s.get("teardown_s"),
         "conformers_ok": ok,
         "conformers_error": s["conformers_error"],

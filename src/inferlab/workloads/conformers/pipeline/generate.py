@@ -82,6 +82,7 @@ def generate_conformers(
     phase = on_phase or (lambda what: None)
     phase("reading the molecules")
     inputs = MoleculeFile.open(input_path, config.smiles_column, config.id_column, config.input_bounds)
+    marks = _Marks(started)
     summary = PipelineSummary(pressure=PressureTally(profile.name))
     k = config.num_conformers
     with ConformerResultWriter(output_path, config.rows_output, profile.name, config.retry_errors, k) as writer:
@@ -97,6 +98,7 @@ def generate_conformers(
 
         summary.molecules = plan.molecules_total
         summary.conformers_skipped = plan.rows_done
+        marks.passed("inputs")
         log.info("%s: %d records (%d unusable), K=%d: %d rows to write, %d written before", inputs.description,
                  plan.molecules_total, plan.unusable, k, plan.rows_todo, plan.rows_done)
         if on_start is not None:
@@ -106,7 +108,7 @@ def generate_conformers(
         try:
             if plan.usable_todo:
                 usable = (job for job in jobs() if job.record.ok)
-                _generate(engine, usable, plan, config, rows, summary, started, phase, on_tokens)
+                _generate(engine, usable, plan, config, rows, summary, marks, phase, on_tokens)
             completed = True
         finally:
             rows.flush(to_end=completed)  # an interrupted run leaves the rows after its last one to the rerun
@@ -115,7 +117,7 @@ def generate_conformers(
 
 
 def _generate(engine_config: EngineConfig, jobs: Iterable[MoleculeJob], plan: MoleculePlan, config: PipelineConfig,
-              rows: RowWriter, summary: PipelineSummary, started: float, phase: Callable[[str], None],
+              rows: RowWriter, summary: PipelineSummary, marks: "_Marks", phase: Callable[[str], None],
               on_tokens: TokenCallback | None) -> None:
     """`jobs`: the usable ones, as a stream; `plan`: how many there are, and the largest."""
     model = engine_config.model
@@ -130,17 +132,21 @@ def _generate(engine_config: EngineConfig, jobs: Iterable[MoleculeJob], plan: Mo
             preparer.submit(job.record.smiles)
         molecules = MoleculeFeed(jobs, preparer, lookahead=config.lookahead_molecules(None))
         molecules.top_up()  # the pool starts on the first molecules while the engine starts
+        marks.passed("pools")
         # only now torch (the engine's import): the pools' processes start up while this process imports it
         from inferlab.engine import Engine
         from inferlab.models.config import read_model_spec
+
+        marks.passed("torch")
 
         try:
             model_positions = read_model_spec(model).max_position_embeddings
             phase("sizing the engine")
             sizing = size_engine(engine_config, plan.usable_rows_todo, sample, preparer, profile, model_positions,
                                  config.row_ceiling)
-            t0 = time.perf_counter()
-            summary.before_engine_s, summary.length_wait_s = t0 - started, sizing.length_wait_s
+            t0 = marks.passed("sizing")
+            summary.before_engine_s, summary.length_wait_s = t0 - marks.started, sizing.length_wait_s
+            summary.before_engine_parts = marks.parts
             phase("starting the engine")
             # no tokenizer in this process: the preparing processes' GrammarSet constrains, the judges decode
             engine_config = dataclasses.replace(sizing.config, seed=config.seed, load_tokenizer=False)
@@ -170,6 +176,21 @@ def _generate(engine_config: EngineConfig, jobs: Iterable[MoleculeJob], plan: Mo
         summary.engine = {k: v for k, v in engine.stats.as_dict().items() if k != "gemm_choices"}
         finished = time.perf_counter()
     summary.teardown_s = time.perf_counter() - finished
+
+
+class _Marks:
+    """The seconds each stage before the engine took, in order (PipelineSummary.before_engine_parts)."""
+
+    def __init__(self, started: float) -> None:
+        self.started = self._last = started
+        self.parts: dict[str, float] = {}
+
+    def passed(self, stage: str) -> float:
+        """The stage that just ended; returns now."""
+        now = time.perf_counter()
+        self.parts[stage] = round(now - self._last, 3)
+        self._last = now
+        return now
 
 
 def _token_counter(feed: RequestFeed, on_tokens: TokenCallback | None) -> Callable[[int], None] | None:

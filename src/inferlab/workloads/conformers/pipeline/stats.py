@@ -14,7 +14,9 @@ spent waiting for a full judge window. `drain_s`: waiting for the last verdicts 
 processes, `write_s` the writing of rows in this process.
 `before_engine_s`: from the call's start to the engine's construction (reading inputs, the resume plan,
 starting the pools, importing torch, sizing the engine: engine_sizing.py, of which `length_wait_s` waited for
-the largest molecules' programs); `teardown_s`: from the last result to the return (closing the engine
+the largest molecules' programs), and `before_engine_parts` its stages in order: inputs (reading and the
+resume plan), pools (starting them, the first molecules handed to them), torch (this process's import of the
+engine), sizing (CUDA's initialisation and the memory plan among it, and the length wait); `teardown_s`: from the last result to the return (closing the engine
 and the pools). `other_s` is the rest of `wall_s` beyond engine start, generation, consumer and drain (the
 two above included).
 `engine` holds the engine's own figures (EngineStats: start-up phases, prefill and decode device time).
@@ -65,6 +67,7 @@ class PipelineSummary:
     drain_s: float = 0.0
     before_engine_s: float = 0.0
     length_wait_s: float = 0.0
+    before_engine_parts: dict[str, float] = field(default_factory=dict)  # stage -> seconds, in order
     teardown_s: float = 0.0
     stream_calls: int = 0  # Engine.stream calls: 1, plus one per round of retries given after the feed ended
     judge_workers: int = 0
@@ -141,6 +144,7 @@ class PipelineSummary:
             "drain_s": round(self.drain_s, 3),
             "before_engine_s": round(self.before_engine_s, 3),
             "length_wait_s": round(self.length_wait_s, 3),
+            "before_engine_parts": self.before_engine_parts,
             "teardown_s": round(self.teardown_s, 3),
             "other_s": round(self.wall_s - self.engine_start_s - self.generate_s - self.consumer_s - self.drain_s, 3),
             "constraint_pressure": self.pressure.figures(),
