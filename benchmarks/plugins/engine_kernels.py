@@ -417,7 +417,8 @@ def constraint_step(c: dict[str, Any], device: Any, cache_dir: Any) -> dict[str,
         rt.advance(tokens)
 
     allowed = ~by_torch.forbidden  # [S+1, V]
-    by_class = torch.cat([grammar_set.transitions != 0, torch.ones(1, grammar_set.num_classes, dtype=torch.bool)])
+    by_class = torch.cat([torch.from_numpy(grammar_set.transitions != 0),
+                          torch.ones(1, grammar_set.num_classes, dtype=torch.bool)])
     by_class = by_class.to(device)
     bits = torch.nn.functional.pad(allowed.long(), (0, (-vocab) % 32)).view(allowed.shape[0], -1, 32)
     packed = (bits << torch.arange(32, device=device)).sum(-1).int()  # [S+1, V/32] (bit 31 wraps)

@@ -21,7 +21,7 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 from inferlab.constraints.fills import sample_fills
 from inferlab.constraints.segments import Copy, EndOfSequence, Hole, Segment
@@ -35,9 +35,9 @@ HOLE = 2
 @dataclass(frozen=True, eq=False)
 class ConstraintProgram:
     """One compiled constraint. Share it between every request that needs it (it pickles, for process
-    pools); never mutate its tensor or mapping."""
+    pools); never mutate its array or mapping."""
 
-    ops: torch.Tensor  # [2, L] int64 on the host: ops[0] kind (COPY/HOLE), ops[1] token id or start state
+    ops: np.ndarray  # [2, L] int64 (host side; the runtime copies it to its device): ops[0] kind (COPY/HOLE), ops[1] token id or start state
     grammar_set_key: str  # the GrammarSet its start states belong to
     min_new_tokens: int  # fewest tokens a row can emit, EOS included
     max_new_tokens: int  # most tokens a row can emit, EOS included (exact bound: size the KV by it)
@@ -109,7 +109,7 @@ def compile_program(segments, tokenizer, grammar_set: GrammarSet | None = None) 
             min_total += 1
             max_total += 1
     return ConstraintProgram(
-        ops=torch.tensor(ops, dtype=torch.int64).T.contiguous(),
+        ops=np.ascontiguousarray(np.array(ops, dtype=np.int64).T),
         grammar_set_key=grammar_set.key,
         min_new_tokens=min_total,
         max_new_tokens=max_total,

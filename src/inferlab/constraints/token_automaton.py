@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 from inferlab.constraints.grammar import DEAD, CharDFA, compile_grammar
 from inferlab.constraints.grammars import GRAMMARS
@@ -57,9 +57,11 @@ class GrammarSet:
     eos_token_id: int
     grammars: Mapping[str, GrammarInfo]
     char_dfas: Mapping[str, CharDFA]
-    transitions: torch.Tensor  # [S, C] int64 next state per (state, token class); row 0 = dead
-    token_class: torch.Tensor  # [V_tok] int64 class of each token id; 0 = dead everywhere
-    accepting: torch.Tensor  # [S] bool
+    # the tables are numpy (host side; no torch in the processes that compile programs): the engine's runtime
+    # takes them to its device
+    transitions: np.ndarray  # [S, C] int64 next state per (state, token class); row 0 = dead
+    token_class: np.ndarray  # [V_tok] int64 class of each token id; 0 = dead everywhere
+    accepting: np.ndarray  # [S] bool
 
     @property
     def num_states(self) -> int:
@@ -77,8 +79,8 @@ class GrammarSet:
 
     def allowed_tokens(self, state: int) -> list[int]:
         """Token ids with a live transition from `state`."""
-        live_classes = (self.transitions[state] != DEAD_STATE).nonzero().flatten()
-        return torch.isin(self.token_class, live_classes).nonzero().flatten().tolist()
+        live_classes = np.flatnonzero(self.transitions[state] != DEAD_STATE)
+        return np.flatnonzero(np.isin(self.token_class, live_classes)).tolist()
 
     def is_candidate(self, grammar: str, token_id: int) -> bool:
         return token_id in self.grammars[grammar].candidate_tokens
@@ -151,15 +153,15 @@ def build_grammar_set(tokenizer, patterns: Mapping[str, str]) -> GrammarSet:
             for tok, r in row.items():
                 behaviour.setdefault(tok, []).append((global_id[(name, q)], global_id[(name, r)]))
     class_of_signature: dict[tuple[tuple[int, int], ...], int] = {}
-    token_class = torch.zeros(len(texts), dtype=torch.int64)
+    token_class = np.zeros(len(texts), dtype=np.int64)
     for tok in sorted(behaviour):
         signature = tuple(sorted(behaviour[tok]))
         token_class[tok] = class_of_signature.setdefault(signature, len(class_of_signature) + 1)
-    transitions = torch.zeros(num_states, len(class_of_signature) + 1, dtype=torch.int64)
+    transitions = np.zeros((num_states, len(class_of_signature) + 1), dtype=np.int64)
     for signature, cls in class_of_signature.items():
         for s, r in signature:
             transitions[s, cls] = r
-    accepting = torch.zeros(num_states, dtype=torch.bool)
+    accepting = np.zeros(num_states, dtype=np.bool_)
     infos = {}
     for name, lift in lifted.items():
         for q in lift.states:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from logit_controlled_checkpoints import favouring
 
@@ -105,7 +106,7 @@ def test_a_peak_tells_of_the_profile_only_where_another_profile_reads_otherwise(
         molecule = prepared(smiles)
         ops, template = molecule.program.ops, molecule.template
         if text is None:  # atom 0's block: its HOLE op
-            op = int((ops[0] == HOLE).nonzero()[0])
+            op = int(np.flatnonzero(ops[0] == HOLE)[0])
         else:  # the first op of the copy run holding `text`
             segment = next(i for i, s in enumerate(template.segments) if text in getattr(s, "text", ""))
             op = next(o for o in range(molecule.program.length) if molecule.program.segment_at(o) == segment)

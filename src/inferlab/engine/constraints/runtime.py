@@ -93,13 +93,14 @@ class ConstraintRuntime:
         num_states = grammar_set.num_states
 
         token_class = torch.zeros(vocab_size, dtype=torch.int64)  # padded ids: class 0, dead everywhere
-        token_class[: grammar_set.tokenizer_vocab_size] = grammar_set.token_class
+        token_class[: grammar_set.tokenizer_vocab_size] = torch.from_numpy(grammar_set.token_class)
+        transitions = torch.from_numpy(grammar_set.transitions)  # the GrammarSet's tables are numpy
 
-        self.transitions = grammar_set.transitions.to(device)  # [S, C] int64
+        self.transitions = transitions.to(device)  # [S, C] int64
         self.token_class = token_class.to(device)  # [V] int64
-        self.accepting = grammar_set.accepting.to(device)  # [S] bool
+        self.accepting = torch.from_numpy(grammar_set.accepting).to(device)  # [S] bool
         if mask_impl == "torch":
-            forbidden_in_state = (grammar_set.transitions == DEAD_STATE)[:, token_class]  # [S, V], no [S, V] int64
+            forbidden_in_state = (transitions == DEAD_STATE)[:, token_class]  # [S, V], no [S, V] int64
             nothing_forbidden = torch.zeros(1, vocab_size, dtype=torch.bool)
             self.forbidden = torch.cat([forbidden_in_state, nothing_forbidden]).to(device)  # [S + 1, V] bool
             self.free_row = num_states  # index of the row of `forbidden` that forbids nothing
@@ -107,7 +108,7 @@ class ConstraintRuntime:
             self.token_class_i32 = self.token_class.to(torch.int32)  # [V] int32
             self.allowed_by_class = (self.transitions != DEAD_STATE).to(torch.int8)  # [S, C] int8
             self.race_block = RACE_BLOCK
-            self.chunk_allowed = chunks_with_moves(grammar_set.transitions, token_class, self.race_block).to(device)
+            self.chunk_allowed = chunks_with_moves(transitions, token_class, self.race_block).to(device)
 
         self.ops = torch.zeros(2, max_rows, max_program_len, dtype=torch.int64, device=device)
         self.op_kind = self.ops[0]  # [R, Lmax] COPY / HOLE (view)
@@ -149,7 +150,7 @@ class ConstraintRuntime:
         scalars = torch.zeros(4, len(rows), dtype=torch.int64)  # last_op, ptr (0), state, active
         for i, program in enumerate(programs):
             if program is not None:
-                ops[:, i, : program.length] = program.ops
+                ops[:, i, : program.length] = torch.from_numpy(program.ops)
                 scalars[:, i] = torch.tensor([program.length - 1, 0, program.initial_state, 1])
         index = tensor_on(list(rows), torch.int64, self.device)
         staged_ops, staged = to_device(ops, self.device), to_device(scalars, self.device)

@@ -10,18 +10,18 @@ one worker's GrammarSet is also the engine's (`grammar_set()`), so the engine's 
 that cannot be prepared (bad SMILES, a dative bond, a tokenization the compiler refuses) is a
 PreparedMolecule with `error`, never an exception.
 
-Programs travel from the workers with their op array as numpy: torch would send every tensor through its
-own shared-memory file descriptor, and thousands of live programs would exhaust the process's limit.
-
-The module imports no torch: the pipeline starts these processes before its own process imports torch (seconds),
-so the workers' start-up (torch, tokenizer, GrammarSet) overlaps it.
+The workers never import torch: programs and the GrammarSet are numpy arrays (inferlab.constraints), which
+pickle by value (torch would send every tensor through its own shared-memory file descriptor, and thousands of
+live programs would exhaust the process's limit), and a worker's start-up is its tokenizer and GrammarSet
+alone. The pipeline starts these processes before its own process imports torch (seconds, slower with every
+process importing it beside: docs/decisions.md, "The preparing processes import no torch"), so their start-up
+overlaps it.
 
 Not here: which molecules to prepare and in what order (generate.py), the requests.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from concurrent.futures import Future
@@ -87,9 +87,6 @@ def _load_state(model_dir: str, profile_name: str) -> _PreparerState:
 
 def _init_worker(model_dir: str, profile_name: str) -> None:
     global _STATE
-    import torch
-
-    torch.set_num_threads(1)  # tokenisation and small tensors: threads would only fight the engine's process
     _STATE = _load_state(model_dir, profile_name)
 
 
@@ -110,27 +107,12 @@ def prepare_with(state: _PreparerState, smiles: str) -> PreparedMolecule:
 
 def _prepare_in_worker(smiles: str) -> PreparedMolecule:
     assert _STATE is not None, "the pool initializer did not run"
-    prepared = prepare_with(_STATE, smiles)
-    return _with_ops(prepared, lambda ops: ops.numpy())
+    return prepare_with(_STATE, smiles)
 
 
 def _grammar_set_in_worker() -> Any:
-    """The worker's GrammarSet with its tables as numpy (torch would send each through a file descriptor)."""
     assert _STATE is not None, "the pool initializer did not run"
-    return _with_tables(_STATE.grammar_set, lambda t: t.numpy())
-
-
-def _with_tables(grammar_set: Any, convert) -> Any:
-    return dataclasses.replace(grammar_set, **{name: convert(getattr(grammar_set, name))
-                                               for name in ("transitions", "token_class", "accepting")})
-
-
-def _with_ops(prepared: PreparedMolecule, convert) -> PreparedMolecule:
-    """`prepared` with its program's op array converted (numpy for the trip out of a worker, torch back)."""
-    if prepared.program is None:
-        return prepared
-    program = dataclasses.replace(prepared.program, ops=convert(prepared.program.ops))
-    return dataclasses.replace(prepared, program=program)
+    return _STATE.grammar_set
 
 
 class MoleculePreparer(OptionalWorkerPool):
@@ -165,33 +147,19 @@ class MoleculePreparer(OptionalWorkerPool):
         self._futures.pop(smiles, None)
 
     def result(self, smiles: str) -> PreparedMolecule:
-        """The prepared molecule (waits for it); call once per use: each call rebuilds the program object."""
-        import torch
-
-        prepared = self.submit(smiles).result()
-        return _with_ops(prepared, torch.from_numpy) if self._pool is not None else prepared
+        """The prepared molecule (waits for it)."""
+        return self.submit(smiles).result()
 
     def grammar_set(self) -> Future:
         """A Future of the GrammarSet the programs are compiled against (one worker's, every worker's being
         equal): the engine's constraint runtime takes it, so the engine's process needs no tokenizer. Ask
         before submitting molecules: a pool task, it would otherwise queue behind them."""
+        if self._pool is not None:
+            return self._pool.submit(_grammar_set_in_worker)
+        if self._inline is None:
+            self._inline = _load_state(self.model_dir, self.profile_name)
         done: Future = Future()
-        if self._pool is None:
-            if self._inline is None:
-                self._inline = _load_state(self.model_dir, self.profile_name)
-            done.set_result(self._inline.grammar_set)
-            return done
-
-        def arrived(future: Future) -> None:  # in the pool's thread; torch imported here, not at the call
-            error = future.exception()
-            if error is not None:
-                done.set_exception(error)
-                return
-            import torch
-
-            done.set_result(_with_tables(future.result(), torch.from_numpy))
-
-        self._pool.submit(_grammar_set_in_worker).add_done_callback(arrived)
+        done.set_result(self._inline.grammar_set)
         return done
 
     def _start(self, smiles: str) -> Future:
