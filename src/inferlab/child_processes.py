@@ -80,19 +80,20 @@ def _start_child(parent_pid: int, from_main: bool, initializer: Callable[..., No
                  initargs: tuple[Any, ...]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(parent_pid, started_from_main_thread=from_main)
-    atexit.register(_exit_at_once)  # registered first, so it runs last: after the handlers of later imports
+    atexit.register(end_now)  # registered first, so it runs last: after the handlers of later imports
     if initializer is not None:
         initializer(*initargs)
 
 
-def _exit_at_once() -> None:
-    """A pool process's end: its output flushed, no interpreter finalization."""
+def end_now(code: int = 0) -> None:
+    """End this process with `code` now, its output streams flushed, without the interpreter's finalization
+    (a pool process's end, and a command's once it has returned: cli.console_main)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (AttributeError, OSError, ValueError):  # closed or replaced streams: nothing to flush
             pass
-    os._exit(0)
+    os._exit(code)
 
 
 def _arm_parent_death_signal() -> None:

@@ -16,6 +16,7 @@ import re
 import signal
 import sys
 
+from inferlab.child_processes import end_now
 from inferlab.cli.interrupts import interrupted_exit, interrupts_end_the_command
 from inferlab.errors import InferlabError, is_write_failure, write_failed
 
@@ -148,7 +149,7 @@ def console_main() -> None:
     turn the interpreter's shutdown into a traceback. A reader that closed stdout early (`| head`) ends the
     command quietly with the shell's SIGPIPE status, as other command-line tools end.
     The process then ends without finalizing the interpreter: every command has closed its files and pools
-    by its return, and finalizing one that imported torch (CUDA's context, thousands of modules) takes ~1 s
+    by its return, and finalizing one that imported torch (CUDA's context, thousands of modules) takes time
     that nothing needs (docs/decisions.md, "A command ends at once")."""
     try:
         code = main()
@@ -158,15 +159,5 @@ def console_main() -> None:
         code = 128 + signal.SIGPIPE
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    _exit_at_once(code)
-
-
-def _exit_at_once(code: int) -> None:
-    """Flush what Python buffers (streams, logging), then end the process with `code`."""
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed or broken stream: nothing more can reach it
-            pass
-    os._exit(code)
+    logging.shutdown()  # its handlers flushed
+    end_now(code)

@@ -1,7 +1,7 @@
 """A module imported in a background thread while the command does its other start-up work.
 
-Importing torch takes seconds (its shared libraries: 3-5 s on an H200 host), and a conformer run's checks,
-the reading of its input and the start of its pools need none of it. The main thread's own `import` of the
+Importing torch takes seconds (its shared libraries; docs/decisions.md, "The preparing processes import no
+torch"), and a conformer run's checks, the reading of its input and the start of its pools need none of it. The main thread's own `import` of the
 module later waits for this one (the import system's per-module lock) and gets the module; an import that
 failed here is tried again there, where its error is raised and reported as usual.
 """

@@ -242,7 +242,7 @@ def _before_engine_parts(s: dict[str, Any]) -> str:
     parts = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in s["before_engine_parts"].items())
     if s["length_wait_s"] >= 0.05:
         parts += f" ({s['length_wait_s']:.1f} s of it waiting for the row length)"
-    return parts or "inputs, pools, torch"
+    return parts
 
 
 def _written(s: dict[str, Any], sdf: str, rows: str) -> str:

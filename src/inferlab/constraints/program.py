@@ -37,7 +37,9 @@ class ConstraintProgram:
     """One compiled constraint. Share it between every request that needs it (it pickles, for process
     pools); never mutate its array or mapping."""
 
-    ops: np.ndarray  # [2, L] int64 (host side; the runtime copies it to its device): ops[0] kind (COPY/HOLE), ops[1] token id or start state
+    # [2, L] int64 on the host (the runtime copies it to its device): ops[0] kind (COPY/HOLE), ops[1] token id
+    # or start state
+    ops: np.ndarray
     grammar_set_key: str  # the GrammarSet its start states belong to
     min_new_tokens: int  # fewest tokens a row can emit, EOS included
     max_new_tokens: int  # most tokens a row can emit, EOS included (exact bound: size the KV by it)

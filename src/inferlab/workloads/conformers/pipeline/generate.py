@@ -117,7 +117,7 @@ def generate_conformers(
 
 
 def _generate(engine_config: EngineConfig, jobs: Iterable[MoleculeJob], plan: MoleculePlan, config: PipelineConfig,
-              rows: RowWriter, summary: PipelineSummary, marks: "_Marks", phase: Callable[[str], None],
+              rows: RowWriter, summary: PipelineSummary, marks: _Marks, phase: Callable[[str], None],
               on_tokens: TokenCallback | None) -> None:
     """`jobs`: the usable ones, as a stream; `plan`: how many there are, and the largest."""
     model = engine_config.model
@@ -133,7 +133,8 @@ def _generate(engine_config: EngineConfig, jobs: Iterable[MoleculeJob], plan: Mo
         molecules = MoleculeFeed(jobs, preparer, lookahead=config.lookahead_molecules(None))
         molecules.top_up()  # the pool starts on the first molecules while the engine starts
         marks.passed("pools")
-        # only now torch (the engine's import): the pools' processes start up while this process imports it
+        # torch (the engine's import) after the pools started, so that their processes start up beside it (a
+        # caller may have it importing already: the CLI starts it in a thread, cli/background_import.py)
         from inferlab.engine import Engine
         from inferlab.models.config import read_model_spec
 
