@@ -1,4 +1,5 @@
 import importlib
+import subprocess
 import sys
 
 import pytest
@@ -23,3 +24,13 @@ def test_a_failed_background_import_is_silent_and_raised_again_by_the_main_threa
     assert capsys.readouterr().err == ""  # no thread traceback on the terminal
     with pytest.raises(ImportError, match="the fix"):
         importlib.import_module("broken_module_for_test")
+
+
+def test_the_engines_background_start_imports_torch_and_the_engine_itself():
+    # in a fresh interpreter: the package inferlab.engine alone imports no torch, so a thread that imported only
+    # it would leave the whole import to the main thread (what this test catches)
+    script = ("import sys\nfrom inferlab.cli.background_import import start_engine_in_background\n"
+              "start_engine_in_background('cpu').join(120)\n"
+              "print('torch' in sys.modules, 'inferlab.engine.engine' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, check=True)
+    assert out.stdout.split() == ["True", "True"]

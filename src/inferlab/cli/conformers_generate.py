@@ -102,10 +102,10 @@ def pipeline_config_from(args: argparse.Namespace, row_ceiling: int | None = Non
 def run_generate(args: argparse.Namespace) -> int:
     from inferlab.errors import ConfigError
 
-    if not wants_scale_out(args):  # this process runs the engine: torch's import overlaps everything before it
-        from inferlab.cli.background_import import import_in_background
+    if not wants_scale_out(args):  # this process runs the engine: its import and CUDA context overlap what is before it
+        from inferlab.cli.background_import import start_engine_in_background
 
-        import_in_background("inferlab.engine")
+        start_engine_in_background(args.device)
     tuned = apply_tuned_config(args)
     if "max_slots" in tuned:  # measured on the tune's sample: a ceiling, so that a job of longer rows still fits
         args.max_slots, row_ceiling = AUTO, tuned["max_slots"]

@@ -20,6 +20,7 @@ from safetensors import safe_open
 from inferlab.errors import InputError
 from inferlab.models.checkpoint_check import weight_files
 from inferlab.models.config import ModelSpec
+from inferlab.models.pinned_upload import PinnedUpload
 from inferlab.models.weights import LayerWeights, ModelWeights
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,16 @@ def load_weights(model_dir: str | Path, spec: ModelSpec, dtype: torch.dtype, dev
         handles = {path: stack.enter_context(safe_open(str(path), framework="pt")) for path in set(located.values())}
         found = {key: tuple(handles[path].get_slice(key).get_shape()) for key, path in located.items()}
         check_keys(spec, found, root, head)
-        weights = assemble_weights(spec, lambda key: handles[located[key]].get_tensor(key), dtype, device, head)
+        # on a GPU the bytes go straight from the files to the device (pinned_upload.py)
+        upload = stack.enter_context(PinnedUpload(set(located.values()), device)) if device.type == "cuda" else None
+
+        def get(key: str) -> torch.Tensor:  # a host tensor (assemble_weights moves it), or already the device's
+            path = located[key]
+            if upload is not None and upload.can_read(path, key):
+                return upload.tensor(path, key)
+            return handles[path].get_tensor(key)
+
+        weights = assemble_weights(spec, get, dtype, device, head)
     log.info("loaded %s: %.1f MB of weights as %s on %s", root, weights.nbytes() / 1e6, dtype, device)
     return weights
 
