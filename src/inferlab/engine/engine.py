@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+from inferlab.engine.batch.constrained_rows import start_runtime_build
 from inferlab.engine.config import EngineConfig
 from inferlab.engine.forwards.registry import forward_class
 from inferlab.engine.gemm_plan import plan_from_json, plan_to_json, tune_gemm_plan
@@ -102,12 +103,15 @@ class Engine:
         self.startup_cache = StartupCache.at(config.startup_cache, config.cache_dir)
         model_class = forward
         self._precompile = self._start_precompile(config, model_class, use_graphs)
+        # a caller that gives the GrammarSet will constrain: its runtime is built beside the weights' load
+        runtime_job = None if grammar_set is None else start_runtime_build(
+            grammar_set, self.plan.slots, self.plan.max_seq_len, self.spec.vocab_size, self.device, self.ops)
         weights, load_s = _timed(load_weights, config.model, self.spec, self.dtype, self.device)
         t = time.perf_counter()
         slots, max_len = self.plan.slots, self.plan.max_seq_len
         self.runner = ModelRunner.build(self.spec, model_class, weights, self.ops, self.kv_dtype, slots, max_len,
                                         config.max_stop_ids, config.share_prompts, config.max_steered_layers,
-                                        config.seed, grammar_set, config.constraint_pressure)
+                                        config.seed, grammar_set, config.constraint_pressure, runtime_job)
         self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync + 1, self.device,
                                           self.runner.features.snapshot_width)
         self._sync_device()
@@ -281,6 +285,8 @@ class Engine:
             stats.lazy_capture_s = capturer.capture_s + capturer.warmup_s - seconds
         features = self.runner.features
         stats.constraint_setup_s = features.constraints.setup_s
+        stats.constraint_build_s = features.constraints.build_s
+        stats.constraint_grammar_wait_s = features.constraints.grammar_wait_s
         stats.steering_collection_setup_s = features.steering.setup_s + features.collection.setup_s
         if self.device.type == "cuda":
             stats.peak_memory_bytes = max(stats.peak_memory_bytes, torch.cuda.max_memory_allocated(self.device))

@@ -76,18 +76,20 @@ class ModelRunner:
     @classmethod
     def build(cls, spec: ModelSpec, model_class: type, weights: ModelWeights, ops: Ops, kv_dtype: torch.dtype,
               slots: int, max_len: int, max_stop_ids: int, share_prompts: bool, max_steered_layers: int = 8,
-              seed: int = 0, grammar_set: Any = None, constraint_pressure: bool = True) -> "ModelRunner":
+              seed: int = 0, grammar_set: Any = None, constraint_pressure: bool = True,
+              runtime_job: Any = None) -> "ModelRunner":
         """The model (`model_class`: the registry's forward) over `weights`, with its rope tables, a KV cache
         of `slots` x `max_len` and the row features, on the weights' device (the engine's, or "meta" for the
         kernel precompile's dry run: engine/kernel_precompile.py). `seed`, `grammar_set`,
         `constraint_pressure`: the intake's (the engine's seed, the constraints' GrammarSet, whether
-        constrained rows measure their pressure)."""
+        constrained rows measure their pressure); `runtime_job`: the constraint runtime's build, when the engine
+        started it (batch/constrained_rows.start_runtime_build)."""
         device = weights.embed.device
         rotary = RotaryTables.build(spec.rope, spec.head_dim, max_len, device)
         model = model_class(spec, weights, ops, rotary)
         cache = KVCache.allocate(spec, slots, max_len, kv_dtype, device, ops.name)
         setup = BatchSetup(spec, ops, weights.embed.dtype, device, slots, max_len, max_stop_ids, max_steered_layers,
-                           seed, grammar_set, constraint_pressure)
+                           seed, grammar_set, constraint_pressure, runtime_job)
         return cls(model, cache, RowFeatures(setup), ops, share_prompts)
 
     @property

@@ -54,7 +54,9 @@ class EngineStats:
     prefill_graphs: int = 0  # prefill graphs captured so far, one per (lanes, length) bucket used
     lazy_graphs: int = 0  # graphs (decode or prefill) captured during generate/stream calls, when first needed
     lazy_capture_s: float = 0.0  # their capture, eager warm-up run and wait for the device
-    constraint_setup_s: float = 0.0  # grammar set and constraint runtime, at the first constrained request
+    constraint_setup_s: float = 0.0  # the first constrained request's wait for the grammar set and constraint runtime
+    constraint_build_s: float = 0.0  # the runtime's build (in a thread from start-up when the caller gave the GrammarSet)
+    constraint_grammar_wait_s: float = 0.0  # of the build: waiting for the caller's GrammarSet (a Future)
     steering_collection_setup_s: float = 0.0  # steering table and collection buffers, when first needed (captures: lazy_capture_s)
     prefill_s: float = 0.0  # device clock, from admission to the last prefill kernel (host launch gaps included)
     prefill_host_s: float = 0.0  # host time spent admitting and launching prefills

@@ -192,9 +192,11 @@ def test_an_engine_without_a_tokenizer_constrains_with_the_grammar_set_it_is_giv
                           load_tokenizer=False)
     with Engine(config, grammar_set=given) as bare:
         assert bare.tokenizer is None and bare.stats.tokenizer_s == 0.0
+        assert bare.runner.features.constraints.runtime_job is not None  # started at start-up, not at the request
         [result] = bare.generate([request])
         assert result.ok and result.text is None
         assert result.token_ids == llama_engine.generate([request])[0].token_ids
+        assert bare.stats.constraint_build_s > 0 and bare.runner.features.constraints.runtime_job is None
     with Engine(config) as no_grammar:
         constrained, text = no_grammar.generate([request, Request(id="t", prompt="hello")])
         assert "load_tokenizer=False without a grammar_set" in constrained.error

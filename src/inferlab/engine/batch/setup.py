@@ -23,3 +23,4 @@ class BatchSetup:
     seed: int = 0  # the engine's: requests without a seed derive theirs from it
     grammar_set: Any = None  # constrained requests run with it (a GrammarSet or a Future); None: the tokenizer's
     constraint_pressure: bool = True  # constrained rows measure how much probability their constraint takes away
+    runtime_job: Any = None  # a Future of constrained_rows.build_runtime's answer, started by the engine, or None
