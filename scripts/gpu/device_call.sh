@@ -19,6 +19,7 @@ for cmd in "$@"; do
   echo "== exit $?"
 done
 for dir in "$OUT"/*/; do
+  [ -d "$dir" ] || continue  # no folder under $OUT: the pattern itself
   name=$(basename "$dir")
   [ "$name" = benchmarks ] && continue
   tar -czf "$OUT/$name.tgz" -C "$OUT" "$name" && rm -rf "$dir"
