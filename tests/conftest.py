@@ -10,12 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 import triton_interpreter_child
 
-from inferlab.models.checkpoint_init import init_checkpoint
 from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
+
+# torch and the checkpoint builder (transformers) are imported by the fixtures that use them: this file is also
+# the xdist controller's, which runs no test, and its import comes before the workers start (seconds of one core)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -93,6 +94,8 @@ def one_environment_capture():
 def one_cpu_thread():
     """Small tensors step by step: intra-op threads only add synchronisation (badly so on a busy 2-core
     machine, where an OpenMP barrier can cost milliseconds). Use: pytest.mark.usefixtures("one_cpu_thread")."""
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -122,6 +125,7 @@ def tiny_classifier(tmp_path_factory):
     """Factory: tiny_classifier("tiny-gemma2") -> a float32 random ...ForSequenceClassification checkpoint of that
     preset's shape (3 labels, a 512-token vocabulary, pad id 3, random norm weights so that Gemma's (1 + w) is
     exercised), no tokenizer: the tests feed token ids. Built once."""
+    import torch
     import transformers
 
     from inferlab.models.presets import get_preset
@@ -151,6 +155,8 @@ def tiny_classifier(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
     """Factory: tiny_checkpoint("tiny-qwen2") -> path of a float32 random checkpoint, built once."""
+    from inferlab.models.checkpoint_init import init_checkpoint
+
     root = tmp_path_factory.mktemp("checkpoints")
     built: dict[str, Path] = {}
 
