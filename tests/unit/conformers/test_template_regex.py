@@ -105,12 +105,28 @@ def _valid_and_invalid(profile_name: str) -> tuple[str, str, str]:
     return text, corruptions(text, profile_name)["block content cut"], pattern
 
 
+@pytest.fixture(scope="module")
+def xgrammar_info(chem_tokenizer):
+    """xgrammar's view of the tokenizer (seconds for a 150k vocabulary): built once, read by each profile's test."""
+    xgr = pytest.importorskip("xgrammar")
+    return xgr.TokenizerInfo.from_huggingface(chem_tokenizer, stop_token_ids=[chem_tokenizer.eos_token_id])
+
+
+@pytest.fixture(scope="module")
+def llguidance_tokenizer(chem_tokenizer):
+    """llguidance's view of the tokenizer (seconds for a 150k vocabulary): built once, read by each profile's test."""
+    pytest.importorskip("llguidance")
+    import llguidance.hf
+
+    return llguidance.hf.from_tokenizer(chem_tokenizer)
+
+
 @pytest.mark.parametrize("profile_name", ["v3-fixed4", "v2-stripped"])
-def test_xgrammar_accepts_the_tokenised_text_then_eos(chem_tokenizer, profile_name):
+def test_xgrammar_accepts_the_tokenised_text_then_eos(chem_tokenizer, xgrammar_info, profile_name):
     xgr = pytest.importorskip("xgrammar")
     text, bad, pattern = _valid_and_invalid(profile_name)
     eos = chem_tokenizer.eos_token_id
-    info = xgr.TokenizerInfo.from_huggingface(chem_tokenizer, stop_token_ids=[eos])
+    info = xgrammar_info
     compiled = xgr.GrammarCompiler(info).compile_regex(pattern)
     matcher = xgr.GrammarMatcher(compiled)
     assert all(matcher.accept_token(t) for t in chem_tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -120,13 +136,12 @@ def test_xgrammar_accepts_the_tokenised_text_then_eos(chem_tokenizer, profile_na
 
 
 @pytest.mark.parametrize("profile_name", ["v3-fixed4", "v2-stripped"])
-def test_llguidance_accepts_the_tokenised_text_then_eos(chem_tokenizer, profile_name):
-    pytest.importorskip("llguidance")
-    import llguidance.hf
+def test_llguidance_accepts_the_tokenised_text_then_eos(chem_tokenizer, llguidance_tokenizer, profile_name):
+    import llguidance
 
     text, bad, pattern = _valid_and_invalid(profile_name)
     eos = chem_tokenizer.eos_token_id
-    ll_tokenizer = llguidance.hf.from_tokenizer(chem_tokenizer)
+    ll_tokenizer = llguidance_tokenizer
     grammar = llguidance.grammar_from("regex", pattern)  # what vLLM's guidance backend builds
     matcher = llguidance.LLMatcher(ll_tokenizer, grammar)
     assert not matcher.get_error()
