@@ -36,3 +36,21 @@ def run_cell(tmp_path):
         return cell, execute(spec)
 
     return run
+
+
+NCI_HEAD_LINES = 500  # the tests here read at most the first 169 lines (40 drug-sized molecules with stereo)
+
+
+@pytest.fixture(scope="session")
+def nci_head(tmp_path_factory) -> Path:
+    """The first NCI_HEAD_LINES lines of RDKit's NCI first_5K.smi, the scenarios' default molecules file. A test
+    takes the first few molecules of the file that pass its selection: the head holds the same ones (one it
+    cannot fill is an error, never other molecules), and a cell reads it in a tenth of the ~1 s that parsing the
+    5,000 lines takes. The default file itself stays in use where a test runs the default (the xgrammar peer
+    cell, the conformer-pipeline cell, the constrained backend's fp8 check)."""
+    from inferlab.bench.scenarios.molecules import nci_molecules_path
+
+    lines = nci_molecules_path().read_text().splitlines(keepends=True)[:NCI_HEAD_LINES]
+    path = tmp_path_factory.mktemp("nci") / "first_500.smi"
+    path.write_text("".join(lines))
+    return path

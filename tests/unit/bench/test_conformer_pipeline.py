@@ -17,7 +17,7 @@ from inferlab.bench.plan_presets import get_plan_preset
 from inferlab.bench.scenarios.conformer_output_check import check_outputs, graph_key
 from inferlab.bench.scenarios.conformer_pipeline import cli_argv
 from inferlab.bench.scenarios.conformer_pipeline_scale import figures_from_scale_report
-from inferlab.bench.scenarios.molecules import MoleculeSelection, load_molecules, nci_molecules_path
+from inferlab.bench.scenarios.molecules import MoleculeSelection, load_molecules
 from inferlab.errors import ConfigError
 from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.conformers.chemistry.stereo import stereo_agreement
@@ -27,10 +27,10 @@ PROFILE = get_profile("v3-fixed4")
 
 
 @pytest.mark.slow
-def test_the_drug_sized_selection_keeps_the_files_graphs_with_stereo_assigned(qwen3_chem_dir):
+def test_the_drug_sized_selection_keeps_the_files_graphs_with_stereo_assigned(qwen3_chem_dir, nci_head):
     tokenizer = AutoTokenizer.from_pretrained(str(qwen3_chem_dir))
-    found = load_molecules(nci_molecules_path(), 40, PROFILE, tokenizer, 2048, MoleculeSelection(20, 50, True))
-    lines = {ln.split()[1]: ln.split()[0] for ln in nci_molecules_path().read_text().splitlines() if ln.split()}
+    found = load_molecules(nci_head, 40, PROFILE, tokenizer, 2048, MoleculeSelection(20, 50, True))
+    lines = {ln.split()[1]: ln.split()[0] for ln in nci_head.read_text().splitlines() if ln.split()}
     assert found.skipped_by_size > 0 and [int(m.id) for m in found.molecules] == sorted(int(m.id) for m in found.molecules)
     for m in found.molecules:
         mol = Chem.MolFromSmiles(m.smiles)
@@ -39,7 +39,7 @@ def test_the_drug_sized_selection_keeps_the_files_graphs_with_stereo_assigned(qw
         unspecified = [c for c in Chem.FindPotentialStereo(mol) if c.specified == Chem.StereoSpecified.Unspecified]
         assert not unspecified
     assert sum("@" in m.smiles for m in found.molecules) > 5  # NCI specifies no stereo; these now do
-    again = load_molecules(nci_molecules_path(), 40, PROFILE, tokenizer, 2048, MoleculeSelection(20, 50, True))
+    again = load_molecules(nci_head, 40, PROFILE, tokenizer, 2048, MoleculeSelection(20, 50, True))
     assert [m.smiles for m in again.molecules] == [m.smiles for m in found.molecules]
 
 

@@ -115,6 +115,13 @@ TINY = {"num_molecules": 2, "num_references": 2, "num_seeds": 2, "dtype": "float
         "min_heavy_atoms": 4, "max_heavy_atoms": 8, "workers": 1, "subset_molecules": 1, "slots": 4}
 
 
+@pytest.fixture(autouse=True)
+def _molecules_from_the_nci_head(nci_head, monkeypatch):
+    """The cells' default molecules: the head of NCI first_5K.smi (conftest.py's nci_head: the same first
+    molecules, a tenth of the parse per cell); a test that names its own file overrides it."""
+    monkeypatch.setitem(TINY, "molecules_file", str(nci_head))
+
+
 def _cell(run_cell, tiny_checkpoint, backend, **settings):
     knobs = {**TINY, **settings}
     if backend != "inferlab":

@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 from inferlab.bench.plan import build_plan
 from inferlab.bench.scenarios.conformer_output_check import check_generations
 from inferlab.bench.scenarios.constrained import ConformerRequests
-from inferlab.bench.scenarios.molecules import MoleculeSelection, load_molecules, nci_molecules_path
+from inferlab.bench.scenarios.molecules import MoleculeSelection, load_molecules
 from inferlab.constraints.program import compile_program
 from inferlab.errors import ConfigError, InputError
 from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
@@ -32,11 +32,11 @@ def chem_tokenizer(qwen3_chem_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["qwen3-chem", "llama3-style"])
-def test_molecules_fit_by_a_bound_that_covers_the_compiled_constraint(which, chem_tokenizer):
+def test_molecules_fit_by_a_bound_that_covers_the_compiled_constraint(which, chem_tokenizer, nci_head):
     tokenizer = chem_tokenizer if which == "qwen3-chem" else build_builtin_tokenizer()
-    found = load_molecules(nci_molecules_path(), 12, PROFILE, tokenizer, max_positions=400)
+    found = load_molecules(nci_head, 12, PROFILE, tokenizer, max_positions=400)
     assert len(found.molecules) == 12 and found.skipped_too_long > 0
-    lines = [ln.split()[0] for ln in nci_molecules_path().read_text().splitlines()]
+    lines = [ln.split()[0] for ln in nci_head.read_text().splitlines()]
     positions = [lines.index(m.smiles) for m in found.molecules]
     assert positions == sorted(positions)  # the first ones that fit, in file order
     for m in found.molecules:
@@ -45,8 +45,8 @@ def test_molecules_fit_by_a_bound_that_covers_the_compiled_constraint(which, che
         assert len(m.prompt_ids) + m.max_output_tokens <= 400
 
 
-def test_requests_are_k_per_molecule_and_batches_run_longest_first(chem_tokenizer):
-    found = load_molecules(nci_molecules_path(), 6, PROFILE, chem_tokenizer, max_positions=4096)
+def test_requests_are_k_per_molecule_and_batches_run_longest_first(chem_tokenizer, nci_head):
+    found = load_molecules(nci_head, 6, PROFILE, chem_tokenizer, max_positions=4096)
     requests = ConformerRequests(found, 3, SamplingParams(temperature=0.0))
     sent = requests.call(list(range(18)))
     assert [(r.constraint.molecule, r.constraint.conformer) for r in sent[:4]] == [(0, 0), (0, 1), (0, 2), (1, 0)]
@@ -67,8 +67,8 @@ def _constraints(found):
     return [ConformerRequests(found, 1, SamplingParams()).items[i][1] for i in range(len(found.molecules))]
 
 
-def test_validity_is_the_templates_strict_check(chem_tokenizer):
-    found = load_molecules(nci_molecules_path(), 2, PROFILE, chem_tokenizer, max_positions=4096)
+def test_validity_is_the_templates_strict_check(chem_tokenizer, nci_head):
+    found = load_molecules(nci_head, 2, PROFILE, chem_tokenizer, max_positions=4096)
     requests = _constraints(found)
     eos = chem_tokenizer.eos_token_id
     outputs = []
@@ -87,10 +87,10 @@ def test_validity_is_the_templates_strict_check(chem_tokenizer):
     assert len(result["invalid_examples"]) == 1 and requests[0].smiles in result["invalid_examples"][0]
 
 
-def test_validity_reports_the_stereo_of_the_coordinates(chem_tokenizer):
+def test_validity_reports_the_stereo_of_the_coordinates(chem_tokenizer, nci_head):
     """Stereo assigned to drug-sized NCI molecules; ETKDG conformers of the input isomer match it, their
     mirror images (the same text skeleton, mirrored coordinates) do not."""
-    found = load_molecules(nci_molecules_path(), 20, PROFILE, chem_tokenizer, 4096, MoleculeSelection(20, 50, True))
+    found = load_molecules(nci_head, 20, PROFILE, chem_tokenizer, 4096, MoleculeSelection(20, 50, True))
     requests = [r for r in _constraints(found) if "@" in r.smiles][:2]
     assert len(requests) == 2
     eos = chem_tokenizer.eos_token_id
@@ -187,11 +187,11 @@ def test_a_qwen3_preset_is_built_with_the_qwen3_chem_tokenizer_and_hf_is_the_con
         get_backend("hf-continuous", "constrained")
 
 
-def test_drug_sized_molecules_are_kept_by_their_heavy_atoms(chem_tokenizer):
-    found = load_molecules(nci_molecules_path(), 5, PROFILE, chem_tokenizer, 2048, MoleculeSelection(20, 50))
+def test_drug_sized_molecules_are_kept_by_their_heavy_atoms(chem_tokenizer, nci_head):
+    found = load_molecules(nci_head, 5, PROFILE, chem_tokenizer, 2048, MoleculeSelection(20, 50))
     sizes = [Chem.MolFromSmiles(m.smiles).GetNumHeavyAtoms() for m in found.molecules]
     assert all(20 <= n <= 50 for n in sizes) and found.skipped_by_size > 0
-    everything = load_molecules(nci_molecules_path(), 5, PROFILE, chem_tokenizer, 2048)
+    everything = load_molecules(nci_head, 5, PROFILE, chem_tokenizer, 2048)
     assert everything.skipped_by_size == 0 and min(Chem.MolFromSmiles(m.smiles).GetNumHeavyAtoms()
                                                    for m in everything.molecules) < 20
     with pytest.raises(ConfigError, match="max_heavy_atoms=20 is below min_heavy_atoms=30"):
