@@ -1,8 +1,9 @@
 """A safetensors checkpoint's tensors read from their files straight into a CUDA device's memory.
 
 safetensors' get_tensor builds each tensor in fresh host memory (page faults over the mmap and the new pages)
-and `.to(device)` then copies it from pageable memory, synchronously: ~250 such copies load a 1.2 GB checkpoint
-in 2.0 s on an H200 host whose disk cache holds the file. Here each tensor's bytes go from the file (its offsets
+and `.to(device)` then copies it from pageable memory, synchronously, once per tensor: slow on a host busy with
+other processes (docs/decisions.md, "The weights go from their files to the device through two pinned
+buffers"). Here each tensor's bytes go from the file (its offsets
 in the header, checkpoint_files.safetensors_header) into one of two pinned buffers by `readinto`, and from
 there to the device tensor by an asynchronous copy, so the next chunk's read overlaps the last one's transfer.
 A tensor comes back in the checkpoint's dtype and shape on the device (the loader casts and fuses there).
