@@ -10,8 +10,7 @@ Knob `group`:
   attention        the decode attention kernel (rope + K/V write + flash-decoding + split merge) at a model's
                    shape (`shape`), `rows` rows of `length` positions, bf16 or fp8 cache (`kv_dtype`): the
                    engine's default config; with fp8 also the bf16 cache's default (`fp8_over_bf16`: the fp8
-                   default's time over it) and the fp8 kernel's other configs (FP8_CANDIDATES); the model-dtype
-                   cache's configs with the dots on CUDA cores (BF16_CANDIDATES); with `sweep`
+                   default's time over it) and the fp8 kernel's other configs (FP8_CANDIDATES); with `sweep`
                    the grid of splits per SM x BLOCK_N x warps x stages. Every config is first checked against
                    the torch reference (fp32 math) with its output's memory poisoned by NaN (`rel_error`: max
                    |error| / max |output|, at most 2%, or the label is that error); us, GB/s of K/V (+ scales).
@@ -101,23 +100,17 @@ def timed_labels(cells: dict[str, Callable[[], float]]) -> dict[str, Any]:
 
 
 # The fp8 cache's other configs timed beside its default (AttentionConfig fields: block_n, warps, stages,
-# programs_per_sm, maxnreg, cuda_core): one-warp programs won the development sweep (benchmarks/checks/
-# 2026-11-26-fp8-attention-dev); maxnreg trades registers for resident programs; cuda_core drops the MMA's
-# padding of a GQA group to 16 rows
+# programs_per_sm, maxnreg): one-warp programs won the development sweep (benchmarks/checks/
+# 2026-11-26-fp8-attention-dev); maxnreg trades registers for resident programs
 FP8_CANDIDATES = ((32, 1, 3, 4, 168), (16, 1, 4, 4, None), (16, 1, 4, 4, 168), (32, 1, 4, 4, None),
-                  (64, 2, 3, 4, None), (64, 4, 3, 1, None), *((*tile, None, True) for tile in (
-                      (16, 1, 3, 4), (32, 1, 3, 4), (16, 2, 3, 4), (32, 2, 3, 4), (64, 2, 3, 4), (32, 4, 3, 4),
-                      (64, 4, 3, 4), (16, 4, 2, 4), (32, 1, 2, 4))))  # fmt: skip
-# The model-dtype cache's configs on CUDA cores, timed beside its MMA default
-BF16_CANDIDATES = tuple((*tile, None, True) for tile in (
-    (16, 1, 3, 4), (32, 1, 3, 4), (32, 2, 3, 4), (64, 4, 3, 1), (32, 4, 3, 1), (16, 2, 3, 4)))  # fmt: skip
+                  (64, 2, 3, 4, None), (64, 4, 3, 1, None))  # fmt: skip
 
 
 def config_label(config) -> str:
-    """'n32 w1 s3' (+ ' p4' programs per SM when not 1, ' r168' with a register cap, ' cc' on CUDA cores)."""
+    """'n32 w1 s3' (+ ' p4' programs per SM when not 1, ' r168' with a register cap)."""
     text = f"n{config.block_n} w{config.num_warps} s{config.num_stages}"
     return text + (f" p{config.programs_per_sm}" if config.programs_per_sm != 1 else "") + (
-        f" r{config.maxnreg}" if config.maxnreg else "") + (" cc" if config.cuda_core else "")
+        f" r{config.maxnreg}" if config.maxnreg else "")
 
 
 def attention(c: dict[str, Any], device: Any, cache_dir: Any) -> dict[str, Any]:
@@ -190,9 +183,6 @@ def attention(c: dict[str, Any], device: Any, cache_dir: Any) -> dict[str, Any]:
             if config != default:
                 cells[f"fp8 {config_label(config)}"] = checked_then_timed(f"fp8 {config_label(config)}", quantized,
                                                                           config)
-    for fields in BF16_CANDIDATES:
-        config = triton_attention.AttentionConfig(*fields)
-        cells[f"bf16 {config_label(config)}"] = checked_then_timed(f"bf16 {config_label(config)}", bf16, config)
     if c["sweep"]:
         for mult, block_n, warps, stages in itertools.product((1, 2, 4, 8), (32, 64, 128), (4, 8), (2, 3, 4)):
             config = triton_attention.AttentionConfig(block_n, warps, stages, mult)

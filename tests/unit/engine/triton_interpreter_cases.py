@@ -214,12 +214,12 @@ def test_rope_qkv_and_cache_write(qk_norm, offset, heads, kv_heads, head_dim):
 
 # GQA shapes (a power-of-two and a padded head_dim) with and without qk norms and split merges; MHA (8 kv
 # heads: twice the programs, the interpreter's slowest case) once, with every feature on
-ATTENTION_CASES = [(qk_norm, *shape, splits, False) for qk_norm in (False, True) for shape in ((4, 2, 16), (6, 2, 40))
-                   for splits in (1, 3)] + [(True, 8, 8, 32, 3, False), (True, 6, 2, 40, 3, True), (False, 2, 2, 16, 1, True)]
+ATTENTION_CASES = [(qk_norm, *shape, splits) for qk_norm in (False, True) for shape in ((4, 2, 16), (6, 2, 40))
+                   for splits in (1, 3)] + [(True, 8, 8, 32, 3)]
 
 
-@pytest.mark.parametrize("qk_norm,heads,kv_heads,head_dim,splits,cuda_core", ATTENTION_CASES)
-def test_decode_rope_attention_follows_each_rows_length(qk_norm, heads, kv_heads, head_dim, splits, cuda_core):
+@pytest.mark.parametrize("qk_norm,heads,kv_heads,head_dim,splits", ATTENTION_CASES)
+def test_decode_rope_attention_follows_each_rows_length(qk_norm, heads, kv_heads, head_dim, splits):
     """fp32 (the interpreter's bf16 tl.dot is broken: bf16 on CUDA only). The fused kernel equals rope_qkv +
     attention: the output, the K/V it caches at each row's position, nothing read past that position, and
     the merge counters left at zero for the next launch."""
@@ -232,7 +232,7 @@ def test_decode_rope_attention_follows_each_rows_length(qk_norm, heads, kv_heads
     norms = [torch.randn(head_dim, generator=g) if qk_norm else None for _ in range(2)]
     args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
     counters = torch.zeros(5 * kv_heads, dtype=torch.int32)
-    config = triton_attention.AttentionConfig(block_n=32, cuda_core=cuda_core)  # cuda_core: no MMA
+    config = triton_attention.AttentionConfig(block_n=32)
     scale = head_dim**-0.5
     ours = triton_attention.decode_rope_attention(
         *args, *caches, slots, heads, scale, counters, config=config, splits=splits
@@ -274,16 +274,14 @@ def test_rope_qkv_writes_the_reference_fp8_cache(qk_norm, offset):
     assert scales[0].count_nonzero() == 5 * kv_heads  # one scale per token and kv head
 
 
-@pytest.mark.parametrize("qk_norm,splits,heads,kv_heads,head_dim,gemma,cuda_core", [
-    (False, 1, 4, 2, 16, False, False), (True, 3, 6, 2, 40, False, False), (True, 3, 4, 1, 256, True, False),
-    (True, 3, 6, 2, 40, False, True), (True, 3, 4, 1, 256, True, True)])  # fmt: skip
-def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads, head_dim, gemma, cuda_core):
+@pytest.mark.parametrize("qk_norm,splits,heads,kv_heads,head_dim,gemma", [
+    (False, 1, 4, 2, 16, False), (True, 3, 6, 2, 40, False), (True, 3, 4, 1, 256, True)])  # fmt: skip
+def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads, head_dim, gemma):
     """fp32 queries over an fp8 cache: the kernel folds the scales into scores and probabilities, the
     reference dequantizes; the new position is written as the reference writes it (same bytes) and
     attended to as stored; nothing past a row's position is read (NaN codes and scales there). head_dim
     40 leaves masked lanes in every block, which must not enter a scale. gemma: MQA at head_dim 256, a
-    window of 40 (row 2 at position 99 reads nothing before 60), soft-capped scores, (1 + w) q/k norms.
-    cuda_core: the dots as products on CUDA cores, the query heads unpadded."""
+    window of 40 (row 2 at position 99 reads nothing before 60), soft-capped scores, (1 + w) q/k norms."""
     g = torch.Generator().manual_seed(2)
     tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 256, torch.device("cpu"))
     stored = [kv_quant.quantize(torch.randn(5, kv_heads, 100, head_dim, generator=g)) for _ in range(2)]
@@ -294,7 +292,7 @@ def test_decode_rope_attention_on_an_fp8_cache(qk_norm, splits, heads, kv_heads,
     norms = [torch.randn(head_dim, generator=g) if qk_norm else None for _ in range(2)]
     args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
     counters = torch.zeros(5 * kv_heads, dtype=torch.int32)
-    config, scale = triton_attention.AttentionConfig(block_n=32, cuda_core=cuda_core), head_dim**-0.5
+    config, scale = triton_attention.AttentionConfig(block_n=32), head_dim**-0.5
     variant = dict(window=40, softcap=0.5, qk_norm_offset=True) if gemma else {}
 
     def run():

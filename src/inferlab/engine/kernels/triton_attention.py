@@ -45,8 +45,6 @@ class AttentionConfig:
     num_stages: int = 3
     programs_per_sm: int = 1  # splits are added until rows x kv_heads x splits reaches this many per SM
     maxnreg: int | None = None  # registers per thread ptxas may use (fewer: more programs resident per SM)
-    cuda_core: bool = False  # dots as broadcast products on CUDA cores, the query heads unpadded (an MMA pads
-    #                          a GQA group to 16 rows: 2 query heads use 2 of them)
 
 
 @triton.jit
@@ -83,33 +81,6 @@ def _scores(sc, scale, softcap, SOFTCAP: tl.constexpr):
 
 
 @triton.jit
-def _qk(q1, q2, k1, k2, IEEE: tl.constexpr, CUDA_CORE: tl.constexpr):
-    """Scores [BLOCK_H, BLOCK_N] of the query halves [BLOCK_H, HALF_BLOCK] against the key halves [BLOCK_N,
-    HALF_BLOCK]: an MMA, or (CUDA_CORE) fp32 products summed over the head dimension."""
-    if CUDA_CORE:
-        sc = tl.sum(q1.to(tl.float32)[:, None, :] * k1.to(tl.float32)[None, :, :], axis=2)
-        sc += tl.sum(q2.to(tl.float32)[:, None, :] * k2.to(tl.float32)[None, :, :], axis=2)
-    elif IEEE:
-        sc = tl.dot(q1, tl.trans(k1), input_precision="ieee") + tl.dot(q2, tl.trans(k2), input_precision="ieee")
-    else:
-        sc = tl.dot(q1, tl.trans(k1)) + tl.dot(q2, tl.trans(k2))
-    return sc
-
-
-@triton.jit
-def _pv(p, v, IEEE: tl.constexpr, CUDA_CORE: tl.constexpr):
-    """p [BLOCK_H, BLOCK_N] @ v [BLOCK_N, BLOCK_D] in fp32: an MMA, or (CUDA_CORE) products summed over the
-    positions."""
-    if CUDA_CORE:
-        pv = tl.sum(p.to(tl.float32)[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
-    elif IEEE:
-        pv = tl.dot(p, v, input_precision="ieee")
-    else:
-        pv = tl.dot(p, v)
-    return pv
-
-
-@triton.jit
 def _fp8_dot_query(q1, q2, scale, DOT_TY: tl.constexpr):
     """The query halves [BLOCK_H, HALF_BLOCK] for dots with e4m3 tiles converted to DOT_TY: each head times
     2^-e, e its largest |element|'s exponent (so that element lands in [1, 2)), then cast: exact from bf16 in
@@ -133,7 +104,6 @@ def _max_pair(a0, b0, a1, b1):
 def _fp8_tile(
     q1, q2, q_scale, m, denom, acc, v_unit, K, V, K_SCALE, V_SCALE, n0, cached_end, stride_kn, softcap,
     d, dmask, dv, dvmask, half, BLOCK_N: tl.constexpr, SOFTCAP: tl.constexpr, IEEE: tl.constexpr, DOT_TY: tl.constexpr,
-    CUDA_CORE: tl.constexpr,
 ):  # fmt: skip
     """One tile of positions [n0, n0 + BLOCK_N) of an fp8 cache folded into the online softmax. The e4m3 tiles
     are converted to DOT_TY (exact) and never scaled: the scores are (q . k8) x k_scale[n] x q_scale[h], and
@@ -146,7 +116,10 @@ def _fp8_tile(
     kmask = nmask[:, None] & dmask[None, :]
     k1 = tl.load(k_ptr, mask=kmask, other=0.0).to(DOT_TY)  # [BLOCK_N, HALF_BLOCK]
     k2 = tl.load(k_ptr + half, mask=kmask, other=0.0).to(DOT_TY)
-    sc = _qk(q1, q2, k1, k2, IEEE, CUDA_CORE)
+    if IEEE:
+        sc = tl.dot(q1, tl.trans(k1), input_precision="ieee") + tl.dot(q2, tl.trans(k2), input_precision="ieee")
+    else:
+        sc = tl.dot(q1, tl.trans(k1)) + tl.dot(q2, tl.trans(k2))
     sc = sc * tl.load(K_SCALE + n, mask=nmask, other=0.0)[None, :]  # x q_scale: the softmax's scores
     unit = q_scale  # [BLOCK_H] > 0: sc x unit are the scores in natural units
     if SOFTCAP:
@@ -163,9 +136,7 @@ def _fp8_tile(
     pv = (p * v_scale[None, :] * (1.0 / top)[:, None]).to(DOT_TY)
     v = tl.load(V + n[:, None] * stride_kn + dv[None, :], mask=nmask[:, None] & dvmask[None, :], other=0.0).to(DOT_TY)
     acc = acc * (alpha * (v_unit / top))[:, None]
-    if CUDA_CORE:
-        acc += _pv(pv, v, IEEE, CUDA_CORE)
-    elif IEEE:  # the MMA accumulates into acc
+    if IEEE:
         acc = tl.dot(pv, v, acc, input_precision="ieee")
     else:
         acc = tl.dot(pv, v, acc)
@@ -184,7 +155,6 @@ def _rope_attention_kernel(
     QK_NORM: tl.constexpr, IEEE: tl.constexpr, SOFTCAP: tl.constexpr, NORM_OFFSET: tl.constexpr,
     K_SCALE, V_SCALE, stride_ss, stride_sh,  # KV_FP8: [slots, kv_heads, max_len] fp32 scales (else unused)
     KV_FP8: tl.constexpr, DOT_TY: tl.constexpr,  # KV_FP8: the dots' operand type (fp16; fp32 with IEEE)
-    CUDA_CORE: tl.constexpr,  # the dots on CUDA cores (AttentionConfig.cuda_core)
 ):  # fmt: skip
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -227,7 +197,7 @@ def _rope_attention_kernel(
             m, denom, acc, v_unit = _fp8_tile(
                 q1, q2, q_scale, m, denom, acc, v_unit, K_CACHE + kv_base, V_CACHE + kv_base, K_SCALE + scale_base,
                 V_SCALE + scale_base, n0, cached_end, stride_kn, softcap, d, dmask, dv, dvmask, half,
-                BLOCK_N, SOFTCAP, IEEE, DOT_TY, CUDA_CORE,
+                BLOCK_N, SOFTCAP, IEEE, DOT_TY,
             )  # fmt: skip
         acc = acc * v_unit[:, None]
     else:
@@ -238,14 +208,20 @@ def _rope_attention_kernel(
             kmask = nmask[:, None] & dmask[None, :]
             k1 = tl.load(k_ptr, mask=kmask, other=0.0)  # [BLOCK_N, HALF_BLOCK]
             k2 = tl.load(k_ptr + half, mask=kmask, other=0.0)
-            sc = _qk(q1, q2, k1, k2, IEEE, CUDA_CORE)
+            if IEEE:
+                sc = tl.dot(q1, tl.trans(k1), input_precision="ieee") + tl.dot(q2, tl.trans(k2), input_precision="ieee")
+            else:
+                sc = tl.dot(q1, tl.trans(k1)) + tl.dot(q2, tl.trans(k2))
             sc = tl.where(nmask[None, :], _scores(sc, scale, softcap, SOFTCAP), float("-inf"))  # [BLOCK_H, BLOCK_N]
             m_new = tl.maximum(m, tl.max(sc, axis=1))
             alpha = tl.exp(m - m_new)
             p = tl.exp(sc - m_new[:, None])
             denom = denom * alpha + tl.sum(p, axis=1)
             v = tl.load(V_CACHE + kv_base + n[:, None] * stride_kn + dv[None, :], mask=nmask[:, None] & dvmask[None, :])
-            acc = acc * alpha[:, None] + _pv(p.to(v.dtype), v, IEEE, CUDA_CORE)
+            if IEEE:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m = m_new
     if (pos >= start) & (pos < end):  # this share holds the new token: cache it and fold it in
         k_src = QKV + row * stride_t + (NUM_HEADS + kv_head) * HEAD_DIM
@@ -397,14 +373,13 @@ def decode_rope_attention(
         out.stride(0), out.stride(1), o_part.stride(0), o_part.stride(1), o_part.stride(2),
         lse_part.stride(0), lse_part.stride(1),
         scale, eps, splits, window, 1.0 if softcap is None else softcap,
-        NUM_HEADS=num_heads, NUM_KV_HEADS=kv_heads, GROUP=group,
-        BLOCK_H=triton.next_power_of_2(group) if config.cuda_core else max(16, triton.next_power_of_2(group)),
+        NUM_HEADS=num_heads, NUM_KV_HEADS=kv_heads, GROUP=group, BLOCK_H=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim, HALF_BLOCK=max(16, triton.next_power_of_2(head_dim // 2)),
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_N=config.block_n,
         QK_NORM=qk_norm, IEEE=qkv.dtype == torch.float32, SOFTCAP=softcap is not None, NORM_OFFSET=qk_norm_offset,
         K_SCALE=k_scale if fp8 else cos, V_SCALE=v_scale if fp8 else cos,
         stride_ss=k_scale.stride(0) if fp8 else 0, stride_sh=k_scale.stride(1) if fp8 else 0, KV_FP8=fp8,
-        DOT_TY=tl.float32 if qkv.dtype == torch.float32 or config.cuda_core else tl.float16, CUDA_CORE=config.cuda_core,
+        DOT_TY=tl.float32 if qkv.dtype == torch.float32 else tl.float16,
         num_warps=config.num_warps, num_stages=config.num_stages,
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
     )  # fmt: skip
