@@ -57,8 +57,19 @@ def _rotated_head(
     the optional RMSNorm (Qwen3; Gemma 3's (1 + w) form with NORM_OFFSET), rotated; rounded to DTYPE as the
     rope kernel rounds them."""
     half = HEAD_DIM // 2
-    x1 = tl.load(SRC + d, mask=dmask, other=0.0).to(tl.float32)
-    x2 = tl.load(SRC + half + d, mask=dmask, other=0.0).to(tl.float32)
+    x1 = tl.load(SRC + d, mask=dmask, other=0.0)
+    x2 = tl.load(SRC + half + d, mask=dmask, other=0.0)
+    return _rotated(x1, x2, NORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, DTYPE)
+
+
+@triton.jit
+def _rotated(
+    x1, x2, NORM, c, s, d, dmask, eps, HEAD_DIM: tl.constexpr, QK_NORM: tl.constexpr, NORM_OFFSET: tl.constexpr, DTYPE
+):
+    """_rotated_head on halves already loaded."""
+    half = HEAD_DIM // 2
+    x1 = x1.to(tl.float32)
+    x2 = x2.to(tl.float32)
     if QK_NORM:
         w1 = tl.load(NORM + d, mask=dmask, other=0.0).to(tl.float32)
         w2 = tl.load(NORM + half + d, mask=dmask, other=0.0).to(tl.float32)
@@ -212,6 +223,12 @@ def _rope_attention_kernel(
         if KV_FP8:  # q in the dots' type times 2^-e per head (exact); each score gets 2^e x scale back
             q1, q2, q_scale = _fp8_dot_query(q1, q2, scale, DOT_TY)
 
+    if PER_HEAD_QUERY:  # the new token's key and value, loaded now: their latency hides behind the loop
+        k_src = QKV + row * stride_t + (NUM_HEADS + kv_head) * HEAD_DIM
+        kx1 = tl.load(k_src + d, mask=dmask, other=0.0)
+        kx2 = tl.load(k_src + half + d, mask=dmask, other=0.0)
+        v_new = tl.load(QKV + row * stride_t + (NUM_HEADS + NUM_KV_HEADS + kv_head) * HEAD_DIM + dv, mask=dvmask)
+
     kv_base = slot * stride_ks + kv_head * stride_kh
     scale_base = slot * stride_ss + kv_head * stride_sh  # KV_FP8: this (slot, kv head)'s scales, position stride 1
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
@@ -251,9 +268,12 @@ def _rope_attention_kernel(
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m = m_new
     if (pos >= start) & (pos < end):  # this share holds the new token: cache it and fold it in
-        k_src = QKV + row * stride_t + (NUM_HEADS + kv_head) * HEAD_DIM
-        k1, k2 = _rotated_head(k_src, KNORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, dtype)
-        v_new = tl.load(QKV + row * stride_t + (NUM_HEADS + NUM_KV_HEADS + kv_head) * HEAD_DIM + dv, mask=dvmask)
+        if PER_HEAD_QUERY:  # loaded before the loop
+            k1, k2 = _rotated(kx1, kx2, KNORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, dtype)
+        else:
+            k_src = QKV + row * stride_t + (NUM_HEADS + kv_head) * HEAD_DIM
+            k1, k2 = _rotated_head(k_src, KNORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, dtype)
+            v_new = tl.load(QKV + row * stride_t + (NUM_HEADS + NUM_KV_HEADS + kv_head) * HEAD_DIM + dv, mask=dvmask)
         cache_at = kv_base + pos * stride_kn
         if KV_FP8:  # quantize where written; fold in the rounded values the cache now holds
             cache_ty = K_CACHE.dtype.element_ty
