@@ -103,16 +103,14 @@ def timed_labels(cells: dict[str, Callable[[], float]]) -> dict[str, Any]:
 # programs_per_sm, maxnreg): one-warp programs won the development sweep (benchmarks/checks/
 # 2026-11-26-fp8-attention-dev); maxnreg trades registers for resident programs
 FP8_CANDIDATES = ((32, 1, 3, 4, 168), (16, 1, 4, 4, None), (16, 1, 4, 4, 168), (32, 1, 4, 4, None),
-                  (64, 2, 3, 4, None), (64, 4, 3, 1, None), (32, 1, 3, 4, None, False))  # fmt: skip
-# The model-dtype cache's default with the query rotated on the MMA's padded rows, beside its default
-BF16_CANDIDATES = ((64, 4, 3, 1, None, False),)
+                  (64, 2, 3, 4, None), (64, 4, 3, 1, None))  # fmt: skip
 
 
 def config_label(config) -> str:
     """'n32 w1 s3' (+ ' p4' programs per SM when not 1, ' r168' with a register cap)."""
     text = f"n{config.block_n} w{config.num_warps} s{config.num_stages}"
     return text + (f" p{config.programs_per_sm}" if config.programs_per_sm != 1 else "") + (
-        f" r{config.maxnreg}" if config.maxnreg else "") + ("" if config.per_head_query else " padded-q")
+        f" r{config.maxnreg}" if config.maxnreg else "")
 
 
 def attention(c: dict[str, Any], device: Any, cache_dir: Any) -> dict[str, Any]:
@@ -185,9 +183,6 @@ def attention(c: dict[str, Any], device: Any, cache_dir: Any) -> dict[str, Any]:
             if config != default:
                 cells[f"fp8 {config_label(config)}"] = checked_then_timed(f"fp8 {config_label(config)}", quantized,
                                                                           config)
-    for fields in BF16_CANDIDATES:
-        config = triton_attention.AttentionConfig(*fields)
-        cells[f"bf16 {config_label(config)}"] = checked_then_timed(f"bf16 {config_label(config)}", bf16, config)
     if c["sweep"]:
         for mult, block_n, warps, stages in itertools.product((1, 2, 4, 8), (32, 64, 128), (4, 8), (2, 3, 4)):
             config = triton_attention.AttentionConfig(block_n, warps, stages, mult)

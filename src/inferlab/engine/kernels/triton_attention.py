@@ -45,8 +45,6 @@ class AttentionConfig:
     num_stages: int = 3
     programs_per_sm: int = 1  # splits are added until rows x kv_heads x splits reaches this many per SM
     maxnreg: int | None = None  # registers per thread ptxas may use (fewer: more programs resident per SM)
-    per_head_query: bool = True  # rope, norm and the fp8 scale on each query head alone, not on the MMA's
-    #                              [16, head_dim] padding (2 of 16 rows used by a GQA group of 2)
 
 
 @triton.jit
@@ -57,19 +55,8 @@ def _rotated_head(
     the optional RMSNorm (Qwen3; Gemma 3's (1 + w) form with NORM_OFFSET), rotated; rounded to DTYPE as the
     rope kernel rounds them."""
     half = HEAD_DIM // 2
-    x1 = tl.load(SRC + d, mask=dmask, other=0.0)
-    x2 = tl.load(SRC + half + d, mask=dmask, other=0.0)
-    return _rotated(x1, x2, NORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, DTYPE)
-
-
-@triton.jit
-def _rotated(
-    x1, x2, NORM, c, s, d, dmask, eps, HEAD_DIM: tl.constexpr, QK_NORM: tl.constexpr, NORM_OFFSET: tl.constexpr, DTYPE
-):
-    """_rotated_head on halves already loaded."""
-    half = HEAD_DIM // 2
-    x1 = x1.to(tl.float32)
-    x2 = x2.to(tl.float32)
+    x1 = tl.load(SRC + d, mask=dmask, other=0.0).to(tl.float32)
+    x2 = tl.load(SRC + half + d, mask=dmask, other=0.0).to(tl.float32)
     if QK_NORM:
         w1 = tl.load(NORM + d, mask=dmask, other=0.0).to(tl.float32)
         w2 = tl.load(NORM + half + d, mask=dmask, other=0.0).to(tl.float32)
@@ -106,16 +93,6 @@ def _fp8_dot_query(q1, q2, scale, DOT_TY: tl.constexpr):
     q1 = (q1.to(tl.float32) * inverse[:, None]).to(DOT_TY)
     q2 = (q2.to(tl.float32) * inverse[:, None]).to(DOT_TY)
     return q1, q2, scale * power
-
-
-@triton.jit
-def _fp8_dot_head(q1, q2, scale, DOT_TY: tl.constexpr):
-    """_fp8_dot_query for one head's halves [HALF_BLOCK]: them times 2^-e in DOT_TY and the scalar scale x 2^e."""
-    top = tl.maximum(tl.max(tl.abs(q1.to(tl.float32)), axis=0), tl.max(tl.abs(q2.to(tl.float32)), axis=0))
-    exponent = tl.minimum(tl.maximum((top.to(tl.int32, bitcast=True) >> 23) & 0xFF, 1), 253)  # biased fp32
-    power = (exponent << 23).to(tl.float32, bitcast=True)  # 2^e
-    inverse = ((254 - exponent) << 23).to(tl.float32, bitcast=True)  # 2^-e, exact
-    return (q1.to(tl.float32) * inverse).to(DOT_TY), (q2.to(tl.float32) * inverse).to(DOT_TY), scale * power
 
 
 @triton.jit
@@ -178,7 +155,6 @@ def _rope_attention_kernel(
     QK_NORM: tl.constexpr, IEEE: tl.constexpr, SOFTCAP: tl.constexpr, NORM_OFFSET: tl.constexpr,
     K_SCALE, V_SCALE, stride_ss, stride_sh,  # KV_FP8: [slots, kv_heads, max_len] fp32 scales (else unused)
     KV_FP8: tl.constexpr, DOT_TY: tl.constexpr,  # KV_FP8: the dots' operand type (fp16; fp32 with IEEE)
-    PER_HEAD_QUERY: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -201,33 +177,11 @@ def _rope_attention_kernel(
     dvmask = dv < HEAD_DIM
     c = tl.load(COS + pos * stride_cos + d, mask=dmask, other=0.0)  # cos halves are equal: read one
     s = tl.load(SIN + pos * stride_cos + d, mask=dmask, other=0.0)
-    if PER_HEAD_QUERY:  # each head alone ([HALF_BLOCK] halves), placed in its row of the MMA's [BLOCK_H, ..]
-        q_ty = DOT_TY if KV_FP8 else dtype
-        q1 = tl.zeros([BLOCK_H, HALF_BLOCK], q_ty)
-        q2 = tl.zeros([BLOCK_H, HALF_BLOCK], q_ty)
-        q_scale = tl.full([BLOCK_H], 1.0, tl.float32)  # KV_FP8: each head's score factor (rows past GROUP: unused)
-        for g in tl.static_range(GROUP):
-            a, b = _rotated_head(QKV + row * stride_t + (kv_head * GROUP + g) * HEAD_DIM, QNORM, c, s, d, dmask, eps,
-                                 HEAD_DIM, QK_NORM, NORM_OFFSET, dtype)  # fmt: skip
-            if KV_FP8:  # times 2^-e (exact); its scores get 2^e x scale back with each k_scale
-                a, b, head_scale = _fp8_dot_head(a, b, scale, DOT_TY)
-                q_scale = tl.where(h == g, head_scale, q_scale)
-            q1 = tl.where((h == g)[:, None], a[None, :], q1)
-            q2 = tl.where((h == g)[:, None], b[None, :], q2)
-    else:
-        qmask = hmask[:, None] & dmask[None, :]
-        q_src = QKV + row * stride_t + heads[:, None] * HEAD_DIM
-        q1, q2 = _rotated_head(
-            q_src, QNORM, c[None, :], s[None, :], d[None, :], qmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, dtype
-        )
-        if KV_FP8:  # q in the dots' type times 2^-e per head (exact); each score gets 2^e x scale back
-            q1, q2, q_scale = _fp8_dot_query(q1, q2, scale, DOT_TY)
-
-    if PER_HEAD_QUERY:  # the new token's key and value, loaded now: their latency hides behind the loop
-        k_src = QKV + row * stride_t + (NUM_HEADS + kv_head) * HEAD_DIM
-        kx1 = tl.load(k_src + d, mask=dmask, other=0.0)
-        kx2 = tl.load(k_src + half + d, mask=dmask, other=0.0)
-        v_new = tl.load(QKV + row * stride_t + (NUM_HEADS + NUM_KV_HEADS + kv_head) * HEAD_DIM + dv, mask=dvmask)
+    qmask = hmask[:, None] & dmask[None, :]
+    q_src = QKV + row * stride_t + heads[:, None] * HEAD_DIM
+    q1, q2 = _rotated_head(
+        q_src, QNORM, c[None, :], s[None, :], d[None, :], qmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, dtype
+    )
 
     kv_base = slot * stride_ks + kv_head * stride_kh
     scale_base = slot * stride_ss + kv_head * stride_sh  # KV_FP8: this (slot, kv head)'s scales, position stride 1
@@ -236,6 +190,8 @@ def _rope_attention_kernel(
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
     cached_end = tl.minimum(end, pos)  # the cache holds [0, pos); pos itself comes from qkv below
     if KV_FP8:
+        # q in the dots' type times 2^-e per head (exact); each score gets 2^e x scale back with its k_scale
+        q1, q2, q_scale = _fp8_dot_query(q1, q2, scale, DOT_TY)
         v_unit = tl.full([BLOCK_H], 1.0, tl.float32)  # acc's unit: the last tile's largest v_scale (_fp8_tile)
         for n0 in range(start, cached_end, BLOCK_N):
             m, denom, acc, v_unit = _fp8_tile(
@@ -268,12 +224,9 @@ def _rope_attention_kernel(
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m = m_new
     if (pos >= start) & (pos < end):  # this share holds the new token: cache it and fold it in
-        if PER_HEAD_QUERY:  # loaded before the loop
-            k1, k2 = _rotated(kx1, kx2, KNORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, dtype)
-        else:
-            k_src = QKV + row * stride_t + (NUM_HEADS + kv_head) * HEAD_DIM
-            k1, k2 = _rotated_head(k_src, KNORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, dtype)
-            v_new = tl.load(QKV + row * stride_t + (NUM_HEADS + NUM_KV_HEADS + kv_head) * HEAD_DIM + dv, mask=dvmask)
+        k_src = QKV + row * stride_t + (NUM_HEADS + kv_head) * HEAD_DIM
+        k1, k2 = _rotated_head(k_src, KNORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, dtype)
+        v_new = tl.load(QKV + row * stride_t + (NUM_HEADS + NUM_KV_HEADS + kv_head) * HEAD_DIM + dv, mask=dvmask)
         cache_at = kv_base + pos * stride_kn
         if KV_FP8:  # quantize where written; fold in the rounded values the cache now holds
             cache_ty = K_CACHE.dtype.element_ty
@@ -426,7 +379,7 @@ def decode_rope_attention(
         QK_NORM=qk_norm, IEEE=qkv.dtype == torch.float32, SOFTCAP=softcap is not None, NORM_OFFSET=qk_norm_offset,
         K_SCALE=k_scale if fp8 else cos, V_SCALE=v_scale if fp8 else cos,
         stride_ss=k_scale.stride(0) if fp8 else 0, stride_sh=k_scale.stride(1) if fp8 else 0, KV_FP8=fp8,
-        DOT_TY=tl.float32 if qkv.dtype == torch.float32 else tl.float16, PER_HEAD_QUERY=config.per_head_query,
+        DOT_TY=tl.float32 if qkv.dtype == torch.float32 else tl.float16,
         num_warps=config.num_warps, num_stages=config.num_stages,
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
     )  # fmt: skip
