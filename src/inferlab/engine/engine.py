@@ -64,10 +64,12 @@ class Engine:
         started = time.perf_counter()
         self._closed = False
         self.config = config
-        # the tokenizer (and the import of transformers) is host work: a thread loads it while this one
-        # creates the CUDA context, plans memory and loads the weights
+        # the tokenizer is host work (its snapshot in the start-up cache, else transformers' import and build):
+        # a thread loads it while this one creates the CUDA context, plans memory and loads the weights
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferlab-tokenizer")
-        tokenizer_job = pool.submit(load_tokenizer_timed, config.model) if config.load_tokenizer else None
+        cache_root = StartupCache.at(config.startup_cache, config.cache_dir).root
+        tokenizer_job = pool.submit(load_tokenizer_timed, config.model, cache_root, cache_root is not None) \
+            if config.load_tokenizer else None
         try:
             self._load(config, tokenizer_job, grammar_set)
         finally:

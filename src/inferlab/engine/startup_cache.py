@@ -24,18 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inferlab.cache_dir import CACHE_DIR_ENV, default_cache_dir
+
 log = logging.getLogger(__name__)
 
-CACHE_DIR_ENV = "INFERLAB_CACHE_DIR"
 FORMAT = 1  # the file layout below; a file of another format is stale
-
-
-def default_cache_dir() -> Path:
-    """$INFERLAB_CACHE_DIR, else $XDG_CACHE_HOME/inferlab, else ~/.cache/inferlab."""
-    if os.environ.get(CACHE_DIR_ENV):
-        return Path(os.environ[CACHE_DIR_ENV]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg).expanduser() / "inferlab"
 
 
 def source_fingerprint(*modules: Any) -> str:

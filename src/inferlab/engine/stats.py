@@ -28,7 +28,7 @@ class EngineStats:
     startup_s: float = 0.0  # wall time of Engine(...): every phase below, and what is not attributed to one
     device_init_s: float = 0.0  # the CUDA context (set_device + first allocation)
     load_s: float = 0.0  # weights read, checked, fused and moved to the device
-    tokenizer_s: float = 0.0  # the tokenizer (and the import of transformers), in a thread beside load_s
+    tokenizer_s: float = 0.0  # the tokenizer (its snapshot, or transformers' import and build), in a thread beside load_s
     tokenizer_wait_s: float = 0.0  # what start-up waited for that thread (both 0 with load_tokenizer=False)
     allocate_s: float = 0.0  # KV cache, row state, host buffers
     warmup_s: float = 0.0  # prefill at its largest shapes and the start-up graphs' warm-up steps (Triton JIT)

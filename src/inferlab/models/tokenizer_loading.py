@@ -8,6 +8,9 @@ names its class (`"tokenizer_class": "Qwen2Tokenizer"`); that class, taken from 
 (whose lazy module imports only the tokenizer's own module), loads the same tokenizer AutoTokenizer would.
 Folders without that field (or naming a class transformers lacks, or custom code through `auto_map`) go
 through AutoTokenizer.
+
+load_tokenizer (what the engine and the pipelines use) reads a folder's snapshot where one is kept and keeps
+one after a transformers load (tokenizer_snapshot.py): a later process loads no transformers at all.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.errors import InputError
+from inferlab.models.tokenizer_snapshot import read_snapshot, write_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +31,22 @@ TOKENIZER_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_toke
                         "vocab.json")
 
 
-def load_tokenizer(model_dir: str | Path) -> Any:
-    """The checkpoint's HuggingFace tokenizer, or None when the folder has none (prompt_ids still work)."""
+def load_tokenizer(model_dir: str | Path, cache_root: Path | None = None, snapshots: bool = True) -> Any:
+    """The checkpoint's tokenizer (its kept snapshot, else HuggingFace's, of which a snapshot is then kept, under
+    `cache_root` or the default cache folder; `snapshots=False`: HuggingFace's, nothing kept), or None when the
+    folder has none (prompt_ids still work)."""
     root = Path(model_dir)
     if not any((root / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
         log.warning("%s has no tokenizer files: text prompts and text outputs are unavailable", root)
         return None
-    return load_hf_tokenizer(root)
+    if not snapshots:
+        return load_hf_tokenizer(root)
+    snapshot = read_snapshot(root, functools.partial(load_hf_tokenizer, root), cache_root)
+    if snapshot is not None:
+        return snapshot
+    tokenizer = load_hf_tokenizer(root)
+    write_snapshot(root, tokenizer, cache_root)
+    return tokenizer
 
 
 @functools.lru_cache(maxsize=4)
@@ -43,10 +56,10 @@ def shared_tokenizer(model_dir: str) -> Any:
     return load_tokenizer(model_dir)
 
 
-def load_tokenizer_timed(model_dir: str | Path) -> tuple[Any, float]:
-    """(load_tokenizer(model_dir), seconds it took): the Engine's start-up job (tokenizer_s)."""
+def load_tokenizer_timed(model_dir: str | Path, cache_root: Path | None, snapshots: bool) -> tuple[Any, float]:
+    """(load_tokenizer(...), seconds it took): the Engine's start-up job (tokenizer_s)."""
     started = time.perf_counter()
-    return load_tokenizer(model_dir), time.perf_counter() - started
+    return load_tokenizer(model_dir, cache_root, snapshots), time.perf_counter() - started
 
 
 def load_hf_tokenizer(folder: str | Path) -> Any:

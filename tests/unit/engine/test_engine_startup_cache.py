@@ -11,8 +11,8 @@ import torch
 
 from inferlab.engine import gemm_plan as gp
 from inferlab.engine import gemm_plans
-from inferlab.engine.startup_cache import (CACHE_DIR_ENV, StartupCache, code_fingerprint, default_cache_dir,
-                                           source_fingerprint)
+from inferlab.cache_dir import CACHE_DIR_ENV, default_cache_dir
+from inferlab.engine.startup_cache import StartupCache, code_fingerprint, source_fingerprint
 
 KEY = {"gpu": "NVIDIA H100 80GB HBM3", "shapes": {"qkv": [4096, 1024]}, "torch": "2.11.0", "code": "abc"}
 VALUE = {"choices": {"qkv@16": {"kind": "linear", "block_n": 16}}, "timings": {"qkv@16": {"cublas": 5.0}}}
