@@ -11,12 +11,12 @@ if [ -f .dev1/rdkit.tar.xz ] && [ ! -d /tmp/site/rdkit ]; then
   mkdir -p /tmp/site && xz -dc .dev1/rdkit.tar.xz | tar -x -C /tmp/site && echo "device_env: rdkit unpacked"
 fi
 if [ -f .dev1/qwen3-chem.tar.xz ] && [ ! -d /tmp/qwen3-chem ]; then tar -xJf .dev1/qwen3-chem.tar.xz -C /tmp; fi
-for part in .dev2/peers.part* .dev3/peers.part* .dev4/peers.part*; do
+for part in .dev2/peers.part[0-9] .dev3/peers.part[0-9] .dev4/peers.part[0-9]; do
   [ -f "$part" ] || continue
   mkdir -p /tmp/vb && [ -f "/tmp/vb/$(basename "$part")" ] || cp "$part" /tmp/vb/
   parts=$(cat "$(dirname "$part")/peers.parts")
-  if [ "$(ls /tmp/vb/peers.part* | wc -l)" -eq "$parts" ] && [ ! -d /tmp/vsite/vllm ]; then
-    mkdir -p /tmp/peers && if cat $(ls /tmp/vb/peers.part* | sort) | xz -d | tar -x -C /tmp/peers; then
+  if [ "$(ls /tmp/vb/peers.part[0-9] | wc -l)" -eq "$parts" ] && [ ! -d /tmp/vsite/vllm ]; then
+    mkdir -p /tmp/peers && if cat $(ls /tmp/vb/peers.part[0-9] | sort) | xz -d | tar -x -C /tmp/peers; then
       mkdir -p /tmp/vsite /tmp/fisite && cp -r /tmp/peers/vllm/. /tmp/peers/wheels/. /tmp/vsite/ &&
         cp -r /tmp/peers/flashinfer/. /tmp/fisite/ && echo "device_env: vLLM, its wheels and FlashInfer unpacked"
     else
