@@ -41,6 +41,38 @@ def test_varlen_attention_kernels_match_the_reference_in_bf16(heads, kv_heads, h
     assert (got - want).abs().max().item() < 2e-2  # bf16 outputs of |x| < ~3: a few ulps
 
 
+@pytest.mark.parametrize("hidden, inter, activation", [(896, 4864, "silu"), (1024, 3072, "silu"), (2048, 16384, "gelu_tanh")])
+def test_wide_gated_gemm_matches_cublas_and_act_mul_in_bf16(hidden, inter, activation):
+    """Each tile of the packed prefill's fused gate_up (Qwen2-0.5B's, Qwen3-0.6B's and Gemma-2B's MLP shapes)
+    against cuBLAS gate_up + act_mul at 4,099 rows (a short last row tile); the start-up's choice and its
+    timings (pytest -s prints them)."""
+    from inferlab.engine import torch_ops
+    from inferlab.engine.gemm_plan import GemmPlan
+    from inferlab.engine.kernels.triton_gemm_wide import CANDIDATES, wide_gated_linear
+    from inferlab.engine.packed import wide_mlp
+
+    g = torch.Generator(device=CUDA).manual_seed(0)
+    gate_up = torch.randn(2 * inter, hidden, generator=g, device=CUDA, dtype=torch.bfloat16) * hidden**-0.5
+    down = torch.randn(hidden, inter, generator=g, device=CUDA, dtype=torch.bfloat16) * inter**-0.5
+    h = torch.randn(4099, hidden, generator=g, device=CUDA, dtype=torch.bfloat16)
+    act_mul = torch_ops.silu_mul if activation == "silu" else torch_ops.gelu_tanh_mul
+    want = act_mul(torch.nn.functional.linear(h, gate_up)).float()
+    for config in CANDIDATES:
+        got = wide_gated_linear(h, gate_up, config, activation).float()
+        error = (got - want).abs().max().item()
+        assert error <= 2 * 2**-8 * want.abs().max().item(), (str(config), error)  # two bf16 ulps of the largest
+
+    class Layer:
+        pass
+
+    layer = Layer()
+    layer.gate_up, layer.down = gate_up, down
+    plan, chosen, timings = wide_mlp.choose(GemmPlan(act_mul, activation=activation), layer, hidden, torch.bfloat16,
+                                            CUDA, tokens=16384)
+    print(f"MLP {hidden}x{inter} at 16384 tokens: {chosen} {timings}")
+    assert set(timings) == {"cublas", *map(str, CANDIDATES)} and chosen in timings
+
+
 def test_row_quantization_kernel_stores_the_reference_values_on_cuda():
     from inferlab.engine import kv_quant
     from inferlab.engine.kernels.triton_fp8_rows import quantize_rows

@@ -23,6 +23,7 @@ from inferlab.engine.kernels import (
     triton_filter,
     triton_fp8_rows,
     triton_gemm,
+    triton_gemm_wide,
     triton_kv_copy,
     triton_norm,
     triton_rope,
@@ -232,6 +233,15 @@ def packed_prefill_kernels(full: bool) -> list[tuple[str, object, dict, dict, li
         c = dict(NUM_HEADS=heads, HEAD_DIM=head_dim, HALF_BLOCK=head_dim // 2, QK_NORM=qk_norm, NORM_OFFSET=offset)
         out.append((f"rope in place d{head_dim} qk_norm={qk_norm} offset={offset}",
                     triton_rope_inplace._rope_inplace_kernel, rope, c, ["QKV", "stride_t"], {}))
+    wide = dict(X="*bf16", W="*bf16", OUT="*bf16", M="i32", N="i32", K="i32", stride_xm="i32", stride_wn="i32",
+                stride_om="i32")  # fmt: skip
+    for config in triton_gemm_wide.CANDIDATES if full else triton_gemm_wide.CANDIDATES[:1]:
+        for gelu in (False, True):
+            c = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+                     GELU_TANH=gelu, IEEE=False)  # fmt: skip
+            out.append((f"wide gated gemm {config} {'geglu' if gelu else 'swiglu'}", triton_gemm_wide._wide_gated_kernel,
+                        wide, c, ["X", "W", "OUT", "N", "K", "stride_xm", "stride_wn", "stride_om"],
+                        dict(num_warps=config.num_warps, num_stages=config.num_stages)))  # fmt: skip
     quant = dict(X="*bf16", Q="*fp8e4nv", S="*fp32", stride_x="i32", stride_q="i32", dim="i32")
     for block in (1024, 4096):
         out.append((f"fp8 row quantization block {block}", triton_fp8_rows._quantize_rows_kernel, quant,

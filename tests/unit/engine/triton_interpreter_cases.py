@@ -24,6 +24,7 @@ from inferlab.engine.kernels import (
     triton_collect,
     triton_filter,
     triton_gemm,
+    triton_gemm_wide,
     triton_norm,
     triton_rope,
     triton_sampling,
@@ -192,6 +193,28 @@ def test_gemm_plan_mlp_choices_equal_the_torch_mlp(kind, rows, activation):
     expected = act_mul(h @ gate_up.T) @ down.T
     torch.testing.assert_close(plan.mlp(h, gate_up, down), expected, atol=1e-3, rtol=1e-4)
     assert not plan.counters.any()
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
+def test_wide_gated_gemm_equals_gate_up_and_act_mul(activation):
+    """The packed prefill's gate_up with the gated product in its epilogue against gate_up -> act_mul in torch:
+    fp32, ragged rows, columns and K, row tiles in groups of two (the last group short)."""
+    from inferlab.engine.packed.wide_mlp import WideMlpGemm
+
+    g = torch.Generator().manual_seed(7)
+    hidden, inter, rows = 72, 100, 70
+    gate_up, down = torch.randn(2 * inter, hidden, generator=g), torch.randn(hidden, inter, generator=g)
+    h = torch.randn(rows, hidden, generator=g)
+    act_mul = torch_ops.silu_mul if activation == "silu" else torch_ops.gelu_tanh_mul
+    config = triton_gemm_wide.WideConfig(32, 16, 16, num_warps=4, num_stages=2, group_m=2)
+    torch.testing.assert_close(triton_gemm_wide.wide_gated_linear(h, gate_up, config, activation),
+                               act_mul(h @ gate_up.T), atol=1e-4, rtol=1e-5)
+    inner = GemmPlan(act_mul, activation=activation)
+    expected = act_mul(h @ gate_up.T) @ down.T
+    for min_rows in (16, 128):  # the fused tile from min_rows on, the model's plan below
+        plan = WideMlpGemm(inner, config, activation, min_rows)
+        torch.testing.assert_close(plan.mlp(h, gate_up, down), expected, atol=1e-3, rtol=1e-4)
+        assert plan.act_mul is act_mul  # the rest is the model's plan
 
 
 @pytest.mark.parametrize("qk_norm,offset", [(False, False), (True, False), (True, True)])  # offset: Gemma 3

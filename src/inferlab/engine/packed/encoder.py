@@ -8,8 +8,8 @@ batch of thousands of tokens is bound by its matmuls, not by launches).
 
 Start-up (phases timed in `stats`): device, spec (classify refuses a checkpoint without a classification
 head), weights (optionally FP8, fp8_weights.py), the forward, and on CUDA the warm-up: the attention
-implementation chosen per kind of layer (attention.py), then one full batch whose time seeds the rate
-estimate `predict_s` reads. Each batch's device time and FLOPs go to `stats`. Rows are the caller's
+implementation chosen per kind of layer (attention.py) and the MLP's (wide_mlp.py), then one full batch
+whose time seeds the rate estimate `predict_s` reads. Each batch's device time and FLOPs go to `stats`. Rows are the caller's
 business (lengths within `max_length`, at least one token). A CUDA out-of-memory error propagates (the
 workloads back off on it).
 """
@@ -28,6 +28,7 @@ import torch
 from inferlab.engine.forwards.registry import encoder_forward_class
 from inferlab.engine.lifetime import release_cached_memory
 from inferlab.engine.ops import select_ops
+from inferlab.engine.packed import wide_mlp
 from inferlab.engine.packed.attention import PackedAttention
 from inferlab.engine.packed.batch import PackedBatch, on_device, pack_rows
 from inferlab.engine.packed.config import EncoderConfig
@@ -55,6 +56,8 @@ class EncoderStats:
     warmup_s: float = 0.0
     attention: dict[str, str] = field(default_factory=dict)  # kind of layer -> implementation
     attention_timings_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    mlp: str = "cublas"  # the MLP of a large batch: cuBLAS + act_mul, or the fused gate_up tile (wide_mlp.py)
+    mlp_timings_ms: dict[str, float] = field(default_factory=dict)
     batches: int = 0
     rows: int = 0
     tokens: int = 0
@@ -107,8 +110,8 @@ class Encoder:
         if self.device.type == "cuda":
             self._warm_up()
         self.stats.startup_s = time.perf_counter() - started
-        log.info("encoder ready in %.1f s (load %.1f s, warm-up %.1f s; attention %s)", self.stats.startup_s,
-                 self.stats.load_s, self.stats.warmup_s, self.stats.attention)
+        log.info("encoder ready in %.1f s (load %.1f s, warm-up %.1f s; attention %s; MLP %s)", self.stats.startup_s,
+                 self.stats.load_s, self.stats.warmup_s, self.stats.attention, self.stats.mlp)
 
     # ---- start-up ---------------------------------------------------------------------------------------
     def _warm_up(self) -> None:
@@ -119,6 +122,11 @@ class Encoder:
                          timing_tokens=min(self.config.max_batch_tokens, 16384), timing_row=row)
         self.stats.attention = {f"windowed={kind[0]} softcapped={kind[1]}": name for kind, name in attention.chosen.items()}
         self.stats.attention_timings_ms = attention.timings_ms
+        model = self.forward.model
+        if self.config.weights != "fp8" and model.ops.name == "triton":
+            model.gemm, self.stats.mlp, self.stats.mlp_timings_ms = wide_mlp.choose(
+                model.gemm, model.weights.layers[0], spec.hidden_size, self.dtype, self.device,
+                tokens=min(self.config.max_batch_tokens, 16384))
         rng = np.random.default_rng(0)
         rows = max(1, self.config.max_batch_tokens // row)
         batch = self.pack([rng.integers(0, self.spec.vocab_size, row) for _ in range(rows)])
