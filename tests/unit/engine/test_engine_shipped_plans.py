@@ -135,7 +135,7 @@ def test_the_engine_takes_a_shipped_plan_before_timing(tiny_checkpoint, tmp_path
     assert engine.stats.gemm_plan_source == "shipped"
     assert set(engine.runner.model.gemm.choices) == {("qkv", 16), ("mlp", 1)}
     assert engine.stats.gemm_choices["qkv@16"].startswith("triton") and engine.stats.gemm_choices["o@16"] == "cublas"
-    assert not (tmp_path / "c").exists()  # a shipped plan is not copied into the cache
+    assert not (tmp_path / "c" / "gemm_plan").exists()  # a shipped plan is not copied into the cache
 
 
 def test_the_measuring_command_needs_a_gpu_and_shares_entries_between_equal_shapes(tmp_path, monkeypatch, capsys):
