@@ -8,7 +8,8 @@ replaced by the next store. Writes go to a temporary file renamed into place, so
 once never read half a file; a folder that cannot be written costs a warning, never the start-up.
 
 Where: `EngineConfig.cache_dir`, else `$INFERLAB_CACHE_DIR`, else `$XDG_CACHE_HOME/inferlab` (default
-`~/.cache/inferlab`); `EngineConfig.startup_cache=False` turns it off.
+`~/.cache/inferlab`); `EngineConfig.startup_cache=False` turns it off. The engine's tokenizer snapshots
+(models/tokenizer_snapshot.py) live in the same folder, under `tokenizers/`.
 """
 
 from __future__ import annotations
