@@ -17,6 +17,7 @@ Malformed programs (empty, holes touching, EndOfSequence not last, unknown gramm
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ class ConstraintProgram:
     max_new_tokens: int  # most tokens a row can emit, EOS included (exact bound: size the KV by it)
     segments: tuple[Segment, ...]  # the source, adjacent copies merged
     patterns: Mapping[str, str]  # grammar name -> pattern of each grammar its holes use
+    hole_tokens: Mapping[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # grammar -> (min, max)
 
     @property
     def length(self) -> int:
@@ -72,6 +74,23 @@ class ConstraintProgram:
         if op == self.length - 1:
             return len(self.segments) - 1
         return bisect.bisect_right(self._segment_starts, op) - 1
+
+    def first_op(self, segment: int) -> int:
+        """The index of segment `segment`'s first op."""
+        return self.length - 1 if segment == len(self.segments) - 1 else self._segment_starts[segment]
+
+    def suffix(self, segment: int) -> ConstraintProgram:
+        """The program from segment `segment` on: what a row continues under after the tokens of the segments
+        before it (a retry from inside a conformer; its prompt holds those tokens). Its ops are this program's
+        from that segment's first op, and its bounds count only what remains."""
+        if not 0 < segment < len(self.segments) - 1:
+            raise InputError(f"a suffix starts at segment 1..{len(self.segments) - 2}, not {segment}")
+        ops = np.ascontiguousarray(self.ops[:, self.first_op(segment):])
+        copies = int((ops[0] == COPY).sum())
+        holes = [self.hole_tokens[s.grammar] for s in self.segments[segment:] if isinstance(s, Hole)]
+        return dataclasses.replace(self, ops=ops, min_new_tokens=copies + sum(h[0] for h in holes),
+                                   max_new_tokens=copies + sum(h[1] for h in holes),
+                                   segments=self.segments[segment:])
 
     @functools.cached_property
     def _segment_starts(self) -> list[int]:
@@ -117,6 +136,8 @@ def compile_program(segments, tokenizer, grammar_set: GrammarSet | None = None) 
         max_new_tokens=max_total,
         segments=tuple(pieces),
         patterns={p.grammar: grammar_set.grammars[p.grammar].pattern for p in pieces if isinstance(p, Hole)},
+        hole_tokens={p.grammar: (grammar_set.grammars[p.grammar].min_tokens, grammar_set.grammars[p.grammar].max_tokens)
+                     for p in pieces if isinstance(p, Hole)},
     )
 
 

@@ -85,6 +85,22 @@ def stereo_agreement(reference: Chem.Mol, conformer: Chem.Mol, conf_id: int = -1
     return best
 
 
+def contradicted_centres(mol: Chem.Mol) -> list[int]:
+    """Where `mol`'s coordinates contradict its own specified stereo, for a molecule from
+    ConformerTemplate.check (the input's tags, the conformer's positions, numbered alike): each tetrahedral
+    centre whose geometry has the other hand, and the first atom of each double bond whose geometry has the
+    other isomer; sorted (a stereo retry continues from the first: pipeline/feed.py)."""
+    atoms, bonds = specified_stereo(mol)
+    geometric = Chem.Mol(mol)
+    Chem.AssignStereochemistryFrom3D(geometric)
+    centres = [i for i in atoms if geometric.GetAtomWithIdx(i).GetChiralTag() != mol.GetAtomWithIdx(i).GetChiralTag()]
+    for i in bonds:
+        if _trans_relation(geometric.GetBondWithIdx(i)) != _trans_relation(mol.GetBondWithIdx(i)):
+            bond = mol.GetBondWithIdx(i)
+            centres.append(min(bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()))
+    return sorted(centres)
+
+
 def _atom_maps(reference: Chem.Mol, conformer: Chem.Mol) -> list[tuple[int, ...]]:
     """Maps reference atom i -> conformer atom match[i]: the identity when the numbering already agrees."""
     n = reference.GetNumAtoms()

@@ -34,7 +34,7 @@ from inferlab.workloads.conformers.pipeline.judge import JudgeTask, Verdict
 from inferlab.workloads.conformers.pipeline.judge_pool import JudgePool
 from inferlab.workloads.conformers.pipeline.output import ConformerResultWriter
 from inferlab.workloads.conformers.pipeline.plan import MoleculeJob
-from inferlab.workloads.conformers.pipeline.pressure import NO_FIELDS, row_pressure
+from inferlab.workloads.conformers.pipeline.pressure import NO_FIELDS, row_pressure, whole_conformer_pressure
 from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
 from inferlab.workloads.conformers.pipeline.task import ConformerTask
 
@@ -109,8 +109,9 @@ class ResultCollector:
         self.model_dir = model_dir
         self.profile, self.stereo_retries, self.stereo_mirror, self.window = (profile, stereo_retries, stereo_mirror,
                                                                               window)
-        # sent to the judges, oldest first: (task, its batch's future, its place in the batch)
-        self._pending: deque[tuple[ConformerTask, Future[list[Verdict]], int]] = deque()
+        # sent to the judges, oldest first: (task, its batch's future, its place in the batch, the whole
+        # conformer's token ids)
+        self._pending: deque[tuple[ConformerTask, Future[list[Verdict]], int, tuple[int, ...]]] = deque()
         self._unsent: list[tuple[ConformerTask, JudgeTask]] = []  # the batch being filled
         self._unsent_since = 0.0
         self.wait_s = 0.0  # time take() waited for a full window (counted in the consumer's time)
@@ -123,12 +124,13 @@ class ResultCollector:
         s.output_tokens += len(result.token_ids)
         s.conformers_generated += result.ok
         s.retry_output_tokens += len(result.token_ids) if task.attempt else 0
-        pressure = row_pressure(result.constraint_pressure, task.molecule, result.token_ids)
+        token_ids = task.prefix + tuple(result.token_ids)  # the whole conformer (a retry's kept tokens first)
+        pressure = row_pressure(whole_conformer_pressure(result.constraint_pressure, task), task.molecule, token_ids)
         s.pressure.add(task.request_id, pressure)
         judge_task = JudgeTask(input_id=task.job.record.id, conformer_index=task.k, attempt=task.attempt,
                                may_retry=task.attempt < self.stereo_retries, stereo_mirror=self.stereo_mirror,
                                template=task.molecule.template,
-                               profile=self.profile, model_dir=self.model_dir, token_ids=tuple(result.token_ids),
+                               profile=self.profile, model_dir=self.model_dir, token_ids=token_ids,
                                finish_reason=result.finish_reason, engine_error=result.error,
                                prompt_tokens=result.prompt_tokens, output_tokens=len(result.token_ids),
                                pressure=pressure.fields() if pressure is not None else NO_FIELDS)
@@ -156,23 +158,24 @@ class ResultCollector:
         if not self._unsent:
             return
         future = self.judges.submit([judge_task for _, judge_task in self._unsent])
-        self._pending.extend((task, future, i) for i, (task, _) in enumerate(self._unsent))
+        self._pending.extend((task, future, i, judge_task.token_ids)
+                             for i, (task, judge_task) in enumerate(self._unsent))
         self._unsent = []
 
     def _write_ready(self) -> None:
         t = time.perf_counter()
         while self._pending and self._pending[0][1].done():
-            task, future, i = self._pending.popleft()
-            self._handle(task, future.result()[i])
+            task, future, i, token_ids = self._pending.popleft()
+            self._handle(task, future.result()[i], token_ids)
         self.write_s += time.perf_counter() - t
 
-    def _handle(self, task: ConformerTask, verdict: Verdict) -> None:
+    def _handle(self, task: ConformerTask, verdict: Verdict, token_ids: tuple[int, ...]) -> None:
         s, fields = self.summary, verdict.fields
         s.decode_s += verdict.seconds
         s.conformers_rejected += fields["finish_reason"] != "error" and not verdict.ok
         if verdict.retry:
             s.stereo_retries += 1
-            self.feed.retry(task, fields["output_tokens"])
+            self.feed.retry(task, fields["output_tokens"], token_ids, verdict.retry_from_atom)
             return
         fields = {**fields, "attempts": task.attempt + 1,
                   "generated_tokens": task.earlier_tokens + fields["output_tokens"]}

@@ -13,8 +13,11 @@ iterable up front gets the same requests, only sooner. A generator ends when it 
 the moment it is asked; retries queued after that are given by the next call of `requests()` (the
 pipeline calls the engine again while `has_work`), so a row is never lost, only its retry is late.
 
-A retry's request id is `<input id>#<k>@retry<n>` (ConformerTask.request_id). Not here: what happens to
-the results (collect.py).
+A retry's request id is `<input id>#<k>@retry<n>` (ConformerTask.request_id). A stereo retry continues
+from the block of the first atom whose stereo the conformer contradicts: its prompt is the molecule's prompt
+and the tokens written before that block, its constraint the program's rest (ConstraintProgram.suffix), so
+what came before is kept and the contradicted centre and everything after it are drawn again (where the
+model settles a hand: docs/decisions.md). Not here: what happens to the results (collect.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from inferlab.constraints.program import HOLE
 from inferlab.types import Request, SamplingParams
 from inferlab.workloads.conformers.pipeline.plan import MoleculeJob
 from inferlab.workloads.conformers.pipeline.prepare import MoleculePreparer, PreparedMolecule
@@ -74,9 +78,28 @@ class MoleculeFeed:
 
 
 def conformer_request(task: ConformerTask, sampling: SamplingParams) -> Request:
-    """The engine's request for one attempt of one row; the task rides along as its metadata."""
-    return Request(id=task.request_id, prompt_ids=task.molecule.prompt_ids, sampling=sampling,
-                   constraint=task.molecule.program, metadata=task)
+    """The engine's request for one attempt of one row; the task rides along as its metadata. A retry from
+    inside the conformer prompts with the molecule's prompt and the kept tokens, under the program's rest."""
+    return Request(id=task.request_id, prompt_ids=task.molecule.prompt_ids + task.prefix, sampling=sampling,
+                   constraint=task.program, metadata=task)
+
+
+def tokens_before_atom(program, token_ids: tuple[int, ...], atom: int) -> tuple[int, ...]:
+    """The tokens of a whole conformer (`token_ids`, written under `program`) before atom `atom`'s block:
+    the runtime's reading of the ops (a COPY op takes one token, a HOLE takes tokens up to its exit, the next
+    op's token). Atom k's block is the template's hole k (chemistry/template.py)."""
+    kinds, values = program.ops[0].tolist(), program.ops[1].tolist()
+    t, hole = 0, 0
+    for op, kind in enumerate(kinds):
+        if kind != HOLE:
+            t += 1
+            continue
+        if hole == atom:
+            return tuple(token_ids[:t])
+        hole += 1
+        while token_ids[t] != values[op + 1]:
+            t += 1
+    raise ValueError(f"the program has {hole} blocks; there is no atom {atom}")
 
 
 class RequestFeed:
@@ -99,9 +122,17 @@ class RequestFeed:
         """Requests are left to give: retries queued, or molecules not taken yet."""
         return bool(self._retries) or not self._exhausted
 
-    def retry(self, task: ConformerTask, output_tokens: int) -> None:
-        """Queue the next attempt of `task`'s row, after `task` generated `output_tokens`."""
-        self._retries.append(conformer_request(task.retried(output_tokens), self.sampling))
+    def retry(self, task: ConformerTask, output_tokens: int, token_ids: tuple[int, ...] = (),
+              from_atom: int | None = None) -> None:
+        """Queue the next attempt of `task`'s row, after `task` generated `output_tokens`: from the start, or
+        with `from_atom`, continuing the whole conformer `token_ids` from that atom's block (the template's
+        segments: a Copy, then a Hole and a Copy per atom, so atom k's block is segment 2k + 1)."""
+        if from_atom is None:
+            retried = task.retried(output_tokens)
+        else:
+            prefix = tokens_before_atom(task.molecule.program, token_ids, from_atom)
+            retried = task.retried(output_tokens, prefix, 2 * from_atom + 1)
+        self._retries.append(conformer_request(retried, self.sampling))
 
     def requests(self) -> Iterator[Request]:
         for request in self._requests():

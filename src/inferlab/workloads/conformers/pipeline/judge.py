@@ -12,8 +12,9 @@ Three readings of every output, all on the CPU, in the judge pool (judge_pool.py
 - stereo (chemistry/stereo.py): whether the coordinates have the tetrahedral and double-bond stereo the input
   specifies (`stereo_ok` true/false, null when it specifies none). A contradicting conformer whose mirror
   image has the input's stereo is mirrored (with `stereo_mirror`: chemistry/stereo_mirror.py; the row says
-  `mirrored`); one still contradicting with attempts left is marked `retry` (the pipeline generates it
-  again); otherwise it is written as is.
+  `mirrored`); one still contradicting with attempts left is marked `retry`, from its first contradicted element's
+  centre (the pipeline continues it from that atom's block, keeping what was written before); otherwise it
+  is written as is.
 
 The text is decoded here from the token ids, with the checkpoint's tokenizer loaded once per judging
 process, not by the engine: the engine's process then never imports transformers (generate.py).
@@ -36,7 +37,7 @@ from inferlab.models.tokenizer_loading import shared_tokenizer
 from inferlab.workloads.conformers.chemistry.decode import decode_generation
 from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.conformers.chemistry.sdf import format_record
-from inferlab.workloads.conformers.chemistry.stereo import stereo_agreement
+from inferlab.workloads.conformers.chemistry.stereo import contradicted_centres, stereo_agreement
 from inferlab.workloads.conformers.chemistry.stereo_mirror import mirror_image
 from inferlab.workloads.conformers.chemistry.template import ConformerTemplate
 
@@ -68,6 +69,8 @@ class Verdict:
     sdf_record: str | None  # the SDF record of a valid conformer that is final (not to be retried)
     retry: bool  # generate this row again: its geometry contradicts the input's stereo and attempts are left
     seconds: float  # CPU time of the judgement (in the worker)
+    retry_from_atom: int | None = None  # a retry continues from this atom's block (the first contradicted
+    # element's centre: everything written before it is kept); None: from the start
 
     @property
     def ok(self) -> bool:
@@ -93,8 +96,9 @@ def judge(task: JudgeTask) -> Verdict:
         **task.pressure,
     }
 
-    def verdict(error: str | None, record: str | None = None, retry: bool = False) -> Verdict:
-        return Verdict(error, fields, record, retry, time.perf_counter() - start)
+    def verdict(error: str | None, record: str | None = None, retry: bool = False,
+                from_atom: int | None = None) -> Verdict:
+        return Verdict(error, fields, record, retry, time.perf_counter() - start, from_atom)
 
     if task.engine_error is not None:
         return verdict(f"the engine refused the request: {task.engine_error}")
@@ -107,10 +111,12 @@ def judge(task: JudgeTask) -> Verdict:
         mol = template.check(text, profile).mol
     except InferlabError as e:
         return verdict(f"the output is not a valid conformer of the input: {e}")
+    generated = mol
     mol, stereo = judged_stereo(mol, task.stereo_mirror)
     fields.update(stereo)
     if fields["stereo_ok"] is False and task.may_retry:
-        return verdict(None, retry=True)
+        contradicted = contradicted_centres(generated)
+        return verdict(None, retry=True, from_atom=contradicted[0] if contradicted else None)
     return verdict(None, format_record(mol, task.input_id, template.canonical_smiles, task.conformer_index,
                                        template.profile))
 

@@ -25,6 +25,7 @@ Not here: the measurement (the engine's), the row writing (collect.py), the prin
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,16 @@ class RowPressure:
 
 
 NO_FIELDS = dict.fromkeys(FIELDS)  # a row without a measured pressure (the engine refused its request)
+
+
+def whole_conformer_pressure(pressure: ConstraintPressure | None, task) -> ConstraintPressure | None:
+    """A Result's pressure with its peak placed in the whole conformer: a retry from inside the conformer
+    (pipeline/task.py) generated under its program's suffix after the kept tokens, so its peak's op and token
+    move by where that suffix starts; its mean and steps stay the retry's own tokens."""
+    if pressure is None or not task.from_segment:
+        return pressure
+    return dataclasses.replace(pressure, max_op=pressure.max_op + task.molecule.program.first_op(task.from_segment),
+                               max_step=pressure.max_step + len(task.prefix))
 
 
 def row_pressure(pressure: ConstraintPressure | None, molecule,
