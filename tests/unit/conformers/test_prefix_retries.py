@@ -106,3 +106,26 @@ def test_the_retry_request_continues_the_conformer_on_the_engine(prepared, token
     assert result.finish_reason == "eos"
     whole = task.prefix + tuple(result.token_ids)
     molecule.template.check(tokenizer.decode(list(whole[:-1])), PROFILE)  # a whole conformer of the molecule
+
+
+def test_a_retrys_pressure_peak_is_placed_in_the_whole_conformer(prepared, tokenizer):
+    """A retry generates under the program's suffix after the kept tokens: its pressure's peak (an op of the
+    suffix, a token of the retry's output) names the same block of the whole conformer as a first attempt's
+    peak at that op and token would."""
+    from inferlab.types import ConstraintPressure
+    from inferlab.workloads.conformers.pipeline.pressure import row_pressure, whole_conformer_pressure
+
+    molecule = prepared[RING]
+    token_ids = _conformer_tokens(molecule, tokenizer, mirrored=True)
+    atom = 2
+    prefix = tokens_before_atom(molecule.program, token_ids, atom)
+    job = MoleculeJob(MoleculeInput(1, "ring", RING), ConformerIndices(1))
+    retry = ConformerTask(job, molecule, 0).retried(len(token_ids), prefix, 2 * atom + 1)
+    first_op = molecule.program.first_op(retry.from_segment)
+    # the peak at the retry's first token: the first coordinate token of atom 2's block
+    peak = ConstraintPressure(mean=0.1, max=0.9, max_step=0, max_op=0, steps=len(token_ids) - len(prefix))
+    placed = whole_conformer_pressure(peak, retry)
+    assert (placed.max_op, placed.max_step, placed.mean) == (first_op, len(prefix), 0.1)
+    row = row_pressure(placed, molecule, token_ids)
+    assert row.in_block and row.where == molecule.template.describe_segment(2 * atom + 1)
+    assert whole_conformer_pressure(peak, ConformerTask(job, molecule, 0)) is peak  # a first attempt: as it is
