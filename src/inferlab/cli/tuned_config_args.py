@@ -55,15 +55,16 @@ def add_config_arg(p: argparse.ArgumentParser, workload: str) -> None:
 def apply_tuned_config(args: argparse.Namespace) -> dict[str, Any]:
     """Fill the tunable flags of `args` not given on the command line with --config's values, in place;
     returns the values taken from it."""
-    from inferlab.workloads.tune.tuned_file import TUNABLE, read_tuned_config
+    from inferlab.workloads.tune.tuned_file import TUNABLE, model_mismatch, read_tuned_config
 
     if args.config is None:
         return {}
     tuned = read_tuned_config(args.config, args.tuned_workload)
     model = getattr(args, "model", None)
-    if model is not None and tuned.model != _resolved(model):
-        log.warning("%s was tuned on %s, not %s: its settings may not be the best here", args.config,
-                    tuned.model, model)
+    mismatch = model_mismatch(tuned, model) if model is not None else None
+    if mismatch is not None:
+        log.warning("%s was tuned on %s, not on %s (%s): its settings may not be the best here", args.config,
+                    tuned.model, model, mismatch)
     given, choices = getattr(args, GIVEN, frozenset()), getattr(args, CHOICES)
     applied = {}
     for dest in TUNABLE[args.tuned_workload]:
@@ -78,8 +79,3 @@ def apply_tuned_config(args: argparse.Namespace) -> dict[str, Any]:
         log.info("from %s: %s", args.config, ", ".join(f"{k}={v}" for k, v in applied.items()))
     return applied
 
-
-def _resolved(path: str) -> str:
-    from pathlib import Path
-
-    return str(Path(path).resolve())

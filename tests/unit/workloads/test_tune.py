@@ -313,3 +313,33 @@ def test_the_kv_dtypes_tried_are_the_devices(monkeypatch):
     monkeypatch.setattr(inferlab.engine, "fp8_kv_supported", lambda device: True)  # a GPU with FP8 (CUDA >= 8.9)
     assert engine_kv_dtypes("cpu", None) == ("auto", "fp8")
     assert engine_kv_dtypes("cpu", ("fp8", "fp8")) == ("fp8",)  # --kv-dtypes as given
+
+
+def test_a_tune_file_knows_its_checkpoint_by_its_files_not_its_path(tmp_path, tiny_checkpoint, caplog):
+    """--config on the same checkpoint copied elsewhere (another node, another folder) applies without a
+    warning; on another checkpoint at the tuned path it warns, naming the files that differ; a file written
+    before the identity was recorded compares paths."""
+    import logging
+    import shutil
+    from pathlib import Path
+
+    from inferlab.models.checkpoint_identity import checkpoint_identity
+    from inferlab.workloads.tune.tuned_file import TunedConfig, model_mismatch, write_tuned_config
+
+    model = Path(tiny_checkpoint("tiny"))
+    copy = tmp_path / "copy"
+    shutil.copytree(model, copy)
+    tuned = TunedConfig(workload="generate", model=str(model.resolve()), metric="output_tokens_per_s",
+                        recommended={"max_slots": 4}, model_identity=checkpoint_identity(model))
+    assert model_mismatch(tuned, model) is None and model_mismatch(tuned, copy) is None
+    config = copy / "config.json"
+    config.write_text(config.read_text().replace("}", ', "note": 1}', 1))
+    assert model_mismatch(tuned, copy) == "its files differ (config.json)"
+    old = TunedConfig(workload="generate", model=str(model.resolve()), metric="output_tokens_per_s",
+                      recommended={"max_slots": 4})
+    assert model_mismatch(old, model) is None and model_mismatch(old, copy) == "another path"
+    path = write_tuned_config(tuned, tmp_path / "tuned.json")
+    with caplog.at_level(logging.WARNING):
+        args = parsed(["generate", "--model", str(copy), "--input", "in.jsonl", "--output", "out.jsonl",
+                       "--config", str(path)])
+    assert args.max_slots == 4 and "its files differ (config.json)" in caplog.text

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from inferlab.errors import CapacityError, ConfigError, InferlabError, InputError
+from inferlab.models.checkpoint_identity import checkpoint_identity
 from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE
 from inferlab.workloads.tune.candidates import (
     SizeLimit,
@@ -253,7 +254,8 @@ def _choose(settings: TuneSettings, metric: str, measured: list[dict[str, Any]],
               "num_conformers": settings.num_conformers, "profile": settings.profile, "backend": settings.backend,
               "dtype": settings.dtype, "min_seconds": settings.min_seconds, "passes": settings.passes,
               "max_seq_len": max_seq_len}
-    return TunedConfig(workload=settings.workload, model=str(Path(settings.model).resolve()), metric=metric,
+    return TunedConfig(workload=settings.workload, model=str(Path(settings.model).resolve()),
+                       model_identity=checkpoint_identity(settings.model), metric=metric,
                        recommended={v.knob: v.value for v in verdicts if v.clear}, best=dict(best.settings),
                        verdicts=[v.as_dict() for v in verdicts], candidates=measured,
                        runner_up_margin=round(margin(ranked[0].figure, ranked[1].figure), 4) if ranked[1:] else None,

@@ -7,7 +7,7 @@ knobs whose best value won past the measured spread: workloads/winner.py), "best
 best figure), "verdicts" (per knob: value, rival, margin, spread, clear, text), "runner_up_margin",
 "candidates": [{"settings", "figures"}, {"settings", "error"} or {"settings", "skipped"} (descent.py)],
 "grid" (per KV dtype: the row length, the rows the memory plan fits, the sample's requests, which bound the
-grid), "sample", "environment", "created"}.
+grid), "sample", "environment", "created", "model_identity" (the checkpoint's file digests)}.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ TUNABLE: dict[str, dict[str, type]] = {
 @dataclass
 class TunedConfig:
     workload: str
-    model: str
+    model: str  # the checkpoint folder it was measured on, resolved (where it was then)
     metric: str  # the figure the recommendation maximises (a key of each candidate's figures)
     recommended: dict[str, Any]  # the knobs the best candidate wins past the spread ({}: no clear winner)
     best: dict[str, Any] = field(default_factory=dict)  # the settings of the best figure
@@ -46,6 +46,9 @@ class TunedConfig:
     environment: dict[str, Any] = field(default_factory=dict)
     created: str = ""
     format: str = FORMAT
+    # models/checkpoint_identity.py of `model`: what tells the same checkpoint at another path (another node of a
+    # cluster, a copied folder) from another one at the same path; {} in files written before it was recorded
+    model_identity: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_workload(self.workload)
@@ -66,6 +69,19 @@ def check_recommended(workload: str, values: dict[str, Any], where: str) -> None
         kind = allowed[key]
         if not isinstance(value, kind) or isinstance(value, bool):
             raise ConfigError(f"{where}: {key}={value!r} must be {kind.__name__}")
+
+
+def model_mismatch(tuned: TunedConfig, model: str | Path) -> str | None:
+    """Why the checkpoint at `model` is not the one `tuned` was measured on (None: it is). By the files'
+    digests where the file records them, so that the same checkpoint at another path matches; else by path."""
+    if tuned.model_identity:
+        from inferlab.models.checkpoint_identity import checkpoint_identity
+
+        here = checkpoint_identity(model)
+        differ = sorted(name for name in set(here) | set(tuned.model_identity)
+                        if here.get(name) != tuned.model_identity.get(name))
+        return f"its files differ ({', '.join(differ)})" if differ else None
+    return None if tuned.model == str(Path(model).resolve()) else "another path"
 
 
 def write_tuned_config(config: TunedConfig, path: str | Path) -> Path:
