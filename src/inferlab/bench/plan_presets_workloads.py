@@ -3,7 +3,7 @@ H100/H200; `inferlab bench --list` prints them):
 
 - seed-classify (~4 min): seed 004's job (the Qwen2-0.5B-shaped classifier, 256 texts of 131-5,557 tokens,
   the seed's 524-22,229 characters, log-uniformly spread, bf16) on the three backends: transformers at its
-  best (length-sorted batches, SDPA, batch 16 / 32 / 64), the engine's packed prefill (bf16 and FP8 weights,
+  best (length-sorted batches, SDPA, batch 16 / 32 / 64 / 128: its rate still rose at 64 on an H200), the engine's packed prefill (bf16 and FP8 weights,
   both checked against transformers' labels on every text; with a 50 ms latency cap; and on texts of
   1,024-5,557 tokens, the compute-bound case), and vLLM's pooling runner (the whole sample in one call); then
   the trained classifier (qwen2-cls-aromatic) on 990 held-out molecules, the engine in bf16 and FP8 weights
@@ -13,7 +13,7 @@ H100/H200; `inferlab bench --list` prints them):
   "flash" is PyTorch SDPA), then batch 64, bf16 and fp8 at batch 32, and one length-bucketed cell against the
   seeds' consecutive batches.
 - seed-hidden-states (~3 min): pooled activations of 512 prompts of 100-1,000 tokens on the Llama-380M shape
-  (the checkpoint seed-generate also builds): transformers (batch 16 / 64) and the engine (last / mean
+  (the checkpoint seed-generate also builds): transformers (batch 16 / 64 / 128) and the engine (last / mean
   pooling) on layers 8 and -1, then the final layer alone, mean-pooled, on the three backends (vLLM's
   pooling runner gives only that one).
 - conformer-baseline (~3 min): the seeds' HF generate + per-token Python processor on the Qwen3-0.6B
@@ -42,13 +42,13 @@ _MOLECULES = {"texts": "nci-aromatic-rings", "num_samples": 990, "min_tokens": 1
 
 SEED_CLASSIFY: dict[str, Any] = {
     "name": "seed-classify",
-    "description": "seed 004's job on qwen2-cls, bf16: transformers at its best (sorted batches 16/32/64, sdpa), the "
+    "description": "seed 004's job on qwen2-cls, bf16: transformers at its best (sorted batches 16-128, sdpa), the "
                    "engine (bf16, fp8, a 50 ms latency cap, texts >= 1k tokens), vLLM's pooling runner; the trained "
                    "classifier's labels (bf16, fp8) on held-out molecules",
     "timeout_s": 240,
     "sweep": [
         {**_CLASSIFIER, "backend": "hf", "set": {**_BF16, "bucket_by_length": True, "attn_implementation": "sdpa",
-                                                  "batch_size": [16, 32, 64]}},
+                                                  "batch_size": [16, 32, 64, 128]}},
         {**_CLASSIFIER, "backend": "inferlab", "set": {**_BF16, "weights": ["auto", "fp8"], "check_texts": 256}},
         {**_CLASSIFIER, "backend": "inferlab", "set": {**_BF16, "max_batch_latency_ms": 50.0}},
         {**_CLASSIFIER, "backend": "inferlab", "set": {**_BF16, "min_tokens": 1024}},
@@ -88,9 +88,9 @@ SEED_HIDDEN_STATES: dict[str, Any] = {
                    "8 and last; the final layer mean-pooled on transformers, the engine and vLLM",
     "timeout_s": 240,
     "sweep": [
-        {**_LLAMA, "backend": "hf", "set": {**_PROMPTS, "batch_size": [16, 64], "pool": "mean"}},
+        {**_LLAMA, "backend": "hf", "set": {**_PROMPTS, "batch_size": [16, 64, 128], "pool": "mean"}},
         {**_LLAMA, "backend": "inferlab", "set": {**_PROMPTS, "pool": ["last", "mean"], "check_texts": 64}},
-        {**_LLAMA, "backend": "hf", "set": {**_FINAL_MEAN, "batch_size": 64}},
+        {**_LLAMA, "backend": "hf", "set": {**_FINAL_MEAN, "batch_size": [64, 128]}},
         {**_LLAMA, "backend": "inferlab", "set": _FINAL_MEAN},
         {**_LLAMA, "backend": "vllm", "set": {**_FINAL_MEAN, "check_texts": 64}},
     ],
