@@ -3,7 +3,7 @@ H100/H200; `inferlab bench --list` prints them):
 
 - seed-classify (~4 min): seed 004's job (the Qwen2-0.5B-shaped classifier, 256 texts of 131-5,557 tokens,
   the seed's 524-22,229 characters, log-uniformly spread, bf16) on the three backends: transformers at its
-  best (length-sorted batches, SDPA, batch 16 / 32 / 64 / 128: its rate still rose at 64 on an H200), the engine's packed prefill (bf16 and FP8 weights,
+  best (length-sorted batches, SDPA, batch 16 / 32 / 64 / 128), the engine's packed prefill (bf16 and FP8 weights,
   both checked against transformers' labels on every text; with a 50 ms latency cap; and on texts of
   1,024-5,557 tokens, the compute-bound case), and vLLM's pooling runner (the whole sample in one call); then
   the trained classifier (qwen2-cls-aromatic) on 990 held-out molecules, the engine in bf16 and FP8 weights

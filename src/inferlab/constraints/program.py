@@ -75,6 +75,23 @@ class ConstraintProgram:
             return len(self.segments) - 1
         return bisect.bisect_right(self._segment_starts, op) - 1
 
+    def hole_start(self, token_ids, hole: int) -> int:
+        """The index in `token_ids` (an output written under this program) where HOLE op number `hole` (0-based,
+        in order) starts, by the runtime's reading of the ops: a COPY op takes one token, a HOLE takes tokens up to
+        its exit (the next op's token)."""
+        kinds, values = self.ops[0].tolist(), self.ops[1].tolist()
+        t, seen = 0, 0
+        for op, kind in enumerate(kinds):
+            if kind != HOLE:
+                t += 1
+                continue
+            if seen == hole:
+                return t
+            seen += 1
+            while token_ids[t] != values[op + 1]:
+                t += 1
+        raise InputError(f"the program has {seen} holes; there is no hole {hole}")
+
     def first_op(self, segment: int) -> int:
         """The index of segment `segment`'s first op."""
         return self.length - 1 if segment == len(self.segments) - 1 else self._segment_starts[segment]

@@ -67,7 +67,8 @@ class Engine:
         # the tokenizer is host work (its snapshot in the start-up cache, else transformers' import and build):
         # a thread loads it while this one creates the CUDA context, plans memory and loads the weights
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferlab-tokenizer")
-        cache_root = StartupCache.at(config.startup_cache, config.cache_dir).root
+        self.startup_cache = StartupCache.at(config.startup_cache, config.cache_dir)
+        cache_root = self.startup_cache.root  # None: the cache is off, and so are tokenizer snapshots
         tokenizer_job = pool.submit(load_tokenizer_timed, config.model, cache_root, cache_root is not None) \
             if config.load_tokenizer else None
         try:
@@ -102,7 +103,6 @@ class Engine:
         self.max_prefill_tokens = max(config.max_prefill_tokens, self.plan.max_seq_len)
         self.kv_bytes_per_token = kv_bytes_per_token(self.spec, self.kv_dtype)  # fp8: with its scales
         self.ops = select_ops(config.kernels, self.device)
-        self.startup_cache = StartupCache.at(config.startup_cache, config.cache_dir)
         model_class = forward
         self._precompile = self._start_precompile(config, model_class, use_graphs)
         # a caller that gives the GrammarSet will constrain: its runtime is built beside the weights' load

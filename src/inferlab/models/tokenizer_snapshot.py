@@ -2,7 +2,7 @@
 
 transformers builds a fast tokenizer from a folder's files (for qwen3-chem: vocab.json + merges.txt and the
 class's own pre-tokenizer), after importing its tokenization stack: seconds of GIL-holding import beside the
-engine's weight load (4.1 s on the critical path of an H200 engine's warm start), and again in each of the
+engine's weight load (docs/decisions.md has the figures), and again in each of the
 conformer pipeline's preparing processes. What it builds is a `tokenizers.Tokenizer` (the Rust backend that
 does every encode and decode) plus a few attributes. The first load through transformers writes that backend
 (`to_str()`) and the attributes under `<cache>/tokenizers/`, keyed by the folder's files' bytes and the
@@ -192,17 +192,8 @@ class SnapshotTokenizer:
             return self.backend_tokenizer.id_to_token(ids)
         return [self.backend_tokenizer.id_to_token(int(i)) for i in ids]
 
-    def convert_tokens_to_ids(self, tokens: Any) -> Any:
-        if isinstance(tokens, str):
-            return self.backend_tokenizer.token_to_id(tokens)
-        return [self.backend_tokenizer.token_to_id(t) for t in tokens]
-
     def get_vocab(self) -> dict[str, int]:
         return self.backend_tokenizer.get_vocab(with_added_tokens=True)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.backend_tokenizer.get_vocab_size(with_added_tokens=False)
 
     @property
     def added_tokens_decoder(self) -> dict[int, Any]:

@@ -3,7 +3,7 @@ in its epilogue: out = act(x @ gate^T) * (x @ up^T), [M, I], without writing gat
 
 At prefill sizes the MLP's GEMMs are compute-bound, but the unfused path also moves gate_up through memory
 three times (the GEMM writes [M, 2I], silu_mul reads it and writes [M, I]): on Qwen2-0.5B's shapes at 32k
-tokens, ~0.9 GB per layer, about a tenth of the layer's time. Here each program computes a [BLOCK_M, BLOCK_N]
+tokens, ~0.9 GB per layer (docs/decisions.md). Here each program computes a [BLOCK_M, BLOCK_N]
 tile of gate and the matching tile of up (rows n and I + n of the [gate; up] weight) from the same x tile,
 and writes only act(gate) * up, rounded as gate_up + triton_norm.silu_mul round it (gate and up to the model
 dtype first). Programs are ordered in groups of GROUP_M row tiles so that a group's weight tiles stay in L2.

@@ -27,7 +27,6 @@ from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from inferlab.constraints.program import HOLE
 from inferlab.types import Request, SamplingParams
 from inferlab.workloads.conformers.pipeline.plan import MoleculeJob
 from inferlab.workloads.conformers.pipeline.prepare import MoleculePreparer, PreparedMolecule
@@ -85,21 +84,9 @@ def conformer_request(task: ConformerTask, sampling: SamplingParams) -> Request:
 
 
 def tokens_before_atom(program, token_ids: tuple[int, ...], atom: int) -> tuple[int, ...]:
-    """The tokens of a whole conformer (`token_ids`, written under `program`) before atom `atom`'s block:
-    the runtime's reading of the ops (a COPY op takes one token, a HOLE takes tokens up to its exit, the next
-    op's token). Atom k's block is the template's hole k (chemistry/template.py)."""
-    kinds, values = program.ops[0].tolist(), program.ops[1].tolist()
-    t, hole = 0, 0
-    for op, kind in enumerate(kinds):
-        if kind != HOLE:
-            t += 1
-            continue
-        if hole == atom:
-            return tuple(token_ids[:t])
-        hole += 1
-        while token_ids[t] != values[op + 1]:
-            t += 1
-    raise ValueError(f"the program has {hole} blocks; there is no atom {atom}")
+    """The tokens of a whole conformer (`token_ids`, written under `program`) before atom `atom`'s block
+    (atom k's block is the template's hole k: chemistry/template.py)."""
+    return tuple(token_ids[: program.hole_start(token_ids, atom)])
 
 
 class RequestFeed:
