@@ -43,15 +43,16 @@ _MOLECULES = {"texts": "nci-aromatic-rings", "num_samples": 990, "min_tokens": 1
 SEED_CLASSIFY: dict[str, Any] = {
     "name": "seed-classify",
     "description": "seed 004's job on qwen2-cls, bf16: transformers at its best (sorted batches 16-128, sdpa), the "
-                   "engine (bf16, fp8, a 50 ms latency cap, texts >= 1k tokens), vLLM's pooling runner; the trained "
-                   "classifier's labels (bf16, fp8) on held-out molecules",
+                   "engine (bf16, fp8, a 50 ms latency cap, texts >= 1k tokens; profiled by kernel family), vLLM's "
+                   "pooling runner; the trained classifier's labels (bf16, fp8) on held-out molecules",
     "timeout_s": 240,
     "sweep": [
         {**_CLASSIFIER, "backend": "hf", "set": {**_BF16, "bucket_by_length": True, "attn_implementation": "sdpa",
                                                   "batch_size": [16, 32, 64, 128]}},
-        {**_CLASSIFIER, "backend": "inferlab", "set": {**_BF16, "weights": ["auto", "fp8"], "check_texts": 256}},
+        {**_CLASSIFIER, "backend": "inferlab", "set": {**_BF16, "weights": ["auto", "fp8"], "check_texts": 256,
+                                                        "profile": True}},
         {**_CLASSIFIER, "backend": "inferlab", "set": {**_BF16, "max_batch_latency_ms": 50.0}},
-        {**_CLASSIFIER, "backend": "inferlab", "set": {**_BF16, "min_tokens": 1024}},
+        {**_CLASSIFIER, "backend": "inferlab", "set": {**_BF16, "min_tokens": 1024, "profile": True}},
         {**_CLASSIFIER, "backend": "vllm", "set": {**_BF16, "check_texts": 256}},
         {"scenario": "classify", "model": "qwen2-cls-aromatic", "backend": "inferlab",
          "set": {**_MOLECULES, "weights": ["auto", "fp8"]}},
@@ -89,7 +90,8 @@ SEED_HIDDEN_STATES: dict[str, Any] = {
     "timeout_s": 240,
     "sweep": [
         {**_LLAMA, "backend": "hf", "set": {**_PROMPTS, "batch_size": [16, 64, 128], "pool": "mean"}},
-        {**_LLAMA, "backend": "inferlab", "set": {**_PROMPTS, "pool": ["last", "mean"], "check_texts": 64}},
+        {**_LLAMA, "backend": "inferlab", "set": {**_PROMPTS, "pool": ["last", "mean"], "check_texts": 64,
+                                                   "profile": True}},
         {**_LLAMA, "backend": "hf", "set": {**_FINAL_MEAN, "batch_size": [64, 128]}},
         {**_LLAMA, "backend": "inferlab", "set": _FINAL_MEAN},
         {**_LLAMA, "backend": "vllm", "set": {**_FINAL_MEAN, "check_texts": 64}},

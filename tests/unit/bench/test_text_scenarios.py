@@ -57,11 +57,18 @@ def test_the_engine_backend_packs_the_sample_and_agrees_with_transformers(tiny_c
     assert m["label_tolerance_dtype"] == "float64" and 0 < m["label_margin_tolerance"] < 1e-4
     assert m["labels_decidable"] == 12 and m["labels_agree_with_hf_decidable"] == 1.0
     assert m["engine"]["batches"] >= m["batches_timed"] and m["attention_chosen"] == {}  # CPU: the torch reference
+    assert "prefill_profile" not in m  # profile off by default
     hidden = tiny_checkpoint("tiny")
     _, out = run_cell(_plan("hidden-states", hidden, "inferlab", num_prompts=8, layers="1:-1", pool="mean",
-                            check_texts=8), hidden)
+                            check_texts=8, profile=True), hidden)
     assert out.status == "ok", out.message
     assert out.metrics["states_min_cosine_vs_hf"] > 0.9999 and out.metrics["states_max_rel_diff_vs_hf"] < 1e-4
+    profile = out.metrics["prefill_profile"]  # the CPU's aten ops by family
+    families = {row["family"]: row for row in profile["families"]}
+    assert {"gemm", "attention"} <= set(families) and profile["batches"] >= 1
+    assert sum(row["share"] for row in families.values()) == pytest.approx(1.0, abs=1e-3)
+    assert families["gemm"]["tflops"] > 0 and families["gemm"]["pct_of_matmul_peak"] is None  # no peak on a CPU
+    assert 0 < profile["busy"] <= 1.05 and profile["top_kernels"][0]["us"] > 0
 
 
 def test_the_trained_classifier_on_held_out_molecules_reports_both_agreements_and_accuracy(tiny_checkpoint, run_cell):

@@ -56,6 +56,9 @@ def measuring_knobs(min_batches: int, min_duration_s: float, max_duration_s: flo
     return (
         Knob("max_duration_s", float, max_duration_s, "stop timing batches after this long, even mid-pass (batches "
              "run in a seeded shuffled order, so a prefix is a fair mix of lengths)", minimum=0.01),
+        Knob("profile", bool, False, "after the timing, run the first batches (up to 8) under torch.profiler: the "
+             "device time by kernel family, the GEMMs' and the attention's share of the matmul peak, how busy the "
+             "device was (row prefill_profile; bench/prefill_profile.py; in-process backends only)"),
         *common_knobs(min_repeats=min_batches, min_duration_s=min_duration_s, warmup=warmup,
                       repeats_help="timed batches (at least; whole passes over the sample unless max_duration_s ends it)"),
     )
@@ -185,6 +188,9 @@ def measure_encode(cell: Cell, ctx: CellContext, spec: EncodeSpec, count: int,
                     "texts": count, "sample_tokens": sum(map(len, token_ids)), "device": str(device),
                     **peak_memory(device), **_trained_weights(ctx.model_path)})
     ctx.add_backend_metrics(metrics, backend)
+    if c["profile"]:
+        metrics["prefill_profile"] = _profile(cell, ctx, backend, [[token_ids[i] for i in b] for b in batches],
+                                              model_spec, spec, device, peak)
     if c["check_texts"]:
         check_rows = token_ids[: c["check_texts"]]
         with torch.inference_mode():
@@ -195,6 +201,32 @@ def measure_encode(cell: Cell, ctx: CellContext, spec: EncodeSpec, count: int,
     else:
         backend.close()
     return metrics
+
+
+PROFILED_BATCHES = 8
+
+
+def _profile(cell: Cell, ctx: CellContext, backend: Any, batches: list[list[list[int]]], model_spec: Any,
+             spec: EncodeSpec, device: Any, peak: float | None) -> dict[str, Any] | None:
+    """The first batches' device time by kernel family (bench/prefill_profile.py); None for vLLM, whose model
+    runs in a process of its own that the profiler does not see."""
+    import torch
+
+    from inferlab.bench.prefill_profile import profile_batches
+    from inferlab.engine.packed.flops import prefill_flops, projection_params
+
+    if cell.backend == "vllm":
+        ctx.warn("profile: vLLM runs its model in another process; no profile")
+        return None
+    batches = batches[:PROFILED_BATCHES]
+    lengths = [len(row) for batch in batches for row in batch]
+    layers = model_spec.num_layers
+    if spec.task == "hidden-states" and spec.layers and max(spec.layers) < layers:
+        layers = max(spec.layers)  # the forward stops after the deepest layer asked for
+    total = prefill_flops(model_spec, lengths, layers)
+    projections = 2.0 * sum(lengths) * layers * projection_params(model_spec)
+    with torch.inference_mode():
+        return profile_batches(backend.encode, batches, device, projections, total - projections, peak)
 
 
 def _trained_weights(model_path: Any) -> dict[str, Any]:
