@@ -17,7 +17,8 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from inferlab.bench import plots, recommend, report_findings, report_peers, report_quality, report_roofline
+from inferlab.bench import (plots, recommend, report_findings, report_peers, report_prefill, report_quality,
+                            report_roofline)
 from inferlab.bench.markdown import md_table
 from inferlab.bench.report_columns import COLUMNS, DEFAULT_COLUMNS, TableContext
 from inferlab.bench.results import best_row, field_value, format_value, group_rows, headline, table_key, workload_key
@@ -129,6 +130,7 @@ def write_report(runs: list[str], rows: list[dict[str, Any]], out_dir: Path, bas
     lines += report_findings.render_label_section(rows)
     lines += report_peers.render_section(rows)
     lines += report_roofline.render_section(rows)
+    lines += report_prefill.render_section(rows)
     lines += report_quality.render_section(rows)
     lines += ["## Results", ""]
     for group in group_rows(rows, table_key).values():

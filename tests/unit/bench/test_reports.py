@@ -340,3 +340,21 @@ def test_label_agreement_is_judged_where_decidable_and_printed_beside_the_raw_sh
     assert "| labels = hf | = hf where decidable | accuracy (hf) |" in results
     assert "| 95.0% | 99.6% of 240 | - |" in results and "| 95.0% | 99.9% of 980 | 97.5% (98.0%) |" in results
     assert "## Labels beside transformers'" not in write_report(["r"], rows[-1:], tmp_path / "rep2").read_text()
+
+
+def test_the_report_shows_a_profiled_prefill_by_family():
+    from inferlab.bench.report_prefill import render_section
+
+    profile = {"batches": 8, "passes": 2, "kernels_us": 900.0, "wall_us": 1000.0, "busy": 0.9,
+               "families": [{"family": "gemm", "us": 600.0, "share": 0.667, "tflops": 500.0, "pct_of_matmul_peak": 63.4},
+                            {"family": "attention", "us": 300.0, "share": 0.333, "tflops": 210.0,
+                             "pct_of_matmul_peak": 26.6}],
+               "top_kernels": [{"kernel": "nvjet_x", "family": "gemm", "us": 600.0}]}
+    rows = [{"status": "ok", "scenario": "classify", "model": "qwen2-cls", "backend": "inferlab",
+             "config": {"min_tokens": 1024, "max_tokens": 5557}, "env": {"gpu": "NVIDIA H200"},
+             "metrics": {"prefill_profile": profile, "engine": {"weights": "auto"}}},
+            {"status": "ok", "scenario": "classify", "metrics": {}}]
+    text = "\n".join(render_section(rows))
+    assert "## The packed prefill by kernel family" in text and "1024-5557 tokens" in text
+    assert "| gemm | 600 | 67% | 500 | 63.4 |" in text and "busy 90%" in text and "| nvjet_x | gemm | 600 |" in text
+    assert render_section([rows[1]]) == []
