@@ -51,6 +51,13 @@ def test_a_snapshot_answers_as_transformers_does(which, cache, qwen3_chem_dir, t
         {i: (t.content, t.special) for i, t in hf.added_tokens_decoder.items()}
     texts = _texts()
     assert snap(texts).input_ids == hf(texts).input_ids
+    for add in (False, True):  # the constraint compiler's call (constraints/program.py): ids with offsets
+        ours, theirs = snap(texts, add_special_tokens=add, return_offsets_mapping=True), \
+            hf(texts, add_special_tokens=add, return_offsets_mapping=True)
+        assert ours["offset_mapping"] == [list(o) for o in theirs["offset_mapping"]]
+        assert ours["input_ids"] == theirs["input_ids"]
+        assert snap(texts[0], return_offsets_mapping=True)["offset_mapping"] == \
+            list(hf(texts[0], return_offsets_mapping=True)["offset_mapping"])
     for text in texts:
         ids = hf(text).input_ids
         assert snap(text).input_ids == ids and snap(text)["attention_mask"] == hf(text)["attention_mask"]
@@ -110,9 +117,13 @@ def test_snapshots_off_and_a_tokenizer_with_clean_up_always_load_through_transfo
 
 
 def test_a_snapshot_load_imports_no_transformers(cache, qwen3_chem_dir):
+    """Nor does what a preparing process does with it: a molecule's prompt and constraint program."""
     load_tokenizer(qwen3_chem_dir)
     code = ("import sys\nfrom inferlab.models.tokenizer_loading import load_tokenizer\n"
+            "from inferlab.workloads.conformers.pipeline.prepare import _load_state, prepare_with\n"
             f"tok = load_tokenizer({str(qwen3_chem_dir)!r})\n"
+            f"prepared = prepare_with(_load_state({str(qwen3_chem_dir)!r}, 'v3-fixed4'), 'C[C@H](N)C(=O)O')\n"
+            "assert prepared.error is None and prepared.program is not None, prepared.error\n"
             "print(type(tok).__name__, any(m.startswith('transformers') for m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)

@@ -159,14 +159,15 @@ class SnapshotTokenizer:
         return self._length
 
     def __call__(self, text: Any, **kwargs: Any) -> Any:
-        if kwargs.keys() - {"add_special_tokens"} or not _is_texts(text):
+        if kwargs.keys() - {"add_special_tokens", "return_offsets_mapping"} or not _is_texts(text):
             return self.full()(text, **kwargs)  # padding, truncation, tensors, pairs: transformers' own
-        add = kwargs.get("add_special_tokens", True)
-        if isinstance(text, str):
-            ids = self.encode(text, add_special_tokens=add)
-            return Encoded(input_ids=ids, attention_mask=[1] * len(ids))
-        encodings = self.backend_tokenizer.encode_batch(list(text), add_special_tokens=add)
-        return Encoded(input_ids=[e.ids for e in encodings], attention_mask=[e.attention_mask for e in encodings])
+        add, offsets = kwargs.get("add_special_tokens", True), kwargs.get("return_offsets_mapping", False)
+        single = isinstance(text, str)
+        encodings = self.backend_tokenizer.encode_batch([text] if single else list(text), add_special_tokens=add)
+        fields = {"input_ids": [e.ids for e in encodings], "attention_mask": [e.attention_mask for e in encodings]}
+        if offsets:  # transformers' fast tokenizers give the backend's character offsets as they are
+            fields["offset_mapping"] = [e.offsets for e in encodings]
+        return Encoded({name: values[0] for name, values in fields.items()} if single else fields)
 
     def encode(self, text: str, add_special_tokens: bool = True, **kwargs: Any) -> list[int]:
         if kwargs:
