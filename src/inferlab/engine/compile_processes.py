@@ -18,6 +18,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from typing import IO, Any
 
 from inferlab.engine.compile_jobs import CompileJob, frame, read_frame
@@ -41,6 +42,8 @@ class CompileProcesses:
         self.compiled = 0  # jobs a worker compiled (or found in the cache)
         self.declined: list[str] = []  # why a job was left to the thread (first few kept)
         self.worker_s = 0.0  # the workers' compile time, summed
+        self.wait_s = 0.0  # the compile threads' time waiting for a free worker, summed
+        self._imports_s: dict[int, float] = {}  # worker pid -> its start-up (its first "ready" answer)
 
     def compile(self, job: CompileJob) -> bool:
         """Compile `job` into Triton's disk cache in a worker; False when it did not (the caller compiles)."""
@@ -48,10 +51,18 @@ class CompileProcesses:
             data = frame(job)
         except Exception as e:  # a constant pickle cannot carry
             return self._declined(f"not picklable ({type(e).__name__}: {e})")
+        waiting = time.perf_counter()
         worker = self._borrow()
+        with self._lock:
+            self.wait_s += time.perf_counter() - waiting
         if worker is None:
             return self._declined("no compile worker left")
         try:
+            if worker.pid not in self._imports_s:  # its first frame says it is ready (and how long it took)
+                ready = read_frame(worker.stdout)
+                if ready is None:
+                    raise OSError("no ready answer")
+                self._imports_s[worker.pid] = ready[1]
             answer = _exchange(worker, data)
         except OSError as e:
             answer = None
@@ -68,6 +79,12 @@ class CompileProcesses:
             self.compiled += 1
             self.worker_s += detail
         return True
+
+    def phases(self) -> dict[str, float]:
+        """Seconds: waiting for a worker (summed over the threads), the workers' compiles (summed), the slowest
+        worker's start-up."""
+        return {"worker_wait_s": self.wait_s, "worker_compile_s": self.worker_s,
+                "worker_start_s": max(self._imports_s.values(), default=0.0)}
 
     def _borrow(self) -> subprocess.Popen | None:
         while True:

@@ -5,10 +5,10 @@
 It is a module run with `-m`, not a multiprocessing child: spawn and forkserver run the parent's main script
 again in each child, which a user's script without a `__main__` guard would turn into more engines.
 
-Protocol, on the standard streams: the parent writes length-prefixed pickles (compile_jobs.dumps) of
-CompileJob; the worker answers each with a length-prefixed pickle of ("ok", seconds), ("unresolved", why)
-or ("error", "Type: message"). Its stdout carries only answers (print() and Triton's own output go to
-stderr). EOF on stdin ends it.
+Protocol, on the standard streams, in length-prefixed pickles (compile_jobs.frame): the worker first writes
+("ready", seconds of its start-up); the parent then writes CompileJobs, and the worker answers each with
+("ok", seconds), ("unresolved", why) or ("error", "Type: message"). Its stdout carries only these (print()
+and Triton's own output go to stderr). EOF on stdin ends it.
 """
 
 from __future__ import annotations
@@ -39,11 +39,15 @@ def serve(jobs_in, answers_out) -> None:
 
 
 def main() -> None:
+    started = time.perf_counter()
     answers_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # anything printed goes to stderr, not into the protocol
     import torch  # noqa: F401  (the kernels' modules import it: paid before the first job, not in it)
     import triton.compiler  # noqa: F401
 
+    from inferlab.engine.compile_jobs import write_frame
+
+    write_frame(answers_out, ("ready", time.perf_counter() - started))
     serve(sys.stdin.buffer, answers_out)
 
 

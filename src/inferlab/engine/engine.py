@@ -255,6 +255,7 @@ class Engine:
                                                                                     report.compile_s)
         stats.precompile_wait_s, stats.precompile_error = report.wait_s, report.error
         stats.precompile_processes, stats.precompile_in_processes = report.processes, report.in_processes
+        stats.precompile_phases = report.phases
         record(self.startup_cache, self._precompile_key, report.kernels, report.files, report.clean)
 
     def _gemm_plan(self) -> None:

@@ -179,6 +179,10 @@ class PrecompileReport:
     processes: int = 0  # compile worker processes (0: the threads compiled)
     in_processes: int = 0  # kernels a worker compiled (the rest: in their threads)
     declined: list[str] = field(default_factory=list)  # why some were compiled in their threads
+    # where the wall went, in seconds: the dry run's walk (until its last launch was handed on); of the
+    # threads' compile_s, loading kernels, waiting for a free worker, the workers' own compiles; the slowest
+    # worker's imports (its start to its first job)
+    phases: dict[str, float] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)  # the compiled kernels' files in Triton's disk cache
 
     @property
@@ -204,6 +208,7 @@ class _CompilePool(ThreadPoolExecutor):
         self._load = cuda
         self._lock = threading.Lock()
         self.count, self.busy_s, self.failures, self.files = 0, 0.0, [], []
+        self.load_s = 0.0  # of busy_s: loading the compiled kernels (modules, Triton 3.6's launcher builds)
 
     def submit(self, fn, /, *args, **kwargs):
         def timed():
@@ -211,7 +216,10 @@ class _CompilePool(ThreadPoolExecutor):
             try:
                 kernel = fn(*args, **kwargs)
                 if self._load:
+                    loading = time.perf_counter()
                     _load(kernel)
+                    with self._lock:
+                        self.load_s += time.perf_counter() - loading
                 with self._lock:
                     self.files.extend(kernel_files(kernel))
                 return kernel
@@ -282,6 +290,7 @@ class KernelPrecompile:
             with meta_stands_for(self._device), torch.inference_mode(), self._compiling() as sink, \
                     divert_launches(sink):
                 self._dry.warm_up()
+                self._report.phases["walk_s"] = time.perf_counter() - self._started
         except Exception as e:  # the warm-up compiles what the dry run did not reach
             self._report.error = f"{type(e).__name__}: {str(e)[:500]}"
             log.warning("start-up precompile stopped early (%s); the warm-up compiles the rest as it launches",
@@ -315,15 +324,18 @@ class KernelPrecompile:
         if self._pool is not None:
             report.kernels, report.compile_s = self._pool.count, self._pool.busy_s
             report.failures, report.files = len(self._pool.failures), list(self._pool.files)
-        if self._processes is not None:
-            report.processes, report.in_processes = self._processes.count, self._processes.compiled
-            report.declined = list(self._processes.declined)
+            report.phases["load_s"] = self._pool.load_s
             if self._pool.failures:
                 log.warning("start-up precompile: %d compiles failed (%s); their launches will say why",
                             len(self._pool.failures), self._pool.failures[0])
+        if self._processes is not None:
+            report.processes, report.in_processes = self._processes.count, self._processes.compiled
+            report.declined = list(self._processes.declined)
+            report.phases.update(self._processes.phases())
+        report.phases = {name: round(seconds, 3) for name, seconds in report.phases.items()}
         log.info("start-up precompile: %d kernels in %.1f s (%.1f s of compile threads; %d of them in %d "
-                 "processes), waited %.1f s", report.kernels, report.wall_s, report.compile_s, report.in_processes,
-                 report.processes, report.wait_s)
+                 "processes), waited %.1f s; %s", report.kernels, report.wall_s, report.compile_s, report.in_processes,
+                 report.processes, report.wait_s, report.phases)
         if report.declined:
             log.info("start-up precompile: compiled in their threads instead of a process: %s", report.declined)
         return report

@@ -46,6 +46,7 @@ class EngineStats:
     precompile_compile_s: float = 0.0  # compile time summed over its threads
     precompile_processes: int = 0  # its compile worker processes (0: it compiled in its threads)
     precompile_in_processes: int = 0  # kernels the processes compiled (the rest: in the threads)
+    precompile_phases: dict = field(default_factory=dict)  # kernel_precompile.PrecompileReport.phases
     precompile_wait_s: float = 0.0  # what start-up waited for it after the weights and allocation
     precompile_error: str = ""  # why its dry run stopped early ("": it ran to the end)
     # why it did not run though it would have: Triton's cache holds its kernels (precompile_record.py); "": it ran
