@@ -42,15 +42,13 @@ def walk(ops, tokens: list[int]) -> list[bool]:
     from inferlab.constraints.program import COPY, HOLE
 
     kinds, values = ops[0].tolist(), ops[1].tolist()
-    forced, op, in_hole, after_hole = [], 0, False, False
+    forced, op = [], 0
     for token in tokens:
         if kinds[op] == HOLE:
             exit_token = values[op + 1] if op + 1 < len(kinds) and kinds[op + 1] == COPY else None
-            if token == exit_token:  # the model leaves the hole: sampled, the next copy op consumed
-                forced.append(False)
+            forced.append(False)  # a hole's tokens and its exit are the model's
+            if token == exit_token:  # it leaves the hole: the exit consumes the copy op after it
                 op += 2
-                continue
-            forced.append(False)
             continue
         assert kinds[op] == COPY and values[op] == token, (op, token, values[op])
         forced.append(True)
