@@ -34,6 +34,7 @@ __all__ = [
     "pack_rows",
     "plan_without_loading",
     "prefill_flops",
+    "projection_flops",
     "resolve_collect",
     "resolve_device",
     "resolve_steering",
@@ -78,6 +79,8 @@ def __getattr__(name: str) -> Any:
         value = getattr(inferlab.engine.packed.batch, name)
     elif name == "prefill_flops":
         from inferlab.engine.packed.flops import prefill_flops as value
+    elif name == "projection_flops":
+        from inferlab.engine.packed.flops import projection_flops as value
     elif name == "compile_program":
         from inferlab.constraints.program import compile_program as value
     elif name in ("Request", "Result", "SamplingParams", "Steer", "Collect"):

@@ -213,7 +213,7 @@ def _profile(cell: Cell, ctx: CellContext, backend: Any, batches: list[list[list
     import torch
 
     from inferlab.bench.prefill_profile import profile_batches
-    from inferlab.engine.packed.flops import prefill_flops, projection_params
+    from inferlab.engine import prefill_flops, projection_flops
 
     if cell.backend == "vllm":
         ctx.warn("profile: vLLM runs its model in another process; no profile")
@@ -224,7 +224,7 @@ def _profile(cell: Cell, ctx: CellContext, backend: Any, batches: list[list[list
     if spec.task == "hidden-states" and spec.layers and max(spec.layers) < layers:
         layers = max(spec.layers)  # the forward stops after the deepest layer asked for
     total = prefill_flops(model_spec, lengths, layers)
-    projections = 2.0 * sum(lengths) * layers * projection_params(model_spec)
+    projections = projection_flops(model_spec, sum(lengths), layers)
     with torch.inference_mode():
         return profile_batches(backend.encode, batches, device, projections, total - projections, peak)
 

@@ -37,11 +37,16 @@ def projection_params(spec: ModelSpec) -> int:
     return h * (2 * spec.q_size + 2 * spec.kv_size) + 3 * h * spec.intermediate_size
 
 
+def projection_flops(spec: ModelSpec, tokens: int, num_layers: int | None = None) -> float:
+    """The projections' share of prefill_flops: 2 x their weights per token per layer."""
+    layers = spec.num_layers if num_layers is None else num_layers
+    return 2.0 * tokens * layers * projection_params(spec)
+
+
 def prefill_flops(spec: ModelSpec, lengths: Sequence[int], num_layers: int | None = None) -> float:
     """FLOPs of a forward over rows of `lengths` tokens through the first `num_layers` layers (default all)."""
     layers = spec.num_layers if num_layers is None else num_layers
-    tokens = sum(lengths)
-    flops = 2.0 * tokens * layers * projection_params(spec)
+    flops = projection_flops(spec, sum(lengths), layers)
     per_pair = 4.0 * spec.num_heads * spec.head_dim
     for window, count in Counter(layer_window(spec, i) for i in range(layers)).items():
         flops += count * per_pair * sum(causal_pairs(n, window) for n in lengths)
