@@ -5,10 +5,9 @@ Triton's active driver is replaced by one that only names the target (compile-on
 call); the precompile compiles its dry run's specialisations in its thread pool (real front end, MLIR passes
 and ptxas); then the real warm-up (the preset's shapes on CPU tensors) runs with its launches compile-only
 too and Triton's compile hook recording every specialisation the JIT did not find in its in-memory cache
-(and skipping its compile). Prints one JSON line: the precompile's kernels, seconds and error, how many of
-them its compile processes compiled (PROCESSES, default 2; 0: in its threads), the misses.
+(and skipping its compile). Prints one JSON line: the precompile's kernels, seconds and error, the misses.
 
-    python tests/gpu/precompile_aot_child.py PRESET ARCH [PROCESSES]
+    python tests/gpu/precompile_aot_child.py PRESET ARCH
 """
 
 import json
@@ -48,14 +47,13 @@ class TargetOnlyDriver:
 
 
 preset, arch = sys.argv[1], int(sys.argv[2])
-processes = int(sys.argv[3]) if len(sys.argv) > 3 else 2
 knobs.cache.dir = tempfile.mkdtemp(prefix="precompile-aot-")  # a fresh Triton cache: every kernel compiles
 driver.set_active(TargetOnlyDriver(arch))
 spec = preset_spec(preset)
 ops, model_class, cpu = OPS_BUILDERS["triton"](), forward_class(spec.architecture), torch.device("cpu")
 dry = DryRun(spec, model_class, ops, torch.bfloat16, torch.bfloat16, SLOTS, MAX_SEQ_LEN, PREFILL_TOKENS, 8, True,
              True, None)  # fmt: skip
-report = KernelPrecompile(dry, cpu, processes=processes).wait()
+report = KernelPrecompile(dry, cpu).wait()
 misses: dict[str, None] = {}  # distinct specialisations, in launch order
 knobs.runtime.jit_cache_hook = lambda **kw: misses.setdefault(kw["repr"]) or True  # record, do not compile
 weights = placeholder_weights(spec, torch.bfloat16, cpu)
@@ -64,6 +62,5 @@ started = time.perf_counter()
 with torch.inference_mode(), divert_launches(compile_only):
     runner.warm_up(MAX_SEQ_LEN, PREFILL_TOKENS, True, DryCapturer())
 print(json.dumps({"kernels": report.kernels, "wall_s": report.wall_s, "compile_s": report.compile_s,
-                  "error": report.error, "processes": report.processes, "in_processes": report.in_processes,
-                  "declined": report.declined, "warm_up_s": time.perf_counter() - started,
+                  "error": report.error, "warm_up_s": time.perf_counter() - started,
                   "misses": [name[:300] for name in misses]}))

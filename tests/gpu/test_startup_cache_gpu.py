@@ -46,8 +46,7 @@ def start_engine(label: str, model: Path, caches: Path, max_seq_len: int, precom
           f"{s['allocate_s']:.1f} / GEMM {s['gemm_tune_s']:.1f} ({s['gemm_plan_source']}) / warm-up "
           f"{s['warmup_s']:.1f} ({s['warmup_compiles']} compiles, {s['warmup_compile_s']:.1f} s) / capture "
           f"{s['capture_s']:.1f}; precompile {s['precompile_kernels']} kernels in {s['precompile_s']:.1f} s "
-          f"(threads {s['precompile_compile_s']:.1f} s, {s['precompile_in_processes']} in {s['precompile_processes']} "
-          f"processes, waited {s['precompile_wait_s']:.1f} s)"
+          f"(threads {s['precompile_compile_s']:.1f} s, waited {s['precompile_wait_s']:.1f} s)"
           f"{' phases ' + str(s['precompile_phases']) if s['precompile_phases'] else ''}"
           f"{' ' + s['precompile_error'] if s['precompile_error'] else ''}"
           f"{'; skipped: ' + s['precompile_skipped'] if s['precompile_skipped'] else ''}")

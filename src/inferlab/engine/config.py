@@ -58,7 +58,7 @@ class EngineConfig:
     queue_ahead: int | None = None  # requests pulled ahead of free rows (lazy intake); None: max(min_admission,
     # slots // 8)
     startup_cache: bool = True  # keep start-up measurements (the GEMM plan) on disk and reuse them
-    precompile: bool = True  # compile the warm-up's Triton kernels in the background while the weights load (CUDA)
+    precompile: bool = True  # compile the warm-up's Triton kernels in threads while the weights load (CUDA)
     cache_dir: str | Path | None = None  # the start-up cache's folder; None: $INFERLAB_CACHE_DIR or ~/.cache/inferlab
     # torch's intra-op threads while a CPU engine runs its steps (set around them, then put back): a step is
     # hundreds of small ops, which a second thread barely speeds up and an OpenMP barrier slows down

@@ -4,7 +4,7 @@
     results = engine.generate([Request(id="a", prompt="Hello", sampling=SamplingParams(max_new_tokens=32))])
 
 Start-up, each phase timed in `engine.stats`: the CUDA context, the memory plan (refuse what cannot fit),
-the weights (meanwhile worker processes compile the warm-up's Triton kernels: kernel_precompile.py), the KV cache and
+the weights (meanwhile threads compile the warm-up's Triton kernels: kernel_precompile.py), the KV cache and
 row state, the GEMM plan (start-up cache, shipped plans, else timed), and the warm-up (runner.warm_up). The
 tokenizer loads in a thread beside them unless `load_tokenizer=False`. Other graphs are captured when first
 needed. A generate/stream call is loop.py's; bad requests become error Results, never exceptions.
@@ -144,8 +144,8 @@ class Engine:
         del weights  # from here on only `self` holds it, and close() drops it
 
     def _start_precompile(self, config: EngineConfig, model_class: type, use_graphs: bool) -> KernelPrecompile | None:
-        """The warm-up's Triton kernels compiled in the background (worker processes where the machine has
-        the CPUs) while the weights load (kernel_precompile.py), on its dry run of this engine's warm-up; None where nothing would compile (CPU,
+        """The warm-up's Triton kernels compiled in background threads while the weights load
+        (kernel_precompile.py), on its dry run of this engine's warm-up; None where nothing would compile (CPU,
         torch kernels), where it is off, and where a record says Triton's cache holds its kernels already
         (precompile_record.py: then no thread runs beside the weights' load)."""
         self._precompile_key: dict | None = None
@@ -254,7 +254,6 @@ class Engine:
         stats.precompile_kernels, stats.precompile_s, stats.precompile_compile_s = (report.kernels, report.wall_s,
                                                                                     report.compile_s)
         stats.precompile_wait_s, stats.precompile_error = report.wait_s, report.error
-        stats.precompile_processes, stats.precompile_in_processes = report.processes, report.in_processes
         stats.precompile_phases = report.phases
         record(self.startup_cache, self._precompile_key, report.kernels, report.files, report.clean)
 

@@ -4,11 +4,9 @@ With an empty Triton cache the warm-up (ModelRunner.warm_up) would compile every
 one after another. KernelPrecompile starts before the weights load: a thread runs that same warm-up on a dry
 runner, the engine's model built over "meta" tensors with the engine's ops, GEMM plan, slots and lengths
 (plus the GEMM timing's candidates where the engine will time its plan), where every Triton launch only
-compiles. The compiles are handed to a thread pool (Triton's AsyncCompileMode); with compile processes
-(compile_processes.py, the default on machines of >= 4 CPUs) each thread has a worker process compile the
-kernel into Triton's disk cache, since Triton's compile holds the GIL for much of its time, then the JIT's
-own compile reads it back. Each kernel is also loaded as its first launch would load it, into the JIT's
-in-memory cache, where the real warm-up finds it. The dry run is the warm-up's own code, so the two cannot drift apart
+compiles. The compiles run in a thread pool (Triton's AsyncCompileMode: MLIR passes and ptxas release the
+GIL) that also loads each kernel as its first launch would, into the JIT's in-memory cache and Triton's disk
+cache, where the real warm-up finds it. The dry run is the warm-up's own code, so the two cannot drift apart
 (tests/unit/engine/test_engine_kernel_precompile.py compares their launches).
 
 The engine waits for the precompile before its GEMM plan and warm-up: nothing launches a Triton kernel or
@@ -33,10 +31,8 @@ from typing import Any, Callable, ContextManager, Iterator
 
 import torch
 
-from inferlab.engine.compile_jobs import job_for
-from inferlab.engine.compile_processes import CompileProcesses
 from inferlab.engine.kernels.device_props import meta_stands_for
-from inferlab.engine.precompile_record import kernel_files, triton_cache_dir
+from inferlab.engine.precompile_record import kernel_files
 from inferlab.engine.runner import ModelRunner
 from inferlab.engine.thread_scoped import scoped
 
@@ -46,7 +42,6 @@ log = logging.getLogger(__name__)
 LaunchSink = Callable[[Any, Callable, tuple, dict], Any]
 
 _diverted = threading.local()  # .sink: where this thread's Triton launches go (absent/None: launched)
-_compile_thread = threading.local()  # .processes: the CompileProcesses a compile thread hands its compiles to
 _install_lock = threading.Lock()
 
 
@@ -81,35 +76,6 @@ def compile_only(kernel, launch: Callable, args: tuple, kwargs: dict) -> Any:
     """The sink that compiles: the JIT's own path with warmup=True (its specialisation of these arguments,
     compiled into its cache, nothing launched)."""
     return launch(kernel, *args, grid=None, warmup=True, **kwargs)
-
-
-def compile_routed(kernel, launch: Callable, args: tuple, kwargs: dict) -> Any:
-    """compile_only, with the kernel's compiles routed to its compile thread's processes (if it has any)."""
-    route_compiles(kernel)
-    return compile_only(kernel, launch, args, kwargs)
-
-
-def route_compiles(kernel) -> None:
-    """Wrap this JITFunction's compile (an attribute of each JITFunction, called by its JIT with the
-    ASTSource, target, options and cache-invalidating environment) once: in a compile thread with processes,
-    a worker compiles first into Triton's disk cache, and the JIT's compile then reads the kernel from it.
-    The JIT sets that attribute when it builds its binder for a device: built first, so it stays wrapped."""
-    from triton.runtime.driver import driver
-
-    kernel.device_caches[driver.active.get_current_device()]  # noqa: B018  (builds the binder: sets .compile)
-    original = kernel.compile
-    if getattr(original, "inferlab_routed", False):
-        return
-
-    @functools.wraps(original)
-    def compile(src, target=None, options=None, _env_vars=None):
-        processes = getattr(_compile_thread, "processes", None)
-        if processes is not None and target is not None and hasattr(src, "fn"):
-            processes.compile(job_for(src, target, options or {}, _env_vars, triton_cache_dir()))
-        return original(src, target=target, options=options, _env_vars=_env_vars)
-
-    compile.inferlab_routed = True
-    kernel.compile = compile
 
 
 class DryCapturer:
@@ -176,12 +142,8 @@ class PrecompileReport:
     wait_s: float = 0.0  # what the start-up waited for it
     error: str = ""  # why the dry run stopped early ("": it ran to the end); the warm-up compiles the rest
     failures: int = 0  # compiles that raised (their launches will say why)
-    processes: int = 0  # compile worker processes (0: the threads compiled)
-    in_processes: int = 0  # kernels a worker compiled (the rest: in their threads)
-    declined: list[str] = field(default_factory=list)  # why some were compiled in their threads
-    # where the wall went, in seconds: the dry run's walk (until its last launch was handed on); of the
-    # threads' compile_s, loading kernels, waiting for a free worker, the workers' own compiles; the slowest
-    # worker's imports (its start to its first job)
+    # where the wall went, in seconds: the dry run's walk (until its last launch was handed on), and of the
+    # threads' compile_s the loading of the compiled kernels (modules; Triton 3.6's launcher builds)
     phases: dict[str, float] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)  # the compiled kernels' files in Triton's disk cache
 
@@ -196,15 +158,10 @@ class _CompilePool(ThreadPoolExecutor):
     is the engine's and each compiled kernel is also loaded as its first launch would load it (its module,
     and in Triton 3.6 the launcher it builds per signature with the host's C compiler; 3.8 has one launcher)."""
 
-    def __init__(self, workers: int, device: torch.device, processes: CompileProcesses | None = None) -> None:
+    def __init__(self, workers: int, device: torch.device) -> None:
         cuda = device.type == "cuda"
-
-        def initializer() -> None:
-            if cuda:
-                torch.cuda.set_device(device)
-            _compile_thread.processes = processes
-
-        super().__init__(workers, thread_name_prefix="inferlab-compile", initializer=initializer)
+        super().__init__(workers, thread_name_prefix="inferlab-compile",
+                         initializer=(lambda: torch.cuda.set_device(device)) if cuda else None)  # fmt: skip
         self._load = cuda
         self._lock = threading.Lock()
         self.count, self.busy_s, self.failures, self.files = 0, 0.0, [], []
@@ -244,20 +201,10 @@ def _load(kernel) -> None:
         log.debug("start-up precompile: %s not loaded (%s); its launch will say why", getattr(kernel, "name", kernel), e)
 
 
-def _cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-
-
 def compile_workers() -> int:
     """Compile threads: the CPUs this process may use, one left for the weights' loading."""
-    return max(1, min(16, _cpus() - 1))
-
-
-def compile_processes() -> int:
-    """Compile worker processes: up to 8, two CPUs left for the weights' loading and the dry run; none on a
-    machine of < 4 CPUs, where a worker's start (importing torch and Triton) costs more than it saves."""
-    cpus = _cpus()
-    return min(8, cpus - 2) if cpus >= 4 else 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+    return max(1, min(16, cpus - 1))
 
 
 def can_precompile() -> bool:
@@ -271,12 +218,9 @@ class KernelPrecompile:
     to `sink`, for tests). `wait()` joins it and says what it did; it never raises."""
 
     def __init__(self, dry: DryRun, device: torch.device, sink: LaunchSink | None = None,
-                 workers: int | None = None, processes: int | None = None) -> None:
+                 workers: int | None = None) -> None:
         self._dry, self._device, self._sink = dry, device, sink
-        processes = compile_processes() if processes is None else processes
-        # started first: their imports overlap the dry run's start and the weights' load
-        self._processes = CompileProcesses(processes, triton_cache_dir()) if processes and sink is None else None
-        self._workers = processes or workers or compile_workers()
+        self._workers = workers or compile_workers()
         self._pool: _CompilePool | None = None
         self._report = PrecompileReport()
         self._started = self._finished = time.perf_counter()
@@ -295,9 +239,6 @@ class KernelPrecompile:
             self._report.error = f"{type(e).__name__}: {str(e)[:500]}"
             log.warning("start-up precompile stopped early (%s); the warm-up compiles the rest as it launches",
                         self._report.error)
-        finally:
-            if self._processes is not None:
-                self._processes.close()
         self._finished = time.perf_counter()
 
     @contextmanager
@@ -308,10 +249,10 @@ class KernelPrecompile:
             return
         from triton.runtime._async_compile import AsyncCompileMode
 
-        self._pool = _CompilePool(self._workers, self._device, self._processes)
+        self._pool = _CompilePool(self._workers, self._device)
         try:
             with AsyncCompileMode(self._pool, ignore_errors=True):  # a failed compile fails again at its launch
-                yield compile_routed
+                yield compile_only
         finally:
             self._pool.shutdown(wait=True)
 
@@ -328,14 +269,7 @@ class KernelPrecompile:
             if self._pool.failures:
                 log.warning("start-up precompile: %d compiles failed (%s); their launches will say why",
                             len(self._pool.failures), self._pool.failures[0])
-        if self._processes is not None:
-            report.processes, report.in_processes = self._processes.count, self._processes.compiled
-            report.declined = list(self._processes.declined)
-            report.phases.update(self._processes.phases())
         report.phases = {name: round(seconds, 3) for name, seconds in report.phases.items()}
-        log.info("start-up precompile: %d kernels in %.1f s (%.1f s of compile threads; %d of them in %d "
-                 "processes), waited %.1f s; %s", report.kernels, report.wall_s, report.compile_s, report.in_processes,
-                 report.processes, report.wait_s, report.phases)
-        if report.declined:
-            log.info("start-up precompile: compiled in their threads instead of a process: %s", report.declined)
+        log.info("start-up precompile: %d kernels in %.1f s (%.1f s of compile threads), waited %.1f s; %s",
+                 report.kernels, report.wall_s, report.compile_s, report.wait_s, report.phases)
         return report

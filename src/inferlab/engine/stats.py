@@ -38,14 +38,11 @@ class EngineStats:
     gemm_plan_source: str = ""
     gemm_choices: dict = field(default_factory=dict)  # {"qkv@16": "cublas" | "triton n64 k128 split2", ...}
     startup_cache_dir: str = ""  # where start-up measurements are kept ("" when the cache is off)
-    # the warm-up's Triton kernels compiled in the background while the weights loaded (kernel_precompile.py,
-    # in worker processes: compile_processes.py; all 0 where nothing is precompiled: CPU, torch kernels,
-    # precompile=False)
+    # the warm-up's Triton kernels compiled in background threads while the weights loaded
+    # (kernel_precompile.py; all 0 where nothing is precompiled: CPU, torch kernels, precompile=False)
     precompile_kernels: int = 0  # kernels compiled (or read from Triton's disk cache) in the background
     precompile_s: float = 0.0  # its wall time, from before the weights to its last compile
     precompile_compile_s: float = 0.0  # compile time summed over its threads
-    precompile_processes: int = 0  # its compile worker processes (0: it compiled in its threads)
-    precompile_in_processes: int = 0  # kernels the processes compiled (the rest: in the threads)
     precompile_phases: dict = field(default_factory=dict)  # kernel_precompile.PrecompileReport.phases
     precompile_wait_s: float = 0.0  # what start-up waited for it after the weights and allocation
     precompile_error: str = ""  # why its dry run stopped early ("": it ran to the end)
@@ -89,8 +86,7 @@ class EngineStats:
     def startup_phases(self) -> str:
         """One line of the start-up phases, for logs."""
         source = f" ({self.gemm_plan_source})" if self.gemm_plan_source else ""
-        where = f"{self.precompile_processes} processes" if self.precompile_processes else "threads"
-        precompile = (f"Triton precompile {self.precompile_kernels} kernels in {self.precompile_s:.1f} s (in {where}, "
+        precompile = (f"Triton precompile {self.precompile_kernels} kernels in {self.precompile_s:.1f} s (in threads, "
                       f"waited {self.precompile_wait_s:.1f} s), " if self.precompile_kernels or self.precompile_s else "")
         if self.precompile_skipped:
             precompile = "Triton precompile skipped (its kernels cached), "
