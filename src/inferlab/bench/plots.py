@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from inferlab.bench import report_quality, report_roofline
+from inferlab.bench import report_prefill, report_quality, report_roofline
 from inferlab.bench.results import config_label, group_rows, headline, label_knobs, table_key
 
 
@@ -35,7 +35,8 @@ def write_plots(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
             continue  # one chart of every case below
         elif any(r.get("batch_size") is not None for r in ok):
             written.append(_throughput_lines(ok, out_dir / f"{_slug(scenario, model, gpu)}.png", scenario, model, gpu))
-    extra = [report_roofline.write_plot(rows, out_dir), report_quality.write_plot(rows, out_dir)]
+    extra = [report_roofline.write_plot(rows, out_dir), report_quality.write_plot(rows, out_dir),
+             report_prefill.write_plot(rows, out_dir)]
     return written + [path for path in extra if path]
 
 

@@ -1,11 +1,13 @@
 """The report's "The packed prefill by kernel family" section (rows with a prefill_profile: the classify and
 hidden-states scenarios with knob `profile`): per profiled cell, the device time of each kernel family per pass
 over its profiled batches, its share, the GEMMs' and the attention's TFLOP/s and % of the measured matmul peak,
-and how busy the device was. Every number is a row's (bench/prefill_profile.py).
+and how busy the device was; a chart of the families' time per cell. Every number is a row's
+(bench/prefill_profile.py).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from inferlab.bench.markdown import md_table, num, pct
@@ -19,8 +21,11 @@ def profiled_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def case_name(row: dict[str, Any]) -> str:
     c, m = row.get("config") or {}, row.get("metrics") or {}
     weights = (m.get("engine") or {}).get("weights") or c.get("weights") or "-"
-    return (f"{row.get('scenario')} · {row.get('model')} · {row.get('backend')} · weights {weights} · "
-            f"{c.get('min_tokens')}-{c.get('max_tokens')} tokens · {gpu_of(row)}")
+    extra = [f"pool {c['pool']}" if c.get("pool") else "",
+             f"cap {c['max_batch_latency_ms']:g} ms" if c.get("max_batch_latency_ms") else "",
+             f"texts {c['texts']}" if c.get("texts") not in (None, "synthetic") else ""]
+    return " · ".join([str(row.get("scenario")), str(row.get("model")), str(row.get("backend")), f"weights {weights}",
+                       f"{c.get('min_tokens')}-{c.get('max_tokens')} tokens", *filter(None, extra), gpu_of(row)])
 
 
 def render_section(rows: list[dict[str, Any]]) -> list[str]:
@@ -43,3 +48,37 @@ def render_section(rows: list[dict[str, Any]]) -> list[str]:
                   md_table(["kernel", "family", "us per pass"],
                            [[k["kernel"], k["family"], num(k["us"], 0)] for k in p.get("top_kernels", [])]), ""]
     return lines
+
+
+def write_plot(rows: list[dict[str, Any]], out_dir: Path) -> Path | None:
+    """One horizontal bar per profiled cell, split by kernel family (us per pass): where a packed prefill's
+    time goes, cell beside cell."""
+    picked = profiled_rows(rows)
+    if not picked:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from inferlab.bench.prefill_profile import FAMILIES
+
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(picked) + 1.6))
+    labels = [case_name(r) for r in picked]
+    left = [0.0] * len(picked)
+    for family in FAMILIES:
+        widths = [next((f["us"] for f in r["metrics"]["prefill_profile"]["families"] if f["family"] == family), 0.0)
+                  for r in picked]  # fmt: skip
+        if any(widths):
+            ax.barh(range(len(picked)), widths, left=left, label=family)
+            left = [a + b for a, b in zip(left, widths)]
+    ax.set_yticks(range(len(picked)))
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.set_xlabel("device us per pass over the profiled batches")
+    ax.legend(fontsize=7, ncol=len(FAMILIES), loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "prefill-profile.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -358,3 +358,15 @@ def test_the_report_shows_a_profiled_prefill_by_family():
     assert "## The packed prefill by kernel family" in text and "1024-5557 tokens" in text
     assert "| gemm | 600 | 67% | 500 | 63.4 |" in text and "busy 90%" in text and "| nvjet_x | gemm | 600 |" in text
     assert render_section([rows[1]]) == []
+
+
+def test_the_report_draws_the_profiled_prefills(tmp_path):
+    from inferlab.bench.report_prefill import write_plot
+
+    profile = {"batches": 2, "passes": 2, "kernels_us": 10.0, "wall_us": 12.0, "busy": 0.83,
+               "families": [{"family": "gemm", "us": 7.0, "share": 0.7}, {"family": "norm", "us": 3.0, "share": 0.3}]}
+    row = {"status": "ok", "scenario": "hidden-states", "model": "llama-380m", "backend": "inferlab",
+           "config": {"pool": "mean"}, "env": {}, "metrics": {"prefill_profile": profile}}
+    path = write_plot([row, {**row, "config": {"pool": "last"}}], tmp_path)
+    assert path is not None and path.name == "prefill-profile.png" and path.stat().st_size > 1000
+    assert write_plot([{"status": "ok", "metrics": {}}], tmp_path / "none") is None
