@@ -225,7 +225,7 @@ def print_summary(summary, output: str) -> None:
     if s["engine_start_s"] or s["output_tokens"]:  # the engine ran
         print(f"tokens: {s['output_tokens']:,} generated in {s['wall_s']:.1f} s: {_rate(s['output_tokens_per_s'])} "
               f"tok/s, {_rate(s['conformers_per_s'], 2)} conformers/s, {_rate(s['molecules_per_s'], 2)} molecules/s "
-              f"(inside the engine: {_rate(s['generate_output_tokens_per_s'])} tok/s)")
+              f"(inside the engine: {_rate(s['generate_output_tokens_per_s'])} tok/s{_bucket_fill(s)})")
         judges = {0: "this process", 1: "1 process"}.get(s["judge_workers"], f"{s['judge_workers']} processes")
         print(f"time: before the engine {s['before_engine_s']:.1f} s ({_before_engine_parts(s)}), engine start "
               f"{s['engine_start_s']:.1f} s, generation {s['generate_s']:.1f} s, engine waiting for the pipeline "
@@ -235,6 +235,13 @@ def print_summary(summary, output: str) -> None:
     rows = default_jsonl_path(output)
     print_error_groups(s["errors_by_reason"], str(rows))
     print(_written(s, output, str(rows)))
+
+
+def _bucket_fill(s: dict[str, Any]) -> str:
+    """`, its decode steps' rows 91% live`: how full the engine's decode buckets ran (engine.stats)."""
+    engine = s.get("engine") or {}
+    rows, live = engine.get("row_steps") or 0, engine.get("live_row_steps") or 0
+    return f", its decode steps' rows {live / rows:.0%} live" if rows else ""
 
 
 def _before_engine_parts(s: dict[str, Any]) -> str:

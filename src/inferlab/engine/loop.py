@@ -211,6 +211,7 @@ class GenerationLoop:
         stats.decode_bytes += steps * stats.weight_bytes + kv_tokens * self.parts.kv_bytes_per_token
         stats.decode_steps += steps
         stats.row_steps += steps * b
+        stats.live_row_steps += steps * live
 
     def _read(self, snapshot: Snapshot) -> list[Indexed]:
         """Deliver a snapshot's tokens to their requests; retire the finished ones into Results."""

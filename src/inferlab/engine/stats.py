@@ -70,6 +70,10 @@ class EngineStats:
     decode_s: float = 0.0
     decode_steps: int = 0  # graph replays / eager steps
     row_steps: int = 0  # sum over steps of the bucket size (rows computed, live or not)
+    # sum over steps of the rows live when their chunk began (a row that finishes inside a chunk counts to its
+    # end): live_row_steps / row_steps is how full the buckets ran, output tokens / live_row_steps how much of
+    # a live row's chunk made tokens
+    live_row_steps: int = 0
     decode_bytes: int = 0  # HBM bytes the decode steps read: weights each step + each row's live KV and its
     # scales (estimate)
     generated_tokens: int = 0  # tokens returned in Results

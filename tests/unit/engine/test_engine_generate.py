@@ -55,6 +55,17 @@ def test_stream_yields_every_result_once(engine):
     assert all(len(r.token_ids) == 2 + 3 * int(r.id[1:]) and r.finish_reason == "length" for r in streamed)
 
 
+def test_the_stats_count_the_rows_a_chunk_computed_and_those_live_in_it(engine):
+    before = engine.stats.as_dict()
+    requests = [_req(f"l{i}", [i + 3], temperature=0, max_new_tokens=n) for i, n in enumerate((4, 8, 11))]
+    results = engine.generate(requests)
+    after = engine.stats.as_dict()
+    row_steps, live = (after[k] - before[k] for k in ("row_steps", "live_row_steps"))
+    decoded = sum(len(r.token_ids) - 1 for r in results)  # each request's first token comes from its prefill
+    # chunks of 3 steps: a row that ends inside one stays live to its end, and the buckets hold idle rows too
+    assert decoded < live <= row_steps and live <= decoded + 2 * len(requests)
+
+
 def test_a_seed_gives_the_same_tokens_whatever_the_batch(engine):
     target = dict(temperature=1.0, top_p=0.9, top_k=50, max_new_tokens=12, seed=1234)
     alone = engine.generate([_req("x", [17, 4, 99], **target)])[0].token_ids
