@@ -53,6 +53,7 @@ from inferlab.workloads.conformers.pipeline.plan import MoleculeJob, MoleculePla
 from inferlab.workloads.conformers.pipeline.prepare import MoleculePreparer
 from inferlab.workloads.conformers.pipeline.pressure import PressureTally
 from inferlab.workloads.conformers.pipeline.stats import PipelineSummary
+from inferlab.workloads.conformers.pipeline.tail_order import TAIL_ROWS_PER_SLOT, TailOrder
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,8 @@ def _generate(engine_config: EngineConfig, jobs: Iterable[MoleculeJob], plan: Mo
         sample = plan.largest
         for job in sample:  # the largest molecules' programs next: the row length may wait for them
             preparer.submit(job.record.smiles)
-        molecules = MoleculeFeed(jobs, preparer, lookahead=config.lookahead_molecules(None))
+        ordered = TailOrder(jobs, plan.usable_rows_todo)  # its last molecules largest first (tail_order.py)
+        molecules = MoleculeFeed(ordered, preparer, lookahead=config.lookahead_molecules(None))
         molecules.top_up()  # the pool starts on the first molecules while the engine starts
         marks.passed("pools")
         # torch (the engine's import) after the pools started, so that their processes start up beside it (a
@@ -160,6 +162,7 @@ def _generate(engine_config: EngineConfig, jobs: Iterable[MoleculeJob], plan: Mo
                           "max_seq_len": f"{engine.plan.max_seq_len} positions: {sizing.length_reason}",
                           "kv_cache": f"{engine.stats.kv_dtype}: {sizing.kv.reason}"}
         molecules.lookahead = config.lookahead_molecules(engine.plan.slots)
+        ordered.window_rows = TAIL_ROWS_PER_SLOT * engine.plan.slots
         log.info("engine ready in %.1f s: %s; %s; kv cache %s; %s; %d judge processes", summary.engine_start_s,
                  summary.sizing["slots"], summary.sizing["max_seq_len"], summary.sizing["kv_cache"],
                  config.sampling.describe(), summary.judge_workers)
