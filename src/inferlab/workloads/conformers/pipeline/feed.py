@@ -36,14 +36,15 @@ LONG_CONTEXT_PRESET = "qwen3-chem-mini"  # the smallest preset with the qwen3-ch
 
 
 class MoleculeFeed:
-    """The jobs' prepared molecules in input order, keeping the pool `lookahead` molecules ahead. `jobs` is
-    read as it goes (a stream of the input): what is held is the molecules submitted and not taken yet; a
-    SMILES that comes back after they are gone is prepared again."""
+    """The jobs' prepared molecules in the order `jobs` gives them (the pipeline's: the input's, its tail largest
+    first: tail_order.py), keeping the pool `lookahead` molecules ahead. `jobs` is read as it goes (a stream of
+    the input): what is held is the molecules submitted and not taken yet; a SMILES that comes back after they
+    are gone is prepared again."""
 
     def __init__(self, jobs: Iterable[MoleculeJob], preparer: MoleculePreparer, lookahead: int) -> None:
         self.preparer, self.lookahead = preparer, lookahead
         self._jobs = iter(jobs)
-        self._submitted: deque[MoleculeJob] = deque()  # not taken yet, in input order
+        self._submitted: deque[MoleculeJob] = deque()  # not taken yet, in the jobs' order
         self._uses: Counter[str] = Counter()  # their SMILES
         self.wait_s = 0.0  # waited for the pool (molecules not prepared in time)
         self.cpu_s = 0.0  # the pool's own work on the molecules taken
