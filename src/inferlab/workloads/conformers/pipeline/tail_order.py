@@ -1,14 +1,12 @@
 """The job's last molecules handed to the engine largest first, so that its final rows drain short.
 
 The engine fills rows first come, first served; at a job's end its rows drain, and a long request admitted
-last keeps a few rows running while the rest idle. benchmarks/checks/2026-12-04-tail-order/ simulates the
-engine's loop on the conformer job (the preset's 392 molecules x 16, 989 rows): in input order 85.8% of the
-rows are live per step; longest first over the whole job 93.5% (1.09x fewer steps; what the lab's
-engine-alone cells do: scenario constrained's sort_by_length); the input's order with the last 2 x rows
-requests longest first 91.6% (1.068x). The pipeline streams its input and writes rows in input order
-(RowWriter buffers the rows that finish early), so it reorders only that tail, by atom count (a molecule's
-length follows it). A job that ends before `window_rows` is known (set once the engine's rows are: its
-first molecules go to the pool while the engine starts) keeps its order.
+last keeps a few rows running while the rest idle. Sorting the whole job longest first would keep them
+fullest, but the pipeline streams its input and writes rows in input order (RowWriter buffers the rows that
+finish early), so it reorders only the tail: the molecules of the job's last `window_rows` rows, by atom count
+(a molecule's length follows it). docs/decisions.md "The job's tail goes to the engine largest first" has the
+measurements. A job that ends before `window_rows` is known (set once the engine's rows are: its first
+molecules go to the pool while the engine starts) keeps its order.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from collections.abc import Iterable, Iterator
 
 from inferlab.workloads.conformers.pipeline.plan import MoleculeJob
 
-TAIL_ROWS_PER_SLOT = 2  # the reordered tail: this many rows per engine row (the check's best of 1, 2, 4)
+TAIL_ROWS_PER_SLOT = 2  # the reordered tail: this many rows per engine row (decisions.md: the best of 1, 2, 4)
 
 
 class TailOrder:
