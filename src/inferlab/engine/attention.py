@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import nullcontext
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -102,6 +103,31 @@ def decode_rope_attention_torch(
     return decode_attention_torch(
         q, k_cache, v_cache, slots, positions + 1, scale, max_len_hint, window, softcap, k_scale, v_scale
     )
+
+
+class PackedRows(NamedTuple):
+    """Where each row's query positions sit in a packed decode step (forced_runs.py): rows [0, b), each with
+    `count` consecutive positions from packed index `first`, the first of them at `position` of `slot`."""
+
+    first: torch.Tensor  # [b] int64
+    count: torch.Tensor  # [b] int64 (>= 1)
+    position: torch.Tensor  # [b] int64
+    slot: torch.Tensor  # [b] int64
+    most: int  # the most positions a row may have (1 + forced_run_tokens)
+
+
+def packed_decode_attention(decode_rope_attention):
+    """The packed decode step's attention (positions [T] of rows laid out as PackedRows) from a one-query
+    decode_rope_attention: every position is a query of its own, its K/V written before any is read (rope
+    and the cache write of the whole step first), so a row's positions see each other causally. The torch
+    sets' (the CPU's, the reference); the Triton kernel reads each row's K/V once for all its queries."""
+
+    def attention(qkv, positions, cos, sin, q_norm, k_norm, eps, k_cache, v_cache, slots, num_heads, scale,
+                  counters, rows: PackedRows, **kwargs):  # fmt: skip
+        return decode_rope_attention(qkv, positions, cos, sin, q_norm, k_norm, eps, k_cache, v_cache, slots,
+                                     num_heads, scale, counters, None, **kwargs)
+
+    return attention
 
 
 def prefill_attention(

@@ -18,6 +18,7 @@ BATCHING_MODES = ("continuous", "static")
 KERNEL_SETS = ("auto", "torch", "triton")
 GEMM_CHOICES = ("auto", "cublas")
 KV_DTYPE_NAMES = ("auto", "model", "fp8")
+MAX_FORCED_RUN_TOKENS = 7  # the attention kernel keeps (1 + F) x group query rows of one row in a tile
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class EngineConfig:
     # constrained requests measure how much probability their constraint takes away (Result.constraint_pressure,
     # inside the step; off: None, for measuring what it costs)
     constraint_pressure: bool = True
+    # constrained decode steps feed each row up to this many of its forced (copy) tokens after its newest one
+    # as extra query positions (forced_runs.py); 0: one token per row and step
+    forced_run_tokens: int = 0
     queue_ahead: int | None = None  # requests pulled ahead of free rows (lazy intake); None: max(min_admission,
     # slots // 8)
     startup_cache: bool = True  # keep start-up measurements (the GEMM plan) on disk and reuse them
@@ -93,6 +97,9 @@ class EngineConfig:
                      "max_steered_layers", "cpu_threads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
+        if not 0 <= self.forced_run_tokens <= MAX_FORCED_RUN_TOKENS:
+            raise ConfigError(f"forced_run_tokens={self.forced_run_tokens} must be in 0..{MAX_FORCED_RUN_TOKENS} "
+                              "(0: one token per row and step)")
         if self.queue_ahead is not None and self.queue_ahead < 0:
             raise ConfigError(f"queue_ahead={self.queue_ahead} must be >= 0 (or None for the default)")
         if self.reserve_bytes < 0:

@@ -113,8 +113,11 @@ class Engine:
         slots, max_len = self.plan.slots, self.plan.max_seq_len
         self.runner = ModelRunner.build(self.spec, model_class, weights, self.ops, self.kv_dtype, slots, max_len,
                                         config.max_stop_ids, config.share_prompts, config.max_steered_layers,
-                                        config.seed, grammar_set, config.constraint_pressure, runtime_job)
-        self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync + 1, self.device,
+                                        config.seed, grammar_set, config.constraint_pressure, runtime_job,
+                                        config.forced_run_tokens)
+        # a chunk's tokens per row: the prefill's, then up to (1 + forced_run_tokens) per step
+        self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync * (1 + config.forced_run_tokens) + 1,
+                                          self.device,
                                           self.runner.features.snapshot_width)
         self._sync_device()
         allocate_s = time.perf_counter() - t

@@ -123,6 +123,7 @@ class MemoryModel:
     max_prefill_tokens: int  # the padded-token bound of one prefill batch (raised to max_len when smaller)
     reserve_bytes: int  # fixed slack: library workspaces, allocator fragmentation
     kv_dtype: torch.dtype | None = None  # the cache's element type; None: the model dtype
+    scratch_slots: int = 0  # KV slots beyond the rows' (the packed decode steps' scratch: forced_runs.py)
 
     @property
     def kv_per_token(self) -> int:
@@ -153,7 +154,9 @@ class MemoryModel:
     def total(self, slots: int, max_len: int) -> int:
         # + the int64 output row and a constraint program's ops ([2, max_len] int64) per slot
         per_slot = max_len * (self.kv_per_token + 8 + 16) + self.per_row_workspace()
-        return self.weight_bytes + self.reserve_bytes + self.prefill_activation_bytes(max_len) + slots * per_slot
+        scratch = self.scratch_slots * max_len * self.kv_per_token
+        return (self.weight_bytes + self.reserve_bytes + self.prefill_activation_bytes(max_len) + slots * per_slot
+                + scratch)
 
     def largest_slots(self, max_len: int, budget: int, cap: int) -> int:
         return _largest(lambda n: self.total(n, max_len) <= budget, cap)

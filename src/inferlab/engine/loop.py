@@ -164,7 +164,8 @@ class GenerationLoop:
             self._chunks += 1
             self._decode(plan)
         holders = [(r, scheduler.item(r)) for r in plan.live]
-        self._fresh = self.parts.snapshots().take(self.runner.rows, plan.bucket, plan.steps + 1, holders,
+        width = plan.steps * (1 + self.parts.config.forced_run_tokens) + 1  # the most tokens a row gained
+        self._fresh = self.parts.snapshots().take(self.runner.rows, plan.bucket, width, holders,
                                                   self.runner.features.snapshot_tail(plan.bucket))
         return plan.steps
 

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 from inferlab.engine import torch_ops
-from inferlab.engine.attention import decode_rope_attention_torch
+from inferlab.engine.attention import decode_rope_attention_torch, packed_decode_attention
 from inferlab.errors import UnsupportedError
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ class Ops:
     gelu_tanh_mul: Callable  # (gate_up [T, 2I]) -> [T, I] (Gemma's GeGLU)
     rope_qkv: Callable  # see torch_ops.rope_qkv
     decode_rope_attention: Callable  # see attention.decode_rope_attention_torch
+    decode_packed_attention: Callable  # (decode_rope_attention's arguments but max_len_hint, rows: PackedRows)
     filter_threshold: Callable  # see sampler.filter_threshold
     race_argmax: Callable  # see sampler.race_argmax_torch
     top_p_draw: Callable  # see sampler.top_p_by_rejection
@@ -62,6 +63,7 @@ def _torch_ops(device: torch.device | None = None) -> Ops:
         gelu_tanh_mul=torch_ops.gelu_tanh_mul,
         rope_qkv=torch_ops.rope_qkv,
         decode_rope_attention=decode_rope_attention_torch,
+        decode_packed_attention=packed_decode_attention(decode_rope_attention_torch),
         filter_threshold=filter_threshold,
         race_argmax=race_argmax_torch,
         top_p_draw=top_p_by_rejection,
@@ -75,7 +77,9 @@ def _torch_ops(device: torch.device | None = None) -> Ops:
     from inferlab.engine.cpu_attention import decode_rope_attention_cpu
     from inferlab.engine.cpu_sampling import race_argmax_cpu
 
-    return dataclasses.replace(ops, decode_rope_attention=decode_rope_attention_cpu, race_argmax=race_argmax_cpu)
+    return dataclasses.replace(ops, decode_rope_attention=decode_rope_attention_cpu,
+                               decode_packed_attention=packed_decode_attention(decode_rope_attention_cpu),
+                               race_argmax=race_argmax_cpu)
 
 
 def _triton_ops(device: torch.device | None = None) -> Ops:
@@ -83,6 +87,7 @@ def _triton_ops(device: torch.device | None = None) -> Ops:
         raise UnsupportedError("kernels='triton' needs the triton package; install it or use kernels='torch'")
     from inferlab.engine.kernels import (
         triton_attention,
+        triton_attention_rows,
         triton_collect,
         triton_filter,
         triton_norm,
@@ -103,6 +108,7 @@ def _triton_ops(device: torch.device | None = None) -> Ops:
         gelu_tanh_mul=triton_norm.gelu_tanh_mul,
         rope_qkv=triton_rope.rope_qkv,
         decode_rope_attention=triton_attention.decode_rope_attention,
+        decode_packed_attention=triton_attention_rows.decode_packed_attention,
         filter_threshold=triton_filter.filter_threshold,
         race_argmax=triton_sampling.race_argmax,
         top_p_draw=triton_top_p.top_p_by_rejection,

@@ -101,6 +101,24 @@ class RowState:
                 field[rows] = part.reshape((len(value),) + field.shape[1:]).to(field.dtype)
                 start += value.shape[1]
 
+    def stops_at(self, tokens: torch.Tensor) -> torch.Tensor:
+        """[B, W] bool: where tokens [B, W] is one of its row's EOS or stop ids."""
+        entry = torch.arange(self.stop_ids.shape[1], device=tokens.device)
+        valid = entry[None, :] < self.n_stop[:, None]  # [B, S]
+        return ((tokens[:, :, None] == self.stop_ids[:, None, :]) & valid[:, None, :]).any(dim=2)
+
+    def book_(self, tokens: torch.Tensor, counts: torch.Tensor) -> None:
+        """Append tokens[r, :counts[r]] ([B, W] int64, counts [B] with n_out + counts < max_new) to each row's
+        output, fed to this step as inputs after its newest token: n_out and the position of the row's next
+        input advance past them (the step's own token is then recorded after them)."""
+        width = tokens.shape[1]
+        column = (self.n_out[:, None] + torch.arange(width, device=tokens.device)[None, :]).clamp(
+            max=self.out.shape[1] - 1)  # [B, W]
+        keep = torch.arange(width, device=tokens.device)[None, :] >= counts[:, None]
+        self.out.scatter_(1, column, torch.where(keep, self.out.gather(1, column), tokens))
+        self.n_out.add_(counts)
+        self.positions.add_(counts)
+
     def move_(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Move requests from rows `src` to idle rows `dst` (compaction): state copied, the sources idle."""
         for t in self.tensors():

@@ -30,6 +30,7 @@ import torch
 from inferlab.engine.batch.feature import RowMoves, RowSet
 from inferlab.engine.batch.features import RowFeatures, Variant
 from inferlab.engine.batch.setup import BatchSetup
+from inferlab.engine.forced_runs import ForcedRuns
 from inferlab.engine.forwards.llama import LlamaModel
 from inferlab.engine.graphs import Capturer, DecodeGraphs, bucket_sizes
 from inferlab.engine.intake import Prepared
@@ -58,7 +59,7 @@ class PrefillDone:
 
 class ModelRunner:
     def __init__(self, model: LlamaModel, cache: KVCache, features: RowFeatures, ops: Ops,
-                 share_prompts: bool = True) -> None:
+                 share_prompts: bool = True, forced_runs: ForcedRuns | None = None) -> None:
         self.model = model
         self.cache = cache
         self.features = features
@@ -66,6 +67,7 @@ class ModelRunner:
         self.slots = features.kv_slots.slots  # [R] row -> KV slot
         self.ops = ops
         self.share_prompts = share_prompts  # the warm-up's and the probe's batches (the loop's: the scheduler's)
+        self.forced_runs = forced_runs  # constrained steps take forced runs as extra positions (forced_runs.py)
         self.hook_tables = HookTables(ops, self.rows, model.spec.num_layers, features.steering, features.collection)
         self.device = cache.k.device
         self.num_rows = self.rows.tokens.shape[0]
@@ -77,20 +79,23 @@ class ModelRunner:
     def build(cls, spec: ModelSpec, model_class: type, weights: ModelWeights, ops: Ops, kv_dtype: torch.dtype,
               slots: int, max_len: int, max_stop_ids: int, share_prompts: bool, max_steered_layers: int = 8,
               seed: int = 0, grammar_set: Any = None, constraint_pressure: bool = True,
-              runtime_job: Any = None) -> "ModelRunner":
+              runtime_job: Any = None, forced_run_tokens: int = 0) -> "ModelRunner":
         """The model (`model_class`: the registry's forward) over `weights`, with its rope tables, a KV cache
         of `slots` x `max_len` and the row features, on the weights' device (the engine's, or "meta" for the
         kernel precompile's dry run: engine/kernel_precompile.py). `seed`, `grammar_set`,
         `constraint_pressure`: the intake's (the engine's seed, the constraints' GrammarSet, whether
         constrained rows measure their pressure); `runtime_job`: the constraint runtime's build, when the engine
-        started it (batch/constrained_rows.start_runtime_build)."""
+        started it (batch/constrained_rows.start_runtime_build); `forced_run_tokens`: EngineConfig's (> 0: the
+        cache gets one more slot, the packed steps' scratch)."""
         device = weights.embed.device
         rotary = RotaryTables.build(spec.rope, spec.head_dim, max_len, device)
         model = model_class(spec, weights, ops, rotary)
-        cache = KVCache.allocate(spec, slots, max_len, kv_dtype, device, ops.name)
+        scratch = 1 if forced_run_tokens else 0
+        cache = KVCache.allocate(spec, slots + scratch, max_len, kv_dtype, device, ops.name)
         setup = BatchSetup(spec, ops, weights.embed.dtype, device, slots, max_len, max_stop_ids, max_steered_layers,
                            seed, grammar_set, constraint_pressure, runtime_job)
-        return cls(model, cache, RowFeatures(setup), ops, share_prompts)
+        forced_runs = ForcedRuns(forced_run_tokens, scratch_slot=slots) if forced_run_tokens else None
+        return cls(model, cache, RowFeatures(setup), ops, share_prompts, forced_runs)
 
     @property
     def constraints(self):
@@ -121,9 +126,16 @@ class ModelRunner:
         """One eager decode step over rows [0, b) (what each graph captured; also used to profile)."""
         variant = Variant(*variant)
         r = self.rows
-        hooks = self.hook_tables.for_decode(b, variant.steered, variant.collecting)
-        logits = self.model.decode(r.tokens[:b], r.positions[:b], self.slots[:b], self.cache, len_hint,
-                                   residual_hooks=hooks)  # [b, V]
+        if self.forced_runs is not None and variant.constrained and not (variant.steered or variant.collecting):
+            pressure = self.features.pressure.buffers
+            step = self.forced_runs.pack(r.view(b), self.slots[:b], self.constraints, pressure is not None)
+            logits, bulk = self.model.decode_packed(step, self.cache)  # [b, V], [E, V] | None
+            if bulk is not None:
+                self.forced_runs.measure(step, bulk, pressure, self.constraints)
+        else:
+            hooks = self.hook_tables.for_decode(b, variant.steered, variant.collecting)
+            logits = self.model.decode(r.tokens[:b], r.positions[:b], self.slots[:b], self.cache, len_hint,
+                                       residual_hooks=hooks)  # [b, V]
         finish_step(logits, r.view(b), self.features.logits_hooks(variant), self.ops, variant.level)
 
     def use_graphs(self, max_prefill_tokens: int, capturer: Capturer | None = None) -> None:

@@ -133,6 +133,7 @@ def make_plan(
         max_prefill_tokens=config.max_prefill_tokens,
         reserve_bytes=config.reserve_bytes,
         kv_dtype=kv_dtype,
+        scratch_slots=1 if config.forced_run_tokens else 0,
     )
     default_len = config.default_max_seq_len
     if spec.sliding_window is not None and not spec.layer_windows:  # a window the forward does not implement

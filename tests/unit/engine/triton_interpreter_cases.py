@@ -874,3 +874,70 @@ def test_constraint_pressure_kernels_measure_the_float64_reference_and_draw_the_
         finished = finished | (ref.ptr == ref.last_op) & (tokens == programs[0].eos_token_id)
     assert kinds == {COPY, HOLE}
     assert buffers["triton"].acc[:, 1].tolist() == [10.0, 10.0, 10.0, 0.0]  # each step counted, where measured
+
+
+def _packed_rows(counts: list[int], positions: list[int], slots: list[int], padding: int, scratch: int):
+    """A packed step's positions for rows of `counts` consecutive positions from `positions` (forced_runs.py's
+    layout), `padding` positions after them in the `scratch` slot."""
+    from inferlab.engine.attention import PackedRows
+
+    first = [sum(counts[:r]) for r in range(len(counts))]
+    token_positions = [p + j for p, c in zip(positions, counts) for j in range(c)] + [0] * padding
+    token_slots = [s for s, c in zip(slots, counts) for _ in range(c)] + [scratch] * padding
+    rows = PackedRows(*(torch.tensor(v) for v in (first, counts, positions, slots)), max(counts))
+    return rows, torch.tensor(token_positions), torch.tensor(token_slots)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("heads,kv_heads", [(4, 2), (8, 2)])  # a group of 2 (16 tile rows) and of 4 (32)
+@pytest.mark.parametrize("variant", ["plain", "fp8", "gemma"])
+def test_packed_decode_attention_equals_one_query_at_a_time(splits, heads, kv_heads, variant):
+    """fp32. Rows of 1-5 positions (one at a partial last tile, one crossing a tile boundary) and padding in
+    a scratch slot: the kernel equals the reference that attends each position on its own after the whole
+    step's K/V are written; the K/V written are the reference's; the counters are left at zero; nothing is
+    read past a row's last position. fp8: the scales folded in; gemma: a window of 40, a soft-cap, (1 + w)
+    q/k norms."""
+    from inferlab.engine.attention import packed_decode_attention
+    from inferlab.engine.kernels import triton_attention, triton_attention_rows
+
+    g = torch.Generator().manual_seed(4)
+    head_dim = 32
+    tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 256, torch.device("cpu"))
+    rows, positions, slots = _packed_rows([1, 5, 3, 2], [0, 30, 95, 62], [3, 0, 4, 1], padding=3, scratch=5)
+    qkv = torch.randn(positions.shape[0], (heads + 2 * kv_heads) * head_dim, generator=g)
+    norms = [torch.randn(head_dim, generator=g) for _ in range(2)] if variant == "gemma" else [None, None]
+    extra = dict(window=40, softcap=0.5, qk_norm_offset=True) if variant == "gemma" else {}
+    if variant == "fp8":
+        stored = [kv_quant.quantize(torch.randn(6, kv_heads, 100, head_dim, generator=g)) for _ in range(2)]
+        caches = [[q.clone() for q, _ in stored], [s.clone() for _, s in stored]]
+        refs = [[q.clone() for q, _ in stored], [s.clone() for _, s in stored]]
+    else:
+        caches = [[torch.randn(6, kv_heads, 100, head_dim, generator=g) for _ in range(2)], None]
+        refs = [[c.clone() for c in caches[0]], None]
+
+    def scales(pair):
+        return dict(k_scale=pair[1][0], v_scale=pair[1][1]) if pair[1] is not None else {}
+
+    args = (qkv, positions, tables.cos, tables.sin, *norms, 1e-6)
+    counters = torch.zeros(6 * kv_heads, dtype=torch.int32)
+    config = triton_attention.AttentionConfig(block_n=32)
+
+    def run():
+        return triton_attention_rows.decode_packed_attention(
+            *args, *caches[0], slots, heads, head_dim**-0.5, counters, rows, config=config, splits=splits,
+            **extra, **scales(caches))  # fmt: skip
+
+    ours = run()
+    reference = packed_decode_attention(decode_rope_attention_torch)
+    ref = reference(*args, *refs[0], slots, heads, head_dim**-0.5, None, rows, **extra, **scales(refs))
+    real = positions.shape[0] - 3
+    torch.testing.assert_close(ours[:real], ref[:real], atol=2e-5, rtol=2e-5)
+    assert not ours[real:].any()  # padding belongs to no row
+    for cache, ref_cache in zip(caches[0], refs[0]):  # the rows' slots (the scratch slot's are garbage)
+        torch.testing.assert_close(cache[:5].float(), ref_cache[:5].float(), **TOL[torch.float32])
+    assert not counters.any()
+    caches[0][0][0, :, 35:] = float("nan")  # row 1 (slot 0) ends at 34: nothing past it may be read
+    if caches[1] is not None:
+        caches[1][0][0, :, 35:] = float("nan")
+    again = run()
+    torch.testing.assert_close(again[:real], ours[:real], atol=0, rtol=0)

@@ -77,15 +77,31 @@ def lane_pressure(
     return torch.where(taken_away, weights, 0.0).sum(dim=1) / weights.sum(dim=1)
 
 
+def copy_pressure(
+    logits: torch.Tensor,  # [N, V] the model's logits at the positions before forced tokens
+    forced: torch.Tensor,  # [N] int64: the forced token each position's logits predict
+) -> torch.Tensor:  # [N] fp32 in [0, 1]
+    """A copy step's pressure, 1 - p(forced token) at T = 1, for positions whose logits no mask or race reads
+    (the forced runs a step takes as inputs: forced_runs.py); the others' mass summed directly, as
+    lane_pressure sums it."""
+    x = logits.float()
+    weights = (x - x.amax(dim=1, keepdim=True)).exp_()  # [N, V]
+    others = weights.scatter(1, forced[:, None], 0.0).sum(dim=1)
+    return others / weights.sum(dim=1)
+
+
 def accumulate(
     buffers: PressureBuffers,
     measured: torch.Tensor,  # [B] bool: constrained rows still live (active & ~finished)
     ptr: torch.Tensor,  # [B] int64: their op pointer at this step (before the advance)
     at: slice | torch.Tensor,  # the lanes' rows: rows [0, B) (decode) or their ids (prefill)
+    values: torch.Tensor | None = None,  # [B] fp32 the values to fold in; None: this step's `now`
 ) -> None:
-    """This step's `now` folded into the rows' accumulators (the torch reference of the emit kernel's)."""
+    """This step's `now` (or `values`) folded into the rows' accumulators (the torch reference of the emit
+    kernel's)."""
     batch = measured.shape[0]
-    p, acc = buffers.now[:batch], buffers.acc[at]  # acc: [B, COLUMNS] (a copy when `at` holds ids)
+    p = buffers.now[:batch] if values is None else values
+    acc = buffers.acc[at]  # [B, COLUMNS] (a copy when `at` holds ids)
     higher = measured & (p > acc[:, MAX])
     buffers.acc[at] = torch.stack([
         acc[:, SUM] + torch.where(measured, p, 0.0),

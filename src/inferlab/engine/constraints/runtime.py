@@ -246,6 +246,30 @@ class ConstraintRuntime:
         self.advance(tokens, live, rows)
         return tokens
 
+    def forced_run(self, batch: int, width: int, live: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The copy ops that come next in rows [0, batch), before the program's last op (its EOS, which ends
+        the row: the step's own choose emits it): their tokens [batch, width] int64 (any id past a row's run)
+        and the run's length [batch] (0 for a row in a hole, unconstrained, or not `live`). Decode step only."""
+        ptr, last_op = self.ptr[:batch], self.last_op[:batch]
+        column = ptr[:, None] + torch.arange(width, device=ptr.device)[None, :]  # [batch, width]
+        inside = column < last_op[:, None]
+        column = column.minimum(last_op[:, None])
+        copy = (self.op_kind[:batch].gather(1, column) == COPY) & inside & (self.active[:batch] & live)[:, None]
+        run = copy.long().cumprod(dim=1).sum(dim=1)  # the leading copies
+        return self.op_arg[:batch].gather(1, column), run
+
+    def skip(self, batch: int, counts: torch.Tensor) -> None:
+        """Rows [0, batch) consumed `counts` [batch] of the copy ops forced_run gave them (taken into the
+        step as inputs): the pointer moves past them; a row that lands on a hole takes its start state."""
+        ptr = self.ptr[:batch]
+        moved = counts > 0
+        new_ptr = ptr + counts
+        kind = self.op_kind[:batch].gather(1, new_ptr[:, None])[:, 0]
+        arg = self.op_arg[:batch].gather(1, new_ptr[:, None])[:, 0]
+        entered = torch.where(kind == HOLE, arg, DEAD_STATE)
+        self.state[:batch] = torch.where(moved, entered, self.state[:batch])
+        self.ptr[:batch] = new_ptr
+
     def choose(self, sampled: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The tokens to emit: the copy token where a row is in a copy op, else the sample. sampled: [B]."""
         kind, arg, _, at = self._current(sampled.shape[0], rows)

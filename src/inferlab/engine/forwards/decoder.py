@@ -11,9 +11,10 @@ This class supplies the attention of each entry point, read off the spec per lay
 (`spec.rope_of(i)`), the sliding window (`spec.window(i)`, 0: global), the score soft-cap and the (1 + w) q/k
 norms (Gemma). `prefill` takes right-padded prompts (the rope kernel, then PrefillAttention over the prompt's
 unquantized K/V), `decode` one token per row (one fused rope + attention op over each row's cache slot; a
-window starts the row's scan at max(0, pos + 1 - window)). Both return the logits of the last position only,
-in the model dtype, soft-capped when `final_logit_softcapping` is set. The KV cache stays full-length for
-every layer.
+window starts the row's scan at max(0, pos + 1 - window)), `decode_packed` several consecutive positions per
+row (forced_runs.py: each attends to its row's slot up to itself). They return the logits of each row's last
+position only, in the model dtype, soft-capped when `final_logit_softcapping` is set. The KV cache stays
+full-length for every layer.
 """
 
 from __future__ import annotations
@@ -120,3 +121,28 @@ class DecoderForward:
             return out.reshape(rows, spec.num_heads * spec.head_dim)
 
         return self._logits(self._layers(tokens, attend, residual_hooks))
+
+    def decode_packed(
+        self,
+        step,  # forced_runs.PackedStep: T positions of b rows
+        cache: KVCache,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:  # logits [b, vocab] at each row's last position; [E, vocab] at step.bulk
+        """A decode step whose rows feed several consecutive positions each (forced_runs.py): every position
+        writes its K/V and attends to its row's slot up to itself; the LM head at each row's last position
+        (and at step.bulk's, when given)."""
+        total = step.tokens.shape[0]
+        spec = self.spec
+
+        def attend(i: int, layer: LayerWeights, qkv: torch.Tensor) -> torch.Tensor:
+            tables = self._tables(i)
+            out = self.ops.decode_packed_attention(
+                qkv, step.positions, tables.cos, tables.sin, layer.q_norm, layer.k_norm, spec.rms_norm_eps,
+                cache.k[i], cache.v[i], step.slots, spec.num_heads, self.scale, cache.merge_counters, step.rows,
+                window=spec.window(i), softcap=spec.attn_logit_softcap, qk_norm_offset=spec.norm_unit_offset,
+                **cache.scales(i),
+            )  # fmt: skip
+            return out.reshape(total, spec.num_heads * spec.head_dim)
+
+        h = self._layers(step.tokens, attend)  # [T, hidden]
+        bulk = self._logits(h.index_select(0, step.bulk)) if step.bulk is not None else None
+        return self._logits(h.index_select(0, step.last)), bulk
