@@ -941,3 +941,34 @@ def test_packed_decode_attention_equals_one_query_at_a_time(splits, heads, kv_he
         caches[1][0][0, :, 35:] = float("nan")
     again = run()
     torch.testing.assert_close(again[:real], ours[:real], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("kv_dtype", ["auto", "fp8"])
+def test_engine_forced_runs_on_triton_kernels_match_one_token_per_step(tiny_checkpoint, kv_dtype):
+    """The wiring of forced tokens in bulk on the Triton kernels (the rope write of every packed position, the
+    packed-rows attention, the Triton constraint runtime beside the booking): two conformers over two rows
+    give the tokens and pressure that the torch kernels give one token per step."""
+    from inferlab.constraints.program import compile_program
+    from inferlab.engine import Engine, EngineConfig
+    from inferlab.types import Request, SamplingParams
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.template import build_template
+
+    results = {}
+    for kernels, forced in (("torch", 0), ("triton", 4)):
+        engine = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=2, max_seq_len=160, kernels=kernels,
+                                     kv_dtype=kv_dtype, forced_run_tokens=forced, decode_steps_per_sync=1))  # fmt: skip
+        requests = []
+        for i, smiles in enumerate(("CO", "C=N")):
+            template = build_template(smiles, get_profile("v3-fixed4"))
+            program = compile_program(template.segments, engine.tokenizer)
+            requests.append(Request(id=f"m{i}", prompt_ids=(11, 12, 13), constraint=program,
+                                    sampling=SamplingParams(temperature=1.0, seed=8 + i)))
+        results[kernels] = (engine.generate(requests), engine.stats.decode_steps)
+    (ours, our_steps), (ref, ref_steps) = results["triton"], results["torch"]
+    assert [r.token_ids for r in ours] == [r.token_ids for r in ref]
+    for a, b in zip(ours, ref):
+        assert (a.constraint_pressure.steps, a.constraint_pressure.max_step) == (b.constraint_pressure.steps,
+                                                                               b.constraint_pressure.max_step)
+        assert a.constraint_pressure.mean == pytest.approx(b.constraint_pressure.mean, abs=1e-5)
+    assert our_steps < ref_steps
