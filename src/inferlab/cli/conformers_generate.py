@@ -73,6 +73,9 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
                      "KV cache: auto (default: the model dtype unless the reference model's quality gate shows FP8 "
                      "within the spread, on GPUs of CUDA capability >= 8.9; the summary says which and why), model "
                      "(the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; on a CPU a slower check)")
+    e.add_argument("--forced-run-tokens", type=int, default=0, metavar="N",
+                   help="feed each row up to N of the template's forced tokens per decode step as extra positions "
+                        "(0-7; default 0: one token per step): the same conformers in fewer steps")
     add_input_bound_args(p, molecules=True)
     add_overwrite_arg(p)
     add_scale_args(p)
@@ -124,7 +127,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from inferlab.workloads.conformers.pipeline.config import result_settings
     from inferlab.workloads.conformers.pipeline.output import default_jsonl_path
 
-    engine = engine_config_from(args)
+    engine = engine_config_from(args, forced_run_tokens=args.forced_run_tokens)
     outputs = [("--output", args.output, True), ("--output's rows", default_jsonl_path(args.output), True),
                ("--summary-json", args.summary_json, False)]
     with guarded(args, "conformers generate", result_settings(engine, config), {"--input": args.input}, outputs):
