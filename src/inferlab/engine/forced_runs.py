@@ -50,20 +50,36 @@ class PackedStep:
     offset: torch.Tensor  # [b] int64: where row r's booked tokens start among the E (sum(booked_<r))
     ptr: torch.Tensor  # [b] int64: the constraint's pointer before the booking (the first booked op)
     bulk: torch.Tensor | None  # [E] int64: the packed index before each booked token (pressure), or None
+    targets: torch.Tensor | None  # [E] int64: that booked token (0 where none), or None
 
 
 class ForcedRuns:
-    """The booking and packing of one engine's constrained decode steps (runner.decode_step calls them)."""
+    """The booking and packing of one engine's constrained decode steps (runner.decode_step calls them):
+    with `triton`, kernels/triton_forced_runs.py's launches; else the torch code below (the reference)."""
 
-    def __init__(self, width: int, scratch_slot: int) -> None:
+    def __init__(self, width: int, scratch_slot: int, triton: bool = False) -> None:
         self.width = width  # F
         self.scratch_slot = scratch_slot  # the KV cache's extra slot, which only padding positions write
+        self.kernels = None
+        if triton:
+            from inferlab.engine.kernels import triton_forced_runs
+
+            self.kernels = triton_forced_runs
 
     def pack(self, rows: RowState, slots: torch.Tensor, runtime, measure: bool) -> PackedStep:
         """Book rows [0, b)'s forced runs (rows: the bucket's view; slots [b]) and lay out the step's
         positions; with `measure`, the bulk positions whose logits give the booked tokens' pressure."""
+        b = rows.tokens.shape[0]
+        budget = extra_positions(b, self.width)
+        if self.kernels is not None:
+            t = self.kernels.pack(rows, slots, runtime, self.width, budget, self.scratch_slot, measure)
+            packed_rows = PackedRows(t["first"], t["count"], t["start"], slots, self.width + 1)
+            return PackedStep(t["tokens"], t["positions"], t["slots"], packed_rows, t["last"], t["booked"],
+                              t["forced"], t["offset"], t["ptr"], t["bulk"], t["targets"])
+        return self._pack_torch(rows, slots, runtime, budget, measure)
+
+    def _pack_torch(self, rows: RowState, slots: torch.Tensor, runtime, budget: int, measure: bool) -> PackedStep:
         b, width, device = rows.tokens.shape[0], self.width, rows.tokens.device
-        budget = extra_positions(b, width)
         live = rows.active & ~rows.finished
         forced, run = runtime.forced_run(b, width, live)  # [b, F], [b]
         j = torch.arange(width, device=device)
@@ -89,24 +105,27 @@ class ForcedRuns:
         tokens = packed(torch.cat([rows.tokens[:, None], forced], dim=1), 0)
         positions = packed(start[:, None] + k, 0)
         slot_of = packed(slots[:, None].expand(b, width + 1), self.scratch_slot)
-        bulk = None
+        bulk = targets = None
         if measure:
             has = j[None, :] < booked[:, None]  # [b, F]
             at = torch.where(has, offset[:, None] + j[None, :], budget).flatten()
             before = (first[:, None] + j[None, :]).flatten()  # the packed index before booked token j
-            bulk = torch.zeros(budget + 1, dtype=torch.int64, device=device).scatter_(0, at, before)[:budget]
+            empty = torch.zeros(budget + 1, dtype=torch.int64, device=device)
+            bulk = empty.clone().scatter_(0, at, before)[:budget]
+            targets = empty.scatter_(0, at, forced.flatten())[:budget]
         packed_rows = PackedRows(first, booked + 1, start, slots, width + 1)
-        return PackedStep(tokens, positions, slot_of, packed_rows, first + booked, booked, forced, offset, ptr, bulk)
+        return PackedStep(tokens, positions, slot_of, packed_rows, first + booked, booked, forced, offset, ptr, bulk,
+                          targets)
 
     def measure(self, step: PackedStep, bulk_logits: torch.Tensor, buffers: PressureBuffers, runtime) -> None:
         """The booked tokens' pressure (bulk_logits [E, V] at step.bulk) into the rows' accumulators, in
         token order, before the step's own token is measured."""
+        if self.kernels is not None:
+            values = self.kernels.copy_pressure(bulk_logits, step.targets)
+            self.kernels.accumulate(values, step.booked, step.offset, step.ptr, runtime, buffers.acc, self.width)
+            return
         b, budget = step.booked.shape[0], bulk_logits.shape[0]
-        targets = torch.zeros(budget + 1, dtype=torch.int64, device=step.forced.device)
-        j = torch.arange(self.width, device=step.forced.device)
-        at = torch.where(j[None, :] < step.booked[:, None], step.offset[:, None] + j[None, :], budget).flatten()
-        targets = targets.scatter_(0, at, step.forced.flatten())[:budget]
-        values = copy_pressure(bulk_logits, targets)  # [E]
+        values = copy_pressure(bulk_logits, step.targets)  # [E]
         constrained = runtime.active[:b]
         for i in range(self.width):
             value = values[(step.offset + i).clamp(max=budget - 1)]

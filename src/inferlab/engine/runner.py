@@ -94,7 +94,9 @@ class ModelRunner:
         cache = KVCache.allocate(spec, slots + scratch, max_len, kv_dtype, device, ops.name)
         setup = BatchSetup(spec, ops, weights.embed.dtype, device, slots, max_len, max_stop_ids, max_steered_layers,
                            seed, grammar_set, constraint_pressure, runtime_job)
-        forced_runs = ForcedRuns(forced_run_tokens, scratch_slot=slots) if forced_run_tokens else None
+        forced_runs = None
+        if forced_run_tokens:
+            forced_runs = ForcedRuns(forced_run_tokens, scratch_slot=slots, triton=ops.name == "triton")
         return cls(model, cache, RowFeatures(setup), ops, share_prompts, forced_runs)
 
     @property

@@ -972,3 +972,61 @@ def test_engine_forced_runs_on_triton_kernels_match_one_token_per_step(tiny_chec
                                                                                b.constraint_pressure.max_step)
         assert a.constraint_pressure.mean == pytest.approx(b.constraint_pressure.mean, abs=1e-5)
     assert our_steps < ref_steps
+
+
+def test_forced_runs_kernels_equal_the_torch_booking_and_pressure():
+    """kernels/triton_forced_runs.py against ForcedRuns' torch path on real constraint programs: rows at
+    different ops of their templates (a hole, a copy run, near the program's end, one idle, one finished, one
+    whose max_new leaves no room), more runs than the budget, 300 rows (two blocks of the pack kernel's walk):
+    the packed step, the booked outputs, the moved pointers and states, and the pressure accumulated."""
+    import copy
+
+    from inferlab.constraints.program import compile_program
+    from inferlab.constraints.token_automaton import grammar_set_for
+    from inferlab.engine.constraints.pressure import PressureBuffers
+    from inferlab.engine.constraints.runtime import ConstraintRuntime
+    from inferlab.engine.forced_runs import ForcedRuns
+    from inferlab.engine.rows import RowState
+    from inferlab.models.builtin_tokenizer import build_builtin_tokenizer
+    from inferlab.workloads.conformers.chemistry.profiles import get_profile
+    from inferlab.workloads.conformers.chemistry.template import build_template
+
+    tokenizer = build_builtin_tokenizer()
+    program = compile_program(build_template("CC(=O)N", get_profile("v3-fixed4")).segments, tokenizer)
+    b, width = 300, 4
+    vocab = len(tokenizer)
+    runtime = ConstraintRuntime(grammar_set_for(tokenizer), b, 256, vocab, "cpu", "torch")
+    runtime.assign_rows(list(range(b)), [program] * (b - 1) + [None])
+    g = torch.Generator().manual_seed(3)
+    runtime.ptr[:] = torch.randint(0, program.length, (b,), generator=g)  # every kind of op, the EOS op too
+    rows = RowState.allocate(b, 2, 256, torch.device("cpu"))
+    rows.active[:] = True
+    rows.active[7] = False
+    rows.finished[8] = True
+    rows.max_new[:] = 200
+    rows.n_out[:] = torch.randint(0, 150, (b,), generator=g)
+    rows.max_new[9] = rows.n_out[9] + 2  # room for one booked token at most
+    rows.positions[:] = torch.randint(5, 40, (b,), generator=g)
+    rows.tokens[:] = torch.randint(0, vocab, (b,), generator=g)
+    rows.n_stop[:], rows.n_eos[:] = 1, 1
+    rows.stop_ids[:] = program.eos_token_id
+    slots = torch.randperm(b, generator=g)
+    states = {}
+    for kind in ("torch", "triton"):
+        r, rt = copy.deepcopy(rows), copy.deepcopy(runtime)
+        forced = ForcedRuns(width, scratch_slot=b, triton=kind == "triton")
+        step = forced.pack(r, slots, rt, measure=True)
+        buffers = PressureBuffers.allocate(b, torch.device("cpu"))
+        logits = torch.randn(step.bulk.shape[0], vocab, generator=torch.Generator().manual_seed(5))
+        forced.measure(step, logits, buffers, rt)
+        states[kind] = (step, r, rt, buffers)
+    (ours, r1, rt1, buf1), (ref, r0, rt0, buf0) = states["triton"], states["torch"]
+    assert ref.booked.sum() == ref.bulk.shape[0] > 0 and (ref.booked == 0).sum() > 0  # the budget was binding
+    for name in ("tokens", "positions", "slots", "last", "booked", "offset", "ptr", "bulk", "targets"):
+        assert torch.equal(getattr(ours, name), getattr(ref, name)), name
+    for a, c in zip(ours.rows[:4], ref.rows[:4]):
+        assert torch.equal(a, c)
+    for name in ("out", "n_out", "positions"):
+        assert torch.equal(getattr(r1, name), getattr(r0, name)), name
+    assert torch.equal(rt1.ptr, rt0.ptr) and torch.equal(rt1.state, rt0.state)
+    torch.testing.assert_close(buf1.acc, buf0.acc, atol=1e-6, rtol=1e-5)
