@@ -40,8 +40,9 @@ def _rows_attention_kernel(
     Q, FIRST, COUNT, POS, SLOT, K_CACHE, V_CACHE, OUT, O_PART, LSE_PART, COUNTER,
     stride_qt, stride_qh, stride_ks, stride_kh, stride_kn, stride_ot, stride_oh,
     stride_pb, stride_pk, stride_pi, stride_ps, stride_lb, stride_lk, stride_li,
-    scale, splits, window, softcap,
-    NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, HEAD_DIM: tl.constexpr,
+    scale, splits, window, softcap, rows, total,
+    NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, BLOCK_GROUP: tl.constexpr, BLOCK_Q: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, SOFTCAP: tl.constexpr,
     K_SCALE, V_SCALE, stride_ss, stride_sh, KV_FP8: tl.constexpr, DOT_TY: tl.constexpr,
 ):  # fmt: skip
@@ -125,6 +126,13 @@ def _rows_attention_kernel(
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m = m_new
     acc = acc * v_unit
+    if (row == rows - 1) & (split == 0):  # the positions after the last row's are padding: zeros (its heads)
+        hd = tl.arange(0, BLOCK_GROUP)
+        pad_at = (kv_head * GROUP + hd)[:, None] * stride_oh + d[None, :]
+        pad_mask = (hd < GROUP)[:, None] & dmask[None, :]
+        for p in range(first + count, total):
+            tl.store(OUT + p * stride_ot + pad_at,
+                     tl.zeros([BLOCK_GROUP, BLOCK_D], tl.float32).to(OUT.dtype.element_ty), mask=pad_mask)
     empty = denom == 0.0  # no key of this share is seen by the tile row
     out = tl.where(empty[:, None], 0.0, acc * (1.0 / tl.where(empty, 1.0, denom))[:, None])
     out_ptr = OUT + (first + query).to(tl.int64)[:, None] * stride_ot + heads[:, None] * stride_oh + d[None, :]
@@ -184,7 +192,7 @@ def rows_attention(
         span = min(max_len, window + max_count) if window else max_len
         splits = choose_splits(b, kv_heads, span, target, block_n)
     block_q = max(16, triton.next_power_of_2(max_count * group))
-    out = torch.zeros((total, num_heads, head_dim), dtype=q.dtype, device=q.device)
+    out = torch.empty((total, num_heads, head_dim), dtype=q.dtype, device=q.device)  # padding: zeroed by the kernel
     if splits == 1:
         o_part, lse_part = out.view(1, 1, 1, 1, -1), out.view(1, 1, 1, -1)  # unused
     else:
@@ -195,8 +203,9 @@ def rows_attention(
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), out.stride(0), out.stride(1),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), o_part.stride(3),
         lse_part.stride(0), lse_part.stride(1), lse_part.stride(2),
-        scale, splits, window, 1.0 if softcap is None else softcap,
-        NUM_KV_HEADS=kv_heads, GROUP=group, BLOCK_Q=block_q, HEAD_DIM=head_dim,
+        scale, splits, window, 1.0 if softcap is None else softcap, b, total,
+        NUM_KV_HEADS=kv_heads, GROUP=group, BLOCK_GROUP=triton.next_power_of_2(group), BLOCK_Q=block_q,
+        HEAD_DIM=head_dim,
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_N=block_n,
         IEEE=q.dtype == torch.float32, SOFTCAP=softcap is not None,
         K_SCALE=k_scale if fp8 else q, V_SCALE=v_scale if fp8 else q,
