@@ -48,7 +48,7 @@ class AttentionConfig:
 
 
 @triton.jit
-def _rotated_head(
+def rotated_heads(
     SRC, NORM, c, s, d, dmask, eps, HEAD_DIM: tl.constexpr, QK_NORM: tl.constexpr, NORM_OFFSET: tl.constexpr, DTYPE
 ):
     """One head's [.., half] halves from qkv (SRC points at the head; d broadcasts over leading dims), with
@@ -72,7 +72,7 @@ def _rotated_head(
 
 
 @triton.jit
-def _scores(sc, scale, softcap, SOFTCAP: tl.constexpr):
+def capped_scores(sc, scale, softcap, SOFTCAP: tl.constexpr):
     """q . k -> the score the softmax sees: times scale, then Gemma 2's cap * tanh(score / cap)."""
     sc = sc * scale
     if SOFTCAP:
@@ -81,7 +81,7 @@ def _scores(sc, scale, softcap, SOFTCAP: tl.constexpr):
 
 
 @triton.jit
-def _fp8_dot_query(q1, q2, scale, DOT_TY: tl.constexpr):
+def fp8_dot_query(q1, q2, scale, DOT_TY: tl.constexpr):
     """The query halves [BLOCK_H, HALF_BLOCK] for dots with e4m3 tiles converted to DOT_TY: each head times
     2^-e, e its largest |element|'s exponent (so that element lands in [1, 2)), then cast: exact from bf16 in
     fp16's normal range, and never past fp16's 65504. Returns them and scale x 2^e [BLOCK_H], the factor of
@@ -179,7 +179,7 @@ def _rope_attention_kernel(
     s = tl.load(SIN + pos * stride_cos + d, mask=dmask, other=0.0)
     qmask = hmask[:, None] & dmask[None, :]
     q_src = QKV + row * stride_t + heads[:, None] * HEAD_DIM
-    q1, q2 = _rotated_head(
+    q1, q2 = rotated_heads(
         q_src, QNORM, c[None, :], s[None, :], d[None, :], qmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, dtype
     )
 
@@ -191,7 +191,7 @@ def _rope_attention_kernel(
     cached_end = tl.minimum(end, pos)  # the cache holds [0, pos); pos itself comes from qkv below
     if KV_FP8:
         # q in the dots' type times 2^-e per head (exact); each score gets 2^e x scale back with its k_scale
-        q1, q2, q_scale = _fp8_dot_query(q1, q2, scale, DOT_TY)
+        q1, q2, q_scale = fp8_dot_query(q1, q2, scale, DOT_TY)
         v_unit = tl.full([BLOCK_H], 1.0, tl.float32)  # acc's unit: the last tile's largest v_scale (_fp8_tile)
         for n0 in range(start, cached_end, BLOCK_N):
             m, denom, acc, v_unit = _fp8_tile(
@@ -212,7 +212,7 @@ def _rope_attention_kernel(
                 sc = tl.dot(q1, tl.trans(k1), input_precision="ieee") + tl.dot(q2, tl.trans(k2), input_precision="ieee")
             else:
                 sc = tl.dot(q1, tl.trans(k1)) + tl.dot(q2, tl.trans(k2))
-            sc = tl.where(nmask[None, :], _scores(sc, scale, softcap, SOFTCAP), float("-inf"))  # [BLOCK_H, BLOCK_N]
+            sc = tl.where(nmask[None, :], capped_scores(sc, scale, softcap, SOFTCAP), float("-inf"))  # [BLOCK_H, BLOCK_N]
             m_new = tl.maximum(m, tl.max(sc, axis=1))
             alpha = tl.exp(m - m_new)
             p = tl.exp(sc - m_new[:, None])
@@ -225,7 +225,7 @@ def _rope_attention_kernel(
             m = m_new
     if (pos >= start) & (pos < end):  # this share holds the new token: cache it and fold it in
         k_src = QKV + row * stride_t + (NUM_HEADS + kv_head) * HEAD_DIM
-        k1, k2 = _rotated_head(k_src, KNORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, dtype)
+        k1, k2 = rotated_heads(k_src, KNORM, c, s, d, dmask, eps, HEAD_DIM, QK_NORM, NORM_OFFSET, dtype)
         v_new = tl.load(QKV + row * stride_t + (NUM_HEADS + NUM_KV_HEADS + kv_head) * HEAD_DIM + dv, mask=dvmask)
         cache_at = kv_base + pos * stride_kn
         if KV_FP8:  # quantize where written; fold in the rounded values the cache now holds
@@ -243,7 +243,7 @@ def _rope_attention_kernel(
             tl.store(V_SCALE + scale_base + pos, v_scale)
             sc_new = tl.sum(q1.to(tl.float32) * k1q[None, :], axis=1)
             sc_new = (sc_new + tl.sum(q2.to(tl.float32) * k2q[None, :], axis=1)) * k_scale
-            sc_new = _scores(sc_new, q_scale, softcap, SOFTCAP)  # [BLOCK_H]
+            sc_new = capped_scores(sc_new, q_scale, softcap, SOFTCAP)  # [BLOCK_H]
             m_new = tl.maximum(m, sc_new)
             alpha = tl.exp(m - m_new)
             p_new = tl.exp(sc_new - m_new)
@@ -256,7 +256,7 @@ def _rope_attention_kernel(
             tl.store(V_CACHE + cache_at + dv, v_new, mask=dvmask)
             sc_new = tl.sum(q1.to(tl.float32) * k1.to(tl.float32)[None, :], axis=1)
             sc_new = sc_new + tl.sum(q2.to(tl.float32) * k2.to(tl.float32)[None, :], axis=1)
-            sc_new = _scores(sc_new, scale, softcap, SOFTCAP)  # [BLOCK_H]
+            sc_new = capped_scores(sc_new, scale, softcap, SOFTCAP)  # [BLOCK_H]
             m_new = tl.maximum(m, sc_new)
             alpha = tl.exp(m - m_new)
             p_new = tl.exp(sc_new - m_new)

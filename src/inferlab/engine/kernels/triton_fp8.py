@@ -53,3 +53,16 @@ def e4m3_scale(x1, x2):
 def to_e4m3(x, scale):
     """fp32 x / scale on the e4m3 grid, as fp32 (cast it to fp8: exact); an all-zero head (scale 0) gives 0."""
     return _round_e4m3(tl.math.div_rn(x, tl.where(scale > 0, scale, 1.0)))
+
+
+@triton.jit
+def _amax_rows(x):
+    """max |x| along the last axis of a 2-D block; NaN where a row holds a NaN."""
+    total = tl.sum(x, axis=1)
+    return tl.where(total != total, total, tl.max(tl.abs(x), axis=1))
+
+
+@triton.jit
+def e4m3_scales(x1, x2):
+    """e4m3_scale of each row of a 2-D block (one head per row, as two fp32 halves): [rows] fp32."""
+    return tl.math.div_rn(_nan_max(_amax_rows(x1), _amax_rows(x2)), 448.0)
