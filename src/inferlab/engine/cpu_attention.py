@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from inferlab.engine import torch_ops
-from inferlab.engine.attention import decode_rope_attention_torch
+from inferlab.engine.attention import PackedRows, decode_rope_attention_torch, packed_decode_attention
 
 
 def _row_kv(cache: torch.Tensor, slots: torch.Tensor, span: int) -> torch.Tensor:
@@ -91,3 +91,51 @@ def decode_rope_attention_cpu(
         qk_norm_offset=qk_norm_offset,
     )  # fmt: skip
     return decode_attention_cpu(q, k_cache, v_cache, slots, positions + 1, scale, max_len_hint, window, softcap)
+
+
+def decode_packed_attention_cpu(
+    qkv: torch.Tensor,  # [T, (heads + 2 * kv_heads) * head_dim]
+    positions: torch.Tensor,  # [T] int64
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    q_norm: torch.Tensor | None,
+    k_norm: torch.Tensor | None,
+    eps: float,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,  # [T] int64
+    num_heads: int,
+    scale: float,
+    counters: torch.Tensor | None,  # unused (the Triton kernel's)
+    rows: PackedRows,
+    *,
+    window: int = 0,
+    softcap: float | None = None,
+    qk_norm_offset: bool = False,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+) -> torch.Tensor:  # [T, heads, head_dim]; padding positions 0
+    """The packed step's attention on the CPU (Ops.decode_packed_attention): the rope and K/V write of every
+    position, then each row's first query as decode_attention_cpu reads it (over views of the slots while
+    rows own slots 0..b-1) and the booked positions' queries (a few per step: their K/V gathered). Equal
+    to attention.packed_decode_attention up to float rounding; an fp8 cache takes that reference."""
+    if k_scale is not None:
+        return packed_decode_attention(decode_rope_attention_torch)(
+            qkv, positions, cos, sin, q_norm, k_norm, eps, k_cache, v_cache, slots, num_heads, scale, counters,
+            rows, window=window, softcap=softcap, qk_norm_offset=qk_norm_offset, k_scale=k_scale, v_scale=v_scale,
+        )  # fmt: skip
+    q, _, _ = torch_ops.rope_qkv(
+        qkv, positions, cos, sin, q_norm, k_norm, eps, k_cache, v_cache, slots, num_heads, return_kv=False,
+        qk_norm_offset=qk_norm_offset,
+    )  # fmt: skip
+    out = torch.zeros_like(q)  # [T, heads, head_dim]
+    out[rows.first] = decode_attention_cpu(q[rows.first], k_cache, v_cache, rows.slot, rows.position + 1, scale,
+                                           window=window, softcap=softcap)  # fmt: skip
+    later = torch.ones(q.shape[0], dtype=torch.bool)
+    later[rows.first] = False
+    later[int(rows.first[-1] + rows.count[-1]):] = False  # the padding after the last row's positions
+    extra = later.nonzero()[:, 0]  # the booked positions (a free host read on the CPU)
+    if extra.numel():
+        out[extra] = decode_attention_cpu(q[extra], k_cache, v_cache, slots[extra], positions[extra] + 1, scale,
+                                          window=window, softcap=softcap)  # fmt: skip
+    return out

@@ -74,11 +74,11 @@ def _torch_ops(device: torch.device | None = None) -> Ops:
     )
     if device is None or device.type != "cpu":  # None: the reference set (tests)
         return ops
-    from inferlab.engine.cpu_attention import decode_rope_attention_cpu
+    from inferlab.engine.cpu_attention import decode_packed_attention_cpu, decode_rope_attention_cpu
     from inferlab.engine.cpu_sampling import race_argmax_cpu
 
     return dataclasses.replace(ops, decode_rope_attention=decode_rope_attention_cpu,
-                               decode_packed_attention=packed_decode_attention(decode_rope_attention_cpu),
+                               decode_packed_attention=decode_packed_attention_cpu,
                                race_argmax=race_argmax_cpu)
 
 

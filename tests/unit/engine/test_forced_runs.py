@@ -1,6 +1,7 @@
-"""Forced tokens in bulk (engine/forced_runs.py) on the CPU: constrained conformer requests give the tokens and
-the constraint pressure that one token per step gives, in fewer decode steps, greedy and sampled, with more
-rows than the step's budget of booked positions; the packing's layout itself on a hand-made batch."""
+"""Forced tokens in bulk (engine/forced_runs.py) on the CPU: constrained conformer requests on the reference
+model (a trained model: its pressures are far from 1, so where their max falls is decided) give the tokens
+and the constraint pressure that one token per step gives, in fewer decode steps, greedy and sampled, with
+more rows than the step's budget of booked positions; the packing's layout itself on a hand-made batch."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ import torch
 from inferlab.engine import Engine, EngineConfig
 from inferlab.engine.forced_runs import ForcedRuns, extra_positions
 from inferlab.errors import ConfigError
+from inferlab.workloads.conformers.reference_model import reference_model_dir
 from tests.unit.engine.test_engine_constrained import _assert_valid, _conformer_request, small_nci_molecules
 
 pytestmark = pytest.mark.usefixtures("one_cpu_thread")
+REFERENCE = str(reference_model_dir())
 
 
 def _run(checkpoint: str, forced: int, sampling: dict, molecules, slots: int = 4):
-    config = EngineConfig(model=checkpoint, max_slots=slots, max_seq_len=512, decode_steps_per_sync=8,
+    config = EngineConfig(model=checkpoint, max_slots=slots, max_seq_len=1024, decode_steps_per_sync=8,
                           dtype="float32", forced_run_tokens=forced)
     with Engine(config) as engine:
         pairs = [_conformer_request(engine, f"m{i}", smiles, **sampling) for i, smiles in enumerate(molecules)]
@@ -27,10 +30,10 @@ def _run(checkpoint: str, forced: int, sampling: dict, molecules, slots: int = 4
 
 
 @pytest.mark.parametrize("sampling", [dict(temperature=0.0), dict(temperature=1.0, seed=3)], ids=["greedy", "t1"])
-def test_forced_runs_give_the_same_conformers_in_fewer_steps(tiny_checkpoint, sampling):
+def test_forced_runs_give_the_same_conformers_in_fewer_steps(sampling):
     molecules = small_nci_molecules(8, 6)  # 6 requests over 4 rows: admissions while runs are booked
-    single, single_steps = _run(tiny_checkpoint("tiny-qwen3"), 0, sampling, molecules)
-    bulk, bulk_steps = _run(tiny_checkpoint("tiny-qwen3"), 4, sampling, molecules)
+    single, single_steps = _run(REFERENCE, 0, sampling, molecules)
+    bulk, bulk_steps = _run(REFERENCE, 4, sampling, molecules)
     for one, many in zip(single, bulk):
         assert many.token_ids == one.token_ids
         assert many.constraint_pressure.steps == one.constraint_pressure.steps == len(one.token_ids)
@@ -40,11 +43,11 @@ def test_forced_runs_give_the_same_conformers_in_fewer_steps(tiny_checkpoint, sa
     assert bulk_steps < 0.95 * single_steps, (bulk_steps, single_steps)
 
 
-def test_a_budget_of_one_run_still_gives_every_token(tiny_checkpoint):
+def test_a_budget_of_one_run_still_gives_every_token():
     """One row at a time: a budget of exactly one run (F positions), long runs split over several steps."""
     molecules = small_nci_molecules(8, 2)
-    single, _ = _run(tiny_checkpoint("tiny-qwen3"), 0, dict(temperature=0.0), molecules, slots=1)
-    bulk, _ = _run(tiny_checkpoint("tiny-qwen3"), 2, dict(temperature=0.0), molecules, slots=1)
+    single, _ = _run(REFERENCE, 0, dict(temperature=0.0), molecules, slots=1)
+    bulk, _ = _run(REFERENCE, 2, dict(temperature=0.0), molecules, slots=1)
     assert [r.token_ids for r in bulk] == [r.token_ids for r in single]
 
 
