@@ -50,9 +50,18 @@ class GemmPlan:
     choices: dict = field(default_factory=dict)  # {(name, rows): SkinnyConfig | MlpChoice}
     counters: torch.Tensor | None = None  # the split-K tile counters every Triton launch shares (zero between)
     activation: str = "silu"  # what act_mul computes, fused by the Triton MLP forms: "silu" or "gelu_tanh"
+    buckets: tuple[int, ...] = ()  # the row counts timed (<= MAX_ROWS)
+
+    def choice(self, name: str, rows: int):
+        """The choice at `rows`: its own, or for rows that are no timed bucket (a packed decode step's rows +
+        booked positions: forced_runs.py) the smallest timed bucket's above them; None: cuBLAS."""
+        if (name, rows) in self.choices:
+            return self.choices[(name, rows)]
+        above = [b for b in self.buckets if b >= rows]
+        return self.choices.get((name, min(above))) if above else None
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, name: str) -> torch.Tensor:
-        config = self.choices.get((name, x.shape[0])) if bias is None else None
+        config = self.choice(name, x.shape[0]) if bias is None else None
         if config is None:
             return F.linear(x, w, bias)
         from inferlab.engine.kernels.triton_gemm import skinny_linear
@@ -61,7 +70,7 @@ class GemmPlan:
 
     def mlp(self, h: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
         """(act(h @ gate^T) * (h @ up^T)) @ w_down^T for h [T, hidden] -> [T, hidden]."""
-        choice = self.choices.get(("mlp", h.shape[0]))
+        choice = self.choice("mlp", h.shape[0])
         if choice is None:
             return F.linear(self.act_mul(F.linear(h, w_gate_up)), w_down)
         from inferlab.engine.kernels.triton_gemm import skinny_linear
@@ -152,6 +161,7 @@ def plan_from_json(
                 raise ValueError(f"choice {label} has kind {kind!r}")
             plan.choices[(name, int(rows))] = MlpChoice(kind, config) if name == "mlp" else config
         timings = dict(value["timings"])
+        plan.buckets = tuple(sorted({int(label.split("@")[1]) for label in timings}))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"not a GEMM plan ({e})") from None
     return plan, timings
@@ -177,6 +187,7 @@ def tune_gemm_plan(
     """Time cuBLAS against the Triton candidates for each projection and bucket <= MAX_ROWS; returns the plan
     and the timings {"name@rows": {impl: us}}. act_mul / activation: the MLP's gate product (GemmPlan)."""
     plan = _empty_plan(weights, act_mul, device, activation)
+    plan.buckets = tuple(b for b in buckets if b <= MAX_ROWS)
     layers = weights.layers
     timings: dict[str, dict[str, float]] = {}
     flush = torch.empty(96 * 1024**2 // 4, dtype=torch.float32, device=device)  # 96 MB: > the L2 of an H100/H200

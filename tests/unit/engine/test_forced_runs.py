@@ -109,3 +109,12 @@ def test_the_packing_lays_rows_out_within_the_budget():
 def test_forced_run_tokens_is_bounded():
     with pytest.raises(ConfigError, match="forced_run_tokens"):
         EngineConfig(model="x", forced_run_tokens=8)
+
+
+def test_a_packed_steps_rows_take_the_gemm_choice_of_the_bucket_above():
+    from inferlab.engine.gemm_plan import GemmPlan
+
+    plan = GemmPlan(act_mul=None, choices={("o", 16): "triton 16", ("mlp", 8): "triton 8"}, buckets=(1, 2, 4, 8, 16, 24))
+    assert [plan.choice("o", rows) for rows in (16, 12, 9, 20, 24, 30, 80)] == [
+        "triton 16", "triton 16", "triton 16", None, None, None, None]  # fmt: skip
+    assert plan.choice("mlp", 5) == "triton 8" and plan.choice("mlp", 4) is None  # a timed bucket keeps its own
