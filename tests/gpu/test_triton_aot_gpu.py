@@ -22,7 +22,7 @@ import torch
 pytestmark = pytest.mark.gpu
 MODULES = ["triton_gemm", "triton_attention", "triton_rope", "triton_norm", "triton_filter", "triton_sampling",
            "triton_top_p", "triton_collect", "triton_step", "triton_kv_copy", "step_kernels", "triton_varlen_attention",
-           "triton_rope_inplace", "triton_fp8_rows", "triton_gemm_wide"]
+           "triton_rope_inplace", "triton_fp8_rows", "triton_gemm_wide", "triton_attention_rows", "triton_forced_runs"]
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -2,8 +2,8 @@
 its argument types, constexpr flags, the 16-divisibility hints the JIT derives for aligned sizes, and its
 launch options, at the bf16 shapes the engine launches, their Gemma variants (head_dim 256, windows,
 soft-caps, (1 + w) norms, post-norms, GeGLU), steering's, the fp8 KV cache's variants of the rope write
-and the decode attention (fp8e4nv: sm_89 and newer; fp16 dots on the e4m3 tiles), and the packed prefill's
-kernels. A new kernel or constexpr flag gets a case here."""
+and the decode attention (fp8e4nv: sm_89 and newer; fp16 dots on the e4m3 tiles), the packed decode step's
+(forced tokens in bulk: its attention, booking and pressure), and the packed prefill's kernels. A new kernel or constexpr flag gets a case here."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ import triton.language as tl
 from inferlab.engine.constraints import step_kernels
 from inferlab.engine.kernels import (
     triton_attention,
+    triton_attention_rows,
     triton_collect,
     triton_filter,
+    triton_forced_runs,
     triton_fp8_rows,
     triton_gemm,
     triton_gemm_wide,
@@ -86,6 +88,21 @@ def kernel_cases(full: bool) -> list[tuple[str, object, dict, dict, list[str], d
                 out.append((f"rope attention {kv} cache {name} d256 n{block_n} w{warps} s{stages}",
                             triton_attention._rope_attention_kernel, att, c, att_aligned,
                             dict(num_warps=warps, num_stages=stages)))  # fmt: skip
+        # the packed decode step's attention (forced tokens in bulk): rows of 1 + 4 positions, GQA groups of 2 and 4
+        rows_att = {**{k: v for k, v in att.items() if k not in ("stride_ob", "stride_pb", "stride_ph", "stride_ps",
+                                                                "stride_lb", "stride_lh")},
+                    "FIRST": "*i64", "COUNT": "*i64", "stride_ot": "i32", "rows": "i32", "total": "i32"}
+        rows_att.update({n: "i32" for n in "stride_pb stride_pk stride_pi stride_ps stride_lb stride_lk stride_li".split()})
+        rows_config = triton_attention_rows.rows_config(128, fp8)
+        for heads, kv_heads, head_dim, qk_norm in ((16, 8, 128, True), (16, 4, 64, False)):
+            group = heads // kv_heads
+            c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=group, BLOCK_GROUP=group,
+                     BLOCK_Q=max(16, triton.next_power_of_2(5 * group)), BLOCK_C=16, HEAD_DIM=head_dim,
+                     HALF_BLOCK=max(16, head_dim // 2), BLOCK_D=head_dim, BLOCK_N=rows_config.block_n, QK_NORM=qk_norm,
+                     IEEE=False, SOFTCAP=False, NORM_OFFSET=False, KV_FP8=fp8, DOT_TY=tl.float16)  # fmt: skip
+            out.append((f"packed rows attention {kv} cache d{head_dim} group {group}",
+                        triton_attention_rows._rows_attention_kernel, rows_att, c, att_aligned,
+                        dict(num_warps=rows_config.num_warps, num_stages=rows_config.num_stages)))  # fmt: skip
         rope = dict(QKV="*bf16", POS="*i64", SLOT="*i64", COS="*fp32", SIN="*fp32", QNORM="*bf16", KNORM="*bf16",
                     Q_OUT="*bf16", K_OUT="*bf16", V_OUT="*bf16", K_CACHE=f"*{kv}", V_CACHE=f"*{kv}", K_SCALE="*fp32",
                     V_SCALE="*fp32", eps="fp32")  # fmt: skip
@@ -246,6 +263,21 @@ def packed_prefill_kernels(full: bool) -> list[tuple[str, object, dict, dict, li
     for block in (1024, 4096):
         out.append((f"fp8 row quantization block {block}", triton_fp8_rows._quantize_rows_kernel, quant,
                     dict(BLOCK=block), ["X", "Q", "stride_x", "stride_q"], dict(num_warps=8 if block >= 2048 else 4)))
+    # forced tokens in bulk: the booking + packing walk, the copy pressure, its accumulation
+    pack = {n: "*i64" for n in ("TOKENS POSITIONS N_OUT MAX_NEW STOP N_STOP OUT SLOTS PTR LAST KIND ARG STATE P_TOKENS "
+                                "P_POSITIONS P_SLOTS FIRST COUNT START LAST_AT BOOKED OFFSET PTR0 FORCED BULK "
+                                "TARGETS").split()}
+    pack.update(ACTIVE="*i1", FINISHED="*i1", RT_ACTIVE="*i1", rows="i32", budget="i32", total="i32",
+                scratch_slot="i32", op_stride="i32", out_stride="i32", out_cap="i32")  # fmt: skip
+    for measure in (True, False):
+        c = dict(WIDTH=4, STOPS=8, BLOCK=256, MEASURE=measure, COPY_KIND=1, HOLE_KIND=2, DEAD=0)
+        out.append((f"forced runs pack measure={measure}", triton_forced_runs._pack_kernel, pack, c, [], {}))
+    out.append(("forced runs copy pressure", triton_forced_runs._copy_pressure_kernel,
+                dict(LOGITS="*bf16", TARGET="*i64", OUT="*fp32", stride_l="i32", vocab="i32"),
+                dict(BLOCK_V=triton_forced_runs.BLOCK_V), [], {}))  # fmt: skip
+    out.append(("forced runs accumulate", triton_forced_runs._accumulate_kernel,
+                dict(VALUES="*fp32", BOOKED="*i64", OFFSET="*i64", PTR0="*i64", RT_ACTIVE="*i1", ACC="*fp32", rows="i32"),
+                dict(WIDTH=4, BLOCK=256), [], {}))  # fmt: skip
     return out
 
 

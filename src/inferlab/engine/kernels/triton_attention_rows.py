@@ -224,6 +224,16 @@ def _rows_attention_kernel(
             tl.atomic_xchg(counter, 0)  # ready for the next layer's launch and the next replay
 
 
+# head_dim <= 128 with an fp8 cache: the one-query kernel's tiles at 2 warps, not 1: with the new keys' rope and
+# quantization beside the query tile, one warp runs out of registers (ptxas for sm_90: 255 registers and ~1 KB
+# of spill stores at 1 warp, 4 B at 2, none at 4)
+FP8_ROWS_CONFIG = AttentionConfig(block_n=32, num_warps=2, num_stages=3, programs_per_sm=4)
+
+
+def rows_config(head_dim: int, fp8: bool) -> AttentionConfig:
+    return FP8_ROWS_CONFIG if fp8 and head_dim <= 128 else default_config(head_dim, fp8)
+
+
 def decode_packed_attention(
     qkv: torch.Tensor,  # [T, (heads + 2 * kv_heads) * head_dim]: the packed positions' qkv projection
     positions: torch.Tensor,  # [T] int64 (the rows' positions are read from `rows`; padding has none)
@@ -245,7 +255,7 @@ def decode_packed_attention(
     qk_norm_offset: bool = False,
     k_scale: torch.Tensor | None = None,  # [slots, kv_heads, max_len] fp32 when the cache is fp8
     v_scale: torch.Tensor | None = None,
-    config: AttentionConfig | None = None,  # None: triton_attention.default_config(head_dim, fp8)
+    config: AttentionConfig | None = None,  # None: rows_config(head_dim, fp8)
     splits: int | None = None,  # None: from config.programs_per_sm (choose_splits)
 ) -> torch.Tensor:  # [T, heads, head_dim] in qkv's dtype; padding positions: 0
     """Ops.decode_packed_attention: rope, the K/V write of every row's new positions and the attention, one
@@ -257,7 +267,7 @@ def decode_packed_attention(
     assert qkv.stride(-1) == 1 and k_cache.stride(-1) == 1 and k_cache.stride() == v_cache.stride()
     assert counters.numel() >= b * kv_heads and counters.dtype == torch.int32
     group = num_heads // kv_heads
-    config = config or default_config(head_dim, fp8)
+    config = config or rows_config(head_dim, fp8)
     if splits is None:
         target = config.programs_per_sm * device_props.sm_count(qkv.device, cpu_value=8)
         span = min(max_len, window) if window else max_len

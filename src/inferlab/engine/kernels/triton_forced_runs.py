@@ -101,14 +101,15 @@ def _pack_kernel(
         tl.store(LAST_AT + r, first + booked, mask=m)
         tl.store(BOOKED + r, booked, mask=m)
         tl.store(OFFSET + r, offset, mask=m)
-    for p0 in range(rows + booked_carry, total, BLOCK):  # the padding after the last row's positions
+    booked_total = booked_carry.to(tl.int32)
+    for p0 in range(rows + booked_total, total, BLOCK):  # the padding after the last row's positions
         p = p0 + tl.arange(0, BLOCK)
         pm = p < total
         tl.store(P_TOKENS + p, tl.zeros([BLOCK], tl.int64), mask=pm)
         tl.store(P_POSITIONS + p, tl.zeros([BLOCK], tl.int64), mask=pm)
         tl.store(P_SLOTS + p, tl.zeros([BLOCK], tl.int64) + scratch_slot, mask=pm)
     if MEASURE:
-        for q0 in range(booked_carry, budget, BLOCK):  # bulk entries no booked token uses
+        for q0 in range(booked_total, budget, BLOCK):  # bulk entries no booked token uses
             q = q0 + tl.arange(0, BLOCK)
             tl.store(BULK + q, tl.zeros([BLOCK], tl.int64), mask=q < budget)
             tl.store(TARGETS + q, tl.zeros([BLOCK], tl.int64), mask=q < budget)
