@@ -114,7 +114,7 @@ class Engine:
         self.runner = ModelRunner.build(self.spec, model_class, weights, self.ops, self.kv_dtype, slots, max_len,
                                         config.max_stop_ids, config.share_prompts, config.max_steered_layers,
                                         config.seed, grammar_set, config.constraint_pressure, runtime_job,
-                                        config.forced_run_tokens)
+                                        config.forced_run_tokens, config.forced_run_budget)
         # a chunk's tokens per row: the prefill's, then up to (1 + forced_run_tokens) per step
         self._snapshots = SnapshotBuffers(slots, config.decode_steps_per_sync * (1 + config.forced_run_tokens) + 1,
                                           self.device,

@@ -4,7 +4,7 @@ as extra query positions, so a run of forced tokens costs one step instead of on
 With EngineConfig.forced_run_tokens = F > 0, a constrained decode step over rows [0, b) first books, per
 live row, the copy ops that follow its newest token (at most F; never the program's last op (its EOS), a
 stop id, or the last token max_new allows: those end a row and stay with the step's own choose and record),
-within the step's budget of E = extra_positions(b, F) positions, rows in order (a run past the budget waits
+within the step's budget of E = extra_positions(b, F, share) positions, rows in order (a run past the budget waits
 for a later step, which books it then). The booked tokens go into the row's output and the constraint's
 pointer moves past them (rows.book_, runtime.skip). The forward then runs over T = b + E packed positions:
     row r: [its newest token at p, its booked c_1..c_e at p+1..p+e] at packed [o_r, o_r + e], o_r = r + sum(e_<r)
@@ -21,6 +21,7 @@ All of it is tensor work of fixed shapes per bucket: the decode graphs capture i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -30,10 +31,11 @@ from inferlab.engine.constraints.pressure import PressureBuffers, accumulate, co
 from inferlab.engine.rows import RowState
 
 
-def extra_positions(rows: int, width: int) -> int:
-    """E, the booked positions a step over `rows` rows has room for: a quarter of its rows (forced tokens
-    are ~12% of a conformer job's, in runs of 2-7), and at least one whole run."""
-    return min(rows * width, max(width, -(-rows // 4)))
+def extra_positions(rows: int, width: int, share: float = 0.25) -> int:
+    """E, the booked positions a step over `rows` rows has room for: `share` of its rows (forced tokens are
+    ~12% of a conformer job's, in runs of 2-7; a quarter keeps 1.117x of the 1.129x fewer steps at F = 4:
+    benchmarks/checks/2026-12-04c-forced-run-budget), and at least one whole run."""
+    return min(rows * width, max(width, math.ceil(rows * share)))
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,9 @@ class ForcedRuns:
     """The booking and packing of one engine's constrained decode steps (runner.decode_step calls them):
     with `triton`, kernels/triton_forced_runs.py's launches; else the torch code below (the reference)."""
 
-    def __init__(self, width: int, scratch_slot: int, triton: bool = False) -> None:
+    def __init__(self, width: int, scratch_slot: int, triton: bool = False, share: float = 0.25) -> None:
         self.width = width  # F
+        self.share = share  # the step's budget of booked positions per row (extra_positions)
         self.scratch_slot = scratch_slot  # the KV cache's extra slot, which only padding positions write
         self.kernels = None
         if triton:
@@ -70,7 +73,7 @@ class ForcedRuns:
         """Book rows [0, b)'s forced runs (rows: the bucket's view; slots [b]) and lay out the step's
         positions; with `measure`, the bulk positions whose logits give the booked tokens' pressure."""
         b = rows.tokens.shape[0]
-        budget = extra_positions(b, self.width)
+        budget = extra_positions(b, self.width, self.share)
         if self.kernels is not None:
             t = self.kernels.pack(rows, slots, runtime, self.width, budget, self.scratch_slot, measure)
             packed_rows = PackedRows(t["first"], t["count"], t["start"], slots, self.width + 1)

@@ -79,14 +79,15 @@ class ModelRunner:
     def build(cls, spec: ModelSpec, model_class: type, weights: ModelWeights, ops: Ops, kv_dtype: torch.dtype,
               slots: int, max_len: int, max_stop_ids: int, share_prompts: bool, max_steered_layers: int = 8,
               seed: int = 0, grammar_set: Any = None, constraint_pressure: bool = True,
-              runtime_job: Any = None, forced_run_tokens: int = 0) -> "ModelRunner":
+              runtime_job: Any = None, forced_run_tokens: int = 0,
+              forced_run_budget: float = 0.25) -> "ModelRunner":
         """The model (`model_class`: the registry's forward) over `weights`, with its rope tables, a KV cache
         of `slots` x `max_len` and the row features, on the weights' device (the engine's, or "meta" for the
         kernel precompile's dry run: engine/kernel_precompile.py). `seed`, `grammar_set`,
         `constraint_pressure`: the intake's (the engine's seed, the constraints' GrammarSet, whether
         constrained rows measure their pressure); `runtime_job`: the constraint runtime's build, when the engine
-        started it (batch/constrained_rows.start_runtime_build); `forced_run_tokens`: EngineConfig's (> 0: the
-        cache gets one more slot, the packed steps' scratch)."""
+        started it (batch/constrained_rows.start_runtime_build); `forced_run_tokens`, `forced_run_budget`:
+        EngineConfig's (tokens > 0: the cache gets one more slot, the packed steps' scratch)."""
         device = weights.embed.device
         rotary = RotaryTables.build(spec.rope, spec.head_dim, max_len, device)
         model = model_class(spec, weights, ops, rotary)
@@ -96,7 +97,8 @@ class ModelRunner:
                            seed, grammar_set, constraint_pressure, runtime_job)
         forced_runs = None
         if forced_run_tokens:
-            forced_runs = ForcedRuns(forced_run_tokens, scratch_slot=slots, triton=ops.name == "triton")
+            forced_runs = ForcedRuns(forced_run_tokens, scratch_slot=slots, triton=ops.name == "triton",
+                                     share=forced_run_budget)
         return cls(model, cache, RowFeatures(setup), ops, share_prompts, forced_runs)
 
     @property

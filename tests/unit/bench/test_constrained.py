@@ -216,7 +216,7 @@ def test_the_engine_backend_serves_conformer_requests_with_the_constraint_on_and
     lengths = {}
     for constraint in ("on", "off"):
         knobs = {"slots": 2, "batch_size": 2, "constraint": constraint, "decode_steps_per_sync": 8, "kv_dtype": "auto",
-                 "forced_run_tokens": 2 if constraint == "on" else 0}
+                 "forced_run_tokens": 2 if constraint == "on" else 0, "forced_run_budget": 0.25}
         backend = get_backend("inferlab", "constrained").create(knobs, ConstrainedSpec(seed=0, profile="v3-fixed4"))
         backend.load(tiny_checkpoint("tiny"), torch.device("cpu"), torch.float32)
         backend.prepare(requests.requests([0, 1]))

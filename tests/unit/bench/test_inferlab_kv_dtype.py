@@ -45,7 +45,7 @@ def test_the_constrained_backend_builds_its_engine_with_the_kv_dtype(tiny_checkp
     from inferlab.workloads.conformers.chemistry.profiles import get_profile
 
     backend = get_backend("inferlab", "constrained").create(
-        {"slots": 2, "batch_size": 2, "constraint": "on", "decode_steps_per_sync": 8, "kv_dtype": "fp8", "forced_run_tokens": 0},
+        {"slots": 2, "batch_size": 2, "constraint": "on", "decode_steps_per_sync": 8, "kv_dtype": "fp8", "forced_run_tokens": 0, "forced_run_budget": 0.25},
         ConstrainedSpec(seed=0, profile="v3-fixed4"))
     backend.load(tiny_checkpoint("tiny"), torch.device("cpu"), torch.float32)
     found = load_molecules(nci_molecules_path(), 1, get_profile("v3-fixed4"), build_builtin_tokenizer(), 512)

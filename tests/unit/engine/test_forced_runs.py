@@ -106,9 +106,12 @@ def test_the_packing_lays_rows_out_within_the_budget():
     assert step.bulk is None
 
 
-def test_forced_run_tokens_is_bounded():
+def test_forced_run_tokens_and_budget_are_bounded():
     with pytest.raises(ConfigError, match="forced_run_tokens"):
         EngineConfig(model="x", forced_run_tokens=8)
+    with pytest.raises(ConfigError, match="forced_run_budget"):
+        EngineConfig(model="x", forced_run_tokens=4, forced_run_budget=0)
+    assert extra_positions(256, 4) == 64 and extra_positions(256, 4, 0.125) == 32 and extra_positions(3, 4) == 4
 
 
 def test_a_packed_steps_rows_take_the_gemm_choice_of_the_bucket_above():

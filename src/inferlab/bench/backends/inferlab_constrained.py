@@ -10,8 +10,9 @@
   constrained pass over the same requests produced (that pass runs in prepare, untimed), so the two
   cells compare the step's cost at equal output lengths (its outputs are not conformers: validity ~0);
 - kv_dtype=fp8: the engine's FP8 KV cache (the row's engine stats name it: engine.kv_dtype);
-- forced_run_tokens=F: constrained steps feed each row up to F of its forced tokens as extra positions
-  (engine/forced_runs.py; the row's engine stats: decode_steps, live_row_steps against the tokens).
+- forced_run_tokens=F: constrained steps feed each row up to F of its forced tokens as extra positions,
+  within forced_run_budget x rows of them per step (engine/forced_runs.py; the row's engine stats:
+  decode_steps, live_row_steps against the tokens).
 A warm-up call (stop_after_steps given) generates the batch's first `slots` requests in full: a
 constrained request's length is its program's, so there is no shorter call with the same shapes.
 """
@@ -39,6 +40,7 @@ KNOBS = (
     KV_DTYPE_KNOB,
     Knob("forced_run_tokens", int, 0, "forced tokens a constrained row may feed per step after its own (0: one "
          "token per step)", minimum=0),
+    Knob("forced_run_budget", float, 0.25, "booked positions a packed step has room for, per row", minimum=0.01),
 )
 
 
@@ -65,7 +67,7 @@ class InferlabConstrainedBackend(EngineBackend):
                             decode_steps_per_sync=self.config["decode_steps_per_sync"],
                             cuda_graphs=None,  # on for CUDA
                             kv_dtype=self.config["kv_dtype"], forced_run_tokens=self.config["forced_run_tokens"],
-                            decode_text=False)
+                            forced_run_budget=self.config["forced_run_budget"], decode_text=False)
 
     def load(self, model_dir: str | Path, device: Any = None, dtype: Any = None) -> None:
         from inferlab.models.tokenizer_loading import load_hf_tokenizer
