@@ -4,11 +4,12 @@ as extra query positions, so a run of forced tokens costs one step instead of on
 With EngineConfig.forced_run_tokens = F > 0, a constrained decode step over rows [0, b) first books, per
 live row, the copy ops that follow its newest token (at most F; never the program's last op (its EOS), a
 stop id, or the last token max_new allows: those end a row and stay with the step's own choose and record),
-within the step's budget of E = extra_positions(b, F, share) positions, rows in order (a run past the budget waits
-for a later step, which books it then). The booked tokens go into the row's output and the constraint's
+within the step's budget of E = extra_positions(b, F, share) positions, rows in order (a run past the
+budget waits for a later step, which books it then). The booked tokens go into the row's output and the constraint's
 pointer moves past them (rows.book_, runtime.skip). The forward then runs over T = b + E packed positions:
     row r: [its newest token at p, its booked c_1..c_e at p+1..p+e] at packed [o_r, o_r + e], o_r = r + sum(e_<r)
-    padding: the positions after the last row's, written into the KV cache's scratch slot
+    padding: the positions after the last row's (slot: the KV cache's scratch slot, which the torch
+             path writes and the Triton kernel leaves alone)
 Each position writes its K/V and attends to its row's slot up to itself (causal among the row's own
 positions); the LM head runs at each row's last position and the step samples from it as always. So the
 step's token, its noise (keyed by n_out) and every token after it are those one token per step gives; only
@@ -32,9 +33,8 @@ from inferlab.engine.rows import RowState
 
 
 def extra_positions(rows: int, width: int, share: float = 0.25) -> int:
-    """E, the booked positions a step over `rows` rows has room for: `share` of its rows (forced tokens are
-    ~12% of a conformer job's, in runs of 2-7; a quarter keeps 1.117x of the 1.129x fewer steps at F = 4:
-    benchmarks/checks/2026-12-04c-forced-run-budget), and at least one whole run."""
+    """E, the booked positions a step over `rows` rows has room for: `share` of its rows, at least one whole
+    run (docs/decisions.md "Forced tokens in bulk" says why a quarter by default)."""
     return min(rows * width, max(width, math.ceil(rows * share)))
 
 

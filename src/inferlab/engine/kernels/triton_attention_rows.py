@@ -225,8 +225,7 @@ def _rows_attention_kernel(
 
 
 # head_dim <= 128 with an fp8 cache: the one-query kernel's tiles at 2 warps, not 1: with the new keys' rope and
-# quantization beside the query tile, one warp runs out of registers (ptxas for sm_90: 255 registers and ~1 KB
-# of spill stores at 1 warp, 4 B at 2, none at 4)
+# quantization beside the query tile, one warp runs out of registers and spills (docs/decisions.md)
 FP8_ROWS_CONFIG = AttentionConfig(block_n=32, num_warps=2, num_stages=3, programs_per_sm=4)
 
 
