@@ -3,7 +3,7 @@
 
 Owns: synthetic texts of chosen token lengths, batches of a sample at one batch size (length-bucketed as
 the real commands run, or consecutive in input order), and the timed loop: the first call timed apart,
-warm-up, then every batch timed between device synchronisations until a minimum count and a minimum
+warm-up (every batch once at least), then every batch timed between device synchronisations until a minimum count and a minimum
 duration are both met (or a maximum duration runs out), with peak device memory; latency per request (a
 batch's time, once for each of its rows) and per batch. Metrics use the lab's
 field names. Does not own: processes, timeouts, environment, result files (the lab's launcher).
@@ -72,7 +72,7 @@ def synthetic_texts(tokenizer, n: int, min_tokens: int, max_tokens: int, seed: i
 class MeasureSpec:
     batch_size: int
     bucket_by_length: bool = True  # as the commands run; False: consecutive rows in input order
-    warmup_batches: int = 2
+    warmup_batches: int = 2  # at least: any warm-up covers every batch of the sample once (measure_batches)
     min_batches: int = 10
     min_seconds: float = 1.0
     max_seconds: float = 20.0
@@ -102,7 +102,11 @@ def _sync(device: torch.device) -> None:
 def measure_batches(run: Callable[[list[list[int]]], Any], batches: list[list[list[int]]], spec: MeasureSpec,
                     device: torch.device, work: Callable[[list[list[int]]], float] | None = None,
                     pads: bool = True) -> dict[str, Any]:
-    """Time `run` over `batches`: first call apart, warm-up, then whole passes (cut at max_seconds). Latency:
+    """Time `run` over `batches`: first call apart, warm-up, then whole passes (cut at max_seconds). The
+    warm-up (when warmup_batches > 0) runs every batch once, more if warmup_batches asks (within
+    max_seconds): a backend's first call of a shape (its kernels' selection, the allocator's new blocks)
+    belongs to no steady figure, and a timed pass that met shapes for the first time would count it in
+    whichever cell timed one pass only (a job of many batches runs in that steady state). Latency:
     per request (each row of a batch waits for the whole batch) and per batch. `work(batch)`: its FLOPs, summed
     over the timed batches into `flops_timed`. `pads`: whether `run` pads a batch to its longest row (packed
     batches do not: padding_fraction 0)."""
@@ -115,8 +119,12 @@ def measure_batches(run: Callable[[list[list[int]]], Any], batches: list[list[li
     run(batches[0])
     _sync(device)
     first_call_s = time.perf_counter() - start
-    for i in range(spec.warmup_batches):
-        run(batches[(i + 1) % len(batches)])
+    warm_start = time.perf_counter()
+    warmup = max(spec.warmup_batches, len(batches)) if spec.warmup_batches > 0 else 0
+    warmed = 0
+    while warmed < warmup and time.perf_counter() - warm_start < spec.max_seconds:
+        run(batches[(warmed + 1) % len(batches)])
+        warmed += 1
     _sync(device)
     seconds: list[float] = []
     request_seconds: list[float] = []
@@ -142,6 +150,7 @@ def measure_batches(run: Callable[[list[list[int]]], Any], batches: list[list[li
     steady_s = sum(seconds)
     metrics: dict[str, Any] = {
         "first_call_s": round(first_call_s, 4),
+        "warmup_batches": warmed,
         "steady_s": round(steady_s, 4),
         "batches_timed": len(seconds),
         "rows_timed": rows,

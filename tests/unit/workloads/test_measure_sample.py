@@ -39,6 +39,19 @@ def test_measure_batches_times_whole_passes_and_reports_lab_fields():
     assert {"p50", "p90", "p95", "p99"} <= set(metrics["latency_ms"])
 
 
+def test_the_warm_up_runs_every_batch_of_the_sample_once():
+    """A backend's first call of each shape stays out of the timing: the warm-up covers the whole sample."""
+    calls = []
+    batches = [[[1] * n] for n in (3, 5, 7, 9)]
+    metrics = measure_batches(calls.append, batches, MeasureSpec(1, warmup_batches=1, min_batches=1, min_seconds=0.0),
+                              torch.device("cpu"))  # fmt: skip
+    assert metrics["warmup_batches"] == 4
+    assert sorted(len(c[0]) for c in calls[1:5]) == [3, 5, 7, 9]  # after the first call: each shape once
+    none = measure_batches(lambda b: None, batches, MeasureSpec(1, warmup_batches=0, min_batches=1, min_seconds=0.0),
+                           torch.device("cpu"))  # fmt: skip
+    assert none["warmup_batches"] == 0
+
+
 def test_latency_summary_matches_numpy_percentiles():
     seconds = [0.010, 0.020, 0.030, 0.040, 0.100]
     s = latency_summary_ms(seconds)

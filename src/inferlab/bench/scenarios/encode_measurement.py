@@ -24,6 +24,7 @@ states_max_rel_diff_vs_hf and states_min_cosine_vs_hf (hidden states).
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 from typing import Any, Iterator
 
@@ -89,7 +90,7 @@ def measure_spec(c: dict[str, Any]) -> Any:
 
 def estimate_text_s(cell: Cell, accelerator: bool, count: int, params_b: float) -> float:
     """Rough seconds: process, imports and load (~10 s on a GPU host, +2 s for torchao), then the first
-    call, warm-up and timed batches. A batch costs ~15 ms of launches plus ~2 GFLOP per padded token per
+    call, the warm-up pass and timed batches. A batch costs ~15 ms of launches plus ~2 GFLOP per padded token per
     billion parameters at ~200 TFLOP/s (int8 weight-only: twice that); unbucketed batches pad to the
     longest text. CPU: tiny models, ~5 ms + 2 us per padded token. Plus the check against transformers."""
     c = cell.config
@@ -104,7 +105,8 @@ def estimate_text_s(cell: Cell, accelerator: bool, count: int, params_b: float) 
         batch_s = 0.005 + tokens * 2e-6
         fixed = 6.0
     timed = min(c["max_duration_s"], max(c["min_duration_s"], c["min_repeats"] * batch_s))
-    return fixed + (1 + c["warmup"]) * batch_s + timed + check_s(cell, accelerator)
+    warm = min(c["max_duration_s"], max(c["warmup"], math.ceil(count / rows)) * batch_s) if c["warmup"] else 0.0
+    return fixed + batch_s + warm + timed + check_s(cell, accelerator)
 
 
 def check_s(cell: Cell, accelerator: bool) -> float:
