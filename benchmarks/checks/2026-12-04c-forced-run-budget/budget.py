@@ -1,6 +1,7 @@
 """Decode steps of the conformer job against forced tokens in bulk and the step's budget of booked positions.
 
     python benchmarks/checks/2026-12-04c-forced-run-budget/budget.py [--molecules 64] [--k 4] [--rows 64]
+        [--settings 0:4,4:4,...]
 
 The engine on the CPU with the reference model (real coordinates, so real hole lengths; qwen3-chem's
 tokenization), the conformer-pipeline preset's molecules (NCI, 20-50 heavy atoms, stereo assigned), K
@@ -25,6 +26,8 @@ def main() -> None:
     parser.add_argument("--molecules", type=int, default=64)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--rows", type=int, default=64)
+    parser.add_argument("--settings", default="0:4,2:4,4:2,4:4,4:8,4:16,7:4",
+                        help="F:d pairs, the budget E = max(F, rows / d); the first is the reference")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "benchmarks" / "checks" / "2026-12-04-forced-runs"))
     from forced_runs import molecules
@@ -40,7 +43,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     smiles = molecules(args.molecules)
-    settings = [(0, 4), (2, 4), (4, 2), (4, 4), (4, 8), (4, 16), (7, 4)]  # (F, d): E = max(F, rows / d)
+    settings = [tuple(int(x) for x in pair.split(":")) for pair in args.settings.split(",")]  # (F, d)
     reference = None
     for width, share in settings:
         forced_runs.extra_positions = lambda rows, w, share=share: min(rows * w, max(w, -(-rows // share)))
