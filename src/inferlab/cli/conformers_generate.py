@@ -127,7 +127,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from inferlab.workloads.conformers.pipeline.config import result_settings
     from inferlab.workloads.conformers.pipeline.output import default_jsonl_path
 
-    engine = engine_config_from(args, forced_run_tokens=args.forced_run_tokens)
+    engine = engine_config_from(args)
     outputs = [("--output", args.output, True), ("--output's rows", default_jsonl_path(args.output), True),
                ("--summary-json", args.summary_json, False)]
     with guarded(args, "conformers generate", result_settings(engine, config), {"--input": args.input}, outputs):

@@ -41,7 +41,13 @@ def test_conformers_and_tune_pass_the_kv_dtype_to_the_engine():
 
     args = build_parser().parse_args(["conformers", "generate", "--model", "m", "--input", "x.smi", "--output", "o.sdf",
                                       "--kv-dtype", "fp8"])  # fmt: skip
-    assert engine_config_from(args).kv_dtype == "fp8"
+    assert engine_config_from(args).kv_dtype == "fp8" and engine_config_from(args).forced_run_tokens == 0
+    forced = build_parser().parse_args(["conformers", "generate", "--model", "m", "--input", "x.smi", "--output",
+                                        "o.sdf", "--forced-run-tokens", "4"])  # fmt: skip
+    assert engine_config_from(forced).forced_run_tokens == 4
+    with pytest.raises(ConfigError, match="forced_run_tokens=9"):
+        engine_config_from(build_parser().parse_args(["conformers", "generate", "--model", "m", "--input", "x.smi",
+                                                      "--output", "o.sdf", "--forced-run-tokens", "9"]))
     tune = build_parser().parse_args(["tune", "--model", "m", "--workload", "conformers", "--sample", "x.smi",
                                       "--kv-dtypes", "auto,fp8"])  # fmt: skip
     assert tune.kv_dtypes == ("auto", "fp8")
