@@ -50,9 +50,8 @@ def add_kv_dtype_arg(e: argparse._ArgumentGroup, choices: tuple[str, ...] = ("au
 
 def engine_config_from(args: argparse.Namespace, **more: Any) -> EngineConfig:
     """The engine of `--model` with add_engine_args' and add_kv_dtype_arg's flags, and --forced-run-tokens where
-    the command has it (`more`: the command's other
-    EngineConfig fields), as the workloads and the scale workers take it (--max-slots auto: max_slots None, for
-    the workload to size); ConfigError for a bad value."""
+    the command has it (`more`: the command's other EngineConfig fields), as the workloads and the scale workers
+    take it (--max-slots auto: max_slots None, for the workload to size); ConfigError for a bad value."""
     slots = None if args.max_slots == AUTO else args.max_slots
     if hasattr(args, "forced_run_tokens"):  # the constrained commands' flag (conformers generate)
         more.setdefault("forced_run_tokens", args.forced_run_tokens)
