@@ -7,8 +7,10 @@ assumed: for every (projection, bucket <= 64) the engine times cuBLAS and a few 
 graph on a cold L2, over the weights of successive layers, and keeps Triton only where it wins by more than
 MARGIN (so the choice does not flip on noise). The MLP is timed as one unit: cuBLAS gate_up + act_mul +
 cuBLAS down, against the Triton gate_up with the gated product in its epilogue ("gated") and the Triton
-down with it in its prologue ("swiglu_down"; Gemma's GELU-tanh uses the same kinds). Prefill and the LM
-head stay on cuBLAS. The choices are fixed for the engine's life (engine.stats.gemm_choices); `plan_key`,
+down with it in its prologue ("swiglu_down"; Gemma's GELU-tanh uses the same kinds). A projection over M
+rows that is no timed bucket (a packed decode step's, a prefill of at most MAX_ROWS tokens: the same GEMM
+shape) takes the choice of the smallest timed bucket above M; larger prefills and the LM head stay on
+cuBLAS. The choices are fixed for the engine's life (engine.stats.gemm_choices); `plan_key`,
 `plan_to_json` and `plan_from_json` keep a plan in the start-up cache, and gemm_plans/ ships plans measured
 on our GPUs.
 """
