@@ -8,7 +8,7 @@ of one token per step, in fewer decode steps, with graphs and without; bf16 with
 a valid conformer of its molecule. Quick: 6 molecules x 2 on 4 rows; full: 40 x 4 on 16. Prints the decode
 steps with and without, the share of steps the forced runs saved. Then what the packed step costs beside
 the plain constrained step at qwen3-0.6b (256 rows; full: 1024 too, bf16 and fp8 caches, context 330): its
-rows + a quarter more positions through the GEMMs, the packing and the bulk LM head, with no run booked (the
+rows + an eighth more positions through the GEMMs, the packing and the bulk LM head, with no run booked (the
 probe's rows are frozen: DecodeStepProbe), at most 4% of the step (the forced runs save ~11% of the steps:
 benchmarks/checks/2026-12-04c-forced-run-budget)."""
 

@@ -13,8 +13,8 @@
   (c) the CLI with its defaults (`--max-num-seqs auto`, `--kv-dtype auto`: no speed flag) and the engine
       alone at its best measured settings (FP8 KV, 1024 rows, constrained);
   (d) the engine alone with forced tokens in bulk (forced_run_tokens 4: engine/forced_runs.py) at 256 rows
-      bf16 (budgets of a quarter and an eighth of the rows) and at 1024 rows FP8, beside (b) and (c)'s one
-      token per step;
+      bf16 (budgets of an eighth, the default, and a quarter of the rows) and at 1024 rows FP8, beside (b)
+      and (c)'s one token per step;
   (the fp8 cache's own speed: preset engine-speed; its error against the bf16 cache: tests/gpu/test_fp8_cache_gpu.py).
   Split into device calls of < 9 minutes with `--only`:
       inferlab bench --preset conformer-pipeline --only scenario=conformer-pipeline   # ~6 min

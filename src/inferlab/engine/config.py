@@ -59,7 +59,7 @@ class EngineConfig:
     # constrained decode steps feed each row up to this many of its forced (copy) tokens after its newest one
     # as extra query positions (forced_runs.py); 0: one token per row and step
     forced_run_tokens: int = 0
-    forced_run_budget: float = 0.25  # booked positions a packed step has room for, per row (>= one whole run)
+    forced_run_budget: float = 0.125  # booked positions a packed step has room for, per row (>= 4 whole runs)
     queue_ahead: int | None = None  # requests pulled ahead of free rows (lazy intake); None: max(min_admission,
     # slots // 8)
     startup_cache: bool = True  # keep start-up measurements (the GEMM plan) on disk and reuse them
@@ -103,7 +103,7 @@ class EngineConfig:
                               "(0: one token per row and step)")
         if not 0.0 < self.forced_run_budget <= MAX_FORCED_RUN_TOKENS:
             raise ConfigError(f"forced_run_budget={self.forced_run_budget} must be in (0, {MAX_FORCED_RUN_TOKENS}], "
-                              "e.g. 0.25 (booked positions per step: a quarter of the rows' count)")
+                              "e.g. 0.125 (booked positions per step: an eighth of the rows' count)")
         if self.queue_ahead is not None and self.queue_ahead < 0:
             raise ConfigError(f"queue_ahead={self.queue_ahead} must be >= 0 (or None for the default)")
         if self.reserve_bytes < 0:

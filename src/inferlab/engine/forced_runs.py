@@ -32,10 +32,10 @@ from inferlab.engine.constraints.pressure import PressureBuffers, accumulate, co
 from inferlab.engine.rows import RowState
 
 
-def extra_positions(rows: int, width: int, share: float = 0.25) -> int:
-    """E, the booked positions a step over `rows` rows has room for: `share` of its rows, at least one whole
-    run (docs/decisions.md "Forced tokens in bulk" says why a quarter by default)."""
-    return min(rows * width, max(width, math.ceil(rows * share)))
+def extra_positions(rows: int, width: int, share: float = 0.125) -> int:
+    """E, the booked positions a step over `rows` rows has room for: `share` of its rows, at least four whole
+    runs, at most a whole run per row (docs/decisions.md "Forced tokens in bulk" says why)."""
+    return min(rows * width, max(4 * width, math.ceil(rows * share)))
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class ForcedRuns:
     """The booking and packing of one engine's constrained decode steps (runner.decode_step calls them):
     with `triton`, kernels/triton_forced_runs.py's launches; else the torch code below (the reference)."""
 
-    def __init__(self, width: int, scratch_slot: int, triton: bool = False, share: float = 0.25) -> None:
+    def __init__(self, width: int, scratch_slot: int, triton: bool = False, share: float = 0.125) -> None:
         self.width = width  # F
         self.share = share  # the step's budget of booked positions per row (extra_positions)
         self.scratch_slot = scratch_slot  # the KV cache's extra slot, which only padding positions write

@@ -80,7 +80,7 @@ class ModelRunner:
               slots: int, max_len: int, max_stop_ids: int, share_prompts: bool, max_steered_layers: int = 8,
               seed: int = 0, grammar_set: Any = None, constraint_pressure: bool = True,
               runtime_job: Any = None, forced_run_tokens: int = 0,
-              forced_run_budget: float = 0.25) -> "ModelRunner":
+              forced_run_budget: float = 0.125) -> "ModelRunner":
         """The model (`model_class`: the registry's forward) over `weights`, with its rope tables, a KV cache
         of `slots` x `max_len` and the row features, on the weights' device (the engine's, or "meta" for the
         kernel precompile's dry run: engine/kernel_precompile.py). `seed`, `grammar_set`,

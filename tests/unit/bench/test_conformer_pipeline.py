@@ -95,7 +95,7 @@ def test_the_presets_split_and_name_their_cells():
     assert {c.config["constraint"] for c in engine} == {"on", "off"}
     assert sorted((c.config["slots"], c.config["kv_dtype"], c.config["forced_run_tokens"], c.config["forced_run_budget"])
                   for c in engine if c.config["slots"] != 256 or c.config["forced_run_tokens"]) == [
-        (256, "auto", 4, 0.125), (256, "auto", 4, 0.25), (1024, "fp8", 0, 0.25), (1024, "fp8", 4, 0.25)]  # fmt: skip
+        (256, "auto", 4, 0.125), (256, "auto", 4, 0.25), (1024, "fp8", 0, 0.125), (1024, "fp8", 4, 0.125)]  # fmt: skip
     for c in cells:
         assert (c.config["num_molecules"], c.config["num_conformers"], c.config["min_heavy_atoms"],
                 c.config["max_heavy_atoms"], c.config["assign_stereo"]) == (400, 8, 20, 50, True)

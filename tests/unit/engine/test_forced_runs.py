@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from inferlab.engine import Engine, EngineConfig
+from inferlab.engine import forced_runs
 from inferlab.engine.forced_runs import ForcedRuns, extra_positions
 from inferlab.errors import ConfigError
 from inferlab.workloads.conformers.reference_model import reference_model_dir
@@ -72,7 +73,7 @@ class _Runtime:
         self.ptr += counts
 
 
-def test_the_packing_lays_rows_out_within_the_budget():
+def test_the_packing_lays_rows_out_within_the_budget(monkeypatch):
     from inferlab.engine.rows import RowState
 
     rows = RowState.allocate(6, 2, 64, torch.device("cpu"))
@@ -84,7 +85,7 @@ def test_the_packing_lays_rows_out_within_the_budget():
     rows.n_stop[:] = 1
     rows.stop_ids[:] = 99  # a stop id inside row 3's run cuts it
     runtime = _Runtime([[7, 8, 9], [], [5], [6, 99, 6], [1, 2, 3], [4]])
-    assert extra_positions(6, 3) == 3
+    monkeypatch.setattr(forced_runs, "extra_positions", lambda rows, width, share: 3)  # a budget that binds
     step = ForcedRuns(3, scratch_slot=6).pack(rows, torch.arange(6), runtime, measure=True)
     # row 0 books 3 (the whole budget), rows 2-4 wait; row 5 is idle
     assert runtime.skipped.tolist() == [3, 0, 0, 0, 0, 0]
@@ -111,7 +112,8 @@ def test_forced_run_tokens_and_budget_are_bounded():
         EngineConfig(model="x", forced_run_tokens=8)
     with pytest.raises(ConfigError, match="forced_run_budget"):
         EngineConfig(model="x", forced_run_tokens=4, forced_run_budget=0)
-    assert extra_positions(256, 4) == 64 and extra_positions(256, 4, 0.125) == 32 and extra_positions(3, 4) == 4
+    assert extra_positions(256, 4) == 32 and extra_positions(256, 4, 0.25) == 64 and extra_positions(64, 4) == 16
+    assert extra_positions(3, 4) == 12 and extra_positions(1, 4) == 4
 
 
 def test_a_packed_steps_rows_take_the_gemm_choice_of_the_bucket_above():

@@ -40,7 +40,8 @@ KNOBS = (
     KV_DTYPE_KNOB,
     Knob("forced_run_tokens", int, 0, "forced tokens a constrained row may feed per step after its own (0: one "
          "token per step)", minimum=0),
-    Knob("forced_run_budget", float, 0.25, "booked positions a packed step has room for, per row", minimum=0.01),
+    Knob("forced_run_budget", float, 0.125, "booked positions a packed step has room for, per row (at least 4 runs)",
+         minimum=0.01),
 )
 
 
