@@ -144,6 +144,42 @@ def _fp8_tile(
 
 
 @triton.jit
+def finish_shares(
+    acc, m, denom, out_ptr, part_ptr, lse_ptr, rows_mask, omask, split, splits, stride_ps, counter,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """A share's online softmax [BLOCK_R rows] to the output: stored when it is the only share, else its partial
+    output and log-sum-exp (part_ptr, lse_ptr: split 0's), and the share that finishes last (the counter, one per
+    program group) merges every share's in a fixed order, deterministic, then resets the counter. A share that
+    saw no position contributes nothing."""
+    empty = denom == 0.0
+    out = tl.where(empty[:, None], 0.0, acc * (1.0 / tl.where(empty, 1.0, denom))[:, None])  # one divide per row
+    out_ty = out_ptr.dtype.element_ty
+    if splits == 1:
+        tl.store(out_ptr, out.to(out_ty), mask=omask)
+    else:
+        lse = tl.where(empty, float("-inf"), m + tl.log(tl.where(empty, 1.0, denom)))
+        tl.store(part_ptr + split * stride_ps, out, mask=omask)
+        tl.store(lse_ptr + split, lse, mask=rows_mask)
+        tl.debug_barrier()  # every thread's partial is written before the counter is released
+        if tl.atomic_add(counter, 1, sem="acq_rel") == splits - 1:  # the last share merges them all
+            top = tl.full([BLOCK_R], float("-inf"), tl.float32)
+            for sp in range(splits):
+                top = tl.maximum(top, tl.load(lse_ptr + sp, mask=rows_mask, other=float("-inf"), cache_modifier=".cg"))
+            top = tl.where(rows_mask, top, 0.0)
+            total = tl.zeros([BLOCK_R], tl.float32)
+            merged = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
+            for sp in range(splits):  # fixed order: the same sum whichever share came last
+                weight = tl.exp(tl.load(lse_ptr + sp, mask=rows_mask, other=float("-inf"), cache_modifier=".cg") - top)
+                part = tl.load(part_ptr + sp * stride_ps, mask=omask, other=0.0, cache_modifier=".cg")
+                merged += weight[:, None] * part
+                total += weight
+            merged = merged * (1.0 / tl.where(rows_mask, total, 1.0))[:, None]
+            tl.store(out_ptr, merged.to(out_ty), mask=omask)
+            tl.atomic_xchg(counter, 0)  # ready for the next layer's launch and the next replay
+
+
+@triton.jit
 def _rope_attention_kernel(
     QKV, POS, SLOT, COS, SIN, QNORM, KNORM, K_CACHE, V_CACHE, OUT, O_PART, LSE_PART, COUNTER,
     stride_t, stride_cos, stride_ks, stride_kh, stride_kn, stride_ob, stride_oh,
@@ -264,35 +300,11 @@ def _rope_attention_kernel(
             p_rounded = p_new.to(dtype).to(tl.float32)  # as the tile path rounds p for its dot
             acc = acc * alpha[:, None] + p_rounded[:, None] * v_new.to(tl.float32)[None, :]
         m = m_new
-    empty = denom == 0.0  # a share with no positions (a short row): contributes nothing to the merge
-    out = tl.where(empty[:, None], 0.0, acc * (1.0 / tl.where(empty, 1.0, denom))[:, None])  # one divide per row
     out_ptr = OUT + row * stride_ob + heads[:, None] * stride_oh + dv[None, :]
-    omask = hmask[:, None] & dvmask[None, :]
-    if splits == 1:
-        tl.store(out_ptr, out.to(OUT.dtype.element_ty), mask=omask)
-    else:
-        lse = tl.where(empty, float("-inf"), m + tl.log(tl.where(empty, 1.0, denom)))
-        part_ptr = O_PART + row * stride_pb + heads[:, None] * stride_ph + dv[None, :]
-        lse_ptr = LSE_PART + row * stride_lb + heads * stride_lh
-        tl.store(part_ptr + split * stride_ps, out, mask=omask)
-        tl.store(lse_ptr + split, lse, mask=hmask)
-        tl.debug_barrier()  # every thread's partial is written before the counter is released
-        counter = COUNTER + row * NUM_KV_HEADS + kv_head
-        if tl.atomic_add(counter, 1, sem="acq_rel") == splits - 1:  # the last share merges them all
-            top = tl.full([BLOCK_H], float("-inf"), tl.float32)
-            for sp in range(splits):
-                top = tl.maximum(top, tl.load(lse_ptr + sp, mask=hmask, other=float("-inf"), cache_modifier=".cg"))
-            top = tl.where(hmask, top, 0.0)
-            total = tl.zeros([BLOCK_H], tl.float32)
-            merged = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-            for sp in range(splits):  # fixed order: the same sum whichever share came last
-                weight = tl.exp(tl.load(lse_ptr + sp, mask=hmask, other=float("-inf"), cache_modifier=".cg") - top)
-                part = tl.load(part_ptr + sp * stride_ps, mask=omask, other=0.0, cache_modifier=".cg")
-                merged += weight[:, None] * part
-                total += weight
-            merged = merged * (1.0 / tl.where(hmask, total, 1.0))[:, None]
-            tl.store(out_ptr, merged.to(OUT.dtype.element_ty), mask=omask)
-            tl.atomic_xchg(counter, 0)  # ready for the next layer's launch and the next replay
+    part_ptr = O_PART + row * stride_pb + heads[:, None] * stride_ph + dv[None, :]
+    lse_ptr = LSE_PART + row * stride_lb + heads * stride_lh
+    finish_shares(acc, m, denom, out_ptr, part_ptr, lse_ptr, hmask, hmask[:, None] & dvmask[None, :], split, splits,
+                  stride_ps, COUNTER + row * NUM_KV_HEADS + kv_head, BLOCK_H, BLOCK_D)
 
 
 def _sm_count(device: torch.device) -> int:

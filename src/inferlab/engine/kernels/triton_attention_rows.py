@@ -9,9 +9,9 @@ softmax over its share of the row's cached positions [lo, pos0) (each tile row m
 window). The last share also ropes the row's new keys (BLOCK_C >= count of them), writes them and their
 values into the cache (fp8: quantized there, triton_fp8.py) and folds them in from registers, causal among
 the row's queries (a query sees the new positions up to its own). A tile row may see none of a tile's keys:
-its running maximum then stays -inf and the shifts use 0 (no inf - inf). Splits merge as in
-triton_attention.py (the last share to finish merges, in a fixed order). With an FP8 cache the e4m3 tiles
-are converted to fp16 and never dequantized, as there. Padding positions (after the last row's) get zeros
+its running maximum then stays -inf and the shifts use 0 (no inf - inf). Splits merge as the one-query
+kernel's (triton_attention.finish_shares: the last share to finish merges, in a fixed order). With an FP8
+cache the e4m3 tiles are converted to fp16 and never dequantized, as there. Padding positions (after the last row's) get zeros
 from the last row's first share and write no K/V. The reference: attention.packed_decode_attention over
 decode_rope_attention_torch (rope and the write of every position, then one query at a time).
 """
@@ -29,6 +29,7 @@ from inferlab.engine.kernels.triton_attention import (
     capped_scores,
     choose_splits,
     default_config,
+    finish_shares,
     fp8_dot_query,
     rotated_heads,
 )
@@ -193,35 +194,11 @@ def _rows_attention_kernel(
         for p in range(first + count, total):
             tl.store(OUT + p * stride_ot + pad_at,
                      tl.zeros([BLOCK_GROUP, BLOCK_D], tl.float32).to(OUT.dtype.element_ty), mask=pad_mask)
-    omask = valid[:, None] & dvmask[None, :]
-    empty = denom == 0.0  # no key of this share is seen by the tile row
-    out = tl.where(empty[:, None], 0.0, acc * (1.0 / tl.where(empty, 1.0, denom))[:, None])
     out_ptr = OUT + (first + query).to(tl.int64)[:, None] * stride_ot + heads[:, None] * stride_oh + dv[None, :]
-    if splits == 1:
-        tl.store(out_ptr, out.to(OUT.dtype.element_ty), mask=omask)
-    else:
-        lse = tl.where(empty, float("-inf"), m + tl.log(tl.where(empty, 1.0, denom)))
-        part_ptr = O_PART + row * stride_pb + kv_head * stride_pk + i[:, None] * stride_pi + dv[None, :]
-        lse_ptr = LSE_PART + row * stride_lb + kv_head * stride_lk + i * stride_li
-        tl.store(part_ptr + split * stride_ps, out, mask=omask)
-        tl.store(lse_ptr + split, lse, mask=valid)
-        tl.debug_barrier()  # every thread's partial is written before the counter is released
-        counter = COUNTER + row * NUM_KV_HEADS + kv_head
-        if tl.atomic_add(counter, 1, sem="acq_rel") == splits - 1:  # the last share merges them all
-            top = tl.full([BLOCK_Q], float("-inf"), tl.float32)
-            for sp in range(splits):
-                top = tl.maximum(top, tl.load(lse_ptr + sp, mask=valid, other=float("-inf"), cache_modifier=".cg"))
-            top = tl.where(valid, top, 0.0)
-            weights = tl.zeros([BLOCK_Q], tl.float32)
-            merged = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)
-            for sp in range(splits):  # fixed order: the same sum whichever share came last
-                weight = tl.exp(tl.load(lse_ptr + sp, mask=valid, other=float("-inf"), cache_modifier=".cg") - top)
-                part = tl.load(part_ptr + sp * stride_ps, mask=omask, other=0.0, cache_modifier=".cg")
-                merged += weight[:, None] * part
-                weights += weight
-            merged = merged * (1.0 / tl.where(valid, weights, 1.0))[:, None]
-            tl.store(out_ptr, merged.to(OUT.dtype.element_ty), mask=omask)
-            tl.atomic_xchg(counter, 0)  # ready for the next layer's launch and the next replay
+    part_ptr = O_PART + row * stride_pb + kv_head * stride_pk + i[:, None] * stride_pi + dv[None, :]
+    lse_ptr = LSE_PART + row * stride_lb + kv_head * stride_lk + i * stride_li
+    finish_shares(acc, m, denom, out_ptr, part_ptr, lse_ptr, valid, valid[:, None] & dvmask[None, :], split, splits,
+                  stride_ps, COUNTER + row * NUM_KV_HEADS + kv_head, BLOCK_Q, BLOCK_D)
 
 
 # head_dim <= 128 with an fp8 cache: the one-query kernel's tiles at 2 warps, not 1: with the new keys' rope and
