@@ -64,3 +64,26 @@ def free_device_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def alternated_step_ms(probes: dict[Any, Any], steps: int = 10, rounds: int = 30) -> dict[Any, float]:
+    """The median device ms per decode step of each DecodeStepProbe, timed in alternation (`rounds` times
+    `steps` graph replays each, after a warm-up), so that clocks and neighbours weigh on all of them alike."""
+    import statistics
+
+    def timed(probe, n: int) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(n):
+            probe.step()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / n
+
+    for probe in probes.values():
+        timed(probe, 5)  # warm
+    times: dict[Any, list[float]] = {key: [] for key in probes}
+    for _ in range(rounds):
+        for key, probe in probes.items():
+            times[key].append(timed(probe, steps))
+    return {key: statistics.median(values) for key, values in times.items()}

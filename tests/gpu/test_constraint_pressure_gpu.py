@@ -12,10 +12,8 @@ rows are conformer rows frozen half in a coordinate hole, half in a copy run (De
 
 from __future__ import annotations
 
-import statistics
-
 import torch
-from gpu_testkit import CUDA_ONLY, free_device_memory
+from gpu_testkit import CUDA_ONLY, alternated_step_ms, free_device_memory
 
 pytestmark = CUDA_ONLY
 CONTEXT, MAX_SEQ_LEN = 330, 400
@@ -67,17 +65,6 @@ def check_kernels(device: str, steps: int) -> None:
         host.advance(tokens.cpu())
 
 
-def _timed_steps(probe, steps: int = 10) -> float:
-    """Device ms per step of `steps` graph replays."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(steps):
-        probe.step()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / steps
-
-
 def test_pressure_costs_at_most_two_percent_of_the_captured_step(size, checkpoint):
     from inferlab.constraints.program import compile_program
     from inferlab.constraints.segments import Copy, EndOfSequence, Hole
@@ -99,16 +86,11 @@ def test_pressure_costs_at_most_two_percent_of_the_captured_step(size, checkpoin
                     programs = [compile_program(s, engine.tokenizer) for s in (hole_first, copy_first)]
                     probes[on] = DecodeStepProbe(engine, rows, CONTEXT, sampling, seed=1, constraints=programs)
                 try:
-                    for probe in probes.values():
-                        _timed_steps(probe, 5)  # warm
-                    times = {on: [] for on in probes}
-                    for _ in range(30):  # alternate, so that clocks and neighbours weigh on both alike
-                        for on, probe in probes.items():
-                            times[on].append(_timed_steps(probe))
+                    step_ms = alternated_step_ms(probes)
                 finally:
                     for probe in probes.values():
                         probe.close()
-                with_ms, without_ms = (statistics.median(times[on]) for on in (True, False))
+                with_ms, without_ms = step_ms[True], step_ms[False]
                 share = (with_ms - without_ms) / without_ms
                 worst = max(worst, share)
                 table.append(f"{rows:5d} rows, {name:24s}: {with_ms:7.3f} ms with pressure, {without_ms:7.3f} ms "

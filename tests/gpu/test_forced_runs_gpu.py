@@ -14,12 +14,9 @@ benchmarks/checks/2026-12-04c-forced-run-budget)."""
 
 from __future__ import annotations
 
-import statistics
-
 import pytest
-import torch
 from gpu_conformers import conformer_cases, invalid_outputs, nci_molecules
-from gpu_testkit import CUDA_ONLY, free_device_memory
+from gpu_testkit import CUDA_ONLY, alternated_step_ms, free_device_memory
 
 pytestmark = CUDA_ONLY
 SAMPLINGS = [dict(temperature=0.0), dict(temperature=1.0)]
@@ -62,16 +59,6 @@ def test_forced_runs_on_an_fp8_cache_give_valid_conformers(size, checkpoint):
     assert invalid_outputs(results, cases) == []
 
 
-def _timed_steps(probe, steps: int = 20) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(steps):
-        probe.step()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / steps
-
-
 def test_the_packed_step_costs_little_beside_the_plain_one(size, checkpoint):
     from inferlab.constraints.program import compile_program
     from inferlab.constraints.segments import Copy, EndOfSequence, Hole
@@ -91,19 +78,14 @@ def test_the_packed_step_costs_little_beside_the_plain_one(size, checkpoint):
                     programs = [compile_program(seg, engine.tokenizer) for seg in (hole_first, copy_first)]
                     probes[f] = DecodeStepProbe(engine, rows, 330, SamplingParams(temperature=1.0), seed=1,
                                                 constraints=programs)
-                for probe in probes.values():
-                    _timed_steps(probe, 5)  # warm
-                times = {f: [] for f in probes}
-                for _ in range(30):  # alternate, so that clocks and neighbours weigh on both alike
-                    for f, probe in probes.items():
-                        times[f].append(_timed_steps(probe))
+                step_ms = alternated_step_ms(probes, steps=20)
             finally:
                 for probe in probes.values():
                     probe.close()
                 for engine in engines.values():
                     engine.close()
                 free_device_memory()
-            packed, plain = (statistics.median(times[f]) for f in (4, 0))
+            packed, plain = step_ms[4], step_ms[0]
             share = packed / plain - 1
             worst = max(worst, share)
             table.append(f"{rows:5d} rows, kv {kv_dtype}: packed {packed:.3f} ms, plain {plain:.3f} ms ({100 * share:+.2f}%)")
