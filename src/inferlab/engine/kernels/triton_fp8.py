@@ -32,10 +32,10 @@ def _round_e4m3(y):
 
 
 @triton.jit
-def _amax(x):
-    """max |x| over a 1-D vector; NaN when x holds a NaN."""
-    total = tl.sum(x, axis=0)
-    return tl.where(total != total, total, tl.max(tl.abs(x), axis=0))
+def _amax(x, AXIS: tl.constexpr):
+    """max |x| along AXIS (a 1-D vector: 0; each row of a 2-D block: 1); NaN where x holds a NaN."""
+    total = tl.sum(x, axis=AXIS)
+    return tl.where(total != total, total, tl.max(tl.abs(x), axis=AXIS))
 
 
 @triton.jit
@@ -46,7 +46,7 @@ def _nan_max(a, b):
 @triton.jit
 def e4m3_scale(x1, x2):
     """The scale of one head held as two fp32 1-D parts (halves; masked lanes 0): max|x| / 448, fp32 scalar."""
-    return tl.math.div_rn(_nan_max(_amax(x1), _amax(x2)), 448.0)
+    return tl.math.div_rn(_nan_max(_amax(x1, 0), _amax(x2, 0)), 448.0)
 
 
 @triton.jit
@@ -56,13 +56,6 @@ def to_e4m3(x, scale):
 
 
 @triton.jit
-def _amax_rows(x):
-    """max |x| along the last axis of a 2-D block; NaN where a row holds a NaN."""
-    total = tl.sum(x, axis=1)
-    return tl.where(total != total, total, tl.max(tl.abs(x), axis=1))
-
-
-@triton.jit
 def e4m3_scales(x1, x2):
     """e4m3_scale of each row of a 2-D block (one head per row, as two fp32 halves): [rows] fp32."""
-    return tl.math.div_rn(_nan_max(_amax_rows(x1), _amax_rows(x2)), 448.0)
+    return tl.math.div_rn(_nan_max(_amax(x1, 1), _amax(x2, 1)), 448.0)
