@@ -144,5 +144,10 @@ class DecoderForward:
             return out.reshape(total, spec.num_heads * spec.head_dim)
 
         h = self._layers(step.tokens, attend)  # [T, hidden]
-        bulk = self._logits(h.index_select(0, step.bulk)) if step.bulk is not None else None
-        return self._logits(h.index_select(0, step.last)), bulk
+        if step.bulk is None:
+            return self._logits(h.index_select(0, step.last)), None
+        # one LM head over the rows' last positions and the bulk ones: its weights (the step's largest matrix)
+        # read once, not twice
+        b = step.last.shape[0]
+        logits = self._logits(h.index_select(0, torch.cat([step.last, step.bulk])))  # [b + E, vocab]
+        return logits[:b], logits[b:]
