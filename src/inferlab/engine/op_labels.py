@@ -19,8 +19,8 @@ RangeFactory = Callable[[str], ContextManager[Any]]  # family -> the range its o
 
 OP_FAMILIES = {  # ops.Ops fields -> family
     "embed_rms_norm": "norm", "rms_norm": "norm", "add_rms_norm": "norm", "add_steer_rms_norm": "norm",
-    "decode_rope_attention": "attention", "rope_qkv": "attention", "silu_mul": "gemm mlp",
-    "gelu_tanh_mul": "gemm mlp", "sampling_logits": "sampling", "filter_threshold": "sampling",
+    "decode_rope_attention": "attention", "decode_packed_attention": "attention", "rope_qkv": "attention",
+    "silu_mul": "gemm mlp", "gelu_tanh_mul": "gemm mlp", "sampling_logits": "sampling", "filter_threshold": "sampling",
     "race_argmax": "sampling", "top_p_draw": "sampling", "mask_stops": "bookkeeping", "record": "bookkeeping",
     "collect_rows": "other",
 }  # fmt: skip
