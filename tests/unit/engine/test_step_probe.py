@@ -148,3 +148,14 @@ def test_on_the_graph_path_a_step_replays_the_captured_variant(tiny_checkpoint, 
             monkeypatch.setattr(graphs, "replay", lambda size, variant: replayed.append((size, variant.level)))
             probe.step()
             assert replayed == [(3, probe.filter_level)] and graphs.capturer.count == captures
+
+
+def test_every_operation_of_the_op_set_has_a_family():
+    """A profile of any step (the packed one of forced runs included) names every Ops operation's kernels."""
+    import dataclasses
+
+    from inferlab.engine.op_labels import OP_FAMILIES
+    from inferlab.engine.ops import Ops
+
+    callables = {f.name for f in dataclasses.fields(Ops) if f.name not in ("name", "needs_len_hint")}
+    assert callables == set(OP_FAMILIES), f"without a family: {sorted(callables - set(OP_FAMILIES))}"
