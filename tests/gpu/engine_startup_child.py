@@ -2,7 +2,7 @@
 engine's start-up stats and the process's time before it (interpreter and imports). Triton's disk cache is
 the caller's TRITON_CACHE_DIR.
 
-    python tests/gpu/engine_startup_child.py MODEL_DIR CACHE_DIR MAX_SEQ_LEN [--no-precompile]
+    python tests/gpu/engine_startup_child.py MODEL_DIR CACHE_DIR MAX_SEQ_LEN [--no-precompile] [--no-shipped]
 """
 
 import time
@@ -16,9 +16,10 @@ from inferlab.engine import Engine, EngineConfig  # noqa: E402
 
 model, cache_dir, max_seq_len = sys.argv[1], sys.argv[2], int(sys.argv[3])
 precompile = "--no-precompile" not in sys.argv[4:]
+shipped_kernels = "--no-shipped" not in sys.argv[4:]
 before_engine_s = time.perf_counter() - PROCESS_START
 with Engine(EngineConfig(model=model, device="cuda", max_seq_len=max_seq_len, cache_dir=cache_dir,
-                         precompile=precompile)) as engine:
+                         precompile=precompile, shipped_kernels=shipped_kernels)) as engine:
     stats = engine.stats.as_dict()
 stats.pop("gemm_choices")
 print(json.dumps({"before_engine_s": before_engine_s, "stats": stats}))

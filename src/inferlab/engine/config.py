@@ -64,6 +64,9 @@ class EngineConfig:
     # slots // 8)
     startup_cache: bool = True  # keep start-up measurements (the GEMM plan) on disk and reuse them
     precompile: bool = True  # compile the warm-up's Triton kernels in threads while the weights load (CUDA)
+    # the precompile first unpacks the package's Triton kernels for this GPU and software where they exist
+    # (engine/kernel_bundles/): a fresh machine reads them instead of compiling
+    shipped_kernels: bool = True
     cache_dir: str | Path | None = None  # the start-up cache's folder; None: $INFERLAB_CACHE_DIR or ~/.cache/inferlab
     # torch's intra-op threads while a CPU engine runs its steps (set around them, then put back): a step is
     # hundreds of small ops, which a second thread barely speeds up and an OpenMP barrier slows down

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
@@ -34,7 +35,8 @@ from inferlab.engine.kernel_precompile import DryRun, KernelPrecompile, can_prec
 from inferlab.engine.kv_cache import kv_bytes_per_token
 from inferlab.engine.lifetime import RELEASED, closed_error, release_cached_memory
 from inferlab.engine.loop import GenerationLoop, LoopParts
-from inferlab.engine.precompile_record import decide, machine_fields, precompile_key, record
+from inferlab.engine.kernel_bundles import install
+from inferlab.engine.precompile_record import decide, machine_fields, precompile_key, record, triton_cache_dir
 from inferlab.engine.ops import select_ops
 from inferlab.engine.runner import ModelRunner
 from inferlab.engine.snapshots import SnapshotBuffers
@@ -171,7 +173,8 @@ class Engine:
             return None
         log.debug("start-up precompile: %s", decision.reason)
         self._precompile_key = key
-        return KernelPrecompile(dry, self.device)
+        shipped = partial(install, key, device, triton_cache_dir()) if config.shipped_kernels else None
+        return KernelPrecompile(dry, self.device, shipped=shipped)
 
     # ---- lifetime (engine/lifetime.py) ----------------------------------------------------------------------
     def close(self) -> None:
@@ -257,7 +260,7 @@ class Engine:
         stats.precompile_kernels, stats.precompile_s, stats.precompile_compile_s = (report.kernels, report.wall_s,
                                                                                     report.compile_s)
         stats.precompile_wait_s, stats.precompile_error = report.wait_s, report.error
-        stats.precompile_phases = report.phases
+        stats.precompile_phases, stats.precompile_shipped = report.phases, report.shipped
         record(self.startup_cache, self._precompile_key, report.kernels, report.files, report.clean)
 
     def _gemm_plan(self) -> None:

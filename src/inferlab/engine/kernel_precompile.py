@@ -146,6 +146,9 @@ class PrecompileReport:
     # threads' compile_s the loading of the compiled kernels (modules; Triton 3.6's launcher builds)
     phases: dict[str, float] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)  # the compiled kernels' files in Triton's disk cache
+    # what the package's kernels gave (kernel_bundles/): "" nothing, "all" every kernel (no compile), else
+    # "<n> files" unpacked into the cache before the dry run
+    shipped: str = ""
 
     @property
     def clean(self) -> bool:
@@ -218,8 +221,9 @@ class KernelPrecompile:
     to `sink`, for tests). `wait()` joins it and says what it did; it never raises."""
 
     def __init__(self, dry: DryRun, device: torch.device, sink: LaunchSink | None = None,
-                 workers: int | None = None) -> None:
+                 workers: int | None = None, shipped: Callable[[], Any] | None = None) -> None:
         self._dry, self._device, self._sink = dry, device, sink
+        self._shipped = shipped  # () -> kernel_bundles.Installed | None: the package's kernels, asked first
         self._workers = workers or compile_workers()
         self._pool: _CompilePool | None = None
         self._report = PrecompileReport()
@@ -231,6 +235,8 @@ class KernelPrecompile:
         try:
             if self._device.type == "cuda":
                 torch.cuda.set_device(self._device)  # the JIT compiles for this thread's current device
+            if self._from_bundle():
+                return
             with meta_stands_for(self._device), torch.inference_mode(), self._compiling() as sink, \
                     divert_launches(sink):
                 self._dry.warm_up()
@@ -239,7 +245,21 @@ class KernelPrecompile:
             self._report.error = f"{type(e).__name__}: {str(e)[:500]}"
             log.warning("start-up precompile stopped early (%s); the warm-up compiles the rest as it launches",
                         self._report.error)
-        self._finished = time.perf_counter()
+        finally:
+            self._finished = time.perf_counter()
+
+    def _from_bundle(self) -> bool:
+        """The package's kernels unpacked into Triton's cache where they apply (kernel_bundles/); True when
+        they are every kernel the warm-up launches (nothing left to compile)."""
+        installed = self._shipped() if self._shipped is not None else None
+        if installed is None:
+            return False
+        report = self._report
+        report.phases["shipped_s"] = installed.seconds
+        report.shipped = "all" if installed.exact else f"{installed.written} files"
+        if installed.exact:
+            report.kernels, report.files = installed.kernels, list(installed.files)
+        return installed.exact
 
     @contextmanager
     def _compiling(self) -> Iterator[LaunchSink]:

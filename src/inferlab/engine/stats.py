@@ -48,6 +48,9 @@ class EngineStats:
     precompile_error: str = ""  # why its dry run stopped early ("": it ran to the end)
     # why it did not run though it would have: Triton's cache holds its kernels (precompile_record.py); "": it ran
     precompile_skipped: str = ""
+    # what the package's Triton kernels gave it (kernel_bundles/): "" nothing, "all" every kernel (nothing
+    # compiled), else "<n> files" put in Triton's cache before it compiled the rest
+    precompile_shipped: str = ""
     warmup_compiles: int = 0  # Triton kernels the warm-up still compiled as it launched them (-1: not counted)
     warmup_compile_s: float = 0.0  # their time, on the critical path (inside warmup_s and capture_s)
     capture_s: float = 0.0  # CUDA graph capture alone, at start-up (decode and prefill graphs)
@@ -94,6 +97,8 @@ class EngineStats:
                       f"waited {self.precompile_wait_s:.1f} s), " if self.precompile_kernels or self.precompile_s else "")
         if self.precompile_skipped:
             precompile = "Triton precompile skipped (its kernels cached), "
+        elif self.precompile_shipped == "all":
+            precompile = f"Triton kernels from the package ({self.precompile_kernels}, {self.precompile_s:.1f} s), "
         compiles = f" ({self.warmup_compiles} compiles {self.warmup_compile_s:.1f} s)" if self.warmup_compiles else ""
         return (f"CUDA init {self.device_init_s:.1f} s, weights {self.load_s:.1f} s, "
                 f"tokenizer {self.tokenizer_s:.1f} s (in a thread, waited {self.tokenizer_wait_s:.1f} s), allocation {self.allocate_s:.1f} s, "
