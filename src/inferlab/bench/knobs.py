@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from inferlab.engine import EngineConfig
 from inferlab.errors import ConfigError
 
 _TRUE = {"true", "on", "yes", "1"}
@@ -155,3 +156,13 @@ def sampling_knobs(*, top_p: float, do_sample: str | None = None,
     knobs = [Knob("do_sample", bool, True, do_sample)] if do_sample is not None else []
     return knobs + [Knob("temperature", float, 1.0, temperature_help, minimum=0.0),
                     Knob("top_p", float, top_p, top_p_help, minimum=0.0)]
+
+
+# The engine's forced tokens in bulk (EngineConfig.forced_run_tokens / forced_run_budget, engine/forced_runs.py): the
+# constrained backend's knobs and decode-profile's, the budget's default the engine's own
+FORCED_RUN_KNOBS = (
+    Knob("forced_run_tokens", int, 0, "forced tokens a constrained row may feed per step after its own (0: one "
+         "token per step)", minimum=0),
+    Knob("forced_run_budget", float, EngineConfig.forced_run_budget, "booked positions a packed step has room for, "
+         "per row (at least 4 runs)", minimum=0.01),
+)

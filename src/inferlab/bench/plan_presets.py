@@ -22,7 +22,8 @@ import copy
 from typing import Any
 
 from inferlab.bench.plan_presets_conformers import CONFORMER_PIPELINE, CONFORMER_QUALITY, CONFORMER_SOAK, SCALE_OUT
-from inferlab.bench.plan_presets_engine import CONFORMER_ENGINE, DECODE_ROOFLINE, ENGINE_SPEED, ENGINE_VS_HF, STEERING
+from inferlab.bench.plan_presets_engine import (CONFORMER_ENGINE, DECODE_ROOFLINE, ENGINE_SPEED, ENGINE_VS_HF,
+                                               PACKED_STEP_PROFILE, STEERING)
 from inferlab.bench.plan_presets_peers import ENGINE_VS_PEERS
 from inferlab.bench.plan_presets_workloads import (CONFORMER_BASELINE, SEED_CLASSIFY, SEED_CLASSIFY_MATRIX,
                                                    SEED_HIDDEN_STATES)
@@ -154,7 +155,7 @@ PLAN_PRESETS: dict[str, dict[str, Any]] = {
     p["name"]: p for p in (QUICK, SEED_ATTENTION, SEED_GENERATE, SEED_STATIC_CACHE, SEED_CLASSIFY, SEED_CLASSIFY_MATRIX,
                            SEED_HIDDEN_STATES, CONFORMER_BASELINE, ENGINE_VS_HF, ENGINE_SPEED, CONFORMER_ENGINE,
                            CONFORMER_PIPELINE, CONFORMER_SOAK, SCALE_OUT, ENGINE_VS_PEERS, STEERING, DECODE_ROOFLINE,
-                           CONFORMER_QUALITY)
+                           PACKED_STEP_PROFILE, CONFORMER_QUALITY)
 }
 
 

@@ -24,6 +24,13 @@
   fp8 KV cache; then the whole engine at qwen3-0.6b, 256 rows, 600 new tokens, both caches (generate, backend
   inferlab: its decode GB/s against the copy bandwidth). One device call:
   `inferlab bench --preset decode-roofline --limit-seconds 400`.
+- packed-step-profile (~6 min by the estimates, 8 cells of 45 s; decode-roofline's cells ran in 10-28 s each
+  on an H200, and the constraint's set-up adds ~10 s): the constrained decode step per kernel family (scenario
+  decode-profile, constraint=on: conformer programs of drug-sized NCI molecules) at qwen3-0.6b, context 330,
+  top-p 1.0, 256 and 1024 rows, the bf16 and the fp8 KV cache, one token per row (forced_run_tokens 0) beside
+  the packed step of forced tokens in bulk (4, the default budget: an eighth of the rows), so the families
+  say where the packed step's extra time goes. One device call: `inferlab bench --preset packed-step-profile
+  --limit-seconds 400`; one pair: `--only batch_size=256 --only kv_dtype=auto`.
 - steering (~6.5 min with the gemma-2b checkpoint built once): seed 003's job on the gemma-2b shape:
   1,000 prompts of 400-1,200 tokens (the seed's prompts averaged 847, at most 1,205), 150 new tokens,
   sampling at T = 1, a steering vector after layer 6 and the mean hidden states of layers 6 and 17
@@ -138,5 +145,17 @@ DECODE_ROOFLINE: dict[str, Any] = {
          "set": {**_ROOFLINE, "batch_size": [1024, 256, 16], "context_tokens": 330, "top_p": 1.0}},
         {"scenario": "decode-profile", "model": "llama-380m", "set": {**_ROOFLINE, "context_tokens": 548, "top_p": 0.9}},
         {**_QWEN, "backend": "inferlab", "set": {**_QWEN_SETTING, "kv_dtype": ["auto", "fp8"]}},
+    ],
+}
+
+PACKED_STEP_PROFILE: dict[str, Any] = {
+    "name": "packed-step-profile",
+    "description": "the constrained decode step per kernel family, one token per row beside the packed step of "
+                   "forced runs (4 tokens): qwen3-0.6b at 256 and 1024 rows, bf16 and fp8 KV",
+    "timeout_s": 180,
+    "sweep": [
+        {"scenario": "decode-profile", "model": "qwen3-0.6b",
+         "set": {**_ROOFLINE, "batch_size": [256, 1024], "context_tokens": 330, "top_p": 1.0, "constraint": "on",
+                 "forced_run_tokens": [0, 4]}},
     ],
 }

@@ -24,8 +24,12 @@ def roofline_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def case_name(row: dict[str, Any]) -> str:
     c, m = row.get("config") or {}, row.get("metrics") or {}
     kv = m.get("kv_cache_dtype") or c.get("kv_dtype")
-    return (f"{row.get('model')} · {c.get('batch_size')} rows · context {c.get('context_tokens')} · KV {kv} · "
+    name = (f"{row.get('model')} · {c.get('batch_size')} rows · context {c.get('context_tokens')} · KV {kv} · "
             f"T {c.get('temperature')} top-p {c.get('top_p')}")
+    if c.get("constraint") == "on":  # the constrained step, packed (forced runs) or one token per row
+        packed = m.get("packed_positions")
+        name += " · constrained" + (f" · forced runs {c.get('forced_run_tokens')}, {packed} positions" if packed else "")
+    return name
 
 
 def _us(value: Any) -> str:

@@ -14,7 +14,13 @@ Families (the labels the profile gives each kernel, bench/step_profile.py):
                       launch the rows' x and residual in, normed and residual out, and the weight
   sampling            the draw: the logits read once
   bookkeeping         the min-length stop mask and the record of each row's token (a few hundred bytes a row)
-  constraint, other   kernels a constrained variant adds, and anything unlabelled: no minimum counted
+  constraint          a constrained step's mask, forced rows, choose and advance, and the pressure they
+                      measure (its fused race, the draw with the mask in registers, counts as sampling)
+  forced runs         a packed step's booking of forced runs and the layout of its T positions
+  forced pressure     the booked tokens' pressure, from the logits of the positions before them
+  other               anything unlabelled
+The last four count no minimum (their bound: their launches at the launch floor). A packed step's GEMMs and
+LM head run over its T positions; the bounds count the b rows' work, what one token per row needs.
 Each family's bound is the largest of: its bytes at the device's measured copy bandwidth, its FLOPs at the
 measured bf16 matrix rate, and its launches at the shortest time a kernel runs on the device (the launch
 floor). A family meets its bound at >= 60% of it; one under 5% of the step is not held to it. The gaps
@@ -29,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 FAMILIES = ("gemm qkv", "gemm o", "gemm mlp", "gemm lm_head", "attention", "norm", "sampling", "bookkeeping",
-            "constraint", "other")  # fmt: skip
+            "constraint", "forced runs", "forced pressure", "other")  # fmt: skip
 GAPS = "gaps"  # the table's row for the time between kernels
 MEETS = 0.6  # a family meets its bound at this fraction of it
 SMALL_SHARE = 0.05  # families under this share of the step are not held to their bound
@@ -89,6 +95,8 @@ def minimum_work(s: StepShape, norm_launches: float) -> dict[str, Work]:
         "sampling": Work(b * s.vocab * s.logits_bytes + b * TOKEN_BYTES, 0.0),
         "bookkeeping": Work(b * (s.stop_ids * (TOKEN_BYTES + 2 * s.logits_bytes) + ROW_STATE_BYTES), 0.0),
         "constraint": Work(0.0, 0.0),
+        "forced runs": Work(0.0, 0.0),
+        "forced pressure": Work(0.0, 0.0),
         "other": Work(0.0, 0.0),
     }
 

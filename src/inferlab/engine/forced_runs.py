@@ -69,6 +69,10 @@ class ForcedRuns:
 
             self.kernels = triton_forced_runs
 
+    def positions(self, rows: int) -> int:
+        """T, the positions a packed step over `rows` rows runs its forward over: the rows and their budget."""
+        return rows + extra_positions(rows, self.width, self.share)
+
     def pack(self, rows: RowState, slots: torch.Tensor, runtime, measure: bool) -> PackedStep:
         """Book rows [0, b)'s forced runs (rows: the bucket's view; slots [b]) and lay out the step's
         positions; with `measure`, the bulk positions whose logits give the booked tokens' pressure."""

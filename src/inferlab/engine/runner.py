@@ -130,7 +130,7 @@ class ModelRunner:
         """One eager decode step over rows [0, b) (what each graph captured; also used to profile)."""
         variant = Variant(*variant)
         r = self.rows
-        if self.forced_runs is not None and variant.constrained and not (variant.steered or variant.collecting):
+        if self.packs(variant):
             pressure = self.features.pressure.buffers
             step = self.forced_runs.pack(r.view(b), self.slots[:b], self.constraints, pressure is not None)
             logits, bulk = self.model.decode_packed(step, self.cache)  # [b, V], [E, V] | None
@@ -141,6 +141,11 @@ class ModelRunner:
             logits = self.model.decode(r.tokens[:b], r.positions[:b], self.slots[:b], self.cache, len_hint,
                                        residual_hooks=hooks)  # [b, V]
         finish_step(logits, r.view(b), self.features.logits_hooks(variant), self.ops, variant.level)
+
+    def packs(self, variant: Variant) -> bool:
+        """Whether a decode step of `variant` packs its rows' forced runs (forced_runs.py): a constrained step,
+        neither steered nor collecting, on an engine with forced_run_tokens > 0."""
+        return self.forced_runs is not None and variant.constrained and not (variant.steered or variant.collecting)
 
     def use_graphs(self, max_prefill_tokens: int, capturer: Capturer | None = None) -> None:
         """Replay decode steps and the prefill forward from CUDA graphs, each captured when first needed

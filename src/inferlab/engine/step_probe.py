@@ -13,8 +13,10 @@ token (a program that starts with a hole keeps its row in it), and its pressure 
 measures it (EngineConfig.constraint_pressure). A step runs
 over the smallest decode bucket holding the rows, as the engine's own steps do. The rows' state is frozen
 until close() (the runner's preserved_rows): every step reads and writes the same positions, and no row
-advances or finishes. The probe borrows the engine's rows: use it on an engine that runs no generate/stream
-meanwhile, and close it before the engine.
+advances or finishes. On an engine with forced runs (EngineConfig.forced_run_tokens) a constrained step is
+the packed step over `packed_positions` positions (forced_runs.py); a step books only live rows' runs, so the
+frozen rows book none (`booked_per_step()` counts them): the packed step's fixed cost. The probe borrows the
+engine's rows: use it on an engine that runs no generate/stream meanwhile, and close it before the engine.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ class DecodeStepProbe:
         self.filter_level = items[0].filter_level  # sampler.FILTER_*: the decode variant the rows need
         self._batch = self._runner.batch_of(range(rows), items)  # one lane: the rows share the prompt
         self._variant = self._batch.variant
+        # T, the positions each step's forward runs over where the engine packs forced runs into it, else None
+        packs = self._runner.packs(self._variant)
+        self.packed_positions = self._runner.forced_runs.positions(self.bucket) if packs else None
         self.cuda_graphs = self._runner.graphs is not None
         self._threads = engine.config.cpu_threads if engine.device.type == "cpu" else None  # as the engine's steps
         self.stop_ids_width = self._runner.rows.stop_ids.shape[1]  # each row's stop table (EngineConfig.max_stop_ids)
@@ -108,6 +113,15 @@ class DecodeStepProbe:
         self._check_open()
         with torch_threads(self._threads):
             self._runner.decode_step(self.bucket, self._variant, None)
+
+    @torch.inference_mode()
+    def booked_per_step(self) -> int:
+        """The forced tokens one eager step books into the rows, counted where booking puts them (each moves its
+        row's n_out on; a frozen row's own token does not): what the step's profile includes of the booking."""
+        n_out = self._runner.rows.n_out[: self.bucket]
+        before = int(n_out.sum())
+        self.eager_step()
+        return int(n_out.sum()) - before
 
     def labelled(self, range_for: RangeFactory) -> ContextManager[None]:
         """While inside, every operation of an eager step runs inside `range_for(family)` (a context manager;

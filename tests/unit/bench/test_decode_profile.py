@@ -21,6 +21,7 @@ from inferlab.bench.roofline import (
     weight_bytes,
 )
 from inferlab.bench.step_profile import Kernel, carry_labels, one_step, per_step
+from inferlab.errors import ConfigError
 
 QWEN = dict(layers=28, hidden=1024, heads=16, kv_heads=8, head_dim=128, intermediate=3072, vocab=151936,
             dtype_bytes=2, kv_bytes_per_token=2 * 28 * 8 * 128 * 2, logits_bytes=2, stop_ids=8)  # fmt: skip
@@ -131,6 +132,17 @@ def test_the_decode_roofline_preset_covers_both_models_row_counts_and_caches():
     assert {(c.model, c.config["batch_size"], c.config["new_tokens"]) for c in engine_runs} == {("qwen3-0.6b", 256, 600)}
 
 
+def test_the_packed_step_profile_preset_pairs_each_constrained_case_with_its_packed_step():
+    cells = build_plan(get_plan_preset("packed-step-profile")).cells
+    cases = {(c.config["batch_size"], c.config["kv_dtype"], c.config["forced_run_tokens"]) for c in cells}
+    assert len(cells) == 8 and cases == {(b, kv, f) for b in (256, 1024) for kv in ("auto", "fp8") for f in (0, 4)}
+    assert {(c.scenario, c.model, c.config["constraint"], c.config["context_tokens"], c.config["top_p"])
+            for c in cells} == {("decode-profile", "qwen3-0.6b", "on", 330, 1.0)}  # fmt: skip
+    only = build_plan(get_plan_preset("packed-step-profile"),
+                      only={"forced_run_tokens": ["4"], "kv_dtype": ["fp8"], "batch_size": ["1024"]}).cells
+    assert [(c.config["forced_run_tokens"], c.config["kv_dtype"], c.config["batch_size"]) for c in only] == [(4, "fp8", 1024)]
+
+
 def test_a_cpu_cell_profiles_the_step_and_the_report_renders_its_table(run_cell, tiny_checkpoint, tmp_path):
     from inferlab.bench.report import write_report
     from inferlab.bench.rows import make_row
@@ -155,3 +167,43 @@ def test_a_cpu_cell_profiles_the_step_and_the_report_renders_its_table(run_cell,
     text = report.read_text()
     assert "## The decode step against its bound" in text and "| gemm lm_head |" in text
     assert (tmp_path / "report" / "plots" / "decode-roofline.png").is_file()
+
+
+def test_a_constrained_cpu_cell_with_forced_runs_profiles_the_packed_step_by_family(run_cell, tiny_checkpoint,
+                                                                                   tmp_path):
+    """constraint=on, forced_run_tokens=4 on tiny-qwen3 (the qwen3-chem tokenizer): the rows take the conformer
+    programs, the step is the packed one (T = 3 rows + 12 booked positions of room, none booked by the frozen
+    rows), and the constraint's kernels, the booking and the booked tokens' pressure are families of their own."""
+    from inferlab.bench.report import write_report
+    from inferlab.bench.rows import make_row
+
+    path = tiny_checkpoint("tiny-qwen3")
+    cell, out = run_cell({"sweep": [{"scenario": "decode-profile", "model": str(path),
+                                     "set": {"batch_size": 3, "context_tokens": 12, "dtype": "float32", "top_p": 1.0,
+                                             "device": "cpu", "min_repeats": 2, "min_duration_s": 0.0, "warmup": 1,
+                                             "profile_steps": 2, "constraint": "on", "forced_run_tokens": 4}}]},
+                         path)  # fmt: skip
+    assert out.status == "ok", out.message
+    m = out.metrics
+    families = {f["family"]: f for f in m["families"]}
+    for family in ("constraint", "forced runs", "forced pressure"):
+        assert families[family]["us"] > 0 and families[family]["launches"] > 0, family
+        assert families[family]["bytes"] == 0 and families[family]["limit"] == "launches"  # no minimum modelled
+    assert {"gemm qkv", "attention", "sampling", GAPS} <= set(families)
+    assert m["constraint_programs"] == 16 and m["packed_positions"] == 3 + 12 and m["booked_per_step"] == 0
+    report = write_report(["run"], [make_row(cell, out, run_id="r1", env={"gpu": None, "cpu": "test"})],
+                          tmp_path / "report")
+    text = report.read_text()
+    assert "· constrained · forced runs 4, 15 positions" in text and "| forced pressure |" in text
+
+
+def test_forced_runs_without_the_constraint_are_refused():
+    cell = {"scenario": "decode-profile", "model": "tiny", "set": {"forced_run_tokens": 4}}
+    with pytest.raises(ConfigError, match="forced_run_tokens=4 packs the forced runs of constrained steps.*"
+                                          "--set constraint=on"):
+        build_plan({"sweep": [cell]})
+    from inferlab.engine import EngineConfig
+
+    cell["set"]["constraint"] = "on"
+    assert build_plan({"sweep": [cell]}).cells[0].config["forced_run_budget"] == EngineConfig.forced_run_budget
+

@@ -136,6 +136,48 @@ def test_labelled_eager_steps_range_every_operation_and_give_the_engine_its_ops_
     assert {"norm", "sampling", "bookkeeping"} <= set(opened)
 
 
+def test_labelled_packed_steps_range_the_constraint_and_the_forced_runs_and_put_them_back(tiny_checkpoint):
+    """A constrained probe on an engine with forced runs: its step is the packed one (T = 3 rows + 12 positions
+    of room, none booked by the frozen rows); labelled, the constraint's hooks, the booking and the booked
+    tokens' pressure run in their families' ranges, and on the way out the features and the ForcedRuns get
+    their own methods back."""
+    from inferlab.constraints.program import compile_program
+    from inferlab.constraints.segments import Copy, EndOfSequence, Hole
+
+    opened: list[str] = []
+
+    @contextmanager
+    def recording(family: str):
+        opened.append(family)
+        yield
+
+    with _engine(tiny_checkpoint(), load_tokenizer=True, forced_run_tokens=4) as engine:
+        programs = [compile_program(segments, engine.tokenizer) for segments in (
+            [Hole("coord3-fixed4"), Copy(">"), EndOfSequence()], [Copy("[CONFORMER][C]<"), Hole("coord3-fixed4"),
+                                                                  Copy(">"), EndOfSequence()])]  # fmt: skip
+        runner = engine.runner
+        with DecodeStepProbe(engine, rows=3, context=5, sampling=SamplingParams(temperature=1.0),
+                             constraints=programs) as probe:
+            assert probe.packed_positions == 3 + 12 and probe.booked_per_step() == 0  # extra_positions(3, 4)
+            with probe.labelled(recording):
+                assert "pack" in vars(runner.forced_runs) and "logits_hooks" in vars(runner.features)
+                probe.eager_step()
+            assert not {"pack", "measure"} & set(vars(runner.forced_runs)) and "logits_hooks" not in vars(runner.features)
+            n = len(opened)
+            probe.eager_step()
+            assert len(opened) == n  # outside the block, no ranges
+    assert set(opened) <= set(DecodeStepProbe.FAMILIES)
+    assert opened.count("forced runs") == opened.count("forced pressure") == 1
+    assert opened.count("constraint") == 3  # mask_logits, forced_rows, emit (the torch path: no fused race)
+    assert {"attention", "sampling", "bookkeeping", "gemm lm_head"} <= set(opened)
+
+
+def test_an_unconstrained_step_is_not_packed_on_an_engine_with_forced_runs(tiny_checkpoint):
+    with _engine(tiny_checkpoint(), forced_run_tokens=4) as engine, \
+            DecodeStepProbe(engine, rows=2, context=4, sampling=TOP_P) as probe:
+        assert probe.packed_positions is None and probe.booked_per_step() == 0
+
+
 def test_on_the_graph_path_a_step_replays_the_captured_variant(tiny_checkpoint, monkeypatch):
     monkeypatch.setattr(engine_module, "graphs_wanted", lambda cuda_graphs, device: bool(cuda_graphs))
     monkeypatch.setattr(runner_module, "Capturer", EagerCapturer)

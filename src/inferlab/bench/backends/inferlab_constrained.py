@@ -27,7 +27,7 @@ from typing import Any, Iterator
 from inferlab.bench.backends import estimates
 from inferlab.bench.backends.base import BackendSpec, ConstrainedSpec, unprepared
 from inferlab.bench.backends.inferlab_generate import DECODE_STEPS_PER_SYNC_KNOB, KV_DTYPE_KNOB
-from inferlab.bench.knobs import Knob
+from inferlab.bench.knobs import FORCED_RUN_KNOBS, Knob
 from inferlab.engine import EngineConfig
 from inferlab.types import Request, Result
 from inferlab.workloads.engine_backend import EngineBackend
@@ -38,10 +38,7 @@ KNOBS = (
          choices=("on", "off"), baseline=("off",)),
     DECODE_STEPS_PER_SYNC_KNOB,
     KV_DTYPE_KNOB,
-    Knob("forced_run_tokens", int, 0, "forced tokens a constrained row may feed per step after its own (0: one "
-         "token per step)", minimum=0),
-    Knob("forced_run_budget", float, 0.125, "booked positions a packed step has room for, per row (at least 4 runs)",
-         minimum=0.01),
+    *FORCED_RUN_KNOBS,
 )
 
 
