@@ -70,7 +70,7 @@ def family_table(times: dict[str, float], passes: int, wall_us: float, projectio
         row: dict[str, Any] = {"family": family, "us": round(us, 1), "share": round(us * passes / kernels_us, 4)}
         if family in flops:
             tflops = flops[family] / us / 1e6
-            row["tflops"] = round(tflops, 1)
+            row["tflops"] = float(f"{tflops:.3g}")  # significant digits: a CPU's rate is a few GFLOP/s
             row["pct_of_matmul_peak"] = round(100 * tflops / peak_tflops, 1) if peak_tflops else None
         rows.append(row)
     top = sorted(times.items(), key=lambda item: -item[1])[:TOP_KERNELS]
