@@ -173,10 +173,10 @@ def pack(cache_dir: Path, records: list[dict[str, Any]], ident: dict[str, Any], 
     shipped = []
     for entry in records:
         key, value = entry["key"], entry["value"]
-        files = [str(Path(f).resolve().relative_to(cache_dir)) for f in value["files"]]
-        missing = [f for f in files if f not in members]
-        if missing:
-            raise ValueError(f"a record names files the cache folder does not hold: {missing[:3]}")
+        named = [str(Path(f).resolve().relative_to(cache_dir)) for f in value["files"]]
+        files = [f for f in named if f in members]  # the IR text it also names is not shipped
+        if not files:
+            raise ValueError(f"a record names no file the cache folder holds: {named[:3]}")
         shipped.append({"key": record_key(key), "kernels": value["kernels"], "files": sorted(files)})
     slug = gpu_slug(ident["gpu"])
     folder.mkdir(parents=True, exist_ok=True)
