@@ -272,9 +272,11 @@ def packed_prefill_kernels(full: bool) -> list[tuple[str, object, dict, dict, li
     for measure in (True, False):
         c = dict(WIDTH=4, STOPS=8, BLOCK=256, MEASURE=measure, COPY_KIND=1, HOLE_KIND=2, DEAD=0)
         out.append((f"forced runs pack measure={measure}", triton_forced_runs._pack_kernel, pack, c, [], {}))
-    out.append(("forced runs copy pressure", triton_forced_runs._copy_pressure_kernel,
-                dict(LOGITS="*bf16", TARGET="*i64", OUT="*fp32", stride_l="i32", vocab="i32"),
-                dict(BLOCK_V=triton_forced_runs.BLOCK_V), [], {}))  # fmt: skip
+    out.append(("forced runs copy pressure shares", triton_forced_runs._copy_pressure_part_kernel,
+                dict(LOGITS="*bf16", TARGET="*i64", PART="*fp32", stride_l="i32", vocab="i32", chunk="i32",
+                     splits="i32"), dict(BLOCK_V=triton_forced_runs.BLOCK_V), [], {}))  # fmt: skip
+    out.append(("forced runs copy pressure merge", triton_forced_runs._copy_pressure_merge_kernel,
+                dict(PART="*fp32", OUT="*fp32", splits="i32"), dict(BLOCK_S=32), [], {}))  # fmt: skip
     out.append(("forced runs accumulate", triton_forced_runs._accumulate_kernel,
                 dict(VALUES="*fp32", BOOKED="*i64", OFFSET="*i64", PTR0="*i64", RT_ACTIVE="*i1", ACC="*fp32", rows="i32"),
                 dict(WIDTH=4, BLOCK=256), [], {}))  # fmt: skip

@@ -974,6 +974,23 @@ def test_engine_forced_runs_on_triton_kernels_match_one_token_per_step(tiny_chec
     assert our_steps < ref_steps
 
 
+@pytest.mark.parametrize(("dtype", "chunk"), [(torch.float32, 96), (torch.bfloat16, 1000), (torch.float32, 8192)])
+def test_the_copy_pressure_in_shares_of_the_vocabulary_equals_the_reference(dtype, chunk):
+    """kernels/triton_forced_runs.copy_pressure, the vocabulary split in shares of `chunk` ids and merged
+    (11 shares of 1,000 ids at 96, one at 8,192), against constraints/pressure.copy_pressure: a forced token
+    the model is sure of (pressure ~0), one it rules out (~1), and random rows."""
+    from inferlab.engine.constraints.pressure import copy_pressure
+    from inferlab.engine.kernels import triton_forced_runs
+
+    g = torch.Generator().manual_seed(11)
+    logits = (torch.randn(6, 1000, generator=g) * 4).to(dtype)
+    forced = torch.tensor([3, 999, 500, 0, 517, 95])
+    logits[0, 3], logits[1, 999] = 60.0, -60.0
+    ours = triton_forced_runs.copy_pressure(logits, forced, chunk=chunk)
+    torch.testing.assert_close(ours, copy_pressure(logits, forced), atol=1e-6, rtol=1e-5)
+    assert ours[0] < 1e-6 and ours[1] > 1 - 1e-6
+
+
 def test_forced_runs_kernels_equal_the_torch_booking_and_pressure():
     """kernels/triton_forced_runs.py against ForcedRuns' torch path on real constraint programs: rows at
     different ops of their templates (a hole, a copy run, near the program's end, one idle, one finished, one

@@ -27,6 +27,7 @@ from inferlab.constraints.token_automaton import DEAD_STATE
 
 BLOCK_R = 256  # rows per block of the pack kernel's walk
 BLOCK_V = 2048  # vocabulary ids per iteration of the copy pressure
+PRESSURE_CHUNK = 8192  # vocabulary ids per program of the copy pressure: 19 shares of qwen3's 151,936
 
 
 @triton.jit
@@ -143,31 +144,59 @@ def pack(rows, slots: torch.Tensor, runtime, width: int, budget: int, scratch_sl
 
 
 @triton.jit
-def _copy_pressure_kernel(LOGITS, TARGET, OUT, stride_l, vocab, BLOCK_V: tl.constexpr):
+def _copy_pressure_part_kernel(LOGITS, TARGET, PART, stride_l, vocab, chunk, splits, BLOCK_V: tl.constexpr):
+    """One booked position's (axis 0) share of the vocabulary (axis 1, `chunk` ids): its largest logit, the
+    sum of exp(x - largest) and that sum without the forced token, into PART[lane, split, 0:3]."""
     lane = tl.program_id(0)
+    split = tl.program_id(1)
     target = tl.load(TARGET + lane)
     row = LOGITS + lane.to(tl.int64) * stride_l
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, vocab)
     top = tl.full([], float("-inf"), tl.float32)
     total = tl.zeros([], tl.float32)
     others = tl.zeros([], tl.float32)
-    for v0 in range(0, vocab, BLOCK_V):
+    for v0 in range(lo, hi, BLOCK_V):
         ids = v0 + tl.arange(0, BLOCK_V)
-        x = tl.load(row + ids, mask=ids < vocab, other=float("-inf")).to(tl.float32)
+        x = tl.load(row + ids, mask=ids < hi, other=float("-inf")).to(tl.float32)
         new_top = tl.maximum(top, tl.max(x, axis=0))
         scale = tl.exp(top - new_top)
         w = tl.exp(x - new_top)
         total = total * scale + tl.sum(w, axis=0)
         others = others * scale + tl.sum(tl.where(ids == target, 0.0, w), axis=0)
         top = new_top
+    at = PART + (lane * splits + split) * 3
+    tl.store(at, top)
+    tl.store(at + 1, total)
+    tl.store(at + 2, others)
+
+
+@triton.jit
+def _copy_pressure_merge_kernel(PART, OUT, splits, BLOCK_S: tl.constexpr):
+    """The shares of one booked position merged: others / total at the largest logit of all."""
+    lane = tl.program_id(0)
+    s = tl.arange(0, BLOCK_S)
+    mask = s < splits
+    at = PART + (lane * splits + s) * 3
+    top = tl.load(at, mask=mask, other=float("-inf"))
+    weight = tl.exp(top - tl.max(top, axis=0))  # [BLOCK_S]; 0 where masked
+    total = tl.sum(tl.load(at + 1, mask=mask, other=0.0) * weight, axis=0)
+    others = tl.sum(tl.load(at + 2, mask=mask, other=0.0) * weight, axis=0)
     tl.store(OUT + lane, others / total)
 
 
-def copy_pressure(logits: torch.Tensor, forced: torch.Tensor) -> torch.Tensor:
-    """constraints/pressure.copy_pressure in one pass: logits [N, V] (any float dtype, unit stride), forced [N]."""
+def copy_pressure(logits: torch.Tensor, forced: torch.Tensor, chunk: int = PRESSURE_CHUNK) -> torch.Tensor:
+    """constraints/pressure.copy_pressure for logits [N, V] (any float dtype, unit stride), forced [N]: each
+    position's vocabulary in shares of `chunk` ids, one program each, then merged (N alone, 32 booked
+    positions at 256 rows, would leave most of the GPU idle over a 151,936-entry vocabulary)."""
     assert logits.stride(1) == 1
-    out = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
-    _copy_pressure_kernel[(logits.shape[0],)](logits, forced.contiguous(), out, logits.stride(0), logits.shape[1],
-                                              BLOCK_V=BLOCK_V)
+    n, vocab = logits.shape
+    splits = triton.cdiv(vocab, chunk)
+    part = torch.empty((n, splits, 3), dtype=torch.float32, device=logits.device)
+    out = torch.empty(n, dtype=torch.float32, device=logits.device)
+    _copy_pressure_part_kernel[(n, splits)](logits, forced.contiguous(), part, logits.stride(0), vocab, chunk, splits,
+                                            BLOCK_V=BLOCK_V)  # fmt: skip
+    _copy_pressure_merge_kernel[(n,)](part, out, splits, BLOCK_S=max(16, triton.next_power_of_2(splits)))
     return out
 
 
