@@ -144,3 +144,23 @@ def test_a_bundle_without_the_record_leaves_the_dry_run_to_compile_the_rest():
     partial = kb.Installed(False, 0, [], 7, 0.2)
     report = KernelPrecompile(Dry(), torch.device("cpu"), sink=lambda *a: None, shipped=lambda: partial).wait()
     assert Dry.ran and report.shipped == "7 files" and "walk_s" in report.phases
+
+
+def test_the_shipped_bundles_are_whole():
+    """Each committed manifest (at least the H100's) names its GPU and archive; the archive holds exactly its
+    `files` members, every record's files among them, every group naming members of its own folder."""
+    from inferlab.engine.gemm_plans import gpu_slug
+
+    manifests = sorted(kb.BUNDLES_FOLDER.glob("*.json"))
+    assert "nvidia-h100-80gb-hbm3.json" in [p.name for p in manifests]
+    for path in manifests:
+        manifest = json.loads(path.read_text())
+        assert manifest["format"] == kb.FORMAT and path.stem == gpu_slug(manifest["identity"]["gpu"])
+        with tarfile.open(path.with_name(manifest["archive"])) as tar:
+            names = set(tar.getnames())
+            groups = {n: json.loads(tar.extractfile(n).read())["child_paths"] for n in names if "/__grp__" in n}
+        assert len(names) == manifest["files"] and groups
+        for record in manifest["records"]:
+            assert record["kernels"] > 0 and set(record["files"]) <= names and "triton_cache" not in record["key"]
+        for name, children in groups.items():
+            assert all(f"{name.split('/')[0]}/{child}" in names for child in children), name
