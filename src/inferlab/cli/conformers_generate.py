@@ -11,7 +11,7 @@ from inferlab.cli.engine_args import AUTO, add_engine_args, add_kv_dtype_arg, en
 from inferlab.cli.row_outcome import existing
 from inferlab.cli.output_guard_args import add_input_bound_args, add_overwrite_arg, guarded, molecule_bounds
 from inferlab.cli.scale_args import add_scale_args, wants_scale_out
-from inferlab.cli.tuned_config_args import add_config_arg, apply_tuned_config
+from inferlab.cli.tuned_config_args import add_config_arg, add_tunable, apply_tuned_config
 
 GENERATE_HELP = "generate K 3D conformers per molecule with the engine, constrained on the GPU (SDF + JSONL)"
 GENERATE_DESCRIPTION = (
@@ -73,13 +73,13 @@ def add_generation_args(p: argparse.ArgumentParser, required: bool) -> None:
                      "KV cache: auto (default: the model dtype unless the reference model's quality gate shows FP8 "
                      "within the spread, on GPUs of CUDA capability >= 8.9; the summary says which and why), model "
                      "(the model dtype) or fp8 (e4m3 + per-position scales: half the bytes; on a CPU a slower check)")
-    e.add_argument("--forced-run-tokens", type=int, default=0, metavar="N",
+    add_tunable(e, "--forced-run-tokens", type=int, default=0, metavar="N",
                    help="feed each row up to N of the template's forced tokens per decode step as extra positions "
                         "(0-7; default 0: one token per step): the same conformers in fewer steps")
     add_input_bound_args(p, molecules=True)
     add_overwrite_arg(p)
     add_scale_args(p)
-    add_config_arg(p, "conformers")  # inferlab tune's max_slots and kv_dtype
+    add_config_arg(p, "conformers")  # inferlab tune's max_slots, kv_dtype and forced_run_tokens
 
 
 def pipeline_config_from(args: argparse.Namespace, row_ceiling: int | None = None):

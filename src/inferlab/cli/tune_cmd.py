@@ -32,6 +32,7 @@ def _kv_dtypes(text: str) -> tuple[str, ...]:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE, PROFILES
+    from inferlab.workloads.tune.candidates import FORCED_RUN_TOKENS
     from inferlab.workloads.winner import MIN_REPEATS
 
     p = sub.add_parser(
@@ -39,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="measure a few settings of a workload on a sample and write the clear winner as a --config file",
         description="Runs the workload's own code on the first rows of --sample once per candidate (generate, "
         "conformers on the engine: --max-slots doubling up to what its memory plan fits, x the KV dtypes the "
-        "device runs; classify: --batch-size x --dtype x --attn), each from a warm start (one untimed pass), "
+        "device runs, conformers also with forced tokens in bulk at each KV dtype's best size; classify: --batch-size x "
+        "--dtype x --attn), each from a warm start (one untimed pass), "
         "timed in --passes passes. A setting is recommended only when it wins by more than the measured spread; "
         "the file, with every candidate's figures and the environment, goes to --out.",
     )
@@ -72,6 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64, help="generate: tokens per prompt (a line may override)")
     p.add_argument("--num-conformers", type=int, default=2, metavar="K", help="conformers: K per molecule")
     p.add_argument("--profile", default=DEFAULT_PROFILE, choices=list(PROFILES), help="conformers: the text format")
+    p.add_argument("--forced-run-tokens", type=int, default=FORCED_RUN_TOKENS, metavar="N",
+                   help=f"conformers: the forced-run width tried at each KV dtype's best --max-slots (default "
+                        f"{FORCED_RUN_TOKENS}; 0: not tried)")
     p.add_argument("--work-dir", default=None,
                    help="keep the candidates' outputs and figures here: a rerun measures only the ones not done")
     p.add_argument("--budget-s", type=float, default=None,
@@ -97,6 +102,7 @@ def _tune(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens, num_conformers=args.num_conformers, profile=args.profile,
         min_seconds=args.min_seconds, passes=args.passes, max_seq_len=args.max_seq_len,
         gpu_memory_fraction=args.gpu_memory_fraction, work_dir=args.work_dir, budget_s=args.budget_s,
+        forced_run_tokens=args.forced_run_tokens,
     )
     bar = None
 
@@ -107,6 +113,8 @@ def _tune(args: argparse.Namespace) -> int:
         bar = tqdm(total=len(candidates), unit="candidate", dynamic_ncols=True, desc=f"tune {args.workload}")
 
     def on_candidate(index: int, candidate: dict, outcome, earlier: bool) -> None:
+        if index >= bar.total:  # a candidate the sweep added (the forced-runs one of a KV dtype)
+            bar.total = index + 1
         bar.set_postfix_str(_describe(candidate) + (" (measured by an earlier run)" if earlier else ""), refresh=False)
         bar.update(1)
 

@@ -141,8 +141,11 @@ def test_conformers_tuned_and_applied(tmp_path, tiny_checkpoint):
     out = tmp_path / "tuned.json"
     assert tune(model, "conformers", sample, out, "--sizes", "1,2", "--num-conformers", "2", "--min-seconds", "0") == 0
     tuned = json.loads(out.read_text())
-    check_measured(tuned, "conformers", "conformers_per_s", [{"max_slots": n, "kv_dtype": "auto"} for n in (1, 2)], 2,
-                   min_seconds=0)
+    # one token per step over the sizes, then forced tokens in bulk at the best of them
+    best_size = max(tuned["candidates"][:2], key=lambda c: c["figures"]["conformers_per_s"])["settings"]["max_slots"]
+    check_measured(tuned, "conformers", "conformers_per_s",
+                   [{"max_slots": n, "kv_dtype": "auto", "forced_run_tokens": 0} for n in (1, 2)]
+                   + [{"max_slots": best_size, "kv_dtype": "auto", "forced_run_tokens": 4}], 2, min_seconds=0)
     for c in tuned["candidates"]:
         f = c["figures"]
         assert f["valid_fraction"] == 1.0 and f["error_rows"] == f["conformers"] and f["start_s"] > 0  # K=2 each
@@ -152,6 +155,8 @@ def test_conformers_tuned_and_applied(tmp_path, tiny_checkpoint):
         assert parsed(base + ["--config", str(out)]).max_slots == (recommended or "auto")  # auto: the default
         assert parsed(base + ["--config", str(out), "--max-slots", "7"]).max_slots == 7
         assert parsed(base).max_slots == "auto"
+        assert parsed(base + ["--config", str(out)]).forced_run_tokens == tuned["recommended"].get("forced_run_tokens", 0)
+        assert parsed(base + ["--config", str(out), "--forced-run-tokens", "2"]).forced_run_tokens == 2
     # run: the file's max_slots is a ceiling for the memory plan (a job of longer rows than the sample's fits)
     out.write_text(json.dumps(dict(tuned, recommended={"max_slots": 3})))
     summary = tmp_path / "summary.json"
@@ -343,3 +348,30 @@ def test_a_tune_file_knows_its_checkpoint_by_its_files_not_its_path(tmp_path, ti
         args = parsed(["generate", "--model", str(copy), "--input", "in.jsonl", "--output", "out.jsonl",
                        "--config", str(path)])
     assert args.max_slots == 4 and "its files differ (config.json)" in caplog.text
+
+
+def test_the_forced_runs_candidate_goes_at_each_kv_dtypes_best_size_after_its_group():
+    """candidates.forced_runs_at through sweep._forced_runs_after: after a KV dtype's last size (not before),
+    at its best measured size one token per step, never after a forced-runs candidate, not for generate, and
+    not when the settings try no width or no size of the group ran."""
+    from inferlab.workloads.tune.sweep import TuneSettings, _forced_runs_after
+
+    def ran(size, kv, rate, forced=0):
+        return {"settings": {"max_slots": size, "kv_dtype": kv, "forced_run_tokens": forced},
+                "figures": {"conformers_per_s": rate}}
+
+    measured = [ran(64, "auto", 5.0), ran(32, "auto", 7.0), {"settings": {"max_slots": 64, "kv_dtype": "fp8",
+                                                                          "forced_run_tokens": 0}, "error": "OOM"}]
+    candidates = [m["settings"] for m in measured]
+    settings = TuneSettings("conformers", "m", "s.smi")
+    metric = "conformers_per_s"
+    assert _forced_runs_after(settings, candidates, 0, measured[:1], metric) is None  # auto's group goes on
+    assert _forced_runs_after(settings, candidates, 1, measured[:2], metric) == {
+        "max_slots": 32, "kv_dtype": "auto", "forced_run_tokens": 4}  # the best of the group, not its last
+    assert _forced_runs_after(settings, candidates, 2, measured, metric) is None  # no fp8 size ran
+    follow_up = [*candidates[:2], {"max_slots": 32, "kv_dtype": "auto", "forced_run_tokens": 4}]
+    assert _forced_runs_after(settings, follow_up, 2, [*measured[:2], ran(32, "auto", 8.0, 4)], metric) is None
+    off = TuneSettings("conformers", "m", "s.smi", forced_run_tokens=0)
+    assert _forced_runs_after(off, candidates, 1, measured[:2], metric) is None
+    with pytest.raises(ConfigError, match="forced_run_tokens=-1"):
+        TuneSettings("conformers", "m", "s.smi", forced_run_tokens=-1)

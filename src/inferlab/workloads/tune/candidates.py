@@ -8,7 +8,8 @@ which is always tried, keeping the MAX_SIZES largest (a doubling step within a q
 same point, measured twice). The transformers backend of generate tries a fixed grid of batch rows;
 classify tries its batch sizes x the dtypes and attention implementations the device can run. Sizes
 given by the user (--sizes) are tried as given, those above the sample's requests dropped (the first
-reaching them stays): they measure nothing new."""
+reaching them stays): they measure nothing new. Conformers run one token per step on that grid, and after
+each KV dtype's sizes once more at its best size with forced tokens in bulk (`forced_runs_at`)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ NEAR_LARGEST = 0.75  # a doubling step above this share of the largest size meas
 # later runs (docs/decisions.md "Why the tune descends from the largest batch")
 TOP_HEADROOM = 0.02
 PLAN_SLOT_CAP = 1 << 20  # the planner's search bound: far above any device's rows
+FORCED_RUN_TOKENS = 4  # the forced-run width conformers try (benchmarks/checks/2026-12-04-forced-runs: 4 as good as 7)
 
 
 @dataclass(frozen=True)
@@ -115,13 +117,28 @@ def size_limit(engine: EngineConfig, kv_dtype: str, requests: int) -> SizeLimit:
 
 def engine_candidates(workload: str, device_kind: str, limits: Sequence[SizeLimit],
                       sizes: Sequence[int] | None = None) -> list[dict[str, Any]]:
-    """max_slots x KV dtype, grouped by KV dtype, sizes ascending."""
+    """max_slots x KV dtype, grouped by KV dtype, sizes ascending; conformers one token per step
+    (forced_run_tokens 0: `forced_runs_at` adds the other width after each group)."""
     out = []
+    one_token = {"forced_run_tokens": 0} if workload == "conformers" else {}
     for limit in limits:
         grid = (useful_sizes(sizes, limit.requests) if sizes
                 else doubling_sizes(FIRST_SLOTS[workload][device_kind == "cuda"], limit.largest))
-        out += [{"max_slots": size, "kv_dtype": limit.kv_dtype} for size in grid]
+        out += [{"max_slots": size, "kv_dtype": limit.kv_dtype, **one_token} for size in grid]
     return out
+
+
+def forced_runs_at(measured: Sequence[dict[str, Any]], kv_dtype: str, metric: str, width: int) -> dict[str, Any] | None:
+    """The candidate that tries forced tokens in bulk (`width` per row and step: engine/forced_runs.py) at the
+    best measured max_slots of one KV dtype's group, or None when none of them ran. One candidate per group,
+    not a second grid: the width changes a step's cost by a few percent at any size (docs/decisions.md
+    "Forced tokens in bulk"), so the best size one token per step is where it is worth measuring."""
+    ran = [m for m in measured if m["settings"].get("kv_dtype") == kv_dtype
+           and m["settings"].get("forced_run_tokens") == 0 and (m.get("figures") or {}).get(metric)]
+    if not ran:
+        return None
+    best = max(ran, key=lambda m: m["figures"][metric])
+    return {**best["settings"], "forced_run_tokens": width}
 
 
 def classify_dtypes(device_kind: str) -> tuple[str, ...]:

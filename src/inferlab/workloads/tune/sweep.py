@@ -26,10 +26,12 @@ from inferlab.errors import CapacityError, ConfigError, InferlabError, InputErro
 from inferlab.models.checkpoint_identity import checkpoint_identity
 from inferlab.workloads.conformers.chemistry.profiles import DEFAULT_PROFILE
 from inferlab.workloads.tune.candidates import (
+    FORCED_RUN_TOKENS,
     SizeLimit,
     engine_candidates,
     engine_kv_dtypes,
     fixed_candidates,
+    forced_runs_at,
     size_limit,
 )
 from inferlab.workloads.tune.descent import Descent, largest_first
@@ -78,6 +80,8 @@ class TuneSettings:
     memory_budget_bytes: int | None = None  # engine: a fixed budget instead of the fraction (tests)
     work_dir: str | None = None  # scratch outputs and measured candidates; None: a temporary folder
     budget_s: float | None = None  # stop before a candidate that would pass this many seconds
+    # conformers on the engine: the forced-run width tried at each KV dtype's best max_slots (0: not tried)
+    forced_run_tokens: int = FORCED_RUN_TOKENS
 
     def __post_init__(self) -> None:
         check_workload(self.workload)
@@ -95,6 +99,8 @@ class TuneSettings:
         if self.workload == "classify" and (self.kv_dtypes or self.max_seq_len is not None):
             raise ConfigError("kv_dtypes and max_seq_len are engine settings of generate and conformers; classify has "
                               "no KV cache")
+        if self.forced_run_tokens < 0:
+            raise ConfigError(f"forced_run_tokens={self.forced_run_tokens} must be >= 0 (0: not tried)")
         if not 0.0 < self.gpu_memory_fraction <= 1.0:
             raise ConfigError(f"gpu_memory_fraction={self.gpu_memory_fraction} must be in (0, 1], e.g. 0.9")
         if self.budget_s is not None and (self.budget_s <= 0 or self.work_dir is None):
@@ -180,7 +186,8 @@ def _sweep(settings: TuneSettings, scratch: Path, on_plan, on_candidate) -> Tune
     longest, measured_now = 0.0, 0  # wall seconds of the longest candidate measured by this run; how many
     try:
         for index, candidate in enumerate(candidates):
-            skipped = descent.skip_reason(candidate) if descent is not None else None
+            skipped = descent.skip_reason(candidate) if descent is not None and not candidate.get(
+                "forced_run_tokens") else None
             if skipped is not None:
                 measured.append({"settings": candidate, "skipped": skipped})
                 if on_candidate is not None:
@@ -199,14 +206,30 @@ def _sweep(settings: TuneSettings, scratch: Path, on_plan, on_candidate) -> Tune
                 store.add(entry)
             else:
                 entry = earlier
-            if descent is not None:
+            if descent is not None and not candidate.get("forced_run_tokens"):
                 descent.saw(candidate, entry.get("figures"))
             measured.append(entry)
             if on_candidate is not None:
                 on_candidate(index, candidate, entry.get("figures", entry.get("error")), earlier is not None)
+            follow_up = _forced_runs_after(settings, candidates, index, measured, runner.metric)
+            if follow_up is not None:
+                candidates.insert(index + 1, follow_up)  # measured next (the callbacks see its index)
     finally:
         runner.close()
     return _choose(settings, runner.metric, measured, rows, kind, limits, job.max_seq_len)
+
+
+def _forced_runs_after(settings: TuneSettings, candidates: list[dict[str, Any]], index: int,
+                       measured: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+    """After the last candidate of a KV dtype's group (conformers, one token per step): the forced-runs
+    candidate at that group's best size (candidates.forced_runs_at), where the settings try one."""
+    candidate = candidates[index]
+    if settings.workload != "conformers" or not settings.forced_run_tokens or candidate.get("forced_run_tokens") != 0:
+        return None
+    following = candidates[index + 1] if index + 1 < len(candidates) else None
+    if following is not None and following.get("kv_dtype") == candidate.get("kv_dtype"):
+        return None
+    return forced_runs_at(measured, candidate["kv_dtype"], metric, settings.forced_run_tokens)
 
 
 def _row_length(settings: TuneSettings, sample: Path) -> int:

@@ -27,7 +27,7 @@ FORMAT = "inferlab-tune/1"
 TUNABLE: dict[str, dict[str, type]] = {
     "generate": {"max_slots": int, "kv_dtype": str},
     "classify": {"batch_size": int, "dtype": str, "attn": str},
-    "conformers": {"max_slots": int, "kv_dtype": str},
+    "conformers": {"max_slots": int, "kv_dtype": str, "forced_run_tokens": int},
 }
 
 
