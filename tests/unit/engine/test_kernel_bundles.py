@@ -164,3 +164,11 @@ def test_the_shipped_bundles_are_whole():
             assert record["kernels"] > 0 and set(record["files"]) <= names and "triton_cache" not in record["key"]
         for name, children in groups.items():
             assert all(f"{name.split('/')[0]}/{child}" in names for child in children), name
+
+
+def test_build_jobs_name_model_length_kv_dtype_and_forced_run_width():
+    from inferlab.engine.kernel_bundles.build import DEFAULT_JOBS, parse_jobs
+
+    assert parse_jobs("m:64,/ckpt/x:128:fp8,m:256:auto:4") == [("m", 64, "auto", 0), ("/ckpt/x", 128, "fp8", 0),
+                                                               ("m", 256, "auto", 4)]  # fmt: skip
+    assert ("qwen3-0.6b", 1704, "auto", 0) in parse_jobs(DEFAULT_JOBS)  # the start-up test's job
