@@ -88,19 +88,22 @@ def kernel_cases(full: bool) -> list[tuple[str, object, dict, dict, list[str], d
                 out.append((f"rope attention {kv} cache {name} d256 n{block_n} w{warps} s{stages}",
                             triton_attention._rope_attention_kernel, att, c, att_aligned,
                             dict(num_warps=warps, num_stages=stages)))  # fmt: skip
-        # the packed decode step's attention (forced tokens in bulk): rows of 1 + 4 positions, GQA groups of 2 and 4
+        # the packed decode step's attention (forced tokens in bulk): rows of 1 + 4 positions, GQA groups of 2 and 4,
+        # a sliding window (fp8: another cached-keys loop)
         rows_att = {**{k: v for k, v in att.items() if k not in ("stride_ob", "stride_pb", "stride_ph", "stride_ps",
                                                                 "stride_lb", "stride_lh")},
                     "FIRST": "*i64", "COUNT": "*i64", "stride_ot": "i32", "rows": "i32", "total": "i32"}
         rows_att.update({n: "i32" for n in "stride_pb stride_pk stride_pi stride_ps stride_lb stride_lk stride_li".split()})
         rows_config = triton_attention_rows.rows_config(128, fp8)
-        for heads, kv_heads, head_dim, qk_norm in ((16, 8, 128, True), (16, 4, 64, False)):
+        for heads, kv_heads, head_dim, qk_norm, windowed in ((16, 8, 128, True, False), (16, 4, 64, False, False),
+                                                            (16, 8, 128, True, True)):  # fmt: skip
             group = heads // kv_heads
             c = dict(NUM_HEADS=heads, NUM_KV_HEADS=kv_heads, GROUP=group, BLOCK_GROUP=group,
                      BLOCK_Q=max(16, triton.next_power_of_2(5 * group)), BLOCK_C=16, HEAD_DIM=head_dim,
                      HALF_BLOCK=max(16, head_dim // 2), BLOCK_D=head_dim, BLOCK_N=rows_config.block_n, QK_NORM=qk_norm,
-                     IEEE=False, SOFTCAP=False, NORM_OFFSET=False, KV_FP8=fp8, DOT_TY=tl.float16)  # fmt: skip
-            out.append((f"packed rows attention {kv} cache d{head_dim} group {group}",
+                     IEEE=False, SOFTCAP=False, NORM_OFFSET=False, WINDOWED=windowed, KV_FP8=fp8,
+                     DOT_TY=tl.float16)  # fmt: skip
+            out.append((f"packed rows attention {kv} cache d{head_dim} group {group}{' windowed' if windowed else ''}",
                         triton_attention_rows._rows_attention_kernel, rows_att, c, att_aligned,
                         dict(num_warps=rows_config.num_warps, num_stages=rows_config.num_stages)))  # fmt: skip
         rope = dict(QKV="*bf16", POS="*i64", SLOT="*i64", COS="*fp32", SIN="*fp32", QNORM="*bf16", KNORM="*bf16",

@@ -890,13 +890,13 @@ def _packed_rows(counts: list[int], positions: list[int], slots: list[int], padd
 
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("heads,kv_heads", [(4, 2), (8, 2)])  # a group of 2 (16 tile rows) and of 4 (32)
-@pytest.mark.parametrize("variant", ["plain", "fp8", "gemma"])
+@pytest.mark.parametrize("variant", ["plain", "fp8", "gemma", "fp8_gemma", "fp8_gemma_global"])
 def test_packed_decode_attention_equals_one_query_at_a_time(splits, heads, kv_heads, variant):
     """fp32. Rows of 1-5 positions (one at a partial last tile, one crossing a tile boundary) and padding in
     a scratch slot: the kernel equals the reference that attends each position on its own after the whole
     step's K/V are written; the K/V written are the reference's; the counters are left at zero; nothing is
-    read past a row's last position. fp8: the scales folded in; gemma: a window of 40, a soft-cap, (1 + w)
-    q/k norms."""
+    read past a row's last position. fp8: the scales folded in (no window: the one-query kernel's tiles);
+    gemma: a window of 40 (global: none), a soft-cap, (1 + w) q/k norms."""
     from inferlab.engine.attention import packed_decode_attention
     from inferlab.engine.kernels import triton_attention, triton_attention_rows
 
@@ -905,9 +905,10 @@ def test_packed_decode_attention_equals_one_query_at_a_time(splits, heads, kv_he
     tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 256, torch.device("cpu"))
     rows, positions, slots = _packed_rows([1, 5, 3, 2], [0, 30, 95, 62], [3, 0, 4, 1], padding=3, scratch=5)
     qkv = torch.randn(positions.shape[0], (heads + 2 * kv_heads) * head_dim, generator=g)
-    norms = [torch.randn(head_dim, generator=g) for _ in range(2)] if variant == "gemma" else [None, None]
-    extra = dict(window=40, softcap=0.5, qk_norm_offset=True) if variant == "gemma" else {}
-    if variant == "fp8":
+    gemma = "gemma" in variant
+    norms = [torch.randn(head_dim, generator=g) for _ in range(2)] if gemma else [None, None]
+    extra = dict(window=0 if "global" in variant else 40, softcap=0.5, qk_norm_offset=True) if gemma else {}
+    if "fp8" in variant:
         stored = [kv_quant.quantize(torch.randn(6, kv_heads, 100, head_dim, generator=g)) for _ in range(2)]
         caches = [[q.clone() for q, _ in stored], [s.clone() for _, s in stored]]
         refs = [[q.clone() for q, _ in stored], [s.clone() for _, s in stored]]

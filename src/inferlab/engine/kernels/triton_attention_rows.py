@@ -11,9 +11,11 @@ values into the cache (fp8: quantized there, triton_fp8.py) and folds them in fr
 the row's queries (a query sees the new positions up to its own). A tile row may see none of a tile's keys:
 its running maximum then stays -inf and the shifts use 0 (no inf - inf). Splits merge as the one-query
 kernel's (triton_attention.finish_shares: the last share to finish merges, in a fixed order). With an FP8
-cache the e4m3 tiles are converted to fp16 and never dequantized, as there. Padding positions (after the last row's) get zeros
-from the last row's first share and write no K/V. The reference: attention.packed_decode_attention over
-decode_rope_attention_torch (rope and the write of every position, then one query at a time).
+cache the e4m3 tiles are converted to fp16 and never dequantized, as there; with no window (WINDOWED off) every
+tile row sees every cached key, and the cached tiles are the one-query kernel's own (triton_attention._fp8_tile).
+Padding positions (after the last row's) get zeros from the last row's first share and write no K/V. The
+reference: attention.packed_decode_attention over decode_rope_attention_torch (rope and the write of every
+position, then one query at a time).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from inferlab.engine.attention import PackedRows
 from inferlab.engine.kernels import device_props
 from inferlab.engine.kernels.triton_attention import (
     AttentionConfig,
+    _fp8_tile,
     capped_scores,
     choose_splits,
     default_config,
@@ -44,7 +47,8 @@ def _tile_update(sc, sees, m, denom, acc, v, v_scale, v_unit, KV_FP8: tl.constex
     """One tile of scores sc [BLOCK_Q, n] (natural units; `sees`: what each tile row's query may see) and its
     values v [n, BLOCK_D] folded into the online softmax. A tile row that has seen no key yet keeps m = -inf
     and shifts by 0 (no inf - inf). fp8: v on the e4m3 grid in DOT_TY with its scales v_scale [n]; the
-    probabilities go in relative to the tile's largest scale and acc stays in units of v_unit."""
+    probabilities go in relative to the tile's largest scale and acc stays in units of v_unit [BLOCK_Q] (each
+    tile row's: the last tile's largest scale)."""
     sc = tl.where(sees, sc, float("-inf"))
     m_new = tl.maximum(m, tl.max(sc, axis=1))
     shift = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -60,7 +64,7 @@ def _tile_update(sc, sees, m, denom, acc, v, v_scale, v_unit, KV_FP8: tl.constex
             acc = tl.dot(pv, v, acc, input_precision="ieee")
         else:
             acc = tl.dot(pv, v, acc)
-        v_unit = top
+        v_unit = tl.zeros_like(v_unit) + top
     else:
         if IEEE:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
@@ -86,7 +90,7 @@ def _rows_attention_kernel(
     NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, BLOCK_GROUP: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HEAD_DIM: tl.constexpr, HALF_BLOCK: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, QK_NORM: tl.constexpr, IEEE: tl.constexpr,
-    SOFTCAP: tl.constexpr, NORM_OFFSET: tl.constexpr,
+    SOFTCAP: tl.constexpr, NORM_OFFSET: tl.constexpr, WINDOWED: tl.constexpr,
     K_SCALE, V_SCALE, stride_ss, stride_sh, KV_FP8: tl.constexpr, DOT_TY: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
@@ -127,26 +131,35 @@ def _rows_attention_kernel(
     unit = tl.full([BLOCK_Q], scale, tl.float32)  # the scores' factor: the softmax scale (fp8: x q's 2^e)
     if KV_FP8:
         q1, q2, unit = fp8_dot_query(q1, q2, scale, DOT_TY)
-    v_unit = tl.full([], 1.0, tl.float32)
-    for n0 in range(start, end, BLOCK_N):
-        n = n0 + tl.arange(0, BLOCK_N)
-        nmask = n < end
-        sees = nmask[None, :] & (n[None, :] >= qlo[:, None])  # cached keys: before every query
-        k_at = kv_base + n[:, None] * stride_kn + d[None, :]
-        kmask = nmask[:, None] & dmask[None, :]
-        k1 = tl.load(K_CACHE + k_at, mask=kmask, other=0.0)
-        k2 = tl.load(K_CACHE + k_at + half, mask=kmask, other=0.0)
-        v = tl.load(V_CACHE + kv_base + n[:, None] * stride_kn + dv[None, :], mask=nmask[:, None] & dvmask[None, :],
-                    other=0.0)
-        v_scale = tl.zeros([BLOCK_N], tl.float32)
-        if KV_FP8:
-            k1, k2, v = k1.to(DOT_TY), k2.to(DOT_TY), v.to(DOT_TY)
-            sc = _half_dots(q1, q2, k1, k2, IEEE) * tl.load(K_SCALE + scale_base + n, mask=nmask, other=0.0)[None, :]
-            v_scale = tl.load(V_SCALE + scale_base + n, mask=nmask, other=0.0)
-        else:
-            sc = _half_dots(q1, q2, k1, k2, IEEE)
-        sc = capped_scores(sc, unit[:, None], softcap, SOFTCAP)
-        m, denom, acc, v_unit = _tile_update(sc, sees, m, denom, acc, v, v_scale, v_unit, KV_FP8, IEEE, DOT_TY)
+    v_unit = tl.full([BLOCK_Q], 1.0, tl.float32)  # fp8: acc's unit per tile row, the last tile's largest v_scale
+    if KV_FP8 and not WINDOWED:  # every tile row sees every cached key: the one-query kernel's tiles
+        for n0 in range(start, end, BLOCK_N):
+            m, denom, acc, v_unit = _fp8_tile(
+                q1, q2, unit, m, denom, acc, v_unit, K_CACHE + kv_base, V_CACHE + kv_base, K_SCALE + scale_base,
+                V_SCALE + scale_base, n0, end, stride_kn, softcap, d, dmask, dv, dvmask, half,
+                BLOCK_N, SOFTCAP, IEEE, DOT_TY,
+            )  # fmt: skip
+    else:
+        for n0 in range(start, end, BLOCK_N):
+            n = n0 + tl.arange(0, BLOCK_N)
+            nmask = n < end
+            sees = nmask[None, :] & (n[None, :] >= qlo[:, None])  # cached keys: before every query
+            k_at = kv_base + n[:, None] * stride_kn + d[None, :]
+            kmask = nmask[:, None] & dmask[None, :]
+            k1 = tl.load(K_CACHE + k_at, mask=kmask, other=0.0)
+            k2 = tl.load(K_CACHE + k_at + half, mask=kmask, other=0.0)
+            v = tl.load(V_CACHE + kv_base + n[:, None] * stride_kn + dv[None, :],
+                        mask=nmask[:, None] & dvmask[None, :], other=0.0)
+            v_scale = tl.zeros([BLOCK_N], tl.float32)
+            if KV_FP8:
+                k1, k2, v = k1.to(DOT_TY), k2.to(DOT_TY), v.to(DOT_TY)
+                k_scale = tl.load(K_SCALE + scale_base + n, mask=nmask, other=0.0)
+                sc = _half_dots(q1, q2, k1, k2, IEEE) * k_scale[None, :]
+                v_scale = tl.load(V_SCALE + scale_base + n, mask=nmask, other=0.0)
+            else:
+                sc = _half_dots(q1, q2, k1, k2, IEEE)
+            sc = capped_scores(sc, unit[:, None], softcap, SOFTCAP)
+            m, denom, acc, v_unit = _tile_update(sc, sees, m, denom, acc, v, v_scale, v_unit, KV_FP8, IEEE, DOT_TY)
 
     if split == splits - 1:  # the row's new positions: roped and written here, folded in from registers
         cn = tl.arange(0, BLOCK_C)
@@ -185,7 +198,8 @@ def _rows_attention_kernel(
             sc = _half_dots(q1, q2, k1, k2, IEEE)
         sc = capped_scores(sc, unit[:, None], softcap, SOFTCAP)
         m, denom, acc, v_unit = _tile_update(sc, sees, m, denom, acc, v, v_scale, v_unit, KV_FP8, IEEE, DOT_TY)
-    acc = acc * v_unit
+    if KV_FP8:
+        acc = acc * v_unit[:, None]
 
     if (row == rows - 1) & (split == 0):  # the positions after the last row's are padding: zeros (its heads)
         hd = tl.arange(0, BLOCK_GROUP)
@@ -269,7 +283,7 @@ def decode_packed_attention(
         BLOCK_N=config.block_n, QK_NORM=qk_norm, IEEE=qkv.dtype == torch.float32, SOFTCAP=softcap is not None,
         NORM_OFFSET=qk_norm_offset, K_SCALE=k_scale if fp8 else cos, V_SCALE=v_scale if fp8 else cos,
         stride_ss=k_scale.stride(0) if fp8 else 0, stride_sh=k_scale.stride(1) if fp8 else 0, KV_FP8=fp8,
-        DOT_TY=tl.float32 if qkv.dtype == torch.float32 else tl.float16,
+        DOT_TY=tl.float32 if qkv.dtype == torch.float32 else tl.float16, WINDOWED=window > 0,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     return out
