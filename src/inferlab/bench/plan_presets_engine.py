@@ -24,8 +24,7 @@
   fp8 KV cache; then the whole engine at qwen3-0.6b, 256 rows, 600 new tokens, both caches (generate, backend
   inferlab: its decode GB/s against the copy bandwidth). One device call:
   `inferlab bench --preset decode-roofline --limit-seconds 400`.
-- packed-step-profile (~6 min by the estimates, 8 cells of 45 s; decode-roofline's cells ran in 10-28 s each
-  on an H200, and the constraint's set-up adds ~10 s): the constrained decode step per kernel family (scenario
+- packed-step-profile (~2.5 min, 8 cells of 16-19 s; the lab's estimate says 6): the constrained decode step per kernel family (scenario
   decode-profile, constraint=on: conformer programs of drug-sized NCI molecules) at qwen3-0.6b, context 330,
   top-p 1.0, 256 and 1024 rows, the bf16 and the fp8 KV cache, one token per row (forced_run_tokens 0) beside
   the packed step of forced tokens in bulk (4, the default budget: an eighth of the rows), so the families

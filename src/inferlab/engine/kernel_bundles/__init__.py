@@ -1,7 +1,8 @@
 """Triton kernels compiled on the GPUs we run, shipped with the package: one bundle per GPU model here.
 
-A fresh machine's first start-up compiles every kernel its warm-up launches (qwen3-0.6b: 32 kernels, ~13 s of
-precompile wall on an H200 beside a weight load it slows), and on a cluster every new node is a fresh machine.
+A fresh machine's first start-up compiles every kernel its warm-up launches, behind a dry run of the warm-up
+that holds the GIL beside the weights' load (docs/decisions.md "A fresh machine reads the package's Triton
+kernels"), and on a cluster every new node is a fresh machine.
 Triton keeps a compiled kernel in its disk cache under a hash of the kernel's source and specialisation, of
 Triton itself (`triton_key`: its sources and libtriton) and of the backend (ptxas's version, the GPU's arch),
 so a cache folder filled on one machine serves another whose Triton, ptxas and GPU are the same.

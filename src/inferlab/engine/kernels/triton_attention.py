@@ -144,6 +144,21 @@ def _fp8_tile(
 
 
 @triton.jit
+def fp8_tiles(
+    q1, q2, q_scale, m, denom, acc, v_unit, K, V, K_SCALE, V_SCALE, start, cached_end, stride_kn, softcap,
+    d, dmask, dv, dvmask, half, BLOCK_N: tl.constexpr, SOFTCAP: tl.constexpr, IEEE: tl.constexpr, DOT_TY: tl.constexpr,
+):  # fmt: skip
+    """The positions [start, cached_end) of an fp8 cache, tile by tile (_fp8_tile), where every query row sees
+    every position: the one-query kernel's, and the packed-rows kernel's without a window."""
+    for n0 in range(start, cached_end, BLOCK_N):
+        m, denom, acc, v_unit = _fp8_tile(
+            q1, q2, q_scale, m, denom, acc, v_unit, K, V, K_SCALE, V_SCALE, n0, cached_end, stride_kn, softcap,
+            d, dmask, dv, dvmask, half, BLOCK_N, SOFTCAP, IEEE, DOT_TY,
+        )  # fmt: skip
+    return m, denom, acc, v_unit
+
+
+@triton.jit
 def finish_shares(
     acc, m, denom, out_ptr, part_ptr, lse_ptr, rows_mask, omask, split, splits, stride_ps, counter,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -229,12 +244,11 @@ def _rope_attention_kernel(
         # q in the dots' type times 2^-e per head (exact); each score gets 2^e x scale back with its k_scale
         q1, q2, q_scale = fp8_dot_query(q1, q2, scale, DOT_TY)
         v_unit = tl.full([BLOCK_H], 1.0, tl.float32)  # acc's unit: the last tile's largest v_scale (_fp8_tile)
-        for n0 in range(start, cached_end, BLOCK_N):
-            m, denom, acc, v_unit = _fp8_tile(
-                q1, q2, q_scale, m, denom, acc, v_unit, K_CACHE + kv_base, V_CACHE + kv_base, K_SCALE + scale_base,
-                V_SCALE + scale_base, n0, cached_end, stride_kn, softcap, d, dmask, dv, dvmask, half,
-                BLOCK_N, SOFTCAP, IEEE, DOT_TY,
-            )  # fmt: skip
+        m, denom, acc, v_unit = fp8_tiles(
+            q1, q2, q_scale, m, denom, acc, v_unit, K_CACHE + kv_base, V_CACHE + kv_base, K_SCALE + scale_base,
+            V_SCALE + scale_base, start, cached_end, stride_kn, softcap, d, dmask, dv, dvmask, half,
+            BLOCK_N, SOFTCAP, IEEE, DOT_TY,
+        )  # fmt: skip
         acc = acc * v_unit[:, None]
     else:
         for n0 in range(start, cached_end, BLOCK_N):

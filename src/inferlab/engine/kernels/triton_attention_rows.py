@@ -12,7 +12,7 @@ the row's queries (a query sees the new positions up to its own). A tile row may
 its running maximum then stays -inf and the shifts use 0 (no inf - inf). Splits merge as the one-query
 kernel's (triton_attention.finish_shares: the last share to finish merges, in a fixed order). With an FP8
 cache the e4m3 tiles are converted to fp16 and never dequantized, as there; with no window (WINDOWED off) every
-tile row sees every cached key, and the cached tiles are the one-query kernel's own (triton_attention._fp8_tile).
+tile row sees every cached key, and the cached tiles are the one-query kernel's own (triton_attention.fp8_tiles).
 Padding positions (after the last row's) get zeros from the last row's first share and write no K/V. The
 reference: attention.packed_decode_attention over decode_rope_attention_torch (rope and the write of every
 position, then one query at a time).
@@ -28,12 +28,12 @@ from inferlab.engine.attention import PackedRows
 from inferlab.engine.kernels import device_props
 from inferlab.engine.kernels.triton_attention import (
     AttentionConfig,
-    _fp8_tile,
     capped_scores,
     choose_splits,
     default_config,
     finish_shares,
     fp8_dot_query,
+    fp8_tiles,
     rotated_heads,
 )
 from inferlab.engine.kernels.triton_fp8 import e4m3_scales, to_e4m3
@@ -133,12 +133,11 @@ def _rows_attention_kernel(
         q1, q2, unit = fp8_dot_query(q1, q2, scale, DOT_TY)
     v_unit = tl.full([BLOCK_Q], 1.0, tl.float32)  # fp8: acc's unit per tile row, the last tile's largest v_scale
     if KV_FP8 and not WINDOWED:  # every tile row sees every cached key: the one-query kernel's tiles
-        for n0 in range(start, end, BLOCK_N):
-            m, denom, acc, v_unit = _fp8_tile(
-                q1, q2, unit, m, denom, acc, v_unit, K_CACHE + kv_base, V_CACHE + kv_base, K_SCALE + scale_base,
-                V_SCALE + scale_base, n0, end, stride_kn, softcap, d, dmask, dv, dvmask, half,
-                BLOCK_N, SOFTCAP, IEEE, DOT_TY,
-            )  # fmt: skip
+        m, denom, acc, v_unit = fp8_tiles(
+            q1, q2, unit, m, denom, acc, v_unit, K_CACHE + kv_base, V_CACHE + kv_base, K_SCALE + scale_base,
+            V_SCALE + scale_base, start, end, stride_kn, softcap, d, dmask, dv, dvmask, half,
+            BLOCK_N, SOFTCAP, IEEE, DOT_TY,
+        )  # fmt: skip
     else:
         for n0 in range(start, end, BLOCK_N):
             n = n0 + tl.arange(0, BLOCK_N)

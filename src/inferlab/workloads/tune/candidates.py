@@ -37,7 +37,7 @@ NEAR_LARGEST = 0.75  # a doubling step above this share of the largest size meas
 # later runs (docs/decisions.md "Why the tune descends from the largest batch")
 TOP_HEADROOM = 0.02
 PLAN_SLOT_CAP = 1 << 20  # the planner's search bound: far above any device's rows
-FORCED_RUN_TOKENS = 4  # the forced-run width conformers try (benchmarks/checks/2026-12-04-forced-runs: 4 as good as 7)
+FORCED_RUN_TOKENS = 4  # the forced-run width conformers try (docs/decisions.md "Forced tokens in bulk": 4 as good as 7)
 
 
 @dataclass(frozen=True)
