@@ -265,6 +265,7 @@ def test_the_reduced_tokenizer_cuts_the_variants_and_the_assigned_prompts_as_qwe
                                                                                      qwen3_chem_dir):
     from inferlab.models.tokenizer_loading import load_tokenizer
     from inferlab.models.vocabulary_reduction import read_source_ids
+    from inferlab.workloads.conformers.training.hand_pairs import wrong_hand_text
     from inferlab.workloads.conformers.training.token_build import build_tokens
 
     kept = [maker.make("t:9", _canonical("C[C@H](N)C(=O)O"), TRAIN),
@@ -283,6 +284,19 @@ def test_the_reduced_tokenizer_cuts_the_variants_and_the_assigned_prompts_as_qwe
     assert kept[2].enumerated is not None and "/" in kept[2].enumerated.prompt
     for prompt in [kept[2].enumerated.prompt, *(v.prompt for t in kept for v in t.variants)]:
         assert source_ids[small(prompt)["input_ids"]].tolist() == full(prompt)["input_ids"]
+    # the hand pairs: alanine's own and mirror texts reflected; the ring's assigned cis/trans have no hand
+    assert figures["hand_pairs"] == {TRAIN: 2 * NUM_CONFORMERS, VALIDATION: 0}
+    pairs = read_token_store(tmp_path / "train_hand_pairs.npz.xz")
+    assert pairs.pair_rows.tolist() == list(range(2 * NUM_CONFORMERS))
+    texts = kept[0].conformers + kept[0].variants[0].conformers
+    for i, row in enumerate(pairs.pair_rows):
+        prompt = int(train.prompt_lengths[row])
+        assert pairs.prompt_lengths[i] == prompt and np.array_equal(pairs.sequence(i)[:prompt], train.sequence(row)[:prompt])
+        smiles = kept[0].canonical_smiles if i < NUM_CONFORMERS else kept[0].variants[0].canonical_smiles
+        template = build_template(smiles, get_profile("v3-fixed4"))
+        wrong = small.decode(pairs.sequence(i)[prompt:-1].tolist())
+        assert wrong == wrong_hand_text(template, texts[i], get_profile("v3-fixed4")) != texts[i]
+    assert read_token_store(tmp_path / "validation_hand_pairs.npz.xz").pair_rows.tolist() == []
 
 
 def test_a_work_folder_made_before_the_stereo_variants_is_refused(tmp_path):

@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                        "recipe's); a run it stops is marked so")
     train.add_argument("--stereo-weight", type=float, default=None, help="the loss weight of stereo-deciding tokens "
                                                                            "(default: the recipe's; others: a trial)")
+    train.add_argument("--hand-weight", type=float, default=None, help="the hand pairs' ranking loss, in tokens' "
+                       "worth per pair (default: the recipe's, 0: none; others: a trial, train_loop.py)")
     train.add_argument("--layers", type=int, default=None, help="transformer layers (default: the recipe's shape; "
                                                                 "others: a trial)")
     train.add_argument("--compile", action="store_true", help="the step under torch.compile (a trial: "
@@ -61,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
 
             config = replace(RECIPE, steps=args.steps or RECIPE.steps, budget_s=args.budget_s or RECIPE.budget_s,
                              stereo_weight=RECIPE.stereo_weight if args.stereo_weight is None
-                             else args.stereo_weight, compile=args.compile)
+                             else args.stereo_weight, compile=args.compile,
+                             hand_weight=RECIPE.hand_weight if args.hand_weight is None else args.hand_weight)
             shape = replace(REFERENCE_SHAPE, layers=args.layers or REFERENCE_SHAPE.layers)
             train_reference(args.data, args.out, config, shape, device=args.device)
         elif args.verb == "reproduce":

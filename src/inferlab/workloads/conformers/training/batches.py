@@ -11,6 +11,10 @@ their labels ignored.
 Labels: every token after the prompt (the conformer text and EOS, what the model writes at inference);
 prompt tokens and pads are IGNORE; a mask marks the stereo-deciding tokens (stereo_tokens.py), which the loss
 weights. numpy only; the loop turns arrays into tensors.
+
+Hand pairs (hand_pairs.py) come in batches of their own, from their own seeded stream (the main batches'
+order stays the recipe's): a pair's length is the longer of its two texts, a batch holds its right-hand
+texts then their reflections in the same order.
 """
 
 from __future__ import annotations
@@ -72,15 +76,48 @@ def evaluation_batches(store: TokenStore, tokens_per_batch: int) -> list[np.ndar
 def batch_arrays(store: TokenStore, rows: np.ndarray, pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(input ids, labels, stereo mask), each [len(rows), padded length]: ids and labels int64, right-padded with
     pad_id, labels IGNORE on prompt tokens and pads; the mask bool, True at the stereo-deciding tokens."""
-    lengths = store.lengths[rows]
-    width = padded_length(int(lengths.max()))
-    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-    labels = np.full((len(rows), width), IGNORE, dtype=np.int64)
-    stereo = np.zeros((len(rows), width), dtype=bool)
-    for r, (row, length) in enumerate(zip(rows, lengths)):
-        sequence = store.sequence(int(row))
+    ids, labels = _padded([(store, int(row)) for row in rows], pad_id)
+    stereo = np.zeros(ids.shape, dtype=bool)
+    for r, row in enumerate(rows):
+        stereo[r, store.stereo_tokens(int(row))] = True
+    return ids, labels, stereo
+
+
+def pair_lengths(pairs: TokenStore, store: TokenStore) -> np.ndarray:
+    """[pairs] the longer of each pair's two texts (`pairs`: a hand pair store of `store`'s split)."""
+    return np.maximum(pairs.lengths, store.lengths[pairs.pair_rows])
+
+
+def pair_training_batches(pairs: TokenStore, store: TokenStore, tokens_per_batch: int,
+                          seed: int) -> Iterator[np.ndarray]:
+    """Batches of pair indices for ever; a batch's two sides together hold at most tokens_per_batch padded tokens."""
+    rng = np.random.default_rng([seed, 1])
+    lengths = pair_lengths(pairs, store)
+    while True:
+        yield from epoch_batches(lengths, tokens_per_batch // 2, rng)
+
+
+def pair_evaluation_batches(pairs: TokenStore, store: TokenStore, tokens_per_batch: int) -> list[np.ndarray]:
+    lengths = pair_lengths(pairs, store)
+    return cut_batches(np.argsort(lengths, kind="stable"), lengths, tokens_per_batch // 2)
+
+
+def pair_batch_arrays(pairs: TokenStore, store: TokenStore, indices: np.ndarray,
+                      pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """(input ids, labels), each [2 * len(indices), padded length]: the pairs' right-hand texts (rows of
+    `store`), then their reflections (rows of `pairs`) in the same order."""
+    rights = [(store, int(pairs.pair_rows[i])) for i in indices]
+    return _padded(rights + [(pairs, int(i)) for i in indices], pad_id)
+
+
+def _padded(sequences: list[tuple[TokenStore, int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    lengths = [int(store.lengths[row]) for store, row in sequences]
+    width = padded_length(max(lengths))
+    ids = np.full((len(sequences), width), pad_id, dtype=np.int64)
+    labels = np.full((len(sequences), width), IGNORE, dtype=np.int64)
+    for r, ((store, row), length) in enumerate(zip(sequences, lengths)):
+        sequence = store.sequence(row)
         ids[r, :length] = sequence
         prompt = int(store.prompt_lengths[row])
         labels[r, prompt:length] = sequence[prompt:]
-        stereo[r, store.stereo_tokens(int(row))] = True
-    return ids, labels, stereo
+    return ids, labels

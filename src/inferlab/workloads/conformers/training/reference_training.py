@@ -41,14 +41,16 @@ from inferlab.workloads.conformers.training.data_layout import (
     MANIFEST,
     SPLIT_FILE,
     TOKENIZER_DIR,
+    TRAIN_HAND_PAIRS,
     TRAIN_TOKENS,
+    VALIDATION_HAND_PAIRS,
     VALIDATION_TOKENS,
 )
 from inferlab.workloads.conformers.training.loss_plot import write_loss_plot
 from inferlab.workloads.conformers.training.model_card import model_card
 from inferlab.workloads.conformers.training.model_shape import REFERENCE_SHAPE, ModelShape, model_config
 from inferlab.workloads.conformers.training.token_store import TokenStore, read_token_store
-from inferlab.workloads.conformers.training.train_loop import RECIPE, TrainConfig, train
+from inferlab.workloads.conformers.training.train_loop import RECIPE, HandPairs, TrainConfig, train
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,7 @@ def train_reference(data_dir: str | Path, out_dir: str | Path, config: TrainConf
     if out.exists() and any(out.iterdir()):
         raise InputError(f"--out {out} exists and is not empty; choose a new folder or remove it")
     run = _prepare(data, shape, device)
+    hand = _hand_pairs(data) if config.hand_weight > 0 else None
     tokenizer, target = run.tokenizer, run.device
     model, model_cfg = _new_model(shape, tokenizer, config.seed, target)
     parameters = sum(p.numel() for p in model.parameters())
@@ -83,7 +86,8 @@ def train_reference(data_dir: str | Path, out_dir: str | Path, config: TrainConf
             log.info("step %d: loss %s (stereo %s)%s, %.0f s", row["step"], row["loss"], row.get("stereo_loss"),
                      validation, row["elapsed_s"])
 
-        result = train(model, run.train_store, run.validation_store, config, target, tokenizer.eos_token_id, on_row)
+        result = train(model, run.train_store, run.validation_store, config, target, tokenizer.eos_token_id, on_row,
+                       hand)
     if result.stopped_by_budget:
         log.warning("the wall-clock budget of %.0f s ended the run at step %d of %d: this checkpoint is not the "
                     "recipe's", config.budget_s, result.steps, config.steps)
@@ -102,6 +106,8 @@ def train_reference(data_dir: str | Path, out_dir: str | Path, config: TrainConf
         "loss_tokens": result.loss_tokens, "padded_tokens": result.padded_tokens,
         "train_loss": result.train_loss, "validation_loss": result.validation_loss,
         "validation_stereo_loss": result.validation_stereo_loss,
+        **({} if hand is None else {"hand_pairs": {"train": len(hand.train), "validation": len(hand.validation)},
+                                    "validation_hand_accuracy": result.validation_hand_accuracy}),
         "loop_s": round(result.loop_s, 1), "command_s": round(time.perf_counter() - started, 1),
         "tokens_per_s": round(result.padded_tokens / result.loop_s) if result.loop_s else None,
         "device": torch.cuda.get_device_name(target) if target.type == "cuda" else platform.processor() or "cpu",
@@ -155,6 +161,15 @@ def _prepare(data: Path, shape: ModelShape, device: str) -> _Run:
     torch.utils.deterministic.fill_uninitialized_memory = False
     torch.backends.cudnn.benchmark = False
     return _Run(tokenizer, train_store, validation_store, target, _attention_backend(shape, target))
+
+
+def _hand_pairs(data: Path) -> HandPairs:
+    """The data's hand pair stores (hand_pairs.py), which the hand loss needs."""
+    for name in (TRAIN_HAND_PAIRS, VALIDATION_HAND_PAIRS):
+        if not (data / name).exists():
+            raise InputError(f"{data / name} is missing: the hand loss needs the data's hand pairs, which build-data "
+                             "writes since they exist; build the data again (a rerun remakes only the token stores)")
+    return HandPairs(read_token_store(data / TRAIN_HAND_PAIRS), read_token_store(data / VALIDATION_HAND_PAIRS))
 
 
 def _new_model(shape: ModelShape, tokenizer, seed: int, device):

@@ -28,16 +28,26 @@ from inferlab.errors import InputError
 from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
 from inferlab.models.tokenizer_loading import load_tokenizer
 from inferlab.models.vocabulary_reduction import reduce_bpe_tokenizer, write_reduced_tokenizer
-from inferlab.workloads.conformers.training.conformer_texts import MoleculeTexts
-from inferlab.workloads.conformers.training.data_layout import TOKENIZER_DIR, TRAIN_TOKENS, VALIDATION_TOKENS
+from inferlab.workloads.conformers.training.conformer_texts import PROFILE, MoleculeTexts
+from inferlab.workloads.conformers.chemistry.profiles import get_profile
+from inferlab.workloads.conformers.chemistry.template import build_template
+from inferlab.workloads.conformers.training.data_layout import (
+    TOKENIZER_DIR,
+    TRAIN_HAND_PAIRS,
+    TRAIN_TOKENS,
+    VALIDATION_HAND_PAIRS,
+    VALIDATION_TOKENS,
+)
+from inferlab.workloads.conformers.training.hand_pairs import wrong_hand_text
 from inferlab.workloads.conformers.training.scaffold_split import HELD_OUT, TRAIN, VALIDATION
 from inferlab.workloads.conformers.training.stereo_tokens import block_token_positions, deciding_atoms
 from inferlab.workloads.conformers.training.stereo_variants import KINDS
-from inferlab.workloads.conformers.training.token_store import token_store, write_token_store
+from inferlab.workloads.conformers.training.token_store import hand_pair_store, token_store, write_token_store
 
 log = logging.getLogger(__name__)
 
 STORES = {TRAIN: TRAIN_TOKENS, VALIDATION: VALIDATION_TOKENS}
+PAIR_STORES = {TRAIN: TRAIN_HAND_PAIRS, VALIDATION: VALIDATION_HAND_PAIRS}
 SOURCE_TOKENIZER = "qwen3-chem"
 _BATCH = 1024  # texts per tokenizer call
 
@@ -53,11 +63,12 @@ def build_tokens(kept: list[MoleculeTexts], out: Path) -> dict[str, Any]:
                                     *([] if t.enumerated is None else [(None, t.enumerated)])]]
     prompts = [source.prompt for _, _, source in sources]
     generations = [text for _, _, source in sources for text in source.conformers + source.probes]
+    wrong = _wrong_hand_texts(sources)  # (source index, conformer index) -> the reflected text (hand_pairs.py)
 
     used = {full.eos_token_id}
     for ids in _cut(full, prompts, True):
         used.update(ids)
-    for ids in _cut(full, generations, False):
+    for ids in _cut(full, generations + list(wrong.values()), False):
         used.update(ids)
     reduced = reduce_bpe_tokenizer(json.loads(full.backend_tokenizer.to_str()), used)
     folder = write_reduced_tokenizer(out / TOKENIZER_DIR, reduced, _json(source_dir / "tokenizer_config.json"),
@@ -72,6 +83,8 @@ def build_tokens(kept: list[MoleculeTexts], out: Path) -> dict[str, Any]:
 
     prompt_ids = _exact_cuts(full, small, source_ids, prompts, True)
     generation_ids = iter(_exact_cuts(full, small, source_ids, generations, False))
+    wrong_ids = dict(zip(wrong, _exact_cuts(full, small, source_ids, list(wrong.values()), False)))
+    pairs: dict[str, tuple[list[int], list[np.ndarray]]] = {TRAIN: ([], []), VALIDATION: ([], [])}  # rows, texts
     sequences: dict[str, list[np.ndarray]] = {TRAIN: [], VALIDATION: []}
     prompt_lengths: dict[str, list[int]] = {TRAIN: [], VALIDATION: []}
     stereo_positions: dict[str, list[list[int]]] = {TRAIN: [], VALIDATION: []}
@@ -79,12 +92,15 @@ def build_tokens(kept: list[MoleculeTexts], out: Path) -> dict[str, Any]:
                              "tokens": {TRAIN: 0, VALIDATION: 0}} for kind in KINDS}
     longest_probe = 0
     eos = np.array([small.eos_token_id], dtype=np.uint16)
-    for (split, kind, source), prompt in zip(sources, prompt_ids):
+    for k, ((split, kind, source), prompt) in enumerate(zip(sources, prompt_ids)):
         counts = variant_counts.get(kind)
         if counts is not None:
             counts["prompts"][split] += 1
-        for positions in _stereo_positions(full, source.canonical_smiles, source.conformers):
+        for j, positions in enumerate(_stereo_positions(full, source.canonical_smiles, source.conformers)):
             generation = next(generation_ids)
+            if (k, j) in wrong_ids:
+                pairs[split][0].append(len(sequences[split]))
+                pairs[split][1].append(np.concatenate([prompt, wrong_ids[(k, j)], eos]))
             sequences[split].append(np.concatenate([prompt, generation, eos]))
             prompt_lengths[split].append(len(prompt))
             stereo_positions[split].append([len(prompt) + k for k in positions])
@@ -98,12 +114,18 @@ def build_tokens(kept: list[MoleculeTexts], out: Path) -> dict[str, Any]:
     for split, name in STORES.items():
         write_token_store(out / name, token_store(sequences[split], prompt_lengths[split], stereo_positions[split]))
         files[name] = hashlib.sha256((out / name).read_bytes()).hexdigest()
+    for split, name in PAIR_STORES.items():
+        rows, texts = pairs[split]
+        wrong_store = token_store(texts, [int(prompt_lengths[split][r]) for r in rows])
+        write_token_store(out / name, hand_pair_store(wrong_store, rows))
+        files[name] = hashlib.sha256((out / name).read_bytes()).hexdigest()
     lengths = {split: [len(s) for s in rows] for split, rows in sequences.items()}
     return {
         "sequences": {split: len(rows) for split, rows in lengths.items()},  # stereo variants' included
         "tokens": {split: int(sum(rows)) for split, rows in lengths.items()},
         "stereo_variants": variant_counts,  # of those, the variants' (stereo_variants.py), per kind
         "stereo_tokens": {split: int(sum(len(p) for p in rows)) for split, rows in stereo_positions.items()},
+        "hand_pairs": {split: len(rows) for split, (rows, _) in pairs.items()},  # hand_pairs.py
         "longest_sequence": max(max(rows, default=0) for rows in lengths.values()),
         "longest_probe_sequence": longest_probe,  # held-out molecules included
         "vocabulary": {"source": SOURCE_TOKENIZER, "source_size": len(full), "reduced_size": reduced.size,
@@ -119,6 +141,24 @@ def build_tokens(kept: list[MoleculeTexts], out: Path) -> dict[str, Any]:
 
 def _json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def _wrong_hand_texts(sources: list[tuple[str, str | None, Any]]) -> dict[tuple[int, int], str]:
+    """(source index, conformer index) -> the conformer text reflected (hand_pairs.py), for every training and
+    validation conformer text whose prompt specifies a tetrahedral centre and whose reflection differs from it
+    in the hand alone."""
+    profile = get_profile(PROFILE)
+    wrong = {}
+    for k, (_, _, source) in enumerate(sources):
+        if "@" not in source.canonical_smiles or not source.conformers:
+            continue
+        template = build_template(source.canonical_smiles, profile)
+        for j, text in enumerate(source.conformers):
+            reflected = wrong_hand_text(template, text, profile)
+            if reflected is not None:
+                wrong[(k, j)] = reflected
+    log.info("hand pairs: %d conformer texts reflected", len(wrong))
+    return wrong
 
 
 def _cut(tokenizer, texts: list[str], special: bool) -> Iterator[list[int]]:

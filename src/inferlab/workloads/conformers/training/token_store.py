@@ -1,6 +1,7 @@
 """The training sequences as a compact file the device can be given: token ids (uint16), one offset per
 sequence, each sequence's prompt length and the positions of its stereo-deciding tokens (stereo_tokens.py),
-in an npz compressed with xz. numpy only (no torch, no RDKit):
+in an npz compressed with xz. A hand pair store (hand_pairs.py) is such a store of the reflected texts, each
+with the row of its right-hand text in the split's store. numpy only (no torch, no RDKit):
 the build writes it on a CPU, the trainer reads it on a machine that has neither RDKit nor the tokenizer.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 import io
 import lzma
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ class TokenStore:
     prompt_lengths: np.ndarray  # [N] int32: the first prompt_lengths[i] tokens of sequence i are its prompt
     stereo_positions: np.ndarray  # [S] int32: positions, within their sequence, of the stereo-deciding tokens
     stereo_offsets: np.ndarray  # [N + 1] int64: sequence i's are stereo_positions[stereo_offsets[i]:...[i + 1]]
+    pair_rows: np.ndarray | None = None  # [N] int64 in a hand pair store: sequence i reflects that row's text
 
     def __len__(self) -> int:
         return len(self.prompt_lengths)
@@ -62,10 +64,18 @@ def token_store(sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int
                       np.concatenate(stereo or [np.zeros(0, np.int32)]), stereo_offsets)
 
 
+def hand_pair_store(wrong: TokenStore, rows: Sequence[int]) -> TokenStore:
+    """`wrong` (the reflected texts) as a hand pair store: sequence i reflects row rows[i] of its split's store."""
+    if len(rows) != len(wrong):
+        raise ValueError(f"{len(wrong)} reflected texts and {len(rows)} rows")
+    return replace(wrong, pair_rows=np.asarray(rows, dtype=np.int64))
+
+
 def write_token_store(path: str | Path, store: TokenStore) -> Path:
     buffer = io.BytesIO()
+    pairs = {} if store.pair_rows is None else {"pair_rows": store.pair_rows}
     np.savez(buffer, tokens=store.tokens, offsets=store.offsets, prompt_lengths=store.prompt_lengths,
-             stereo_positions=store.stereo_positions, stereo_offsets=store.stereo_offsets)
+             stereo_positions=store.stereo_positions, stereo_offsets=store.stereo_offsets, **pairs)
     return write_bytes_atomic(path, lzma.compress(buffer.getvalue(), preset=9))
 
 
@@ -74,6 +84,6 @@ def read_token_store(path: str | Path) -> TokenStore:
     try:
         arrays = np.load(io.BytesIO(lzma.decompress(path.read_bytes())))
         return TokenStore(arrays["tokens"], arrays["offsets"], arrays["prompt_lengths"], arrays["stereo_positions"],
-                          arrays["stereo_offsets"])
+                          arrays["stereo_offsets"], arrays["pair_rows"] if "pair_rows" in arrays else None)
     except (OSError, lzma.LZMAError, ValueError, KeyError) as e:
         raise InputError(f"{path} is not a token store of this version ({e}); rebuild the data (build-data)") from None

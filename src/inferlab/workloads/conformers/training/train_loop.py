@@ -8,6 +8,12 @@ but unconstrained sampling, which the evaluation compares against, needs them ri
 tokens (stereo_tokens.py) weigh `stereo_weight` times the others in the objective; the logged losses are
 the plain mean (comparable across weights) and the mean over the stereo-deciding tokens alone.
 
+The hand loss (`hand_weight` > 0, a trial lever): each step also scores a batch of hand pairs (hand_pairs.py:
+a tetrahedral text and its reflection under the same prompt), the margin being log p(right) - log p(reflected)
+over each text's generation tokens, and adds softplus(-margin) per pair to the summed loss as `hand_weight`
+tokens' worth (a logistic ranking loss: the pair's only difference is the hand). Logged: the interval's
+hand loss and the share of pairs ranked right, and the validation pairs' share at each evaluation.
+
 Steps decide the result; `budget_s` only stops a run that would overrun (and the result says so): on a
 slower machine a run either finishes the same steps or is marked as cut short, never quietly different.
 Deterministic from the seed (model init, data order) given deterministic kernels (reference_training.py
@@ -31,6 +37,9 @@ from inferlab.workloads.conformers.training.batches import (
     IGNORE,
     batch_arrays,
     evaluation_batches,
+    pair_batch_arrays,
+    pair_evaluation_batches,
+    pair_training_batches,
     training_batches,
 )
 from inferlab.workloads.conformers.training.compiled_loss import compiled, use_causal_attention
@@ -53,6 +62,8 @@ class TrainConfig:
     log_every: int = 10
     seed: int = 27
     stereo_weight: float = 1.0  # the objective's weight of a stereo-deciding token (the others weigh 1)
+    hand_weight: float = 0.0  # a hand pair's ranking loss counts as this many tokens' loss (0: no pairs scored)
+    hand_tokens_per_batch: int = 16_384  # padded tokens of a step's hand pairs, both sides
     compile: bool = False  # the step's forward and loss under torch.compile (compiled_loss.py; a trial lever)
     budget_s: float = 330.0  # wall-clock limit of the loop
 
@@ -73,6 +84,15 @@ class LoopResult:
     train_loss: float | None  # mean of the last log interval (None before the first step)
     validation_loss: float | None
     validation_stereo_loss: float | None  # the mean over the stereo-deciding tokens (None: the data marks none)
+    validation_hand_accuracy: float | None = None  # share of validation hand pairs ranked right (None: no pairs)
+
+
+@dataclass(frozen=True)
+class HandPairs:
+    """The hand pair stores (token_store.hand_pair_store) of the training and validation splits."""
+
+    train: TokenStore
+    validation: TokenStore
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
@@ -103,10 +123,11 @@ class LossSums:
     stereo_total: torch.Tensor
     stereo_tokens: torch.Tensor
 
-    def objective(self, stereo_weight: float) -> torch.Tensor:
-        """The weighted mean the optimiser descends (the plain mean at weight 1)."""
+    def objective(self, stereo_weight: float, hand_nats: torch.Tensor | float = 0.0) -> torch.Tensor:
+        """The weighted mean the optimiser descends (the plain mean at weight 1); `hand_nats`, the weighted
+        hand loss, joins the summed loss."""
         extra = stereo_weight - 1.0
-        return (self.total + extra * self.stereo_total) / (self.tokens + extra * self.stereo_tokens)
+        return (self.total + extra * self.stereo_total + hand_nats) / (self.tokens + extra * self.stereo_tokens)
 
 
 def token_loss_sums(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor,
@@ -133,6 +154,18 @@ def loss_tensors(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor
     return nll.sum(), valid.sum(), (nll * marked).sum(), marked.sum()
 
 
+def pair_margins(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """[P] log p(right-hand text) - log p(its reflection), each summed over the text's labelled tokens, for a
+    pair batch of 2P rows (batches.pair_batch_arrays: the P right-hand texts first)."""
+    logits = model(input_ids=ids).logits[:, :-1]  # [2P, L - 1, V]
+    targets = labels[:, 1:]
+    log_p = logits.float().log_softmax(dim=-1)
+    picked = (log_p * F.one_hot(targets.clamp(min=0), log_p.shape[-1]).to(log_p.dtype)).sum(dim=-1)
+    scores = (picked * (targets != IGNORE)).sum(dim=-1)  # [2P]
+    half = scores.shape[0] // 2
+    return scores[:half] - scores[half:]
+
+
 def _autocast(device: torch.device):
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
 
@@ -146,20 +179,33 @@ def _batch(store: TokenStore, rows: np.ndarray, pad_id: int, device: torch.devic
     return [_to_device(array, device) for array in batch_arrays(store, rows, pad_id)]
 
 
+def _pair_batch(pairs: TokenStore, store: TokenStore, indices: np.ndarray, pad_id: int,
+                device: torch.device) -> list[torch.Tensor]:
+    return [_to_device(array, device) for array in pair_batch_arrays(pairs, store, indices, pad_id)]
+
+
 class _Accumulated:
-    """Loss sums added on the device over batches; read back to the host only by `means`."""
+    """Loss sums added on the device over batches; read back to the host only by `read`: the token loss's
+    four sums, then the hand pairs' summed loss, pairs ranked right and pairs."""
 
     def __init__(self, device: torch.device):
-        self.sums = [torch.zeros((), device=device, dtype=torch.float64) for _ in range(4)]
+        self.sums = [torch.zeros((), device=device, dtype=torch.float64) for _ in range(7)]
 
     def add(self, batch: LossSums) -> None:
         for held, value in zip(self.sums, (batch.total, batch.tokens, batch.stereo_total, batch.stereo_tokens)):
             held += value.detach().double()
 
-    def read(self) -> tuple[int, float | None, float | None]:
-        """(loss tokens, mean loss, mean loss of the stereo-deciding tokens); a mean is None without tokens."""
-        total, tokens, stereo_total, stereo_tokens = torch.stack(self.sums).tolist()  # the one host read
-        return int(tokens), total / tokens if tokens else None, stereo_total / stereo_tokens if stereo_tokens else None
+    def add_margins(self, margins: torch.Tensor) -> None:
+        margins = margins.detach().double()
+        for held, value in zip(self.sums[4:], (F.softplus(-margins).sum(), (margins > 0).sum(), margins.numel())):
+            held += value
+
+    def read(self) -> tuple[int, float | None, float | None, float | None, float | None]:
+        """(loss tokens, mean loss, mean loss of the stereo-deciding tokens, mean hand loss, share of pairs ranked
+        right); a mean is None without tokens or pairs."""
+        total, tokens, stereo_total, stereo_tokens, hand, right, pairs = torch.stack(self.sums).tolist()  # one read
+        return (int(tokens), total / tokens if tokens else None, stereo_total / stereo_tokens if stereo_tokens else None,
+                hand / pairs if pairs else None, right / pairs if pairs else None)
 
     def zero(self) -> None:
         for held in self.sums:
@@ -168,23 +214,34 @@ class _Accumulated:
 
 @torch.no_grad()
 def validation_loss(model: torch.nn.Module, store: TokenStore, config: TrainConfig, device: torch.device,
-                    pad_id: int) -> tuple[float, float | None]:
-    """(mean loss, mean loss of the stereo-deciding tokens; None when the store marks none)."""
+                    pad_id: int, pairs: TokenStore | None = None) -> tuple[float, float | None, float | None]:
+    """(mean loss, mean loss of the stereo-deciding tokens, share of `pairs` (the split's hand pairs) ranked
+    right); None where the store marks none or no pairs are given."""
     model.eval()
     sums = _Accumulated(device)
     for rows in evaluation_batches(store, config.tokens_per_batch):
         with _autocast(device):
             sums.add(token_loss_sums(model, *_batch(store, rows, pad_id, device)))
+    for indices in [] if pairs is None else pair_evaluation_batches(pairs, store, config.tokens_per_batch):
+        with _autocast(device):
+            sums.add_margins(pair_margins(model, *_pair_batch(pairs, store, indices, pad_id, device)))
     model.train()
-    _, mean, stereo_mean = sums.read()
-    return mean, stereo_mean
+    _, mean, stereo_mean, _, hand_accuracy = sums.read()
+    return mean, stereo_mean, hand_accuracy
 
 
 def train(model: torch.nn.Module, train_store: TokenStore, validation_store: TokenStore, config: TrainConfig,
-          device: torch.device, pad_id: int, on_row: Callable[[dict[str, Any]], None]) -> LoopResult:
-    """Train `model` (on `device`, fp32 master weights) for config.steps steps or until the budget ends."""
+          device: torch.device, pad_id: int, on_row: Callable[[dict[str, Any]], None],
+          hand: HandPairs | None = None) -> LoopResult:
+    """Train `model` (on `device`, fp32 master weights) for config.steps steps or until the budget ends; `hand`
+    (required when config.hand_weight > 0) gives the hand pairs."""
+    if config.hand_weight > 0 and (hand is None or not len(hand.train)):
+        raise ValueError("hand_weight > 0 needs hand pairs (the data's hand pair stores, none empty)")
     optimizer = make_optimizer(model, config, device)
     batches = training_batches(train_store, config.tokens_per_batch, config.seed)
+    pair_batches = (pair_training_batches(hand.train, train_store, config.hand_tokens_per_batch, config.seed)
+                    if config.hand_weight > 0 else None)
+    validation_pairs = hand.validation if pair_batches is not None and len(hand.validation) else None
     step_loss = loss_tensors
     if config.compile:
         use_causal_attention(model)
@@ -194,22 +251,27 @@ def train(model: torch.nn.Module, train_store: TokenStore, validation_store: Tok
     interval = _Accumulated(device)
     loss_tokens = padded_tokens = 0
     train_loss: float | None = None
-    val_loss = val_stereo = None
+    val_loss = val_stereo = val_hand = None
     stopped, step = False, 0
 
     def log_row(lr: float, evaluate: bool, **extra: Any) -> None:
-        nonlocal loss_tokens, train_loss, val_loss, val_stereo
-        count, mean, stereo_mean = interval.read()
+        nonlocal loss_tokens, train_loss, val_loss, val_stereo, val_hand
+        count, mean, stereo_mean, hand_loss, hand_accuracy = interval.read()
         loss_tokens += count
         row: dict[str, Any] = {"step": step, "loss": train_loss, "lr": lr}
         if count:
             train_loss = mean
             row.update(loss=round(mean, 5), stereo_loss=_rounded(stereo_mean))
+        if hand_loss is not None:
+            row.update(hand_loss=_rounded(hand_loss), hand_accuracy=_rounded(hand_accuracy))
         interval.zero()
         row.update(tokens=loss_tokens, padded_tokens=padded_tokens)
         if evaluate:
-            val_loss, val_stereo = validation_loss(model, validation_store, config, device, pad_id)
+            val_loss, val_stereo, val_hand = validation_loss(model, validation_store, config, device, pad_id,
+                                                             validation_pairs)
             row.update(val_loss=round(val_loss, 5), val_stereo_loss=_rounded(val_stereo))
+            if val_hand is not None:
+                row.update(val_hand_accuracy=_rounded(val_hand))
         on_row({**row, "elapsed_s": round(time.perf_counter() - started, 2), **extra})
 
     while step < config.steps:
@@ -223,7 +285,14 @@ def train(model: torch.nn.Module, train_store: TokenStore, validation_store: Tok
         batch = _batch(train_store, rows, pad_id, device)
         with _autocast(device):
             sums = LossSums(*step_loss(model, *batch))
-        sums.objective(config.stereo_weight).backward()
+            hand_nats = 0.0
+            if pair_batches is not None:
+                pairs = _pair_batch(hand.train, train_store, next(pair_batches), pad_id, device)
+                margins = pair_margins(model, *pairs)
+                interval.add_margins(margins)
+                hand_nats = config.hand_weight * F.softplus(-margins).sum()
+                padded_tokens += pairs[0].numel()
+        sums.objective(config.stereo_weight, hand_nats).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -236,7 +305,7 @@ def train(model: torch.nn.Module, train_store: TokenStore, validation_store: Tok
     if stopped:  # the cut-short run's last interval and a validation loss of the weights it ends with
         log_row(learning_rate(max(0, step - 1), config), True, stopped_by_budget=True)
     return LoopResult(step, stopped, loss_tokens, padded_tokens, time.perf_counter() - started, train_loss, val_loss,
-                      val_stereo)
+                      val_stereo, val_hand)
 
 
 def _rounded(value: float | None) -> float | None:
