@@ -169,7 +169,11 @@ def _hand_pairs(data: Path) -> HandPairs:
         if not (data / name).exists():
             raise InputError(f"{data / name} is missing: the hand loss needs the data's hand pairs, which build-data "
                              "writes since they exist; build the data again (a rerun remakes only the token stores)")
-    return HandPairs(read_token_store(data / TRAIN_HAND_PAIRS), read_token_store(data / VALIDATION_HAND_PAIRS))
+    hand = HandPairs(read_token_store(data / TRAIN_HAND_PAIRS), read_token_store(data / VALIDATION_HAND_PAIRS))
+    if not len(hand.train):
+        raise InputError(f"{data} has no hand pairs (no training molecule with a tetrahedral centre); train without "
+                         "--hand-weight, or build the data with more molecules")
+    return hand
 
 
 def _new_model(shape: ModelShape, tokenizer, seed: int, device):
