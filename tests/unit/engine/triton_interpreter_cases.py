@@ -904,7 +904,9 @@ def test_packed_decode_attention_equals_one_query_at_a_time(splits, heads, kv_he
     g = torch.Generator().manual_seed(4)
     head_dim = 32
     tables = RotaryTables.build(RopeSpec(theta=10000.0), head_dim, 256, torch.device("cpu"))
-    rows, positions, slots = _packed_rows([1, 5, 3, 2], [0, 30, 95, 62], [3, 0, 4, 1], padding=3, scratch=5)
+    # row 2: two cached tiles, the second partial, its window starting inside the first; every tile costs the
+    # interpreter, so no row has more
+    rows, positions, slots = _packed_rows([1, 5, 3, 2], [0, 30, 62, 20], [3, 0, 4, 1], padding=3, scratch=5)
     qkv = torch.randn(positions.shape[0], (heads + 2 * kv_heads) * head_dim, generator=g)
     gemma = "gemma" in variant
     norms = [torch.randn(head_dim, generator=g) for _ in range(2)] if gemma else [None, None]
@@ -949,7 +951,9 @@ def test_packed_decode_attention_equals_one_query_at_a_time(splits, heads, kv_he
 def test_engine_forced_runs_on_triton_kernels_match_one_token_per_step(tiny_checkpoint, kv_dtype):
     """The wiring of forced tokens in bulk on the Triton kernels (the rope write of every packed position, the
     packed-rows attention, the Triton constraint runtime beside the booking): two conformers over two rows
-    give the tokens and pressure that the torch kernels give one token per step."""
+    give the tokens and pressure that the torch kernels give one token per step. One atom each (a step of the
+    interpreter's packed attention costs seconds): the opening runs book 3 and 4 tokens, [NH4+]'s fifth a step
+    later; max_seq_len 48 (the prompt and [NH4+]'s 39 tokens at most) still gives the fp8 attention two splits."""
     from inferlab.constraints.program import compile_program
     from inferlab.engine import Engine, EngineConfig
     from inferlab.types import Request, SamplingParams
@@ -958,10 +962,10 @@ def test_engine_forced_runs_on_triton_kernels_match_one_token_per_step(tiny_chec
 
     results = {}
     for kernels, forced in (("torch", 0), ("triton", 4)):
-        engine = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=2, max_seq_len=160, kernels=kernels,
+        engine = Engine(EngineConfig(model=tiny_checkpoint("tiny"), max_slots=2, max_seq_len=48, kernels=kernels,
                                      kv_dtype=kv_dtype, forced_run_tokens=forced, decode_steps_per_sync=1))  # fmt: skip
         requests = []
-        for i, smiles in enumerate(("CO", "C=N")):
+        for i, smiles in enumerate(("C", "[NH4+]")):
             template = build_template(smiles, get_profile("v3-fixed4"))
             program = compile_program(template.segments, engine.tokenizer)
             requests.append(Request(id=f"m{i}", prompt_ids=(11, 12, 13), constraint=program,
