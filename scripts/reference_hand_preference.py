@@ -31,6 +31,7 @@ from inferlab.workloads.conformers.chemistry.etkdg import embed_etkdg
 from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.conformers.chemistry.smiles import parse_smiles
 from inferlab.workloads.conformers.chemistry.template import build_template
+from inferlab.workloads.conformers.training.hand_pairs import reflected_conformer
 
 PROFILE = "v3-fixed4"
 SPLITS = ("train", "held_out")
@@ -98,13 +99,9 @@ def hand_pair(smiles: str, seed: int) -> tuple[str, str, str] | None:
         mol = Chem.RemoveHs(embed_etkdg(parse_smiles(template.canonical_smiles), 1, seed, threads=1, label=smiles))
     except Exception:  # an embedding failure: this molecule cannot be scored
         return None
-    reflected = Chem.Mol(mol)
-    for conformer, mirrored in zip(mol.GetConformers(), reflected.GetConformers()):
+    reflected = reflected_conformer(mol)  # of the embedding as it came (hand_pairs.py: reflected, then canonical)
+    for conformer in mol.GetConformers():
         rdMolTransforms.CanonicalizeConformer(conformer)
-        for index in range(reflected.GetNumAtoms()):
-            p = mirrored.GetAtomPosition(index)
-            mirrored.SetAtomPosition(index, (-p.x, p.y, p.z))
-        rdMolTransforms.CanonicalizeConformer(mirrored)
     right, wrong = (encode_conformers(m, profile)[0].generation_text(profile) for m in (mol, reflected))
     return (template.prompt, right, wrong) if right != wrong else None
 

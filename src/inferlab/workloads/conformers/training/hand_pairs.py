@@ -31,10 +31,10 @@ def reflected_conformer(mol: Chem.Mol) -> Chem.Mol:
 
 
 def wrong_hand_text(template: ConformerTemplate, text: str, profile: FormatProfile) -> str | None:
-    """The generation text of `text`'s conformer reflected, under `template` (the same tags); None when the
-    molecule specifies no tetrahedral centre, `text` itself contradicts its stereo, or the reflection does not invert exactly the specified
-    centres while keeping every specified double bond, or the reflection is the same stereoisomer (RDKit's
-    perception of these geometries: a pair must differ in the hand alone)."""
+    """The generation text of `text`'s conformer reflected, under `template` (the same tags). None when the
+    molecule specifies no tetrahedral centre, when `text` itself contradicts its stereo, when the reflection
+    does not invert exactly the specified centres while keeping every specified double bond, or when it is the
+    same stereoisomer (by RDKit's perception of these geometries: a pair must differ in the hand alone)."""
     mol = template.check(text, profile).mol
     centres, _ = specified_stereo(mol)
     if not centres or contradicted_centres(mol):  # no centre, or the text itself is not of the right hand

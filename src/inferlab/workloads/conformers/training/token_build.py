@@ -28,9 +28,9 @@ from inferlab.errors import InputError
 from inferlab.models.shared_assets import qwen3_chem_tokenizer_dir
 from inferlab.models.tokenizer_loading import load_tokenizer
 from inferlab.models.vocabulary_reduction import reduce_bpe_tokenizer, write_reduced_tokenizer
-from inferlab.workloads.conformers.training.conformer_texts import PROFILE, MoleculeTexts
 from inferlab.workloads.conformers.chemistry.profiles import get_profile
 from inferlab.workloads.conformers.chemistry.template import build_template
+from inferlab.workloads.conformers.training.conformer_texts import PROFILE, MoleculeTexts
 from inferlab.workloads.conformers.training.data_layout import (
     TOKENIZER_DIR,
     TRAIN_HAND_PAIRS,
@@ -92,15 +92,16 @@ def build_tokens(kept: list[MoleculeTexts], out: Path) -> dict[str, Any]:
                              "tokens": {TRAIN: 0, VALIDATION: 0}} for kind in KINDS}
     longest_probe = 0
     eos = np.array([small.eos_token_id], dtype=np.uint16)
-    for k, ((split, kind, source), prompt) in enumerate(zip(sources, prompt_ids)):
+    for source_index, ((split, kind, source), prompt) in enumerate(zip(sources, prompt_ids)):
         counts = variant_counts.get(kind)
         if counts is not None:
             counts["prompts"][split] += 1
-        for j, positions in enumerate(_stereo_positions(full, source.canonical_smiles, source.conformers)):
+        for text_index, positions in enumerate(_stereo_positions(full, source.canonical_smiles, source.conformers)):
             generation = next(generation_ids)
-            if (k, j) in wrong_ids:
+            reflected = wrong_ids.get((source_index, text_index))
+            if reflected is not None:
                 pairs[split][0].append(len(sequences[split]))
-                pairs[split][1].append(np.concatenate([prompt, wrong_ids[(k, j)], eos]))
+                pairs[split][1].append(np.concatenate([prompt, reflected, eos]))
             sequences[split].append(np.concatenate([prompt, generation, eos]))
             prompt_lengths[split].append(len(prompt))
             stereo_positions[split].append([len(prompt) + k for k in positions])
