@@ -172,3 +172,14 @@ def test_build_jobs_name_model_length_kv_dtype_and_forced_run_width():
     assert parse_jobs("m:64,/ckpt/x:128:fp8,m:256:auto:4") == [("m", 64, "auto", 0), ("/ckpt/x", 128, "fp8", 0),
                                                                ("m", 256, "auto", 4)]  # fmt: skip
     assert ("qwen3-0.6b", 1704, "auto", 0) in parse_jobs(DEFAULT_JOBS)  # the start-up test's job
+
+
+def test_a_child_whose_precompile_an_earlier_job_recorded_is_not_a_failure():
+    from inferlab.engine.kernel_bundles.build import precompile_problem
+    from inferlab.engine.stats import EngineStats
+
+    assert precompile_problem(EngineStats(precompile_kernels=31)) == ""
+    # the forced-run job's warm-up is the plain job's: the plain job's record skips its precompile
+    assert precompile_problem(EngineStats(precompile_skipped="Triton's cache holds the 31 kernels ...")) == ""
+    assert precompile_problem(EngineStats()) == "no kernels"  # no precompile at all (e.g. it was off)
+    assert precompile_problem(EngineStats(precompile_kernels=3, precompile_error="meta tensor")) == "meta tensor"

@@ -52,11 +52,26 @@ def start_one(model: str, max_seq_len: int, kv_dtype: str, forced_run_tokens: in
                           forced_run_tokens=forced_run_tokens, cache_dir=startup_cache, shipped_kernels=False)
     with Engine(config) as engine:
         s = engine.stats
-        if s.precompile_error or not s.precompile_kernels:
-            raise SystemExit(f"{model}: the precompile did not run cleanly ({s.precompile_error or 'no kernels'})")
-        print(f"{Path(model).name} {max_seq_len} {kv_dtype} F={forced_run_tokens}: {s.precompile_kernels} kernels "
-              f"in {s.precompile_s:.1f} s; {s.startup_phases()}", flush=True)
+        problem = precompile_problem(s)
+        if problem:
+            raise SystemExit(f"{model}: the precompile did not run cleanly ({problem})")
+        done = (f"precompile skipped ({s.precompile_skipped})" if s.precompile_skipped
+                else f"{s.precompile_kernels} kernels in {s.precompile_s:.1f} s")
+        print(f"{Path(model).name} {max_seq_len} {kv_dtype} F={forced_run_tokens}: {done}; {s.startup_phases()}",
+              flush=True)
         run_constrained(engine)
+
+
+def precompile_problem(stats) -> str:
+    """Why a child's precompile leaves the bundle short of its start-up's kernels ("": it does not). A job
+    whose warm-up is an earlier job's (one that differs only in what the warm-up does not launch, such as the
+    forced-run width) finds that job's record and skips its precompile: its own kernels come from its
+    constrained job."""
+    if stats.precompile_error:
+        return stats.precompile_error
+    if not stats.precompile_kernels and not stats.precompile_skipped:
+        return "no kernels"
+    return ""
 
 
 def run_constrained(engine) -> None:
