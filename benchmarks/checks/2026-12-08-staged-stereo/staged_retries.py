@@ -9,7 +9,8 @@ element after the centre is drawn again too, so a row of several elements conver
 rounds at 4.3x the tokens). Here a conformer is generated in stages instead: each stage ends at the block of
 the next element's deciding atom (the last written of a centre and its neighbours; of a double bond's atoms
 and theirs), where that element's verdict is known; a wrong element is redrawn from its centre (a double bond:
-its first atom) up to its deciding atom again, before anything after it exists. Each stage is one request:
+its first atom; --cut first: from the first written of its atoms) up to its deciding atom again, before
+anything after it exists. Each stage is one request:
 prompt = the prompt and the tokens so far, constraint = the program's segments from the next block to the
 copy after the deciding atom's block, then EOS (the last stage: to the end). Up to --retries redraws per row.
 
@@ -53,8 +54,9 @@ BLOCK = re.compile(r"<[^<>]*>")
 
 @dataclass(frozen=True)
 class Element:
-    centre: int  # the atom a redraw starts at
-    deciding: int  # the last written atom that settles it
+    centre: int  # the centre (a double bond: its first atom), where a redraw starts under --cut centre
+    first: int  # the first written of the centre and its neighbours (a double bond: of its atoms and theirs)
+    deciding: int  # the last written of them: the atom that settles it
     atom: int | None  # a tetrahedral centre's index, else None
     bond: int | None  # a double bond's index, else None
 
@@ -77,12 +79,12 @@ def elements_of(mol: Chem.Mol) -> list[Element]:
     out = []
     for i in atoms:
         neighbours = [n.GetIdx() for n in mol.GetAtomWithIdx(i).GetNeighbors()]
-        out.append(Element(i, max([i] + neighbours), i, None))
+        out.append(Element(i, min([i] + neighbours), max([i] + neighbours), i, None))
     for b in bonds:
         bond = mol.GetBondWithIdx(b)
         ends = (bond.GetBeginAtom(), bond.GetEndAtom())
         around = [n.GetIdx() for a in ends for n in [a, *a.GetNeighbors()]]
-        out.append(Element(min(a.GetIdx() for a in ends), max(around), None, b))
+        out.append(Element(min(a.GetIdx() for a in ends), min(around), max(around), None, b))
     return sorted(out, key=lambda e: (e.deciding, e.centre))
 
 
@@ -100,6 +102,8 @@ def main() -> None:
     parser.add_argument("--retries", type=int, default=8, help="redraws per row at most")
     parser.add_argument("--max-heavy-atoms", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cut", choices=["centre", "first"], default="centre",
+                        help="where a redraw starts: the element's centre, or the first written of its atoms")
     args = parser.parse_args()
     started = time.perf_counter()
     profile = get_profile(DEFAULT_PROFILE)
@@ -194,7 +198,7 @@ def main() -> None:
             row.written = (end - 1) // 2
             wrong = wrong_written(row)
             if wrong and row.retries < args.retries:
-                centre = min(e.centre for e in wrong)
+                centre = min(e.centre if args.cut == "centre" else e.first for e in wrong)
                 row.tokens = row.tokens[: hole_start(row, centre)]
                 row.written, row.retries = centre, row.retries + 1
         rounds += 1
@@ -225,9 +229,10 @@ def main() -> None:
     systems = {
         "whole (the model's own)": (quality(whole_mols), whole),
         "whole + mirror (the pipeline's default)": (quality([(r, mirrored(m)) for r, m in whole_mols]), whole),
-        f"staged, <= {args.retries} redraws": (quality([(row, finished(row)) for row in staged]), staged),
+        f"staged, <= {args.retries} redraws from the {args.cut}": (quality([(row, finished(row)) for row in staged]), staged),
     }
-    summary = {"molecules": len(smiles), "conformers": len(whole), "retries": args.retries, "stage_rounds": rounds,
+    summary = {"molecules": len(smiles), "conformers": len(whole), "retries": args.retries, "cut": args.cut,
+               "stage_rounds": rounds,
                "seconds": round(time.perf_counter() - started, 1), "systems": {}}
     print(f"{'':42} {'stereo':>7} {'COV-R .75':>9} {'COV-R 1.25':>10} {'AMR-R':>6} {'output tok':>10} {'prefill tok':>11}")
     for name, (q, rows) in systems.items():
