@@ -45,7 +45,11 @@ from inferlab.engine.sampler import (
 from inferlab.models.rope import RotaryTables
 from inferlab.models.rope_spec import RopeSpec
 
+import triton_interpreter_fast
+
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="run through the interpreter")
+if os.environ.get("TRITON_INTERPRET") == "1":
+    triton_interpreter_fast.install()  # the interpreter's per-call patching and dtype table, memoized
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=0.1, rtol=2 * 2**-8)}
 
 
