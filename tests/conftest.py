@@ -44,6 +44,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         triton_interpreter_child.start(session.config)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist worker (CI: -n 2 on 2 cores) runs torch on one intra-op thread: the other worker, or the
+    interpreter child, holds the other core, and a team of two then only waits at each op's barrier for the
+    thread that was preempted (HF generate in the parity tests took twice the CPU on two). Tests that need
+    another count set it themselves; the processes the tests start keep torch's default."""
+    if hasattr(config, "workerinput"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     triton_interpreter_child.stop(config)
 
